@@ -1,0 +1,11 @@
+"""gdn-operator: serve Qwen3.5-family (Gated DeltaNet hybrid) models with MTP on vLLM, safely."""
+
+__version__ = "0.1.0"
+
+GROUP = "serving.gdn-operator.io"
+VERSION = "v1alpha1"
+KIND = "GDNModelServer"
+PLURAL = "gdnmodelservers"
+SINGULAR = "gdnmodelserver"
+SHORT_NAMES = ["gms"]
+API_VERSION = f"{GROUP}/{VERSION}"

@@ -1,0 +1,105 @@
+"""gdnctl: the operator's offline tool.
+
+Sub-commands are thin: each parses its arguments here and calls the owning module, so the CLI gives
+exactly the answer the operator would give in the cluster.
+
+Exit codes: 0 ok, 1 would be rejected/changed (validate), 2 malformed input or usage, 3 no crash
+found (classify-log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from gdn_operator import __version__
+
+
+class UsageError(Exception):
+    """A problem with the input the user gave us; printed as one line per problem, exit 2."""
+
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+def _cmd_version(args: argparse.Namespace) -> int:
+    print(f"gdnctl {__version__}")
+    return 0
+
+
+def _cmd_crd(args: argparse.Namespace) -> int:
+    from gdn_operator.api.crd import crd_yaml
+
+    sys.stdout.write(crd_yaml())
+    return 0
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from gdn_operator.render.cli import run_render
+
+    return run_render(args)
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from gdn_operator.rules.cli import run_validate
+
+    return run_validate(args)
+
+
+def _cmd_classify_log(args: argparse.Namespace) -> int:
+    from gdn_operator.watch.cli import run_classify_log
+
+    return run_classify_log(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gdnctl", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("version", help="print the gdnctl version")
+    s.set_defaults(func=_cmd_version)
+
+    s = sub.add_parser("crd", help="print the GDNModelServer CRD generated from the API models")
+    s.set_defaults(func=_cmd_crd)
+
+    s = sub.add_parser("render", help="print the Kubernetes objects the operator would create")
+    s.add_argument("-f", "--filename", required=True, help="GDNModelServer manifest ('-' for stdin)")
+    s.add_argument("--output", choices=["yaml", "json"], default="yaml")
+    s.set_defaults(func=_cmd_render)
+
+    s = sub.add_parser(
+        "validate",
+        help="check a GDNModelServer manifest, or a raw vLLM launch line after '--', against the known-crash rules",
+    )
+    s.add_argument("-f", "--filename", help="GDNModelServer manifest ('-' for stdin)")
+    s.add_argument("--output", choices=["text", "json"], default="text")
+    s.add_argument("--vllm-version", help="vLLM version to evaluate against (overrides spec.image.vllmVersion)")
+    s.add_argument("--architecture", help="HF architecture class of the model (for raw launch lines)")
+    s.add_argument("--patch", action="append", default=[], help="patch id the image carries (repeatable; raw launch lines)")
+    s.add_argument("launch", nargs=argparse.REMAINDER, help="-- vllm serve MODEL --flags ...")
+    s.set_defaults(func=_cmd_validate)
+
+    s = sub.add_parser("classify-log", help="classify a vLLM log or termination message ('-' for stdin)")
+    s.add_argument("file")
+    s.add_argument("--output", choices=["text", "json"], default="text")
+    s.set_defaults(func=_cmd_classify_log)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UsageError as e:
+        for line in e.problems:
+            print(f"error: {line}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The operator's own Prometheus metrics (one registry, served on the operator's metrics port).
+
+Every module that records operator telemetry imports its metric objects from here, so names, help
+texts and label sets are defined once and the Grafana dashboard / PrometheusRule can rely on them.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+# --- crash watch -------------------------------------------------------------------------------
+CRASHES = Counter(
+    "gdn_engine_crashes",
+    "Engine crashes classified by the crash watch, by signature id.",
+    ["namespace", "name", "signature", "upstream"],
+    registry=REGISTRY,
+)
+REMEDIATIONS = Counter(
+    "gdn_remediations",
+    "Automatic remediations applied after a repeated known crash signature.",
+    ["namespace", "name", "signature", "action"],
+    registry=REGISTRY,
+)
+
+# --- admission ---------------------------------------------------------------------------------
+ADMISSION_DECISIONS = Counter(
+    "gdn_admission_decisions",
+    "Admission decisions by outcome (admitted, denied, mitigated, warned) and rule id.",
+    ["namespace", "decision", "rule"],
+    registry=REGISTRY,
+)
+
+# --- speculative-decoding acceptance ---------------------------------------------------------------
+ACCEPTANCE_RATE = Gauge(
+    "gdn_spec_acceptance_rate",
+    "Speculative-decoding acceptance rate (accepted / draft tokens) over the sliding window.",
+    ["namespace", "name"],
+    registry=REGISTRY,
+)
+MEAN_ACCEPTED_LENGTH = Gauge(
+    "gdn_spec_mean_accepted_length",
+    "Mean accepted length per draft (1 + accepted / drafts) over the sliding window.",
+    ["namespace", "name"],
+    registry=REGISTRY,
+)
+ACCEPTANCE_PER_POSITION = Gauge(
+    "gdn_spec_acceptance_per_position",
+    "Acceptance rate per draft position over the sliding window.",
+    ["namespace", "name", "position"],
+    registry=REGISTRY,
+)
+DRAFTS_PER_SECOND = Gauge(
+    "gdn_spec_drafts_per_second",
+    "Speculative drafts per second over the sliding window.",
+    ["namespace", "name"],
+    registry=REGISTRY,
+)
+POD_ACCEPTANCE_RATE = Gauge(
+    "gdn_spec_pod_acceptance_rate",
+    "Per-pod speculative-decoding acceptance rate over the sliding window.",
+    ["namespace", "name", "pod"],
+    registry=REGISTRY,
+)
+SCRAPE_ERRORS = Counter(
+    "gdn_scrape_errors",
+    "Failed /metrics scrapes of engine pods, by reason (timeout, connect, http, parse).",
+    ["namespace", "name", "reason"],
+    registry=REGISTRY,
+)
+SCRAPE_DURATION = Histogram(
+    "gdn_scrape_duration_seconds",
+    "Duration of one engine /metrics scrape.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+    registry=REGISTRY,
+)
+
+# --- workload ----------------------------------------------------------------------------------
+READY_REPLICAS = Gauge(
+    "gdn_ready_replicas",
+    "Ready engine replicas per GDNModelServer.",
+    ["namespace", "name"],
+    registry=REGISTRY,
+)
+ENGINE_RESTARTS = Gauge(
+    "gdn_engine_restarts",
+    "Sum of container restart counts over the engine pods of a GDNModelServer.",
+    ["namespace", "name"],
+    registry=REGISTRY,
+)
