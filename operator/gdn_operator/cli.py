@@ -16,12 +16,10 @@ from typing import Sequence
 from gdn_operator import __version__
 
 
-class UsageError(Exception):
-    """A problem with the input the user gave us; printed as one line per problem, exit 2."""
+from gdn_operator.api.load import ManifestError
 
-    def __init__(self, problems: list[str] | str):
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        super().__init__("; ".join(self.problems))
+#: A problem with the input the user gave us; printed as one line per problem, exit 2.
+UsageError = ManifestError
 
 
 def _cmd_version(args: argparse.Namespace) -> int:

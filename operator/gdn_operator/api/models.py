@@ -1,0 +1,568 @@
+"""GDNModelServer API (serving.gdn-operator.io/v1alpha1).
+
+These pydantic models are the single source of truth: the CRD's OpenAPI schema is generated from them
+(`gdnctl crd`, see api/crd.py), the webhook and the reconciler validate with them, and gdnctl reads
+manifests with them. Field names follow Kubernetes API conventions (camelCase in YAML/JSON).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from gdn_operator import API_VERSION, KIND
+
+
+class _Model(BaseModel):
+    """Base: camelCase aliases, unknown fields rejected, enum values kept as plain strings."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_enum_values=True,
+        validate_default=True,
+    )
+
+    def dump(self) -> dict[str, Any]:
+        """The Kubernetes-shaped dict: camelCase keys, unset optional fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class _Status(_Model):
+    # Status is written by the operator; tolerate fields from newer operator versions.
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", use_enum_values=True
+    )
+
+
+# --------------------------------------------------------------------------------------- enums ---
+
+
+class Architecture(str, enum.Enum):
+    """HF `architectures` classes of the Gated DeltaNet hybrid families vLLM serves (Qwen3.6 and
+    Qwen3.8 checkpoints load as the Qwen3_5 classes)."""
+
+    QWEN3_NEXT = "Qwen3NextForCausalLM"
+    QWEN3_5 = "Qwen3_5ForConditionalGeneration"
+    QWEN3_5_CAUSAL = "Qwen3_5ForCausalLM"
+    QWEN3_5_MOE = "Qwen3_5MoeForConditionalGeneration"
+    QWEN3_5_MOE_CAUSAL = "Qwen3_5MoeForCausalLM"
+
+
+class PullPolicy(str, enum.Enum):
+    ALWAYS = "Always"
+    IF_NOT_PRESENT = "IfNotPresent"
+    NEVER = "Never"
+
+
+class SpecMethod(str, enum.Enum):
+    """`mtp`, plus the deprecated aliases vLLM still accepts and rewrites to `mtp`."""
+
+    MTP = "mtp"
+    QWEN3_NEXT_MTP = "qwen3_next_mtp"
+    QWEN3_5_MTP = "qwen3_5_mtp"
+
+
+class ModelRunner(str, enum.Enum):
+    AUTO = "auto"
+    V1 = "v1"
+    V2 = "v2"
+
+
+class AttentionBackend(str, enum.Enum):
+    FLASH_ATTN = "FLASH_ATTN"
+    FLASHINFER = "FLASHINFER"
+    TRITON_ATTN = "TRITON_ATTN"
+    FLEX_ATTENTION = "FLEX_ATTENTION"
+    TREE_ATTN = "TREE_ATTN"
+    ROCM_ATTN = "ROCM_ATTN"
+    CPU_ATTN = "CPU_ATTN"
+
+
+class GDNPrefillBackend(str, enum.Enum):
+    FLASHINFER = "flashinfer"
+    TRITON = "triton"
+    CUTEDSL = "cutedsl"
+    AITER_FLYDSL = "aiter_flydsl"
+    SYCL = "sycl"
+
+
+class CudagraphMode(str, enum.Enum):
+    NONE = "NONE"
+    PIECEWISE = "PIECEWISE"
+    FULL = "FULL"
+    FULL_DECODE_ONLY = "FULL_DECODE_ONLY"
+    FULL_AND_PIECEWISE = "FULL_AND_PIECEWISE"
+
+
+class AdmissionPolicy(str, enum.Enum):
+    REJECT = "reject"
+    MITIGATE = "mitigate"
+    WARN = "warn"
+
+
+class RemediationMode(str, enum.Enum):
+    AUTO = "auto"
+    NONE = "none"
+
+
+class Phase(str, enum.Enum):
+    PENDING = "Pending"
+    REJECTED = "Rejected"
+    PROGRESSING = "Progressing"
+    READY = "Ready"
+    DEGRADED = "Degraded"
+    CRASH_LOOPING = "CrashLooping"
+    UNSCHEDULABLE = "Unschedulable"
+
+
+# ------------------------------------------------------------------------------------ spec parts ---
+
+#: Flags the operator renders itself; users may not pass them through extraArgs.
+OPERATOR_OWNED_FLAGS = frozenset(
+    {
+        "--model",
+        "--served-model-name",
+        "--host",
+        "--port",
+        "--tensor-parallel-size",
+        "-tp",
+        "--speculative-config",
+        "-sc",
+        "--max-model-len",
+        "--gpu-memory-utilization",
+        "--async-scheduling",
+        "--no-async-scheduling",
+        "--enable-prefix-caching",
+        "--no-enable-prefix-caching",
+        "--enable-chunked-prefill",
+        "--no-enable-chunked-prefill",
+        "--attention-backend",
+        "--gdn-prefill-backend",
+        "--compilation-config",
+        "-cc",
+        "--enforce-eager",
+        "--max-num-seqs",
+        "--max-num-batched-tokens",
+        "--mamba-cache-mode",
+        "--download-dir",
+    }
+)
+
+#: Environment variables the operator sets itself (or that would bypass the rules).
+OPERATOR_OWNED_ENV = frozenset({"VLLM_USE_V2_MODEL_RUNNER", "HF_TOKEN", "VLLM_PLUGINS", "HF_HOME", "VLLM_PORT"})
+
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_MODEL_URI = re.compile(r"^(hf|pvc|s3|gs|oci|file)://\S+$")
+
+
+class SecretKeyRef(_Model):
+    """A key in a Secret in the same namespace."""
+
+    name: str = Field(min_length=1, max_length=253, description="Secret name.")
+    key: str = Field(default="token", min_length=1, max_length=253, description="Key inside the Secret.")
+
+
+class ModelSpec(_Model):
+    """What to serve."""
+
+    uri: str = Field(
+        description=(
+            "Model source: hf://ORG/NAME (downloaded by vLLM), pvc://CLAIM/PATH (a pre-populated "
+            "PersistentVolumeClaim mounted read-only), or s3://, gs://, oci://, file:// URIs."
+        ),
+        max_length=1024,
+        json_schema_extra={"pattern": _MODEL_URI.pattern},
+    )
+    served_name: str | None = Field(
+        default=None, max_length=256, description="Name clients use in the OpenAI API (default: the model path)."
+    )
+    architecture: Architecture | None = Field(
+        default=None,
+        description=(
+            "HF architecture class of the checkpoint. The rules match on the class, not the marketing "
+            "name; when unset it is inferred from the model name (Qwen3-Next / Qwen3.5 / Qwen3.6 / Qwen3.8)."
+        ),
+    )
+    hf_token_secret: SecretKeyRef | None = Field(
+        default=None, description="Secret holding a Hugging Face token, passed to the engine as HF_TOKEN."
+    )
+
+    @field_validator("uri")
+    @classmethod
+    def _check_uri(cls, v: str) -> str:
+        if not _MODEL_URI.match(v):
+            raise ValueError("must look like hf://ORG/NAME or pvc://CLAIM/PATH (also s3://, gs://, oci://, file://)")
+        if v.startswith("pvc://"):
+            claim = v[len("pvc://") :].split("/", 1)[0]
+            if not _K8S_NAME.match(claim):
+                raise ValueError(f"pvc:// claim name {claim!r} is not a valid Kubernetes name")
+        return v
+
+    @property
+    def pvc_claim(self) -> str | None:
+        if self.uri.startswith("pvc://"):
+            return self.uri[len("pvc://") :].split("/", 1)[0]
+        return None
+
+    @property
+    def pvc_subpath(self) -> str:
+        if self.uri.startswith("pvc://"):
+            parts = self.uri[len("pvc://") :].split("/", 1)
+            return parts[1].strip("/") if len(parts) > 1 else ""
+        return ""
+
+    @property
+    def name_for_inference(self) -> str:
+        """The path part of the URI, for inferring the family from a marketing name."""
+        return self.uri.split("://", 1)[-1]
+
+
+class ImageSpec(_Model):
+    """The vLLM image and what it is known to contain."""
+
+    repository: str = Field(default="vllm/vllm-openai", min_length=1, max_length=512, description="Image repository.")
+    tag: str = Field(min_length=1, max_length=128, description="Image tag (or digest with 'sha256:').")
+    pull_policy: PullPolicy = Field(default=PullPolicy.IF_NOT_PRESENT, description="Image pull policy.")
+    vllm_version: str = Field(
+        min_length=1,
+        max_length=64,
+        description=(
+            "vLLM release inside the image (e.g. 0.33.0). The known-crash rules are evaluated against it; "
+            "an unparseable version is reported as a finding."
+        ),
+    )
+    patches: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description=(
+            "Patch ids the image carries (e.g. the gdn-guard plugin's ids). A rule listing one of them "
+            "as a neutraliser does not fire. The operator compares this with what the plugin logs at start."
+        ),
+    )
+
+    @property
+    def reference(self) -> str:
+        if self.tag.startswith("sha256:"):
+            return f"{self.repository}@{self.tag}"
+        return f"{self.repository}:{self.tag}"
+
+
+class SpeculativeDecodingSpec(_Model):
+    """MTP speculative decoding."""
+
+    enabled: bool = Field(default=True, description="Turn speculative decoding on (MTP draft head).")
+    method: SpecMethod = Field(
+        default=SpecMethod.MTP,
+        description="Speculative method; qwen3_next_mtp and qwen3_5_mtp are deprecated aliases of mtp.",
+    )
+    num_speculative_tokens: int = Field(default=2, ge=1, le=16, description="Draft tokens per step (k).")
+
+
+class EnvVar(_Model):
+    """An environment variable for the engine container (value or a Secret reference)."""
+
+    name: str = Field(min_length=1, max_length=256, json_schema_extra={"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"})
+    value: str | None = Field(default=None, max_length=32768)
+    secret_key_ref: SecretKeyRef | None = Field(default=None, description="Take the value from a Secret key.")
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, v: str) -> str:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", v):
+            raise ValueError("must be a valid environment variable name")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "EnvVar":
+        if self.value is not None and self.secret_key_ref is not None:
+            raise ValueError("set either value or secretKeyRef, not both")
+        return self
+
+
+class ResourcesSpec(_Model):
+    """Compute for one engine pod. GPUs are always tensorParallelSize."""
+
+    gpu_type: str | None = Field(
+        default=None,
+        max_length=128,
+        description="GPU product (node label nvidia.com/gpu.product), e.g. NVIDIA-H100-80GB-HBM3.",
+    )
+    cpu: str = Field(default="8", max_length=32, description="CPU request and limit per engine pod.")
+    memory: str = Field(default="64Gi", max_length=32, description="Memory request and limit per engine pod.")
+    shm_size: str = Field(default="16Gi", max_length=32, description="Size of the memory-backed /dev/shm.")
+
+    @field_validator("cpu", "memory", "shm_size")
+    @classmethod
+    def _quantity(cls, v: str) -> str:
+        if not re.match(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$", v):
+            raise ValueError(f"{v!r} is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)")
+        return v
+
+
+class RemediationSpec(_Model):
+    """What the crash watch does when a known crash signature repeats."""
+
+    mode: RemediationMode = Field(
+        default=RemediationMode.AUTO,
+        description=(
+            "auto: after `threshold` crashes with the same known signature on one generation, apply the "
+            "documented workaround once and record it; none: only report."
+        ),
+    )
+    threshold: int = Field(default=3, ge=1, le=100, description="Crashes with one signature before remediating.")
+
+
+class MetricsSpec(_Model):
+    """Scraping the engines' /metrics for speculative-decoding acceptance."""
+
+    enabled: bool = Field(default=True, description="Scrape engine pods and report acceptance.")
+    scrape_interval_seconds: int = Field(default=15, ge=5, le=3600, description="Scrape interval.")
+
+
+class GDNModelServerSpec(_Model):
+    """Desired state of a GDNModelServer."""
+
+    model: ModelSpec
+    image: ImageSpec
+    replicas: int = Field(default=1, ge=0, le=1000, description="Engine pods (one per replica).")
+    tensor_parallel_size: int = Field(default=1, ge=1, le=64, description="GPUs per engine (vLLM -tp).")
+    speculative_decoding: SpeculativeDecodingSpec = Field(
+        default_factory=SpeculativeDecodingSpec, description="MTP speculative decoding."
+    )
+    max_model_len: int | None = Field(default=None, ge=16, le=10_000_000, description="vLLM --max-model-len.")
+    max_num_seqs: int | None = Field(default=None, ge=1, le=65536, description="vLLM --max-num-seqs.")
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1, le=10_000_000, description="vLLM --max-num-batched-tokens."
+    )
+    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=0.99, description="vLLM --gpu-memory-utilization.")
+    async_scheduling: bool | None = Field(
+        default=None, description="vLLM async scheduling; unset = vLLM's default (on with MTP)."
+    )
+    prefix_caching: bool | None = Field(
+        default=None, description="vLLM prefix caching; unset = vLLM's default (on for hybrids from 0.26.0)."
+    )
+    chunked_prefill: bool | None = Field(default=None, description="vLLM chunked prefill; unset = vLLM's default.")
+    model_runner: ModelRunner = Field(
+        default=ModelRunner.AUTO, description="auto (vLLM decides), v1 or v2 (VLLM_USE_V2_MODEL_RUNNER)."
+    )
+    attention_backend: AttentionBackend | None = Field(default=None, description="vLLM --attention-backend.")
+    gdn_prefill_backend: GDNPrefillBackend | None = Field(
+        default=None, description="vLLM --gdn-prefill-backend (from 0.18.0)."
+    )
+    cudagraph_mode: CudagraphMode | None = Field(
+        default=None, description="CUDA graph mode (--compilation-config cudagraph_mode)."
+    )
+    enforce_eager: bool = Field(default=False, description="vLLM --enforce-eager (no CUDA graphs).")
+    extra_args: list[Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=list,
+        max_length=128,
+        description="Extra vLLM arguments. Flags the operator renders itself are refused.",
+    )
+    env: list[EnvVar] = Field(default_factory=list, max_length=128, description="Extra engine environment.")
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Per-pod compute.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Node selector for engine pods.")
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Tolerations for engine pods.")
+    affinity: dict[str, Any] | None = Field(default=None, description="Affinity for engine pods.")
+    startup_budget_seconds: int = Field(
+        default=1800,
+        ge=60,
+        le=86400,
+        description="How long an engine may take to load before its startup probe fails (default 30 min).",
+    )
+    admission_policy: AdmissionPolicy | None = Field(
+        default=None,
+        description=(
+            "What to do with a known-crash finding: reject, mitigate (apply the rule's mitigation) or warn. "
+            "Unset = the operator-wide default. Silent-corruption rules never just warn."
+        ),
+    )
+    remediation: RemediationSpec = Field(default_factory=RemediationSpec, description="Crash-loop remediation.")
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Acceptance scraping.")
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_owned_flags(cls, v: list[str]) -> list[str]:
+        for i, arg in enumerate(v):
+            flag = arg.split("=", 1)[0]
+            if flag in OPERATOR_OWNED_FLAGS:
+                field = _FLAG_TO_FIELD.get(flag, "the matching spec field")
+                raise ValueError(f"extraArgs[{i}] {flag!r} is owned by the operator; set {field} instead")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _no_owned_env(cls, v: list[EnvVar]) -> list[EnvVar]:
+        seen: set[str] = set()
+        for i, e in enumerate(v):
+            if e.name in OPERATOR_OWNED_ENV:
+                hint = _ENV_TO_FIELD.get(e.name, "the matching spec field")
+                raise ValueError(f"env[{i}] {e.name!r} is owned by the operator; set {hint} instead")
+            if e.name in seen:
+                raise ValueError(f"env[{i}] {e.name!r} is set twice")
+            seen.add(e.name)
+        return v
+
+    @model_validator(mode="after")
+    def _consistency(self) -> "GDNModelServerSpec":
+        if self.cudagraph_mode is not None and self.cudagraph_mode != CudagraphMode.NONE.value and self.enforce_eager:
+            raise ValueError("enforceEager: true disables CUDA graphs; drop cudagraphMode or enforceEager")
+        return self
+
+
+_FLAG_TO_FIELD = {
+    "--model": "spec.model.uri",
+    "--served-model-name": "spec.model.servedName",
+    "--tensor-parallel-size": "spec.tensorParallelSize",
+    "-tp": "spec.tensorParallelSize",
+    "--speculative-config": "spec.speculativeDecoding",
+    "-sc": "spec.speculativeDecoding",
+    "--max-model-len": "spec.maxModelLen",
+    "--gpu-memory-utilization": "spec.gpuMemoryUtilization",
+    "--async-scheduling": "spec.asyncScheduling",
+    "--no-async-scheduling": "spec.asyncScheduling",
+    "--enable-prefix-caching": "spec.prefixCaching",
+    "--no-enable-prefix-caching": "spec.prefixCaching",
+    "--enable-chunked-prefill": "spec.chunkedPrefill",
+    "--no-enable-chunked-prefill": "spec.chunkedPrefill",
+    "--attention-backend": "spec.attentionBackend",
+    "--gdn-prefill-backend": "spec.gdnPrefillBackend",
+    "--compilation-config": "spec.cudagraphMode",
+    "-cc": "spec.cudagraphMode",
+    "--enforce-eager": "spec.enforceEager",
+    "--max-num-seqs": "spec.maxNumSeqs",
+    "--max-num-batched-tokens": "spec.maxNumBatchedTokens",
+    "--mamba-cache-mode": "spec.prefixCaching (mamba cache mode follows it)",
+}
+_ENV_TO_FIELD = {
+    "VLLM_USE_V2_MODEL_RUNNER": "spec.modelRunner",
+    "HF_TOKEN": "spec.model.hfTokenSecret",
+    "VLLM_PLUGINS": "spec.image.patches (the image decides its plugins)",
+}
+
+
+# ---------------------------------------------------------------------------------------- status ---
+
+
+class Condition(_Status):
+    type: str = Field(description="Validated, Ready, Progressing, Degraded, CrashLooping, Unschedulable, ...")
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(default="", description="CamelCase machine-readable reason.")
+    message: str = Field(default="", description="Human-readable detail.")
+    last_transition_time: str | None = Field(default=None, description="RFC 3339 time of the last status change.")
+    observed_generation: int | None = None
+
+
+class Finding(_Status):
+    """One known-issue rule that matched the effective configuration."""
+
+    rule: str = Field(description="Rule id = upstream reference, e.g. vllm#36917.")
+    title: str = ""
+    kind: str = Field(default="", description="startup-crash, runtime-crash, silent-corruption, deadlock, config.")
+    severity: str = Field(default="", description="critical, high, medium, low, info.")
+    action: str = Field(default="", description="What admission did: rejected, mitigated, warned.")
+    message: str = ""
+    fields: list[str] = Field(default_factory=list, description="Spec fields that trigger the rule.")
+    workaround: str = ""
+    mitigation: dict[str, Any] | None = Field(default=None, description="Spec change the rule applies when mitigating.")
+
+
+class CrashInfo(_Status):
+    """The most recent engine crash the crash watch classified."""
+
+    time: str | None = None
+    pod: str | None = None
+    container: str | None = None
+    signature: str = Field(description="Signature id from the catalogue, or engine-dead for an unknown crash.")
+    upstream: str | None = Field(default=None, description="Upstream issue, e.g. vllm#36917.")
+    kind: str | None = None
+    root_cause: str | None = Field(default=None, description="The root-cause line extracted from the log.")
+    exit_code: int | None = None
+    restart_count: int | None = None
+    count: int | None = Field(default=None, description="Crashes with this signature on this generation.")
+
+
+class Remediation(_Status):
+    """A change the operator made to stop a deterministic crash loop."""
+
+    time: str | None = None
+    signature: str
+    upstream: str | None = None
+    generation: int | None = Field(default=None, description="Spec generation the remediation was applied on.")
+    action: str = Field(description="What was changed, e.g. asyncScheduling=false.")
+    changes: dict[str, Any] = Field(default_factory=dict, description="Spec fields changed (camelCase path → value).")
+    reason: str = ""
+
+
+class PodAcceptance(_Status):
+    pod: str
+    acceptance_rate: float | None = None
+    mean_accepted_length: float | None = None
+    drafts_per_second: float | None = None
+    error: str | None = None
+
+
+class AcceptanceStatus(_Status):
+    """Speculative-decoding acceptance over the scrape window."""
+
+    rate: float | None = Field(default=None, description="Accepted / draft tokens over the window.")
+    rate_display: str | None = Field(default=None, description="Rate as a percentage string, for kubectl.")
+    mean_accepted_length: float | None = Field(default=None, description="1 + accepted / drafts.")
+    per_position: list[float | None] = Field(default_factory=list, description="Acceptance per draft position.")
+    drafts_per_second: float | None = None
+    window_seconds: float | None = None
+    updated: str | None = None
+    pods: list[PodAcceptance] = Field(default_factory=list, max_length=64, description="Per pod (first 64).")
+
+
+class EffectiveConfig(_Status):
+    """vLLM's behaviour after resolving its version-dependent defaults (what the rules evaluated)."""
+
+    vllm_version: str | None = None
+    async_scheduling: bool | None = None
+    prefix_caching: bool | None = None
+    mamba_cache_mode: str | None = None
+    model_runner: str | None = None
+    spec_method: str | None = None
+    architecture: str | None = None
+
+
+class GDNModelServerStatus(_Status):
+    phase: Phase | None = None
+    observed_generation: int | None = None
+    replicas: int | None = None
+    ready_replicas: int | None = None
+    ready: str | None = Field(default=None, description="ready/desired, for kubectl.")
+    conditions: list[Condition] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list, description="Known-issue rules that matched.")
+    effective: EffectiveConfig | None = None
+    last_crash: CrashInfo | None = None
+    remediations: list[Remediation] = Field(default_factory=list, max_length=32)
+    acceptance: AcceptanceStatus | None = None
+
+
+class ObjectMeta(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str | None = None
+    namespace: str | None = None
+    generation: int | None = None
+    uid: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class GDNModelServer(_Model):
+    """A Qwen3.5-family (Gated DeltaNet hybrid) model served by vLLM with MTP, guarded against known crashes."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", use_enum_values=True)
+
+    api_version: Literal["serving.gdn-operator.io/v1alpha1"] = Field(default=API_VERSION)
+    kind: Literal["GDNModelServer"] = Field(default=KIND)
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: GDNModelServerSpec
+    status: GDNModelServerStatus | None = None
