@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Build the real control-plane binaries for gdn-operator's integration tests and dev mode
+# from the Go module proxy (recipe: /work/shared/docs/test-cluster.md).
+#
+#   tests/cluster/build.sh core        etcd + kube-apiserver               (envtest-style tier)
+#   tests/cluster/build.sh full        + kube-controller-manager, kube-scheduler, kwok
+#   tests/cluster/build.sh kubectl     kubectl built from the same kube module (optional)
+#   tests/cluster/build.sh paths       print the binary paths (no build)
+#   tests/cluster/build.sh regen       regenerate tests/cluster/kube/go.mod replace lines from the
+#                                      real k8s.io/kubernetes go.mod (on a version bump), then tidy
+#
+# Binaries go to ${GDN_CACHE_DIR:-$HOME/.cache/gdn-operator}/bin/<component>-<version>/<binary>,
+# outside the work tree. A component is rebuilt only if its binary is missing or its --version
+# output does not match the pinned version, so a second run is instant.
+# Cold build times are appended to $CACHE/build-times.log.
+set -euo pipefail
+
+# ---- pinned versions -----------------------------------------------------------------------
+# k8s.io/kubernetes v1.35.7 is refused by the module proxy here ("403 This module version is not
+# available"); v1.35.8 is the newest 1.35 patch that resolves (v1.35.9/v1.35.10 do not).
+K8S_VERSION=v1.35.8
+ETCD_VERSION=v3.6.14
+KWOK_VERSION=v0.8.0
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CACHE="${GDN_CACHE_DIR:-$HOME/.cache/gdn-operator}"
+BINROOT="$CACHE/bin"
+TIMES="$CACHE/build-times.log"
+STG="v0.${K8S_VERSION#v1.}"
+K8S_MINOR="${K8S_VERSION#v1.}"; K8S_MINOR="${K8S_MINOR%%.*}"
+
+export GOTOOLCHAIN=local CGO_ENABLED=0
+export GOFLAGS="-mod=readonly -trimpath"
+
+log() { printf '[build.sh] %s\n' "$*" >&2; }
+
+bin_dir() {  # component version
+  printf '%s/%s-%s' "$BINROOT" "$1" "$2"
+}
+
+# version_ok <binary-path> <expected-substring> <version-args...>
+version_ok() {
+  local b="$1" want="$2"; shift 2
+  [[ -x "$b" ]] || return 1
+  local out
+  out="$("$b" "$@" 2>&1 | head -3)" || return 1
+  [[ "$out" == *"$want"* ]]
+}
+
+record_time() {  # component version seconds
+  mkdir -p "$CACHE"
+  printf '%s\t%s\t%s\t%ss\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$1" "$2" "$3" "$(nproc) cores" >>"$TIMES"
+}
+
+kube_ldflags() {
+  local d ldf="-s -w" p
+  d="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldf="$ldf -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$K8S_MINOR"
+    ldf="$ldf -X $p.gitTreeState=clean -X $p.buildDate=$d"
+  done
+  printf '%s' "$ldf"
+}
+
+# ---- components ----------------------------------------------------------------------------
+build_etcd() {
+  local dir b t0
+  dir="$(bin_dir etcd "$ETCD_VERSION")"; b="$dir/etcd"
+  if version_ok "$b" "etcd Version: ${ETCD_VERSION#v}" --version; then
+    log "etcd $ETCD_VERSION: cached ($b)"; return 0
+  fi
+  log "etcd $ETCD_VERSION: building go.etcd.io/etcd/server/v3 -> $b"
+  t0=$SECONDS; mkdir -p "$dir"
+  (cd "$HERE/etcd" && go build -p 2 -ldflags "-s -w" -o "$b.tmp" go.etcd.io/etcd/server/v3)
+  mv -f "$b.tmp" "$b"
+  version_ok "$b" "etcd Version: ${ETCD_VERSION#v}" --version || { log "etcd --version mismatch: $("$b" --version 2>&1 | head -1)"; exit 1; }
+  log "etcd $ETCD_VERSION: built in $((SECONDS - t0))s"
+  record_time etcd "$ETCD_VERSION" $((SECONDS - t0))
+}
+
+# build_kube <cmd>...  (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl)
+build_kube() {
+  local c dir b todo=() pkgs=() t0
+  dir="$(bin_dir kube "$K8S_VERSION")"
+  for c in "$@"; do
+    b="$dir/$c"
+    local vargs=(--version); [[ "$c" == kubectl ]] && vargs=(version --client)
+    if version_ok "$b" "$K8S_VERSION" "${vargs[@]}"; then
+      log "$c $K8S_VERSION: cached ($b)"
+    else
+      todo+=("$c"); pkgs+=("k8s.io/kubernetes/cmd/$c")
+    fi
+  done
+  [[ ${#todo[@]} -eq 0 ]] && return 0
+  log "${todo[*]} $K8S_VERSION: building from k8s.io/kubernetes (staging $STG) -> $dir/"
+  t0=$SECONDS; mkdir -p "$dir/.tmp"
+  (cd "$HERE/kube" && go build -p 2 -ldflags "$(kube_ldflags)" -o "$dir/.tmp/" "${pkgs[@]}")
+  for c in "${todo[@]}"; do
+    mv -f "$dir/.tmp/$c" "$dir/$c"
+    local vargs=(--version); [[ "$c" == kubectl ]] && vargs=(version --client)
+    version_ok "$dir/$c" "$K8S_VERSION" "${vargs[@]}" || { log "$c version mismatch: $("$dir/$c" "${vargs[@]}" 2>&1 | head -1)"; exit 1; }
+  done
+  rmdir "$dir/.tmp" 2>/dev/null || true
+  log "${todo[*]} $K8S_VERSION: built in $((SECONDS - t0))s"
+  record_time "$(IFS=+; echo "${todo[*]}")" "$K8S_VERSION" $((SECONDS - t0))
+}
+
+build_kwok() {
+  local dir b t0
+  dir="$(bin_dir kwok "$KWOK_VERSION")"; b="$dir/kwok"
+  if version_ok "$b" "${KWOK_VERSION#v}" --version; then
+    log "kwok $KWOK_VERSION: cached ($b)"; return 0
+  fi
+  log "kwok $KWOK_VERSION: building sigs.k8s.io/kwok/cmd/kwok -> $b"
+  t0=$SECONDS; mkdir -p "$dir"
+  (cd "$HERE/kwok" && go build -p 2 -ldflags "-s -w" -o "$b.tmp" sigs.k8s.io/kwok/cmd/kwok)
+  mv -f "$b.tmp" "$b"
+  version_ok "$b" "${KWOK_VERSION#v}" --version || { log "kwok --version mismatch: $("$b" --version 2>&1 | head -1)"; exit 1; }
+  log "kwok $KWOK_VERSION: built in $((SECONDS - t0))s"
+  record_time kwok "$KWOK_VERSION" $((SECONDS - t0))
+}
+
+kwok_src() {
+  (cd "$HERE/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+}
+
+print_paths() {
+  local k; k="$(bin_dir kube "$K8S_VERSION")"
+  cat <<EOF
+K8S_VERSION=$K8S_VERSION
+ETCD_VERSION=$ETCD_VERSION
+KWOK_VERSION=$KWOK_VERSION
+ETCD=$(bin_dir etcd "$ETCD_VERSION")/etcd
+KUBE_APISERVER=$k/kube-apiserver
+KUBE_CONTROLLER_MANAGER=$k/kube-controller-manager
+KUBE_SCHEDULER=$k/kube-scheduler
+KUBECTL=$k/kubectl
+KWOK=$(bin_dir kwok "$KWOK_VERSION")/kwok
+KWOK_SRC=$(kwok_src 2>/dev/null || true)
+EOF
+}
+
+regen() {
+  local gomod m
+  cd "$HERE/kube"
+  gomod="$(cd "$(mktemp -d)" && GOFLAGS= go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
+           | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')"
+  GOFLAGS= go mod edit -dropreplace=k8s.io/api 2>/dev/null || true
+  grep -E '=> \./staging/src/' "$gomod" | awk '{print $1}' | while read -r m; do
+    GOFLAGS= go mod edit -replace="$m=$m@$STG"
+  done
+  GOFLAGS= go mod edit -require="k8s.io/kubernetes@$K8S_VERSION"
+  GOFLAGS= go mod tidy
+  log "kube/go.mod: $(grep -c '=> k8s.io' go.mod) replace lines at $STG (upstream has $(grep -cE '=> \./staging/src/' "$gomod"))"
+}
+
+# ---- main ----------------------------------------------------------------------------------
+tier="${1:-core}"
+T0=$SECONDS
+case "$tier" in
+  core)    build_etcd; build_kube kube-apiserver ;;
+  full)    build_etcd; build_kube kube-apiserver kube-controller-manager kube-scheduler; build_kwok ;;
+  kubectl) build_kube kubectl ;;
+  all)     build_etcd; build_kube kube-apiserver kube-controller-manager kube-scheduler kubectl; build_kwok ;;
+  paths)   print_paths; exit 0 ;;
+  regen)   regen; exit 0 ;;
+  *) echo "usage: $0 core|full|kubectl|all|paths|regen" >&2; exit 2 ;;
+esac
+log "tier '$tier' ready in $((SECONDS - T0))s (binaries under $BINROOT)"
+print_paths
