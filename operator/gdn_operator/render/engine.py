@@ -1,0 +1,304 @@
+"""Pure functions: GDNModelServer spec → vLLM argv and Kubernetes objects.
+
+Nothing here talks to the API server; the reconciler applies what these functions return with
+server-side apply, and `gdnctl render` prints it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from typing import Any
+
+from gdn_operator import API_VERSION, KIND
+from gdn_operator.api.models import GDNModelServerSpec
+
+ENGINE_PORT = 8000
+METRICS_SERVICE_PORT = 9400
+MODEL_MOUNT = "/models"
+CACHE_MOUNT = "/cache"
+CONTAINER = "vllm"
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_VERSION = "app.kubernetes.io/version"
+LABEL_SERVER = "serving.gdn-operator.io/server"
+MANAGED_BY = "gdn-operator"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+class RenderError(ValueError):
+    """The object cannot be turned into a workload; the message names the field and the fix."""
+
+
+def label_value(value: str) -> str:
+    """A valid label value: ≤63 chars; long values are shortened with a stable hash suffix."""
+    if len(value) <= 63 and _LABEL_VALUE.match(value):
+        return value
+    digest = hashlib.sha256(value.encode()).hexdigest()[:8]
+    cleaned = re.sub(r"[^-A-Za-z0-9_.]", "-", value)[:54].strip("-_.")
+    return f"{cleaned}-{digest}"
+
+
+def selector_labels(name: str) -> dict[str, str]:
+    return {LABEL_SERVER: label_value(name), LABEL_MANAGED_BY: MANAGED_BY}
+
+
+def common_labels(name: str, spec: GDNModelServerSpec) -> dict[str, str]:
+    return {
+        LABEL_NAME: "vllm",
+        LABEL_INSTANCE: label_value(name),
+        LABEL_COMPONENT: "engine",
+        LABEL_PART_OF: "gdn-operator",
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_VERSION: label_value(spec.image.vllm_version),
+        LABEL_SERVER: label_value(name),
+    }
+
+
+def model_argument(spec: GDNModelServerSpec) -> str:
+    uri = spec.model.uri
+    scheme, rest = uri.split("://", 1)
+    if scheme == "hf":
+        return rest
+    if scheme == "pvc":
+        sub = spec.model.pvc_subpath
+        return f"{MODEL_MOUNT}/{sub}" if sub else MODEL_MOUNT
+    if scheme == "file":
+        return "/" + rest.lstrip("/")
+    return uri  # s3:// gs:// oci:// are passed through to vLLM's loaders
+
+
+def speculative_config(spec: GDNModelServerSpec) -> dict[str, Any] | None:
+    sd = spec.speculative_decoding
+    if not sd.enabled:
+        return None
+    # vLLM rewrites the deprecated aliases (qwen3_next_mtp, qwen3_5_mtp) to "mtp" with a warning in every
+    # release 0.17.0–0.33.0 (vllm/config/speculative.py), so render the canonical name.
+    return {"method": "mtp", "num_speculative_tokens": sd.num_speculative_tokens}
+
+
+def _bool_flag(value: bool | None, on: str, off: str) -> list[str]:
+    if value is None:
+        return []
+    return [on if value else off]
+
+
+def vllm_args(name: str, spec: GDNModelServerSpec) -> list[str]:
+    """The arguments after `vllm serve` (the model is the first positional argument)."""
+    args = [
+        model_argument(spec),
+        "--served-model-name",
+        spec.model.served_name or name,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(ENGINE_PORT),
+        "--tensor-parallel-size",
+        str(spec.tensor_parallel_size),
+        "--gpu-memory-utilization",
+        f"{spec.gpu_memory_utilization:g}",
+    ]
+    sc = speculative_config(spec)
+    if sc is not None:
+        args += ["--speculative-config", json.dumps(sc, separators=(",", ":"), sort_keys=True)]
+    if spec.max_model_len is not None:
+        args += ["--max-model-len", str(spec.max_model_len)]
+    if spec.max_num_seqs is not None:
+        args += ["--max-num-seqs", str(spec.max_num_seqs)]
+    if spec.max_num_batched_tokens is not None:
+        args += ["--max-num-batched-tokens", str(spec.max_num_batched_tokens)]
+    args += _bool_flag(spec.async_scheduling, "--async-scheduling", "--no-async-scheduling")
+    args += _bool_flag(spec.prefix_caching, "--enable-prefix-caching", "--no-enable-prefix-caching")
+    args += _bool_flag(spec.chunked_prefill, "--enable-chunked-prefill", "--no-enable-chunked-prefill")
+    if spec.attention_backend is not None:
+        args += ["--attention-backend", str(spec.attention_backend)]
+    if spec.gdn_prefill_backend is not None:
+        args += ["--gdn-prefill-backend", str(spec.gdn_prefill_backend)]
+    if spec.cudagraph_mode is not None:
+        args += ["--compilation-config", json.dumps({"cudagraph_mode": str(spec.cudagraph_mode)}, separators=(",", ":"))]
+    if spec.enforce_eager:
+        args.append("--enforce-eager")
+    args += list(spec.extra_args)
+    return args
+
+
+def engine_env(spec: GDNModelServerSpec) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": f"{CACHE_MOUNT}/huggingface"}]
+    if spec.model_runner == "v2":
+        env.append({"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "1"})
+    elif spec.model_runner == "v1":
+        env.append({"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "0"})
+    if spec.model.hf_token_secret is not None:
+        ref = spec.model.hf_token_secret
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    for e in spec.env:
+        if e.secret_key_ref is not None:
+            env.append(
+                {"name": e.name, "valueFrom": {"secretKeyRef": {"name": e.secret_key_ref.name, "key": e.secret_key_ref.key}}}
+            )
+        else:
+            env.append({"name": e.name, "value": e.value or ""})
+    return env
+
+
+def owner_reference(name: str, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _meta(name: str, namespace: str, uid: str | None, spec: GDNModelServerSpec) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": common_labels(name, spec)}
+    if uid:
+        meta["ownerReferences"] = [owner_reference(name, uid)]
+    return meta
+
+
+def check_names(name: str) -> None:
+    if len(name) > 63 or not _DNS1035.match(name):
+        raise RenderError(
+            f"metadata.name {name!r} cannot name the engine Service: it must be a DNS-1035 label "
+            "(lowercase letters, digits and '-', starting with a letter, at most 63 characters); "
+            "recreate the GDNModelServer with a shorter name"
+        )
+
+
+def deployment(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any]:
+    check_names(name)
+    labels = common_labels(name, spec)
+    gpus = spec.tensor_parallel_size
+    period = 10
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size}},
+        {"name": "cache", "emptyDir": {}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "cache", "mountPath": CACHE_MOUNT},
+    ]
+    claim = spec.model.pvc_claim
+    if claim:
+        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+        mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
+
+    node_selector = dict(spec.node_selector)
+    if spec.resources.gpu_type:
+        node_selector.setdefault(GPU_PRODUCT_LABEL, spec.resources.gpu_type)
+
+    tolerations = list(spec.tolerations)
+    if not any(t.get("key") == GPU_RESOURCE for t in tolerations):
+        tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+
+    probe = {"httpGet": {"path": "/health", "port": "http"}, "timeoutSeconds": 5}
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": spec.image.reference,
+        "imagePullPolicy": spec.image.pull_policy,
+        "command": ["vllm", "serve"],
+        "args": vllm_args(name, spec),
+        "env": engine_env(spec),
+        "ports": [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
+        "resources": {
+            "requests": {"cpu": spec.resources.cpu, "memory": spec.resources.memory, GPU_RESOURCE: str(gpus)},
+            "limits": {"cpu": spec.resources.cpu, "memory": spec.resources.memory, GPU_RESOURCE: str(gpus)},
+        },
+        "volumeMounts": mounts,
+        # Loading a large model can take many minutes: the startup probe owns that budget, and
+        # liveness/readiness only start once it has succeeded, so liveness cannot kill a loading engine.
+        "startupProbe": {**probe, "periodSeconds": period, "failureThreshold": math.ceil(spec.startup_budget_seconds / period)},
+        "readinessProbe": {**probe, "periodSeconds": period, "failureThreshold": 3},
+        "livenessProbe": {**probe, "periodSeconds": 30, "failureThreshold": 4},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": volumes,
+        "tolerations": tolerations,
+        "terminationGracePeriodSeconds": 60,
+        "enableServiceLinks": False,
+    }
+    if node_selector:
+        pod_spec["nodeSelector"] = node_selector
+    if spec.affinity:
+        pod_spec["affinity"] = spec.affinity
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(name, namespace, uid, spec),
+        "spec": {
+            "replicas": spec.replicas,
+            "selector": {"matchLabels": selector_labels(name)},
+            # GPUs are scarce: bring a new engine up before the old one goes (zero downtime when a
+            # spare GPU set exists; the rollout waits otherwise).
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "progressDeadlineSeconds": spec.startup_budget_seconds + 600,
+            "revisionHistoryLimit": 3,
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {"kubectl.kubernetes.io/default-container": CONTAINER},
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def service(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any]:
+    check_names(name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(name, namespace, uid, spec),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(name),
+            "ports": [
+                {"name": "http", "port": ENGINE_PORT, "targetPort": "http", "protocol": "TCP"},
+                {"name": "metrics", "port": METRICS_SERVICE_PORT, "targetPort": "http", "protocol": "TCP"},
+            ],
+        },
+    }
+
+
+def pod_monitor(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": _meta(name, namespace, uid, spec),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(name)},
+            "podMetricsEndpoints": [
+                {"port": "http", "path": "/metrics", "interval": f"{spec.metrics.scrape_interval_seconds}s"}
+            ],
+        },
+    }
+
+
+def render_all(
+    name: str,
+    namespace: str,
+    spec: GDNModelServerSpec,
+    uid: str | None = None,
+    *,
+    with_monitoring: bool = True,
+) -> list[dict[str, Any]]:
+    objs = [deployment(name, namespace, spec, uid), service(name, namespace, spec, uid)]
+    if with_monitoring and spec.metrics.enabled:
+        objs.append(pod_monitor(name, namespace, spec, uid))
+    return objs

@@ -1,0 +1,127 @@
+"""Rendering spec → vLLM argv and Kubernetes objects (pure functions)."""
+
+import json
+
+import pytest
+
+from gdn_operator.api.load import parse_spec
+from gdn_operator.render.engine import (
+    RenderError,
+    deployment,
+    label_value,
+    render_all,
+    service,
+    vllm_args,
+)
+
+BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}
+
+
+def spec(**kw):
+    return parse_spec({**BASE, **kw})
+
+
+def flag_value(args, flag):
+    return args[args.index(flag) + 1]
+
+
+def test_argv_core_flags():
+    args = vllm_args("srv", spec(tensorParallelSize=2, maxModelLen=32768, speculativeDecoding={"numSpeculativeTokens": 3}))
+    assert args[0] == "Qwen/Qwen3.5-27B"
+    assert flag_value(args, "--served-model-name") == "srv"
+    assert flag_value(args, "--tensor-parallel-size") == "2"
+    assert flag_value(args, "--max-model-len") == "32768"
+    assert json.loads(flag_value(args, "--speculative-config")) == {"method": "mtp", "num_speculative_tokens": 3}
+    assert flag_value(args, "--port") == "8000"
+
+
+def test_argv_leaves_vllm_defaults_alone_when_unset():
+    args = vllm_args("srv", spec())
+    for f in ("--async-scheduling", "--no-async-scheduling", "--enable-prefix-caching", "--no-enable-prefix-caching",
+              "--attention-backend", "--gdn-prefill-backend", "--compilation-config", "--enforce-eager", "--max-model-len"):
+        assert f not in args
+
+
+def test_argv_explicit_toggles_and_backends():
+    args = vllm_args("srv", spec(asyncScheduling=False, prefixCaching=False, chunkedPrefill=True,
+                                 attentionBackend="FLASHINFER", gdnPrefillBackend="triton", cudagraphMode="FULL_AND_PIECEWISE",
+                                 maxNumSeqs=64, maxNumBatchedTokens=8192, extraArgs=["--trust-remote-code"]))
+    assert "--no-async-scheduling" in args and "--no-enable-prefix-caching" in args and "--enable-chunked-prefill" in args
+    assert flag_value(args, "--attention-backend") == "FLASHINFER"
+    assert flag_value(args, "--gdn-prefill-backend") == "triton"
+    assert json.loads(flag_value(args, "--compilation-config")) == {"cudagraph_mode": "FULL_AND_PIECEWISE"}
+    assert flag_value(args, "--max-num-seqs") == "64"
+    assert args[-1] == "--trust-remote-code"
+
+
+def test_deprecated_alias_rendered_as_mtp():
+    args = vllm_args("srv", spec(speculativeDecoding={"method": "qwen3_next_mtp", "numSpeculativeTokens": 1}))
+    assert json.loads(flag_value(args, "--speculative-config"))["method"] == "mtp"
+
+
+def test_spec_decode_disabled_has_no_speculative_config():
+    assert "--speculative-config" not in vllm_args("srv", spec(speculativeDecoding={"enabled": False}))
+
+
+def test_pvc_model_is_mounted_read_only():
+    d = deployment("srv", "ns", spec(model={"uri": "pvc://models/qwen/Qwen3.5-27B"}))
+    pod = d["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["args"][0] == "/models/qwen/Qwen3.5-27B"
+    assert {"name": "model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}} in pod["volumes"]
+    assert {"name": "model", "mountPath": "/models", "readOnly": True} in c["volumeMounts"]
+
+
+def test_deployment_gpu_resources_probes_and_placement():
+    d = deployment("srv", "ns", spec(tensorParallelSize=4, startupBudgetSeconds=3600,
+                                     resources={"gpuType": "NVIDIA-H100-80GB-HBM3"}, nodeSelector={"pool": "gpu"},
+                                     tolerations=[{"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}]),
+                   uid="u-1")
+    pod = d["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "4" == c["resources"]["requests"]["nvidia.com/gpu"]
+    assert c["startupProbe"]["httpGet"]["path"] == "/health"
+    assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 3600
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
+    assert pod["nodeSelector"] == {"pool": "gpu", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert any(t["key"] == "dedicated" for t in pod["tolerations"])
+    assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"])
+    owner = d["metadata"]["ownerReferences"][0]
+    assert owner["uid"] == "u-1" and owner["controller"] is True and owner["kind"] == "GDNModelServer"
+    sel = d["spec"]["selector"]["matchLabels"]
+    assert all(d["spec"]["template"]["metadata"]["labels"][k] == v for k, v in sel.items())
+
+
+def test_model_runner_and_secrets_as_env():
+    d = deployment("srv", "ns", spec(modelRunner="v2", model={"uri": "hf://Qwen/Qwen3.5-27B", "hfTokenSecret": {"name": "hf"}},
+                                     env=[{"name": "NCCL_P2P_DISABLE", "value": "1"}, {"name": "X", "secretKeyRef": {"name": "s", "key": "k"}}]))
+    env = {e["name"]: e for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["VLLM_USE_V2_MODEL_RUNNER"]["value"] == "1"
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    assert env["NCCL_P2P_DISABLE"]["value"] == "1"
+    assert env["X"]["valueFrom"]["secretKeyRef"] == {"name": "s", "key": "k"}
+
+
+def test_service_and_pod_monitor():
+    objs = render_all("srv", "ns", spec(metrics={"scrapeIntervalSeconds": 30}), uid="u")
+    kinds = [o["kind"] for o in objs]
+    assert kinds == ["Deployment", "Service", "PodMonitor"]
+    svc = objs[1]
+    assert {p["name"] for p in svc["spec"]["ports"]} == {"http", "metrics"}
+    assert objs[2]["spec"]["podMetricsEndpoints"][0]["interval"] == "30s"
+    assert [o["kind"] for o in render_all("srv", "ns", spec(metrics={"enabled": False}))] == ["Deployment", "Service"]
+
+
+def test_bad_names_give_a_clear_error():
+    with pytest.raises(RenderError, match="metadata.name 'Srv.1' cannot name the engine Service"):
+        service("Srv.1", "ns", spec())
+    with pytest.raises(RenderError, match="at most 63 characters"):
+        deployment("a" * 70, "ns", spec())
+
+
+def test_label_value_is_always_valid():
+    assert label_value("0.33.0") == "0.33.0"
+    long = label_value("x" * 100)
+    assert len(long) <= 63
+    assert label_value("0.19.2rc1.dev226+g53b9640fb").replace("-", "").replace(".", "").replace("_", "").isalnum()

@@ -1,0 +1,78 @@
+"""gdnctl end to end, as a user runs it (subprocess of the installed console script)."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from gdn_operator.api.crd import crd_yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+GDNCTL = shutil.which("gdnctl", path=str(Path(sys.executable).parent)) or "gdnctl"
+
+
+def run(*args, stdin=None):
+    return subprocess.run([GDNCTL, *args], input=stdin, capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+def test_version():
+    r = run("version")
+    assert r.returncode == 0 and r.stdout.startswith("gdnctl ")
+
+
+def test_crd_output_equals_generator():
+    r = run("crd")
+    assert r.returncode == 0
+    assert r.stdout == crd_yaml()
+
+
+def test_render_example():
+    r = run("render", "-f", "examples/qwen3.5-27b-mtp.yaml")
+    assert r.returncode == 0, r.stderr
+    kinds = [d["kind"] for d in yaml.safe_load_all(r.stdout)]
+    assert kinds[:2] == ["Deployment", "Service"]
+
+
+def test_render_json_from_stdin():
+    r = run("render", "-f", "-", "--output", "json", stdin=(ROOT / "examples/qwen3.5-27b-mtp.yaml").read_text())
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["kind"] == "List"
+
+
+BROKEN = """\
+apiVersion: serving.gdn-operator.io/v1alpha1
+kind: GDNModelServer
+metadata: {name: broken}
+spec:
+  model: {uri: "hf://Qwen/Qwen3.5-27B"}
+  image: {tag: v0.33.0, vllmVersion: "0.33.0"}
+  tensorParallelSize: 0
+  speculativeDecoding: {numSpeculativeTokens: "lots"}
+  gpuMemoryUtilisation: 0.8
+"""
+
+
+def test_broken_manifest_exits_2_with_one_line_per_field(tmp_path):
+    f = tmp_path / "broken.yaml"
+    f.write_text(BROKEN)
+    for cmd in ("render", "validate"):
+        r = run(cmd, "-f", str(f))
+        assert r.returncode == 2, (cmd, r.stdout, r.stderr)
+        assert "Traceback" not in r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert any("spec.tensorParallelSize" in l for l in lines)
+        assert any("spec.speculativeDecoding.numSpeculativeTokens" in l for l in lines)
+        assert any("spec.gpuMemoryUtilisation: unknown field" in l for l in lines)
+        assert len(lines) == 3
+
+
+def test_malformed_yaml_and_missing_file_exit_2(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("spec: [unclosed\n")
+    r = run("validate", "-f", str(f))
+    assert r.returncode == 2 and "malformed YAML" in r.stderr and "Traceback" not in r.stderr
+    r = run("render", "-f", str(tmp_path / "nope.yaml"))
+    assert r.returncode == 2 and "no such file" in r.stderr
