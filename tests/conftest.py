@@ -1,0 +1,96 @@
+"""Session fixtures for tests that need a real Kubernetes control plane.
+
+- ``control_plane``: etcd + kube-apiserver (tier "core").  If the session also uses
+  ``full_cluster``, the full cluster is reused instead of starting a second control plane.
+- ``full_cluster``: + kube-controller-manager, kube-scheduler, kwok and 2 fake GPU nodes (8 GPUs each).
+- ``kube_api``: a ``kubernetes.client.ApiClient`` (admin) for whichever of the two the session uses.
+
+Binaries are built on first use by tests/cluster/build.sh (cached under
+``${GDN_CACHE_DIR:-~/.cache/gdn-operator}``; a cold build takes tens of minutes on 2 cores).
+A failed build or start is a test *error*.  ``GDN_SKIP_CLUSTER=1`` skips these tests instead.
+Tests that use the fixtures are marked ``cluster`` / ``fullcluster`` automatically.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+_CLUSTER_DIR = Path(__file__).resolve().parent / "cluster"
+if str(_CLUSTER_DIR) not in sys.path:
+    sys.path.insert(0, str(_CLUSTER_DIR))
+
+from controlplane import ControlPlane, ControlPlaneError, ensure_built  # noqa: E402
+
+_CORE_FIXTURES = {"control_plane", "kube_api"}
+_FULL_FIXTURES = {"full_cluster"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & _FULL_FIXTURES:
+            item.add_marker(pytest.mark.fullcluster)
+            item.add_marker(pytest.mark.cluster)
+        elif names & _CORE_FIXTURES:
+            item.add_marker(pytest.mark.cluster)
+
+
+def _skip_if_disabled() -> None:
+    if os.environ.get("GDN_SKIP_CLUSTER") == "1":
+        pytest.skip("GDN_SKIP_CLUSTER=1: real control-plane tests disabled")
+
+
+def _session_wants_full(session) -> bool:
+    return any(set(getattr(i, "fixturenames", ())) & _FULL_FIXTURES for i in session.items)
+
+
+def _start(tier: str, workdir: Path) -> ControlPlane:
+    try:
+        bins = ensure_built(tier)
+    except ControlPlaneError as e:
+        pytest.fail(f"building the {tier} control plane failed: {e}", pytrace=False)
+    cp = ControlPlane(workdir, tier=tier, binaries=bins)
+    try:
+        cp.start()
+    except ControlPlaneError as e:
+        pytest.fail(f"starting the {tier} control plane failed: {e}", pytrace=False)
+    return cp
+
+
+@pytest.fixture(scope="session")
+def full_cluster(tmp_path_factory):
+    """Full tier: kcm + scheduler + kwok + fake GPU nodes.  Started once per session."""
+    _skip_if_disabled()
+    cp = _start("full", tmp_path_factory.mktemp("full-cluster"))
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def control_plane(request, tmp_path_factory):
+    """Core tier (etcd + kube-apiserver), or the session's full cluster if one is needed anyway."""
+    _skip_if_disabled()
+    if _session_wants_full(request.session):
+        yield request.getfixturevalue("full_cluster")
+        return
+    cp = _start("core", tmp_path_factory.mktemp("control-plane"))
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_api(control_plane):
+    """kubernetes.client.ApiClient authenticated as cluster admin (system:masters)."""
+    api = control_plane.api_client()
+    try:
+        yield api
+    finally:
+        api.close()
