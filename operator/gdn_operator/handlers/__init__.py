@@ -1,0 +1,3 @@
+"""kopf handlers. `kopf run -m gdn_operator.handlers` (or `python -m gdn_operator`) loads them all."""
+
+from gdn_operator.handlers import admission, reconcile, startup, workload  # noqa: F401

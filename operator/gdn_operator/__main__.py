@@ -1,0 +1,44 @@
+"""`gdn-operator` / `python -m gdn_operator`: run the operator (kopf) with settings from the environment.
+
+Environment: GDN_WATCH_NAMESPACES (comma list; empty = all), GDN_DEFAULT_POLICY (reject|mitigate|warn),
+GDN_WEBHOOK_MODE (''|local|service) and friends, GDN_METRICS_PORT, GDN_PEERING (peering name for HA),
+GDN_LIVENESS (kopf liveness endpoint, default http://0.0.0.0:8081/healthz). See handlers/config.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+
+def main() -> int:
+    import kopf
+
+    from gdn_operator.handlers.config import get_config
+
+    try:
+        cfg = get_config()
+    except ValueError as e:
+        print(f"gdn-operator: {e}", file=sys.stderr)
+        return 2
+    import gdn_operator.handlers  # noqa: F401  (registers the handlers)
+
+    logging.basicConfig(
+        level=os.environ.get("GDN_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
+    )
+    peering = os.environ.get("GDN_PEERING") or None
+    kopf.run(
+        clusterwide=not cfg.namespaces,
+        namespaces=list(cfg.namespaces),
+        standalone=peering is None,
+        peering_name=peering,
+        priority=int(os.environ.get("GDN_PEERING_PRIORITY", "0")),
+        liveness_endpoint=os.environ.get("GDN_LIVENESS", "http://0.0.0.0:8081/healthz") or None,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Admission webhooks: one mutating handler (policy `mitigate`) and one validating handler.
+
+kopf runs every validate handler as its own webhook, so all rules are evaluated by a single handler
+that calls the same evaluator as `gdnctl validate` and the reconciler. Updates that do not change the
+spec (finalizers, annotations, kopf's own bookkeeping) are always admitted, so a rule added after an
+object was created can never wedge that object.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import kopf
+
+from gdn_operator import GROUP, PLURAL, VERSION, telemetry
+from gdn_operator.api.load import ManifestError, parse_spec
+from gdn_operator.handlers.config import get_config
+from gdn_operator.handlers.kube import plain
+from gdn_operator.handlers.reconcile import MITIGATIONS_ANNOTATION
+from gdn_operator.rules import evaluate
+
+log = logging.getLogger(__name__)
+
+
+def _spec_unchanged(old: Any, new_spec: Any) -> bool:
+    return old is not None and plain(old.get("spec")) == plain(new_spec)
+
+
+def _set_path(target: Any, path: str, value: Any) -> None:
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in path.strip("/").split("/")]
+    node = target
+    for p in parts[:-1]:
+        if p not in node or node[p] is None:
+            node[p] = {}
+        node = node[p]
+    node[parts[-1]] = value
+
+
+def mitigation_patch(spec: dict[str, Any]) -> tuple[dict[str, Any], list[Any]] | None:
+    """The merge patch (spec fields + annotation) the mutating webhook applies, or None."""
+    try:
+        s = parse_spec(spec)
+    except ManifestError:
+        return None  # the validating webhook explains what is wrong
+    ev = evaluate(s, default_policy=get_config().default_policy)
+    if not ev.allowed or ev.mitigated_spec is None or not ev.patch:
+        return None
+    merge: dict[str, Any] = {}
+    for op in ev.patch:
+        if op.get("op") in ("add", "replace"):
+            _set_path(merge, op["path"], op["value"])
+    mitigated = [f for f in ev.findings if f.action == "mitigated"]
+    note = json.dumps({f.rule: f.mitigation for f in mitigated}, sort_keys=True, separators=(",", ":"))
+    merge.setdefault("metadata", {}).setdefault("annotations", {})[MITIGATIONS_ANNOTATION] = note
+    return merge, mitigated
+
+
+@kopf.on.mutate(GROUP, VERSION, PLURAL, id="gdn-mitigate", operations=["CREATE", "UPDATE"])
+def mitigate(spec: kopf.Spec, patch: kopf.Patch, old: Any, warnings: list[str], namespace: str, **_: Any) -> None:
+    if _spec_unchanged(old, spec):
+        return
+    result = mitigation_patch(plain(spec))
+    if result is None:
+        return
+    merge, mitigated = result
+    for key, value in merge.items():
+        patch[key] = value
+    for f in mitigated:
+        warnings.append(f"mitigated {f.rule}: {f.message}")
+        telemetry.ADMISSION_DECISIONS.labels(namespace or "", "mitigated", f.rule).inc()
+
+
+@kopf.on.validate(GROUP, VERSION, PLURAL, id="gdn-admission", operations=["CREATE", "UPDATE"])
+def admission(spec: kopf.Spec, old: Any, warnings: list[str], namespace: str, **_: Any) -> None:
+    if _spec_unchanged(old, spec):
+        return
+    try:
+        s = parse_spec(plain(spec))
+    except ManifestError as e:
+        telemetry.ADMISSION_DECISIONS.labels(namespace or "", "denied", "invalid-spec").inc()
+        raise kopf.AdmissionError("; ".join(e.problems), code=422)
+    ev = evaluate(s, default_policy=get_config().default_policy)
+    for f in ev.findings:
+        if f.action == "warned":
+            warnings.append(f"{f.rule}: {f.message}")
+            telemetry.ADMISSION_DECISIONS.labels(namespace or "", "warned", f.rule).inc()
+    if not ev.allowed:
+        for f in ev.findings:
+            if f.action == "rejected":
+                telemetry.ADMISSION_DECISIONS.labels(namespace or "", "denied", f.rule).inc()
+        raise kopf.AdmissionError(ev.denial_message(), code=403)
+    telemetry.ADMISSION_DECISIONS.labels(namespace or "", "admitted", "").inc()

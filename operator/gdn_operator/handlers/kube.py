@@ -1,0 +1,185 @@
+"""Thin synchronous Kubernetes helpers (run from async handlers via asyncio.to_thread).
+
+Server-side apply with one field manager, status writes with optimistic concurrency, Events.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+import time
+from typing import Any, Callable
+
+import kubernetes
+from kubernetes.client.rest import ApiException
+
+from gdn_operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "gdn-operator"
+APPLY = "application/apply-patch+yaml"
+
+
+@functools.lru_cache(maxsize=1)
+def api_client() -> kubernetes.client.ApiClient:
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()
+    return kubernetes.client.ApiClient()
+
+
+def reset_client() -> None:
+    api_client.cache_clear()
+
+
+def plain(obj: Any) -> Any:
+    """A deep plain-dict copy of a kopf Body/Patch view (safe to hand to a worker thread)."""
+    if isinstance(obj, dict) or hasattr(obj, "keys"):
+        return {k: plain(obj[k]) for k in obj.keys()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    return obj
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def apply(obj: dict[str, Any]) -> dict[str, Any]:
+    """Server-side apply of a Deployment, Service or PodMonitor (force: the operator owns these fields)."""
+    c = api_client()
+    kind, ns, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
+    kw = dict(field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)
+    if kind == "Deployment":
+        r = kubernetes.client.AppsV1Api(c).patch_namespaced_deployment(name, ns, obj, **kw)
+    elif kind == "Service":
+        r = kubernetes.client.CoreV1Api(c).patch_namespaced_service(name, ns, obj, **kw)
+    elif kind == "PodMonitor":
+        r = kubernetes.client.CustomObjectsApi(c).patch_namespaced_custom_object(
+            "monitoring.coreos.com", "v1", ns, "podmonitors", name, obj, **kw
+        )
+        return r
+    else:  # pragma: no cover - render only produces the kinds above
+        raise ValueError(f"cannot apply kind {kind}")
+    return c.sanitize_for_serialization(r)
+
+
+def delete_pod_monitor(namespace: str, name: str) -> None:
+    try:
+        kubernetes.client.CustomObjectsApi(api_client()).delete_namespaced_custom_object(
+            "monitoring.coreos.com", "v1", namespace, "podmonitors", name
+        )
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+_crd_cache: dict[str, tuple[float, bool]] = {}
+
+
+def crd_exists(name: str, ttl: float = 60.0) -> bool:
+    hit = _crd_cache.get(name)
+    if hit and time.monotonic() - hit[0] < ttl:
+        return hit[1]
+    try:
+        kubernetes.client.ApiextensionsV1Api(api_client()).read_custom_resource_definition(name)
+        found = True
+    except ApiException as e:
+        if e.status not in (403, 404):
+            raise
+        found = False
+    _crd_cache[name] = (time.monotonic(), found)
+    return found
+
+
+def get_deployment(namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        r = kubernetes.client.AppsV1Api(api_client()).read_namespaced_deployment(name, namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    return api_client().sanitize_for_serialization(r)
+
+
+def get_server(namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return kubernetes.client.CustomObjectsApi(api_client()).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name
+        )
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def patch_server(namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    """Merge-patch the GDNModelServer itself (spec/metadata), e.g. a remediation."""
+    return kubernetes.client.CustomObjectsApi(api_client()).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name, patch, _content_type="application/merge-patch+json"
+    )
+
+
+def update_status(
+    namespace: str, name: str, mutate: Callable[[dict[str, Any], dict[str, Any]], None], retries: int = 8
+) -> dict[str, Any] | None:
+    """Read-modify-write of .status with optimistic concurrency (resourceVersion), retried on conflict.
+
+    `mutate(status, obj)` edits the status dict in place. Returns the updated object, or None when the
+    object is gone.
+    """
+    api = kubernetes.client.CustomObjectsApi(api_client())
+    for attempt in range(retries):
+        obj = get_server(namespace, name)
+        if obj is None:
+            return None
+        status = dict(obj.get("status") or {})
+        before = repr(status)
+        mutate(status, obj)
+        if repr(status) == before:
+            return obj
+        body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": status}
+        try:
+            return api.replace_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, {**obj, **body, "metadata": {**obj["metadata"], **body["metadata"]}}
+            )
+        except ApiException as e:
+            if e.status == 409 and attempt + 1 < retries:
+                time.sleep(0.05 * (attempt + 1))
+                continue
+            if e.status == 404:
+                return None
+            raise
+    return None
+
+
+def emit_event(obj: dict[str, Any], reason: str, message: str, type_: str = "Normal") -> None:
+    """A core/v1 Event on the GDNModelServer (never raises: events are best effort)."""
+    meta = obj["metadata"]
+    ts = dt.datetime.now(dt.timezone.utc)
+    body = {
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid"),
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": type_,
+        "source": {"component": "gdn-operator"},
+        "firstTimestamp": ts.isoformat(),
+        "lastTimestamp": ts.isoformat(),
+        "count": 1,
+        "reportingComponent": "gdn-operator",
+        "reportingInstance": "gdn-operator",
+    }
+    try:
+        kubernetes.client.CoreV1Api(api_client()).create_namespaced_event(meta["namespace"], body)
+    except Exception as e:  # noqa: BLE001 - events must never break reconciliation
+        log.warning("could not emit event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], e)

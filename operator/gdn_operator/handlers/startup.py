@@ -1,0 +1,123 @@
+"""Operator start-up: kopf settings, the admission webhook server with its TLS, the metrics endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import kopf
+from prometheus_client import start_http_server
+
+from gdn_operator import telemetry
+from gdn_operator.handlers import certs
+from gdn_operator.handlers.config import OperatorConfig, get_config
+
+log = logging.getLogger(__name__)
+
+ANNOTATION_PREFIX = "kopf.serving.gdn-operator.io"
+
+
+class ServiceWebhookServer(kopf.WebhookServer):
+    """kopf's HTTPS webhook server, advertised to the API server through a Service (in-cluster)."""
+
+    def __init__(self, *, service_name: str, service_namespace: str, service_port: int = 443, **kw: Any):
+        super().__init__(**kw)
+        self.service_name = service_name
+        self.service_namespace = service_namespace
+        self.service_port = service_port
+
+    async def __call__(self, fn: Any) -> AsyncIterator[Any]:  # type: ignore[override]
+        async for cfg in super().__call__(fn):
+            out: dict[str, Any] = {
+                "service": {
+                    "name": self.service_name,
+                    "namespace": self.service_namespace,
+                    "port": self.service_port,
+                    "path": (self.path or "").rstrip("/"),
+                }
+            }
+            if "caBundle" in cfg:
+                out["caBundle"] = cfg["caBundle"]
+            yield out
+
+
+def webhook_server(cfg: OperatorConfig) -> kopf.WebhookServer | None:
+    if not cfg.webhook_mode:
+        return None
+    if cfg.webhook_mode == "local":
+        host = cfg.webhook_host or "127.0.0.1"
+        d = Path(tempfile.mkdtemp(prefix="gdn-webhook-"))
+        bundle = certs.new_bundle([host, "localhost"])
+        ca, crt, key = bundle.write(d)
+        return kopf.WebhookServer(
+            addr=cfg.webhook_addr, port=cfg.webhook_port, host=host, certfile=str(crt), pkeyfile=str(key), cafile=str(ca)
+        )
+    if cfg.webhook_mode == "service":
+        if not cfg.webhook_service or not cfg.webhook_namespace:
+            raise kopf.PermanentError("GDN_WEBHOOK_MODE=service needs GDN_WEBHOOK_SERVICE and GDN_WEBHOOK_NAMESPACE")
+        svc, ns = cfg.webhook_service, cfg.webhook_namespace
+        if cfg.webhook_cert_dir:  # cert-manager mounted a Certificate's Secret
+            d = Path(cfg.webhook_cert_dir)
+            ca, crt, key = d / "ca.crt", d / "tls.crt", d / "tls.key"
+        else:
+            sans = [f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.cluster.local", svc]
+            bundle = certs.ensure_secret_bundle(ns, cfg.webhook_secret or f"{svc}-tls", sans)
+            ca, crt, key = bundle.write(Path(tempfile.mkdtemp(prefix="gdn-webhook-")))
+        return ServiceWebhookServer(
+            service_name=svc,
+            service_namespace=ns,
+            addr=cfg.webhook_addr,
+            port=cfg.webhook_port,
+            certfile=str(crt),
+            pkeyfile=str(key),
+            cafile=str(ca),
+            file_check_interval=60.0,
+        )
+    raise kopf.PermanentError(f"GDN_WEBHOOK_MODE={cfg.webhook_mode!r}: use local, service, or leave empty")
+
+
+_metrics_started = False
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any) -> None:
+    global _metrics_started
+    cfg = get_config()
+    # Keep kopf's bookkeeping in annotations so the status schema stays strict and ours.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = "serving.gdn-operator.io/kopf-finalizer"
+    settings.posting.level = logging.WARNING
+    settings.execution.max_workers = int(os.environ.get("GDN_MAX_WORKERS", "16"))
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 60
+    settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
+    peering = os.environ.get("GDN_PEERING", "")
+    if peering:
+        settings.peering.name = peering
+        settings.peering.mandatory = True
+        settings.peering.clusterwide = not cfg.namespaces
+        settings.peering.priority = int(os.environ.get("GDN_PEERING_PRIORITY", "0"))
+    else:
+        settings.peering.standalone = True
+    server = webhook_server(cfg)
+    if server is not None:
+        settings.admission.server = server
+        settings.admission.managed = cfg.webhook_config_name
+    if cfg.metrics_port and not _metrics_started:
+        start_http_server(cfg.metrics_port, registry=telemetry.REGISTRY)
+        _metrics_started = True
+        logger.info("operator metrics on :%d/metrics", cfg.metrics_port)
+    logger.info(
+        "gdn-operator starting: default policy %s, namespaces %s, webhook %s",
+        cfg.default_policy,
+        ",".join(cfg.namespaces) or "all",
+        cfg.webhook_mode or "off",
+    )

@@ -1,0 +1,184 @@
+"""Workload status and drift: Deployment and pod events → GDNModelServer status; edits undone.
+
+Pods are kept in a kopf index keyed by (namespace, server) so status is computed from all of a
+server's pods at once (Ready, Unschedulable), never from a single event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+
+from gdn_operator.handlers import kube
+from gdn_operator.handlers import status as st
+from gdn_operator.render.engine import LABEL_MANAGED_BY, LABEL_SERVER, MANAGED_BY
+
+log = logging.getLogger(__name__)
+
+MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
+
+
+def owner_name(meta: dict[str, Any]) -> str | None:
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == "GDNModelServer" and ref.get("controller"):
+            return ref.get("name")
+    return None
+
+
+def is_subset(want: Any, have: Any) -> bool:
+    """True when every field we set is present with the same value (the API server adds defaults)."""
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(k in have and is_subset(v, have[k]) for k, v in want.items())
+    if isinstance(want, list):
+        return isinstance(have, list) and len(want) == len(have) and all(is_subset(a, b) for a, b in zip(want, have))
+    if isinstance(want, (int, float)) and isinstance(have, str) or isinstance(want, str) and isinstance(have, (int, float)):
+        return str(want) == str(have)
+    return want == have
+
+
+def pod_summary(body: dict[str, Any]) -> dict[str, Any]:
+    status = body.get("status") or {}
+    conds = {c.get("type"): c for c in status.get("conditions") or []}
+    sched = conds.get("PodScheduled") or {}
+    ready = conds.get("Ready") or {}
+    restarts = sum(int(cs.get("restartCount") or 0) for cs in status.get("containerStatuses") or [])
+    return {
+        "name": body["metadata"]["name"],
+        "uid": body["metadata"].get("uid"),
+        "ip": status.get("podIP"),
+        "phase": status.get("phase"),
+        "ready": ready.get("status") == "True",
+        "unschedulable": sched.get("status") == "False" and sched.get("reason") == "Unschedulable",
+        "unschedulable_message": sched.get("message", ""),
+        "restarts": restarts,
+        "deleting": bool(body["metadata"].get("deletionTimestamp")),
+    }
+
+
+@kopf.index("", "v1", "pods", labels=MANAGED)
+def engine_pods(body: kopf.Body, namespace: str, labels: dict[str, str], **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    server = labels.get(LABEL_SERVER)
+    if not server:
+        return {}
+    return {(namespace, server): pod_summary(kube.plain(body))}
+
+
+def pods_of(index: kopf.Index, namespace: str, name: str) -> list[dict[str, Any]]:
+    try:
+        return [p for p in index.get((namespace, name), []) if not p["deleting"]]
+    except Exception:  # noqa: BLE001 - index store may be empty during start-up
+        return []
+
+
+def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]]) -> None:
+    unsched = [p for p in pods if p["unschedulable"]]
+    restarts = sum(p["restarts"] for p in pods)
+
+    def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
+        gen = obj["metadata"].get("generation")
+        if unsched:
+            msg = unsched[0]["unschedulable_message"] or "no node has enough free nvidia.com/gpu"
+            tp = (obj.get("spec") or {}).get("tensorParallelSize", 1)
+            st.set_condition(
+                status,
+                st.UNSCHEDULABLE,
+                True,
+                "InsufficientGPUs" if "nvidia.com/gpu" in msg else "Unschedulable",
+                f"{len(unsched)} engine pod(s) cannot be scheduled (each needs {tp} nvidia.com/gpu on one node): {msg}",
+                gen,
+            )
+        elif st.get_condition(status, st.UNSCHEDULABLE) is not None:
+            st.set_condition(status, st.UNSCHEDULABLE, False, "Scheduled", "All engine pods are scheduled.", gen)
+
+    kube.update_status(namespace, name, mutate)
+    from gdn_operator import telemetry
+
+    telemetry.ENGINE_RESTARTS.labels(namespace, name).set(restarts)
+
+
+@kopf.on.event("", "v1", "pods", labels=MANAGED)
+async def pod_event(
+    type: str, body: kopf.Body, namespace: str, labels: dict[str, str], engine_pods: kopf.Index, **_: Any
+) -> None:
+    name = labels.get(LABEL_SERVER)
+    if not name:
+        return
+    await asyncio.to_thread(update_from_pods, namespace, name, pods_of(engine_pods, namespace, name))
+
+
+def deployment_status(namespace: str, name: str, dep: dict[str, Any]) -> None:
+    spec = dep.get("spec") or {}
+    dstatus = dep.get("status") or {}
+    desired = int(spec.get("replicas") or 0)
+    ready = int(dstatus.get("readyReplicas") or 0)
+    updated = int(dstatus.get("updatedReplicas") or 0)
+    dconds = {c.get("type"): c for c in dstatus.get("conditions") or []}
+    from gdn_operator import telemetry
+
+    telemetry.READY_REPLICAS.labels(namespace, name).set(ready)
+
+    def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
+        gen = obj["metadata"].get("generation")
+        st.set_replicas(status, desired, ready)
+        if desired == 0:
+            st.set_condition(status, st.READY, False, "ScaledToZero", "replicas is 0.", gen)
+        elif ready >= desired:
+            st.set_condition(status, st.READY, True, "EnginesReady", f"{ready}/{desired} engine pods ready.", gen)
+        else:
+            st.set_condition(status, st.READY, False, "EnginesNotReady", f"{ready}/{desired} engine pods ready.", gen)
+        prog = dconds.get("Progressing") or {}
+        rolled = updated >= desired and ready >= desired and int(dstatus.get("replicas") or 0) <= desired
+        if prog.get("reason") == "ProgressDeadlineExceeded":
+            st.set_condition(status, st.PROGRESSING, False, "ProgressDeadlineExceeded", prog.get("message", ""), gen)
+        elif rolled:
+            st.set_condition(status, st.PROGRESSING, False, "RolloutComplete", "All engine pods run the current spec.", gen)
+        else:
+            st.set_condition(
+                status, st.PROGRESSING, True, "RollingOut", f"{updated}/{desired} updated, {ready}/{desired} ready.", gen
+            )
+        ready_for_degraded = 0 < ready < desired
+        if ready_for_degraded:
+            st.set_condition(status, st.DEGRADED, True, "PartiallyReady", f"only {ready}/{desired} engine pods ready.", gen)
+        elif st.get_condition(status, st.DEGRADED) is not None and (st.get_condition(status, st.DEGRADED) or {}).get("reason") == "PartiallyReady":
+            st.set_condition(status, st.DEGRADED, False, "AllReady", "", gen)
+
+    kube.update_status(namespace, name, mutate)
+
+
+def correct_drift(namespace: str, name: str, dep: dict[str, Any] | None) -> bool:
+    """Re-apply the rendered Deployment if someone changed or deleted it. Returns True if corrected."""
+    from gdn_operator.handlers.reconcile import expected_objects
+
+    server = kube.get_server(namespace, name)
+    if server is None or server["metadata"].get("deletionTimestamp"):
+        return False
+    expected = expected_objects(server)
+    if expected is None:
+        return False
+    want = next(o for o in expected if o["kind"] == "Deployment")
+    if dep is not None and is_subset(want["spec"], dep.get("spec")) and is_subset(want["metadata"]["labels"], dep["metadata"].get("labels") or {}):
+        return False
+    kube.apply(want)
+    kube.emit_event(
+        server,
+        "DriftCorrected",
+        "Engine Deployment was " + ("deleted" if dep is None else "edited") + " outside the operator; restored from the spec.",
+        "Warning",
+    )
+    return True
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+async def deployment_event(type: str, body: kopf.Body, namespace: str, meta: kopf.Meta, **_: Any) -> None:
+    name = owner_name(kube.plain(meta))
+    if not name:
+        return
+    dep = kube.plain(body)
+    if type == "DELETED":
+        await asyncio.to_thread(correct_drift, namespace, name, None)
+        return
+    await asyncio.to_thread(correct_drift, namespace, name, dep)
+    await asyncio.to_thread(deployment_status, namespace, name, dep)
