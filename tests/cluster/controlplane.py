@@ -537,7 +537,6 @@ class ControlPlane:
             [
                 str(self.binaries.kwok),
                 f"--kubeconfig={kc}",
-                "--manage-all-nodes=false",
                 "--manage-nodes-with-annotation-selector=" + "=".join(FAKE_NODE_ANNOTATION),
                 f"--cidr={self.pod_cidr}",
                 "--node-ip=127.0.0.1",

@@ -99,14 +99,9 @@ async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
     settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
-    peering = os.environ.get("GDN_PEERING", "")
-    if peering:
-        settings.peering.name = peering
+    if os.environ.get("GDN_PEERING"):  # name, priority and standalone are set by __main__ via kopf.run()
         settings.peering.mandatory = True
         settings.peering.clusterwide = not cfg.namespaces
-        settings.peering.priority = int(os.environ.get("GDN_PEERING_PRIORITY", "0"))
-    else:
-        settings.peering.standalone = True
     server = webhook_server(cfg)
     if server is not None:
         settings.admission.server = server
