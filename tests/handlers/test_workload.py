@@ -1,0 +1,41 @@
+"""Pure parts of the workload handlers: drift comparison and pod summaries."""
+
+from gdn_operator.handlers.workload import is_subset, owner_name, pod_summary
+
+
+def test_subset_ignores_server_defaults_but_sees_edits():
+    want = {"replicas": 1, "template": {"spec": {"containers": [{"name": "vllm", "args": ["a", "b"]}]}}}
+    have = {"replicas": 1, "progressDeadlineSeconds": 600,
+            "template": {"spec": {"dnsPolicy": "ClusterFirst", "containers": [{"name": "vllm", "args": ["a", "b"], "terminationMessagePath": "/dev/termination-log"}]}}}
+    assert is_subset(want, have)
+    edited = {**have, "template": {"spec": {"containers": [{"name": "vllm", "args": ["a", "--enforce-eager"]}]}}}
+    assert not is_subset(want, edited)
+    assert not is_subset(want, {**have, "replicas": 3})
+    assert not is_subset({"a": [1, 2]}, {"a": [1, 2, 3]})
+
+
+def test_subset_treats_quantities_as_strings():
+    assert is_subset({"limits": {"nvidia.com/gpu": "2"}}, {"limits": {"nvidia.com/gpu": "2"}})
+    assert is_subset({"port": 8000}, {"port": "8000"})
+
+
+def test_owner_name():
+    meta = {"ownerReferences": [{"kind": "ReplicaSet", "name": "x", "controller": True},
+                                {"kind": "GDNModelServer", "name": "srv", "controller": True}]}
+    assert owner_name(meta) == "srv"
+    assert owner_name({}) is None
+
+
+def test_pod_summary_unschedulable_and_restarts():
+    pod = {
+        "metadata": {"name": "p", "uid": "u"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                            "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}],
+            "containerStatuses": [{"restartCount": 2}, {"restartCount": 1}],
+        },
+    }
+    s = pod_summary(pod)
+    assert s["unschedulable"] and "Insufficient nvidia.com/gpu" in s["unschedulable_message"]
+    assert s["restarts"] == 3 and not s["ready"] and not s["deleting"]
