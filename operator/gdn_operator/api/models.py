@@ -485,6 +485,8 @@ class CrashInfo(_Status):
     exit_code: int | None = None
     restart_count: int | None = None
     count: int | None = Field(default=None, description="Crashes with this signature on this generation.")
+    generation: int | None = Field(default=None, description="Spec generation the crashes were counted on.")
+    remediation_hint: str | None = Field(default=None, description="What the catalogue says to do about it.")
 
 
 class Remediation(_Status):

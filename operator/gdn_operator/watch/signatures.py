@@ -70,7 +70,7 @@ _COMPOSE = re.compile(r"^[A-Za-z0-9][\w.-]{0,62}\s+\|\s")
 _PROC = re.compile(r"^\([^()\s]{1,80}(?: [^()]{0,80}?)? ?pid=\d+[^()]{0,80}\)\s?")
 _HDR = re.compile(
     r"^(?:(?P<v>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d [\d:.]+ \[[^\]]{0,120}\] ?"
-    r"|(?:\[rank\d+\]:)?\[(?P<g>[DIWEF])\d{4} [\d:.]+ [^\]]{0,120}\] ?"
+    r"|(?:\[rank\d+\]:)?\[(?P<g>[DIWEF])\d{3,4} [\d:.]+ [^\]]{0,120}\] ?"
     r"|(?P<u>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+)"
 )
 _GLOG_LEVELS = {"D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
