@@ -1,0 +1,45 @@
+"""Known-crash rules: version-aware admission for GDN + MTP configurations.
+
+Public API (the webhook, the reconciler and gdnctl call these):
+
+    evaluate(spec, *, default_policy="reject", vllm_version=None) -> Evaluation
+    effective_config(spec, vllm_version=None) -> Effective      (.to_status() -> api EffectiveConfig)
+    load_catalogue() -> Catalogue                                (the rule file, validated once)
+    parse_launch_line(argv, vllm_version=..., architecture=None, patches=()) -> LaunchLine
+    evaluate_launch(argv, vllm_version=..., architecture=None, patches=()) -> (LaunchLine, Evaluation)
+
+The rules themselves are data: gdn_operator/rules/data/rules.yaml.
+"""
+
+from gdn_operator.rules.catalogue import Catalogue, Rule, RuleFileError, load_catalogue
+from gdn_operator.rules.effective import Effective, LaunchOverrides, effective_config, infer_architecture
+from gdn_operator.rules.evaluator import POLICIES, Evaluation, evaluate, explain_rule
+from gdn_operator.rules.versions import Version, VersionRange, parse_version
+
+__all__ = [
+    "POLICIES",
+    "Catalogue",
+    "Effective",
+    "Evaluation",
+    "LaunchOverrides",
+    "Rule",
+    "RuleFileError",
+    "Version",
+    "VersionRange",
+    "effective_config",
+    "evaluate",
+    "evaluate_launch",
+    "explain_rule",
+    "infer_architecture",
+    "load_catalogue",
+    "parse_launch_line",
+    "parse_version",
+]
+
+
+def __getattr__(name: str):  # launch-line helpers are imported lazily (shlex/json parsing)
+    if name in ("parse_launch_line", "evaluate_launch", "LaunchLine"):
+        from gdn_operator.rules import launchline
+
+        return getattr(launchline, name)
+    raise AttributeError(name)

@@ -1,0 +1,271 @@
+"""Loading and validating the rule file (data/rules.yaml) — once, cached.
+
+A malformed rule file is a `RuleFileError` listing every problem (one line each) the first time the
+catalogue is loaded (import of the evaluator, or the tests), never a surprise during admission.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.rules.predicates import Compiled, PredicateError, compile_predicate
+from gdn_operator.rules.versions import Version, VersionRange, parse_version
+
+KINDS = ("startup-crash", "runtime-crash", "silent-corruption", "deadlock", "config")
+SEVERITIES = ("critical", "high", "medium", "low", "info")
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+_ID_RE = re.compile(r"^(?:[a-z0-9][a-z0-9_.-]*#\d+|vllm-config/[a-z0-9-]+|gdn-operator/[a-z0-9-]+)$")
+_PATCH_RE = re.compile(r"^[a-z0-9][a-z0-9-]*/[a-z0-9][a-z0-9._-]*$")
+
+
+class RuleFileError(Exception):
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid rule file:\n  " + "\n  ".join(problems))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+
+def _spec_field_for(path: str) -> tuple[bool, str]:
+    """Does the camelCase dotted path (relative to spec) name a GDNModelServerSpec field?"""
+    model: Any = GDNModelServerSpec
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        fields = getattr(model, "model_fields", None)
+        if fields is None:
+            return False, f"{'.'.join(parts[:i])} has no sub-fields"
+        match = None
+        for name, f in fields.items():
+            if (f.alias or name) == part:
+                match = f
+                break
+        if match is None:
+            return False, f"unknown spec field {part!r} in {path!r}"
+        ann = match.annotation
+        model = next((a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)), ann)
+    return True, ""
+
+
+class Rule(_Strict):
+    id: str
+    aliases: list[str] = Field(default_factory=list)
+    bug: str
+    title: str = Field(min_length=5)
+    kind: Literal["startup-crash", "runtime-crash", "silent-corruption", "deadlock", "config"]
+    severity: Literal["critical", "high", "medium", "low", "info"]
+    action: Literal["enforce", "warn"] = "enforce"
+    advisory_reason: str | None = None
+    escalate_if: dict[str, Any] | None = None
+    versions: str
+    fixed_in: str | None = None
+    patches: list[str] = Field(default_factory=list)
+    when: dict[str, Any]
+    fields: list[str] = Field(min_length=1)
+    workaround: str = Field(min_length=5)
+    mitigation: dict[str, Any] | None = None
+    evidence: str = Field(min_length=10)
+    notes: str | None = None
+
+    # compiled at validation time (excluded from the schema)
+    compiled_when: Any = Field(default=None, exclude=True)
+    compiled_escalate: Any = Field(default=None, exclude=True)
+    range: Any = Field(default=None, exclude=True)
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not _ID_RE.match(v):
+            raise ValueError("must be an upstream reference like vllm#36917 (or vllm-config/NAME)")
+        return v
+
+    @field_validator("versions")
+    @classmethod
+    def _versions(cls, v: str) -> str:
+        VersionRange(v)  # raises ValueError with a clear message
+        return v
+
+    @field_validator("fixed_in")
+    @classmethod
+    def _fixed(cls, v: str | None) -> str | None:
+        if v is not None and parse_version(v) is None:
+            raise ValueError(f"{v!r} is not a version")
+        return v
+
+    @field_validator("patches")
+    @classmethod
+    def _patch_ids(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if not _PATCH_RE.match(p):
+                raise ValueError(f"patch id {p!r} must look like gdn-guard/vllm-36917")
+        return v
+
+    @field_validator("fields")
+    @classmethod
+    def _fields(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if not p.startswith("spec."):
+                raise ValueError(f"field {p!r} must be a spec path such as spec.prefixCaching")
+            ok, why = _spec_field_for(p[len("spec.") :])
+            if not ok:
+                raise ValueError(why)
+        return v
+
+    @field_validator("mitigation")
+    @classmethod
+    def _mitigation(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("an empty mitigation does nothing; leave it out")
+        for path in v:
+            ok, why = _spec_field_for(path)
+            if not ok:
+                raise ValueError(why + " (mitigation keys are camelCase spec paths like speculativeDecoding.numSpeculativeTokens)")
+        return v
+
+    @model_validator(mode="after")
+    def _compile(self) -> "Rule":
+        try:
+            object.__setattr__(self, "compiled_when", compile_predicate(self.when, "when"))
+            if self.escalate_if is not None:
+                object.__setattr__(self, "compiled_escalate", compile_predicate(self.escalate_if, "escalate_if"))
+        except PredicateError as e:
+            raise ValueError(str(e)) from None
+        object.__setattr__(self, "range", VersionRange(self.versions))
+        if self.action == "warn" and not self.advisory_reason:
+            raise ValueError("a warn-only rule needs advisory_reason (why it is not enforced)")
+        if self.action == "enforce" and (self.escalate_if is not None or self.advisory_reason):
+            raise ValueError("escalate_if / advisory_reason only make sense with action: warn")
+        if self.fixed_in is not None and self.range.contains(parse_version(self.fixed_in)):
+            raise ValueError(f"fixed_in {self.fixed_in} lies inside versions {self.versions!r}")
+        return self
+
+    @property
+    def references(self) -> list[str]:
+        return [self.id, *self.aliases]
+
+
+class Builtin(_Strict):
+    id: str
+    title: str
+    kind: Literal["startup-crash", "runtime-crash", "silent-corruption", "deadlock", "config"]
+    severity: Literal["critical", "high", "medium", "low", "info"]
+    action: Literal["enforce", "warn"]
+    fields: list[str]
+    workaround: str
+
+
+class CatalogueInfo(_Strict):
+    source: str
+    oldest: str
+    newest: str
+    releases: list[str]
+
+    @field_validator("oldest", "newest")
+    @classmethod
+    def _ver(cls, v: str) -> str:
+        if parse_version(v) is None:
+            raise ValueError(f"{v!r} is not a version")
+        return v
+
+
+_BUILTIN_KEYS = ("unparseable-version", "newer-than-catalogue", "older-than-catalogue", "unrecognised-architecture", "unknown-patch")
+
+
+class RuleFile(_Strict):
+    schema_: Literal[1] = Field(alias="schema")
+    catalogue: CatalogueInfo
+    patches: dict[str, str]
+    builtin: dict[str, Builtin]
+    rules: list[Rule] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _cross(self) -> "RuleFile":
+        problems = []
+        seen: dict[str, str] = {}
+        for r in self.rules:
+            for ref in r.references:
+                if ref in seen:
+                    problems.append(f"rule {r.id}: reference {ref} already used by {seen[ref]}")
+                seen[ref] = r.id
+            for p in r.patches:
+                if p not in self.patches:
+                    problems.append(f"rule {r.id}: patch id {p} is not declared in `patches`")
+        for key in _BUILTIN_KEYS:
+            if key not in self.builtin:
+                problems.append(f"builtin: missing {key}")
+        for p in self.patches:
+            if not _PATCH_RE.match(p):
+                problems.append(f"patches: id {p!r} must look like gdn-guard/vllm-36917")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+class Catalogue:
+    """The loaded rule file: rules in file order, patch ids, built-in finding texts, catalogue range."""
+
+    def __init__(self, data: RuleFile, source: str):
+        self.source = source
+        self.data = data
+        self.rules: tuple[Rule, ...] = tuple(data.rules)
+        self.by_ref: dict[str, Rule] = {ref: r for r in self.rules for ref in r.references}
+        self.order: dict[str, int] = {r.id: i for i, r in enumerate(self.rules)}
+        self.patch_ids: dict[str, str] = dict(data.patches)
+        self.builtin: dict[str, Builtin] = dict(data.builtin)
+        self.oldest: Version = parse_version(data.catalogue.oldest)  # type: ignore[assignment]
+        self.newest: Version = parse_version(data.catalogue.newest)  # type: ignore[assignment]
+        self.releases: tuple[str, ...] = tuple(data.catalogue.releases)
+
+    def rule(self, ref: str) -> Rule | None:
+        """A rule by id or alias (e.g. 'vllm#53912' finds vllm#43559)."""
+        return self.by_ref.get(ref)
+
+
+def parse_rule_file(text: str, source: str = "rules.yaml") -> Catalogue:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise RuleFileError([f"{source}: malformed YAML: {e}"]) from None
+    if not isinstance(raw, dict):
+        raise RuleFileError([f"{source}: expected a mapping at the top level"])
+    try:
+        data = RuleFile.model_validate(raw)
+    except ValidationError as e:
+        problems = []
+        rules = raw.get("rules") if isinstance(raw.get("rules"), list) else []
+        for err in e.errors(include_url=False):
+            loc = list(err.get("loc", ()))
+            where = ".".join(str(p) for p in loc)
+            if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int) and loc[1] < len(rules):
+                rid = rules[loc[1]].get("id") if isinstance(rules[loc[1]], dict) else None
+                if rid:
+                    where = f"rules[{loc[1]}] ({rid})" + ("." + ".".join(str(p) for p in loc[2:]) if loc[2:] else "")
+            msg = err.get("msg", "invalid")
+            if msg.startswith("Value error, "):
+                msg = msg[len("Value error, ") :]
+            problems.append(f"{source}: {where or '(file)'}: {msg}")
+        raise RuleFileError(problems) from None
+    return Catalogue(data, source)
+
+
+def default_rule_file() -> Path:
+    return Path(str(resources.files("gdn_operator.rules") / "data" / "rules.yaml"))
+
+
+@functools.lru_cache(maxsize=1)
+def load_catalogue() -> Catalogue:
+    """The packaged rule file, parsed and validated once per process."""
+    path = default_rule_file()
+    return parse_rule_file(path.read_text(encoding="utf-8"), str(path))

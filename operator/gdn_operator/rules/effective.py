@@ -1,0 +1,393 @@
+"""The EFFECTIVE vLLM configuration of a GDNModelServer: vLLM's version-dependent defaults resolved.
+
+Most of the known GDN + MTP bugs are triggered by *defaults*, not opt-ins, so the rules are evaluated
+against what vLLM will actually run, not against what the spec says. The defaults below are those of
+/work/shared/docs/vllm-known-issues.md §2 (checked in the released wheels 0.17.0–0.33.0):
+
+* async scheduling: unset → on when the speculative method is EAGLE/MTP-type (all catalogued versions);
+* prefix caching for hybrid (GDN) models: unset → off on 0.17.0–0.25.1, on from 0.26.0;
+* mamba cache mode for Qwen3.5 / Qwen3-Next: follows prefix caching (on → ``align``, off → ``none``);
+  an explicit ``--mamba-cache-mode`` (launch lines only) is honoured up to 0.32.0 and is a no-op in 0.33.0;
+* chunked prefill: unset → on (vLLM V1 default; implied by §2: the 0.26.0+ default config resolves to
+  ``align``, and ``align`` asserts that chunked prefill is on, yet that default config starts);
+* model runner (``spec.modelRunner: auto``, ``VLLM_USE_V2_MODEL_RUNNER`` unset): V1 up to 0.28.0, V2 from
+  0.29.0. ``v1``/``v2`` set ``VLLM_USE_V2_MODEL_RUNNER=0/1``, which vLLM parses with ``int()``;
+* speculative method: ``qwen3_next_mtp`` and ``qwen3_5_mtp`` (any ``*_mtp``) are rewritten to ``mtp``.
+
+The architecture comes from ``spec.model.architecture`` or is inferred from the model name
+(Qwen3-Next / Qwen3.5 / Qwen3.6 / Qwen3.8); anything else is *unrecognised*, never guessed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gdn_operator.api.models import Architecture, GDNModelServerSpec
+from gdn_operator.api.models import EffectiveConfig as EffectiveConfigStatus
+from gdn_operator.rules.versions import Version, parse_version
+
+GDN_ARCHITECTURES = frozenset(a.value for a in Architecture)
+
+#: Methods vLLM treats as MTP (§5: every MTP type other than `mtp` is rewritten to `mtp` with a warning).
+MTP_ALIASES = frozenset({"mtp", "qwen3_next_mtp", "qwen3_5_mtp"})
+#: EAGLE-type methods (MTP is in vLLM's EagleModelTypes): async scheduling defaults on with them (§2).
+EAGLE_TYPES = frozenset({"eagle", "eagle3", "mtp", "dflash"})
+#: Methods that draft in parallel and so add (k-1) batch slots per request (#50708 arithmetic).
+PARALLEL_DRAFTING_METHODS = frozenset({"dflash"})
+
+PREFIX_CACHING_HYBRID_DEFAULT_ON = parse_version("0.26.0")
+V2_RUNNER_DEFAULT_FROM = parse_version("0.29.0")
+MAMBA_MODE_FLAG_NOOP_FROM = parse_version("0.33.0")
+V2_ENV_TRISTATE_FROM = parse_version("0.22.0")
+
+#: Assumed vLLM defaults for the OpenAI server when unset (see B14 in the rule file).
+DEFAULT_MAX_NUM_SEQS = 256
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+
+_SEP = r"[-_. ]?"
+_FAMILY_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"qwen3" + _SEP + r"next(?![a-z])"), "qwen3-next"),
+    # Qwen3.5 / 3.6 / 3.8 need a '.' or '_' separator: "Qwen3-8B" is the dense Qwen3, not a hybrid.
+    (re.compile(r"qwen3[._]([568])(?![0-9])"), "qwen3.5"),
+]
+_MOE_RE = re.compile(r"(?:^|[-_./])a\d+(?:\.\d+)?b(?:$|[-_./])|moe")
+
+
+def infer_architecture(model_name: str) -> str | None:
+    """HF architecture class from a marketing/model name, or None when the family is not recognised."""
+    name = model_name.lower()
+    for pat, family in _FAMILY_PATTERNS:
+        if pat.search(name):
+            if family == "qwen3-next":
+                return Architecture.QWEN3_NEXT.value
+            if _MOE_RE.search(name):
+                return Architecture.QWEN3_5_MOE.value
+            return Architecture.QWEN3_5.value
+    return None
+
+
+@dataclass
+class LaunchOverrides:
+    """What a raw `vllm serve` line says that a GDNModelServerSpec cannot hold (see launchline.py)."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    spec_method: str | None = None  # a non-MTP method (dflash, eagle3, ngram ...) or an MTP alias
+    num_speculative_tokens: int | None = None  # when outside the spec's 1..16 range
+    parallel_drafting: bool | None = None
+    mamba_cache_mode: str | None = None
+    architecture_source: str | None = None
+
+
+class Effective:
+    """The resolved configuration. `values` is what rule predicates read (see FIELDS)."""
+
+    __slots__ = ("version", "values", "sources", "notes")
+
+    def __init__(self, version: Version | None, values: dict[str, Any], sources: dict[str, str], notes: list[str]):
+        self.version = version
+        self.values = values
+        self.sources = sources
+        self.notes = notes
+
+    def __getattr__(self, name: str) -> Any:  # convenience: eff.prefix_caching
+        try:
+            return self.__getattribute__("values")[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def to_status(self) -> EffectiveConfigStatus:
+        v = self.values
+        return EffectiveConfigStatus(
+            vllm_version=v["vllm_version"],
+            async_scheduling=v["async_scheduling"],
+            prefix_caching=v["prefix_caching"],
+            mamba_cache_mode=v["mamba_cache_mode"],
+            model_runner=v["model_runner"],
+            spec_method=v["spec_method"] if v["spec_enabled"] else None,
+            architecture=v["architecture"],
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly view (CLI output): every resolved value, plus where defaults came from."""
+        out = {k: v for k, v in self.values.items() if not k.startswith("env.") and k != "extra_args_flags"}
+        out["env"] = {k[4:]: v for k, v in self.values.items() if k.startswith("env.")}
+        out["extra_args_flags"] = sorted(self.values["extra_args_flags"])
+        out["vllm_version_parsed"] = str(self.version) if self.version else None
+        out["sources"] = dict(self.sources)
+        return out
+
+
+#: Effective fields rule predicates may reference (besides env.NAME), with the spec path behind each.
+FIELDS: dict[str, str] = {
+    "vllm_version": "spec.image.vllmVersion",
+    "architecture": "spec.model.architecture",
+    "gdn_hybrid": "spec.model.architecture",
+    "spec_enabled": "spec.speculativeDecoding.enabled",
+    "spec_method": "spec.speculativeDecoding.method",
+    "spec_method_requested": "spec.speculativeDecoding.method",
+    "mtp": "spec.speculativeDecoding",
+    "num_speculative_tokens": "spec.speculativeDecoding.numSpeculativeTokens",
+    "parallel_drafting": "spec.speculativeDecoding",
+    "draft_slots_per_request": "spec.speculativeDecoding",
+    "async_scheduling": "spec.asyncScheduling",
+    "prefix_caching": "spec.prefixCaching",
+    "mamba_cache_mode": "spec.prefixCaching",
+    "chunked_prefill": "spec.chunkedPrefill",
+    "model_runner": "spec.modelRunner",
+    "v2_runner_env": "spec.modelRunner",
+    "v2_runner_env_valid": "spec.modelRunner",
+    "tensor_parallel_size": "spec.tensorParallelSize",
+    "max_model_len": "spec.maxModelLen",
+    "max_num_seqs": "spec.maxNumSeqs",
+    "max_num_batched_tokens": "spec.maxNumBatchedTokens",
+    "scheduled_token_budget": "spec.maxNumBatchedTokens",
+    "attention_backend": "spec.attentionBackend",
+    "gdn_prefill_backend": "spec.gdnPrefillBackend",
+    "cudagraph_mode": "spec.cudagraphMode",
+    "enforce_eager": "spec.enforceEager",
+    "patches": "spec.image.patches",
+}
+
+
+def _on(b: bool | None) -> str:
+    return "unknown" if b is None else ("on" if b else "off")
+
+
+def effective_config(
+    spec: GDNModelServerSpec,
+    vllm_version: str | None = None,
+    *,
+    overrides: LaunchOverrides | None = None,
+) -> Effective:
+    """Resolve vLLM's defaults for `spec` at `vllm_version` (default: spec.image.vllmVersion).
+
+    Never raises for a valid spec; an unparseable version leaves version-dependent values None.
+    """
+    ov = overrides or LaunchOverrides()
+    raw_version = vllm_version if vllm_version is not None else spec.image.vllm_version
+    version = parse_version(raw_version)
+    notes: list[str] = []
+    sources: dict[str, str] = {}
+    v: dict[str, Any] = {"vllm_version": raw_version, "model_name": spec.model.name_for_inference}
+
+    # --- architecture -----------------------------------------------------------------------
+    arch = spec.model.architecture
+    if arch is not None:
+        sources["architecture"] = ov.architecture_source or "spec.model.architecture"
+    else:
+        arch = infer_architecture(spec.model.name_for_inference)
+        if arch is not None:
+            sources["architecture"] = f"inferred from model name {spec.model.name_for_inference!r}"
+    v["architecture"] = arch
+    gdn = arch in GDN_ARCHITECTURES
+    v["gdn_hybrid"] = gdn
+
+    # --- speculative decoding ---------------------------------------------------------------
+    sd = spec.speculative_decoding
+    requested = ov.spec_method or (sd.method if sd.enabled else None)
+    enabled = bool(sd.enabled or ov.spec_method)
+    method: str | None = None
+    if enabled and requested is not None:
+        method = "mtp" if (requested in MTP_ALIASES or requested.endswith("_mtp")) else requested
+        if method == "mtp" and requested != "mtp":
+            notes.append(f"speculative method {requested!r} is a deprecated alias; vLLM rewrites it to 'mtp'")
+    k = (ov.num_speculative_tokens or sd.num_speculative_tokens) if enabled else 0
+    parallel = bool(ov.parallel_drafting) or method in PARALLEL_DRAFTING_METHODS
+    slots = 0
+    if enabled:
+        if parallel:
+            slots = max(k - 1, 0)
+        if method == "draft_model":
+            slots += 1
+    v.update(
+        spec_enabled=enabled,
+        spec_method=method,
+        spec_method_requested=requested if enabled else None,
+        mtp=enabled and method == "mtp",
+        num_speculative_tokens=k,
+        parallel_drafting=parallel if enabled else False,
+        draft_slots_per_request=slots,
+    )
+
+    # --- async scheduling -------------------------------------------------------------------
+    if spec.async_scheduling is not None:
+        async_on: bool | None = spec.async_scheduling
+        sources["async_scheduling"] = "spec.asyncScheduling"
+    elif enabled and method in EAGLE_TYPES:
+        async_on = True
+        sources["async_scheduling"] = "unset: vLLM turns async scheduling on with EAGLE/MTP speculative decoding"
+    else:
+        async_on = None
+        sources["async_scheduling"] = "unset: vLLM default (not catalogued without EAGLE/MTP)"
+    v["async_scheduling"] = async_on
+
+    # --- prefix caching / mamba cache mode --------------------------------------------------
+    if spec.prefix_caching is not None:
+        prefix: bool | None = spec.prefix_caching
+        sources["prefix_caching"] = "spec.prefixCaching"
+    elif not gdn:
+        prefix = None
+        sources["prefix_caching"] = "unset: default depends on the (unrecognised) model family"
+    elif version is None:
+        prefix = None
+        sources["prefix_caching"] = "unset: default unknown for an unparseable vLLM version"
+    elif version >= PREFIX_CACHING_HYBRID_DEFAULT_ON:
+        prefix = True
+        sources["prefix_caching"] = "unset: on by default for hybrid models from vLLM 0.26.0"
+    else:
+        prefix = False
+        sources["prefix_caching"] = "unset: off by default for hybrid models up to vLLM 0.25.1"
+    v["prefix_caching"] = prefix
+
+    mamba: str | None = None
+    if gdn:
+        if prefix is not None:
+            mamba = "align" if prefix else "none"
+            sources["mamba_cache_mode"] = f"follows prefix caching ({_on(prefix)})"
+        if ov.mamba_cache_mode is not None:
+            if version is not None and version >= MAMBA_MODE_FLAG_NOOP_FROM:
+                notes.append(
+                    f"--mamba-cache-mode {ov.mamba_cache_mode} is a deprecated no-op in vLLM 0.33.0; "
+                    "mamba prefix caching follows --enable-prefix-caching"
+                )
+            else:
+                mamba = ov.mamba_cache_mode
+                sources["mamba_cache_mode"] = "--mamba-cache-mode"
+    v["mamba_cache_mode"] = mamba
+
+    # --- chunked prefill --------------------------------------------------------------------
+    if spec.chunked_prefill is not None:
+        v["chunked_prefill"] = spec.chunked_prefill
+        sources["chunked_prefill"] = "spec.chunkedPrefill"
+    else:
+        v["chunked_prefill"] = True
+        sources["chunked_prefill"] = "unset: on by default (vLLM V1)"
+
+    # --- model runner -----------------------------------------------------------------------
+    env_raw: str | None
+    if "VLLM_USE_V2_MODEL_RUNNER" in ov.env:
+        env_raw = ov.env["VLLM_USE_V2_MODEL_RUNNER"]
+        env_src = "VLLM_USE_V2_MODEL_RUNNER"
+    elif spec.model_runner == "v2":
+        env_raw, env_src = "1", "spec.modelRunner: v2 (VLLM_USE_V2_MODEL_RUNNER=1)"
+    elif spec.model_runner == "v1":
+        env_raw, env_src = "0", "spec.modelRunner: v1 (VLLM_USE_V2_MODEL_RUNNER=0)"
+    else:
+        env_raw, env_src = None, ""
+    env_valid = True
+    forced: bool | None = None
+    if env_raw is not None:
+        try:
+            forced = bool(int(env_raw.strip()))  # vLLM: bool(int(value)) in every catalogued release
+        except ValueError:
+            env_valid = False
+    v["v2_runner_env"] = env_raw
+    v["v2_runner_env_valid"] = env_valid
+    if forced is not None:
+        runner: str | None = "v2" if forced else "v1"
+        sources["model_runner"] = f"{env_src}={env_raw}" if env_src == "VLLM_USE_V2_MODEL_RUNNER" else env_src
+    elif not env_valid:
+        runner = None
+        sources["model_runner"] = f"VLLM_USE_V2_MODEL_RUNNER={env_raw!r} is not an integer"
+    elif version is None:
+        runner = None
+        sources["model_runner"] = "auto: unknown for an unparseable vLLM version"
+    elif not gdn:
+        runner = None
+        sources["model_runner"] = "auto: depends on the (unrecognised) model family"
+    elif version >= V2_RUNNER_DEFAULT_FROM:
+        runner = "v2"
+        sources["model_runner"] = "auto: V2 is the default runner from vLLM 0.29.0"
+        notes.append("V2 runner assumed (vLLM 0.29.0+ default); vLLM falls back to V1 for features V2 lacks")
+    else:
+        runner = "v1"
+        sources["model_runner"] = "auto: V1 is the default runner for hybrid models up to vLLM 0.28.0"
+    v["model_runner"] = runner
+
+    # --- parallelism, batching --------------------------------------------------------------
+    v["tensor_parallel_size"] = spec.tensor_parallel_size
+    v["max_model_len"] = spec.max_model_len
+    mns = spec.max_num_seqs if spec.max_num_seqs is not None else DEFAULT_MAX_NUM_SEQS
+    if spec.max_num_batched_tokens is not None:
+        mnbt = spec.max_num_batched_tokens
+        sources["max_num_batched_tokens"] = "spec.maxNumBatchedTokens"
+    else:
+        mnbt = DEFAULT_MAX_NUM_BATCHED_TOKENS
+        if v["chunked_prefill"] is False and spec.max_model_len is not None:
+            mnbt = max(mnbt, spec.max_model_len)
+        sources["max_num_batched_tokens"] = f"unset: assumed vLLM server default {mnbt}"
+    sources["max_num_seqs"] = "spec.maxNumSeqs" if spec.max_num_seqs is not None else (
+        f"unset: assumed vLLM server default {DEFAULT_MAX_NUM_SEQS}"
+    )
+    v["max_num_seqs"] = mns
+    v["max_num_batched_tokens"] = mnbt
+    v["scheduled_token_budget"] = mnbt - slots * mns if enabled else None
+
+    # --- kernels ----------------------------------------------------------------------------
+    v["attention_backend"] = spec.attention_backend or "auto"
+    v["gdn_prefill_backend"] = spec.gdn_prefill_backend or "auto"
+    sources["gdn_prefill_backend"] = "spec.gdnPrefillBackend" if spec.gdn_prefill_backend else (
+        "unset: vLLM auto-selects (FlashInfer on some GPUs, Triton/FLA on others)"
+    )
+    v["enforce_eager"] = spec.enforce_eager
+    v["cudagraph_mode"] = "NONE" if spec.enforce_eager else (spec.cudagraph_mode or "auto")
+
+    # --- image, env, extra args -------------------------------------------------------------
+    v["patches"] = frozenset(spec.image.patches)
+    for e in spec.env:
+        v["env." + e.name] = e.value if e.value is not None else "<from secret>"
+    for name, value in ov.env.items():
+        v["env." + name] = value
+    flags = set()
+    for a in spec.extra_args:
+        if a.startswith("-"):
+            flags.add(a.split("=", 1)[0])
+    v["extra_args_flags"] = frozenset(flags)
+    return Effective(version, v, sources, notes)
+
+
+def describe_field(eff: Effective, path: str) -> str:
+    """A short human phrase for what the spec path resolves to, e.g. for rule messages."""
+    v = eff.values
+    src = eff.sources
+    if path == "spec.image.vllmVersion":
+        return f"vLLM {v['vllm_version']}"
+    if path.startswith("spec.speculativeDecoding"):
+        if not v["spec_enabled"]:
+            return "speculative decoding off"
+        req = v["spec_method_requested"]
+        alias = f" (requested as {req})" if req and req != v["spec_method"] else ""
+        return f"speculative method {v['spec_method']}{alias} k={v['num_speculative_tokens']}"
+    if path == "spec.asyncScheduling":
+        return f"async scheduling {_on(v['async_scheduling'])} ({src.get('async_scheduling', '')})"
+    if path == "spec.prefixCaching":
+        mode = f", mamba cache mode {v['mamba_cache_mode']}" if v["mamba_cache_mode"] else ""
+        return f"prefix caching {_on(v['prefix_caching'])} ({src.get('prefix_caching', '')}{mode})"
+    if path == "spec.chunkedPrefill":
+        return f"chunked prefill {_on(v['chunked_prefill'])} ({src.get('chunked_prefill', '')})"
+    if path == "spec.modelRunner":
+        runner = (v["model_runner"] or "unknown").upper()
+        return f"{runner} model runner ({src.get('model_runner', '')})"
+    if path == "spec.tensorParallelSize":
+        return f"tensor parallel size {v['tensor_parallel_size']}"
+    if path == "spec.attentionBackend":
+        return f"attention backend {v['attention_backend']}"
+    if path == "spec.gdnPrefillBackend":
+        return f"GDN prefill backend {v['gdn_prefill_backend']}"
+    if path in ("spec.maxNumBatchedTokens", "spec.maxNumSeqs"):
+        return (
+            f"scheduled-token budget {v['max_num_batched_tokens']} - {v['draft_slots_per_request']} draft slots x "
+            f"{v['max_num_seqs']} seqs = {v['scheduled_token_budget']}"
+        )
+    if path == "spec.maxModelLen":
+        return f"max model len {v['max_model_len'] if v['max_model_len'] is not None else 'unset (model default)'}"
+    if path == "spec.model.architecture":
+        return f"architecture {v['architecture'] or 'unrecognised'}"
+    if path.startswith("spec.env"):
+        envs = ", ".join(f"{k[4:]}={val}" for k, val in sorted(v.items()) if k.startswith("env."))
+        return f"env {envs or '(none)'}"
+    if path == "spec.cudagraphMode":
+        return f"cudagraph mode {v['cudagraph_mode']}"
+    return path

@@ -1,0 +1,503 @@
+"""Admission evaluation of a GDNModelServerSpec against the known-crash rules.
+
+    from gdn_operator.rules import evaluate
+    ev = evaluate(spec, default_policy="reject")
+    if not ev.allowed: raise kopf.AdmissionError(ev.denial_message())
+    patch = ev.patch            # JSON-patch ops (/spec/...) for the mutating webhook when mitigated
+    status_findings = ev.findings, status_effective = ev.effective
+
+Policy (spec.admissionPolicy, else the operator-wide `default_policy`), for a rule whose action is
+`enforce`:
+
+* ``reject``   — the finding is `rejected`;
+* ``mitigate`` — the rule's mitigation is applied (`mitigated`); a rule without one is `rejected`;
+* ``warn``     — `warned`; except silent-corruption rules, which are never silently admitted: mitigated
+  when they have a mitigation, rejected otherwise.
+
+Rules with `action: warn` (advisory) are `warned` under every policy unless their `escalate_if`
+predicate holds. Mitigations are applied one at a time (most severe rule first) and the spec is
+re-evaluated until no enforced rule wants a change (a fixed point), at most MAX_ROUNDS times; a
+mitigation that leads to a rejected finding, a loop or an invalid spec is not applied and its rule is
+rejected instead.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from gdn_operator.api.models import EffectiveConfig, Finding, GDNModelServerSpec
+from gdn_operator.rules.catalogue import SEVERITY_RANK, Builtin, Catalogue, Rule, load_catalogue
+from gdn_operator.rules.effective import Effective, LaunchOverrides, describe_field, effective_config
+
+POLICIES = ("reject", "mitigate", "warn")
+MAX_ROUNDS = 8
+_ACTION_RANK = {"rejected": 0, "mitigated": 1, "warned": 2}
+
+# Exit codes (gdnctl validate): admitted unchanged / rejected or changed by a mitigation.
+EXIT_ADMITTED = 0
+EXIT_REJECTED_OR_CHANGED = 1
+
+
+@dataclass
+class Evaluation:
+    """The outcome of admission for one spec.
+
+    `findings`        api.models.Finding list, deterministic order (rejected, mitigated, warned; then
+                      severity; then rule-file order).
+    `allowed`         False when any finding is rejected.
+    `mitigated_spec`  the spec after mitigations (None when nothing was changed or the spec is refused).
+    `patch`           RFC 6902 ops against the whole object (paths /spec/...), empty unless mitigated.
+    `effective`       api.models.EffectiveConfig of what will run (the mitigated spec when mitigated).
+    `detail`          the full resolved configuration (rules.effective.Effective) behind `effective`.
+    `policy`          the policy that was applied.
+    `notes`           informational lines (deprecated aliases, defaults assumed, ignored launch flags).
+    """
+
+    findings: list[Finding]
+    allowed: bool
+    policy: str
+    mitigated_spec: GDNModelServerSpec | None
+    patch: list[dict[str, Any]]
+    effective: EffectiveConfig
+    detail: Effective
+    original_detail: Effective
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.mitigated_spec is not None
+
+    @property
+    def exit_code(self) -> int:
+        """0: admitted unchanged (warnings allowed); 1: rejected or changed by a mitigation."""
+        return EXIT_ADMITTED if self.allowed and not self.changed else EXIT_REJECTED_OR_CHANGED
+
+    @property
+    def rejected(self) -> list[Finding]:
+        return [f for f in self.findings if f.action == "rejected"]
+
+    @property
+    def mitigated(self) -> list[Finding]:
+        return [f for f in self.findings if f.action == "mitigated"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.action == "warned"]
+
+    def denial_message(self) -> str:
+        """One text for the webhook denial: per rejected rule its id, what is wrong, the fields, the fix."""
+        rej = self.rejected
+        if not rej:
+            return ""
+        head = (
+            f"GDNModelServer refused by {len(rej)} known-crash rule{'s' if len(rej) > 1 else ''} "
+            f"(admissionPolicy {self.policy}):"
+        )
+        lines = [head]
+        for f in rej:
+            lines.append(f"- {f.message}")
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        if not self.allowed:
+            return "rejected"
+        if self.changed:
+            return "mitigated"
+        return "admitted with warnings" if self.findings else "admitted"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON shape (gdnctl validate --output json)."""
+        return {
+            "allowed": self.allowed,
+            "changed": self.changed,
+            "result": self.summary(),
+            "policy": self.policy,
+            "exitCode": self.exit_code,
+            "findings": [f.model_dump(by_alias=True, mode="json") for f in self.findings],
+            "effective": self.effective.model_dump(by_alias=True, mode="json"),
+            "effectiveDetail": self.detail.as_dict(),
+            "patch": self.patch,
+            "mitigatedSpec": self.mitigated_spec.dump() if self.mitigated_spec is not None else None,
+            "notes": list(self.notes),
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Hit:
+    """A matched rule or built-in check, before the policy is applied."""
+
+    ref: str
+    title: str
+    kind: str
+    severity: str
+    enforced: bool
+    fields: list[str]
+    workaround: str
+    mitigation: dict[str, Any] | None
+    detail: str
+    order: int
+    rule: Rule | None = None
+
+
+def _versions_text(rule: Rule) -> str:
+    if rule.versions.strip() in ("", "*"):
+        return "all versions" + ("" if rule.fixed_in else ", no fix released")
+    fixed = f", fixed in {rule.fixed_in}" if rule.fixed_in else ", no fix released"
+    return f"affects {rule.versions}{fixed}"
+
+
+def _match_rules(cat: Catalogue, eff: Effective) -> list[_Hit]:
+    hits: list[_Hit] = []
+    v = eff.values
+    ver = eff.version
+    patches = v["patches"]
+    builtin = cat.builtin
+
+    if ver is None:
+        b = builtin["unparseable-version"]
+        hits.append(_builtin_hit(b, f"spec.image.vllmVersion {v['vllm_version']!r} is not a vLLM version", -5))
+        return hits  # defaults cannot be resolved: no rule can be evaluated honestly
+    if ver > cat.newest and ver.base != cat.newest.base:
+        b = builtin["newer-than-catalogue"]
+        hits.append(_builtin_hit(b, f"vLLM {v['vllm_version']} is not in the catalogue (newest {cat.newest}); "
+                                    "open bugs assumed still present", -4))
+    elif ver < cat.oldest:
+        b = builtin["older-than-catalogue"]
+        hits.append(_builtin_hit(b, f"vLLM {v['vllm_version']} predates the catalogue (oldest {cat.oldest})", -4))
+    if not v["gdn_hybrid"]:
+        b = builtin["unrecognised-architecture"]
+        hits.append(_builtin_hit(b, f"model {v['model_name']!r} is not a recognised Qwen3-Next / Qwen3.5 / Qwen3.6 / Qwen3.8 "
+                                    "name and spec.model.architecture is unset", -3))
+    unknown = sorted(p for p in patches if p not in cat.patch_ids)
+    if unknown:
+        b = builtin["unknown-patch"]
+        hits.append(_builtin_hit(b, f"unknown patch id(s): {', '.join(unknown)}", -2))
+
+    vk = ver.key
+    for i, rule in enumerate(cat.rules):
+        if not rule.range.contains(ver):
+            continue
+        if rule.patches and any(p in patches for p in rule.patches):
+            continue
+        if not rule.compiled_when(v, vk):
+            continue
+        enforced = rule.action == "enforce" or (
+            rule.compiled_escalate is not None and bool(rule.compiled_escalate(v, vk))
+        )
+        because = "; ".join(dict.fromkeys(describe_field(eff, p) for p in rule.fields))
+        hits.append(
+            _Hit(
+                ref=rule.id,
+                title=rule.title,
+                kind=rule.kind,
+                severity=rule.severity,
+                enforced=enforced,
+                fields=list(rule.fields),
+                workaround=rule.workaround,
+                mitigation=dict(rule.mitigation) if rule.mitigation else None,
+                detail=f"{because} ({_versions_text(rule)})",
+                order=i,
+                rule=rule,
+            )
+        )
+    return hits
+
+
+def _builtin_hit(b: Builtin, detail: str, order: int) -> _Hit:
+    return _Hit(
+        ref=b.id, title=b.title, kind=b.kind, severity=b.severity, enforced=b.action == "enforce",
+        fields=list(b.fields), workaround=b.workaround, mitigation=None, detail=detail, order=order,
+    )
+
+
+def _decide(hit: _Hit, policy: str) -> str:
+    """rejected / mitigated / warned for one hit under the policy (before mitigations are tried)."""
+    if not hit.enforced:
+        return "warned"
+    if policy == "reject":
+        return "rejected"
+    if policy == "mitigate":
+        return "mitigated" if hit.mitigation else "rejected"
+    # warn: silent corruption is never silently admitted
+    if hit.kind == "silent-corruption":
+        return "mitigated" if hit.mitigation else "rejected"
+    return "warned"
+
+
+def _fmt_change(mitigation: dict[str, Any]) -> str:
+    def val(x: Any) -> str:
+        if x is None:
+            return "unset"
+        if isinstance(x, bool):
+            return "true" if x else "false"
+        return str(x)
+
+    return ", ".join(f"{k}: {val(x)}" for k, x in mitigation.items())
+
+
+def _finding(hit: _Hit, action: str, extra: str = "") -> Finding:
+    fields = ", ".join(hit.fields)
+    fix = hit.workaround
+    if hit.mitigation:
+        fix += f" Automatic mitigation: {_fmt_change(hit.mitigation)}."
+    message = f"{hit.ref}: {hit.title} — {hit.detail}. Fields: {fields}. Fix: {fix}"
+    if extra:
+        message += " " + extra
+    return Finding(
+        rule=hit.ref,
+        title=hit.title,
+        kind=hit.kind,
+        severity=hit.severity,
+        action=action,
+        message=message,
+        fields=list(hit.fields),
+        workaround=hit.workaround,
+        mitigation=dict(hit.mitigation) if hit.mitigation else None,
+    )
+
+
+def _sort_key(cat: Catalogue, f: Finding, order: dict[str, int]) -> tuple:
+    return (_ACTION_RANK.get(f.action, 9), SEVERITY_RANK.get(f.severity, 9), order.get(f.rule, 999), f.rule)
+
+
+# ------------------------------------------------------------------------------- spec mutation ---
+
+
+def _set_path(d: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    cur = d
+    for p in parts[:-1]:
+        nxt = cur.get(p)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            cur[p] = nxt
+        cur = nxt
+    if value is None:
+        cur.pop(parts[-1], None)
+    else:
+        cur[parts[-1]] = value
+
+
+def _get_path(d: dict[str, Any], path: str) -> tuple[bool, Any]:
+    cur: Any = d
+    for p in path.split("."):
+        if not isinstance(cur, dict) or p not in cur:
+            return False, None
+        cur = cur[p]
+    return True, cur
+
+
+def _apply(spec_dict: dict[str, Any], mitigation: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(spec_dict)
+    for path, value in mitigation.items():
+        _set_path(out, path, value)
+    return out
+
+
+def _json_patch(original: dict[str, Any], changes: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """RFC 6902 ops turning `original` (the spec as submitted) into original+changes, under /spec."""
+    cur = copy.deepcopy(original)
+    ops: list[dict[str, Any]] = []
+    for path, value in changes:
+        parts = path.split(".")
+        if value is None:
+            present, _ = _get_path(cur, path)
+            if present:
+                ops.append({"op": "remove", "path": "/spec/" + "/".join(parts)})
+                _set_path(cur, path, None)
+            continue
+        # find the first missing parent; add the whole sub-object there
+        node = cur
+        for i, p in enumerate(parts[:-1]):
+            if not isinstance(node.get(p), dict):
+                sub: Any = value
+                for q in reversed(parts[i + 1 :]):
+                    sub = {q: sub}
+                ops.append({"op": "add", "path": "/spec/" + "/".join(parts[: i + 1]), "value": sub})
+                break
+            node = node[p]
+        else:
+            present, old = _get_path(cur, path)
+            if present and old == value:
+                continue
+            ops.append({"op": "replace" if present else "add", "path": "/spec/" + "/".join(parts), "value": value})
+        _set_path(cur, path, value)
+    return ops
+
+
+# ----------------------------------------------------------------------------------- evaluate ---
+
+
+def evaluate(
+    spec: GDNModelServerSpec,
+    *,
+    default_policy: str = "reject",
+    vllm_version: str | None = None,
+    overrides: LaunchOverrides | None = None,
+    policy: str | None = None,
+) -> Evaluation:
+    """Evaluate a validated spec. Never raises for a valid spec (ValueError only for a bad default_policy).
+
+    `default_policy`: the operator-wide default when spec.admissionPolicy is unset.
+    `vllm_version`:   overrides spec.image.vllmVersion (gdnctl --vllm-version).
+    `overrides`:      launch-line facts a spec cannot hold (rules.launchline).
+    `policy`:         force a policy regardless of spec.admissionPolicy (launch lines use "reject").
+    """
+    if default_policy not in POLICIES:
+        raise ValueError(f"default_policy must be one of {', '.join(POLICIES)}, got {default_policy!r}")
+    cat = load_catalogue()
+    effective_policy = policy or spec.admission_policy or default_policy
+    if effective_policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {effective_policy!r}")
+    return _evaluate(cat, spec, effective_policy, vllm_version, overrides)
+
+
+def _evaluate(
+    cat: Catalogue,
+    spec: GDNModelServerSpec,
+    policy: str,
+    vllm_version: str | None,
+    overrides: LaunchOverrides | None,
+) -> Evaluation:
+    eff0 = effective_config(spec, vllm_version, overrides=overrides)
+    hits0 = _match_rules(cat, eff0)
+    decisions0 = [(h, _decide(h, policy)) for h in hits0]
+
+    if not any(a == "mitigated" for _, a in decisions0):
+        findings = [_finding(h, a) for h, a in decisions0]
+        return _result(cat, policy, findings, None, [], eff0, eff0)
+
+    # ---- mitigation loop: one mitigation per round, most severe first, to a fixed point ---------
+    original = spec.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    current_dict = original
+    current_spec = spec
+    eff = eff0
+    applied: list[tuple[_Hit, dict[str, Any]]] = []
+    changes: list[tuple[str, Any]] = []
+    failed: dict[str, str] = {}
+    seen_states = [_state_key(original)]
+    decisions = decisions0
+
+    for _round in range(MAX_ROUNDS):
+        wanting = [h for h, a in decisions if a == "mitigated" and h.ref not in failed]
+        if not wanting:
+            break
+        wanting.sort(key=lambda h: (SEVERITY_RANK.get(h.severity, 9), h.order))
+        progressed = False
+        for hit in wanting:
+            candidate = _apply(current_dict, hit.mitigation or {})
+            key = _state_key(candidate)
+            if key in seen_states:
+                failed[hit.ref] = "its mitigation would undo an earlier one (loop)"
+                continue
+            try:
+                cand_spec = GDNModelServerSpec.model_validate(candidate)
+            except ValidationError as e:
+                failed[hit.ref] = f"its mitigation gives an invalid spec ({e.error_count()} error(s))"
+                continue
+            cand_eff = effective_config(cand_spec, vllm_version, overrides=overrides)
+            cand_hits = _match_rules(cat, cand_eff)
+            cand_dec = [(h, _decide(h, policy)) for h in cand_hits]
+            newly_rejected = [
+                h.ref for h, a in cand_dec
+                if a == "rejected" and not any(h.ref == h0.ref and a0 == "rejected" for h0, a0 in decisions)
+            ]
+            if newly_rejected:
+                failed[hit.ref] = f"its mitigation would trigger {', '.join(newly_rejected)}"
+                continue
+            # accept this mitigation
+            applied.append((hit, dict(hit.mitigation or {})))
+            changes.extend((hit.mitigation or {}).items())
+            current_dict, current_spec, eff, decisions = candidate, cand_spec, cand_eff, cand_dec
+            seen_states.append(key)
+            progressed = True
+            break
+        if not progressed:
+            break
+    else:
+        for h, a in decisions:
+            if a == "mitigated" and h.ref not in failed:
+                failed[h.ref] = f"mitigations did not converge in {MAX_ROUNDS} rounds"
+
+    findings: list[Finding] = []
+    applied_refs = set()
+    for hit, mit in applied:
+        applied_refs.add(hit.ref)
+        findings.append(_finding(hit, "mitigated", f"Applied: {_fmt_change(mit)}."))
+    for h, a in decisions:
+        if h.ref in applied_refs:
+            continue  # a mitigated rule that matches again cannot happen unless its change was undone
+        if a == "mitigated":
+            reason = failed.get(h.ref, "no applicable mitigation")
+            findings.append(_finding(h, "rejected", f"Not mitigated: {reason}."))
+        else:
+            findings.append(_finding(h, a))
+    # hits that failed to mitigate in round 0 but disappeared later are resolved; nothing to report
+
+    allowed = not any(f.action == "rejected" for f in findings)
+    if not applied:
+        return _result(cat, policy, findings, None, [], eff0, eff0)
+    if not allowed:
+        # refused anyway: report what would run unchanged, no patch
+        findings = [f for f in findings if f.action != "mitigated"] + [
+            f.model_copy(update={"action": "rejected", "message": f.message + " (not applied: the spec is refused)"})
+            for f in findings if f.action == "mitigated"
+        ]
+        return _result(cat, policy, findings, None, [], eff0, eff0)
+    patch = _json_patch(original, changes)
+    return _result(cat, policy, findings, current_spec, patch, eff, eff0)
+
+
+def _state_key(d: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+def _result(
+    cat: Catalogue,
+    policy: str,
+    findings: list[Finding],
+    mitigated: GDNModelServerSpec | None,
+    patch: list[dict[str, Any]],
+    eff: Effective,
+    eff0: Effective,
+) -> Evaluation:
+    # de-duplicate by (rule, action), keep the first
+    seen = set()
+    uniq = []
+    for f in findings:
+        k = (f.rule, f.action)
+        if k not in seen:
+            seen.add(k)
+            uniq.append(f)
+    order = cat.order
+    uniq.sort(key=lambda f: _sort_key(cat, f, order))
+    allowed = not any(f.action == "rejected" for f in uniq)
+    notes = list(dict.fromkeys(eff0.notes + eff.notes))
+    return Evaluation(
+        findings=uniq,
+        allowed=allowed,
+        policy=policy,
+        mitigated_spec=mitigated,
+        patch=patch,
+        effective=eff.to_status(),
+        detail=eff,
+        original_detail=eff0,
+        notes=notes,
+    )
+
+
+def explain_rule(ref: str) -> dict[str, Any] | None:
+    """Rule data by id or alias (for the crash watch / remediation: workaround and mitigation)."""
+    r = load_catalogue().rule(ref)
+    if r is None:
+        return None
+    return r.model_dump(exclude={"compiled_when", "compiled_escalate", "range"})

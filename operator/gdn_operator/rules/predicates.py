@@ -1,0 +1,169 @@
+"""A small, safe, declarative predicate language over the effective configuration.
+
+A predicate is a mapping with exactly one operator key:
+
+* ``all: [p, ...]`` / ``any: [p, ...]`` / ``not: p`` — boolean structure;
+* ``eq: {field: value, ...}``, ``ne: {...}`` — equality (several fields = all must hold);
+* ``in: {field: [v1, v2]}`` — membership;
+* ``gte`` / ``gt`` / ``lte`` / ``lt: {field: number}`` — numeric comparison (false when the field is None);
+* ``version: "<0.23.0"`` — the vLLM version is in the range (false when the version is unparseable);
+* ``has_arg: "--flag"`` — spec.extraArgs contains the flag (``--flag`` or ``--flag=value``);
+* ``has_patch: "id"`` — spec.image.patches contains the id.
+
+Fields are the effective-config names of ``effective.FIELDS`` or ``env.NAME`` (an engine environment
+variable; None when not set). Predicates are compiled once into closures; nothing is ever eval'd.
+Unknown operators or fields are errors when the rule file is loaded.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from gdn_operator.rules.effective import FIELDS
+from gdn_operator.rules.versions import VersionRange
+
+#: A compiled predicate: (effective values, version key or None) -> bool
+Compiled = Callable[[dict[str, Any], "tuple | None"], bool]
+
+_NUMERIC = {
+    "gte": lambda a, b: a >= b,
+    "gt": lambda a, b: a > b,
+    "lte": lambda a, b: a <= b,
+    "lt": lambda a, b: a < b,
+}
+OPERATORS = ("all", "any", "not", "eq", "ne", "in", "gte", "gt", "lte", "lt", "version", "has_arg", "has_patch")
+
+
+class PredicateError(ValueError):
+    pass
+
+
+def _check_field(name: Any, where: str) -> str:
+    if not isinstance(name, str):
+        raise PredicateError(f"{where}: field name must be a string, got {name!r}")
+    if name in FIELDS or (name.startswith("env.") and len(name) > 4):
+        return name
+    raise PredicateError(f"{where}: unknown field {name!r} (known: {', '.join(sorted(FIELDS))}, env.NAME)")
+
+
+def _scalar(value: Any, where: str) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise PredicateError(f"{where}: value must be a scalar (string, number, bool, null), got {type(value).__name__}")
+
+
+def referenced_fields(pred: Any) -> set[str]:
+    """Every field a (valid) predicate reads."""
+    out: set[str] = set()
+    if not isinstance(pred, dict):
+        return out
+    for op, arg in pred.items():
+        if op in ("all", "any"):
+            for p in arg:
+                out |= referenced_fields(p)
+        elif op == "not":
+            out |= referenced_fields(arg)
+        elif op in ("eq", "ne", "in") or op in _NUMERIC:
+            out |= set(arg)
+        elif op == "version":
+            out.add("vllm_version")
+        elif op == "has_patch":
+            out.add("patches")
+    return out
+
+
+def compile_predicate(pred: Any, where: str = "when") -> Compiled:
+    """Validate and compile a predicate. Raises PredicateError naming the location of any problem."""
+    if not isinstance(pred, dict) or len(pred) != 1:
+        raise PredicateError(f"{where}: a predicate is a mapping with exactly one operator ({', '.join(OPERATORS)})")
+    (op, arg), = pred.items()
+    here = f"{where}.{op}"
+
+    if op in ("all", "any"):
+        if not isinstance(arg, list) or not arg:
+            raise PredicateError(f"{here}: expects a non-empty list of predicates")
+        subs = tuple(compile_predicate(p, f"{here}[{i}]") for i, p in enumerate(arg))
+        if op == "all":
+            return lambda v, ver: all(s(v, ver) for s in subs)
+        return lambda v, ver: any(s(v, ver) for s in subs)
+
+    if op == "not":
+        sub = compile_predicate(arg, here)
+        return lambda v, ver: not sub(v, ver)
+
+    if op in ("eq", "ne"):
+        if not isinstance(arg, dict) or not arg:
+            raise PredicateError(f"{here}: expects a mapping of field: value")
+        pairs = tuple((_check_field(f, here), _scalar(x, f"{here}.{f}")) for f, x in arg.items())
+        if op == "eq":
+            return lambda v, ver: all(_eq(v.get(f), x) for f, x in pairs)
+        return lambda v, ver: all(not _eq(v.get(f), x) for f, x in pairs)
+
+    if op == "in":
+        if not isinstance(arg, dict) or not arg:
+            raise PredicateError(f"{here}: expects a mapping of field: [values]")
+        sets = []
+        for f, xs in arg.items():
+            _check_field(f, here)
+            if not isinstance(xs, list) or not xs:
+                raise PredicateError(f"{here}.{f}: expects a non-empty list of values")
+            sets.append((f, tuple(_scalar(x, f"{here}.{f}") for x in xs)))
+        sets_t = tuple(sets)
+        return lambda v, ver: all(any(_eq(v.get(f), x) for x in xs) for f, xs in sets_t)
+
+    if op in _NUMERIC:
+        if not isinstance(arg, dict) or not arg:
+            raise PredicateError(f"{here}: expects a mapping of field: number")
+        cmp = _NUMERIC[op]
+        nums = []
+        for f, x in arg.items():
+            _check_field(f, here)
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise PredicateError(f"{here}.{f}: expects a number, got {x!r}")
+            nums.append((f, x))
+        nums_t = tuple(nums)
+
+        def numeric(v: dict[str, Any], ver: Any) -> bool:
+            for f, x in nums_t:
+                got = v.get(f)
+                if isinstance(got, bool) or not isinstance(got, (int, float)) or not cmp(got, x):
+                    return False
+            return True
+
+        return numeric
+
+    if op == "version":
+        if not isinstance(arg, str):
+            raise PredicateError(f"{here}: expects a version range string such as '<0.23.0'")
+        try:
+            rng = VersionRange(arg)
+        except ValueError as e:
+            raise PredicateError(f"{here}: {e}") from None
+        clauses = tuple((o, b.key) for o, b in rng.clauses)
+        from gdn_operator.rules.versions import _OPS
+
+        def version(v: dict[str, Any], ver: Any) -> bool:
+            if ver is None:
+                return False
+            return all(_OPS[o](ver, b) for o, b in clauses)
+
+        return version
+
+    if op == "has_arg":
+        if not isinstance(arg, str) or not arg.startswith("-"):
+            raise PredicateError(f"{here}: expects a flag such as '--enable-foo'")
+        return lambda v, ver: arg in v.get("extra_args_flags", ())
+
+    if op == "has_patch":
+        if not isinstance(arg, str) or not arg:
+            raise PredicateError(f"{here}: expects a patch id")
+        return lambda v, ver: arg in v.get("patches", ())
+
+    raise PredicateError(f"{where}: unknown operator {op!r} (known: {', '.join(OPERATORS)})")
+
+
+def _eq(a: Any, b: Any) -> bool:
+    # bool is an int in Python: keep true != 1 so `eq: {tensor_parallel_size: true}` cannot match by accident
+    if isinstance(a, bool) != isinstance(b, bool):
+        return False
+    return a == b

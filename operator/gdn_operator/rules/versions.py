@@ -1,0 +1,171 @@
+"""vLLM version parsing and version ranges for the known-crash rules.
+
+Versions follow PEP 440 ordering, written here (no dependency): ``0.19.2rc1.dev226+g53b9640fb`` is a
+pre-release of 0.19.2 and sorts before 0.19.2rc1, which sorts before 0.19.2. A leading ``v`` (image tags
+such as ``v0.33.0``) is accepted. Local labels (``+g53b9640fb``, ``+cu129``) are kept for display but do
+not affect ordering.
+
+A range (the rule file's ``versions`` field) is a comma-separated conjunction of clauses such as
+``<=0.17.1`` or ``>=0.25.0,<0.29.0``; ``*`` means every version. Pre-releases are compared like any other
+version, so ``<0.18.0`` includes ``0.18.0rc1`` (a nightly before a fix release is not assumed to carry
+the fix).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+_VERSION_RE = re.compile(
+    r"""^\s*v?
+    (?P<release>\d+(?:\.\d+)*)
+    (?:[-_.]?(?P<pre_l>a|alpha|b|beta|rc|c|pre|preview)[-_.]?(?P<pre_n>\d*))?
+    (?:[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n>\d*))?
+    (?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>\d*))?
+    (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?
+    \s*$""",
+    re.IGNORECASE | re.VERBOSE,
+)
+
+_PRE_RANK = {"a": 1, "alpha": 1, "b": 2, "beta": 2, "rc": 3, "c": 3, "pre": 3, "preview": 3}
+_PRE_CANON = {1: "a", 2: "b", 3: "rc"}
+_NO_DEV = 1 << 62
+
+
+class Version:
+    """A parsed vLLM version. Compare with <, <=, ==; `key` is the total order."""
+
+    __slots__ = ("text", "release", "pre", "post", "dev", "local", "key")
+
+    def __init__(self, text: str, release: tuple[int, ...], pre: tuple[int, int] | None, post: int | None,
+                 dev: int | None, local: str | None):
+        self.text = text
+        self.release = release
+        self.pre = pre
+        self.post = post
+        self.dev = dev
+        self.local = local
+        rel = list(release)
+        while len(rel) > 1 and rel[-1] == 0:
+            rel.pop()
+        if pre is None and post is None and dev is not None:
+            pre_key = (0, 0)  # X.Y.Z.devN sorts before X.Y.ZaN
+        elif pre is None:
+            pre_key = (4, 0)
+        else:
+            pre_key = pre
+        self.key = (tuple(rel), pre_key, -1 if post is None else post, _NO_DEV if dev is None else dev)
+
+    # ordering --------------------------------------------------------------------------------
+    def __lt__(self, other: "Version") -> bool:
+        return self.key < other.key
+
+    def __le__(self, other: "Version") -> bool:
+        return self.key <= other.key
+
+    def __gt__(self, other: "Version") -> bool:
+        return self.key > other.key
+
+    def __ge__(self, other: "Version") -> bool:
+        return self.key >= other.key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Version) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    # description -----------------------------------------------------------------------------
+    @property
+    def base(self) -> str:
+        """The release this version belongs to, e.g. 0.19.2 for 0.19.2rc1.dev226+g53b9640fb."""
+        rel = list(self.release) + [0] * (3 - len(self.release))
+        return ".".join(str(p) for p in rel)
+
+    @property
+    def is_prerelease(self) -> bool:
+        return self.pre is not None or self.dev is not None
+
+    @property
+    def canonical(self) -> str:
+        out = self.base
+        if self.pre is not None:
+            out += f"{_PRE_CANON[self.pre[0]]}{self.pre[1]}"
+        if self.post is not None:
+            out += f".post{self.post}"
+        if self.dev is not None:
+            out += f".dev{self.dev}"
+        if self.local:
+            out += f"+{self.local}"
+        return out
+
+    def __str__(self) -> str:
+        return self.canonical
+
+    def __repr__(self) -> str:
+        return f"Version({self.text!r})"
+
+
+def parse_version(text: object) -> Version | None:
+    """Parse a vLLM version; None when it is not a version (e.g. 'latest', '', 'nightly')."""
+    if not isinstance(text, str) or len(text) > 128:
+        return None
+    m = _VERSION_RE.match(text)
+    if not m:
+        return None
+    release = tuple(int(p) for p in m.group("release").split("."))
+    if len(release) > 6:
+        return None
+    pre = None
+    if m.group("pre_l"):
+        pre = (_PRE_RANK[m.group("pre_l").lower()], int(m.group("pre_n") or 0))
+    post = int(m.group("post_n") or 0) if m.group("post_l") else None
+    dev = int(m.group("dev_n") or 0) if m.group("dev_l") else None
+    local = m.group("local").lower() if m.group("local") else None
+    return Version(text.strip(), release, pre, post, dev, local)
+
+
+_CLAUSE_RE = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
+_OPS: dict[str, Callable[[tuple, tuple], bool]] = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+}
+
+
+class VersionRange:
+    """A conjunction of version clauses, e.g. ``>=0.25.0,<0.29.0``; ``*`` = all versions."""
+
+    __slots__ = ("text", "clauses", "lower", "upper")
+
+    def __init__(self, text: str):
+        self.text = text.strip()
+        self.clauses: list[tuple[str, Version]] = []
+        if self.text in ("*", ""):
+            return
+        for part in self.text.split(","):
+            m = _CLAUSE_RE.match(part)
+            if not m:
+                raise ValueError(f"bad version clause {part.strip()!r} (use e.g. '<=0.17.1' or '>=0.25.0,<0.29.0' or '*')")
+            v = parse_version(m.group(2))
+            if v is None:
+                raise ValueError(f"bad version {m.group(2)!r} in clause {part.strip()!r}")
+            self.clauses.append((m.group(1), v))
+
+    @property
+    def is_open_ended(self) -> bool:
+        """True when no clause bounds the range from above (an open bug)."""
+        return not any(op in ("<", "<=", "==") for op, _ in self.clauses)
+
+    def contains(self, v: Version) -> bool:
+        k = v.key
+        for op, bound in self.clauses:
+            if not _OPS[op](k, bound.key):
+                return False
+        return True
+
+    def __str__(self) -> str:
+        return self.text or "*"
