@@ -506,19 +506,37 @@ class PodAcceptance(_Status):
     acceptance_rate: float | None = None
     mean_accepted_length: float | None = None
     drafts_per_second: float | None = None
-    error: str | None = None
+    error: str | None = Field(default=None, description="Last scrape error: timeout, connect, http, parse.")
+
+
+class AcceptanceFinding(_Status):
+    reason: str = Field(description="SpecAcceptanceNearZero, SpecAcceptanceDrop, EarlyStopShift, ...")
+    severity: str = "Warning"
+    message: str = ""
+    upstream: list[str] = Field(default_factory=list)
+    pods: list[str] = Field(default_factory=list)
 
 
 class AcceptanceStatus(_Status):
-    """Speculative-decoding acceptance over the scrape window."""
+    """Speculative-decoding acceptance over the scrape window (from the engines' /metrics)."""
 
+    state: str | None = Field(
+        default=None, description="NoData, WarmingUp, NotApplicable (spec decode off), NoTraffic, Ok, Degraded."
+    )
     rate: float | None = Field(default=None, description="Accepted / draft tokens over the window.")
     rate_display: str | None = Field(default=None, description="Rate as a percentage string, for kubectl.")
     mean_accepted_length: float | None = Field(default=None, description="1 + accepted / drafts.")
     per_position: list[float | None] = Field(default_factory=list, description="Acceptance per draft position.")
     drafts_per_second: float | None = None
     window_seconds: float | None = None
+    observed_seconds: float | None = None
+    baseline_rate: float | None = Field(default=None, description="Healthy acceptance the drop check compares with.")
+    stop_share: float | None = Field(default=None, description="Share of finished requests that stopped on EOS/stop.")
+    mean_generation_length: float | None = None
+    pods_reporting: int | None = None
+    scrape_errors: int | None = None
     updated: str | None = None
+    findings: list[AcceptanceFinding] = Field(default_factory=list, max_length=16)
     pods: list[PodAcceptance] = Field(default_factory=list, max_length=64, description="Per pod (first 64).")
 
 

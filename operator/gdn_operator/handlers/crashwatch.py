@@ -1,0 +1,395 @@
+"""Crash watch: classify engine container deaths, report them, and stop deterministic crash loops.
+
+Sources: the container's termination message (the kubelet puts the log tail there, since engine pods use
+`terminationMessagePolicy: FallbackToLogsOnError`) and, while a container runs, a bounded streaming read
+of its log (a kopf daemon per engine pod). Each container death (pod uid, container, restart count) is
+handled once, also across operator restarts (status.lastCrash remembers the last one handled).
+
+Remediation: when one known signature repeats `spec.remediation.threshold` times on the same spec
+generation, the catalogue's documented workaround is applied to the spec once (one remediation per
+signature per generation; a change that is already in the spec is never re-applied, so it cannot loop; a
+user edit starts a new generation and resets the count).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import kopf
+
+from gdn_operator import telemetry
+from gdn_operator.api.load import ManifestError, parse_spec
+from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.handlers import kube
+from gdn_operator.handlers import status as st
+from gdn_operator.handlers.config import get_config
+from gdn_operator.render.engine import CONTAINER, LABEL_MANAGED_BY, LABEL_SERVER, MANAGED_BY
+from gdn_operator.watch.logstream import StreamClassifier
+from gdn_operator.watch.signatures import ClassificationResult, best_result, classify_termination_message
+
+log = logging.getLogger(__name__)
+
+MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
+
+
+# ----------------------------------------------------------------------------- remediation map ---
+
+
+@dataclass(frozen=True)
+class Change:
+    action: str  # human form, e.g. "asyncScheduling=false"
+    patch: dict[str, Any]  # merge patch for .spec
+
+
+def remediation_for(action: str, spec: GDNModelServerSpec) -> Change | None:
+    """The spec change for a catalogue remediation action, or None when it needs a human
+    (or is already in effect)."""
+    sd = spec.speculative_decoding
+    if action == "disable-async-scheduling":
+        if spec.async_scheduling is False:
+            return None
+        return Change("asyncScheduling=false", {"asyncScheduling": False})
+    if action == "disable-spec-decode":
+        if not sd.enabled:
+            return None
+        return Change("speculativeDecoding.enabled=false", {"speculativeDecoding": {"enabled": False}})
+    if action == "lower-num-speculative-tokens":
+        # vllm#37035: FlashInfer's GDN MTP kernel supports at most 4 draft tokens.
+        target = min(sd.num_speculative_tokens - 1, 4)
+        if not sd.enabled or target < 1 or target >= sd.num_speculative_tokens:
+            return None
+        return Change(
+            f"speculativeDecoding.numSpeculativeTokens={target}", {"speculativeDecoding": {"numSpeculativeTokens": target}}
+        )
+    if action == "gdn-prefill-backend-triton":
+        if spec.gdn_prefill_backend == "triton":
+            return None
+        return Change("gdnPrefillBackend=triton", {"gdnPrefillBackend": "triton"})
+    if action == "disable-v2-model-runner":
+        if spec.model_runner == "v1":
+            return None
+        return Change("modelRunner=v1", {"modelRunner": "v1"})
+    if action == "enable-chunked-prefill":
+        if spec.chunked_prefill is True:
+            return None
+        return Change("chunkedPrefill=true", {"chunkedPrefill": True})
+    if action == "disable-prefix-caching":
+        if spec.prefix_caching is False:
+            return None
+        return Change("prefixCaching=false", {"prefixCaching": False})
+    # patched-image, raise-max-num-batched-tokens, reduce-memory, investigate: a human decides.
+    return None
+
+
+def _merged_spec(spec: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    out = dict(spec)
+    for k, v in patch.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merged_spec(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+# ----------------------------------------------------------------------------- crash handling ---
+
+
+@dataclass(frozen=True)
+class Death:
+    pod: str
+    pod_uid: str
+    container: str
+    restart_count: int
+    exit_code: int | None
+    reason: str | None
+    message: str
+    finished_at: str | None
+    crash_loop: bool
+
+
+def deaths_in(pod: dict[str, Any]) -> list[Death]:
+    """Container deaths visible in a pod's status (current terminated state or last terminated state)."""
+    out = []
+    meta, status = pod["metadata"], pod.get("status") or {}
+    for cs in status.get("containerStatuses") or []:
+        if cs.get("name") != CONTAINER:
+            continue
+        restarts = int(cs.get("restartCount") or 0)
+        state, last = cs.get("state") or {}, cs.get("lastState") or {}
+        waiting = state.get("waiting") or {}
+        crash_loop = waiting.get("reason") == "CrashLoopBackOff"
+        for term, count in ((state.get("terminated"), restarts + 1), (last.get("terminated"), restarts)):
+            if not term:
+                continue
+            if term.get("exitCode") == 0 and term.get("reason") == "Completed":
+                continue
+            out.append(
+                Death(
+                    pod=meta["name"],
+                    pod_uid=meta.get("uid", ""),
+                    container=CONTAINER,
+                    restart_count=count,
+                    exit_code=term.get("exitCode"),
+                    reason=term.get("reason"),
+                    message=term.get("message") or "",
+                    finished_at=term.get("finishedAt"),
+                    crash_loop=crash_loop,
+                )
+            )
+    return out
+
+
+class _Seen:
+    """Deaths already handled (bounded), so re-delivered pod events never count a crash twice."""
+
+    def __init__(self, size: int = 4096):
+        self._d: collections.OrderedDict[tuple[str, int], None] = collections.OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def add(self, key: tuple[str, int]) -> bool:
+        with self._lock:
+            if key in self._d:
+                return False
+            self._d[key] = None
+            if len(self._d) > self._size:
+                self._d.popitem(last=False)
+            return True
+
+
+SEEN = _Seen()
+#: Streamed-log classifications per (pod uid, restart count), consumed when the death is handled.
+STREAMED: dict[tuple[str, int], ClassificationResult] = {}
+_STREAMED_MAX = 4096
+
+
+def remember_streamed(pod_uid: str, restart_count: int, result: ClassificationResult) -> None:
+    if len(STREAMED) >= _STREAMED_MAX:
+        STREAMED.pop(next(iter(STREAMED)))
+    STREAMED[(pod_uid, restart_count)] = result
+
+
+def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | None:
+    """Classify one container death and record it. Returns the CR status after the update."""
+    if not SEEN.add((death.pod_uid, death.restart_count)):
+        return None
+    result = best_result(
+        classify_termination_message(death.message), STREAMED.pop((death.pod_uid, death.restart_count), None)
+    )
+    if not result.crashed:
+        # Killed without a recognisable log (OOMKilled by the kernel, SIGKILL, ...): still a crash.
+        result = ClassificationResult(
+            crashed=True,
+            signature="engine-dead" if death.reason != "OOMKilled" else "oom-killed",
+            title="Engine container terminated",
+            kind="generic",
+            generic=True,
+            root_cause=f"container exited with code {death.exit_code} ({death.reason or 'no reason'})",
+        )
+    outcome: dict[str, Any] = {}
+    sig = result.signature or "engine-dead"
+    upstream = result.upstream
+    hint = result.remediation.hint if result.remediation else None
+
+    def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
+        outcome.clear()
+        gen = obj["metadata"].get("generation")
+        prev = status.get("lastCrash") or {}
+        if prev.get("pod") == death.pod and int(prev.get("restartCount") or -1) >= death.restart_count:
+            outcome["duplicate"] = True  # handled before an operator restart
+            return
+        same = prev.get("signature") == sig and prev.get("generation") == gen
+        count = int(prev.get("count") or 0) + 1 if same else 1
+        status["lastCrash"] = {
+            k: v
+            for k, v in {
+                "time": death.finished_at or kube.now(),
+                "pod": death.pod,
+                "container": death.container,
+                "signature": sig,
+                "upstream": upstream,
+                "kind": result.kind,
+                "rootCause": (result.root_cause or "")[:1024] or None,
+                "exitCode": death.exit_code,
+                "restartCount": death.restart_count,
+                "count": count,
+                "generation": gen,
+                "remediationHint": hint,
+            }.items()
+            if v is not None
+        }
+        looping = death.crash_loop or count >= 2
+        label = f"{sig} ({upstream})" if upstream else sig
+        if looping:
+            st.set_condition(
+                status, st.CRASH_LOOPING, True, "RepeatedCrash", f"{count} crashes of {label} on generation {gen}", gen
+            )
+        st.set_condition(
+            status, st.DEGRADED, True, "EngineCrashed", f"engine in pod {death.pod} died: {result.summary()}", gen
+        )
+        outcome.update(count=count, generation=gen, obj=obj)
+
+    obj = kube.update_status(namespace, name, mutate)
+    if obj is None or outcome.get("duplicate") or "obj" not in outcome:
+        return None
+    telemetry.CRASHES.labels(namespace, name, sig, upstream or "").inc()
+    msg = f"Engine in pod {death.pod} died (restart {death.restart_count}, exit {death.exit_code}): {result.summary()}"
+    if hint:
+        msg += f". Remedy: {hint}"
+    kube.emit_event(obj, "EngineCrashed", msg, "Warning")
+    maybe_remediate(namespace, name, obj, result, outcome["count"], outcome["generation"])
+    return obj.get("status")
+
+
+def maybe_remediate(
+    namespace: str, name: str, obj: dict[str, Any], result: ClassificationResult, count: int, generation: int | None
+) -> Change | None:
+    try:
+        spec = parse_spec(obj.get("spec") or {})
+    except ManifestError:
+        return None
+    if spec.remediation.mode != "auto" or count < spec.remediation.threshold or result.generic:
+        return None
+    sig = result.signature or ""
+    status = obj.get("status") or {}
+    if any(r.get("signature") == sig and r.get("generation") == generation for r in status.get("remediations") or []):
+        return None  # one remediation per signature per generation
+    action = result.remediation.action if result.remediation else "investigate"
+    change = remediation_for(action, spec)
+    if change is None:
+        if not any(r.get("signature") == sig and r.get("action") == "none" for r in status.get("remediations") or []):
+            kube.emit_event(
+                obj,
+                "RemediationNotPossible",
+                f"{sig} repeated {count} times; no automatic workaround left ({action}). "
+                + (result.remediation.hint if result.remediation else "Investigate the engine log."),
+                "Warning",
+            )
+        return None
+    # The workaround must itself pass admission.
+    from gdn_operator.rules import evaluate
+
+    try:
+        new_spec = parse_spec(_merged_spec(obj.get("spec") or {}, change.patch))
+    except ManifestError:
+        return None
+    if not evaluate(new_spec, default_policy=get_config().default_policy).allowed:
+        kube.emit_event(obj, "RemediationNotPossible", f"{change.action} would itself be refused by admission.", "Warning")
+        return None
+
+    record = {
+        "time": kube.now(),
+        "signature": sig,
+        "upstream": result.upstream,
+        "generation": generation,
+        "action": change.action,
+        "changes": change.patch,
+        "reason": f"{sig} crashed the engine {count} times on generation {generation}",
+    }
+
+    def mutate(status: dict[str, Any], _obj: dict[str, Any]) -> None:
+        rem = list(status.get("remediations") or [])
+        rem.append({k: v for k, v in record.items() if v is not None})
+        status["remediations"] = rem[-32:]
+        st.set_condition(status, st.CRASH_LOOPING, True, "Remediated", f"applied {change.action} after {sig}", generation)
+
+    kube.update_status(namespace, name, mutate)
+    kube.patch_server(
+        namespace,
+        name,
+        {"spec": change.patch, "metadata": {"annotations": {"serving.gdn-operator.io/last-remediation": f"{sig}: {change.action}"}}},
+    )
+    telemetry.REMEDIATIONS.labels(namespace, name, sig, change.action).inc()
+    kube.emit_event(
+        obj,
+        "Remediated",
+        f"Applied {change.action} to stop repeated {sig}"
+        + (f" ({result.upstream})" if result.upstream else "")
+        + f" after {count} crashes; edit the spec to revert.",
+        "Warning",
+    )
+    return change
+
+
+def clear_crash_conditions(namespace: str, name: str) -> None:
+    """Called when every engine pod of the current generation is ready again."""
+
+    def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
+        gen = obj["metadata"].get("generation")
+        if st.is_true(status, st.CRASH_LOOPING):
+            st.set_condition(status, st.CRASH_LOOPING, False, "EnginesRunning", "engines are running", gen)
+        c = st.get_condition(status, st.DEGRADED)
+        if c and c.get("reason") == "EngineCrashed" and c.get("status") == "True":
+            st.set_condition(status, st.DEGRADED, False, "EnginesRunning", "", gen)
+
+    kube.update_status(namespace, name, mutate)
+
+
+# ------------------------------------------------------------------------------------ kopf wiring ---
+
+
+@kopf.on.event("", "v1", "pods", labels=MANAGED)
+async def pod_deaths(type: str, body: kopf.Body, namespace: str, labels: dict[str, str], **_: Any) -> None:
+    name = labels.get(LABEL_SERVER)
+    if not name or type == "DELETED":
+        return
+    pod = kube.plain(body)
+    for death in deaths_in(pod):
+        await asyncio.to_thread(handle_death, namespace, name, death)
+    conds = {c.get("type"): c.get("status") for c in (pod.get("status") or {}).get("conditions") or []}
+    if conds.get("Ready") == "True":
+        await asyncio.to_thread(clear_crash_conditions, namespace, name)
+
+
+def _stream_once(namespace: str, pod: str, restart_count: int, pod_uid: str, stop: Callable[[], bool]) -> str:
+    """Follow one container instance's log until it ends. Returns why it ended."""
+    import kubernetes
+
+    core = kubernetes.client.CoreV1Api(kube.api_client())
+    resp = core.read_namespaced_pod_log(
+        pod, namespace, container=CONTAINER, follow=True, _preload_content=False, _request_timeout=(10, 600)
+    )
+    sc = StreamClassifier()
+    try:
+        for chunk in resp.stream(64 * 1024):
+            sc.feed(chunk)
+            if stop():
+                return "stopped"
+        sc.close()
+        if sc.crashed:
+            remember_streamed(pod_uid, restart_count, sc.result())
+        return "eof"
+    finally:
+        resp.release_conn()
+
+
+@kopf.daemon("", "v1", "pods", labels=MANAGED, cancellation_timeout=5.0)
+async def follow_engine_log(
+    stopped: kopf.DaemonStopped, namespace: str, name: str, body: kopf.Body, logger: logging.Logger, **_: Any
+) -> None:
+    if not get_config().stream_logs:
+        return
+    backoff = 1.0
+    while not stopped:
+        status = body.get("status") or {}
+        cs = next((c for c in status.get("containerStatuses") or [] if c.get("name") == CONTAINER), None)
+        if not cs or not (cs.get("state") or {}).get("running"):
+            await stopped.wait(5)
+            continue
+        restart_count = int(cs.get("restartCount") or 0)
+        try:
+            why = await asyncio.to_thread(
+                _stream_once, namespace, name, restart_count, body["metadata"].get("uid", ""), lambda: bool(stopped)
+            )
+            backoff = 1.0
+            if why == "stopped":
+                return
+        except Exception as e:  # noqa: BLE001 - API disconnects, 4xx for fake nodes: retry with backoff
+            logger.debug("log stream of %s/%s interrupted: %s", namespace, name, e)
+            backoff = min(backoff * 2, 120.0)
+        await stopped.wait(backoff)
