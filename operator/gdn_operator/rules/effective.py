@@ -114,6 +114,7 @@ class Effective:
         out = {k: v for k, v in self.values.items() if not k.startswith("env.") and k != "extra_args_flags"}
         out["env"] = {k[4:]: v for k, v in self.values.items() if k.startswith("env.")}
         out["extra_args_flags"] = sorted(self.values["extra_args_flags"])
+        out["patches"] = sorted(self.values["patches"])
         out["vllm_version_parsed"] = str(self.version) if self.version else None
         out["sources"] = dict(self.sources)
         return out
@@ -387,7 +388,7 @@ def describe_field(eff: Effective, path: str) -> str:
         return f"architecture {v['architecture'] or 'unrecognised'}"
     if path.startswith("spec.env"):
         envs = ", ".join(f"{k[4:]}={val}" for k, val in sorted(v.items()) if k.startswith("env."))
-        return f"env {envs or '(none)'}"
+        return f"env {envs}" if envs else ""
     if path == "spec.cudagraphMode":
         return f"cudagraph mode {v['cudagraph_mode']}"
     return path

@@ -191,7 +191,7 @@ def _match_rules(cat: Catalogue, eff: Effective) -> list[_Hit]:
         enforced = rule.action == "enforce" or (
             rule.compiled_escalate is not None and bool(rule.compiled_escalate(v, vk))
         )
-        because = "; ".join(dict.fromkeys(describe_field(eff, p) for p in rule.fields))
+        because = "; ".join(d for d in dict.fromkeys(describe_field(eff, p) for p in rule.fields) if d)
         hits.append(
             _Hit(
                 ref=rule.id,

@@ -1,0 +1,128 @@
+"""`gdnctl validate`: the admission answer the operator would give, offline.
+
+    gdnctl validate -f FILE [--output text|json] [--vllm-version V] [--patch ID ...]
+    gdnctl validate --vllm-version 0.19.1 [--architecture ARCH] [--patch ID ...] -- vllm serve MODEL --flags ...
+
+Exit codes: 0 admitted unchanged (warnings allowed); 1 rejected, or changed by a mitigation;
+2 malformed input (ManifestError, printed by gdnctl's main as one line per problem).
+A manifest is evaluated with its spec.admissionPolicy (default: reject, the operator's default);
+a launch line always with policy reject. Every document of a multi-document file is evaluated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from gdn_operator.api.load import ManifestError, load_file
+from gdn_operator.api.models import Architecture, GDNModelServerSpec
+from gdn_operator.rules.evaluator import Evaluation, evaluate
+
+CLI_DEFAULT_POLICY = "reject"
+
+
+def _adjust_spec(spec: GDNModelServerSpec, args: argparse.Namespace) -> GDNModelServerSpec:
+    patches = list(getattr(args, "patch", None) or [])
+    arch = getattr(args, "architecture", None)
+    if not patches and not arch:
+        return spec
+    d = spec.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    if patches:
+        image = d.setdefault("image", {})
+        image["patches"] = list(dict.fromkeys(list(image.get("patches", [])) + patches))
+    if arch and not d.get("model", {}).get("architecture"):
+        valid = {a.value.lower(): a.value for a in Architecture}
+        if arch.lower() not in valid:
+            raise ManifestError(
+                f"--architecture: unknown architecture {arch!r}; use one of {', '.join(a.value for a in Architecture)}"
+            )
+        d["model"]["architecture"] = valid[arch.lower()]
+    return GDNModelServerSpec.model_validate(d)
+
+
+def _effective_line(ev: Evaluation) -> str:
+    v = ev.detail.values
+
+    def onoff(x: Any) -> str:
+        return "unknown" if x is None else ("on" if x else "off")
+
+    spec = (
+        f"{v['spec_method']} k={v['num_speculative_tokens']}" if v["spec_enabled"] else "spec decode off"
+    )
+    parts = [
+        f"vLLM {v['vllm_version']}",
+        v["architecture"] or "architecture unrecognised",
+        spec,
+        f"async {onoff(v['async_scheduling'])}",
+        f"prefix caching {onoff(v['prefix_caching'])}" + (f" (mamba {v['mamba_cache_mode']})" if v["mamba_cache_mode"] else ""),
+        f"chunked prefill {onoff(v['chunked_prefill'])}",
+        f"runner {(v['model_runner'] or 'unknown').upper()}",
+        f"TP={v['tensor_parallel_size']}",
+    ]
+    return ", ".join(parts)
+
+
+def _text(results: list[dict[str, Any]], evs: list[Evaluation]) -> str:
+    out = []
+    for res, ev in zip(results, evs):
+        label = res["source"] + (f" {res['name']}" if res.get("name") else "")
+        out.append(f"{label}: {ev.summary().upper()} (policy {ev.policy})")
+        for f in ev.findings:
+            out.append(f"  [{f.action}] ({f.kind}, {f.severity}) {f.message}")
+        out.append(f"  effective: {_effective_line(ev)}")
+        for op in ev.patch:
+            val = f" {json.dumps(op['value'])}" if "value" in op else ""
+            out.append(f"  patch: {op['op']} {op['path']}{val}")
+        for n in ev.notes:
+            out.append(f"  note: {n}")
+    return "\n".join(out) + "\n"
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    launch = list(getattr(args, "launch", None) or [])
+    if launch and launch[0] == "--":
+        launch = launch[1:]
+    filename = getattr(args, "filename", None)
+    if launch and filename:
+        raise ManifestError("give either -f FILE or a launch line after --, not both")
+    if not launch and not filename:
+        raise ManifestError("nothing to validate: give -f FILE or a launch line after -- (e.g. -- vllm serve MODEL ...)")
+
+    results: list[dict[str, Any]] = []
+    evs: list[Evaluation] = []
+    if launch:
+        from gdn_operator.rules.launchline import evaluate_launch
+
+        line, ev = evaluate_launch(
+            launch, vllm_version=args.vllm_version, architecture=getattr(args, "architecture", None),
+            patches=list(getattr(args, "patch", None) or []),
+        )
+        res = {"source": "launch line", "name": None, "namespace": None, "model": line.model, "argv": line.argv}
+        res.update(ev.to_dict())
+        results.append(res)
+        evs.append(ev)
+    else:
+        objs = load_file(filename)
+        source = "<stdin>" if filename == "-" else filename
+        for i, obj in enumerate(objs):
+            spec = _adjust_spec(obj.spec, args)
+            ev = evaluate(spec, default_policy=CLI_DEFAULT_POLICY, vllm_version=args.vllm_version)
+            meta = obj.metadata
+            name = f"{meta.namespace}/{meta.name}" if meta.namespace and meta.name else meta.name
+            res = {
+                "source": source if len(objs) == 1 else f"{source}[doc {i}]",
+                "name": name,
+                "namespace": meta.namespace,
+            }
+            res.update(ev.to_dict())
+            results.append(res)
+            evs.append(ev)
+
+    code = max(ev.exit_code for ev in evs)
+    if getattr(args, "output", "text") == "json":
+        sys.stdout.write(json.dumps({"exitCode": code, "results": results}, indent=2, sort_keys=False) + "\n")
+    else:
+        sys.stdout.write(_text(results, evs))
+    return code
