@@ -57,7 +57,6 @@ def mitigation_patch(spec: dict[str, Any]) -> tuple[dict[str, Any], list[Any]] |
     return merge, mitigated
 
 
-@kopf.on.mutate(GROUP, VERSION, PLURAL, id="gdn-mitigate", operations=["CREATE", "UPDATE"])
 def mitigate(spec: kopf.Spec, patch: kopf.Patch, old: Any, warnings: list[str], namespace: str, **_: Any) -> None:
     if _spec_unchanged(old, spec):
         return
@@ -72,7 +71,6 @@ def mitigate(spec: kopf.Spec, patch: kopf.Patch, old: Any, warnings: list[str], 
         telemetry.ADMISSION_DECISIONS.labels(namespace or "", "mitigated", f.rule).inc()
 
 
-@kopf.on.validate(GROUP, VERSION, PLURAL, id="gdn-admission", operations=["CREATE", "UPDATE"])
 def admission(spec: kopf.Spec, old: Any, warnings: list[str], namespace: str, **_: Any) -> None:
     if _spec_unchanged(old, spec):
         return
@@ -92,3 +90,14 @@ def admission(spec: kopf.Spec, old: Any, warnings: list[str], namespace: str, **
                 telemetry.ADMISSION_DECISIONS.labels(namespace or "", "denied", f.rule).inc()
         raise kopf.AdmissionError(ev.denial_message(), code=403)
     telemetry.ADMISSION_DECISIONS.labels(namespace or "", "admitted", "").inc()
+
+
+def register() -> None:
+    """Register the webhooks with kopf (only when a webhook server is configured: kopf refuses to start
+    with admission handlers but no server)."""
+    kopf.on.mutate(GROUP, VERSION, PLURAL, id="gdn-mitigate", operations=["CREATE", "UPDATE"])(mitigate)
+    kopf.on.validate(GROUP, VERSION, PLURAL, id="gdn-admission", operations=["CREATE", "UPDATE"])(admission)
+
+
+if get_config().webhook_mode:
+    register()

@@ -1,0 +1,250 @@
+"""Run the real operator (a `python -m gdn_operator` process) against the test control plane.
+
+Used by the integration tests: start/stop/kill the operator, install the generated CRD, wait for
+conditions, read the operator's /metrics.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+
+import kubernetes
+from kubernetes.client.rest import ApiException
+
+from gdn_operator import GROUP, PLURAL, VERSION
+from gdn_operator.api.crd import crd_manifest
+
+WEBHOOK_CONFIG = "gdn-operator-test.serving.gdn-operator.io"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+        except ApiException as e:
+            if e.status not in (404, 409):
+                raise
+            last = None
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+
+
+def install_crd(api: kubernetes.client.ApiClient) -> None:
+    ext = kubernetes.client.ApiextensionsV1Api(api)
+    crd = crd_manifest()
+    try:
+        existing = ext.read_custom_resource_definition(crd["metadata"]["name"])
+        crd["metadata"]["resourceVersion"] = existing.metadata.resource_version
+        ext.replace_custom_resource_definition(crd["metadata"]["name"], crd)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        ext.create_custom_resource_definition(crd)
+
+    def established() -> bool:
+        c = ext.read_custom_resource_definition(crd["metadata"]["name"])
+        return any(x.type == "Established" and x.status == "True" for x in (c.status.conditions or []))
+
+    wait_for(established, 30, what="CRD Established")
+    # Discovery for the new group can lag a moment behind Established.
+    co = kubernetes.client.CustomObjectsApi(api)
+    wait_for(lambda: co.list_cluster_custom_object(GROUP, VERSION, PLURAL) is not None, 30, what="CRD served")
+
+
+class OperatorProcess:
+    """The operator as a child process (its own session, so a kill takes everything)."""
+
+    def __init__(self, cluster: Any, workdir: Path, *, webhook: bool = False, env: dict[str, str] | None = None,
+                 kubeconfig: Path | None = None):
+        self.cluster = cluster
+        self.workdir = Path(workdir)
+        self.webhook = webhook
+        self.extra_env = dict(env or {})
+        self.kubeconfig = kubeconfig or cluster.kubeconfig
+        self.proc: subprocess.Popen | None = None
+        self.metrics_port = free_port()
+        self.liveness_port = free_port()
+        self.webhook_port = free_port()
+        self.log_path = self.workdir / "operator.log"
+        self.starts = 0
+
+    def start(self, wait: bool = True) -> "OperatorProcess":
+        env = self.cluster.env()
+        env.update(
+            KUBECONFIG=str(self.kubeconfig),
+            GDN_METRICS_PORT=str(self.metrics_port),
+            GDN_LIVENESS=f"http://127.0.0.1:{self.liveness_port}/healthz",
+            GDN_LOG_LEVEL="DEBUG",
+            PYTHONUNBUFFERED="1",
+        )
+        if self.webhook:
+            env.update(
+                GDN_WEBHOOK_MODE="local",
+                GDN_WEBHOOK_ADDR="127.0.0.1",
+                GDN_WEBHOOK_HOST="127.0.0.1",
+                GDN_WEBHOOK_PORT=str(self.webhook_port),
+                GDN_WEBHOOK_CONFIG_NAME=WEBHOOK_CONFIG,
+            )
+        env.update(self.extra_env)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        log.write(f"\n===== operator start #{self.starts + 1} =====\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gdn_operator"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        self.starts += 1
+        if wait:
+            wait_for(self.alive, 60, what=f"operator liveness (log: {self.log_path})")
+        return self
+
+    def alive(self) -> bool:
+        if self.proc is None or self.proc.poll() is not None:
+            raise AssertionError(f"operator exited with {self.proc and self.proc.returncode}:\n{self.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up at all (a crash in the middle of whatever it was doing)."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+def delete_webhook_configs(api: kubernetes.client.ApiClient, name: str = WEBHOOK_CONFIG) -> None:
+    adm = kubernetes.client.AdmissionregistrationV1Api(api)
+    for fn in (adm.delete_validating_webhook_configuration, adm.delete_mutating_webhook_configuration):
+        try:
+            fn(name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+def gms(name: str, **spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "model": {"uri": "hf://Qwen/Qwen3.5-27B", "architecture": "Qwen3_5ForConditionalGeneration"},
+        "image": {"repository": "ghcr.io/gdn-operator/vllm-gdn", "tag": "v0.33.0-gdn1", "vllmVersion": "0.33.0"},
+        "tensorParallelSize": 1,
+        "speculativeDecoding": {"numSpeculativeTokens": 2},
+        "prefixCaching": False,
+        "resources": {"cpu": "1", "memory": "1Gi", "shmSize": "1Gi"},
+        "startupBudgetSeconds": 300,
+    }
+    for k, v in spec.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            base[k] = {**base[k], **v}
+        else:
+            base[k] = v
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "GDNModelServer",
+        "metadata": {"name": name},
+        "spec": base,
+    }
+
+
+class Kube:
+    """Small typed helpers over the admin client for the tests."""
+
+    def __init__(self, api: kubernetes.client.ApiClient):
+        self.api = api
+        self.core = kubernetes.client.CoreV1Api(api)
+        self.apps = kubernetes.client.AppsV1Api(api)
+        self.co = kubernetes.client.CustomObjectsApi(api)
+
+    def create_namespace(self, name: str) -> str:
+        try:
+            self.core.create_namespace({"metadata": {"name": name}})
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        # the ServiceAccount admission plugin needs the namespace's default SA (made by kcm)
+        wait_for(lambda: self.core.read_namespaced_service_account("default", name), 30, what=f"default SA in {name}")
+        return name
+
+    def create(self, ns: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.co.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, obj)
+
+    def get(self, ns: str, name: str) -> dict[str, Any]:
+        return self.co.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+
+    def patch(self, ns: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self.co.patch_namespaced_custom_object(
+            GROUP, VERSION, ns, PLURAL, name, patch, _content_type="application/merge-patch+json"
+        )
+
+    def delete(self, ns: str, name: str) -> None:
+        try:
+            self.co.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def status(self, ns: str, name: str) -> dict[str, Any]:
+        return self.get(ns, name).get("status") or {}
+
+    def condition(self, ns: str, name: str, type_: str) -> dict[str, Any] | None:
+        for c in self.status(ns, name).get("conditions") or []:
+            if c.get("type") == type_:
+                return c
+        return None
+
+    def wait_condition(self, ns: str, name: str, type_: str, status: str = "True", timeout: float = 60,
+                       reason: str | None = None) -> dict[str, Any]:
+        def check():
+            c = self.condition(ns, name, type_)
+            return c if c and c["status"] == status and (reason is None or c.get("reason") == reason) else None
+
+        return wait_for(check, timeout, what=f"{ns}/{name} condition {type_}={status}" + (f" ({reason})" if reason else ""))
+
+    def deployment(self, ns: str, name: str) -> Any:
+        return self.apps.read_namespaced_deployment(name, ns)
+
+    def engine_pods(self, ns: str, name: str) -> list[Any]:
+        return self.core.list_namespaced_pod(ns, label_selector=f"serving.gdn-operator.io/server={name}").items
+
+    def events(self, ns: str, name: str, reason: str | None = None) -> list[Any]:
+        evs = self.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+        return [e for e in evs if reason is None or e.reason == reason]
