@@ -1,0 +1,138 @@
+{{/* Names */}}
+{{- define "gdn-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gdn-operator.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gdn-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gdn-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gdn-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "gdn-operator.labels" -}}
+helm.sh/chart: {{ include "gdn-operator.chart" . }}
+{{ include "gdn-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gdn-operator
+{{- end -}}
+
+{{- define "gdn-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "gdn-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gdn-operator.webhookService" -}}
+{{- printf "%s-webhook" (include "gdn-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gdn-operator.metricsService" -}}
+{{- printf "%s-metrics" (include "gdn-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gdn-operator.webhookSecret" -}}
+{{- default (printf "%s-webhook-tls" (include "gdn-operator.fullname" .)) .Values.webhook.secretName -}}
+{{- end -}}
+
+{{- define "gdn-operator.peeringName" -}}
+{{- default (include "gdn-operator.fullname" .) .Values.peering.name -}}
+{{- end -}}
+
+{{- define "gdn-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* True (non-empty) when the operator watches every namespace. */}}
+{{- define "gdn-operator.clusterWide" -}}
+{{- if not .Values.operator.watchNamespaces -}}true{{- end -}}
+{{- end -}}
+
+{{/* True (non-empty) when the operator itself creates per-server PodMonitors. */}}
+{{- define "gdn-operator.operatorPodMonitors" -}}
+{{- if eq .Values.monitoring.enginePodMonitor.mode "perServer" -}}true{{- end -}}
+{{- end -}}
+
+{{/* Selector of the engine pods the operator manages (labels set by gdn_operator/render/engine.py). */}}
+{{- define "gdn-operator.engineSelector" -}}
+app.kubernetes.io/managed-by: gdn-operator
+app.kubernetes.io/component: engine
+{{- end -}}
+
+{{/*
+Rules for the NAMESPACED resources the operator touches. Bound cluster-wide (ClusterRole) when it
+watches all namespaces, or per watched namespace (Role). Every rule names the code that needs it;
+tests/charts/test_chart_render.py holds the same table and fails on any extra resource or verb.
+*/}}
+{{- define "gdn-operator.namespacedRules" -}}
+# kopf watches GDNModelServers (list, watch) and patches them (finalizer, kopf's progress annotations;
+# kube.patch_server: the mitigations annotation); kube.get_server reads one (get).
+- apiGroups: ["serving.gdn-operator.io"]
+  resources: ["gdnmodelservers"]
+  verbs: ["get", "list", "watch", "patch"]
+# kube.update_status: read-modify-write of the status subresource (replace = update).
+- apiGroups: ["serving.gdn-operator.io"]
+  resources: ["gdnmodelservers/status"]
+  verbs: ["update"]
+# kube.apply (server-side apply: patch, plus create when the object does not exist yet);
+# kube.get_deployment (get); kopf watches the engine Deployments for status and drift (list, watch).
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+# kube.apply of the engine Service (server-side apply).
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["create", "patch"]
+# kopf index + event handler over the engine pods (status, restarts, unschedulable).
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+# Crash watch: read the logs of crashed / running engine containers.
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
+# kube.emit_event and kopf's own event posting (core/v1 Events).
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- if include "gdn-operator.operatorPodMonitors" . }}
+# monitoring.enginePodMonitor.mode=perServer: kube.apply of the per-server PodMonitor (server-side
+# apply) and kube.delete_pod_monitor when a server turns metrics off.
+- apiGroups: ["monitoring.coreos.com"]
+  resources: ["podmonitors"]
+  verbs: ["create", "patch", "delete"]
+{{- end }}
+{{- end -}}
+
+{{/* Rules for namespaced kopf peering (watch-namespace list mode). */}}
+{{- define "gdn-operator.namespacedPeeringRules" -}}
+{{- if .Values.peering.enabled }}
+# kopf peering: watch the KopfPeering objects of this namespace, patch keep-alives into ours.
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  verbs: ["list", "watch"]
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  resourceNames: [{{ include "gdn-operator.peeringName" . | quote }}]
+  verbs: ["patch"]
+{{- end }}
+{{- end -}}
