@@ -75,6 +75,13 @@ SCRAPE_DURATION = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
     registry=REGISTRY,
 )
+SPEC_ANOMALY = Gauge(
+    "gdn_spec_anomaly",
+    "1 while a speculative-decoding anomaly is detected for a GDNModelServer, by reason "
+    "(SpecAcceptanceNearZero, SpecAcceptanceDrop, EarlyStopShift).",
+    ["namespace", "name", "reason"],
+    registry=REGISTRY,
+)
 
 # --- workload ----------------------------------------------------------------------------------
 READY_REPLICAS = Gauge(

@@ -580,3 +580,23 @@ def test_manual_baseline_before_rollout():
     assert tr.mark_baseline("ns", "m")
     assert tr.baseline("ns", "m").source == "manual"
     assert not tr.mark_baseline("ns", "absent")
+
+
+def test_anomaly_gauge_follows_findings():
+    reg = telemetry.REGISTRY
+    tr = AcceptanceTracker(window=300)
+    key = ("an-ns", "m", "p0")
+    _feed(tr, key, [(0, {}), (15, dict(drafts=656, draft_tokens=1312, accepted=0))])
+    tr.summary("an-ns", "m")
+    tr.update_gauges("an-ns", "m")
+    lab = {"namespace": "an-ns", "name": "m"}
+    assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceNearZero"}) == 1.0
+    assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceDrop"}) == 0.0
+    # acceptance recovers (new window) → 0
+    _feed(tr, key, [(400, dict(drafts=1656, draft_tokens=3312, accepted=1200))])
+    s = tr.summary("an-ns", "m")
+    assert s["findings"] == [] and s["acceptanceRate"] == pytest.approx(0.6)
+    tr.update_gauges("an-ns", "m")
+    assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceNearZero"}) == 0.0
+    tr.forget_resource("an-ns", "m")
+    assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceNearZero"}) is None

@@ -50,6 +50,7 @@ from typing import Iterable, Mapping, NamedTuple
 from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = [
+    "ANOMALY_REASONS",
     "AcceptanceTracker",
     "AnomalyThresholds",
     "Baseline",
@@ -89,16 +90,17 @@ _RUNNING = "num_requests_running"
 
 # One regex keeps the sample, HELP and TYPE lines of exactly those families (see module docstring).
 # It does not parse anything: the kept lines go to prometheus_client's parser unchanged.
+# It starts with a literal newline (the body is searched with one prepended) so that `re` can scan for
+# line starts quickly: ~0.1 ms on a 55 KB exposition instead of ~0.35 ms with a MULTILINE `^`.
 _LINE_FILTER = re.compile(
-    rb"^(?:# (?:HELP|TYPE) )?(?:vllm[:_])?(?:"
+    rb"\n((?:# (?:HELP|TYPE) )?(?:vllm[:_])?(?:"
     rb"spec_decode_num_(?:drafts|draft_tokens|accepted_tokens|accepted_tokens_per_pos)(?:_total)?"
     rb"|spec_decode_num_drafts_created"
     rb"|generation_tokens(?:_total|_created)?"
     rb"|request_success(?:_total)?"
     rb"|request_generation_tokens(?:_bucket|_count|_sum)?"
     rb"|num_requests_running"
-    rb")[ {\t].*$",
-    re.MULTILINE,
+    rb")[ {\t][^\n]*)"
 )
 
 
@@ -191,7 +193,7 @@ def parse_exposition(body: str | bytes, timestamp: float | None = None) -> Engin
         timestamp = time.time()
     if isinstance(body, str):
         body = body.encode("utf-8", "surrogateescape")
-    kept = _LINE_FILTER.findall(body)
+    kept = _LINE_FILTER.findall(b"\n" + body)
     if not kept:
         return EngineSnapshot(timestamp=timestamp)
     try:
@@ -435,7 +437,7 @@ class PodWindow:
     """
 
     __slots__ = ("window", "_points", "_index", "_prev_raw", "_prev_start", "_spec", "last",
-                 "last_seen")
+                 "last_seen", "_stats")
 
     def __init__(self, window: float, max_points: int = 512):
         if window <= 0:
@@ -448,11 +450,13 @@ class PodWindow:
         self._spec: bool | None = None
         self.last: EngineSnapshot | None = None
         self.last_seen: float = 0.0
+        self._stats: WindowStats | None = None  # cache, cleared by observe()
 
     def __len__(self) -> int:
         return len(self._points)
 
     def reset(self) -> None:
+        self._stats = None
         self._points.clear()
         self._index.clear()
         self._prev_raw = {}
@@ -462,6 +466,7 @@ class PodWindow:
         """Add one snapshot. Out-of-order or duplicate timestamps are ignored."""
         if self._points and snap.timestamp <= self._points[-1].ts:
             return
+        self._stats = None
         spec = snap.spec_decode_enabled
         if self._spec is not None and spec != self._spec:
             # spec decoding switched on/off (new config): old history is not comparable.
@@ -516,6 +521,11 @@ class PodWindow:
 
     def stats(self) -> WindowStats | None:
         """Increases over the window; ``None`` until two snapshots have been observed."""
+        if self._stats is None:
+            self._stats = self._compute()
+        return self._stats
+
+    def _compute(self) -> WindowStats | None:
         pts = self._points
         if len(pts) < 2:
             return None
@@ -619,6 +629,7 @@ class Finding:
 REASON_NEAR_ZERO = "SpecAcceptanceNearZero"
 REASON_DROP = "SpecAcceptanceDrop"
 REASON_EARLY_STOP = "EarlyStopShift"
+ANOMALY_REASONS = (REASON_NEAR_ZERO, REASON_DROP, REASON_EARLY_STOP)
 
 
 def detect_near_zero_acceptance(
@@ -805,6 +816,7 @@ class AcceptanceTracker:
         self._pods: dict[tuple[str, str], dict[str, _PodState]] = {}
         self._baselines: dict[tuple[str, str], Baseline] = {}
         self._gauge_labels: dict[tuple[str, str], dict[str, set]] = {}
+        self._findings: dict[tuple[str, str], list[Finding]] = {}
 
     # --- input ----------------------------------------------------------------------------------
     def _state(self, key: PodKey) -> _PodState:
@@ -857,6 +869,7 @@ class AcceptanceTracker:
     def forget_resource(self, namespace: str, name: str) -> None:
         """Drop all state of a deleted resource, including its gauge label sets."""
         self._pods.pop((namespace, name), None)
+        self._findings.pop((namespace, name), None)
         self._baselines.pop((namespace, name), None)
         self._clear_gauges(namespace, name)
 
@@ -948,9 +961,16 @@ class AcceptanceTracker:
                 or (stats.finished_requests or 0.0) >= thr.min_finished_requests
             )
         )
-        if not findings and enough and (base is None or (base.source == "auto" and now - base.captured_at >= self.baseline_max_age)):
+        if not findings and enough and (
+            base is None or (base.source == "auto" and now - base.captured_at >= self.baseline_max_age)
+        ):
             self._baselines[key] = Baseline(stats, now, "auto")
+        self._findings[key] = findings
         return findings
+
+    def last_findings(self, namespace: str, name: str) -> list[Finding]:
+        """Findings of the last :meth:`evaluate` / :meth:`summary` call (no re-evaluation)."""
+        return list(self._findings.get((namespace, name), ()))
 
     def summary(self, namespace: str, name: str) -> dict:
         """CR-status dict (camelCase). ``None`` values mean unknown / not applicable.
@@ -962,6 +982,7 @@ class AcceptanceTracker:
         baselineAcceptanceRate, findings[{reason, severity, message, upstream, pods}].
         """
         pods = self._pods.get((namespace, name), {})
+        self._findings.pop((namespace, name), None)
         counts = {"total": len(pods), "reporting": 0, "specDecode": 0, "notApplicable": 0,
                   "warmingUp": 0, "scrapeErrors": 0}
         errors: dict[str, int] = {}
@@ -1027,12 +1048,20 @@ class AcceptanceTracker:
 
     # --- telemetry ------------------------------------------------------------------------------
     def update_gauges(self, namespace: str, name: str) -> None:
-        """Set gdn_spec_* gauges for this resource; removes label sets that no longer apply."""
+        """Set gdn_spec_* gauges for this resource; removes label sets that no longer apply.
+
+        ``gdn_spec_anomaly{reason}`` is 0/1 per known reason, from the findings of the last
+        :meth:`summary` / :meth:`evaluate` call (call one of those first in each round).
+        """
         from gdn_operator import telemetry as t
 
-        seen: dict[str, set] = {"pos": set(), "pod": set(), "res": set()}
+        seen: dict[str, set] = {"pos": set(), "pod": set(), "res": set(), "anomaly": set()}
         stats = self.window_stats(namespace, name)
         if stats is not None and stats.spec_decode:
+            active = {f.reason for f in self._findings.get((namespace, name), ())}
+            for reason in ANOMALY_REASONS:
+                t.SPEC_ANOMALY.labels(namespace, name, reason).set(1.0 if reason in active else 0.0)
+                seen["anomaly"].add(reason)
             for gauge, val in (
                 (t.ACCEPTANCE_RATE, stats.acceptance_rate),
                 (t.MEAN_ACCEPTED_LENGTH, stats.mean_accepted_length),
@@ -1050,7 +1079,10 @@ class AcceptanceTracker:
             if rate is not None:
                 t.POD_ACCEPTANCE_RATE.labels(namespace, name, pod).set(rate)
                 seen["pod"].add(pod)
-        prev = self._gauge_labels.get((namespace, name), {"pos": set(), "pod": set(), "res": set()})
+        prev = self._gauge_labels.get(
+            (namespace, name), {"pos": set(), "pod": set(), "res": set(), "anomaly": set()})
+        for r in prev["anomaly"] - seen["anomaly"]:
+            _remove(t.SPEC_ANOMALY, namespace, name, r)
         for gauge in (t.ACCEPTANCE_RATE, t.MEAN_ACCEPTED_LENGTH, t.DRAFTS_PER_SECOND):
             if gauge._name in prev["res"] and gauge._name not in seen["res"]:
                 _remove(gauge, namespace, name)
@@ -1073,6 +1105,8 @@ class AcceptanceTracker:
             _remove(t.ACCEPTANCE_PER_POSITION, namespace, name, p)
         for p in prev["pod"]:
             _remove(t.POD_ACCEPTANCE_RATE, namespace, name, p)
+        for r in prev["anomaly"]:
+            _remove(t.SPEC_ANOMALY, namespace, name, r)
 
 
 def _remove(gauge, *labels: str) -> None:

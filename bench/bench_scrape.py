@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""Benchmark: CPU share and RSS of the operator's acceptance scraping of N engine pods.
+
+Stand-in engines: ``--endpoints`` (default 1000) distinct URLs, one listening port each on
+127.0.0.1, served by ``--server-procs`` separate processes (so their CPU is not counted). Each
+serves the REAL captured vLLM 0.32.0 exposition (../shared/fixtures/vllm-0.32.0-cpu/metrics-mtp2.prom,
+55 KB, ~600 lines) with the spec-decode counters advanced on every hit (acceptance 0.6 by
+construction, checked at the end).
+
+Two client phases run one after the other, each in a fresh process, scraping every target every
+``--interval`` seconds (default 15, the operator's timer) for ``--rounds`` rounds:
+
+* baseline: plain aiohttp GETs that read the body (no parsing) — the floor for any HTTP scraper;
+* operator: gdn_operator.watch.scraper.Scraper + AcceptanceTracker.observe/retain/summary/
+  update_gauges for every resource (``--pods-per-resource`` pods each), i.e. the real timer work.
+
+CPU share = process CPU time / wall time over the rounds (includes the idle sleep between rounds,
+like the real timer). RSS = VmRSS at the end and VmHWM (peak) of the client process.
+Goal: operator < 0.5 core and < 300 MiB at 1000 endpoints / 15 s.
+
+    .venv/bin/python bench/bench_scrape.py                 # 1000 endpoints, 15 s x 4 rounds
+    .venv/bin/python bench/bench_scrape.py --interval 3 --rounds 3   # quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("GDN_SHARED_DIR", REPO.parent / "shared"))
+FIXTURE = SHARED / "fixtures" / "vllm-0.32.0-cpu" / "metrics-mtp2.prom"
+sys.path.insert(0, str(REPO / "operator"))
+
+# per hit: +100 drafts, +200 draft tokens, +120 accepted (80 at pos 0, 40 at pos 1), +300 gen tokens
+_ADVANCE = {
+    "vllm:spec_decode_num_drafts_total": (156, 100),
+    "vllm:spec_decode_num_draft_tokens_total": (312, 200),
+    "vllm:spec_decode_num_accepted_tokens_total": (0, 120),
+    'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny-qwen3-next",position="0"}': (0, 80),
+    'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny-qwen3-next",position="1"}': (0, 40),
+    "vllm:generation_tokens_total": (160, 300),
+}
+EXPECTED_ACCEPTANCE = 120 / 200
+
+
+def _template(text: str) -> list:
+    """Split the exposition into literal bytes and (base, step) slots for the advanced counters."""
+    parts: list = []
+    pos = 0
+    for m in re.finditer(r"^(?P<series>[^\s#][^ ]*) (?P<value>\S+)$", text, re.M):
+        series = m.group("series")
+        name = series.split("{", 1)[0]
+        adv = _ADVANCE.get(series) or (_ADVANCE.get(name) if "position" not in series else None)
+        if adv is None:
+            continue
+        parts.append(text[pos:m.start("value")].encode())
+        parts.append(adv)
+        pos = m.end("value")
+    parts.append(text[pos:].encode())
+    return parts
+
+
+def _render(parts: list, hit: int) -> bytes:
+    return b"".join(p if isinstance(p, bytes) else b"%.1f" % (p[0] + p[1] * hit) for p in parts)
+
+
+# --------------------------------------------------------------------------------------------------
+# stand-in server process
+# --------------------------------------------------------------------------------------------------
+
+
+def serve(n_ports: int) -> None:
+    from aiohttp import web
+
+    parts = _template(FIXTURE.read_text())
+    hits: dict[int, int] = {}
+
+    async def handler(request):
+        port = request.transport.get_extra_info("sockname")[1]
+        h = hits.get(port, 0)
+        hits[port] = h + 1
+        return web.Response(body=_render(parts, h), content_type="text/plain",
+                            charset="utf-8")
+
+    async def main():
+        app = web.Application()
+        app.router.add_get("/metrics", handler)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        ports = []
+        for _ in range(n_ports):
+            site = web.TCPSite(runner, "127.0.0.1", 0, backlog=256)
+            await site.start()
+            ports.append(site._server.sockets[0].getsockname()[1])
+        print(json.dumps({"ports": ports}), flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+# --------------------------------------------------------------------------------------------------
+# client phases
+# --------------------------------------------------------------------------------------------------
+
+
+def _proc_status() -> dict[str, float]:
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                k, v = line.split(":", 1)
+                out[k] = int(v.split()[0]) / 1024.0  # MiB
+    return out
+
+
+async def _phase(mode: str, urls: list[str], rounds: int, interval: float, concurrency: int,
+                 timeout: float, pods_per_resource: int) -> dict:
+    import aiohttp
+
+    rss_start = _proc_status()["VmRSS"]
+    round_walls, round_cpus, errors = [], [], 0
+    result_check = None
+
+    if mode == "baseline":
+        conn = aiohttp.TCPConnector(limit=concurrency, keepalive_timeout=60.0)
+        session = aiohttp.ClientSession(connector=conn)
+        sem = asyncio.Semaphore(concurrency)
+
+        async def get(url):
+            async with sem:
+                try:
+                    async with asyncio.timeout(timeout):
+                        async with session.get(url) as r:
+                            await r.read()
+                            return r.status == 200
+                except Exception:
+                    return False
+
+        async def one_round():
+            ok = await asyncio.gather(*(get(u) for u in urls))
+            return len(ok) - sum(ok)
+
+        closer = session.close
+    else:
+        from gdn_operator.watch.acceptance import AcceptanceTracker
+        from gdn_operator.watch.scraper import Scraper, Target, scrape_and_observe
+
+        targets = [Target("bench", f"model-{i // pods_per_resource}", f"pod-{i}", u)
+                   for i, u in enumerate(urls)]
+        resources = sorted({(t.namespace, t.name) for t in targets})
+        tracker = AcceptanceTracker(window=300.0)
+        scraper = Scraper(timeout=timeout, concurrency=concurrency)
+        await scraper.__aenter__()
+
+        async def one_round():
+            results = await scrape_and_observe(tracker, scraper, targets)
+            for ns, name in resources:
+                tracker.summary(ns, name)
+                tracker.update_gauges(ns, name)
+            return sum(1 for r in results if not r.ok)
+
+        async def closer():
+            await scraper.close()
+
+    t_start, c_start = time.monotonic(), time.process_time()
+    for i in range(rounds):
+        tick = t_start + i * interval
+        now = time.monotonic()
+        if tick > now:
+            await asyncio.sleep(tick - now)
+        w0, c0 = time.monotonic(), time.process_time()
+        errors += await one_round()
+        round_walls.append(time.monotonic() - w0)
+        round_cpus.append(time.process_time() - c0)
+    # the last round's interval counts too (the timer would sleep until the next tick)
+    end = t_start + rounds * interval
+    now = time.monotonic()
+    if end > now:
+        await asyncio.sleep(end - now)
+    wall = time.monotonic() - t_start
+    cpu = time.process_time() - c_start
+    if mode == "operator":
+        s = tracker.summary(*resources[0])
+        result_check = {"acceptanceRate": s["acceptanceRate"], "state": s["state"],
+                        "meanAcceptedLength": s["meanAcceptedLength"], "pods": s["pods"]["total"]}
+    await closer()
+    st = _proc_status()
+    return {
+        "mode": mode, "endpoints": len(urls), "rounds": rounds, "interval_s": interval,
+        "cpu_s": round(cpu, 3), "wall_s": round(wall, 2), "cpu_share_cores": round(cpu / wall, 4),
+        "cpu_per_round_s": [round(c, 3) for c in round_cpus],
+        "round_wall_s": [round(w, 3) for w in round_walls],
+        "errors": errors, "rss_start_mib": round(rss_start, 1), "rss_end_mib": round(st["VmRSS"], 1),
+        "rss_peak_mib": round(st["VmHWM"], 1), "check": result_check,
+    }
+
+
+def client(args) -> None:
+    urls = json.loads(sys.stdin.read())
+    res = asyncio.run(_phase(args.client, urls, args.rounds, args.interval, args.concurrency,
+                             args.timeout, args.pods_per_resource))
+    print(json.dumps(res), flush=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# orchestration
+# --------------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--endpoints", type=int, default=1000)
+    ap.add_argument("--server-procs", type=int, default=2)
+    ap.add_argument("--interval", type=float, default=15.0, help="seconds between rounds (operator timer)")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--timeout", type=float, default=5.0)
+    ap.add_argument("--pods-per-resource", type=int, default=10)
+    ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--client", choices=["baseline", "operator"], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve:
+        serve(args.serve)
+        return 0
+    if args.client:
+        client(args)
+        return 0
+    if not FIXTURE.exists():
+        print(f"bench_scrape: fixture not found: {FIXTURE} (set GDN_SHARED_DIR)", file=sys.stderr)
+        return 2
+
+    py = sys.executable
+    me = str(Path(__file__).resolve())
+    per = [args.endpoints // args.server_procs + (1 if i < args.endpoints % args.server_procs else 0)
+           for i in range(args.server_procs)]
+    servers, urls = [], []
+    try:
+        t0 = time.monotonic()
+        for n in per:
+            servers.append(subprocess.Popen([py, me, "--serve", str(n)], stdout=subprocess.PIPE,
+                                            text=True, start_new_session=True))
+        for p in servers:
+            line = p.stdout.readline()
+            if not line:
+                print("bench_scrape: stand-in server failed to start", file=sys.stderr)
+                return 1
+            urls += [f"http://127.0.0.1:{port}/metrics" for port in json.loads(line)["ports"]]
+        print(f"stand-ins: {len(urls)} endpoints (distinct ports) on 127.0.0.1 in "
+              f"{len(servers)} server process(es), ready in {time.monotonic() - t0:.1f}s; "
+              f"exposition {FIXTURE.stat().st_size} bytes")
+        results = []
+        for mode in ("baseline", "operator"):
+            cmd = [py, me, "--client", mode, "--rounds", str(args.rounds), "--interval",
+                   str(args.interval), "--concurrency", str(args.concurrency), "--timeout",
+                   str(args.timeout), "--pods-per-resource", str(args.pods_per_resource)]
+            out = subprocess.run(cmd, input=json.dumps(urls), capture_output=True, text=True)
+            if out.returncode != 0:
+                print(f"bench_scrape: {mode} client failed:\n{out.stderr}", file=sys.stderr)
+                return 1
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            results.append(r)
+            print(f"\n[{mode}] {r['endpoints']} endpoints x {r['rounds']} rounds every {r['interval_s']:g}s, "
+                  f"concurrency {args.concurrency}")
+            print(f"  CPU share      {r['cpu_share_cores']:.3f} cores  ({r['cpu_s']:.2f}s CPU / {r['wall_s']:.1f}s wall)")
+            print(f"  CPU per round  {', '.join(f'{c:.2f}' for c in r['cpu_per_round_s'])} s")
+            print(f"  round latency  {', '.join(f'{w:.2f}' for w in r['round_wall_s'])} s")
+            print(f"  RSS            start {r['rss_start_mib']:.0f} MiB, end {r['rss_end_mib']:.0f} MiB, "
+                  f"peak {r['rss_peak_mib']:.0f} MiB")
+            print(f"  errors         {r['errors']}")
+            if r["check"]:
+                print(f"  check          {r['check']}")
+        base, op = results
+        print("\nsummary")
+        print(f"  operator CPU share {op['cpu_share_cores']:.3f} cores (goal < 0.5), "
+              f"baseline {base['cpu_share_cores']:.3f}, overhead of parse+window+status "
+              f"{op['cpu_share_cores'] - base['cpu_share_cores']:+.3f} cores")
+        print(f"  operator peak RSS {op['rss_peak_mib']:.0f} MiB (goal < 300), "
+              f"baseline {base['rss_peak_mib']:.0f} MiB")
+        ok = (op["cpu_share_cores"] < 0.5 and op["rss_peak_mib"] < 300 and op["errors"] == 0
+              and op["check"] and abs((op["check"]["acceptanceRate"] or 0) - EXPECTED_ACCEPTANCE) < 1e-3)
+        print(f"  result: {'PASS' if ok else 'FAIL'}")
+        return 0 if ok else 1
+    finally:
+        for p in servers:
+            try:
+                os.killpg(p.pid, 15)
+            except ProcessLookupError:
+                pass
+        for p in servers:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, 9)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
