@@ -107,7 +107,7 @@ def test_gpu_deployment_pod_runs_on_fake_node_with_loopback_ip(full_cluster, api
     assert pod.status.container_statuses[0].restart_count == 0
 
     dep = _wait(
-        lambda: (d := apps.read_namespaced_deployment(ns, "one-gpu")).status.ready_replicas == 1 and d,
+        lambda: (d := apps.read_namespaced_deployment("one-gpu", ns)).status.ready_replicas == 1 and d,
         what="Deployment readyReplicas=1",
     )
     assert dep.status.available_replicas == 1

@@ -94,9 +94,9 @@ def test_killed_parent_leaves_no_orphans(core_bins, tmp_path):
         f"""
         import sys, json
         sys.path.insert(0, {str(CLUSTER_DIR)!r})
-        from controlplane import ControlPlane, find_binaries
+        from controlplane import ControlPlane
         cp = ControlPlane({str(tmp_path / 'orphan')!r}, tier="core").start()
-        print(json.dumps({"pids": cp.pids, "tmp": [str(d) for d in cp._tmpdirs]}), flush=True)
+        print(json.dumps({{"pids": cp.pids, "tmp": [str(d) for d in cp._tmpdirs]}}), flush=True)
         sys.stdin.read()
         """
     )
