@@ -24,6 +24,7 @@ rejected instead.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -382,7 +383,7 @@ def _evaluate(
     applied: list[tuple[_Hit, dict[str, Any]]] = []
     changes: list[tuple[str, Any]] = []
     failed: dict[str, str] = {}
-    seen_states = [_state_key(original)]
+    seen_states = [_state_key(spec)]
     decisions = decisions0
 
     for _round in range(MAX_ROUNDS):
@@ -393,14 +394,14 @@ def _evaluate(
         progressed = False
         for hit in wanting:
             candidate = _apply(current_dict, hit.mitigation or {})
-            key = _state_key(candidate)
-            if key in seen_states:
-                failed[hit.ref] = "its mitigation would undo an earlier one (loop)"
-                continue
             try:
                 cand_spec = GDNModelServerSpec.model_validate(candidate)
             except ValidationError as e:
                 failed[hit.ref] = f"its mitigation gives an invalid spec ({e.error_count()} error(s))"
+                continue
+            key = _state_key(cand_spec)
+            if key in seen_states:
+                failed[hit.ref] = "its mitigation would undo an earlier one (loop)"
                 continue
             cand_eff = effective_config(cand_spec, vllm_version, overrides=overrides)
             cand_hits = _match_rules(cat, cand_eff)
@@ -426,39 +427,36 @@ def _evaluate(
             if a == "mitigated" and h.ref not in failed:
                 failed[h.ref] = f"mitigations did not converge in {MAX_ROUNDS} rounds"
 
-    findings: list[Finding] = []
-    applied_refs = set()
-    for hit, mit in applied:
-        applied_refs.add(hit.ref)
-        findings.append(_finding(hit, "mitigated", f"Applied: {_fmt_change(mit)}."))
+    failed_any = False
+    rest: list[Finding] = []
     for h, a in decisions:
-        if h.ref in applied_refs:
-            continue  # a mitigated rule that matches again cannot happen unless its change was undone
         if a == "mitigated":
             reason = failed.get(h.ref, "no applicable mitigation")
-            findings.append(_finding(h, "rejected", f"Not mitigated: {reason}."))
+            rest.append(_finding(h, "rejected", f"Not mitigated: {reason}."))
+            failed_any = True
         else:
-            findings.append(_finding(h, a))
-    # hits that failed to mitigate in round 0 but disappeared later are resolved; nothing to report
+            rest.append(_finding(h, a))
+    # hits that could not be mitigated in an earlier round but were resolved by a later change are gone
 
-    allowed = not any(f.action == "rejected" for f in findings)
+    allowed = not failed_any and not any(f.action == "rejected" for f in rest)
     if not applied:
-        return _result(cat, policy, findings, None, [], eff0, eff0)
+        return _result(cat, policy, rest, None, [], eff0, eff0)
     if not allowed:
-        # refused anyway: report what would run unchanged, no patch
-        findings = [f for f in findings if f.action != "mitigated"] + [
-            f.model_copy(update={"action": "rejected", "message": f.message + " (not applied: the spec is refused)"})
-            for f in findings if f.action == "mitigated"
+        # refused anyway: nothing is changed; report the rules that wanted a change as rejected, against
+        # the configuration as submitted
+        refused = [
+            _finding(hit, "rejected", "Mitigation not applied: the spec is refused by another rule.")
+            for hit, _ in applied
         ]
-        return _result(cat, policy, findings, None, [], eff0, eff0)
+        return _result(cat, policy, refused + rest, None, [], eff0, eff0)
+    findings = [_finding(hit, "mitigated", f"Applied: {_fmt_change(mit)}.") for hit, mit in applied] + rest
     patch = _json_patch(original, changes)
     return _result(cat, policy, findings, current_spec, patch, eff, eff0)
 
 
-def _state_key(d: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps(d, sort_keys=True, default=str)
+def _state_key(spec: GDNModelServerSpec) -> str:
+    """Semantic identity of a spec (defaults included, so unset == its default)."""
+    return json.dumps(spec.model_dump(mode="json"), sort_keys=True)
 
 
 def _result(

@@ -1,0 +1,173 @@
+"""Every rule of data/rules.yaml: fires on its trigger at an affected version, not at the fixed version,
+not when the image carries its patch id; known-good configurations are clean of reject-level findings.
+
+Test ids name the upstream issue (catalogue /work/shared/docs/vllm-known-issues.md, B1-B14).
+"""
+
+from __future__ import annotations
+
+import pytest
+from rules_helpers import mk, rules_of
+
+from gdn_operator.rules import evaluate, load_catalogue
+from gdn_operator.rules.effective import LaunchOverrides
+
+# (rule id, trigger spec fields, affected version, expected action under policy reject,
+#  fixed version (or None: open bug), patch id (or None), launch overrides)
+TABLE = [
+    ("vllm#36917", {}, "0.17.1", "rejected", "0.18.0", "gdn-guard/vllm-36917", None),
+    ("vllm#36917", {"speculativeDecoding": {"numSpeculativeTokens": 1}}, "0.17.0", "rejected", "0.18.0", None, None),
+    ("vllm#45100", {}, "0.23.0", "rejected", "0.24.0", "gdn-guard/vllm-45100", None),
+    ("vllm#45100", {"prefixCaching": False}, "0.17.0", "rejected", "0.24.0", None, None),
+    ("vllm#38041", {"modelRunner": "v2", "prefixCaching": False}, "0.19.1", "rejected", "0.25.0", None, None),
+    ("vllm#38041", {"modelRunner": "v2", "prefixCaching": True}, "0.24.0", "rejected", "0.25.0", None, None),
+    ("vllm#41190", {"tensorParallelSize": 2}, "0.19.2rc1.dev226+g53b9640fb", "warned", None, None, None),
+    ("vllm#41190", {"tensorParallelSize": 2, "env": [{"name": "NCCL_P2P_DISABLE", "value": "1"}]},
+     "0.20.0", "rejected", None, None, None),
+    ("vllm#51562", {}, "0.30.0", "warned", "0.31.0", "gdn-guard/vllm-51562", None),
+    ("vllm#51562", {"speculativeDecoding": {"enabled": False}}, "0.24.0", "warned", "0.31.0", None, None),
+    ("vllm#37035", {"speculativeDecoding": {"numSpeculativeTokens": 5}, "attentionBackend": "FLASHINFER"},
+     "0.17.1", "rejected", None, "gdn-guard/vllm-37035", None),
+    ("vllm#37035", {"speculativeDecoding": {"numSpeculativeTokens": 6}}, "0.33.0", "warned", None, None, None),
+    ("vllm#43559", {"prefixCaching": True}, "0.23.0", "rejected", None, "gdn-guard/vllm-43559", None),
+    ("vllm#43559", {}, "0.26.0", "rejected", None, None, None),  # default-on prefix caching from 0.26.0
+    ("vllm#43559", {}, "0.33.0", "rejected", None, None, None),  # open @0.33.0
+    ("vllm#51571", {"prefixCaching": True, "modelRunner": "v1"}, "0.33.0", "rejected", None,
+     "gdn-guard/vllm-51571", None),
+    ("vllm#51571", {"prefixCaching": True}, "0.24.0", "rejected", None, None, None),
+    ("vllm#53962", {}, "0.25.0", "warned", "0.29.0", "gdn-guard/vllm-53962", None),
+    ("vllm#40756", {}, "0.19.1", "warned", None, None, None),
+    ("vllm#51508", {}, "0.33.0", "warned", None, "gdn-guard/vllm-51508", None),
+    ("flashinfer#3329", {}, "0.18.0", "warned", None, None, None),
+    ("flashinfer#3329", {"gdnPrefillBackend": "flashinfer"}, "0.33.0", "warned", None, None, None),
+    ("vllm#50708", {}, "0.26.0", "rejected", None, None, LaunchOverrides(spec_method="dflash", num_speculative_tokens=16)),
+    ("vllm-config/align-requires-chunked-prefill", {"prefixCaching": True, "chunkedPrefill": False},
+     "0.33.0", "rejected", None, None, None),
+    ("vllm-config/gdn-prefill-backend-unsupported", {"gdnPrefillBackend": "triton"}, "0.17.1", "rejected",
+     "0.18.0", None, None),
+    ("vllm-config/gdn-prefill-backend-unsupported", {"gdnPrefillBackend": "cutedsl"}, "0.21.0", "rejected",
+     "0.22.0", None, None),
+    ("vllm-config/gdn-prefill-backend-unsupported", {"gdnPrefillBackend": "sycl"}, "0.32.0", "rejected",
+     "0.33.0", None, None),
+    ("vllm-config/v2-runner-env-not-integer", {}, "0.22.0", "rejected", None, None,
+     LaunchOverrides(env={"VLLM_USE_V2_MODEL_RUNNER": "true"})),
+]
+
+
+def _id(row):
+    rule, fields, version, *_ = row
+    extra = ",".join(f"{k}" for k in fields) or "defaults"
+    return f"{rule}@{version}[{extra}]"
+
+
+@pytest.mark.parametrize("row", TABLE, ids=[_id(r) for r in TABLE])
+def test_rule_fires_on_trigger(row):
+    rule, fields, version, action, _fixed, _patch, ov = row
+    ev = evaluate(mk(version, **fields), overrides=ov, policy="reject")
+    got = {f.rule: f.action for f in ev.findings}
+    assert rule in got, f"{rule} did not fire; findings: {got}"
+    assert got[rule] == action
+    f = next(f for f in ev.findings if f.rule == rule)
+    assert rule in f.message and f.fields and all(p.startswith("spec.") for p in f.fields)
+    assert f.workaround
+
+
+@pytest.mark.parametrize("row", [r for r in TABLE if r[4]], ids=[_id(r) for r in TABLE if r[4]])
+def test_rule_silent_at_fixed_version(row):
+    rule, fields, _version, _action, fixed, _patch, ov = row
+    ev = evaluate(mk(fixed, **fields), overrides=ov, policy="reject")
+    assert rule not in rules_of(ev)
+
+
+@pytest.mark.parametrize("row", [r for r in TABLE if r[5]], ids=[_id(r) for r in TABLE if r[5]])
+def test_rule_neutralised_by_patch(row):
+    rule, fields, version, _action, _fixed, patch, ov = row
+    assert patch in load_catalogue().patch_ids
+    ev = evaluate(mk(version, patches=[patch], **fields), overrides=ov, policy="reject")
+    assert rule not in rules_of(ev)
+    # a patch for another defect does not neutralise this one
+    other = next(p for p in load_catalogue().patch_ids if p != patch)
+    ev2 = evaluate(mk(version, patches=[other], **fields), overrides=ov, policy="reject")
+    assert rule in rules_of(ev2)
+
+
+def test_every_rule_has_a_table_row():
+    covered = {row[0] for row in TABLE}
+    assert {r.id for r in load_catalogue().rules} == covered
+
+
+def test_every_patch_id_is_used_and_tested():
+    cat = load_catalogue()
+    used = {p for r in cat.rules for p in r.patches}
+    assert used == set(cat.patch_ids)
+    tested = {row[5] for row in TABLE if row[5]}
+    assert tested == used
+
+
+# ---- triggers that must NOT fire (boundaries from the catalogue) ----------------------------------
+
+NEGATIVE = [
+    ("vllm#36917", {"speculativeDecoding": {"enabled": False}}, "0.17.1"),  # B1 needs MTP
+    ("vllm#45100", {"asyncScheduling": False}, "0.23.0"),  # the documented workaround
+    ("vllm#45100", {"prefixCaching": True}, "0.23.0"),  # align mode takes the synchronized path
+    ("vllm#45100", {"modelRunner": "v2", "prefixCaching": False}, "0.23.0"),  # V1-only code path
+    ("vllm#38041", {"modelRunner": "v2", "prefixCaching": False}, "0.23.0"),  # 0.23-0.24: only with align
+    ("vllm#38041", {}, "0.24.0"),  # auto = V1 before 0.29.0
+    ("vllm#41190", {"tensorParallelSize": 1}, "0.20.0"),
+    ("vllm#37035", {"speculativeDecoding": {"numSpeculativeTokens": 4}, "attentionBackend": "FLASHINFER"}, "0.17.1"),
+    ("vllm#43559", {}, "0.25.1"),  # prefix caching default off for hybrids up to 0.25.1
+    ("vllm#43559", {"prefixCaching": False}, "0.33.0"),
+    ("vllm#43559", {"prefixCaching": True, "speculativeDecoding": {"enabled": False}}, "0.33.0"),
+    ("vllm#51571", {"prefixCaching": True}, "0.29.0"),  # V2 runner is the default from 0.29.0
+    ("vllm#51571", {"prefixCaching": True, "asyncScheduling": False, "modelRunner": "v1"}, "0.28.0"),
+    ("vllm#51571", {"prefixCaching": True, "modelRunner": "v1"}, "0.23.0"),  # align CPU path from 0.24.0
+    ("vllm#53962", {"asyncScheduling": False}, "0.26.0"),
+    ("vllm#40756", {}, "0.19.0"),
+    ("vllm#51508", {"asyncScheduling": False}, "0.33.0"),
+    ("flashinfer#3329", {"gdnPrefillBackend": "triton"}, "0.33.0"),
+    ("flashinfer#3329", {}, "0.17.1"),
+    ("vllm#50708", {"speculativeDecoding": {"numSpeculativeTokens": 16}}, "0.26.0"),  # serial MTP: 0 slots
+    ("vllm-config/align-requires-chunked-prefill", {"prefixCaching": False, "chunkedPrefill": False}, "0.33.0"),
+    ("vllm-config/gdn-prefill-backend-unsupported", {"gdnPrefillBackend": "aiter_flydsl"}, "0.32.0"),
+]
+
+
+@pytest.mark.parametrize("rule, fields, version", NEGATIVE, ids=[_id((r, f, v)) for r, f, v in NEGATIVE])
+def test_rule_does_not_fire(rule, fields, version):
+    ev = evaluate(mk(version, **fields), policy="reject")
+    assert rule not in rules_of(ev)
+
+
+def test_vllm_50708_budget_precomputation():
+    # #50708: v0.26.0, DFlash k=16, default batching -> 2048 - 15 x 256 = -1792
+    ov = LaunchOverrides(spec_method="dflash", num_speculative_tokens=16)
+    ev = evaluate(mk("0.26.0", prefixCaching=False), overrides=ov)
+    assert ev.detail.scheduled_token_budget == -1792
+    assert "vllm#50708" in rules_of(ev, "rejected")
+    # raising maxNumBatchedTokens above slots x seqs admits it (4096 - 3840 = 256)
+    ev = evaluate(mk("0.26.0", prefixCaching=False, maxNumBatchedTokens=4096), overrides=ov)
+    assert ev.detail.scheduled_token_budget == 256 and "vllm#50708" not in rules_of(ev)
+    # and lowering maxNumSeqs does too (2048 - 15 x 128 = 128)
+    ev = evaluate(mk("0.26.0", prefixCaching=False, maxNumSeqs=128), overrides=ov)
+    assert "vllm#50708" not in rules_of(ev)
+
+
+# ---- known-good configurations ------------------------------------------------------------------
+
+GOOD = [
+    ("0.33.0", {"speculativeDecoding": {"numSpeculativeTokens": 1}, "tensorParallelSize": 1, "prefixCaching": False}),
+    ("0.33.0", {"speculativeDecoding": {"numSpeculativeTokens": 2}, "prefixCaching": False, "gdnPrefillBackend": "triton"}),
+    ("0.31.0", {"speculativeDecoding": {"numSpeculativeTokens": 3}, "prefixCaching": False}),
+    ("0.24.0", {"prefixCaching": False}),  # B2 fixed, B7 avoided, V1 + non-align is the fixed path
+    ("0.23.0", {"prefixCaching": False, "asyncScheduling": False}),  # B2 workaround
+    ("0.33.0", {"speculativeDecoding": {"enabled": False}}),  # no MTP: prefix caching on is fine
+]
+
+
+@pytest.mark.parametrize("version, fields", GOOD, ids=[f"good@{v}-{i}" for i, (v, _f) in enumerate(GOOD)])
+def test_known_good_configs_have_no_reject_level_findings(version, fields):
+    for policy in ("reject", "mitigate", "warn"):
+        ev = evaluate(mk(version, **fields), policy=policy)
+        assert ev.allowed and not ev.changed, [f.message for f in ev.findings]
+        assert not ev.rejected and not ev.mitigated
+        assert ev.exit_code == 0

@@ -1,0 +1,76 @@
+"""Version parsing and ranges (PEP 440 ordering written for the rules; nightlies parse as pre-releases)."""
+
+import pytest
+
+from gdn_operator.rules.versions import VersionRange, parse_version
+
+
+@pytest.mark.parametrize(
+    "text, base, pre",
+    [
+        ("0.33.0", "0.33.0", False),
+        ("v0.25.1", "0.25.1", False),
+        ("0.19.2rc1.dev226+g53b9640fb", "0.19.2", True),  # vllm#41190's build
+        ("0.17.1rc1.dev126+gbc2c0c86e", "0.17.1", True),  # vllm#37035's nightly
+        ("0.18", "0.18.0", False),
+        ("0.20.0.post1", "0.20.0", False),
+        ("0.21.0+cu129", "0.21.0", False),
+    ],
+)
+def test_parse(text, base, pre):
+    v = parse_version(text)
+    assert v is not None
+    assert v.base == base
+    assert v.is_prerelease is pre
+
+
+@pytest.mark.parametrize("text", ["latest", "", "nightly", "0.x", "v", "1.2.3.4.5.6.7", "0.33.0 beta", None, 33])
+def test_unparseable(text):
+    assert parse_version(text) is None
+
+
+def test_ordering_pep440():
+    order = [
+        "0.19.1",
+        "0.19.2.dev5",
+        "0.19.2a1",
+        "0.19.2rc1.dev226+g53b9640fb",
+        "0.19.2rc1",
+        "0.19.2",
+        "0.19.2.post1",
+        "0.20.0",
+    ]
+    parsed = [parse_version(t) for t in order]
+    assert all(a < b for a, b in zip(parsed, parsed[1:])), [str(p) for p in parsed]
+    assert parse_version("0.33") == parse_version("0.33.0")
+    assert parse_version("0.21.0+cu129") == parse_version("0.21.0")  # local label does not order
+
+
+@pytest.mark.parametrize(
+    "rng, inside, outside",
+    [
+        ("<0.18.0", ["0.17.1", "0.17.0", "0.18.0rc1"], ["0.18.0", "0.33.0"]),  # vllm#36917: fixed in 0.18.0
+        ("<=0.17.1", ["0.17.1", "0.17.1rc1.dev126+gbc2c0c86e"], ["0.18.0rc1", "0.18.0"]),
+        (">=0.25.0,<0.29.0", ["0.25.0", "0.28.0", "0.27.1"], ["0.24.0", "0.29.0", "0.25.0rc1"]),  # vllm#53962
+        (">=0.24.0", ["0.24.0", "0.33.0", "0.40.1"], ["0.23.0"]),  # open bug, vllm#51571
+        ("*", ["0.1.0", "0.33.0"], []),
+    ],
+)
+def test_ranges(rng, inside, outside):
+    r = VersionRange(rng)
+    for t in inside:
+        assert r.contains(parse_version(t)), t
+    for t in outside:
+        assert not r.contains(parse_version(t)), t
+
+
+@pytest.mark.parametrize("bad", ["<=banana", "~=0.1", "0.17.1", ">=0.25.0,,<0.29"])
+def test_bad_range(bad):
+    with pytest.raises(ValueError):
+        VersionRange(bad)
+
+
+def test_open_ended():
+    assert VersionRange(">=0.24.0").is_open_ended
+    assert VersionRange("*").is_open_ended
+    assert not VersionRange("<0.31.0").is_open_ended
