@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import datetime as dt
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import kopf
 
-from gdn_operator import telemetry
+from gdn_operator import GROUP, PLURAL, VERSION, telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.api.models import GDNModelServerSpec
 from gdn_operator.handlers import kube
@@ -316,11 +318,30 @@ def maybe_remediate(
     return change
 
 
+#: How long engines must run without a crash before CrashLooping / Degraded(EngineCrashed) clear.
+QUIET_SECONDS = float(os.environ.get("GDN_CRASH_QUIET_SECONDS", "600"))
+
+
+def _age_seconds(ts: str | None) -> float:
+    if not ts:
+        return float("inf")
+    try:
+        t = dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return float("inf")
+    return (dt.datetime.now(dt.timezone.utc) - t).total_seconds()
+
+
 def clear_crash_conditions(namespace: str, name: str) -> None:
-    """Called when every engine pod of the current generation is ready again."""
+    """Clear the crash conditions once the engines have run QUIET_SECONDS without a crash (a crash loop
+    has ready phases between crashes, so a single ready pod must not clear them)."""
 
     def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
         gen = obj["metadata"].get("generation")
+        if _age_seconds((status.get("lastCrash") or {}).get("time")) < QUIET_SECONDS:
+            return
+        if not st.is_true(status, st.READY):
+            return
         if st.is_true(status, st.CRASH_LOOPING):
             st.set_condition(status, st.CRASH_LOOPING, False, "EnginesRunning", "engines are running", gen)
         c = st.get_condition(status, st.DEGRADED)
@@ -341,8 +362,11 @@ async def pod_deaths(type: str, body: kopf.Body, namespace: str, labels: dict[st
     pod = kube.plain(body)
     for death in deaths_in(pod):
         await asyncio.to_thread(handle_death, namespace, name, death)
-    conds = {c.get("type"): c.get("status") for c in (pod.get("status") or {}).get("conditions") or []}
-    if conds.get("Ready") == "True":
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, id="crash-quiet", interval=60.0, idle=30.0)
+async def crash_quiet(namespace: str, name: str, status: kopf.Status, **_: Any) -> None:
+    if st.is_true(dict(status), st.CRASH_LOOPING) or st.is_true(dict(status), st.DEGRADED):
         await asyncio.to_thread(clear_crash_conditions, namespace, name)
 
 

@@ -1,0 +1,136 @@
+"""Crash watch on the real control plane: kwok makes the engine container die with a termination message
+carrying a vLLM crash signature (tests/cluster/kwok/extra.yaml), and the operator must classify it into
+status, an Event and a metric, and apply the documented remediation exactly once."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from operator_harness import Kube, OperatorProcess, gms, install_crd, wait_for
+
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+
+
+def tail(name: str, limit: int = 2048) -> str:
+    """What the kubelet puts in the termination message (FallbackToLogsOnError: last 2048 bytes)."""
+    data = (LOGS / name).read_bytes()[-limit:]
+    return data.decode("utf-8", errors="replace")
+
+
+@pytest.fixture(scope="module")
+def op(full_cluster, kube_api, tmp_path_factory):
+    install_crd(kube_api)
+    proc = OperatorProcess(full_cluster, tmp_path_factory.mktemp("operator-crash")).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def k(kube_api):
+    return Kube(kube_api)
+
+
+@pytest.fixture
+def ns(k):
+    return k.create_namespace(f"c-{uuid.uuid4().hex[:8]}")
+
+
+def running_pod(k, ns, name):
+    def one():
+        pods = [p for p in k.engine_pods(ns, name) if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+        return pods[0] if len(pods) == 1 else None
+
+    return wait_for(one, 90, what=f"one running engine pod of {name}")
+
+
+def crash(k, ns, pod_name, message, exit_code=1):
+    before = k.core.read_namespaced_pod(pod_name, ns).status.container_statuses[0].restart_count or 0
+    k.core.patch_namespaced_pod(
+        pod_name,
+        ns,
+        {"metadata": {"annotations": {
+            "gdn-operator.io/test-crash-message": message,
+            "gdn-operator.io/test-crash-exit-code": str(exit_code),
+        }}},
+    )
+    wait_for(
+        lambda: (k.core.read_namespaced_pod(pod_name, ns).status.container_statuses[0].restart_count or 0) > before,
+        30,
+        what="kwok restarted the container",
+    )
+    return before + 1
+
+
+def test_known_crash_reported_in_status_event_and_metric(op, k, ns):
+    k.create(ns, gms("b1", remediation={"mode": "none"}))
+    pod = running_pod(k, ns, "b1")
+    t0 = time.monotonic()
+    restarts = crash(k, ns, pod.metadata.name, tail("b1-gdn-assert-tp2-interleaved.tail.log"))
+    st = wait_for(lambda: (k.status(ns, "b1").get("lastCrash") or {}).get("restartCount") == restarts and k.status(ns, "b1"), 30,
+                  what="status.lastCrash")
+    detect = time.monotonic() - t0
+    lc = st["lastCrash"]
+    assert lc["signature"] == "gdn-mixed-spec-decode-assert"
+    assert lc["upstream"] == "vllm#36917"
+    assert "num_decodes" in lc["rootCause"] and "num_spec_decodes" in lc["rootCause"]
+    assert lc["pod"] == pod.metadata.name and lc["exitCode"] == 1 and lc["count"] == 1
+    deg = k.condition(ns, "b1", "Degraded")
+    assert deg["status"] == "True" and deg["reason"] == "EngineCrashed"
+    ev = wait_for(lambda: k.events(ns, "b1", "EngineCrashed"), 15, what="EngineCrashed event")
+    assert "vllm#36917" in ev[0].message
+    metric = 'gdn_engine_crashes_total{name="b1",namespace="%s",signature="gdn-mixed-spec-decode-assert",upstream="vllm#36917"} 1.0' % ns
+    assert metric in op.metrics()
+    print(f"detection latency (annotation → restart → status): {detect:.2f}s")
+
+    # A second crash of the same kind is counted, and marks the server CrashLooping; remediation is off.
+    crash(k, ns, pod.metadata.name, tail("b1-gdn-assert-tp2-interleaved.tail.log"))
+    wait_for(lambda: k.status(ns, "b1")["lastCrash"]["count"] == 2, 30, what="second crash counted")
+    k.wait_condition(ns, "b1", "CrashLooping")
+    assert k.status(ns, "b1")["phase"] == "CrashLooping"
+    assert not k.status(ns, "b1").get("remediations")
+
+
+def test_unknown_crash_still_yields_engine_dead_with_root_cause(op, k, ns):
+    k.create(ns, gms("unknown"))
+    pod = running_pod(k, ns, "unknown")
+    crash(k, ns, pod.metadata.name, tail("unknown-crash-keyerror.tail.log"))
+    lc = wait_for(lambda: k.status(ns, "unknown").get("lastCrash"), 30, what="lastCrash")
+    assert lc["signature"] in ("engine-dead", "unhandled-exception")
+    assert lc.get("rootCause", "").startswith("KeyError")
+
+
+def test_repeated_known_crash_is_remediated_exactly_once(op, k, ns):
+    k.create(ns, gms("b9", remediation={"mode": "auto", "threshold": 3}))
+    pod = running_pod(k, ns, "b9")
+    message = tail("b9-np-repeat-negative.tail.log")
+    for _ in range(3):
+        crash(k, ns, pod.metadata.name, message)
+    obj = wait_for(lambda: (o := k.get(ns, "b9"))["spec"].get("asyncScheduling") is False and o, 30,
+                   what="asyncScheduling=false applied")
+    rem = obj["status"]["remediations"]
+    assert len(rem) == 1
+    assert rem[0]["signature"] == "spec-decode-negative-repeat" and rem[0]["upstream"] == "vllm#53962"
+    assert rem[0]["action"] == "asyncScheduling=false" and rem[0]["generation"] == 1
+    assert obj["metadata"]["generation"] == 2
+    assert k.events(ns, "b9", "Remediated")
+    assert 'gdn_remediations_total{action="asyncScheduling=false",name="b9",namespace="%s",signature="spec-decode-negative-repeat"} 1.0' % ns in op.metrics()
+    # The rolled-out engine carries the change.
+    wait_for(lambda: "--no-async-scheduling" in k.deployment(ns, "b9").spec.template.spec.containers[0].args, 30)
+
+    # The same crash keeps coming on the new generation: counting restarts from 1 there, and the
+    # workaround is already in place, so nothing is changed again (no loop).
+    pod2 = running_pod(k, ns, "b9")
+    for _ in range(3):
+        crash(k, ns, pod2.metadata.name, message)
+    wait_for(lambda: k.status(ns, "b9")["lastCrash"]["count"] == 3 and k.status(ns, "b9")["lastCrash"]["generation"] == 2, 30,
+             what="three crashes counted on generation 2")
+    wait_for(lambda: k.events(ns, "b9", "RemediationNotPossible"), 15, what="RemediationNotPossible event")
+    obj = k.get(ns, "b9")
+    assert len(obj["status"]["remediations"]) == 1
+    assert obj["metadata"]["generation"] == 2
