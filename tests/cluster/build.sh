@@ -145,7 +145,9 @@ regen() {
   cd "$HERE/kube"
   gomod="$(cd "$(mktemp -d)" && GOFLAGS= go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
            | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')"
-  GOFLAGS= go mod edit -dropreplace=k8s.io/api 2>/dev/null || true
+  # Drop every existing replace, then add one per staging module of the real go.mod.
+  GOFLAGS= go mod edit -json | python3 -c 'import json,sys; [print(r["Old"]["Path"]) for r in json.load(sys.stdin).get("Replace") or []]' \
+    | while read -r m; do GOFLAGS= go mod edit -dropreplace="$m"; done
   grep -E '=> \./staging/src/' "$gomod" | awk '{print $1}' | while read -r m; do
     GOFLAGS= go mod edit -replace="$m=$m@$STG"
   done

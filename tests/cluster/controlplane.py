@@ -781,3 +781,33 @@ class ControlPlane:
     def __repr__(self) -> str:
         state = "stopped" if self._stopped else ("started" if self._started else "new")
         return f"<ControlPlane tier={self.tier} server={self.server or '-'} {state}>"
+
+
+# --------------------------------------------------------------------------------------------
+# command line: time a start/stop cycle (`python tests/cluster/controlplane.py --tier full -n 3`)
+# --------------------------------------------------------------------------------------------
+def _main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Start and stop the test control plane, printing timings.")
+    ap.add_argument("--tier", choices=TIERS, default="core")
+    ap.add_argument("-n", "--repeat", type=int, default=1)
+    args = ap.parse_args(argv)
+    bins = ensure_built(args.tier, quiet=True)
+    for i in range(args.repeat):
+        t0 = time.monotonic()
+        cp = ControlPlane(tier=args.tier, binaries=bins)
+        try:
+            cp.start()
+            ready = time.monotonic() - t0
+            parts = " ".join(f"{k}={v:.2f}s" for k, v in cp.timings.items() if k != "total")
+            print(f"run {i + 1}: tier={args.tier} ready in {ready:.2f}s ({parts})", flush=True)
+        finally:
+            t1 = time.monotonic()
+            cp.stop()
+        print(f"run {i + 1}: stopped in {time.monotonic() - t1:.2f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
