@@ -1,0 +1,339 @@
+"""`helm template` output for every value set, parsed and checked: least-privilege RBAC that follows the
+watch scope, the hardened operator pod, wiring between env, Services and ports, HA, the CRD."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from _chart_helpers import (
+    CHART,
+    GENERATED_CRD,
+    NAMESPACE,
+    VALUE_SETS,
+    by_kind,
+    container,
+    docs,
+    env_of,
+    one,
+    render_set,
+    render_text,
+)
+
+# Every (apiGroup, resource) -> verbs the operator may get, and who needs it. The chart may grant a
+# SUBSET (features off); it must never grant anything outside this table. Derived from the code:
+#   handlers/kube.py (SSA apply = patch + create-on-absent, get_deployment, get_server, patch_server,
+#   update_status, emit_event, crd_exists, delete_pod_monitor), handlers/certs.py (Secret get/create/
+#   replace), handlers/workload.py (kopf index/event on pods and deployments), handlers/reconcile.py
+#   and kopf 1.45 itself (resource/namespace observers, peering keep-alives, admission config manager,
+#   event posting).
+ALLOWED: dict[tuple[str, str], set[str]] = {
+    ("serving.gdn-operator.io", "gdnmodelservers"): {"get", "list", "watch", "patch"},
+    ("serving.gdn-operator.io", "gdnmodelservers/status"): {"update"},
+    ("apps", "deployments"): {"get", "list", "watch", "create", "patch"},
+    ("", "services"): {"create", "patch"},
+    ("", "pods"): {"list", "watch"},
+    ("", "pods/log"): {"get"},
+    ("", "events"): {"create"},
+    ("monitoring.coreos.com", "podmonitors"): {"create", "patch", "delete"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): {"create", "patch"},
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): {"create", "patch"},
+    ("", "namespaces"): {"list", "watch"},
+    ("kopf.dev", "clusterkopfpeerings"): {"list", "watch", "patch"},
+    ("kopf.dev", "kopfpeerings"): {"list", "watch", "patch"},
+    ("", "secrets"): {"get", "create", "update"},
+}
+NAMESPACED_RESOURCES = {
+    ("serving.gdn-operator.io", "gdnmodelservers"), ("serving.gdn-operator.io", "gdnmodelservers/status"),
+    ("apps", "deployments"), ("", "services"), ("", "pods"), ("", "pods/log"), ("", "events"),
+    ("monitoring.coreos.com", "podmonitors"),
+}
+#: Verbs that must be limited to one object by resourceNames (the API allows it for them).
+NAME_RESTRICTED = {
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): {"patch"},
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): {"patch"},
+    ("kopf.dev", "clusterkopfpeerings"): {"patch"},
+    ("kopf.dev", "kopfpeerings"): {"patch"},
+    ("", "secrets"): {"get", "update"},
+}
+
+SETS = sorted(VALUE_SETS)
+
+
+def grants(role: dict) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in role.get("rules") or []:
+        for g in rule.get("apiGroups", []):
+            for r in rule.get("resources", []):
+                out.setdefault((g, r), set()).update(rule.get("verbs", []))
+    return out
+
+
+def all_grants(objs: list[dict]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for role in by_kind(objs, "ClusterRole") + by_kind(objs, "Role"):
+        for k, v in grants(role).items():
+            out.setdefault(k, set()).update(v)
+    return out
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_rbac_has_no_wildcards_and_only_allowed_rules(chart_tools, name):
+    objs = render_set(name)
+    roles = by_kind(objs, "ClusterRole") + by_kind(objs, "Role")
+    assert roles
+    for role in roles:
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in (rule.get(field) or []), f"{role['metadata']['name']}: wildcard in {field}: {rule}"
+            assert not rule.get("nonResourceURLs"), rule
+            for g in rule["apiGroups"]:
+                for r in rule["resources"]:
+                    assert (g, r) in ALLOWED, f"{role['kind']} {role['metadata']['name']} grants {g}/{r}: not used by the operator"
+                    extra = set(rule["verbs"]) - ALLOWED[(g, r)]
+                    assert not extra, f"{g}/{r}: verbs {extra} are not used by the operator"
+                    limited = NAME_RESTRICTED.get((g, r), set()) & set(rule["verbs"])
+                    if limited:
+                        assert rule.get("resourceNames"), f"{g}/{r} {limited} must be limited by resourceNames"
+
+
+def test_default_rbac_is_exactly_what_the_code_needs(chart_tools):
+    """All features on (webhook self-signed, peering, per-server PodMonitors, all namespaces)."""
+    got = all_grants(render_set("default"))
+    want = {k: v for k, v in ALLOWED.items() if k not in {("", "namespaces"), ("kopf.dev", "kopfpeerings")}}
+    assert got == want
+
+
+def test_cluster_wide_scope_uses_one_cluster_role(chart_tools):
+    objs = render_set("default")
+    cr = one(objs, "ClusterRole")
+    assert NAMESPACED_RESOURCES <= set(grants(cr))
+    crb = one(objs, "ClusterRoleBinding")
+    assert crb["roleRef"]["name"] == cr["metadata"]["name"]
+    assert crb["subjects"] == [{"kind": "ServiceAccount", "name": one(objs, "ServiceAccount")["metadata"]["name"], "namespace": NAMESPACE}]
+    # the only Role is the webhook Secret's, in the release namespace
+    (role,) = by_kind(objs, "Role")
+    assert role["metadata"]["namespace"] == NAMESPACE and set(grants(role)) == {("", "secrets")}
+    assert env_of(objs)["GDN_WATCH_NAMESPACES"] == ""
+    one(objs, "ClusterKopfPeering")
+    assert not by_kind(objs, "KopfPeering")
+
+
+def test_namespaced_scope_uses_roles_per_namespace(chart_tools):
+    objs = render_set("namespaced")
+    watched = yaml.safe_load((CHART / "ci" / "namespaced-values.yaml").read_text())["operator"]["watchNamespaces"]
+    cr = one(objs, "ClusterRole")
+    cluster = grants(cr)
+    assert not (NAMESPACED_RESOURCES & set(cluster)), "namespaced resources must not be granted cluster-wide"
+    assert cluster[("", "namespaces")] == {"list", "watch"}
+    assert ("kopf.dev", "clusterkopfpeerings") not in cluster
+    sa = one(objs, "ServiceAccount")["metadata"]["name"]
+    for ns in watched:
+        role = [r for r in by_kind(objs, "Role") if r["metadata"]["namespace"] == ns]
+        assert len(role) == 1, ns
+        g = grants(role[0])
+        assert {k for k in g if k in NAMESPACED_RESOURCES} == NAMESPACED_RESOURCES - {("monitoring.coreos.com", "podmonitors")}
+        assert g[("kopf.dev", "kopfpeerings")] == {"list", "watch", "patch"}
+        rb = [b for b in by_kind(objs, "RoleBinding") if b["metadata"]["namespace"] == ns]
+        assert len(rb) == 1 and rb[0]["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role[0]["metadata"]["name"]}
+        assert rb[0]["subjects"][0]["name"] == sa and rb[0]["subjects"][0]["namespace"] == NAMESPACE
+    assert env_of(objs)["GDN_WATCH_NAMESPACES"] == ",".join(watched)
+    peerings = by_kind(objs, "KopfPeering")
+    assert sorted(p["metadata"]["namespace"] for p in peerings) == sorted(watched)
+    assert not by_kind(objs, "ClusterKopfPeering")
+
+
+def test_engine_pod_monitor_mode_controls_operator_and_rbac(chart_tools):
+    per_server = render_set("default")
+    assert env_of(per_server)["GDN_POD_MONITORS"] == "true"
+    assert ("monitoring.coreos.com", "podmonitors") in all_grants(per_server)
+    assert not by_kind(per_server, "PodMonitor")
+
+    glob = render_set("namespaced")  # mode: global
+    assert env_of(glob)["GDN_POD_MONITORS"] == "false"
+    assert ("monitoring.coreos.com", "podmonitors") not in all_grants(glob)
+    pm = one(glob, "PodMonitor")
+    assert pm["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/managed-by": "gdn-operator", "app.kubernetes.io/component": "engine"}
+    assert pm["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "http"
+
+    none = docs(render_text(sets={"monitoring.enginePodMonitor.mode": "none"}))
+    assert env_of(none)["GDN_POD_MONITORS"] == "false" and not by_kind(none, "PodMonitor")
+
+
+def test_engine_pod_monitor_selects_what_the_renderer_labels():
+    """The global PodMonitor's selector and port must match the engine pods the operator renders."""
+    from gdn_operator.api.load import parse_spec
+    from gdn_operator.render.engine import render_all
+
+    spec = parse_spec(yaml.safe_load((Path(CHART).parents[1] / "examples" / "qwen3.5-27b-mtp.yaml").read_text())["spec"])
+    dep = next(o for o in render_all("q", "team-a", spec) if o["kind"] == "Deployment")
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    pm = one(docs(render_text(sets={"monitoring.enginePodMonitor.mode": "global"})), "PodMonitor")
+    for k, v in pm["spec"]["selector"]["matchLabels"].items():
+        assert pod_labels.get(k) == v, k
+    ports = {p["name"] for c in dep["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] in ports
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_operator_pod_is_hardened(chart_tools, name):
+    objs = render_set(name)
+    dep = one(objs, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    c = container(objs)
+    psc, sc = pod["securityContext"], c["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"] and not sc["capabilities"].get("add")
+    assert sc.get("privileged") in (None, False)
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in vols[mounts["/tmp"]]
+    assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"] and c["resources"]["limits"]["memory"]
+    assert pod["serviceAccountName"] == one(objs, "ServiceAccount")["metadata"]["name"]
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_probes_ports_and_services_are_wired(chart_tools, name):
+    objs = render_set(name)
+    c = container(objs)
+    env = env_of(objs)
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    liveness_url = env["GDN_LIVENESS"]
+    assert liveness_url == f"http://0.0.0.0:{ports['liveness']}/healthz"
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "liveness"}, probe
+    assert int(env["GDN_METRICS_PORT"]) == ports["metrics"]
+    pod_labels = one(objs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    services = {s["metadata"]["name"]: s for s in by_kind(objs, "Service")}
+    for svc in services.values():
+        assert all(pod_labels.get(k) == v for k, v in svc["spec"]["selector"].items()), svc["metadata"]["name"]
+        for p in svc["spec"]["ports"]:
+            assert p["targetPort"] in ports, p
+    webhook = services[env["GDN_WEBHOOK_SERVICE"]]
+    assert env["GDN_WEBHOOK_MODE"] == "service" and env["GDN_WEBHOOK_NAMESPACE"] == NAMESPACE
+    # handlers/startup.ServiceWebhookServer advertises port 443
+    assert [(p["port"], p["targetPort"]) for p in webhook["spec"]["ports"]] == [(443, "webhook")]
+    assert int(env["GDN_WEBHOOK_PORT"]) == ports["webhook"]
+    # the chart owns the (empty) webhook configurations the operator fills; RBAC patch is for that name
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        cfg = one(objs, kind)
+        assert cfg["metadata"]["name"] == env["GDN_WEBHOOK_CONFIG_NAME"]
+        assert "webhooks" not in cfg, "the operator (kopf) owns the webhooks list"
+    names = [r.get("resourceNames") for r in one(objs, "ClusterRole")["rules"]
+             if "validatingwebhookconfigurations" in r["resources"] and "patch" in r["verbs"]]
+    assert names == [[env["GDN_WEBHOOK_CONFIG_NAME"]]]
+    assert env["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+def test_self_signed_webhook_tls_gets_exactly_its_secret(chart_tools):
+    objs = render_set("default")
+    env = env_of(objs)
+    assert "GDN_WEBHOOK_CERT_DIR" not in env
+    (role,) = by_kind(objs, "Role")
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert named == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [env["GDN_WEBHOOK_SECRET"]], "verbs": ["get", "update"]}]
+    assert not by_kind(objs, "Certificate")
+
+
+def test_cert_manager_mode_mounts_the_certificate_and_needs_no_secret_rbac(chart_tools):
+    objs = render_set("certmanager")
+    env = env_of(objs)
+    assert "GDN_WEBHOOK_SECRET" not in env
+    assert ("", "secrets") not in all_grants(objs)
+    certs = {c["metadata"]["name"]: c for c in by_kind(objs, "Certificate")}
+    issuers = {i["metadata"]["name"]: i for i in by_kind(objs, "Issuer")}
+    serving = next(c for c in certs.values() if not c["spec"].get("isCA"))
+    ca = next(c for c in certs.values() if c["spec"].get("isCA"))
+    svc = env["GDN_WEBHOOK_SERVICE"]
+    assert f"{svc}.{NAMESPACE}.svc" in serving["spec"]["dnsNames"]
+    # chain: selfSigned Issuer -> CA Certificate -> CA Issuer -> serving Certificate
+    assert "selfSigned" in issuers[ca["spec"]["issuerRef"]["name"]]["spec"]
+    assert issuers[serving["spec"]["issuerRef"]["name"]]["spec"]["ca"]["secretName"] == ca["spec"]["secretName"]
+    # the operator reads the serving Secret's files from GDN_WEBHOOK_CERT_DIR
+    c = container(objs)
+    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    mount = next(m for m in c["volumeMounts"] if m["mountPath"] == env["GDN_WEBHOOK_CERT_DIR"])
+    vol = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert vol["secret"]["secretName"] == serving["spec"]["secretName"] and mount["readOnly"] is True
+
+    ext = docs(render_text(VALUE_SETS["certmanager"], sets={"webhook.certManager.issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}))
+    assert not by_kind(ext, "Issuer")
+    (cert,) = by_kind(ext, "Certificate")
+    assert cert["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+
+
+def test_ha_two_replicas_with_peering_pdb_and_anti_affinity(chart_tools):
+    objs = render_set("default")
+    dep = one(objs, "Deployment")
+    assert dep["spec"]["replicas"] == 2
+    pdb = one(objs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    pref = dep["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert pref[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert pref[0]["podAffinityTerm"]["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    env = env_of(objs)
+    assert env["GDN_PEERING"] == one(objs, "ClusterKopfPeering")["metadata"]["name"]
+    # priority=auto: each pod draws its own priority (kopf pauses all replicas sharing one)
+    assert "GDN_PEERING_PRIORITY" not in env
+    cmd = container(objs)["command"]
+    assert cmd[:2] == ["python3", "-c"] and "GDN_PEERING_PRIORITY" in cmd[2]
+    compile(cmd[2], "<chart command>", "exec")
+    assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+
+def test_single_replica_has_no_pdb_and_a_fixed_priority(chart_tools):
+    objs = render_set("single-replica")
+    assert one(objs, "Deployment")["spec"]["replicas"] == 1
+    assert not by_kind(objs, "PodDisruptionBudget")
+    assert env_of(objs)["GDN_PEERING_PRIORITY"] == "10"
+    assert container(objs)["command"] == ["gdn-operator"]
+
+
+def test_peering_crds_in_crds_dir_match_kopf():
+    crds = {d["metadata"]["name"]: d for d in docs((CHART / "crds" / "kopf.dev-peerings.yaml").read_text())}
+    assert set(crds) == {"clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
+    from kopf._cogs.structs import references
+
+    for sel, scope in ((references.CLUSTER_PEERINGS_K, "Cluster"), (references.NAMESPACED_PEERINGS_K, "Namespaced")):
+        crd = crds[f"{sel.any_name}.{sel.group}"]
+        assert crd["spec"]["group"] == sel.group and crd["spec"]["scope"] == scope
+        (v,) = crd["spec"]["versions"]
+        assert v["name"] == sel.version and "subresources" not in v  # kopf patches .status on the object
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_crd_is_the_generated_file(chart_tools, name):
+    from gdn_operator.api.crd import crd_manifest
+
+    crd = one(render_set(name), "CustomResourceDefinition")
+    annotations = crd["metadata"].pop("annotations")
+    assert annotations == {"helm.sh/resource-policy": "keep"}
+    assert crd == yaml.safe_load(GENERATED_CRD.read_text())
+    assert crd == crd_manifest()
+
+
+def test_crd_install_and_keep_switches(chart_tools):
+    objs = docs(render_text(sets={"crds.install": False}))
+    assert not by_kind(objs, "CustomResourceDefinition")
+    crd = one(docs(render_text(sets={"crds.keep": False})), "CustomResourceDefinition")
+    assert "annotations" not in crd["metadata"]
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_every_object_is_namespaced_correctly(chart_tools, name):
+    cluster_kinds = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ClusterKopfPeering",
+                     "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+    for o in render_set(name):
+        assert o.get("apiVersion") and o.get("kind") and o["metadata"].get("name"), o
+        if o["kind"] in cluster_kinds:
+            assert "namespace" not in o["metadata"], o["kind"]
+        else:
+            assert o["metadata"].get("namespace"), f"{o['kind']} {o['metadata']['name']} has no namespace"
