@@ -122,7 +122,7 @@ def _proc_status() -> dict[str, float]:
 
 
 async def _phase(mode: str, urls: list[str], rounds: int, interval: float, concurrency: int,
-                 timeout: float, pods_per_resource: int) -> dict:
+                 timeout: float, pods_per_resource: int, window: float) -> dict:
     import aiohttp
 
     rss_start = _proc_status()["VmRSS"]
@@ -156,7 +156,7 @@ async def _phase(mode: str, urls: list[str], rounds: int, interval: float, concu
         targets = [Target("bench", f"model-{i // pods_per_resource}", f"pod-{i}", u)
                    for i, u in enumerate(urls)]
         resources = sorted({(t.namespace, t.name) for t in targets})
-        tracker = AcceptanceTracker(window=300.0)
+        tracker = AcceptanceTracker(window=window)
         scraper = Scraper(timeout=timeout, concurrency=concurrency)
         await scraper.__aenter__()
 
@@ -206,8 +206,28 @@ async def _phase(mode: str, urls: list[str], rounds: int, interval: float, concu
 def client(args) -> None:
     urls = json.loads(sys.stdin.read())
     res = asyncio.run(_phase(args.client, urls, args.rounds, args.interval, args.concurrency,
-                             args.timeout, args.pods_per_resource))
+                             args.timeout, args.pods_per_resource, args.window))
     print(json.dumps(res), flush=True)
+
+
+def parse_micro(n: int = 200) -> None:
+    """Per-exposition parse cost: operator parser vs. a full prometheus_client parse."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gdn_operator.watch.acceptance import parse_exposition
+
+    body = FIXTURE.read_bytes()
+    text = body.decode()
+    t0 = time.process_time()
+    for _ in range(n):
+        parse_exposition(body, 0.0)
+    ours = (time.process_time() - t0) / n * 1e3
+    t0 = time.process_time()
+    for _ in range(n // 4):
+        list(text_string_to_metric_families(text))
+    full = (time.process_time() - t0) / (n // 4) * 1e3
+    print(f"parse: parse_exposition {ours:.2f} ms/exposition; full text_string_to_metric_families "
+          f"{full:.2f} ms (x{full / ours:.0f})")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -224,6 +244,9 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--timeout", type=float, default=5.0)
     ap.add_argument("--pods-per-resource", type=int, default=10)
+    ap.add_argument("--window", type=float, default=300.0,
+                    help="tracker window (s); window/interval points are kept per pod, e.g. "
+                         "--interval 2 --window 40 --rounds 25 reaches the 15 s / 300 s steady state")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--client", choices=["baseline", "operator"], help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -237,6 +260,7 @@ def main() -> int:
         print(f"bench_scrape: fixture not found: {FIXTURE} (set GDN_SHARED_DIR)", file=sys.stderr)
         return 2
 
+    parse_micro()
     py = sys.executable
     me = str(Path(__file__).resolve())
     per = [args.endpoints // args.server_procs + (1 if i < args.endpoints % args.server_procs else 0)
@@ -260,7 +284,8 @@ def main() -> int:
         for mode in ("baseline", "operator"):
             cmd = [py, me, "--client", mode, "--rounds", str(args.rounds), "--interval",
                    str(args.interval), "--concurrency", str(args.concurrency), "--timeout",
-                   str(args.timeout), "--pods-per-resource", str(args.pods_per_resource)]
+                   str(args.timeout), "--pods-per-resource", str(args.pods_per_resource),
+                   "--window", str(args.window)]
             out = subprocess.run(cmd, input=json.dumps(urls), capture_output=True, text=True)
             if out.returncode != 0:
                 print(f"bench_scrape: {mode} client failed:\n{out.stderr}", file=sys.stderr)
@@ -268,7 +293,8 @@ def main() -> int:
             r = json.loads(out.stdout.strip().splitlines()[-1])
             results.append(r)
             print(f"\n[{mode}] {r['endpoints']} endpoints x {r['rounds']} rounds every {r['interval_s']:g}s, "
-                  f"concurrency {args.concurrency}")
+                  f"concurrency {args.concurrency}"
+                  + (f", window {args.window:g}s" if mode == "operator" else ""))
             print(f"  CPU share      {r['cpu_share_cores']:.3f} cores  ({r['cpu_s']:.2f}s CPU / {r['wall_s']:.1f}s wall)")
             print(f"  CPU per round  {', '.join(f'{c:.2f}' for c in r['cpu_per_round_s'])} s")
             print(f"  round latency  {', '.join(f'{w:.2f}' for w in r['round_wall_s'])} s")
