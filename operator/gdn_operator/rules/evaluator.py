@@ -251,7 +251,9 @@ def _finding(hit: _Hit, action: str, extra: str = "") -> Finding:
     message = f"{hit.ref}: {hit.title} — {hit.detail}. Fields: {fields}. Fix: {fix}"
     if extra:
         message += " " + extra
-    return Finding(
+    # model_construct: every value is built here from the validated rule file (no re-validation on
+    # the admission hot path); the result is an ordinary api.models.Finding
+    return Finding.model_construct(
         rule=hit.ref,
         title=hit.title,
         kind=hit.kind,

@@ -84,8 +84,21 @@ def compile_predicate(pred: Any, where: str = "when") -> Compiled:
             raise PredicateError(f"{here}: expects a non-empty list of predicates")
         subs = tuple(compile_predicate(p, f"{here}[{i}]") for i, p in enumerate(arg))
         if op == "all":
-            return lambda v, ver: all(s(v, ver) for s in subs)
-        return lambda v, ver: any(s(v, ver) for s in subs)
+            def all_of(v: dict[str, Any], ver: Any) -> bool:
+                for s in subs:
+                    if not s(v, ver):
+                        return False
+                return True
+
+            return all_of
+
+        def any_of(v: dict[str, Any], ver: Any) -> bool:
+            for s in subs:
+                if s(v, ver):
+                    return True
+            return False
+
+        return any_of
 
     if op == "not":
         sub = compile_predicate(arg, here)
@@ -94,10 +107,26 @@ def compile_predicate(pred: Any, where: str = "when") -> Compiled:
     if op in ("eq", "ne"):
         if not isinstance(arg, dict) or not arg:
             raise PredicateError(f"{here}: expects a mapping of field: value")
-        pairs = tuple((_check_field(f, here), _scalar(x, f"{here}.{f}")) for f, x in arg.items())
+        tests = tuple(_equals(_check_field(f, here), _scalar(x, f"{here}.{f}")) for f, x in arg.items())
         if op == "eq":
-            return lambda v, ver: all(_eq(v.get(f), x) for f, x in pairs)
-        return lambda v, ver: all(not _eq(v.get(f), x) for f, x in pairs)
+            if len(tests) == 1:
+                return tests[0]
+
+            def eq_all(v: dict[str, Any], ver: Any) -> bool:
+                for t in tests:
+                    if not t(v, ver):
+                        return False
+                return True
+
+            return eq_all
+
+        def ne_all(v: dict[str, Any], ver: Any) -> bool:
+            for t in tests:
+                if t(v, ver):
+                    return False
+            return True
+
+        return ne_all
 
     if op == "in":
         if not isinstance(arg, dict) or not arg:
@@ -160,6 +189,15 @@ def compile_predicate(pred: Any, where: str = "when") -> Compiled:
         return lambda v, ver: arg in v.get("patches", ())
 
     raise PredicateError(f"{where}: unknown operator {op!r} (known: {', '.join(OPERATORS)})")
+
+
+def _equals(f: str, x: Any) -> Compiled:
+    """A compiled `field == x` that keeps true != 1 (bool is an int in Python)."""
+    if x is None or isinstance(x, bool):
+        return lambda v, ver: v.get(f) is x  # True/False/None are singletons
+    if isinstance(x, str):
+        return lambda v, ver: v.get(f) == x
+    return lambda v, ver: _eq(v.get(f), x)
 
 
 def _eq(a: Any, b: Any) -> bool:

@@ -13,6 +13,7 @@ the fix).
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Callable
 
@@ -110,6 +111,11 @@ def parse_version(text: object) -> Version | None:
     """Parse a vLLM version; None when it is not a version (e.g. 'latest', '', 'nightly')."""
     if not isinstance(text, str) or len(text) > 128:
         return None
+    return _parse_cached(text)
+
+
+@functools.lru_cache(maxsize=512)
+def _parse_cached(text: str) -> Version | None:
     m = _VERSION_RE.match(text)
     if not m:
         return None

@@ -1,0 +1,146 @@
+"""gdnctl validate through the installed console script: exit codes 0/1/2, JSON shape, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+GDNCTL = str(ROOT / ".venv" / "bin" / "gdnctl")
+GOOD = ROOT / "examples" / "qwen3.5-27b-mtp.yaml"
+DENIED = ROOT / "examples" / "denied-qwen3.6-prefix-caching-mtp.yaml"
+
+MANIFEST = """apiVersion: serving.gdn-operator.io/v1alpha1
+kind: GDNModelServer
+metadata: {{name: {name}, namespace: default}}
+spec:
+  model: {{uri: "hf://Qwen/Qwen3.5-27B"}}
+  image: {{tag: v{version}, vllmVersion: "{version}"}}
+{extra}"""
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    p = subprocess.run([GDNCTL, "validate", *args], capture_output=True, text=True, input=stdin, timeout=60)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p
+
+
+def test_known_good_example_exits_0():
+    p = run("-f", str(GOOD))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "ADMITTED" in p.stdout
+
+
+def test_denied_example_exits_1_and_names_the_fix_vllm_43559():
+    p = run("-f", str(DENIED))
+    assert p.returncode == 1
+    assert "REJECTED" in p.stdout and "vllm#43559" in p.stdout and "prefixCaching: false" in p.stdout
+
+
+def test_json_shape():
+    p = run("-f", str(DENIED), "--output", "json")
+    assert p.returncode == 1
+    doc = json.loads(p.stdout)
+    assert doc["exitCode"] == 1 and len(doc["results"]) == 1
+    res = doc["results"][0]
+    assert res["allowed"] is False and res["name"] == "default/qwen36-35b-a3b"
+    f = next(f for f in res["findings"] if f["rule"] == "vllm#43559")
+    for key in ("rule", "kind", "severity", "message", "workaround", "mitigation", "action", "fields"):
+        assert key in f
+    assert f["kind"] == "silent-corruption" and f["mitigation"] == {"prefixCaching": False}
+    eff = res["effective"]
+    assert eff["prefixCaching"] is True and eff["mambaCacheMode"] == "align" and eff["modelRunner"] == "v1"
+    assert res["effectiveDetail"]["sources"]["prefix_caching"].startswith("unset: on by default")
+
+
+def test_mitigated_manifest_exits_1_with_patch(tmp_path):
+    f = tmp_path / "m.yaml"
+    f.write_text(MANIFEST.format(name="m", version="0.28.0", extra="  admissionPolicy: mitigate\n"))
+    p = run("-f", str(f), "--output", "json")
+    assert p.returncode == 1
+    res = json.loads(p.stdout)["results"][0]
+    assert res["allowed"] is True and res["changed"] is True
+    assert {"op": "add", "path": "/spec/prefixCaching", "value": False} in res["patch"]
+    assert res["mitigatedSpec"]["prefixCaching"] is False
+
+
+def test_vllm_version_override_and_patch_flag(tmp_path):
+    f = tmp_path / "m.yaml"
+    f.write_text(MANIFEST.format(name="m", version="0.33.0", extra="  prefixCaching: false\n"))
+    assert run("-f", str(f)).returncode == 0
+    p = run("-f", str(f), "--vllm-version", "0.17.1")  # vllm#36917
+    assert p.returncode == 1 and "vllm#36917" in p.stdout
+    p = run("-f", str(f), "--vllm-version", "0.17.1", "--patch", "gdn-guard/vllm-36917", "--patch",
+            "gdn-guard/vllm-45100")
+    assert "vllm#36917" not in p.stdout and "vllm#45100" not in p.stdout and p.returncode == 0, p.stdout
+
+
+def test_multi_document_file_evaluates_each(tmp_path):
+    f = tmp_path / "multi.yaml"
+    good = MANIFEST.format(name="a", version="0.33.0", extra="  prefixCaching: false\n")
+    bad = MANIFEST.format(name="b", version="0.28.0", extra="")
+    f.write_text(good + "---\n" + bad)
+    p = run("-f", str(f), "--output", "json")
+    doc = json.loads(p.stdout)
+    assert p.returncode == 1 and [r["allowed"] for r in doc["results"]] == [True, False]
+    assert doc["results"][0]["source"].endswith("[doc 0]")
+
+
+def test_stdin(tmp_path):
+    p = run("-f", "-", stdin=MANIFEST.format(name="s", version="0.33.0", extra="  prefixCaching: false\n"))
+    assert p.returncode == 0
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("spec: [", "malformed YAML"),
+        (MANIFEST.format(name="x", version="0.33.0", extra="  prefixCachin: false\n"), "spec.prefixCachin"),
+        (MANIFEST.format(name="x", version="0.33.0", extra="  tensorParallelSize: 0\n"), "spec.tensorParallelSize"),
+    ],
+)
+def test_malformed_manifest_exits_2(tmp_path, content, needle):
+    f = tmp_path / "bad.yaml"
+    f.write_text(content)
+    p = run("-f", str(f))
+    assert p.returncode == 2
+    assert needle in p.stderr and p.stderr.startswith("error: ")
+
+
+def test_unparseable_version_is_a_finding_exit_1_not_2(tmp_path):
+    f = tmp_path / "m.yaml"
+    f.write_text(MANIFEST.format(name="m", version="latest", extra=""))
+    p = run("-f", str(f))
+    assert p.returncode == 1 and "gdn-operator/unparseable-version" in p.stdout
+
+
+def test_launch_line_rejected_exits_1_vllm_45100():
+    p = run("--vllm-version", "0.19.1", "--", "vllm", "serve", "Qwen/Qwen3.6-27B", "--speculative-config",
+            '{"method":"mtp","num_speculative_tokens":2}')
+    assert p.returncode == 1 and "vllm#45100" in p.stdout
+
+
+def test_launch_line_good_exits_0():
+    p = run("--vllm-version", "0.33.0", "--output", "json", "--", "vllm serve Qwen/Qwen3.5-27B "
+            "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":1}' --no-enable-prefix-caching")
+    assert p.returncode == 0, p.stdout
+    res = json.loads(p.stdout)["results"][0]
+    assert res["source"] == "launch line" and res["model"] == "Qwen/Qwen3.5-27B" and res["policy"] == "reject"
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--", "vllm", "serve", "Qwen/Qwen3.5-27B"], "--vllm-version is required"),
+        (["--vllm-version", "0.33.0", "--", "vllm", "serve", "Q/Qwen3.5-9B", "-sc", "{bad"], "not valid JSON"),
+        ([], "nothing to validate"),
+        (["-f", str(GOOD), "--vllm-version", "0.33.0", "--", "vllm", "serve", "x"], "not both"),
+        (["-f", "/nonexistent.yaml"], "no such file"),
+    ],
+)
+def test_usage_errors_exit_2(args, needle):
+    p = run(*args)
+    assert p.returncode == 2 and needle in p.stderr, p.stderr
