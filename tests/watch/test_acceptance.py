@@ -447,6 +447,7 @@ def _stats(a: EngineSnapshot, b: EngineSnapshot) -> WindowStats:
 
 
 def test_near_zero_fires_on_real_fixture_counters():
+    """Broken/mismatched draft head (vllm#49559 class: ~0 % acceptance while drafting)."""
     # from zero to the captured counters: 312 draft tokens, 0 accepted (dummy MTP weights)
     zero = snap(0.0, drafts=0, draft_tokens=0, accepted=0, pos=(0, 0), gen_tokens=0, length=0)
     st = _stats(zero, parse_exposition(TEXT, 60.0))
@@ -454,6 +455,7 @@ def test_near_zero_fires_on_real_fixture_counters():
     f = detect_near_zero_acceptance(st)
     assert f is not None and f.reason == "SpecAcceptanceNearZero"
     assert "0.0%" in f.message and "312" in f.message
+    assert "vllm#49559" in f.upstream
     # min-sample guard: the same window does not alarm with a higher floor
     assert detect_near_zero_acceptance(st, AnomalyThresholds(min_draft_tokens=1000)) is None
     # healthy acceptance does not fire
@@ -472,6 +474,7 @@ def _window(drafts, draft_tokens, accepted, seconds=300.0, **kw):
 
 
 def test_acceptance_drop_vs_baseline():
+    """E.g. after a rollout that turns on prefix caching with MTP (vllm#43559, vllm#53912)."""
     base = _window(1000, 2000, 1200)  # 60 %
     assert detect_acceptance_drop(_window(1000, 2000, 600), base).reason == "SpecAcceptanceDrop"  # 30 %
     assert detect_acceptance_drop(_window(1000, 2000, 1100), base) is None  # 55 %: small dip
@@ -498,6 +501,8 @@ def _gen_window(n, stop, length, mean_len, short=0.0, hist=True):
 
 
 def test_early_stop_shift_fires_on_shorter_generations_ending_on_stop():
+    """Silent corruption signature of vllm PR #45100 (async spec-decode race) / vllm#43559
+    (prefix caching + MTP on GDN): requests end early on EOS."""
     base = _gen_window(200, stop=40, length=160, mean_len=48.0, short=0.05)
     bad = _gen_window(200, stop=170, length=30, mean_len=14.0, short=0.7)
     f = detect_early_stop_shift(bad, base)

@@ -636,7 +636,8 @@ def detect_near_zero_acceptance(
     stats: WindowStats, thr: AnomalyThresholds = AnomalyThresholds()
 ) -> Finding | None:
     """Drafts flow but (almost) nothing is accepted: the draft/MTP head is broken or mismatched
-    (wrong or missing MTP weights, a draft head from another checkpoint, a broken drafter kernel).
+    (wrong or missing MTP weights, a draft head from another checkpoint, a broken drafter path —
+    e.g. vllm#49559: a DFlash drafter on Qwen3.6 with the V2 model runner in 0.25.1 accepts ~0 %).
     The CPU engine with dummy weights shows exactly this (acceptance 0 with MTP k=2)."""
     rate = stats.acceptance_rate
     if rate is None or stats.draft_tokens < thr.min_draft_tokens:
@@ -651,7 +652,7 @@ def detect_near_zero_acceptance(
             "match the target weights; drafting only costs compute, disable speculative decoding "
             "or fix the draft weights"
         ),
-        upstream=("vllm#41190",),
+        upstream=("vllm#49559",),
     )
 
 
@@ -936,7 +937,7 @@ class AcceptanceTracker:
                 f"{len(names)} pod(s) accept (almost) no draft tokens while drafting ({shown}): "
                 "their MTP/draft head looks broken or mismatched"
             ),
-            upstream=("vllm#41190",),
+            upstream=("vllm#49559",),
             pods=names[:20],
         )
 
