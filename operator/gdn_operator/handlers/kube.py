@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import logging
 import time
 from typing import Any, Callable
@@ -24,11 +25,22 @@ APPLY = "application/apply-patch+yaml"
 
 @functools.lru_cache(maxsize=1)
 def api_client() -> kubernetes.client.ApiClient:
+    cfg = kubernetes.client.Configuration()
     try:
-        kubernetes.config.load_incluster_config()
+        kubernetes.config.load_incluster_config(client_configuration=cfg)
     except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config()
-    return kubernetes.client.ApiClient()
+        kubernetes.config.load_kube_config(client_configuration=cfg)
+    # handlers run in kopf's thread pool: one pooled connection per worker thread
+    cfg.connection_pool_maxsize = 32
+    return kubernetes.client.ApiClient(cfg)
+
+
+def _json(resp: Any) -> Any:
+    """Body of a `_preload_content=False` response (skips the client's slow model deserialisation)."""
+    try:
+        return json.loads(resp.data)
+    finally:
+        resp.release_conn()
 
 
 def reset_client() -> None:
@@ -52,7 +64,7 @@ def apply(obj: dict[str, Any]) -> dict[str, Any]:
     """Server-side apply of a Deployment, Service or PodMonitor (force: the operator owns these fields)."""
     c = api_client()
     kind, ns, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
-    kw = dict(field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)
+    kw = dict(field_manager=FIELD_MANAGER, force=True, _content_type=APPLY, _preload_content=False)
     if kind == "Deployment":
         r = kubernetes.client.AppsV1Api(c).patch_namespaced_deployment(name, ns, obj, **kw)
     elif kind == "Service":
@@ -61,10 +73,9 @@ def apply(obj: dict[str, Any]) -> dict[str, Any]:
         r = kubernetes.client.CustomObjectsApi(c).patch_namespaced_custom_object(
             "monitoring.coreos.com", "v1", ns, "podmonitors", name, obj, **kw
         )
-        return r
     else:  # pragma: no cover - render only produces the kinds above
         raise ValueError(f"cannot apply kind {kind}")
-    return c.sanitize_for_serialization(r)
+    return _json(r)
 
 
 def delete_pod_monitor(namespace: str, name: str) -> None:
@@ -97,12 +108,12 @@ def crd_exists(name: str, ttl: float = 60.0) -> bool:
 
 def get_deployment(namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        r = kubernetes.client.AppsV1Api(api_client()).read_namespaced_deployment(name, namespace)
+        r = kubernetes.client.AppsV1Api(api_client()).read_namespaced_deployment(name, namespace, _preload_content=False)
     except ApiException as e:
         if e.status == 404:
             return None
         raise
-    return api_client().sanitize_for_serialization(r)
+    return _json(r)
 
 
 def get_server(namespace: str, name: str) -> dict[str, Any] | None:
@@ -124,7 +135,11 @@ def patch_server(namespace: str, name: str, patch: dict[str, Any]) -> dict[str, 
 
 
 def update_status(
-    namespace: str, name: str, mutate: Callable[[dict[str, Any], dict[str, Any]], None], retries: int = 8
+    namespace: str,
+    name: str,
+    mutate: Callable[[dict[str, Any], dict[str, Any]], None],
+    retries: int = 8,
+    obj: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """Read-modify-write of .status with optimistic concurrency (resourceVersion), retried on conflict.
 
@@ -133,7 +148,8 @@ def update_status(
     """
     api = kubernetes.client.CustomObjectsApi(api_client())
     for attempt in range(retries):
-        obj = get_server(namespace, name)
+        if obj is None or attempt > 0:
+            obj = get_server(namespace, name)
         if obj is None:
             return None
         status = dict(obj.get("status") or {})
@@ -180,6 +196,6 @@ def emit_event(obj: dict[str, Any], reason: str, message: str, type_: str = "Nor
         "reportingInstance": "gdn-operator",
     }
     try:
-        kubernetes.client.CoreV1Api(api_client()).create_namespaced_event(meta["namespace"], body)
+        _json(kubernetes.client.CoreV1Api(api_client()).create_namespaced_event(meta["namespace"], body, _preload_content=False))
     except Exception as e:  # noqa: BLE001 - events must never break reconciliation
         log.warning("could not emit event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], e)

@@ -109,7 +109,7 @@ async def pod_event(
     await asyncio.to_thread(update_from_pods, namespace, name, pods_of(engine_pods, namespace, name))
 
 
-def deployment_status(namespace: str, name: str, dep: dict[str, Any]) -> None:
+def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: dict[str, Any] | None = None) -> None:
     spec = dep.get("spec") or {}
     dstatus = dep.get("status") or {}
     desired = int(spec.get("replicas") or 0)
@@ -145,14 +145,15 @@ def deployment_status(namespace: str, name: str, dep: dict[str, Any]) -> None:
         elif st.get_condition(status, st.DEGRADED) is not None and (st.get_condition(status, st.DEGRADED) or {}).get("reason") == "PartiallyReady":
             st.set_condition(status, st.DEGRADED, False, "AllReady", "", gen)
 
-    kube.update_status(namespace, name, mutate)
+    kube.update_status(namespace, name, mutate, obj=server)
 
 
-def correct_drift(namespace: str, name: str, dep: dict[str, Any] | None) -> bool:
+def correct_drift(namespace: str, name: str, dep: dict[str, Any] | None, server: dict[str, Any] | None = None) -> bool:
     """Re-apply the rendered Deployment if someone changed or deleted it. Returns True if corrected."""
     from gdn_operator.handlers.reconcile import expected_objects
 
-    server = kube.get_server(namespace, name)
+    if server is None:
+        server = kube.get_server(namespace, name)
     if server is None or server["metadata"].get("deletionTimestamp"):
         return False
     expected = expected_objects(server)
@@ -177,8 +178,13 @@ async def deployment_event(type: str, body: kopf.Body, namespace: str, meta: kop
     if not name:
         return
     dep = kube.plain(body)
-    if type == "DELETED":
-        await asyncio.to_thread(correct_drift, namespace, name, None)
+    await asyncio.to_thread(on_deployment, namespace, name, None if type == "DELETED" else dep)
+
+
+def on_deployment(namespace: str, name: str, dep: dict[str, Any] | None) -> None:
+    server = kube.get_server(namespace, name)
+    if server is None:
         return
-    await asyncio.to_thread(correct_drift, namespace, name, dep)
-    await asyncio.to_thread(deployment_status, namespace, name, dep)
+    corrected = correct_drift(namespace, name, dep, server)
+    if dep is not None and not corrected:
+        deployment_status(namespace, name, dep, server)
