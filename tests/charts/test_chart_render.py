@@ -26,7 +26,8 @@ from _chart_helpers import (
 # SUBSET (features off); it must never grant anything outside this table. Derived from the code:
 #   handlers/kube.py (SSA apply = patch + create-on-absent, get_deployment, get_server, patch_server,
 #   update_status, emit_event, crd_exists, delete_pod_monitor), handlers/certs.py (Secret get/create/
-#   replace), handlers/workload.py (kopf index/event on pods and deployments), handlers/reconcile.py
+#   replace), handlers/workload.py (kopf index/event on pods and deployments), handlers/reconcile.py,
+#   handlers/crashwatch.py (pod daemon -> kopf finalizer on pods, pods/log), handlers/acceptance.py,
 #   and kopf 1.45 itself (resource/namespace observers, peering keep-alives, admission config manager,
 #   event posting).
 ALLOWED: dict[tuple[str, str], set[str]] = {
@@ -34,7 +35,7 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("serving.gdn-operator.io", "gdnmodelservers/status"): {"update"},
     ("apps", "deployments"): {"get", "list", "watch", "create", "patch"},
     ("", "services"): {"create", "patch"},
-    ("", "pods"): {"list", "watch"},
+    ("", "pods"): {"list", "watch", "patch"},  # patch: kopf's finalizer for the crash-watch pod daemon
     ("", "pods/log"): {"get"},
     ("", "events"): {"create"},
     ("monitoring.coreos.com", "podmonitors"): {"create", "patch", "delete"},

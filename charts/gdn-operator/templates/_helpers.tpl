@@ -102,10 +102,12 @@ tests/charts/test_chart_render.py holds the same table and fails on any extra re
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["create", "patch"]
-# kopf index + event handler over the engine pods (status, restarts, unschedulable).
+# kopf index + event handlers over the engine pods (status, restarts, unschedulable, crash watch);
+# patch: kopf adds/removes its finalizer on each engine pod for the crash watch's log-following
+# daemon (handlers/crashwatch.follow_engine_log: kopf daemons always require a finalizer).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch"]
+  verbs: ["list", "watch", "patch"]
 # Crash watch: read the logs of crashed / running engine containers.
 - apiGroups: [""]
   resources: ["pods/log"]

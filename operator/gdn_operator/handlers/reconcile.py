@@ -135,8 +135,14 @@ def reconcile_sync(body: dict[str, Any]) -> str:
             "; ".join(f"{f.rule}: {f.message}" for f in mitigated),
             "Warning",
         )
-    for f in warned:
-        kube.emit_event(body, "KnownIssueWarning", f"{f.rule}: {f.message}", "Warning")
+    if warned:
+        kube.emit_event(
+            body,
+            "KnownIssueWarning",
+            f"{len(warned)} known issue(s) to watch: " + "; ".join(f"{f.rule} ({f.kind})" for f in warned)
+            + ". Details in status.findings.",
+            "Warning",
+        )
 
     reason = "Mitigated" if mitigated else ("AdmittedWithWarnings" if warned else "Admitted")
     vmsg = {

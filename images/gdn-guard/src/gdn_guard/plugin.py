@@ -87,11 +87,22 @@ def _activate() -> RegisterResult:
     return RegisterResult(detected, tuple(active), tuple(skipped), line)
 
 
+def _ensure_vllm_logging() -> None:
+    """Importing vllm.logger applies vLLM's logging configuration (handler, format, level from
+    VLLM_LOGGING_LEVEL), so the start-up line is printed like vLLM's own lines even when this
+    process has not imported it yet (0.32.0's plugin loader uses plain ``logging``)."""
+    try:
+        import vllm.logger  # noqa: F401
+    except Exception:
+        pass
+
+
 def register() -> None:
     """Entry point for ``vllm.general_plugins``: apply the guards this vLLM version needs and log
     the start-up line.  Idempotent within a process; never raises."""
     global _RESULT
     try:
+        _ensure_vllm_logging()
         with _LOCK:
             if _RESULT is not None:
                 return
