@@ -51,6 +51,8 @@ def mitigation_patch(spec: dict[str, Any]) -> tuple[dict[str, Any], list[Any]] |
     for op in ev.patch:
         if op.get("op") in ("add", "replace"):
             _set_path(merge, op["path"], op["value"])
+        elif op.get("op") == "remove":
+            _set_path(merge, op["path"], None)  # null deletes the field in a merge patch
     mitigated = [f for f in ev.findings if f.action == "mitigated"]
     note = json.dumps({f.rule: f.mitigation for f in mitigated}, sort_keys=True, separators=(",", ":"))
     merge.setdefault("metadata", {}).setdefault("annotations", {})[MITIGATIONS_ANNOTATION] = note

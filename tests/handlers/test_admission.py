@@ -1,0 +1,26 @@
+"""The mutating webhook's merge patch is the evaluator's mitigation, recorded in an annotation."""
+
+import json
+
+from gdn_operator.handlers.admission import mitigation_patch
+from gdn_operator.handlers.reconcile import MITIGATIONS_ANNOTATION
+
+SPEC = {
+    "model": {"uri": "hf://Qwen/Qwen3.6-35B-A3B"},
+    "image": {"tag": "v0.28.0", "vllmVersion": "0.28.0"},
+    "speculativeDecoding": {"numSpeculativeTokens": 3},
+}
+
+
+def test_mitigate_policy_patches_spec_and_annotation():
+    merge, mitigated = mitigation_patch({**SPEC, "admissionPolicy": "mitigate"})
+    assert merge["spec"]["prefixCaching"] is False
+    note = json.loads(merge["metadata"]["annotations"][MITIGATIONS_ANNOTATION])
+    assert "vllm#43559" in note
+    assert {f.rule for f in mitigated} >= {"vllm#43559"}
+
+
+def test_reject_policy_and_clean_specs_are_not_mutated():
+    assert mitigation_patch({**SPEC, "admissionPolicy": "reject"}) is None
+    assert mitigation_patch({**SPEC, "prefixCaching": False, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}) is None
+    assert mitigation_patch({"model": "not a mapping"}) is None  # validation explains; mutation stays out
