@@ -605,3 +605,14 @@ def test_anomaly_gauge_follows_findings():
     assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceNearZero"}) == 0.0
     tr.forget_resource("an-ns", "m")
     assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceNearZero"}) is None
+
+
+def test_anomaly_gauge_current_when_update_gauges_called_before_summary():
+    reg = telemetry.REGISTRY
+    tr = AcceptanceTracker(window=300)
+    key = ("order-ns", "m", "p0")
+    _feed(tr, key, [(0, {}), (15, dict(drafts=656, draft_tokens=1312, accepted=0))])
+    tr.update_gauges("order-ns", "m")  # no summary() yet this round
+    lab = {"namespace": "order-ns", "name": "m", "reason": "SpecAcceptanceNearZero"}
+    assert reg.get_sample_value("gdn_spec_anomaly", lab) == 1.0
+    assert [f.reason for f in tr.last_findings("order-ns", "m")] == ["SpecAcceptanceNearZero"]

@@ -818,6 +818,7 @@ class AcceptanceTracker:
         self._baselines: dict[tuple[str, str], Baseline] = {}
         self._gauge_labels: dict[tuple[str, str], dict[str, set]] = {}
         self._findings: dict[tuple[str, str], list[Finding]] = {}
+        self._evaluated: set[tuple[str, str]] = set()  # findings current (no observation since)
 
     # --- input ----------------------------------------------------------------------------------
     def _state(self, key: PodKey) -> _PodState:
@@ -830,6 +831,7 @@ class AcceptanceTracker:
     def observe(self, key: PodKey | tuple[str, str, str], snapshot: EngineSnapshot) -> None:
         st = self._state(PodKey(*key))
         st.window.observe(snapshot)
+        self._evaluated.discard((key[0], key[1]))
         st.error = None
         st.error_message = ""
 
@@ -851,6 +853,7 @@ class AcceptanceTracker:
     def forget(self, key: PodKey | tuple[str, str, str]) -> None:
         ns, name, pod = key
         pods = self._pods.get((ns, name))
+        self._evaluated.discard((ns, name))
         if pods is not None:
             pods.pop(pod, None)
             if not pods:
@@ -861,6 +864,8 @@ class AcceptanceTracker:
         keep = set(pods)
         cur = self._pods.get((namespace, name), {})
         gone = [p for p in cur if p not in keep]
+        if gone:
+            self._evaluated.discard((namespace, name))
         for p in gone:
             del cur[p]
         if not cur:
@@ -871,6 +876,7 @@ class AcceptanceTracker:
         """Drop all state of a deleted resource, including its gauge label sets."""
         self._pods.pop((namespace, name), None)
         self._findings.pop((namespace, name), None)
+        self._evaluated.discard((namespace, name))
         self._baselines.pop((namespace, name), None)
         self._clear_gauges(namespace, name)
 
@@ -883,6 +889,7 @@ class AcceptanceTracker:
                 seen = st.window.last_seen or st.error_at
                 if now - seen > self.stale_after:
                     del pods[pod]
+                    self._evaluated.discard((ns, name))
                     out.append(PodKey(ns, name, pod))
             if not pods:
                 del self._pods[(ns, name)]
@@ -944,9 +951,11 @@ class AcceptanceTracker:
     def evaluate(self, namespace: str, name: str) -> list[Finding]:
         """Run the anomaly checks for a resource; maintains the automatic baseline."""
         stats = self.window_stats(namespace, name)
-        if stats is None:
-            return []
         key = (namespace, name)
+        if stats is None:
+            self._findings.pop(key, None)
+            self._evaluated.add(key)
+            return []
         base = self._baselines.get(key)
         findings = detect_anomalies(stats, base.stats if base else None, self.thresholds)
         if not any(f.reason == REASON_NEAR_ZERO for f in findings):
@@ -967,6 +976,7 @@ class AcceptanceTracker:
         ):
             self._baselines[key] = Baseline(stats, now, "auto")
         self._findings[key] = findings
+        self._evaluated.add(key)
         return findings
 
     def last_findings(self, namespace: str, name: str) -> list[Finding]:
@@ -983,7 +993,6 @@ class AcceptanceTracker:
         baselineAcceptanceRate, findings[{reason, severity, message, upstream, pods}].
         """
         pods = self._pods.get((namespace, name), {})
-        self._findings.pop((namespace, name), None)
         counts = {"total": len(pods), "reporting": 0, "specDecode": 0, "notApplicable": 0,
                   "warmingUp": 0, "scrapeErrors": 0}
         errors: dict[str, int] = {}
@@ -1004,7 +1013,7 @@ class AcceptanceTracker:
                 counts["notApplicable"] += 1
         counts["errorsByReason"] = errors
         stats = self.window_stats(namespace, name)
-        findings = self.evaluate(namespace, name) if stats is not None else []
+        findings = self.evaluate(namespace, name)
         base = self._baselines.get((namespace, name))
         out: dict = {
             "window": f"{self.window:g}s",
@@ -1051,11 +1060,14 @@ class AcceptanceTracker:
     def update_gauges(self, namespace: str, name: str) -> None:
         """Set gdn_spec_* gauges for this resource; removes label sets that no longer apply.
 
-        ``gdn_spec_anomaly{reason}`` is 0/1 per known reason, from the findings of the last
-        :meth:`summary` / :meth:`evaluate` call (call one of those first in each round).
+        ``gdn_spec_anomaly{reason}`` is 0/1 per known reason; findings are (re-)evaluated here if
+        an observation arrived since the last :meth:`summary` / :meth:`evaluate`, so the call
+        order within a round does not matter.
         """
         from gdn_operator import telemetry as t
 
+        if (namespace, name) not in self._evaluated:
+            self.evaluate(namespace, name)
         seen: dict[str, set] = {"pos": set(), "pod": set(), "res": set(), "anomaly": set()}
         stats = self.window_stats(namespace, name)
         if stats is not None and stats.spec_decode:
