@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import sys
 
 
@@ -29,12 +30,23 @@ def main() -> int:
         format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
     )
     peering = os.environ.get("GDN_PEERING") or None
+    priority_env = os.environ.get("GDN_PEERING_PRIORITY", "0").strip() or "0"
+    if priority_env == "auto":
+        # kopf pauses every replica that sees a live peer of the same priority: give each replica a
+        # distinct random one so exactly one is active.
+        priority = secrets.randbelow(1_000_000) + 1
+    else:
+        try:
+            priority = int(priority_env)
+        except ValueError:
+            print(f"gdn-operator: GDN_PEERING_PRIORITY={priority_env!r}: must be an integer or 'auto'", file=sys.stderr)
+            return 2
     kopf.run(
         clusterwide=not cfg.namespaces,
         namespaces=list(cfg.namespaces),
         standalone=peering is None,
         peering_name=peering,
-        priority=int(os.environ.get("GDN_PEERING_PRIORITY", "0")),
+        priority=priority,
         liveness_endpoint=os.environ.get("GDN_LIVENESS", "http://0.0.0.0:8081/healthz") or None,
     )
     return 0

@@ -90,6 +90,12 @@ READY_REPLICAS = Gauge(
     ["namespace", "name"],
     registry=REGISTRY,
 )
+DESIRED_REPLICAS = Gauge(
+    "gdn_desired_replicas",
+    "Desired engine replicas per GDNModelServer (spec.replicas as rendered).",
+    ["namespace", "name"],
+    registry=REGISTRY,
+)
 ENGINE_RESTARTS = Gauge(
     "gdn_engine_restarts",
     "Sum of container restart counts over the engine pods of a GDNModelServer.",

@@ -132,11 +132,12 @@ def free_port() -> int:
 class LocalReplica:
     """One operator replica run locally with the chart's command + env, authenticated by the SA token."""
 
-    def __init__(self, deployment: dict, namespace: str, pod_id: str, kubeconfig: Path, workdir: Path):
+    def __init__(self, deployment: dict, namespace: str, pod_id: str, kubeconfig: Path, workdir: Path,
+                 webhook_port: int):
         (c,) = deployment["spec"]["template"]["spec"]["containers"]
         cmd = list(c["command"])
-        assert cmd[0] in ("python3", "gdn-operator"), cmd
-        self.argv = [sys.executable, *cmd[1:]] if cmd[0] == "python3" else [sys.executable, "-m", "gdn_operator"]
+        assert cmd == ["gdn-operator"], cmd
+        self.argv = [sys.executable, "-m", "gdn_operator"]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "GDN_"))}
         for e in c["env"]:
             if "value" in e:
@@ -145,8 +146,9 @@ class LocalReplica:
                    NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
         self.liveness = free_port()
         # in-cluster the webhook is reached through the Service; here the API server calls us directly
+        # on one port that all replicas bind (SO_REUSEPORT), like the Service in front of the pods
         env.update(GDN_WEBHOOK_MODE="local", GDN_WEBHOOK_ADDR="127.0.0.1", GDN_WEBHOOK_HOST="127.0.0.1",
-                   GDN_WEBHOOK_PORT=str(free_port()), GDN_METRICS_PORT=str(free_port()),
+                   GDN_WEBHOOK_PORT=str(webhook_port), GDN_METRICS_PORT=str(free_port()),
                    GDN_LIVENESS=f"http://127.0.0.1:{self.liveness}/healthz", GDN_LOG_LEVEL="DEBUG")
         self.env, self.pod_id = env, pod_id
         self.log = workdir / f"{pod_id}.log"
@@ -268,8 +270,9 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
         assert runs[0].stdout == runs[1].stdout == runs[2].stdout, "CA must survive reads and renewals"
 
         # -- two replicas, kopf peering ---------------------------------------------------------------
+        webhook_port = free_port()
         for i in range(2):
-            replicas.append(LocalReplica(dep, rel_ns, f"{rel}-replica-{i}", sa_kc, tmp_path).start())
+            replicas.append(LocalReplica(dep, rel_ns, f"{rel}-replica-{i}", sa_kc, tmp_path, webhook_port).start())
         peering_name = next(e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] == "GDN_PEERING")
 
         def peers():

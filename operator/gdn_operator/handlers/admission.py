@@ -96,9 +96,10 @@ def admission(spec: kopf.Spec, old: Any, warnings: list[str], namespace: str, **
 
 def register() -> None:
     """Register the webhooks with kopf (only when a webhook server is configured: kopf refuses to start
-    with admission handlers but no server)."""
-    kopf.on.mutate(GROUP, VERSION, PLURAL, id="gdn-mitigate", operations=["CREATE", "UPDATE"])(mitigate)
-    kopf.on.validate(GROUP, VERSION, PLURAL, id="gdn-admission", operations=["CREATE", "UPDATE"])(admission)
+    with admission handlers but no server). Persistent: a replica that stops (HA hand-over) must not
+    strip the webhooks from the configuration the active replica serves."""
+    kopf.on.mutate(GROUP, VERSION, PLURAL, id="gdn-mitigate", operations=["CREATE", "UPDATE"], persistent=True)(mitigate)
+    kopf.on.validate(GROUP, VERSION, PLURAL, id="gdn-admission", operations=["CREATE", "UPDATE"], persistent=True)(admission)
 
 
 if get_config().webhook_mode:

@@ -392,28 +392,70 @@ def _stream_once(namespace: str, pod: str, restart_count: int, pod_uid: str, sto
         resp.release_conn()
 
 
-@kopf.daemon("", "v1", "pods", labels=MANAGED, cancellation_timeout=5.0)
-async def follow_engine_log(
-    stopped: kopf.DaemonStopped, namespace: str, name: str, body: kopf.Body, logger: logging.Logger, **_: Any
-) -> None:
+class LogFollowers:
+    """One bounded log-follow task per running engine container instance, started from pod events.
+
+    (Not a kopf daemon: daemons make kopf put a finalizer on every engine pod, which would block pod
+    deletion whenever the operator is down.)"""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, tuple[int, asyncio.Task[None]]] = {}
+
+    def ensure(self, namespace: str, pod: dict[str, Any]) -> None:
+        uid = pod["metadata"].get("uid", "")
+        cs = next((c for c in (pod.get("status") or {}).get("containerStatuses") or [] if c.get("name") == CONTAINER), None)
+        running = bool(cs and (cs.get("state") or {}).get("running"))
+        restart = int((cs or {}).get("restartCount") or 0)
+        current = self.tasks.get(uid)
+        if current and (not current[1].done()) and current[0] == restart and running:
+            return
+        if current and not current[1].done() and current[0] != restart:
+            current[1].cancel()
+        if not running or pod["metadata"].get("deletionTimestamp"):
+            return
+        name = pod["metadata"]["name"]
+        task = asyncio.get_running_loop().create_task(self._follow(namespace, name, uid, restart))
+        self.tasks[uid] = (restart, task)
+
+    def stop(self, uid: str) -> None:
+        cur = self.tasks.pop(uid, None)
+        if cur:
+            cur[1].cancel()
+
+    def stop_all(self) -> None:
+        for uid in list(self.tasks):
+            self.stop(uid)
+
+    async def _follow(self, namespace: str, pod: str, uid: str, restart: int) -> None:
+        stop = threading.Event()
+        backoff = 1.0
+        try:
+            for _ in range(20):  # reconnects after API disconnects; a restart starts a new task
+                try:
+                    why = await asyncio.to_thread(_stream_once, namespace, pod, restart, uid, stop.is_set)
+                    if why in ("eof", "stopped"):
+                        return
+                except Exception as e:  # noqa: BLE001 - disconnects, 4xx from fake nodes: retry with backoff
+                    log.debug("log stream of %s/%s interrupted: %s", namespace, pod, e)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 120.0)
+        finally:
+            stop.set()
+
+
+FOLLOWERS = LogFollowers()
+
+
+@kopf.on.event("", "v1", "pods", labels=MANAGED, id="engine-log-follow")
+async def follow_engine_logs(type: str, body: kopf.Body, namespace: str, **_: Any) -> None:
     if not get_config().stream_logs:
         return
-    backoff = 1.0
-    while not stopped:
-        status = body.get("status") or {}
-        cs = next((c for c in status.get("containerStatuses") or [] if c.get("name") == CONTAINER), None)
-        if not cs or not (cs.get("state") or {}).get("running"):
-            await stopped.wait(5)
-            continue
-        restart_count = int(cs.get("restartCount") or 0)
-        try:
-            why = await asyncio.to_thread(
-                _stream_once, namespace, name, restart_count, body["metadata"].get("uid", ""), lambda: bool(stopped)
-            )
-            backoff = 1.0
-            if why == "stopped":
-                return
-        except Exception as e:  # noqa: BLE001 - API disconnects, 4xx for fake nodes: retry with backoff
-            logger.debug("log stream of %s/%s interrupted: %s", namespace, name, e)
-            backoff = min(backoff * 2, 120.0)
-        await stopped.wait(backoff)
+    if type == "DELETED":
+        FOLLOWERS.stop(body["metadata"].get("uid", ""))
+        return
+    FOLLOWERS.ensure(namespace, kube.plain(body))
+
+
+@kopf.on.cleanup()
+async def stop_followers(**_: Any) -> None:
+    FOLLOWERS.stop_all()

@@ -51,7 +51,11 @@ def webhook_server(cfg: OperatorConfig) -> kopf.WebhookServer | None:
     if cfg.webhook_mode == "local":
         host = cfg.webhook_host or "127.0.0.1"
         d = Path(tempfile.mkdtemp(prefix="gdn-webhook-"))
-        bundle = certs.new_bundle([host, "localhost"])
+        if cfg.webhook_secret and cfg.webhook_namespace:
+            # replicas sharing one port (SO_REUSEPORT) must also share one CA
+            bundle = certs.ensure_secret_bundle(cfg.webhook_namespace, cfg.webhook_secret, [host, "localhost"])
+        else:
+            bundle = certs.new_bundle([host, "localhost"])
         ca, crt, key = bundle.write(d)
         return kopf.WebhookServer(
             addr=cfg.webhook_addr, port=cfg.webhook_port, host=host, certfile=str(crt), pkeyfile=str(key), cafile=str(ca)

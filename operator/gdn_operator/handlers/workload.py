@@ -119,6 +119,7 @@ def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: di
     from gdn_operator import telemetry
 
     telemetry.READY_REPLICAS.labels(namespace, name).set(ready)
+    telemetry.DESIRED_REPLICAS.labels(namespace, name).set(desired)
 
     def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
         gen = obj["metadata"].get("generation")
