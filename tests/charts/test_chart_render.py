@@ -35,7 +35,7 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("serving.gdn-operator.io", "gdnmodelservers/status"): {"update"},
     ("apps", "deployments"): {"get", "list", "watch", "create", "patch"},
     ("", "services"): {"create", "patch"},
-    ("", "pods"): {"list", "watch", "patch"},  # patch: kopf's finalizer for the crash-watch pod daemon
+    ("", "pods"): {"list", "watch"},  # kopf index + event handlers (no daemon: no finalizers on pods)
     ("", "pods/log"): {"get"},
     ("", "events"): {"create"},
     ("monitoring.coreos.com", "podmonitors"): {"create", "patch", "delete"},

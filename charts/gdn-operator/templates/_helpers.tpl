@@ -103,11 +103,9 @@ tests/charts/test_chart_render.py holds the same table and fails on any extra re
   resources: ["services"]
   verbs: ["create", "patch"]
 # kopf index + event handlers over the engine pods (status, restarts, unschedulable, crash watch);
-# patch: kopf adds/removes its finalizer on each engine pod for the crash watch's log-following
-# daemon (handlers/crashwatch.follow_engine_log: kopf daemons always require a finalizer).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch", "patch"]
+  verbs: ["list", "watch"]
 # Crash watch: read the logs of crashed / running engine containers.
 - apiGroups: [""]
   resources: ["pods/log"]
