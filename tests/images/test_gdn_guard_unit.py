@@ -176,14 +176,17 @@ def test_cli_declared_and_verify():
     p = _cli("declared-patch-ids", "0.17.1")
     assert p.returncode == 0 and p.stdout.strip() == "gdn-guard/vllm-36917"
     assert _cli("declared-patch-ids", "0.32.0").stdout == "\n"
-    assert _cli("verify-patches", "gdn-guard/vllm-36917", "0.17.1").returncode == 0
-    assert _cli("verify-patches", "", "0.32.0").returncode == 0
-    bad = _cli("verify-patches", "", "0.17.1")
+    assert _cli("verify-patches", "gdn-guard/vllm-36917", "--vllm-version", "0.17.1").returncode == 0
+    assert _cli("verify-patches", "", "--vllm-version", "0.32.0").returncode == 0
+    bad = _cli("verify-patches", "", "--vllm-version", "0.17.1")
     assert bad.returncode == 1
     assert bad.stderr.strip() == ("gdn-guard: GDN_GUARD_PATCHES=(empty) but vLLM 0.17.1 needs gdn-guard/vllm-36917; "
                                   "set --build-arg GDN_GUARD_PATCHES=gdn-guard/vllm-36917")
     nov = _cli("declared-patch-ids")  # no vLLM installed in this interpreter
     assert nov.returncode == 1 and "no vLLM installation found" in nov.stderr
+    assert _cli("verify-patches", "").returncode == 1
+    assert _cli("verify-patches").returncode == 2
+    assert "not a PEP 440 version" in _cli("declared-patch-ids", "latest").stderr
 
 
 # ------------------------------------------------------------------ step rewrite refusal paths --

@@ -125,18 +125,19 @@ async def test_slow_pod_times_out_without_delaying_others(server):
     targets = [T(server.url("/slow"), pod="slow"), T(server.url("/slowbody"), pod="slowbody")] + [
         T(server.url(f"/ok/{i}"), pod=f"p{i}") for i in range(20)
     ]
+    timeout = 2.0
     t0 = time.monotonic()
-    res = await scrape_many(targets, timeout=0.5, concurrency=4)
+    res = await scrape_many(targets, timeout=timeout, concurrency=4)
     wall = time.monotonic() - t0
     assert [r.target.pod for r in res] == [t.pod for t in targets]  # order preserved
     assert res[0].error == "timeout" and res[0].snapshot is None
     assert res[1].error == "timeout"
-    assert "0.5s" in res[0].message
+    assert f"{timeout:g}s" in res[0].message
+    # the 20 fast pods all succeed: they are served by the two free slots while the slow ones hang
     assert all(r.ok for r in res[2:])
-    # two slots stuck for 0.5 s, the other two serve 20 fast pods meanwhile
-    assert wall < 1.5
-    ok_durations = [r.duration for r in res[2:]]
-    assert max(ok_durations) < 0.45
+    # Had the slow pods delayed the others (serial scraping, or fast pods queued behind them), the
+    # round would take at least two timeouts; isolated, it takes one timeout plus a little.
+    assert wall < 1.8 * timeout, wall
 
 
 async def test_concurrency_is_bounded(server):
