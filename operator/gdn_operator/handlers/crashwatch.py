@@ -31,6 +31,8 @@ from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
 from gdn_operator.handlers.config import get_config
 from gdn_operator.render.engine import CONTAINER, LABEL_MANAGED_BY, LABEL_SERVER, MANAGED_BY
+from gdn_operator.watch.guardline import SEARCH_BYTES as GUARD_SEARCH_BYTES
+from gdn_operator.watch.guardline import GuardLine, check_patch_set, parse_guard_line
 from gdn_operator.watch.logstream import StreamClassifier
 from gdn_operator.watch.signatures import ClassificationResult, best_result, classify_termination_message
 
@@ -370,7 +372,40 @@ async def crash_quiet(namespace: str, name: str, status: kopf.Status, **_: Any) 
         await asyncio.to_thread(clear_crash_conditions, namespace, name)
 
 
-def _stream_once(namespace: str, pod: str, restart_count: int, pod_uid: str, stop: Callable[[], bool]) -> str:
+PATCH_SET = "PatchSetVerified"
+
+
+def report_patch_check(namespace: str, name: str, pod: str, line: GuardLine | None) -> None:
+    """Compare what the gdn-guard plugin reported in the engine log with spec.image.patches."""
+    events: list[tuple[str, str]] = []
+
+    def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
+        events.clear()
+        image = (obj.get("spec") or {}).get("image") or {}
+        check = check_patch_set(image.get("patches") or [], line, str(image.get("vllmVersion", "")))
+        if line is None and check.ok:
+            return  # nothing declared, no plugin: nothing to say
+        gen = obj["metadata"].get("generation")
+        msg = f"pod {pod}: {check.message}"
+        if st.set_condition(status, PATCH_SET, check.ok, check.reason, msg, gen) and not check.ok:
+            events.append((check.reason, msg))
+        if not check.ok:
+            st.set_condition(status, st.DEGRADED, True, check.reason, msg, gen)
+        else:
+            d = st.get_condition(status, st.DEGRADED)
+            if d and d.get("status") == "True" and d.get("reason") in ("PatchSetMismatch", "GuardLineMissing", "VersionMismatch"):
+                st.set_condition(status, st.DEGRADED, False, "PatchSetVerified", "", gen)
+
+    obj = kube.update_status(namespace, name, mutate)
+    if obj is not None:
+        for reason, msg in events:
+            kube.emit_event(obj, reason, msg, "Warning")
+
+
+def _stream_once(
+    namespace: str, pod: str, restart_count: int, pod_uid: str, stop: Callable[[], bool],
+    on_guard: Callable[[GuardLine | None], None] | None = None,
+) -> str:
     """Follow one container instance's log until it ends. Returns why it ended."""
     import kubernetes
 
@@ -379,12 +414,23 @@ def _stream_once(namespace: str, pod: str, restart_count: int, pod_uid: str, sto
         pod, namespace, container=CONTAINER, follow=True, _preload_content=False, _request_timeout=(10, 600)
     )
     sc = StreamClassifier()
+    searched, carry, guard_done = 0, "", on_guard is None
     try:
         for chunk in resp.stream(64 * 1024):
             sc.feed(chunk)
+            if not guard_done:
+                text = carry + chunk.decode("utf-8", errors="replace")
+                found = parse_guard_line(text)
+                searched += len(chunk)
+                if found is not None or searched >= GUARD_SEARCH_BYTES:
+                    on_guard(found)
+                    guard_done = True
+                carry = text[-1024:]
             if stop():
                 return "stopped"
         sc.close()
+        if not guard_done and searched:
+            on_guard(None)
         if sc.crashed:
             remember_streamed(pod_uid, restart_count, sc.result())
         return "eof"
@@ -414,7 +460,8 @@ class LogFollowers:
         if not running or pod["metadata"].get("deletionTimestamp"):
             return
         name = pod["metadata"]["name"]
-        task = asyncio.get_running_loop().create_task(self._follow(namespace, name, uid, restart))
+        server = (pod["metadata"].get("labels") or {}).get(LABEL_SERVER, "")
+        task = asyncio.get_running_loop().create_task(self._follow(namespace, name, uid, restart, server))
         self.tasks[uid] = (restart, task)
 
     def stop(self, uid: str) -> None:
@@ -426,13 +473,22 @@ class LogFollowers:
         for uid in list(self.tasks):
             self.stop(uid)
 
-    async def _follow(self, namespace: str, pod: str, uid: str, restart: int) -> None:
+    async def _follow(self, namespace: str, pod: str, uid: str, restart: int, server: str) -> None:
         stop = threading.Event()
         backoff = 1.0
+        checked: list[bool] = []
+
+        def on_guard(line: GuardLine | None) -> None:
+            if not checked:  # once per container instance, also across reconnects
+                checked.append(True)
+                report_patch_check(namespace, server, pod, line)
+
         try:
             for _ in range(20):  # reconnects after API disconnects; a restart starts a new task
                 try:
-                    why = await asyncio.to_thread(_stream_once, namespace, pod, restart, uid, stop.is_set)
+                    why = await asyncio.to_thread(
+                        _stream_once, namespace, pod, restart, uid, stop.is_set, None if checked else on_guard
+                    )
                     if why in ("eof", "stopped"):
                         return
                 except Exception as e:  # noqa: BLE001 - disconnects, 4xx from fake nodes: retry with backoff
