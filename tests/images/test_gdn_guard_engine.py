@@ -203,3 +203,19 @@ def test_0171_guard_makes_every_step_uniform(harness_0171):
         "guard_version": gdn_guard.__version__, "vllm_version": "0.17.1",
         "guards": ["spec-decode-uniform-batch"], "patch_ids": ["gdn-guard/vllm-36917"],
     }
+
+
+def test_image_build_check_against_real_vllm_0320(engine_python, gdn_guard_site):
+    """The RUN step of images/vllm-gdn/Dockerfile, run against a real vLLM install (0.32.0)."""
+    def cli(*a):
+        return subprocess.run([str(engine_python), "-m", "gdn_guard", *a], capture_output=True, text=True,
+                              timeout=120, env=engine_env(gdn_guard_site))
+
+    ok = cli("verify-patches", "", "--vllm-version", "0.32.0")
+    assert ok.returncode == 0 and ok.stdout.strip() == "gdn-guard: vLLM 0.32.0 patch set (empty) verified", ok.stderr
+    wrong_version = cli("verify-patches", "", "--vllm-version", "0.17.1")
+    assert wrong_version.returncode == 1
+    assert wrong_version.stderr.strip() == "gdn-guard: installed vLLM is 0.32.0, expected 0.17.1 (VLLM_VERSION)"
+    wrong_set = cli("verify-patches", "gdn-guard/vllm-36917", "--vllm-version", "0.32.0")
+    assert wrong_set.returncode == 1 and "needs (empty)" in wrong_set.stderr
+    assert cli("declared-patch-ids").stdout == "\n"
