@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import traceback
 from collections import deque
 
@@ -203,6 +204,7 @@ def run(args):
     queue = deque()
     depth = 2 if args.async_sched else 1
     steps, step_log, error = 0, [], None
+    sched_time = 0.0
     outputs = {}
     while steps < args.max_steps:
         for rid, plen, mt in plan:
@@ -210,7 +212,9 @@ def run(args):
                 add(rid, plen, mt)
         scheduled = False
         if scheduler.has_requests():
+            t0 = time.perf_counter()
             out = scheduler.schedule()
+            sched_time += time.perf_counter() - t0
             if out.total_num_scheduled_tokens > 0:
                 scheduled = True
                 try:
@@ -265,6 +269,7 @@ def run(args):
         "tokens_out": outputs,
         "unfinished": sorted(r for r, q in scheduler.requests.items() if not q.is_finished()),
         "max_model_len": vc.model_config.max_model_len,
+        "schedule_us_per_step": round(1e6 * sched_time / max(1, steps), 1),
         "spec_steps": sum(1 for s in step_log if s and any(d > 0 for d in s["drafts"])),
     }
     return result
