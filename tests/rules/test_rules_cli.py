@@ -73,9 +73,14 @@ def test_vllm_version_override_and_patch_flag(tmp_path):
     assert run("-f", str(f)).returncode == 0
     p = run("-f", str(f), "--vllm-version", "0.17.1")  # vllm#36917
     assert p.returncode == 1 and "vllm#36917" in p.stdout
+    # the shipped guard neutralises #36917; the planned #45100 backport is not relied on
     p = run("-f", str(f), "--vllm-version", "0.17.1", "--patch", "gdn-guard/vllm-36917", "--patch",
             "gdn-guard/vllm-45100")
-    assert "vllm#36917" not in p.stdout and "vllm#45100" not in p.stdout and p.returncode == 0, p.stdout
+    assert "vllm#36917" not in p.stdout and "vllm#45100" in p.stdout and p.returncode == 1, p.stdout
+    assert "not shipped" in p.stdout
+    f.write_text(MANIFEST.format(name="m", version="0.33.0", extra="  prefixCaching: false\n  asyncScheduling: false\n"))
+    p = run("-f", str(f), "--vllm-version", "0.17.1", "--patch", "gdn-guard/vllm-36917")
+    assert "vllm#36917" not in p.stdout and p.returncode == 0, p.stdout
 
 
 def test_multi_document_file_evaluates_each(tmp_path):

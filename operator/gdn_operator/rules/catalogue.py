@@ -187,6 +187,7 @@ class RuleFile(_Strict):
     schema_: Literal[1] = Field(alias="schema")
     catalogue: CatalogueInfo
     patches: dict[str, str]
+    planned_patches: dict[str, str] = Field(default_factory=dict)
     builtin: dict[str, Builtin]
     rules: list[Rule] = Field(min_length=1)
 
@@ -200,12 +201,14 @@ class RuleFile(_Strict):
                     problems.append(f"rule {r.id}: reference {ref} already used by {seen[ref]}")
                 seen[ref] = r.id
             for p in r.patches:
-                if p not in self.patches:
+                if p not in self.patches and p not in self.planned_patches:
                     problems.append(f"rule {r.id}: patch id {p} is not declared in `patches`")
+        for p in set(self.patches) & set(self.planned_patches):
+            problems.append(f"planned_patches: {p} is also in `patches` (shipped); keep it in one place")
         for key in _BUILTIN_KEYS:
             if key not in self.builtin:
                 problems.append(f"builtin: missing {key}")
-        for p in self.patches:
+        for p in [*self.patches, *self.planned_patches]:
             if not _PATCH_RE.match(p):
                 problems.append(f"patches: id {p!r} must look like gdn-guard/vllm-36917")
         if problems:
@@ -222,7 +225,10 @@ class Catalogue:
         self.rules: tuple[Rule, ...] = tuple(data.rules)
         self.by_ref: dict[str, Rule] = {ref: r for r in self.rules for ref in r.references}
         self.order: dict[str, int] = {r.id: i for i, r in enumerate(self.rules)}
+        #: shipped patch ids: only these neutralise a rule
         self.patch_ids: dict[str, str] = dict(data.patches)
+        #: planned patch ids: documented, never relied on
+        self.planned_patch_ids: dict[str, str] = dict(data.planned_patches)
         self.builtin: dict[str, Builtin] = dict(data.builtin)
         self.oldest: Version = parse_version(data.catalogue.oldest)  # type: ignore[assignment]
         self.newest: Version = parse_version(data.catalogue.newest)  # type: ignore[assignment]

@@ -176,17 +176,23 @@ def _match_rules(cat: Catalogue, eff: Effective) -> list[_Hit]:
         b = builtin["unrecognised-architecture"]
         hits.append(_builtin_hit(b, f"model {v['model_name']!r} is not a recognised Qwen3-Next / Qwen3.5 / Qwen3.6 / Qwen3.8 "
                                     "name and spec.model.architecture is unset", -3))
-    unknown = sorted(p for p in patches if p not in cat.patch_ids)
-    if unknown:
+    unknown = sorted(p for p in patches if p not in cat.patch_ids and p not in cat.planned_patch_ids)
+    planned = sorted(p for p in patches if p in cat.planned_patch_ids)
+    if unknown or planned:
         b = builtin["unknown-patch"]
-        hits.append(_builtin_hit(b, f"unknown patch id(s): {', '.join(unknown)}", -2))
+        parts = []
+        if unknown:
+            parts.append(f"unknown patch id(s): {', '.join(unknown)}")
+        if planned:
+            parts.append(f"planned patch id(s) not shipped by any gdn-guard release, not relied on: {', '.join(planned)}")
+        hits.append(_builtin_hit(b, "; ".join(parts), -2))
 
     vk = ver.key
     for i, rule in enumerate(cat.rules):
         if not rule.range.contains(ver):
             continue
-        if rule.patches and any(p in patches for p in rule.patches):
-            continue
+        if rule.patches and any(p in patches and p in cat.patch_ids for p in rule.patches):
+            continue  # neutralised by a shipped patch the image declares (checked at run time too)
         if not rule.compiled_when(v, vk):
             continue
         enforced = rule.action == "enforce" or (
