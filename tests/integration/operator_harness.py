@@ -204,6 +204,16 @@ class Kube:
         wait_for(lambda: self.core.read_namespaced_service_account("default", name), 30, what=f"default SA in {name}")
         return name
 
+    def delete_namespace(self, name: str, timeout: float = 90.0) -> None:
+        """Delete a test namespace and wait until its pods are gone, so their (fake) GPUs are free for
+        the next test: the session shares one cluster with 2 × 8 nvidia.com/gpu."""
+        try:
+            self.core.delete_namespace(name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        wait_for(lambda: not self.core.list_namespaced_pod(name).items, timeout, what=f"pods of {name} gone")
+
     def create(self, ns: str, obj: dict[str, Any]) -> dict[str, Any]:
         return self.co.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, obj)
 

@@ -118,3 +118,4 @@ def test_acceptance_from_a_running_engine_reaches_status_and_gauges(op, kube_api
     cond = k.wait_condition(ns, "acc", "MetricsAvailable", "False", timeout=30)
     assert cond["reason"] == "ScrapeFailed" and "connect" in cond["message"]
     assert op.alive()
+    k.delete_namespace(ns)

@@ -35,7 +35,9 @@ def k(kube_api):
 
 @pytest.fixture
 def ns(k):
-    return k.create_namespace(f"w-{uuid.uuid4().hex[:8]}")
+    name = k.create_namespace(f"w-{uuid.uuid4().hex[:8]}")
+    yield name
+    k.delete_namespace(name)
 
 
 def create_until_webhook_answers(k, ns, obj):

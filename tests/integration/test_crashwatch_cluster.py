@@ -38,7 +38,9 @@ def k(kube_api):
 
 @pytest.fixture
 def ns(k):
-    return k.create_namespace(f"c-{uuid.uuid4().hex[:8]}")
+    name = k.create_namespace(f"c-{uuid.uuid4().hex[:8]}")
+    yield name
+    k.delete_namespace(name)
 
 
 def running_pod(k, ns, name):
@@ -50,6 +52,11 @@ def running_pod(k, ns, name):
 
 
 def crash(k, ns, pod_name, message, exit_code=1):
+    """Make kwok kill and restart the engine container with `message` as its termination message.
+    Returns when the restart is visible, or when the pod is already being replaced (a remediation can
+    roll the Deployment faster than this poll sees the restart)."""
+    from kubernetes.client.rest import ApiException
+
     before = k.core.read_namespaced_pod(pod_name, ns).status.container_statuses[0].restart_count or 0
     k.core.patch_namespaced_pod(
         pod_name,
@@ -59,11 +66,17 @@ def crash(k, ns, pod_name, message, exit_code=1):
             "gdn-operator.io/test-crash-exit-code": str(exit_code),
         }}},
     )
-    wait_for(
-        lambda: (k.core.read_namespaced_pod(pod_name, ns).status.container_statuses[0].restart_count or 0) > before,
-        30,
-        what="kwok restarted the container",
-    )
+
+    def restarted_or_replaced():
+        try:
+            p = k.core.read_namespaced_pod(pod_name, ns)
+        except ApiException as e:
+            if e.status == 404:
+                return True
+            raise
+        return p.metadata.deletion_timestamp is not None or (p.status.container_statuses[0].restart_count or 0) > before
+
+    wait_for(restarted_or_replaced, 30, what=f"kwok restarted the container of {pod_name}")
     return before + 1
 
 
@@ -125,7 +138,13 @@ def test_repeated_known_crash_is_remediated_exactly_once(op, k, ns):
 
     # The same crash keeps coming on the new generation: counting restarts from 1 there, and the
     # workaround is already in place, so nothing is changed again (no loop).
-    pod2 = running_pod(k, ns, "b9")
+    def rolled_pod():
+        pods = [p for p in k.engine_pods(ns, "b9") if not p.metadata.deletion_timestamp]
+        if len(pods) == 1 and pods[0].status.phase == "Running" and "--no-async-scheduling" in pods[0].spec.containers[0].args:
+            return pods[0]
+        return None
+
+    pod2 = wait_for(rolled_pod, 90, what="the remediated engine pod, alone")
     for _ in range(3):
         crash(k, ns, pod2.metadata.name, message)
     wait_for(lambda: k.status(ns, "b9")["lastCrash"]["count"] == 3 and k.status(ns, "b9")["lastCrash"]["generation"] == 2, 30,

@@ -31,7 +31,9 @@ def k(kube_api):
 
 @pytest.fixture
 def ns(k):
-    return k.create_namespace(f"t-{uuid.uuid4().hex[:8]}")
+    name = k.create_namespace(f"t-{uuid.uuid4().hex[:8]}")
+    yield name
+    k.delete_namespace(name)
 
 
 def args_of(dep):
