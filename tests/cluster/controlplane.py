@@ -56,6 +56,10 @@ KWOK_STAGES = (
     "kustomize/stage/pod/chaos/pod-container-running-failed.yaml",
 )
 
+#: kwok kinds configured at run time through their CRDs (so tests can say which log file a pod serves).
+KWOK_RUNTIME_CRDS = ("ClusterLogs", "Logs")
+KWOK_CRD_FILES = ("kustomize/crd/bases/kwok.x-k8s.io_clusterlogs.yaml", "kustomize/crd/bases/kwok.x-k8s.io_logs.yaml")
+
 #: Pod IPs come from this range (loopback, so a stand-in server can bind them on ``lo``).
 POD_CIDR = "127.42.0.0/16"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -529,6 +533,7 @@ class ControlPlane:
         for s in stages:
             if not s.is_file():
                 raise ControlPlaneError(f"kwok stage file missing: {s}")
+        self._install_kwok_crds(src)
         kwok_home = self.workdir / "kwok-home"  # keep ~/.kwok/kwok.yaml out of the picture
         kwok_home.mkdir(exist_ok=True)
         port = self.ports["kwok"]
@@ -546,6 +551,7 @@ class ControlPlane:
                 f"--tls-cert-file={pki / 'kwok.crt'}",
                 f"--tls-private-key-file={pki / 'kwok.key'}",
                 "--node-lease-duration-seconds=40",
+                f"--enable-crds={','.join(KWOK_RUNTIME_CRDS)}",
                 *[f"--config={s}" for s in stages],
             ],
             env={"HOME": str(kwok_home)},
@@ -731,6 +737,49 @@ class ControlPlane:
             "spec": {},
             "status": {"capacity": res, "allocatable": res},
         }
+
+    def _install_kwok_crds(self, src: Path) -> None:
+        """kwok's Logs/ClusterLogs CRDs, so tests can serve `kubectl logs` for fake pods from files."""
+        import yaml
+        from kubernetes import client
+
+        with self.api_client() as api:
+            ext = client.ApiextensionsV1Api(api)
+            for rel in KWOK_CRD_FILES:
+                crd = yaml.safe_load((src / rel).read_text())
+                ext.create_custom_resource_definition(crd)
+            for rel in KWOK_CRD_FILES:
+                name = yaml.safe_load((src / rel).read_text())["metadata"]["name"]
+
+                def established(name: str = name) -> bool:
+                    c = ext.read_custom_resource_definition(name)
+                    return any(x.type == "Established" and x.status == "True" for x in (c.status.conditions or []))
+
+                deadline = time.monotonic() + 30
+                while not established():
+                    if time.monotonic() > deadline:
+                        raise ControlPlaneError(f"kwok CRD {name} not Established")
+                    time.sleep(0.1)
+
+    def serve_pod_logs(self, namespace: str, log_file: str | os.PathLike[str], *, containers: list[str] | None = None,
+                       follow: bool = False, name: str | None = None) -> str:
+        """Make `kubectl logs` of every pod in `namespace` return `log_file` (CRI log format:
+        `<RFC3339Nano> stdout F <line>`), through kwok's ClusterLogs. Returns the object's name."""
+        from kubernetes import client
+
+        name = name or f"logs-{namespace}"
+        log: dict[str, Any] = {"logsFile": str(Path(log_file).resolve()), "follow": follow}
+        if containers:
+            log["containers"] = containers
+        body = {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "ClusterLogs",
+            "metadata": {"name": name},
+            "spec": {"selector": {"matchNamespaces": [namespace]}, "logs": [log]},
+        }
+        with self.api_client() as api:
+            client.CustomObjectsApi(api).create_cluster_custom_object("kwok.x-k8s.io", "v1alpha1", "clusterlogs", body)
+        return name
 
     def _create_nodes(self) -> None:
         from kubernetes import client

@@ -6,6 +6,7 @@ conditions, read the operator's /metrics.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -150,6 +151,17 @@ class OperatorProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
         except OSError:
             return ""
+
+
+@contextlib.contextmanager
+def running_operator(cluster: Any, api: kubernetes.client.ApiClient, workdir: Path, **kw: Any):
+    """Install the CRD, run the operator for the duration of the block, always stop it."""
+    install_crd(api)
+    proc = OperatorProcess(cluster, workdir, **kw).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
 
 
 def delete_webhook_configs(api: kubernetes.client.ApiClient, name: str = WEBHOOK_CONFIG) -> None:

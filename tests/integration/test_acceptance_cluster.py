@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from operator_harness import Kube, OperatorProcess, gms, install_crd, wait_for
+from operator_harness import Kube, gms, running_operator, wait_for
 
 FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "vllm-0.32.0-cpu" / "metrics-mtp2.prom"
 
@@ -73,14 +73,9 @@ class StandIn:
 
 @pytest.fixture(scope="module")
 def op(full_cluster, kube_api, tmp_path_factory):
-    install_crd(kube_api)
-    proc = OperatorProcess(
-        full_cluster, tmp_path_factory.mktemp("operator-accept"), env={"GDN_ACCEPTANCE_WINDOW": "60"}
-    ).start()
-    try:
+    env = {"GDN_ACCEPTANCE_WINDOW": "60"}
+    with running_operator(full_cluster, kube_api, tmp_path_factory.mktemp("operator-accept"), env=env) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def test_acceptance_from_a_running_engine_reaches_status_and_gauges(op, kube_api):

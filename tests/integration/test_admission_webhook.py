@@ -5,13 +5,12 @@ manages the webhook configurations (caBundle included)."""
 from __future__ import annotations
 
 import json
-import uuid
 
 import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
 
-from operator_harness import WEBHOOK_CONFIG, Kube, OperatorProcess, delete_webhook_configs, gms, install_crd, wait_for
+from operator_harness import WEBHOOK_CONFIG, OperatorProcess, delete_webhook_configs, gms, install_crd, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -28,16 +27,6 @@ def op(full_cluster, kube_api, tmp_path_factory):
         delete_webhook_configs(kube_api)  # a dead webhook with failurePolicy Fail would block later tests
 
 
-@pytest.fixture
-def k(kube_api):
-    return Kube(kube_api)
-
-
-@pytest.fixture
-def ns(k):
-    name = k.create_namespace(f"w-{uuid.uuid4().hex[:8]}")
-    yield name
-    k.delete_namespace(name)
 
 
 def create_until_webhook_answers(k, ns, obj):

@@ -5,12 +5,11 @@ status, an Event and a metric, and apply the documented remediation exactly once
 from __future__ import annotations
 
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from operator_harness import Kube, OperatorProcess, gms, install_crd, wait_for
+from operator_harness import gms, running_operator, wait_for
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
@@ -23,24 +22,10 @@ def tail(name: str, limit: int = 2048) -> str:
 
 @pytest.fixture(scope="module")
 def op(full_cluster, kube_api, tmp_path_factory):
-    install_crd(kube_api)
-    proc = OperatorProcess(full_cluster, tmp_path_factory.mktemp("operator-crash")).start()
-    try:
+    with running_operator(full_cluster, kube_api, tmp_path_factory.mktemp("operator-crash")) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
-@pytest.fixture
-def k(kube_api):
-    return Kube(kube_api)
-
-
-@pytest.fixture
-def ns(k):
-    name = k.create_namespace(f"c-{uuid.uuid4().hex[:8]}")
-    yield name
-    k.delete_namespace(name)
 
 
 def running_pod(k, ns, name):

@@ -6,34 +6,19 @@ No admission webhook runs here: the reconciler must re-check every change by its
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 from kubernetes.client.rest import ApiException
 
-from operator_harness import Kube, OperatorProcess, gms, install_crd, wait_for
+from operator_harness import gms, running_operator, wait_for
 
 
 @pytest.fixture(scope="module")
 def op(full_cluster, kube_api, tmp_path_factory):
-    install_crd(kube_api)
-    proc = OperatorProcess(full_cluster, tmp_path_factory.mktemp("operator-reconcile")).start()
-    try:
+    with running_operator(full_cluster, kube_api, tmp_path_factory.mktemp("operator-reconcile")) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
-@pytest.fixture
-def k(kube_api):
-    return Kube(kube_api)
-
-
-@pytest.fixture
-def ns(k):
-    name = k.create_namespace(f"t-{uuid.uuid4().hex[:8]}")
-    yield name
-    k.delete_namespace(name)
 
 
 def args_of(dep):

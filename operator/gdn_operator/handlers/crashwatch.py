@@ -418,6 +418,10 @@ def _stream_once(
     try:
         for chunk in resp.stream(64 * 1024):
             sc.feed(chunk)
+            if sc.crashed:
+                # keep the diagnosis as soon as it is there: the process may be killed before EOF,
+                # and the instance that ran with restartCount N dies as death number N+1 (deaths_in)
+                remember_streamed(pod_uid, restart_count + 1, sc.result())
             if not guard_done:
                 text = carry + chunk.decode("utf-8", errors="replace")
                 found = parse_guard_line(text)
@@ -432,7 +436,7 @@ def _stream_once(
         if not guard_done and searched:
             on_guard(None)
         if sc.crashed:
-            remember_streamed(pod_uid, restart_count, sc.result())
+            remember_streamed(pod_uid, restart_count + 1, sc.result())
         return "eof"
     finally:
         resp.release_conn()
