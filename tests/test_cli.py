@@ -76,3 +76,10 @@ def test_malformed_yaml_and_missing_file_exit_2(tmp_path):
     assert r.returncode == 2 and "malformed YAML" in r.stderr and "Traceback" not in r.stderr
     r = run("render", "-f", str(tmp_path / "nope.yaml"))
     assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_render_of_a_rejected_manifest_creates_nothing_and_exits_1():
+    r = run("render", "-f", "examples/denied-qwen3.6-prefix-caching-mtp.yaml")
+    assert r.returncode == 1
+    assert r.stdout.strip() == ""
+    assert "rejected vllm#43559" in r.stderr and "the operator creates nothing" in r.stderr

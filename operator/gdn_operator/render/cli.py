@@ -10,30 +10,28 @@ import yaml
 
 from gdn_operator.api.load import ManifestError, load_file
 from gdn_operator.render.engine import RenderError, render_all
+from gdn_operator.rules import evaluate
 
 
 def run_render(args: argparse.Namespace) -> int:
     servers = load_file(args.filename)
     objects = []
+    rejected = 0
     for gms in servers:
         name = gms.metadata.name
         if not name:
             raise ManifestError("metadata.name: required field is missing")
         namespace = gms.metadata.namespace or "default"
         spec = gms.spec
-        try:
-            from gdn_operator.rules import evaluate  # the admission decision decides what gets created
-        except ImportError:  # pragma: no cover - rules package always ships
-            evaluate = None
-        if evaluate is not None:
-            ev = evaluate(spec)
-            for f in ev.findings:
-                print(f"# {name}: {f.action} {f.rule}: {f.message}", file=sys.stderr)
-            if not ev.allowed:
-                print(f"# {name}: rejected by admission, the operator creates nothing", file=sys.stderr)
-                continue
-            if ev.mitigated_spec is not None:
-                spec = ev.mitigated_spec
+        ev = evaluate(spec)  # the admission decision decides what gets created
+        for f in ev.findings:
+            print(f"# {name}: {f.action} {f.rule}: {f.message}", file=sys.stderr)
+        if not ev.allowed:
+            print(f"# {name}: rejected by admission, the operator creates nothing", file=sys.stderr)
+            rejected += 1
+            continue
+        if ev.mitigated_spec is not None:
+            spec = ev.mitigated_spec
         try:
             objects.extend(render_all(name, namespace, spec, uid=None))
         except RenderError as e:
@@ -43,4 +41,4 @@ def run_render(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False, width=120))
-    return 0
+    return 1 if rejected else 0
