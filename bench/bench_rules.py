@@ -33,7 +33,7 @@ def random_spec(rng: random.Random, versions: list[str]) -> dict:
     d: dict = {
         "model": {"uri": rng.choice(MODELS)},
         "image": {"tag": "t", "vllmVersion": rng.choice(versions),
-                  "patches": rng.sample(sorted(load_catalogue().patch_ids), rng.choice([0, 0, 0, 1, 2]))},
+                  "patches": rng.sample(sorted([*load_catalogue().patch_ids, *load_catalogue().planned_patch_ids]), rng.choice([0, 0, 0, 1, 2]))},
         "tensorParallelSize": rng.choice([1, 1, 2, 4, 8]),
         "speculativeDecoding": {"enabled": rng.random() < 0.9,
                                 "method": rng.choice(["mtp", "mtp", "qwen3_next_mtp", "qwen3_5_mtp"]),
