@@ -54,6 +54,8 @@ def main() -> int:
     ap.add_argument("--tier", choices=["core", "full"], default="core",
                     help="core: no pods are created (measures the reconciler alone); full: kwok pods too")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="objects created per second (0: as fast as one client can, a burst)")
     args = ap.parse_args()
 
     bins = ensure_built(args.tier)
@@ -101,6 +103,8 @@ def main() -> int:
             t_all = time.perf_counter()
             for i in range(args.count):
                 name = f"gms-{i:04d}"
+                if args.rate > 0:
+                    time.sleep(max(0.0, t_all + i / args.rate - time.perf_counter()))
                 t = time.perf_counter()
                 k.create("bench-gms", gms(name))
                 now = time.perf_counter()
@@ -113,7 +117,8 @@ def main() -> int:
         finally:
             op.stop()
 
-    print(f"control plane tier: {args.tier}; objects: {args.count}; operator: 1 process (kopf), SSA")
+    pace = f"{args.rate:g}/s" if args.rate > 0 else "burst"
+    print(f"control plane tier: {args.tier}; objects: {args.count} created {pace}; operator: 1 process (kopf), SSA")
     print(line("raw write: ConfigMap create", raw))
     print(line("raw write: GDNModelServer create", crd_create))
     print(line("apply → Deployment created", lat))
