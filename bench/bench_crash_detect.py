@@ -93,8 +93,16 @@ def main() -> int:
                     if stop.is_set():
                         w.stop()
 
+            def quiet(fn):
+                def run() -> None:
+                    try:
+                        fn()
+                    except Exception:  # noqa: BLE001 - the watch ends when the cluster stops
+                        pass
+                return run
+
             for fn in (watch_pods, watch_status):
-                threading.Thread(target=fn, daemon=True).start()
+                threading.Thread(target=quiet(fn), daemon=True).start()
             time.sleep(1.0)
             triggered: dict[tuple[str, int], float] = {}
             for c in range(1, args.crashes + 1):
