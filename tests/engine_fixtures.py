@@ -179,8 +179,8 @@ def stop_engine(eng: Engine, grace: float = 20.0) -> None:
         pass
 
 
-@pytest.fixture(scope="session")
-def vllm_engine(tmp_path_factory):
+def require_engine_python() -> Path:
+    """The engine venv's python; a missing venv fails the test (skips only with GDN_SKIP_ENGINE=1)."""
     python = engine_python()
     if python is None:
         if os.environ.get("GDN_SKIP_ENGINE") == "1":
@@ -190,6 +190,12 @@ def vllm_engine(tmp_path_factory):
             "(~5 GB download), or set GDN_SKIP_ENGINE=1 to skip the engine tests",
             pytrace=False,
         )
+    return python
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(tmp_path_factory):
+    python = require_engine_python()
     timeout = float(os.environ.get("GDN_ENGINE_STARTUP_TIMEOUT", "180"))
     workdir = tmp_path_factory.mktemp("vllm-engine")
     try:

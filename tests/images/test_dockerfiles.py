@@ -222,7 +222,7 @@ def test_vllm_gdn_image():
     copies = [src for i in stage if i.cmd == "COPY" for src in copy_sources(i)]
     assert copies == ["images/gdn-guard"]
     runs = " ".join(i.args for i in stage if i.cmd == "RUN")
-    assert "--no-deps /tmp/gdn-guard" in runs
+    assert "--no-deps /opt/gdn-guard-src" in runs
     assert 'python3 -m gdn_guard verify-patches "${GDN_GUARD_PATCHES}" --vllm-version "${VLLM_VERSION}"' in runs
     pyproject = tomllib.loads((GUARD_PKG / "pyproject.toml").read_text())
     eps = pyproject["project"]["entry-points"]["vllm.general_plugins"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_fixtures import engine_python, start_engine, stop_engine
+from engine_fixtures import require_engine_python, start_engine, stop_engine
 from gdn_operator.watch.logstream import StreamClassifier
 from gdn_operator.watch.signatures import classify_termination_message, classify_text
 
@@ -25,11 +25,7 @@ pytestmark = pytest.mark.engine
 def crash_log(tmp_path_factory):
     import os
 
-    python = engine_python()
-    if python is None:
-        if os.environ.get("GDN_SKIP_ENGINE") == "1":
-            pytest.skip("GDN_SKIP_ENGINE=1")
-        pytest.fail("vLLM CPU engine venv missing: run hack/vllm-cpu-env.sh", pytrace=False)
+    python = require_engine_python()
     workdir = tmp_path_factory.mktemp("engine-crash")
     eng = start_engine(workdir, python, extra_args=["--enable-prefix-caching"])
     try:

@@ -2,7 +2,7 @@
 
 Most of the known GDN + MTP bugs are triggered by *defaults*, not opt-ins, so the rules are evaluated
 against what vLLM will actually run, not against what the spec says. The defaults below are those of
-/work/shared/docs/vllm-known-issues.md §2 (checked in the released wheels 0.17.0–0.33.0):
+shared/docs/vllm-known-issues.md (beside the checkout) §2 (checked in the released wheels 0.17.0–0.33.0):
 
 * async scheduling: unset → on when the speculative method is EAGLE/MTP-type (all catalogued versions);
 * prefix caching for hybrid (GDN) models: unset → off on 0.17.0–0.25.1, on from 0.26.0;
