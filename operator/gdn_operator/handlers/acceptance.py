@@ -129,6 +129,18 @@ def write_acceptance(namespace: str, name: str, acceptance: dict[str, Any], targ
     return events
 
 
+#: what was last written per resource (without the timestamp): unchanged figures are not rewritten, so
+#: idle or pod-less servers cost no API calls per round
+_LAST_WRITTEN: dict[tuple[str, str], str] = {}
+
+
+def _fingerprint(acceptance: dict[str, Any], targets: int, failed: dict[str, str]) -> str:
+    import json
+
+    body = {k: v for k, v in acceptance.items() if k != "updated"}
+    return json.dumps([body, targets, sorted(failed.items())], sort_keys=True, default=str)
+
+
 async def scrape_round(namespace: str, name: str, pods: list[dict[str, Any]]) -> None:
     live = [p for p in pods if p.get("ip") and p.get("ready")]
     TRACKER.retain(namespace, name, [p["name"] for p in live])
@@ -142,7 +154,11 @@ async def scrape_round(namespace: str, name: str, pods: list[dict[str, Any]]) ->
     TRACKER.update_gauges(namespace, name)
     summary = TRACKER.summary(namespace, name)
     acceptance = status_from_summary(summary, pod_figures(namespace, name, failed))
+    fp = _fingerprint(acceptance, len(targets), failed)
+    if _LAST_WRITTEN.get((namespace, name)) == fp:
+        return
     await asyncio.to_thread(write_acceptance, namespace, name, acceptance, len(targets), failed)
+    _LAST_WRITTEN[(namespace, name)] = fp
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, id="acceptance", cancellation_timeout=5.0)
@@ -162,3 +178,4 @@ async def acceptance_loop(
             await stopped.wait(interval)
     finally:
         TRACKER.forget_resource(namespace, name)
+        _LAST_WRITTEN.pop((namespace, name), None)
