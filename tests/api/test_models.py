@@ -51,9 +51,19 @@ def test_dump_is_camel_case_and_round_trips():
         ({"speculativeDecoding": {"method": "eagle"}}, "spec.speculativeDecoding.method: Input should be 'mtp', 'qwen3_next_mtp' or 'qwen3_5_mtp'"),
         ({"tensorParalelSize": 2}, "spec.tensorParalelSize: unknown field"),
         ({"modelRunner": "v3"}, "spec.modelRunner: Input should be 'auto', 'v1' or 'v2'"),
-        ({"extraArgs": ["--tensor-parallel-size=4"]}, "extraArgs[0] '--tensor-parallel-size' is owned by the operator; set spec.tensorParallelSize instead"),
+        ({"extraArgs": ["--tensor-parallel-size=4"]}, "extraArgs[0] '--tensor-parallel-size' sets --tensor-parallel-size, which the operator owns; set spec.tensorParallelSize instead"),
         ({"extraArgs": ["--trust-remote-code", "--no-async-scheduling"]}, "set spec.asyncScheduling instead"),
         ({"env": [{"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "1"}]}, "set spec.modelRunner instead"),
+        # vLLM's parser spellings that would smuggle an owned option past the rules
+        ({"extraArgs": ["--speculative-config.num_speculative_tokens=5"]}, "sets --speculative-config, which the operator owns"),
+        ({"extraArgs": ["--speculative_config={}"]}, "sets --speculative-config"),
+        ({"extraArgs": ["--async-sched"]}, "sets --async-scheduling"),
+        ({"extraArgs": ["--max_model_len=9"]}, "set spec.maxModelLen instead"),
+        ({"extraArgs": ["--config", "/x.yaml"]}, "'--config' would set vLLM options the known-crash rules cannot see"),
+        ({"extraArgs": ["-O3"]}, "'-O3' would set vLLM options"),
+        ({"resources": {"gpuType": "NVIDIA H100 80GB HBM3"}}, "is not a valid label value"),
+        ({"nodeSelector": {"pool": "gpu nodes"}}, "is not a valid label value"),
+        ({"tolerations": [{"key": "x", "operator": "Bogus"}]}, "tolerations[0].operator 'Bogus' must be Equal or Exists"),
         ({"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}, "env[1] 'A' is set twice"),
         ({"model": {"uri": "Qwen/Qwen3.5"}}, "spec.model.uri: must look like hf://ORG/NAME"),
         ({"model": {"uri": "pvc://Bad_Claim/models"}}, "is not a valid Kubernetes name"),
@@ -67,6 +77,11 @@ def test_validation_errors_name_the_field(patch, expected):
         parse_spec(spec)
     text = "\n".join(ei.value.problems)
     assert expected in text, text
+
+
+def test_ordinary_extra_args_pass():
+    s = parse_spec({**BASE, "extraArgs": ["--trust-remote-code", "--max-logprobs=5", "--seed", "1"]})
+    assert s.extra_args == ["--trust-remote-code", "--max-logprobs=5", "--seed", "1"]
 
 
 def test_missing_required_fields_each_reported():

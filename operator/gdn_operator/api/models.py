@@ -158,6 +158,8 @@ OPERATOR_OWNED_FLAGS = frozenset(
 OPERATOR_OWNED_ENV = frozenset({"VLLM_USE_V2_MODEL_RUNNER", "HF_TOKEN", "VLLM_PLUGINS", "HF_HOME", "VLLM_PORT"})
 
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _MODEL_URI = re.compile(r"^(hf|pvc|s3|gs|oci|file)://\S+$")
 
 
@@ -180,7 +182,7 @@ class ModelSpec(_Model):
         json_schema_extra={"pattern": _MODEL_URI.pattern},
     )
     served_name: str | None = Field(
-        default=None, max_length=256, description="Name clients use in the OpenAI API (default: the model path)."
+        default=None, max_length=256, description="Name clients use in the OpenAI API (default: the GDNModelServer's name)."
     )
     architecture: Architecture | None = Field(
         default=None,
@@ -290,9 +292,17 @@ class ResourcesSpec(_Model):
 
     gpu_type: str | None = Field(
         default=None,
-        max_length=128,
+        max_length=63,
         description="GPU product (node label nvidia.com/gpu.product), e.g. NVIDIA-H100-80GB-HBM3.",
+        json_schema_extra={"pattern": r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"},
     )
+
+    @field_validator("gpu_type")
+    @classmethod
+    def _label_value(cls, v: str | None) -> str | None:
+        if v is not None and not _LABEL_VALUE.match(v):
+            raise ValueError(f"{v!r} is not a valid label value (the node label nvidia.com/gpu.product uses '-' for spaces, e.g. NVIDIA-H100-80GB-HBM3)")
+        return v
     cpu: str = Field(default="8", max_length=32, description="CPU request and limit per engine pod.")
     memory: str = Field(default="64Gi", max_length=32, description="Memory request and limit per engine pod.")
     shm_size: str = Field(default="16Gi", max_length=32, description="Size of the memory-backed /dev/shm.")
@@ -389,10 +399,40 @@ class GDNModelServerSpec(_Model):
     @classmethod
     def _no_owned_flags(cls, v: list[str]) -> list[str]:
         for i, arg in enumerate(v):
+            owned = owned_flag(arg)
+            if owned is not None:
+                field = _FLAG_TO_FIELD.get(owned, "the matching spec field")
+                raise ValueError(f"extraArgs[{i}] {arg.split('=', 1)[0]!r} sets {owned}, which the operator owns; set {field} instead")
             flag = arg.split("=", 1)[0]
-            if flag in OPERATOR_OWNED_FLAGS:
-                field = _FLAG_TO_FIELD.get(flag, "the matching spec field")
-                raise ValueError(f"extraArgs[{i}] {flag!r} is owned by the operator; set {field} instead")
+            if flag == "--config" or (flag.startswith("-O") and not flag.startswith("--")):
+                raise ValueError(
+                    f"extraArgs[{i}] {flag!r} would set vLLM options the known-crash rules cannot see; "
+                    "use the spec fields (and extraArgs for other single flags) instead"
+                )
+        return v
+
+    @field_validator("node_selector")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not _LABEL_KEY.match(key) or len(key.split("/")[-1]) > 63:
+                raise ValueError(f"key {key!r} is not a valid label key")
+            if len(value) > 63 or not _LABEL_VALUE.match(value):
+                raise ValueError(f"value {value!r} of {key!r} is not a valid label value")
+        return v
+
+    @field_validator("tolerations")
+    @classmethod
+    def _tolerations(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, t in enumerate(v):
+            op = t.get("operator", "Equal")
+            if op not in ("Equal", "Exists"):
+                raise ValueError(f"tolerations[{i}].operator {op!r} must be Equal or Exists")
+            eff = t.get("effect")
+            if eff not in (None, "", "NoSchedule", "PreferNoSchedule", "NoExecute"):
+                raise ValueError(f"tolerations[{i}].effect {eff!r} must be NoSchedule, PreferNoSchedule or NoExecute")
+            if op == "Exists" and t.get("value"):
+                raise ValueError(f"tolerations[{i}]: operator Exists takes no value")
         return v
 
     @field_validator("env")
@@ -413,6 +453,28 @@ class GDNModelServerSpec(_Model):
         if self.cudagraph_mode is not None and self.cudagraph_mode != CudagraphMode.NONE.value and self.enforce_eager:
             raise ValueError("enforceEager: true disables CUDA graphs; drop cudagraphMode or enforceEager")
         return self
+
+
+def owned_flag(arg: str) -> str | None:
+    """The operator-owned flag `arg` would set, as vLLM's parser reads it, or None.
+
+    vLLM accepts `--flag_name` for `--flag-name`, dotted JSON sub-keys (`--speculative-config.method=…`)
+    and unambiguous prefixes (`--async-sched`); all of them are normalised here so none slips past the rules."""
+    flag = arg.split("=", 1)[0]
+    if not flag.startswith("-"):
+        return None
+    if flag in OPERATOR_OWNED_FLAGS:
+        return flag
+    if not flag.startswith("--"):
+        return None
+    name = "--" + flag[2:].split(".", 1)[0].replace("_", "-")
+    if name in OPERATOR_OWNED_FLAGS:
+        return name
+    if len(name) > 4:
+        for owned in sorted(OPERATOR_OWNED_FLAGS):
+            if owned.startswith("--") and owned.startswith(name):
+                return owned  # an argparse abbreviation of an owned flag
+    return None
 
 
 _FLAG_TO_FIELD = {
