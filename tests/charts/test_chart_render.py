@@ -33,9 +33,10 @@ from _chart_helpers import (
 ALLOWED: dict[tuple[str, str], set[str]] = {
     ("serving.gdn-operator.io", "gdnmodelservers"): {"get", "list", "watch", "patch"},
     ("serving.gdn-operator.io", "gdnmodelservers/status"): {"update"},
+    ("serving.gdn-operator.io", "gdnmodelservers/finalizers"): {"update"},  # blockOwnerDeletion
     ("apps", "deployments"): {"get", "list", "watch", "create", "patch"},
     ("", "services"): {"create", "patch"},
-    ("", "pods"): {"list", "watch"},  # kopf index + event handlers (no daemon: no finalizers on pods)
+    ("", "pods"): {"get", "list", "watch"},  # kopf index + event handlers; get: crash-watch log re-follow
     ("", "pods/log"): {"get"},
     ("", "events"): {"create"},
     ("monitoring.coreos.com", "podmonitors"): {"create", "patch", "delete"},
@@ -49,6 +50,7 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
 }
 NAMESPACED_RESOURCES = {
     ("serving.gdn-operator.io", "gdnmodelservers"), ("serving.gdn-operator.io", "gdnmodelservers/status"),
+    ("serving.gdn-operator.io", "gdnmodelservers/finalizers"),
     ("apps", "deployments"), ("", "services"), ("", "pods"), ("", "pods/log"), ("", "events"),
     ("monitoring.coreos.com", "podmonitors"),
 }

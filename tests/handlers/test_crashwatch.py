@@ -58,3 +58,61 @@ def test_merged_spec_is_deep():
     merged = _merged_spec({"speculativeDecoding": {"method": "mtp", "numSpeculativeTokens": 5}, "replicas": 2},
                           {"speculativeDecoding": {"numSpeculativeTokens": 4}})
     assert merged == {"speculativeDecoding": {"method": "mtp", "numSpeculativeTokens": 4}, "replicas": 2}
+
+
+class FakeServer:
+    """Stands in for the API server in handle_death: status read-modify-write on one object."""
+
+    def __init__(self, spec):
+        self.obj = {"metadata": {"name": "s", "namespace": "ns", "generation": 1}, "spec": spec, "status": {}}
+        self.events = []
+
+    def update_status(self, ns, name, mutate, retries=8, obj=None):
+        status = dict(self.obj["status"])
+        mutate(status, self.obj)
+        self.obj["status"] = status
+        return self.obj
+
+    def emit_event(self, obj, reason, message, type_="Normal"):
+        self.events.append(reason)
+
+
+@pytest.fixture
+def server(monkeypatch):
+    from gdn_operator.handlers import crashwatch, kube
+
+    fake = FakeServer({**BASE, "remediation": {"mode": "none"}})
+    monkeypatch.setattr(kube, "update_status", fake.update_status)
+    monkeypatch.setattr(kube, "emit_event", fake.emit_event)
+    monkeypatch.setattr(crashwatch, "SEEN", crashwatch._Seen())  # a fresh operator process
+    return fake
+
+
+def death(pod, restarts, finished, args=()):
+    from gdn_operator.handlers.crashwatch import Death
+
+    return Death(pod, f"uid-{pod}", "vllm", restarts, 1, "Error", "AssertionError: num_decodes: 1, num_spec_decodes: 4",
+                 finished, False, tuple(args))
+
+
+def test_replayed_deaths_after_an_operator_restart_are_not_counted_again(server, monkeypatch):
+    from gdn_operator.handlers import crashwatch
+
+    crashwatch.handle_death("ns", "s", death("a", 1, "2026-11-22T10:00:01Z"))
+    crashwatch.handle_death("ns", "s", death("b", 1, "2026-11-22T10:00:05Z"))
+    assert server.obj["status"]["lastCrash"]["count"] == 2
+    monkeypatch.setattr(crashwatch, "SEEN", crashwatch._Seen())  # operator restarted: kopf lists the pods again
+    crashwatch.handle_death("ns", "s", death("a", 1, "2026-11-22T10:00:01Z"))
+    crashwatch.handle_death("ns", "s", death("b", 1, "2026-11-22T10:00:05Z"))
+    assert server.obj["status"]["lastCrash"]["count"] == 2
+    assert server.events.count("EngineCrashed") == 2
+
+
+def test_crash_of_a_pod_running_a_previous_spec_is_reported_but_not_counted(server, monkeypatch):
+    from gdn_operator.handlers import crashwatch
+
+    monkeypatch.setattr(crashwatch, "_current_args", lambda obj: ("current",))
+    crashwatch.handle_death("ns", "s", death("new", 1, "2026-11-22T10:00:01Z", args=("current",)))
+    crashwatch.handle_death("ns", "s", death("old", 3, "2026-11-22T10:00:02Z", args=("previous",)))
+    lc = server.obj["status"]["lastCrash"]
+    assert lc["pod"] == "old" and lc["count"] == 1

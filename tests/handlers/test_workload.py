@@ -19,6 +19,14 @@ def test_subset_treats_quantities_as_strings():
     assert is_subset({"port": 8000}, {"port": "8000"})
 
 
+def test_subset_accepts_what_the_api_server_canonicalises():
+    # review finding: "0.5" CPU comes back as "500m", 1.5Gi as 1536Mi, empty strings are dropped
+    assert is_subset({"cpu": "0.5", "memory": "1.5Gi"}, {"cpu": "500m", "memory": "1536Mi"})
+    assert is_subset({"env": [{"name": "X", "value": ""}]}, {"env": [{"name": "X"}]})
+    assert not is_subset({"cpu": "1"}, {"cpu": "500m"})
+    assert not is_subset({"env": [{"name": "X", "value": "1"}]}, {"env": [{"name": "X"}]})
+
+
 def test_owner_name():
     meta = {"ownerReferences": [{"kind": "ReplicaSet", "name": "x", "controller": True},
                                 {"kind": "GDNModelServer", "name": "srv", "controller": True}]}

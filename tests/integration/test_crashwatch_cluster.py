@@ -136,5 +136,14 @@ def test_repeated_known_crash_is_remediated_exactly_once(op, k, ns):
              what="three crashes counted on generation 2")
     wait_for(lambda: k.events(ns, "b9", "RemediationNotPossible"), 15, what="RemediationNotPossible event")
     obj = k.get(ns, "b9")
-    assert len(obj["status"]["remediations"]) == 1
+    applied = [r for r in obj["status"]["remediations"] if r["changes"]]
+    assert len(applied) == 1
+    decided = [r for r in obj["status"]["remediations"] if r["generation"] == 2]
+    assert len(decided) == 1 and decided[0]["action"] == "none" and "no automatic workaround left" in decided[0]["reason"]
     assert obj["metadata"]["generation"] == 2
+    # further crashes on generation 2 neither change the spec nor repeat the decision
+    crash(k, ns, pod2.metadata.name, message)
+    wait_for(lambda: k.status(ns, "b9")["lastCrash"]["count"] == 4, 30, what="fourth crash counted")
+    obj = k.get(ns, "b9")
+    assert len(obj["status"]["remediations"]) == 2 and obj["metadata"]["generation"] == 2
+    assert len(k.events(ns, "b9", "RemediationNotPossible")) == 1

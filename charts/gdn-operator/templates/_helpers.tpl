@@ -93,6 +93,11 @@ tests/charts/test_chart_render.py holds the same table and fails on any extra re
 - apiGroups: ["serving.gdn-operator.io"]
   resources: ["gdnmodelservers/status"]
   verbs: ["update"]
+# Engine objects carry ownerReferences with blockOwnerDeletion: true; clusters running the
+# OwnerReferencesPermissionEnforcement admission plugin (e.g. OpenShift) require update on finalizers.
+- apiGroups: ["serving.gdn-operator.io"]
+  resources: ["gdnmodelservers/finalizers"]
+  verbs: ["update"]
 # kube.apply (server-side apply: patch, plus create when the object does not exist yet);
 # kube.get_deployment (get); kopf watches the engine Deployments for status and drift (list, watch).
 - apiGroups: ["apps"]
@@ -103,9 +108,10 @@ tests/charts/test_chart_render.py holds the same table and fails on any extra re
   resources: ["services"]
   verbs: ["create", "patch"]
 # kopf index + event handlers over the engine pods (status, restarts, unschedulable, crash watch);
+# get: the crash watch checks whether a container instance still runs before re-following its log.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch"]
+  verbs: ["get", "list", "watch"]
 # Crash watch: read the logs of crashed / running engine containers.
 - apiGroups: [""]
   resources: ["pods/log"]

@@ -1,8 +1,8 @@
-"""Speculative-decoding acceptance: one kopf daemon per GDNModelServer scrapes its ready engine pods on
+"""Speculative-decoding acceptance: one supervisor task scrapes each GDNModelServer's ready engine pods on
 the spec's interval, feeds the shared sliding-window tracker, exports the gauges, and writes
 status.acceptance plus the AcceptanceHealthy / MetricsAvailable conditions (Events on transitions).
 
-All daemons share one aiohttp session (keep-alive pool, bounded concurrency), so one slow pod holds one
+All rounds share one aiohttp session (keep-alive pool, bounded concurrency), so one slow pod holds one
 slot for at most the timeout and never delays other resources.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from typing import Any
 
 import kopf
@@ -26,6 +27,7 @@ from gdn_operator.watch.scraper import Scraper, Target
 log = logging.getLogger(__name__)
 
 METRICS_AVAILABLE = "MetricsAvailable"
+ACCEPTANCE_REASONS = ("SpecAcceptanceNearZero", "SpecAcceptanceDrop", "EarlyStopShift")
 
 TRACKER = AcceptanceTracker(window=float(os.environ.get("GDN_ACCEPTANCE_WINDOW", "300")))
 _scraper: Scraper | None = None
@@ -108,6 +110,7 @@ def write_acceptance(namespace: str, name: str, acceptance: dict[str, Any], targ
                     msg += "; failing: " + ", ".join(f"{p} ({r})" for p, r in sorted(failed.items())[:5])
                 st.set_condition(status, METRICS_AVAILABLE, True, "Scraped", msg, gen)
         prev = st.get_condition(status, st.ACCEPTANCE) or {}
+        state = acceptance.get("state")
         if findings:
             f = findings[0]
             reason = f["reason"]
@@ -115,12 +118,17 @@ def write_acceptance(namespace: str, name: str, acceptance: dict[str, Any], targ
                 ups = f" ({', '.join(f['upstream'])})" if f.get("upstream") else ""
                 events.append(("Warning", reason, f["message"] + ups))
             st.set_condition(status, st.DEGRADED, True, reason, f["message"], gen)
-        elif acceptance.get("state") == "Ok":
-            st.set_condition(status, st.ACCEPTANCE, True, "AcceptanceOk", f"acceptance {acceptance.get('rateDisplay')}", gen)
+        else:
+            # no finding: Ok → healthy; NotApplicable / NoTraffic / NoData / WarmingUp → unknown. Either way
+            # an earlier acceptance alarm no longer holds (e.g. MTP was turned off in answer to it).
+            if state == "Ok":
+                st.set_condition(status, st.ACCEPTANCE, True, "AcceptanceOk", f"acceptance {acceptance.get('rateDisplay')}", gen)
+            elif prev:
+                st.set_condition(status, st.ACCEPTANCE, None, state or "NoData", f"acceptance state {state}", gen)
             d = st.get_condition(status, st.DEGRADED)
-            if d and d.get("status") == "True" and d.get("reason") in ("SpecAcceptanceNearZero", "SpecAcceptanceDrop", "EarlyStopShift"):
+            if d and d.get("status") == "True" and d.get("reason") in ACCEPTANCE_REASONS:
                 st.set_condition(status, st.DEGRADED, False, "AcceptanceRecovered", "", gen)
-                events.append(("Normal", "AcceptanceRecovered", f"acceptance back to {acceptance.get('rateDisplay')}"))
+                events.append(("Normal", "AcceptanceRecovered", f"acceptance state {state}, {acceptance.get('rateDisplay') or 'no rate'}"))
 
     obj = kube.update_status(namespace, name, mutate)
     if obj is not None:
@@ -161,21 +169,113 @@ async def scrape_round(namespace: str, name: str, pods: list[dict[str, Any]]) ->
     _LAST_WRITTEN[(namespace, name)] = fp
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, id="acceptance", cancellation_timeout=5.0)
-async def acceptance_loop(
-    stopped: kopf.DaemonStopped, namespace: str, name: str, spec: kopf.Spec, engine_pods: kopf.Index,
-    logger: logging.Logger, **_: Any,
-) -> None:
-    try:
-        while not stopped:
-            metrics = spec.get("metrics") or {}
-            interval = float(metrics.get("scrapeIntervalSeconds") or 15)
-            if metrics.get("enabled", True):
-                try:
-                    await scrape_round(namespace, name, pods_of(engine_pods, namespace, name))
-                except Exception as e:  # noqa: BLE001 - a failed round is retried next interval
-                    logger.warning("acceptance round failed: %s", e)
-            await stopped.wait(interval)
-    finally:
+class Registry:
+    """Servers to scrape, fed by GDNModelServer events, driven by one supervisor task.
+
+    (Not a kopf daemon or timer: those make kopf put a finalizer on every GDNModelServer, so deleting one
+    would hang whenever the operator is down.)"""
+
+    def __init__(self) -> None:
+        self.servers: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pods_index: Any = None
+        self.task: asyncio.Task[None] | None = None
+
+    def track(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        spec = body.get("spec") or {}
+        metrics = spec.get("metrics") or {}
+        conds = {c.get("type"): c.get("status") for c in (body.get("status") or {}).get("conditions") or []}
+        entry = self.servers.setdefault((namespace, name), {"next": 0.0})
+        entry.update(
+            interval=float(metrics.get("scrapeIntervalSeconds") or 15),
+            enabled=bool(metrics.get("enabled", True)),
+            crash_flagged=conds.get(st.CRASH_LOOPING) == "True" or conds.get(st.DEGRADED) == "True",
+        )
+        if not entry["enabled"] and entry.get("was_enabled"):
+            entry["clear"] = True
+        entry["was_enabled"] = entry["enabled"]
+
+    def forget(self, namespace: str, name: str) -> None:
+        self.servers.pop((namespace, name), None)
         TRACKER.forget_resource(namespace, name)
         _LAST_WRITTEN.pop((namespace, name), None)
+        from gdn_operator import telemetry
+
+        for gauge in (telemetry.READY_REPLICAS, telemetry.DESIRED_REPLICAS, telemetry.ENGINE_RESTARTS):
+            try:
+                gauge.remove(namespace, name)
+            except KeyError:
+                pass
+
+    async def run(self) -> None:
+        from gdn_operator.handlers.crashwatch import QUIET_CHECK_SECONDS, clear_crash_conditions
+        from gdn_operator.handlers.workload import pods_of
+
+        sem = asyncio.Semaphore(int(os.environ.get("GDN_SCRAPE_RESOURCES_CONCURRENCY", "32")))
+        next_quiet = 0.0
+
+        async def one(ns: str, name: str) -> None:
+            async with sem:
+                try:
+                    await scrape_round(ns, name, pods_of(self.pods_index, ns, name) if self.pods_index is not None else [])
+                except Exception as e:  # noqa: BLE001 - a failed round is retried next interval
+                    log.warning("acceptance round for %s/%s failed: %s", ns, name, e)
+
+        while True:
+            now = time.monotonic()
+            tasks = []
+            for (ns, name), entry in list(self.servers.items()):
+                if entry.pop("clear", False):
+                    tasks.append(asyncio.create_task(asyncio.to_thread(clear_acceptance, ns, name)))
+                if entry["enabled"] and entry["next"] <= now:
+                    entry["next"] = now + entry["interval"]
+                    tasks.append(asyncio.create_task(one(ns, name)))
+            if now >= next_quiet:
+                next_quiet = now + QUIET_CHECK_SECONDS
+                for (ns, name), entry in list(self.servers.items()):
+                    if entry.get("crash_flagged"):
+                        tasks.append(asyncio.create_task(asyncio.to_thread(clear_crash_conditions, ns, name)))
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.sleep(0.5)
+
+
+REGISTRY = Registry()
+
+
+def clear_acceptance(namespace: str, name: str) -> None:
+    """Metrics turned off: acceptance figures and their conditions no longer say anything."""
+    TRACKER.forget_resource(namespace, name)
+    _LAST_WRITTEN.pop((namespace, name), None)
+
+    def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
+        gen = obj["metadata"].get("generation")
+        status.pop("acceptance", None)
+        if st.get_condition(status, st.ACCEPTANCE) is not None:
+            st.set_condition(status, st.ACCEPTANCE, None, "MetricsDisabled", "spec.metrics.enabled is false", gen)
+        if st.get_condition(status, METRICS_AVAILABLE) is not None:
+            st.set_condition(status, METRICS_AVAILABLE, None, "MetricsDisabled", "spec.metrics.enabled is false", gen)
+        d = st.get_condition(status, st.DEGRADED)
+        if d and d.get("status") == "True" and d.get("reason") in ACCEPTANCE_REASONS:
+            st.set_condition(status, st.DEGRADED, False, "MetricsDisabled", "", gen)
+
+    kube.update_status(namespace, name, mutate)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, id="acceptance-registry")
+async def track_servers(type: str, body: kopf.Body, namespace: str, name: str, engine_pods: kopf.Index, **_: Any) -> None:
+    REGISTRY.pods_index = engine_pods  # a live view, refreshed by kopf
+    if type == "DELETED" or body["metadata"].get("deletionTimestamp"):
+        REGISTRY.forget(namespace, name)
+        return
+    REGISTRY.track(namespace, name, kube.plain(body))
+
+
+@kopf.on.startup()
+async def start_supervisor(**_: Any) -> None:
+    REGISTRY.task = asyncio.get_running_loop().create_task(REGISTRY.run())
+
+
+@kopf.on.cleanup()
+async def stop_supervisor(**_: Any) -> None:
+    if REGISTRY.task is not None:
+        REGISTRY.task.cancel()

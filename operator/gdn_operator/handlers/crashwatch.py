@@ -2,7 +2,7 @@
 
 Sources: the container's termination message (the kubelet puts the log tail there, since engine pods use
 `terminationMessagePolicy: FallbackToLogsOnError`) and, while a container runs, a bounded streaming read
-of its log (a kopf daemon per engine pod). Each container death (pod uid, container, restart count) is
+of its log (one follower task per running engine container, started from pod events). Each container death (pod uid, container, restart count) is
 handled once, also across operator restarts (status.lastCrash remembers the last one handled).
 
 Remediation: when one known signature repeats `spec.remediation.threshold` times on the same spec
@@ -16,15 +16,19 @@ from __future__ import annotations
 import asyncio
 import collections
 import datetime as dt
+import json
 import logging
+import math
 import os
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import kopf
 
-from gdn_operator import GROUP, PLURAL, VERSION, telemetry
+from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.api.models import GDNModelServerSpec
 from gdn_operator.handlers import kube
@@ -114,12 +118,16 @@ class Death:
     message: str
     finished_at: str | None
     crash_loop: bool
+    args: tuple[str, ...] = ()
 
 
 def deaths_in(pod: dict[str, Any]) -> list[Death]:
     """Container deaths visible in a pod's status (current terminated state or last terminated state)."""
     out = []
     meta, status = pod["metadata"], pod.get("status") or {}
+    if meta.get("deletionTimestamp"):
+        return []  # killed on purpose (rollout, scale-down, eviction): not an engine crash
+    args = next((tuple(c.get("args") or ()) for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == CONTAINER), ())
     for cs in status.get("containerStatuses") or []:
         if cs.get("name") != CONTAINER:
             continue
@@ -143,6 +151,7 @@ def deaths_in(pod: dict[str, Any]) -> list[Death]:
                     message=term.get("message") or "",
                     finished_at=term.get("finishedAt"),
                     crash_loop=crash_loop,
+                    args=args,
                 )
             )
     return out
@@ -172,19 +181,37 @@ STREAMED: dict[tuple[str, int], ClassificationResult] = {}
 _STREAMED_MAX = 4096
 
 
+_STREAMED_LOCK = threading.Lock()
+
+
 def remember_streamed(pod_uid: str, restart_count: int, result: ClassificationResult) -> None:
-    if len(STREAMED) >= _STREAMED_MAX:
-        STREAMED.pop(next(iter(STREAMED)))
-    STREAMED[(pod_uid, restart_count)] = result
+    with _STREAMED_LOCK:
+        if len(STREAMED) >= _STREAMED_MAX and (pod_uid, restart_count) not in STREAMED:
+            STREAMED.pop(next(iter(STREAMED)))
+        STREAMED[(pod_uid, restart_count)] = result
+
+
+def take_streamed(pod_uid: str, restart_count: int) -> ClassificationResult | None:
+    with _STREAMED_LOCK:
+        return STREAMED.pop((pod_uid, restart_count), None)
+
+
+def _current_args(obj: dict[str, Any]) -> tuple[str, ...] | None:
+    """The engine argv the operator renders for the object's current spec (None: cannot tell)."""
+    from gdn_operator.handlers.reconcile import expected_objects
+
+    objs = expected_objects(obj)
+    if not objs:
+        return None
+    dep = next(o for o in objs if o["kind"] == "Deployment")
+    return tuple(dep["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
 def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | None:
     """Classify one container death and record it. Returns the CR status after the update."""
     if not SEEN.add((death.pod_uid, death.restart_count)):
         return None
-    result = best_result(
-        classify_termination_message(death.message), STREAMED.pop((death.pod_uid, death.restart_count), None)
-    )
+    result = best_result(classify_termination_message(death.message), take_streamed(death.pod_uid, death.restart_count))
     if not result.crashed:
         # Killed without a recognisable log (OOMKilled by the kernel, SIGKILL, ...): still a crash.
         result = ClassificationResult(
@@ -204,11 +231,26 @@ def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | No
         outcome.clear()
         gen = obj["metadata"].get("generation")
         prev = status.get("lastCrash") or {}
+        prev_time = prev.get("time") or ""
+        finished = death.finished_at or ""
         if prev.get("pod") == death.pod and int(prev.get("restartCount") or -1) >= death.restart_count:
             outcome["duplicate"] = True  # handled before an operator restart
             return
+        if finished and prev_time and finished < prev_time and prev.get("pod") != death.pod:
+            # another pod's death older than the last one recorded: replayed by the watch after an
+            # operator restart (same-pod replays are caught by the restart count above)
+            outcome["duplicate"] = True
+            return
+        # A pod still running a previous spec (rollout in progress) is reported, but its crashes do not
+        # count toward remediating the current generation.
+        current = _current_args(obj)
+        stale = bool(death.args) and current is not None and tuple(death.args) != current
         same = prev.get("signature") == sig and prev.get("generation") == gen
-        count = int(prev.get("count") or 0) + 1 if same else 1
+        if stale:
+            count = int(prev.get("count") or 0) if same else 0
+        else:
+            count = int(prev.get("count") or 0) + 1 if same else 1
+        outcome["stale"] = stale
         status["lastCrash"] = {
             k: v
             for k, v in {
@@ -227,7 +269,7 @@ def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | No
             }.items()
             if v is not None
         }
-        looping = death.crash_loop or count >= 2
+        looping = (death.crash_loop and not stale) or count >= 2
         label = f"{sig} ({upstream})" if upstream else sig
         if looping:
             st.set_condition(
@@ -243,10 +285,13 @@ def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | No
         return None
     telemetry.CRASHES.labels(namespace, name, sig, upstream or "").inc()
     msg = f"Engine in pod {death.pod} died (restart {death.restart_count}, exit {death.exit_code}): {result.summary()}"
+    if outcome.get("stale"):
+        msg += " (the pod runs a previous spec; not counted for the current one)"
     if hint:
         msg += f". Remedy: {hint}"
     kube.emit_event(obj, "EngineCrashed", msg, "Warning")
-    maybe_remediate(namespace, name, obj, result, outcome["count"], outcome["generation"])
+    if not outcome.get("stale"):
+        maybe_remediate(namespace, name, obj, result, outcome["count"], outcome["generation"])
     return obj.get("status")
 
 
@@ -260,49 +305,53 @@ def maybe_remediate(
     if spec.remediation.mode != "auto" or count < spec.remediation.threshold or result.generic:
         return None
     sig = result.signature or ""
-    status = obj.get("status") or {}
-    if any(r.get("signature") == sig and r.get("generation") == generation for r in status.get("remediations") or []):
-        return None  # one remediation per signature per generation
     action = result.remediation.action if result.remediation else "investigate"
     change = remediation_for(action, spec)
-    if change is None:
-        if not any(r.get("signature") == sig and r.get("action") == "none" for r in status.get("remediations") or []):
-            kube.emit_event(
-                obj,
-                "RemediationNotPossible",
-                f"{sig} repeated {count} times; no automatic workaround left ({action}). "
-                + (result.remediation.hint if result.remediation else "Investigate the engine log."),
-                "Warning",
-            )
-        return None
-    # The workaround must itself pass admission.
-    from gdn_operator.rules import evaluate
+    refusal = None
+    if change is not None:
+        # The workaround must itself pass admission.
+        from gdn_operator.rules import evaluate
 
-    try:
-        new_spec = parse_spec(_merged_spec(obj.get("spec") or {}, change.patch))
-    except ManifestError:
-        return None
-    if not evaluate(new_spec, default_policy=get_config().default_policy).allowed:
-        kube.emit_event(obj, "RemediationNotPossible", f"{change.action} would itself be refused by admission.", "Warning")
-        return None
-
+        try:
+            new_spec = parse_spec(_merged_spec(obj.get("spec") or {}, change.patch))
+            if not evaluate(new_spec, default_policy=get_config().default_policy).allowed:
+                refusal = f"{change.action} would itself be refused by admission"
+        except ManifestError as e:
+            refusal = f"{change.action} would make the spec invalid: {'; '.join(e.problems)}"
+        if refusal:
+            change = None
+    hint = result.remediation.hint if result.remediation else "Investigate the engine log."
     record = {
         "time": kube.now(),
         "signature": sig,
         "upstream": result.upstream,
         "generation": generation,
-        "action": change.action,
-        "changes": change.patch,
-        "reason": f"{sig} crashed the engine {count} times on generation {generation}",
+        "action": change.action if change else "none",
+        "changes": change.patch if change else {},
+        "reason": f"{sig} crashed the engine {count} times on generation {generation}"
+        + ("" if change else f"; no automatic workaround left ({refusal or action}): {hint}"),
     }
+    claimed: list[bool] = []
 
-    def mutate(status: dict[str, Any], _obj: dict[str, Any]) -> None:
+    def claim(status: dict[str, Any], _obj: dict[str, Any]) -> None:
+        # one decision per signature per generation, made atomically (resourceVersion): two engine pods
+        # crashing at the same moment cannot both remediate
+        claimed.clear()
         rem = list(status.get("remediations") or [])
+        if any(r.get("signature") == sig and r.get("generation") == generation for r in rem):
+            return
         rem.append({k: v for k, v in record.items() if v is not None})
         status["remediations"] = rem[-32:]
-        st.set_condition(status, st.CRASH_LOOPING, True, "Remediated", f"applied {change.action} after {sig}", generation)
+        if change:
+            st.set_condition(status, st.CRASH_LOOPING, True, "Remediated", f"applied {change.action} after {sig}", generation)
+        claimed.append(True)
 
-    kube.update_status(namespace, name, mutate)
+    kube.update_status(namespace, name, claim)
+    if not claimed:
+        return None
+    if change is None:
+        kube.emit_event(obj, "RemediationNotPossible", f"{sig} repeated {count} times; " + record["reason"].split("; ", 1)[1], "Warning")
+        return None
     kube.patch_server(
         namespace,
         name,
@@ -322,6 +371,8 @@ def maybe_remediate(
 
 #: How long engines must run without a crash before CrashLooping / Degraded(EngineCrashed) clear.
 QUIET_SECONDS = float(os.environ.get("GDN_CRASH_QUIET_SECONDS", "600"))
+#: How often the supervisor (handlers/acceptance.py) checks flagged servers for a quiet period.
+QUIET_CHECK_SECONDS = 60.0
 
 
 def _age_seconds(ts: str | None) -> float:
@@ -366,11 +417,6 @@ async def pod_deaths(type: str, body: kopf.Body, namespace: str, labels: dict[st
         await asyncio.to_thread(handle_death, namespace, name, death)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, id="crash-quiet", interval=60.0, idle=30.0)
-async def crash_quiet(namespace: str, name: str, status: kopf.Status, **_: Any) -> None:
-    if st.is_true(dict(status), st.CRASH_LOOPING) or st.is_true(dict(status), st.DEGRADED):
-        await asyncio.to_thread(clear_crash_conditions, namespace, name)
-
 
 PATCH_SET = "PatchSetVerified"
 
@@ -402,44 +448,74 @@ def report_patch_check(namespace: str, name: str, pod: str, line: GuardLine | No
             kube.emit_event(obj, reason, msg, "Warning")
 
 
+#: Log streams hold a thread for as long as the engine runs: they get their own pool, so they can never
+#: starve the pool that status writes and reconciles use.
+LOG_POOL = ThreadPoolExecutor(max_workers=int(os.environ.get("GDN_MAX_LOG_STREAMS", "256")), thread_name_prefix="gdn-log")
+
+
+@dataclass
+class StreamState:
+    """What survives a reconnect of one container instance's log stream."""
+
+    classifier: StreamClassifier
+    last_read: float | None = None  # time.time() of the last chunk
+    guard_done: bool = False
+    searched: int = 0
+    carry: str = ""
+
+
 def _stream_once(
     namespace: str, pod: str, restart_count: int, pod_uid: str, stop: Callable[[], bool],
-    on_guard: Callable[[GuardLine | None], None] | None = None,
+    on_guard: Callable[[GuardLine | None], None], state: StreamState,
 ) -> str:
-    """Follow one container instance's log until it ends. Returns why it ended."""
+    """Follow one container instance's log until the stream ends. Returns why it ended."""
     import kubernetes
 
     core = kubernetes.client.CoreV1Api(kube.api_client())
+    kw: dict[str, Any] = {}
+    if state.last_read is not None:  # reconnect: do not read the whole log again
+        kw["since_seconds"] = max(1, math.ceil(time.time() - state.last_read) + 1)
     resp = core.read_namespaced_pod_log(
-        pod, namespace, container=CONTAINER, follow=True, _preload_content=False, _request_timeout=(10, 600)
+        pod, namespace, container=CONTAINER, follow=True, _preload_content=False, _request_timeout=(10, 600), **kw
     )
-    sc = StreamClassifier()
-    searched, carry, guard_done = 0, "", on_guard is None
+    sc = state.classifier
     try:
         for chunk in resp.stream(64 * 1024):
+            state.last_read = time.time()
             sc.feed(chunk)
             if sc.crashed:
                 # keep the diagnosis as soon as it is there: the process may be killed before EOF,
                 # and the instance that ran with restartCount N dies as death number N+1 (deaths_in)
                 remember_streamed(pod_uid, restart_count + 1, sc.result())
-            if not guard_done:
-                text = carry + chunk.decode("utf-8", errors="replace")
+            if not state.guard_done:
+                text = state.carry + chunk.decode("utf-8", errors="replace")
                 found = parse_guard_line(text)
-                searched += len(chunk)
-                if found is not None or searched >= GUARD_SEARCH_BYTES:
+                state.searched += len(chunk)
+                if found is not None or state.searched >= GUARD_SEARCH_BYTES:
                     on_guard(found)
-                    guard_done = True
-                carry = text[-1024:]
+                    state.guard_done = True
+                state.carry = text[-1024:]
             if stop():
                 return "stopped"
-        sc.close()
-        if not guard_done and searched:
-            on_guard(None)
-        if sc.crashed:
-            remember_streamed(pod_uid, restart_count + 1, sc.result())
         return "eof"
     finally:
         resp.release_conn()
+
+
+def _instance_running(namespace: str, pod: str, uid: str, restart: int) -> bool:
+    import kubernetes
+    from kubernetes.client.rest import ApiException
+
+    try:
+        p = kubernetes.client.CoreV1Api(kube.api_client()).read_namespaced_pod(pod, namespace, _preload_content=False)
+    except ApiException:
+        return False
+    body = json.loads(p.data)
+    p.release_conn()
+    if body["metadata"].get("uid") != uid or body["metadata"].get("deletionTimestamp"):
+        return False
+    cs = next((c for c in (body.get("status") or {}).get("containerStatuses") or [] if c.get("name") == CONTAINER), {})
+    return int(cs.get("restartCount") or 0) == restart and bool((cs.get("state") or {}).get("running"))
 
 
 class LogFollowers:
@@ -487,16 +563,26 @@ class LogFollowers:
                 checked.append(True)
                 report_patch_check(namespace, server, pod, line)
 
+        state = StreamState(StreamClassifier())
+        loop = asyncio.get_running_loop()
         try:
-            for _ in range(20):  # reconnects after API disconnects; a restart starts a new task
+            while True:  # until this container instance ends; a restart starts a new task
                 try:
-                    why = await asyncio.to_thread(
-                        _stream_once, namespace, pod, restart, uid, stop.is_set, None if checked else on_guard
+                    why = await loop.run_in_executor(
+                        LOG_POOL, _stream_once, namespace, pod, restart, uid, stop.is_set, on_guard, state
                     )
-                    if why in ("eof", "stopped"):
+                    if why == "stopped":
                         return
+                    backoff = 1.0  # a clean end: the API server closed the stream (or the container ended)
                 except Exception as e:  # noqa: BLE001 - disconnects, 4xx from fake nodes: retry with backoff
                     log.debug("log stream of %s/%s interrupted: %s", namespace, pod, e)
+                if not await loop.run_in_executor(LOG_POOL, _instance_running, namespace, pod, uid, restart):
+                    state.classifier.close()
+                    if state.classifier.crashed:
+                        remember_streamed(uid, restart + 1, state.classifier.result())
+                    if not state.guard_done and state.searched:
+                        on_guard(None)
+                    return
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 120.0)
         finally:

@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 import kopf
+from kubernetes.client.rest import ApiException
 
 from gdn_operator import GROUP, PLURAL, VERSION
 from gdn_operator.api.load import ManifestError, parse_spec
@@ -38,6 +39,13 @@ def _effective_dump(ev: Any) -> dict[str, Any] | None:
     if hasattr(eff, "model_dump"):
         return eff.model_dump(by_alias=True, exclude_none=True, mode="json")
     return dict(eff)
+
+
+def _api_message(e: ApiException) -> str:
+    try:
+        return str(json.loads(e.body or "{}").get("message") or e.reason)
+    except ValueError:
+        return str(e.reason)
 
 
 def expected_objects(body: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -116,8 +124,25 @@ def reconcile_sync(body: dict[str, Any]) -> str:
         kube.emit_event(body, "InvalidSpec", str(e), "Warning")
         return "invalid"
 
-    for obj in objects:
-        kube.apply(obj)
+    try:
+        for obj in objects:
+            kube.apply(obj)
+    except ApiException as e:
+        if e.status not in (400, 403, 422):
+            raise  # transient (5xx, timeouts): kopf retries
+        detail = _api_message(e)
+        msg = f"the API server refused the engine {obj['kind']}: {detail}"
+
+        def refused(status: dict[str, Any], _obj: dict[str, Any]) -> None:
+            status["observedGeneration"] = gen
+            reason = "Forbidden" if e.status == 403 else "InvalidSpec"
+            st.set_condition(status, st.VALIDATED, False, reason, msg, gen)
+
+        kube.update_status(ns, name, refused)
+        kube.emit_event(body, "ApplyRefused", msg, "Warning")
+        if e.status == 403:
+            raise kopf.TemporaryError(msg, delay=300) from None  # RBAC may be fixed: retry, slowly
+        return "refused"
     if with_monitoring and not run_spec.metrics.enabled:
         kube.delete_pod_monitor(ns, name)
 

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -69,8 +70,11 @@ def webhook_server(cfg: OperatorConfig) -> kopf.WebhookServer | None:
             ca, crt, key = d / "ca.crt", d / "tls.crt", d / "tls.key"
         else:
             sans = [f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.cluster.local", svc]
-            bundle = certs.ensure_secret_bundle(ns, cfg.webhook_secret or f"{svc}-tls", sans)
-            ca, crt, key = bundle.write(Path(tempfile.mkdtemp(prefix="gdn-webhook-")))
+            secret = cfg.webhook_secret or f"{svc}-tls"
+            bundle = certs.ensure_secret_bundle(ns, secret, sans)
+            d = Path(tempfile.mkdtemp(prefix="gdn-webhook-"))
+            ca, crt, key = bundle.write(d)
+            _RENEWAL.update(namespace=ns, secret=secret, sans=sans, directory=d)
         return ServiceWebhookServer(
             service_name=svc,
             service_namespace=ns,
@@ -85,6 +89,25 @@ def webhook_server(cfg: OperatorConfig) -> kopf.WebhookServer | None:
 
 
 _metrics_started = False
+#: where the operator-managed webhook certificate lives (service mode without cert-manager)
+_RENEWAL: dict[str, Any] = {}
+RENEW_CHECK_SECONDS = 12 * 3600
+
+
+async def renew_webhook_certificate_forever() -> None:
+    """Re-check the Secret twice a day: ensure_secret_bundle renews a serving certificate within 30 days of
+    expiry (or a changed SAN list); the new files are picked up by kopf's webhook server (file watch)."""
+    while True:
+        await asyncio.sleep(RENEW_CHECK_SECONDS)
+        try:
+            bundle = await asyncio.to_thread(
+                certs.ensure_secret_bundle, _RENEWAL["namespace"], _RENEWAL["secret"], _RENEWAL["sans"]
+            )
+            if (Path(_RENEWAL["directory"]) / "tls.crt").read_bytes() != bundle.cert_pem:
+                bundle.write(Path(_RENEWAL["directory"]))
+                log.info("webhook certificate renewed")
+        except Exception as e:  # noqa: BLE001 - try again at the next check
+            log.warning("webhook certificate renewal check failed: %s", e)
 
 
 @kopf.on.startup()
@@ -110,6 +133,13 @@ async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_
     if server is not None:
         settings.admission.server = server
         settings.admission.managed = cfg.webhook_config_name
+        if _RENEWAL:
+            asyncio.get_running_loop().create_task(renew_webhook_certificate_forever())
+    # Blocking Kubernetes calls of all handlers run in this pool (asyncio.to_thread); log streams have
+    # their own pool (crashwatch.LOG_POOL) so long reads never starve status writes.
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(max_workers=int(os.environ.get("GDN_MAX_WORKERS", "16")), thread_name_prefix="gdn-api")
+    )
     if cfg.metrics_port and not _metrics_started:
         start_http_server(cfg.metrics_port, registry=telemetry.REGISTRY)
         _metrics_started = True

@@ -28,15 +28,36 @@ def owner_name(meta: dict[str, Any]) -> str | None:
     return None
 
 
+def _same_quantity(a: Any, b: Any) -> bool:
+    from kubernetes.utils import parse_quantity
+
+    try:
+        return parse_quantity(a) == parse_quantity(b)
+    except (ValueError, TypeError):
+        return False
+
+
 def is_subset(want: Any, have: Any) -> bool:
-    """True when every field we set is present with the same value (the API server adds defaults)."""
+    """True when every field we set is present with the same value. The API server adds defaults, drops
+    empty strings and canonicalises quantities ("0.5" → "500m"), none of which is drift."""
     if isinstance(want, dict):
-        return isinstance(have, dict) and all(k in have and is_subset(v, have[k]) for k, v in want.items())
+        if not isinstance(have, dict):
+            return False
+        for k, v in want.items():
+            if k not in have:
+                if v in ("", None, [], {}):
+                    continue
+                return False
+            if not is_subset(v, have[k]):
+                return False
+        return True
     if isinstance(want, list):
         return isinstance(have, list) and len(want) == len(have) and all(is_subset(a, b) for a, b in zip(want, have))
-    if isinstance(want, (int, float)) and isinstance(have, str) or isinstance(want, str) and isinstance(have, (int, float)):
-        return str(want) == str(have)
-    return want == have
+    if want == have:
+        return True
+    if isinstance(want, (str, int, float)) and isinstance(have, (str, int, float)):
+        return str(want) == str(have) or _same_quantity(want, have)
+    return False
 
 
 def pod_summary(body: dict[str, Any]) -> dict[str, Any]:
@@ -186,6 +207,6 @@ def on_deployment(namespace: str, name: str, dep: dict[str, Any] | None) -> None
     server = kube.get_server(namespace, name)
     if server is None:
         return
-    corrected = correct_drift(namespace, name, dep, server)
-    if dep is not None and not corrected:
+    correct_drift(namespace, name, dep, server)
+    if dep is not None:
         deployment_status(namespace, name, dep, server)
