@@ -57,6 +57,9 @@ def test_create_renders_engine_and_goes_ready(op, k, ns, full_cluster):
     assert st["effective"]["vllmVersion"] == "0.33.0"
     validated = k.condition(ns, "qwen", "Validated")
     assert validated["status"] == "True"
+    # no finalizers: deleting a server never waits for the operator to be up
+    assert not k.get(ns, "qwen")["metadata"].get("finalizers")
+    assert not any(p.metadata.finalizers for p in k.engine_pods(ns, "qwen"))
     assert any(e.reason == "Applied" for e in k.events(ns, "qwen"))
 
 
@@ -138,6 +141,9 @@ def test_operator_killed_mid_reconcile_resumes_without_duplicates(op, k, ns):
     op.kill()  # right after the create: the handler may be half way through
     op.start()
     k.wait_condition(ns, "crashy", "Ready", timeout=90)
+    # the interrupted handler is re-run after the restart: it completes what it had not applied yet
+    wait_for(lambda: k.core.list_namespaced_service(ns, label_selector="serving.gdn-operator.io/server=crashy").items,
+             90, what="Service applied by the resumed handler")
     deps = k.apps.list_namespaced_deployment(ns, label_selector="serving.gdn-operator.io/server=crashy").items
     svcs = k.core.list_namespaced_service(ns, label_selector="serving.gdn-operator.io/server=crashy").items
     assert len(deps) == 1 and len(svcs) == 1
