@@ -53,7 +53,7 @@ def test_create_renders_engine_and_goes_ready(op, k, ns, full_cluster):
     st = k.status(ns, "qwen")
     assert st["phase"] == "Ready"
     assert st["ready"] == "1/1"
-    assert st["observedGeneration"] == 1
+    assert st["observedGeneration"] == 1  # written before the workload, so Ready never comes without it
     assert st["effective"]["vllmVersion"] == "0.33.0"
     validated = k.condition(ns, "qwen", "Validated")
     assert validated["status"] == "True"

@@ -124,28 +124,6 @@ def reconcile_sync(body: dict[str, Any]) -> str:
         kube.emit_event(body, "InvalidSpec", str(e), "Warning")
         return "invalid"
 
-    try:
-        for obj in objects:
-            kube.apply(obj)
-    except ApiException as e:
-        if e.status not in (400, 403, 422):
-            raise  # transient (5xx, timeouts): kopf retries
-        detail = _api_message(e)
-        msg = f"the API server refused the engine {obj['kind']}: {detail}"
-
-        def refused(status: dict[str, Any], _obj: dict[str, Any]) -> None:
-            status["observedGeneration"] = gen
-            reason = "Forbidden" if e.status == 403 else "InvalidSpec"
-            st.set_condition(status, st.VALIDATED, False, reason, msg, gen)
-
-        kube.update_status(ns, name, refused)
-        kube.emit_event(body, "ApplyRefused", msg, "Warning")
-        if e.status == 403:
-            raise kopf.TemporaryError(msg, delay=300) from None  # RBAC may be fixed: retry, slowly
-        return "refused"
-    if with_monitoring and not run_spec.metrics.enabled:
-        kube.delete_pod_monitor(ns, name)
-
     mitigated = [f for f in ev.findings if f.action == "mitigated"]
     warned = [f for f in ev.findings if f.action == "warned"]
     if mitigated:
@@ -185,9 +163,33 @@ def reconcile_sync(body: dict[str, Any]) -> str:
         ready = int(status.get("readyReplicas") or 0)
         st.set_replicas(status, run_spec.replicas, ready)
         if ready < run_spec.replicas or not st.is_true(status, st.READY):
-            st.set_condition(status, st.PROGRESSING, True, "Applied", "Engine Deployment applied; waiting for pods.", gen)
+            st.set_condition(status, st.PROGRESSING, True, "Applying", "Applying the engine Deployment for this generation; waiting for pods.", gen)
 
     kube.update_status(ns, name, applied)
+    # The status above already says which generation this is and why it was admitted, so a client never
+    # sees Ready (from the Deployment) without observedGeneration; now make the cluster match it.
+    try:
+        for obj in objects:
+            kube.apply(obj)
+    except ApiException as e:
+        if e.status not in (400, 403, 422):
+            raise  # transient (5xx, timeouts): kopf retries
+        detail = _api_message(e)
+        msg = f"the API server refused the engine {obj['kind']}: {detail}"
+
+        def refused(status: dict[str, Any], _obj: dict[str, Any]) -> None:
+            status["observedGeneration"] = gen
+            reason = "Forbidden" if e.status == 403 else "InvalidSpec"
+            st.set_condition(status, st.VALIDATED, False, reason, msg, gen)
+
+        kube.update_status(ns, name, refused)
+        kube.emit_event(body, "ApplyRefused", msg, "Warning")
+        if e.status == 403:
+            raise kopf.TemporaryError(msg, delay=300) from None  # RBAC may be fixed: retry, slowly
+        return "refused"
+    if with_monitoring and not run_spec.metrics.enabled:
+        kube.delete_pod_monitor(ns, name)
+
     kube.emit_event(body, "Applied", f"Deployment and Service applied for generation {gen}.")
     return "applied"
 
