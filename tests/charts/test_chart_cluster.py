@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,9 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+from operator_harness import free_port, wait_for  # noqa: E402  (shared test helpers)
 
 from _chart_helpers import CHART, GENERATED_CRD, ROOT, VALUE_SETS, docs, helm, render_text, value_args
 
@@ -62,20 +64,6 @@ def kubectl(cp, *args: str, input: str | None = None, check: bool = True) -> sub
     return res
 
 
-def wait_for(fn, timeout: float = 60, every: float = 0.5, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except ApiException as e:
-            if e.status not in (404, 409):
-                raise
-            last = None
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}")
 
 
 def apply_crds(cp, objs: list[dict]) -> None:
@@ -123,10 +111,6 @@ def test_server_dry_run_rejects_a_broken_manifest(chart_tools, foreign_crds):
 # ---------------------------------------------------------------------------------------------------
 # helm install + the operator as the chart's ServiceAccount
 # ---------------------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LocalReplica:

@@ -19,7 +19,6 @@ import kopf
 from gdn_operator import GROUP, PLURAL, VERSION
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
-from gdn_operator.handlers.workload import pods_of
 from gdn_operator.render.engine import ENGINE_PORT
 from gdn_operator.watch.acceptance import AcceptanceTracker
 from gdn_operator.watch.scraper import Scraper, Target

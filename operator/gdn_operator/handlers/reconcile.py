@@ -115,13 +115,14 @@ def reconcile_sync(body: dict[str, Any]) -> str:
     try:
         objects = render_all(name, ns, run_spec, uid, with_monitoring=with_monitoring)
     except RenderError as e:
+        problem = str(e)
 
         def unrenderable(status: dict[str, Any], _obj: dict[str, Any]) -> None:
             status["observedGeneration"] = gen
-            st.set_condition(status, st.VALIDATED, False, "InvalidSpec", str(e), gen)
+            st.set_condition(status, st.VALIDATED, False, "InvalidSpec", problem, gen)
 
         kube.update_status(ns, name, unrenderable)
-        kube.emit_event(body, "InvalidSpec", str(e), "Warning")
+        kube.emit_event(body, "InvalidSpec", problem, "Warning")
         return "invalid"
 
     mitigated = [f for f in ev.findings if f.action == "mitigated"]
@@ -176,15 +177,15 @@ def reconcile_sync(body: dict[str, Any]) -> str:
             raise  # transient (5xx, timeouts): kopf retries
         detail = _api_message(e)
         msg = f"the API server refused the engine {obj['kind']}: {detail}"
+        forbidden = e.status == 403
 
         def refused(status: dict[str, Any], _obj: dict[str, Any]) -> None:
             status["observedGeneration"] = gen
-            reason = "Forbidden" if e.status == 403 else "InvalidSpec"
-            st.set_condition(status, st.VALIDATED, False, reason, msg, gen)
+            st.set_condition(status, st.VALIDATED, False, "Forbidden" if forbidden else "InvalidSpec", msg, gen)
 
         kube.update_status(ns, name, refused)
         kube.emit_event(body, "ApplyRefused", msg, "Warning")
-        if e.status == 403:
+        if forbidden:
             raise kopf.TemporaryError(msg, delay=300) from None  # RBAC may be fixed: retry, slowly
         return "refused"
     if with_monitoring and not run_spec.metrics.enabled:

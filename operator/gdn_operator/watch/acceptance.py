@@ -44,7 +44,7 @@ import re
 import time
 from array import array
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
