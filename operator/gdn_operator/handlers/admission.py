@@ -8,7 +8,6 @@ object was created can never wedge that object.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -18,7 +17,7 @@ from gdn_operator import GROUP, PLURAL, VERSION, telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.handlers.config import get_config
 from gdn_operator.handlers.kube import plain
-from gdn_operator.handlers.reconcile import MITIGATIONS_ANNOTATION
+from gdn_operator.handlers.reconcile import MITIGATIONS_ANNOTATION, mitigations_note
 from gdn_operator.rules import evaluate
 
 log = logging.getLogger(__name__)
@@ -54,8 +53,7 @@ def mitigation_patch(spec: dict[str, Any]) -> tuple[dict[str, Any], list[Any]] |
         elif op.get("op") == "remove":
             _set_path(merge, op["path"], None)  # null deletes the field in a merge patch
     mitigated = [f for f in ev.findings if f.action == "mitigated"]
-    note = json.dumps({f.rule: f.mitigation for f in mitigated}, sort_keys=True, separators=(",", ":"))
-    merge.setdefault("metadata", {}).setdefault("annotations", {})[MITIGATIONS_ANNOTATION] = note
+    merge.setdefault("metadata", {}).setdefault("annotations", {})[MITIGATIONS_ANNOTATION] = mitigations_note(ev.findings)
     return merge, mitigated
 
 

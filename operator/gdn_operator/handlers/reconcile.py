@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -16,29 +17,17 @@ from kubernetes.client.rest import ApiException
 
 from gdn_operator import GROUP, PLURAL, VERSION
 from gdn_operator.api.load import ManifestError, parse_spec
+from gdn_operator.api.models import GDNModelServerSpec
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
 from gdn_operator.handlers.config import get_config
 from gdn_operator.render.engine import RenderError, render_all
-from gdn_operator.rules import evaluate
+from gdn_operator.rules import Evaluation, evaluate
 
 log = logging.getLogger(__name__)
 
 PODMONITOR_CRD = "podmonitors.monitoring.coreos.com"
 MITIGATIONS_ANNOTATION = "serving.gdn-operator.io/mitigations"
-
-
-def _findings_dump(ev: Any) -> list[dict[str, Any]]:
-    return [f.model_dump(by_alias=True, exclude_none=True, mode="json") for f in ev.findings]
-
-
-def _effective_dump(ev: Any) -> dict[str, Any] | None:
-    eff = getattr(ev, "effective", None)
-    if eff is None:
-        return None
-    if hasattr(eff, "model_dump"):
-        return eff.model_dump(by_alias=True, exclude_none=True, mode="json")
-    return dict(eff)
 
 
 def _api_message(e: ApiException) -> str:
@@ -48,90 +37,95 @@ def _api_message(e: ApiException) -> str:
         return str(e.reason)
 
 
-def expected_objects(body: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """What the operator would have applied for this object now (None: invalid or rejected)."""
+def mitigations_note(findings: list[Any]) -> str:
+    """The value of the mitigations annotation: rule id → the spec change applied for it."""
+    return json.dumps(
+        {f.rule: f.mitigation for f in findings if f.action == "mitigated"}, sort_keys=True, separators=(",", ":")
+    )
+
+
+@dataclass
+class Plan:
+    """What the operator decides for an object: one computation shared by the reconciler, the drift
+    corrector and the crash watch, so they can never disagree."""
+
+    spec: GDNModelServerSpec | None = None
+    ev: Evaluation | None = None
+    objects: list[dict[str, Any]] | None = None  # None: nothing to apply (invalid or rejected)
+    problem: str = ""  # why there is nothing to apply
+    monitoring: bool = False  # PodMonitors are managed (configured, and the CRD exists)
+
+    @property
+    def run_spec(self) -> GDNModelServerSpec | None:
+        return (self.ev.mitigated_spec if self.ev else None) or self.spec
+
+
+def plan(body: dict[str, Any]) -> Plan:
     cfg = get_config()
     meta = body["metadata"]
     try:
         spec = parse_spec(body.get("spec") or {})
-    except ManifestError:
-        return None
+    except ManifestError as e:
+        return Plan(problem="; ".join(e.problems))
     ev = evaluate(spec, default_policy=cfg.default_policy)
     if not ev.allowed:
-        return None
-    with_monitoring = cfg.pod_monitors and kube.crd_exists(PODMONITOR_CRD)
+        return Plan(spec, ev, problem=ev.denial_message())
+    out = Plan(spec, ev, monitoring=cfg.pod_monitors and kube.crd_exists(PODMONITOR_CRD))
     try:
-        return render_all(meta["name"], meta["namespace"], ev.mitigated_spec or spec, meta.get("uid"), with_monitoring=with_monitoring)
-    except RenderError:
-        return None
+        out.objects = render_all(meta["name"], meta["namespace"], out.run_spec, meta.get("uid"), with_monitoring=out.monitoring)
+    except RenderError as e:
+        out.problem = str(e)
+    return out
+
+
+def expected_objects(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """What the operator would have applied for this object now (None: invalid or rejected)."""
+    return plan(body).objects
+
+
+def _not_validated(body: dict[str, Any], reason: str, event: str, msg: str, ev: Evaluation | None = None) -> None:
+    """Record why nothing (new) is applied: Validated=False with the reason, findings, an Event."""
+    meta = body["metadata"]
+    gen = meta.get("generation")
+
+    def mutate(status: dict[str, Any], _obj: dict[str, Any]) -> None:
+        status["observedGeneration"] = gen
+        if ev is not None:
+            status["findings"] = [f.model_dump(by_alias=True, exclude_none=True, mode="json") for f in ev.findings]
+            status["effective"] = ev.effective.model_dump(by_alias=True, exclude_none=True, mode="json")
+        st.set_condition(status, st.VALIDATED, False, reason, msg, gen)
+
+    kube.update_status(meta["namespace"], meta["name"], mutate)
+    kube.emit_event(body, event, msg, "Warning")
 
 
 def reconcile_sync(body: dict[str, Any]) -> str:
     """Bring the cluster to the object's spec. Returns a short outcome word (for logs and tests)."""
     cfg = get_config()
     meta = body["metadata"]
-    ns, name, gen, uid = meta["namespace"], meta["name"], meta.get("generation"), meta.get("uid")
+    ns, name, gen = meta["namespace"], meta["name"], meta.get("generation")
 
-    try:
-        spec = parse_spec(body.get("spec") or {})
-    except ManifestError as e:
-        msg = "; ".join(e.problems)
-
-        def invalid(status: dict[str, Any], _obj: dict[str, Any]) -> None:
-            status["observedGeneration"] = gen
-            st.set_condition(status, st.VALIDATED, False, "InvalidSpec", msg, gen)
-
-        kube.update_status(ns, name, invalid)
-        kube.emit_event(body, "InvalidSpec", msg, "Warning")
-        return "invalid"
-
-    policy = spec.admission_policy or cfg.default_policy
-    ev = evaluate(spec, default_policy=cfg.default_policy)
-    findings = _findings_dump(ev)
-    effective = _effective_dump(ev)
-
-    if not ev.allowed:
+    p = plan(body)
+    ev = p.ev
+    if ev is not None and not ev.allowed:
         existing = kube.get_deployment(ns, name)
-        tail = (
-            " The previously admitted configuration keeps running."
-            if existing is not None
-            else " Nothing was created."
-        )
-        msg = ev.denial_message() + tail
-
-        def rejected(status: dict[str, Any], _obj: dict[str, Any]) -> None:
-            status["observedGeneration"] = gen
-            status["findings"] = findings
-            if effective is not None:
-                status["effective"] = effective
-            st.set_condition(status, st.VALIDATED, False, "KnownIssue", msg, gen)
-
-        kube.update_status(ns, name, rejected)
-        kube.emit_event(body, "Rejected", msg, "Warning")
+        tail = " The previously admitted configuration keeps running." if existing is not None else " Nothing was created."
+        _not_validated(body, "KnownIssue", "Rejected", p.problem + tail, ev)
         return "rejected"
-
-    run_spec = ev.mitigated_spec or spec
-    with_monitoring = cfg.pod_monitors and kube.crd_exists(PODMONITOR_CRD)
-    try:
-        objects = render_all(name, ns, run_spec, uid, with_monitoring=with_monitoring)
-    except RenderError as e:
-        problem = str(e)
-
-        def unrenderable(status: dict[str, Any], _obj: dict[str, Any]) -> None:
-            status["observedGeneration"] = gen
-            st.set_condition(status, st.VALIDATED, False, "InvalidSpec", problem, gen)
-
-        kube.update_status(ns, name, unrenderable)
-        kube.emit_event(body, "InvalidSpec", problem, "Warning")
+    if p.objects is None:
+        _not_validated(body, "InvalidSpec", "InvalidSpec", p.problem, ev)
         return "invalid"
+    assert ev is not None and p.spec is not None and p.run_spec is not None
+    run_spec, objects = p.run_spec, p.objects
+    policy = p.spec.admission_policy or cfg.default_policy
+    findings = [f.model_dump(by_alias=True, exclude_none=True, mode="json") for f in ev.findings]
+    effective = ev.effective.model_dump(by_alias=True, exclude_none=True, mode="json")
 
     mitigated = [f for f in ev.findings if f.action == "mitigated"]
     warned = [f for f in ev.findings if f.action == "warned"]
     if mitigated:
-        changes = {f.rule: f.mitigation for f in mitigated}
-        annotations = (meta.get("annotations") or {})
-        value = json.dumps(changes, sort_keys=True, separators=(",", ":"))
-        if annotations.get(MITIGATIONS_ANNOTATION) != value:
+        value = mitigations_note(ev.findings)
+        if (meta.get("annotations") or {}).get(MITIGATIONS_ANNOTATION) != value:
             kube.patch_server(ns, name, {"metadata": {"annotations": {MITIGATIONS_ANNOTATION: value}}})
         kube.emit_event(
             body,
@@ -158,8 +152,7 @@ def reconcile_sync(body: dict[str, Any]) -> str:
     def applied(status: dict[str, Any], _obj: dict[str, Any]) -> None:
         status["observedGeneration"] = gen
         status["findings"] = findings
-        if effective is not None:
-            status["effective"] = effective
+        status["effective"] = effective
         st.set_condition(status, st.VALIDATED, True, reason, vmsg, gen)
         ready = int(status.get("readyReplicas") or 0)
         st.set_replicas(status, run_spec.replicas, ready)
@@ -176,19 +169,14 @@ def reconcile_sync(body: dict[str, Any]) -> str:
         if e.status not in (400, 403, 422):
             raise  # transient (5xx, timeouts): kopf retries
         detail = _api_message(e)
-        msg = f"the API server refused the engine {obj['kind']}: {detail}"
         forbidden = e.status == 403
-
-        def refused(status: dict[str, Any], _obj: dict[str, Any]) -> None:
-            status["observedGeneration"] = gen
-            st.set_condition(status, st.VALIDATED, False, "Forbidden" if forbidden else "InvalidSpec", msg, gen)
-
-        kube.update_status(ns, name, refused)
-        kube.emit_event(body, "ApplyRefused", msg, "Warning")
+        _not_validated(body, "Forbidden" if forbidden else "InvalidSpec", "ApplyRefused",
+                       f"the API server refused the engine {obj['kind']}: {detail}")
         if forbidden:
-            raise kopf.TemporaryError(msg, delay=300) from None  # RBAC may be fixed: retry, slowly
+            # RBAC may be fixed: retry, slowly
+            raise kopf.TemporaryError(f"RBAC refused the engine {obj['kind']}: {detail}", delay=300) from None
         return "refused"
-    if with_monitoring and not run_spec.metrics.enabled:
+    if p.monitoring and not run_spec.metrics.enabled:
         kube.delete_pod_monitor(ns, name)
 
     kube.emit_event(body, "Applied", f"Deployment and Service applied for generation {gen}.")
