@@ -34,15 +34,13 @@ from gdn_operator.api.models import GDNModelServerSpec
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
 from gdn_operator.handlers.config import get_config
-from gdn_operator.render.engine import CONTAINER, LABEL_MANAGED_BY, LABEL_SERVER, MANAGED_BY
+from gdn_operator.render.engine import CONTAINER, LABEL_SERVER
 from gdn_operator.watch.guardline import SEARCH_BYTES as GUARD_SEARCH_BYTES
 from gdn_operator.watch.guardline import GuardLine, check_patch_set, parse_guard_line
 from gdn_operator.watch.logstream import StreamClassifier
 from gdn_operator.watch.signatures import ClassificationResult, best_result, classify_termination_message
 
 log = logging.getLogger(__name__)
-
-MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
 
 
 # ----------------------------------------------------------------------------- remediation map ---
@@ -407,14 +405,18 @@ def clear_crash_conditions(namespace: str, name: str) -> None:
 # ------------------------------------------------------------------------------------ kopf wiring ---
 
 
-@kopf.on.event("", "v1", "pods", labels=MANAGED)
-async def pod_deaths(type: str, body: kopf.Body, namespace: str, labels: dict[str, str], **_: Any) -> None:
-    name = labels.get(LABEL_SERVER)
-    if not name or type == "DELETED":
+async def on_pod_event(type: str, namespace: str, server: str, pod: dict[str, Any]) -> None:
+    """The crash watch's part of an engine pod event (called by workload.pod_event, which owns the one
+    kopf handler for engine pods): classify deaths, and keep one log follower per running container."""
+    if get_config().stream_logs:
+        if type == "DELETED":
+            FOLLOWERS.stop(pod["metadata"].get("uid", ""))
+        else:
+            FOLLOWERS.ensure(namespace, pod)
+    if type == "DELETED":
         return
-    pod = kube.plain(body)
     for death in deaths_in(pod):
-        await asyncio.to_thread(handle_death, namespace, name, death)
+        await asyncio.to_thread(handle_death, namespace, server, death)
 
 
 
@@ -590,16 +592,6 @@ class LogFollowers:
 
 
 FOLLOWERS = LogFollowers()
-
-
-@kopf.on.event("", "v1", "pods", labels=MANAGED, id="engine-log-follow")
-async def follow_engine_logs(type: str, body: kopf.Body, namespace: str, **_: Any) -> None:
-    if not get_config().stream_logs:
-        return
-    if type == "DELETED":
-        FOLLOWERS.stop(body["metadata"].get("uid", ""))
-        return
-    FOLLOWERS.ensure(namespace, kube.plain(body))
 
 
 @kopf.on.cleanup()

@@ -124,10 +124,16 @@ def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]]) -> N
 async def pod_event(
     type: str, body: kopf.Body, namespace: str, labels: dict[str, str], engine_pods: kopf.Index, **_: Any
 ) -> None:
+    """The one handler for engine pod events: the crash watch's part, then the server's pod-derived status."""
+    from gdn_operator.handlers.crashwatch import on_pod_event
+
     name = labels.get(LABEL_SERVER)
     if not name:
         return
-    await asyncio.to_thread(update_from_pods, namespace, name, pods_of(engine_pods, namespace, name))
+    try:
+        await on_pod_event(type, namespace, name, kube.plain(body))
+    finally:
+        await asyncio.to_thread(update_from_pods, namespace, name, pods_of(engine_pods, namespace, name))
 
 
 def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: dict[str, Any] | None = None) -> None:
