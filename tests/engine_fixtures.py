@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -56,10 +55,7 @@ def engine_python() -> Path | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from controlplane import free_port as _free_port  # noqa: E402  (tests/cluster is on sys.path via tests/conftest.py)
 
 
 @dataclass

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,10 +25,7 @@ from gdn_operator.api.crd import crd_manifest
 WEBHOOK_CONFIG = "gdn-operator-test.serving.gdn-operator.io"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from controlplane import free_port  # noqa: E402,F401  (tests/cluster is on sys.path via tests/conftest.py)
 
 
 def wait_for(fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25, what: str = "condition") -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import time
 from pathlib import Path
 
@@ -101,10 +100,7 @@ async def server():
     await s.stop()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from controlplane import free_port  # noqa: E402  (tests/cluster is on sys.path via tests/conftest.py)
 
 
 def T(url, pod="p0", name="m"):
