@@ -11,10 +11,11 @@ import enum
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from gdn_operator import API_VERSION, KIND
+from gdn_operator.api import vllm_args as _vllm_args
 
 
 class _Model(BaseModel):
@@ -123,39 +124,9 @@ class Phase(str, enum.Enum):
 
 # ------------------------------------------------------------------------------------ spec parts ---
 
-#: Flags the operator renders itself; users may not pass them through extraArgs.
-OPERATOR_OWNED_FLAGS = frozenset(
-    {
-        "--model",
-        "--served-model-name",
-        "--host",
-        "--port",
-        "--tensor-parallel-size",
-        "-tp",
-        "--speculative-config",
-        "-sc",
-        "--max-model-len",
-        "--gpu-memory-utilization",
-        "--async-scheduling",
-        "--no-async-scheduling",
-        "--enable-prefix-caching",
-        "--no-enable-prefix-caching",
-        "--enable-chunked-prefill",
-        "--no-enable-chunked-prefill",
-        "--attention-backend",
-        "--gdn-prefill-backend",
-        "--compilation-config",
-        "-cc",
-        "--enforce-eager",
-        "--max-num-seqs",
-        "--max-num-batched-tokens",
-        "--mamba-cache-mode",
-        "--download-dir",
-    }
-)
-
-#: Environment variables the operator sets itself (or that would bypass the rules).
-OPERATOR_OWNED_ENV = frozenset({"VLLM_USE_V2_MODEL_RUNNER", "HF_TOKEN", "VLLM_PLUGINS", "HF_HOME", "VLLM_PORT"})
+#: Environment variables the operator sets itself. What extraArgs / env may not set is data:
+#: api/data/extra-args-policy.yaml, applied by api/vllm_args.py with the target release's option table.
+OPERATOR_OWNED_ENV = frozenset(_vllm_args.policy()["env"]["owned"])
 
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -372,9 +343,26 @@ class GDNModelServerSpec(_Model):
     extra_args: list[Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=list,
         max_length=128,
-        description="Extra vLLM arguments. Flags the operator renders itself are refused.",
+        description=(
+            "Extra vLLM arguments, resolved with the option table of spec.image.vllmVersion the way vLLM's "
+            "parser reads them (abbreviations, aliases, dotted JSON keys): options the operator renders "
+            "or the known-crash rules read, unknown options and --config are refused."
+        ),
     )
-    env: list[EnvVar] = Field(default_factory=list, max_length=128, description="Extra engine environment.")
+    allow_unsafe_env: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default_factory=list,
+        max_length=16,
+        description=(
+            "Explicit opt-in for env names that change which code the interpreter or dynamic loader runs "
+            "(LD_PRELOAD, LD_LIBRARY_PATH, PYTHONPATH, PYTHONHOME, PYTHONSTARTUP, PATH, ...), which are "
+            "refused otherwise. Owned and rule-relevant VLLM_* variables cannot be opted in."
+        ),
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=128,
+        description="Extra engine environment (see allowUnsafeEnv; variables the operator owns are refused).",
+    )
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Per-pod compute.")
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node selector for engine pods.")
     tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Tolerations for engine pods.")
@@ -397,18 +385,13 @@ class GDNModelServerSpec(_Model):
 
     @field_validator("extra_args")
     @classmethod
-    def _no_owned_flags(cls, v: list[str]) -> list[str]:
-        for i, arg in enumerate(v):
-            owned = owned_flag(arg)
-            if owned is not None:
-                field = _FLAG_TO_FIELD.get(owned, "the matching spec field")
-                raise ValueError(f"extraArgs[{i}] {arg.split('=', 1)[0]!r} sets {owned}, which the operator owns; set {field} instead")
-            flag = arg.split("=", 1)[0]
-            if flag == "--config" or (flag.startswith("-O") and not flag.startswith("--")):
-                raise ValueError(
-                    f"extraArgs[{i}] {flag!r} would set vLLM options the known-crash rules cannot see; "
-                    "use the spec fields (and extraArgs for other single flags) instead"
-                )
+    def _extra_args_resolved(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        image = info.data.get("image")
+        if image is None or not v:
+            return v  # an invalid image is reported on its own field
+        problems = _vllm_args.resolve_extra_args(v, image.vllm_version).problems
+        if problems:
+            raise ValueError("; ".join(problems))
         return v
 
     @field_validator("node_selector")
@@ -437,12 +420,13 @@ class GDNModelServerSpec(_Model):
 
     @field_validator("env")
     @classmethod
-    def _no_owned_env(cls, v: list[EnvVar]) -> list[EnvVar]:
+    def _env_policy(cls, v: list[EnvVar], info: ValidationInfo) -> list[EnvVar]:
+        allowed = info.data.get("allow_unsafe_env") or []
         seen: set[str] = set()
         for i, e in enumerate(v):
-            if e.name in OPERATOR_OWNED_ENV:
-                hint = _ENV_TO_FIELD.get(e.name, "the matching spec field")
-                raise ValueError(f"env[{i}] {e.name!r} is owned by the operator; set {hint} instead")
+            why = _vllm_args.env_refusal(e.name, allowed)
+            if why:
+                raise ValueError(f"env[{i}] {why}")
             if e.name in seen:
                 raise ValueError(f"env[{i}] {e.name!r} is set twice")
             seen.add(e.name)
@@ -453,59 +437,6 @@ class GDNModelServerSpec(_Model):
         if self.cudagraph_mode is not None and self.cudagraph_mode != CudagraphMode.NONE.value and self.enforce_eager:
             raise ValueError("enforceEager: true disables CUDA graphs; drop cudagraphMode or enforceEager")
         return self
-
-
-def owned_flag(arg: str) -> str | None:
-    """The operator-owned flag `arg` would set, as vLLM's parser reads it, or None.
-
-    vLLM accepts `--flag_name` for `--flag-name`, dotted JSON sub-keys (`--speculative-config.method=…`)
-    and unambiguous prefixes (`--async-sched`); all of them are normalised here so none slips past the rules."""
-    flag = arg.split("=", 1)[0]
-    if not flag.startswith("-"):
-        return None
-    if flag in OPERATOR_OWNED_FLAGS:
-        return flag
-    if not flag.startswith("--"):
-        return None
-    name = "--" + flag[2:].split(".", 1)[0].replace("_", "-")
-    if name in OPERATOR_OWNED_FLAGS:
-        return name
-    if len(name) > 4:
-        for owned in sorted(OPERATOR_OWNED_FLAGS):
-            if owned.startswith("--") and owned.startswith(name):
-                return owned  # an argparse abbreviation of an owned flag
-    return None
-
-
-_FLAG_TO_FIELD = {
-    "--model": "spec.model.uri",
-    "--served-model-name": "spec.model.servedName",
-    "--tensor-parallel-size": "spec.tensorParallelSize",
-    "-tp": "spec.tensorParallelSize",
-    "--speculative-config": "spec.speculativeDecoding",
-    "-sc": "spec.speculativeDecoding",
-    "--max-model-len": "spec.maxModelLen",
-    "--gpu-memory-utilization": "spec.gpuMemoryUtilization",
-    "--async-scheduling": "spec.asyncScheduling",
-    "--no-async-scheduling": "spec.asyncScheduling",
-    "--enable-prefix-caching": "spec.prefixCaching",
-    "--no-enable-prefix-caching": "spec.prefixCaching",
-    "--enable-chunked-prefill": "spec.chunkedPrefill",
-    "--no-enable-chunked-prefill": "spec.chunkedPrefill",
-    "--attention-backend": "spec.attentionBackend",
-    "--gdn-prefill-backend": "spec.gdnPrefillBackend",
-    "--compilation-config": "spec.cudagraphMode",
-    "-cc": "spec.cudagraphMode",
-    "--enforce-eager": "spec.enforceEager",
-    "--max-num-seqs": "spec.maxNumSeqs",
-    "--max-num-batched-tokens": "spec.maxNumBatchedTokens",
-    "--mamba-cache-mode": "spec.prefixCaching (mamba cache mode follows it)",
-}
-_ENV_TO_FIELD = {
-    "VLLM_USE_V2_MODEL_RUNNER": "spec.modelRunner",
-    "HF_TOKEN": "spec.model.hfTokenSecret",
-    "VLLM_PLUGINS": "spec.image.patches (the image decides its plugins)",
-}
 
 
 # ---------------------------------------------------------------------------------------- status ---

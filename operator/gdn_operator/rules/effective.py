@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gdn_operator.api.models import Architecture, GDNModelServerSpec
+from gdn_operator.api.vllm_args import resolve_extra_args
 from gdn_operator.api.models import EffectiveConfig as EffectiveConfigStatus
 from gdn_operator.rules.versions import Version, parse_version
 
@@ -341,11 +342,8 @@ def effective_config(
         v["env." + e.name] = e.value if e.value is not None else "<from secret>"
     for name, value in ov.env.items():
         v["env." + name] = value
-    flags = set()
-    for a in spec.extra_args:
-        if a.startswith("-"):
-            flags.add(a.split("=", 1)[0])
-    v["extra_args_flags"] = frozenset(flags)
+    # the full option strings vLLM's parser resolves extraArgs to (abbreviations, aliases, --x_y spelled out)
+    v["extra_args_flags"] = resolve_extra_args(spec.extra_args, raw_version).flags if spec.extra_args else frozenset()
     return Effective(version, v, sources, notes)
 
 
