@@ -37,7 +37,6 @@ _TYPE_NAMES = {
     float: "float",
     str: "str",
 }
-_JSON_FUNCS = {"loads", "parse_dataclass", "union_dict_and_str"}
 
 
 def _unwrap(fn):
@@ -69,9 +68,27 @@ def _type_name(fn) -> tuple[str, bool]:
         return "human_int", optional
     if name == "human_readable_int_or_auto":
         return "human_int_or_auto", optional
-    if name in _JSON_FUNCS or (getattr(inner, "__module__", "") or "").startswith("json"):
+    if name == "parse_dataclass":
+        return "json_object", optional  # a JSON object with the config dataclass's fields
+    if name == "union_dict_and_str":
+        return "json_or_str", optional  # {...} must be JSON, anything else is a plain string
+    if name == "loads" or (getattr(inner, "__module__", "") or "").startswith("json"):
         return "json", optional
     return "other", optional
+
+
+def _dataclass_keys(fn) -> list[str] | None:
+    """The field names a parse_dataclass type accepts (its `cls` default argument)."""
+    import dataclasses
+
+    inner, _ = _unwrap(fn)
+    if getattr(inner, "__name__", "") != "parse_dataclass" or not inner.__defaults__:
+        return None
+    cls = inner.__defaults__[0]
+    if dataclasses.is_dataclass(cls):
+        return sorted(f.name for f in dataclasses.fields(cls))
+    fields = getattr(cls, "model_fields", None)
+    return sorted(fields) if fields else None
 
 
 def build_serve_parser():
@@ -125,6 +142,15 @@ def table(serve, top) -> dict:
             entry["type"] = type_name
             if optional:
                 entry["optional"] = True
+            if type_name == "other":
+                try:
+                    if action.type("Ab-C") == "ab_c":  # vLLM's backend-name lambdas
+                        entry["normalise"] = "lower_dash_to_underscore"
+                except Exception:
+                    pass
+            keys = _dataclass_keys(action.type)
+            if keys is not None:
+                entry["keys"] = keys
         if action.const is not None and isinstance(action.const, (bool, int, float, str)):
             entry["const"] = action.const
         if action.choices is not None:

@@ -104,12 +104,47 @@ def _human_int(value: str, allow_auto: bool = False) -> int:
     return int(value)
 
 
-def _converter(type_name: str, optional: bool):
+_HUMAN_IN_JSON = re.compile(r"\b\d+(?:\.\d+)?[kKmMgGtT]\b")
+
+
+def _json_value(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON ({e.msg})") from None
+
+
+def _json_object(keys: Sequence[str] | None):
+    """vLLM's parse_dataclass: a JSON object (bare 8k-style numbers allowed) with the config's fields."""
+
+    def convert(value: str) -> dict[str, Any]:
+        parts = re.split(r'("(?:[^"\\]|\\.)*")', value)
+        for i in range(0, len(parts), 2):
+            parts[i] = _HUMAN_IN_JSON.sub(lambda m: str(_human_int(m.group())), parts[i])
+        obj = _json_value("".join(parts))
+        if not isinstance(obj, dict):
+            raise ValueError("not a JSON object")
+        unknown = sorted(set(obj) - set(keys)) if keys is not None else []
+        if unknown:
+            raise ValueError(f"unknown keys {unknown}")
+        return obj
+
+    return convert
+
+
+def _json_or_str(value: str) -> Any:
+    return _json_value(value) if re.match(r"(?s)^\s*{.*}\s*$", value) else value
+
+
+def _converter(type_name: str, optional: bool, keys: Sequence[str] | None = None):
     base = {
         "int": int,
         "float": float,
         "human_int": _human_int,
         "human_int_or_auto": lambda v: _human_int(v, allow_auto=True),
+        "json": _json_value,
+        "json_object": _json_object(keys),
+        "json_or_str": _json_or_str,
     }.get(type_name, str)
 
     def convert(value: str):
@@ -160,7 +195,10 @@ class OptionTable:
             self.parser.add_argument(*strings, action="store_const", const=opt.get("const", True), **common)
             return
         type_name = opt.get("type", "str")
-        kwargs: dict[str, Any] = {"type": _converter(type_name, bool(opt.get("optional")))}
+        kwargs: dict[str, Any] = {"type": _converter(type_name, bool(opt.get("optional")), opt.get("keys"))}
+        if opt.get("normalise") == "lower_dash_to_underscore":
+            kwargs["type"] = lambda v: v.lower().replace("-", "_")
+            type_name = "str"
         if nargs is not None:
             kwargs["nargs"] = nargs
         if opt.get("const") is not None and nargs == "?":
