@@ -8,13 +8,16 @@ manifests with them. Field names follow Kubernetes API conventions (camelCase in
 from __future__ import annotations
 
 import enum
+import json
 import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from kubernetes.client import V1Affinity, V1Toleration
 from pydantic.alias_generators import to_camel
 
 from gdn_operator import API_VERSION, KIND
+from gdn_operator.api import k8s as _k8s
 from gdn_operator.api import vllm_args as _vllm_args
 
 
@@ -127,10 +130,10 @@ class Phase(str, enum.Enum):
 #: Environment variables the operator sets itself. What extraArgs / env may not set is data:
 #: api/data/extra-args-policy.yaml, applied by api/vllm_args.py with the target release's option table.
 OPERATOR_OWNED_ENV = frozenset(_vllm_args.policy()["env"]["owned"])
+#: Bounds on one spec (a webhook answers 4xx for larger or deeper input; the schema needs depth < 12).
+MAX_SPEC_DEPTH = 32
+MAX_SPEC_BYTES = 512 * 1024
 
-_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _MODEL_URI = re.compile(r"^(hf|pvc|s3|gs|oci|file)://\S+$")
 
 
@@ -139,6 +142,20 @@ class SecretKeyRef(_Model):
 
     name: str = Field(min_length=1, max_length=253, description="Secret name.")
     key: str = Field(default="token", min_length=1, max_length=253, description="Key inside the Secret.")
+
+    @field_validator("name")
+    @classmethod
+    def _secret_name(cls, v: str) -> str:
+        if not _k8s.dns1123_subdomain(v):
+            raise ValueError(f"{v!r} is not a valid Secret name (lowercase letters, digits, '-' and '.')")
+        return v
+
+    @field_validator("key")
+    @classmethod
+    def _secret_key(cls, v: str) -> str:
+        if not _k8s.SECRET_KEY.fullmatch(v):
+            raise ValueError(f"{v!r} is not a valid Secret key (letters, digits, '-', '_' and '.')")
+        return v
 
 
 class ModelSpec(_Model):
@@ -169,11 +186,11 @@ class ModelSpec(_Model):
     @field_validator("uri")
     @classmethod
     def _check_uri(cls, v: str) -> str:
-        if not _MODEL_URI.match(v):
+        if not _MODEL_URI.fullmatch(v):
             raise ValueError("must look like hf://ORG/NAME or pvc://CLAIM/PATH (also s3://, gs://, oci://, file://)")
         if v.startswith("pvc://"):
             claim = v[len("pvc://") :].split("/", 1)[0]
-            if not _K8S_NAME.match(claim):
+            if not _k8s.dns1123_subdomain(claim):
                 raise ValueError(f"pvc:// claim name {claim!r} is not a valid Kubernetes name")
         return v
 
@@ -219,6 +236,27 @@ class ImageSpec(_Model):
         ),
     )
 
+    @field_validator("repository")
+    @classmethod
+    def _repository(cls, v: str) -> str:
+        if not _k8s.IMAGE_REPOSITORY.fullmatch(v):
+            raise ValueError(f"{v!r} is not an image repository (e.g. ghcr.io/org/vllm-gdn, vllm/vllm-openai)")
+        return v
+
+    @field_validator("tag")
+    @classmethod
+    def _tag(cls, v: str) -> str:
+        if not _k8s.IMAGE_TAG.fullmatch(v):
+            raise ValueError(f"{v!r} is not an image tag (letters, digits, '_', '.', '-', '+'; or sha256:<64 hex>)")
+        return v
+
+    @field_validator("vllm_version")
+    @classmethod
+    def _version_text(cls, v: str) -> str:
+        if not re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z.+_!-]*", v):
+            raise ValueError(f"{v!r} is not a version string (e.g. 0.33.0; no spaces or line breaks)")
+        return v
+
     @property
     def reference(self) -> str:
         if self.tag.startswith("sha256:"):
@@ -247,7 +285,7 @@ class EnvVar(_Model):
     @field_validator("name")
     @classmethod
     def _check_name(cls, v: str) -> str:
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", v):
+        if not _k8s.ENV_NAME.fullmatch(v):
             raise ValueError("must be a valid environment variable name")
         return v
 
@@ -271,7 +309,7 @@ class ResourcesSpec(_Model):
     @field_validator("gpu_type")
     @classmethod
     def _label_value(cls, v: str | None) -> str | None:
-        if v is not None and not _LABEL_VALUE.match(v):
+        if v is not None and not _k8s.label_value(v):
             raise ValueError(f"{v!r} is not a valid label value (the node label nvidia.com/gpu.product uses '-' for spaces, e.g. NVIDIA-H100-80GB-HBM3)")
         return v
     cpu: str = Field(default="8", max_length=32, description="CPU request and limit per engine pod.")
@@ -281,8 +319,8 @@ class ResourcesSpec(_Model):
     @field_validator("cpu", "memory", "shm_size")
     @classmethod
     def _quantity(cls, v: str) -> str:
-        if not re.match(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$", v):
-            raise ValueError(f"{v!r} is not a Kubernetes quantity (e.g. 8, 500m, 64Gi)")
+        if not _k8s.positive_quantity(v):
+            raise ValueError(f"{v!r} is not a Kubernetes quantity above zero (e.g. 8, 500m, 64Gi)")
         return v
 
 
@@ -398,9 +436,9 @@ class GDNModelServerSpec(_Model):
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():
-            if not _LABEL_KEY.match(key) or len(key.split("/")[-1]) > 63:
+            if not _k8s.label_key(key):
                 raise ValueError(f"key {key!r} is not a valid label key")
-            if len(value) > 63 or not _LABEL_VALUE.match(value):
+            if not _k8s.label_value(value):
                 raise ValueError(f"value {value!r} of {key!r} is not a valid label value")
         return v
 
@@ -408,6 +446,9 @@ class GDNModelServerSpec(_Model):
     @classmethod
     def _tolerations(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for i, t in enumerate(v):
+            problems = _k8s.check_k8s(V1Toleration, t, f"tolerations[{i}]")
+            if problems:
+                raise ValueError("; ".join(problems))
             op = t.get("operator", "Equal")
             if op not in ("Equal", "Exists"):
                 raise ValueError(f"tolerations[{i}].operator {op!r} must be Equal or Exists")
@@ -416,6 +457,15 @@ class GDNModelServerSpec(_Model):
                 raise ValueError(f"tolerations[{i}].effect {eff!r} must be NoSchedule, PreferNoSchedule or NoExecute")
             if op == "Exists" and t.get("value"):
                 raise ValueError(f"tolerations[{i}]: operator Exists takes no value")
+        return v
+
+    @field_validator("affinity")
+    @classmethod
+    def _affinity(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            problems = _k8s.check_k8s(V1Affinity, v, "affinity")
+            if problems:
+                raise ValueError("; ".join(problems))
         return v
 
     @field_validator("env")
@@ -431,6 +481,25 @@ class GDNModelServerSpec(_Model):
                 raise ValueError(f"env[{i}] {e.name!r} is set twice")
             seen.add(e.name)
         return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounded(cls, data: Any) -> Any:
+        """Bounded nesting and size before anything walks the input recursively (webhook 4xx, not 5xx)."""
+        if not isinstance(data, dict):
+            return data
+        where = _k8s.too_deep(data, MAX_SPEC_DEPTH)
+        if where is not None:
+            top = where.split(".")[0].split("[")[0]
+            raise ValueError(f"spec.{top} nests deeper than {MAX_SPEC_DEPTH} levels (at spec.{where[:160]}); "
+                             "no GDNModelServer field needs that")
+        size = len(json.dumps(data, default=str))
+        if size > MAX_SPEC_BYTES:
+            sizes = {k: len(json.dumps(v, default=str)) for k, v in data.items()}
+            biggest = max(sizes, key=sizes.get)
+            raise ValueError(f"the spec is {size // 1024} KiB of JSON, more than the {MAX_SPEC_BYTES // 1024} KiB limit; "
+                             f"the largest field is spec.{biggest} ({sizes[biggest] // 1024} KiB)")
+        return data
 
     @model_validator(mode="after")
     def _consistency(self) -> "GDNModelServerSpec":

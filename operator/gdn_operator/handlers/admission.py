@@ -18,6 +18,7 @@ from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.handlers.config import get_config
 from gdn_operator.handlers.kube import plain
 from gdn_operator.handlers.reconcile import MITIGATIONS_ANNOTATION, mitigations_note
+from gdn_operator.render.engine import RenderError, check_names
 from gdn_operator.rules import evaluate
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,13 @@ def mitigate(spec: kopf.Spec, patch: kopf.Patch, old: Any, warnings: list[str], 
         telemetry.ADMISSION_DECISIONS.labels(namespace or "", "mitigated", f.rule).inc()
 
 
-def admission(spec: kopf.Spec, old: Any, warnings: list[str], namespace: str, **_: Any) -> None:
+def admission(spec: kopf.Spec, old: Any, warnings: list[str], namespace: str, name: str | None = None, **_: Any) -> None:
+    if old is None and name:
+        try:
+            check_names(name)  # the engine Service takes the object's name: refuse now, not at apply
+        except RenderError as e:
+            telemetry.ADMISSION_DECISIONS.labels(namespace or "", "denied", "invalid-name").inc()
+            raise kopf.AdmissionError(str(e), code=422) from None
     if _spec_unchanged(old, spec):
         return
     try:

@@ -37,6 +37,25 @@ def _api_message(e: ApiException) -> str:
         return str(e.reason)
 
 
+#: server-side apply answers some invalid objects with HTTP 500 ("failed to create typed patch object
+#: ...: field not declared in schema"); those never succeed on retry, like a 400/422
+_INVALID_500 = ("failed to create typed patch object", "field not declared in schema", "is invalid", "invalid value")
+
+
+def refused_as_invalid(e: ApiException) -> bool:
+    """True when the API server refused an object for what it is (permanent), not for a passing fault."""
+    if e.status in (400, 422):
+        return True
+    if e.status != 500:
+        return False
+    try:
+        body = json.loads(e.body or "{}")
+    except ValueError:
+        body = {}
+    text = f"{body.get('reason', '')} {body.get('message', '')}".lower() if isinstance(body, dict) else ""
+    return (isinstance(body, dict) and body.get("reason") == "Invalid") or any(m in text for m in _INVALID_500)
+
+
 def mitigations_note(findings: list[Any]) -> str:
     """The value of the mitigations annotation: rule id → the spec change applied for it."""
     return json.dumps(
@@ -94,6 +113,8 @@ def _not_validated(body: dict[str, Any], reason: str, event: str, msg: str, ev: 
             status["findings"] = [f.model_dump(by_alias=True, exclude_none=True, mode="json") for f in ev.findings]
             status["effective"] = ev.effective.model_dump(by_alias=True, exclude_none=True, mode="json")
         st.set_condition(status, st.VALIDATED, False, reason, msg, gen)
+        if st.is_true(status, st.PROGRESSING):
+            st.set_condition(status, st.PROGRESSING, False, reason, "Nothing is applied for this generation: " + msg, gen)
 
     kube.update_status(meta["namespace"], meta["name"], mutate)
     kube.emit_event(body, event, msg, "Warning")
@@ -166,7 +187,7 @@ def reconcile_sync(body: dict[str, Any]) -> str:
         for obj in objects:
             kube.apply(obj)
     except ApiException as e:
-        if e.status not in (400, 403, 422):
+        if e.status != 403 and not refused_as_invalid(e):
             raise  # transient (5xx, timeouts): kopf retries
         detail = _api_message(e)
         forbidden = e.status == 403

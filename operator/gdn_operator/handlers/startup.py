@@ -16,13 +16,14 @@ from prometheus_client import start_http_server
 from gdn_operator import telemetry
 from gdn_operator.handlers import certs
 from gdn_operator.handlers.config import OperatorConfig, get_config
+from gdn_operator.handlers.webhook_limits import BoundedWebhookServer
 
 log = logging.getLogger(__name__)
 
 ANNOTATION_PREFIX = "kopf.serving.gdn-operator.io"
 
 
-class ServiceWebhookServer(kopf.WebhookServer):
+class ServiceWebhookServer(BoundedWebhookServer):
     """kopf's HTTPS webhook server, advertised to the API server through a Service (in-cluster)."""
 
     def __init__(self, *, service_name: str, service_namespace: str, service_port: int = 443, **kw: Any):
@@ -58,7 +59,7 @@ def webhook_server(cfg: OperatorConfig) -> kopf.WebhookServer | None:
         else:
             bundle = certs.new_bundle([host, "localhost"])
         ca, crt, key = bundle.write(d)
-        return kopf.WebhookServer(
+        return BoundedWebhookServer(
             addr=cfg.webhook_addr, port=cfg.webhook_port, host=host, certfile=str(crt), pkeyfile=str(key), cafile=str(ca)
         )
     if cfg.webhook_mode == "service":

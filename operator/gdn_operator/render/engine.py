@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from gdn_operator import API_VERSION, KIND
+from gdn_operator.api import k8s
 from gdn_operator.api.models import GDNModelServerSpec
 
 ENGINE_PORT = 8000
@@ -32,8 +33,6 @@ MANAGED_BY = "gdn-operator"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
 class RenderError(ValueError):
@@ -42,7 +41,7 @@ class RenderError(ValueError):
 
 def label_value(value: str) -> str:
     """A valid label value: ≤63 chars; long values are shortened with a stable hash suffix."""
-    if len(value) <= 63 and _LABEL_VALUE.match(value):
+    if k8s.label_value(value):
         return value
     digest = hashlib.sha256(value.encode()).hexdigest()[:8]
     cleaned = re.sub(r"[^-A-Za-z0-9_.]", "-", value)[:54].strip("-_.")
@@ -170,7 +169,7 @@ def _meta(name: str, namespace: str, uid: str | None, spec: GDNModelServerSpec) 
 
 
 def check_names(name: str) -> None:
-    if len(name) > 63 or not _DNS1035.match(name):
+    if not k8s.dns1035_label(name):
         raise RenderError(
             f"metadata.name {name!r} cannot name the engine Service: it must be a DNS-1035 label "
             "(lowercase letters, digits and '-', starting with a letter, at most 63 characters); "
