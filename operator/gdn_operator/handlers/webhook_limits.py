@@ -81,10 +81,14 @@ def denial(review: dict[str, Any] | None, uid: str, code: int, message: str) -> 
 
 async def read_bounded(request: aiohttp.web.Request) -> str:
     """The body as text (HTTP 413 beyond MAX_BODY_BYTES, which the API server never sends)."""
-    body = await request.content.read(MAX_BODY_BYTES + 1)
-    if len(body) > MAX_BODY_BYTES:
-        raise aiohttp.web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=len(body))
-    return body.decode("utf-8", errors="replace")
+    body = bytearray()
+    while True:
+        chunk = await request.content.read(1 << 16)  # StreamReader.read(n) may return less than n; b"" at EOF
+        if not chunk:
+            return body.decode("utf-8", errors="replace")
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise aiohttp.web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=len(body))
 
 
 def precheck(text: str) -> tuple[dict[str, Any] | None, aiohttp.web.Response | None]:
