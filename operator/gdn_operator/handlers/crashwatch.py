@@ -39,6 +39,7 @@ from gdn_operator.watch.guardline import SEARCH_BYTES as GUARD_SEARCH_BYTES
 from gdn_operator.watch.guardline import GuardLine, check_patch_set, parse_guard_line
 from gdn_operator.watch.logstream import StreamClassifier
 from gdn_operator.watch.signatures import ClassificationResult, best_result, classify_termination_message
+from gdn_operator.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +259,7 @@ def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | No
                 "signature": sig,
                 "upstream": upstream,
                 "kind": result.kind,
-                "rootCause": (result.root_cause or "")[:1024] or None,
+                "rootCause": redact(result.root_cause or "")[:1024] or None,
                 "exitCode": death.exit_code,
                 "restartCount": death.restart_count,
                 "count": count,

@@ -16,6 +16,7 @@ import kubernetes
 from kubernetes.client.rest import ApiException
 
 from gdn_operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from gdn_operator.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ def emit_event(obj: dict[str, Any], reason: str, message: str, type_: str = "Nor
             "uid": meta.get("uid"),
         },
         "reason": reason,
-        "message": message[:1024],
+        "message": redact(message)[:1024],
         "type": type_,
         "source": {"component": "gdn-operator"},
         "firstTimestamp": ts.isoformat(),

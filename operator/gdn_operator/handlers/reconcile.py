@@ -27,6 +27,7 @@ from gdn_operator.rules import Evaluation, evaluate
 log = logging.getLogger(__name__)
 
 PODMONITOR_CRD = "podmonitors.monitoring.coreos.com"
+ANNOTATION_PREFIX = "kopf.serving.gdn-operator.io"
 MITIGATIONS_ANNOTATION = "serving.gdn-operator.io/mitigations"
 
 
@@ -103,21 +104,26 @@ def expected_objects(body: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 
 def _not_validated(body: dict[str, Any], reason: str, event: str, msg: str, ev: Evaluation | None = None) -> None:
-    """Record why nothing (new) is applied: Validated=False with the reason, findings, an Event."""
+    """Record why nothing (new) is applied: Validated=False with the reason, findings, and an Event when
+    that is news (a retry, a resumed handler or an operator restart repeats no Event)."""
     meta = body["metadata"]
     gen = meta.get("generation")
+    news = {"changed": False}
 
     def mutate(status: dict[str, Any], _obj: dict[str, Any]) -> None:
+        news["changed"] = status.get("observedGeneration") != gen
         status["observedGeneration"] = gen
         if ev is not None:
             status["findings"] = [f.model_dump(by_alias=True, exclude_none=True, mode="json") for f in ev.findings]
             status["effective"] = ev.effective.model_dump(by_alias=True, exclude_none=True, mode="json")
-        st.set_condition(status, st.VALIDATED, False, reason, msg, gen)
+        if st.set_condition(status, st.VALIDATED, False, reason, msg, gen):
+            news["changed"] = True
         if st.is_true(status, st.PROGRESSING):
             st.set_condition(status, st.PROGRESSING, False, reason, "Nothing is applied for this generation: " + msg, gen)
 
     kube.update_status(meta["namespace"], meta["name"], mutate)
-    kube.emit_event(body, event, msg, "Warning")
+    if news["changed"]:
+        kube.emit_event(body, event, msg, "Warning")
 
 
 def reconcile_sync(body: dict[str, Any]) -> str:
@@ -148,20 +154,6 @@ def reconcile_sync(body: dict[str, Any]) -> str:
         value = mitigations_note(ev.findings)
         if (meta.get("annotations") or {}).get(MITIGATIONS_ANNOTATION) != value:
             kube.patch_server(ns, name, {"metadata": {"annotations": {MITIGATIONS_ANNOTATION: value}}})
-        kube.emit_event(
-            body,
-            "Mitigated",
-            "; ".join(f"{f.rule}: {f.message}" for f in mitigated),
-            "Warning",
-        )
-    if warned:
-        kube.emit_event(
-            body,
-            "KnownIssueWarning",
-            f"{len(warned)} known issue(s) to watch: " + "; ".join(f"{f.rule} ({f.kind})" for f in warned)
-            + ". Details in status.findings.",
-            "Warning",
-        )
 
     reason = "Mitigated" if mitigated else ("AdmittedWithWarnings" if warned else "Admitted")
     vmsg = {
@@ -170,22 +162,41 @@ def reconcile_sync(body: dict[str, Any]) -> str:
         "Admitted": "No known crash or corruption rule matches this configuration.",
     }[reason]
 
+    news = {"changed": False}
+
     def applied(status: dict[str, Any], _obj: dict[str, Any]) -> None:
+        news["changed"] = status.get("observedGeneration") != gen
         status["observedGeneration"] = gen
         status["findings"] = findings
         status["effective"] = effective
-        st.set_condition(status, st.VALIDATED, True, reason, vmsg, gen)
+        if st.set_condition(status, st.VALIDATED, True, reason, vmsg, gen):
+            news["changed"] = True
         ready = int(status.get("readyReplicas") or 0)
         st.set_replicas(status, run_spec.replicas, ready)
         if ready < run_spec.replicas or not st.is_true(status, st.READY):
             st.set_condition(status, st.PROGRESSING, True, "Applying", "Applying the engine Deployment for this generation; waiting for pods.", gen)
 
     kube.update_status(ns, name, applied)
+    if news["changed"]:  # Events on transitions only: a resumed handler or a retry repeats none
+        if mitigated:
+            kube.emit_event(body, "Mitigated", "; ".join(f"{f.rule}: {f.message}" for f in mitigated), "Warning")
+        if warned:
+            kube.emit_event(
+                body,
+                "KnownIssueWarning",
+                f"{len(warned)} known issue(s) to watch: " + "; ".join(f"{f.rule} ({f.kind})" for f in warned)
+                + ". Details in status.findings.",
+                "Warning",
+            )
+    before = kube.get_deployment(ns, name)
     # The status above already says which generation this is and why it was admitted, so a client never
     # sees Ready (from the Deployment) without observedGeneration; now make the cluster match it.
+    after: dict[str, Any] | None = None
     try:
         for obj in objects:
-            kube.apply(obj)
+            out = kube.apply(obj)
+            if obj["kind"] == "Deployment":
+                after = out
     except ApiException as e:
         if e.status != 403 and not refused_as_invalid(e):
             raise  # transient (5xx, timeouts): kopf retries
@@ -200,8 +211,34 @@ def reconcile_sync(body: dict[str, Any]) -> str:
     if p.monitoring and not run_spec.metrics.enabled:
         kube.delete_pod_monitor(ns, name)
 
-    kube.emit_event(body, "Applied", f"Deployment and Service applied for generation {gen}.")
-    return "applied"
+    rv = lambda o: (o or {}).get("metadata", {}).get("resourceVersion")  # noqa: E731
+    if before is None or rv(before) != rv(after):  # the Deployment changed (a no-op apply writes nothing)
+        kube.emit_event(body, "Applied", f"Deployment and Service applied for generation {gen}.")
+        return "applied"
+    return "unchanged"
+
+
+#: kopf's record of the last spec its handlers completed (the same storage startup.configure installs)
+DIFFBASE = kopf.AnnotationsDiffBaseStorage(prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, id="converge-generation")
+async def converge_generation(body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
+    """status.observedGeneration reaches metadata.generation whatever kopf coalesces.
+
+    kopf calls the update handler only when the spec differs from the last one it handled; patches
+    A → B → A in quick succession are coalesced into "no change", leaving observedGeneration behind for
+    good although the cluster runs A. When the generation moved but the spec is the one kopf last
+    handled (so no handler will run), reconcile now: idempotent, writes the current generation."""
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    gen, observed = meta.get("generation"), status.get("observedGeneration")
+    if gen is None or observed is None or observed >= gen or meta.get("deletionTimestamp"):
+        return
+    handled = DIFFBASE.fetch(body=body)
+    if handled is None or kube.plain(handled.get("spec")) != kube.plain(body.get("spec")):
+        return  # the spec changed: kopf's update handler runs for it (and writes the generation)
+    outcome = await asyncio.to_thread(reconcile_sync, kube.plain(body))
+    logger.info("generation %s carries the spec already handled; status converged (%s)", gen, outcome)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)

@@ -16,11 +16,11 @@ from prometheus_client import start_http_server
 from gdn_operator import telemetry
 from gdn_operator.handlers import certs
 from gdn_operator.handlers.config import OperatorConfig, get_config
+from gdn_operator.handlers.reconcile import ANNOTATION_PREFIX, DIFFBASE
 from gdn_operator.handlers.webhook_limits import BoundedWebhookServer
 
 log = logging.getLogger(__name__)
 
-ANNOTATION_PREFIX = "kopf.serving.gdn-operator.io"
 
 
 class ServiceWebhookServer(BoundedWebhookServer):
@@ -117,9 +117,7 @@ async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_
     cfg = get_config()
     # Keep kopf's bookkeeping in annotations so the status schema stays strict and ours.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = DIFFBASE
     settings.persistence.finalizer = "serving.gdn-operator.io/kopf-finalizer"
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = int(os.environ.get("GDN_MAX_WORKERS", "16"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gdn_operator.handlers.kube import now
+from gdn_operator.redact import redact
 
 #: Condition types this operator maintains.
 VALIDATED = "Validated"
@@ -43,6 +44,7 @@ def set_condition(
     """Set one condition; lastTransitionTime changes only when the status value changes.
     Returns True when anything changed."""
     st = "Unknown" if value is None else ("True" if value else "False")
+    message = redact(message)  # condition messages quote engine output and API errors
     conds = list(status.get("conditions") or [])
     for i, c in enumerate(conds):
         if c.get("type") == type_:

@@ -385,8 +385,9 @@ def describe_field(eff: Effective, path: str) -> str:
     if path == "spec.model.architecture":
         return f"architecture {v['architecture'] or 'unrecognised'}"
     if path.startswith("spec.env"):
-        envs = ", ".join(f"{k[4:]}={val}" for k, val in sorted(v.items()) if k.startswith("env."))
-        return f"env {envs}" if envs else ""
+        # names only: env values can be credentials, and findings are copied into status and Events
+        envs = ", ".join(k[4:] for k in sorted(v) if k.startswith("env."))
+        return f"env {envs} set" if envs else ""
     if path == "spec.cudagraphMode":
         return f"cudagraph mode {v['cudagraph_mode']}"
     return path
