@@ -505,14 +505,19 @@ def _stream_once(
         resp.release_conn()
 
 
-def _instance_running(namespace: str, pod: str, uid: str, restart: int) -> bool:
+def _instance_running(namespace: str, pod: str, uid: str, restart: int) -> bool | None:
+    """Whether this container instance still runs; None when the API server cannot say (outage)."""
     import kubernetes
     from kubernetes.client.rest import ApiException
 
     try:
         p = kubernetes.client.CoreV1Api(kube.api_client()).read_namespaced_pod(pod, namespace, _preload_content=False)
-    except ApiException:
-        return False
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        return None if e.status >= 500 or e.status == 429 else False
+    except Exception:  # noqa: BLE001 - connection refused/reset, timeouts: the API server is away, not the pod
+        return None
     body = json.loads(p.data)
     p.release_conn()
     if body["metadata"].get("uid") != uid or body["metadata"].get("deletionTimestamp"):
@@ -579,13 +584,18 @@ class LogFollowers:
                     backoff = 1.0  # a clean end: the API server closed the stream (or the container ended)
                 except Exception as e:  # noqa: BLE001 - disconnects, 4xx from fake nodes: retry with backoff
                     log.debug("log stream of %s/%s interrupted: %s", namespace, pod, e)
-                if not await loop.run_in_executor(LOG_POOL, _instance_running, namespace, pod, uid, restart):
+                running = await loop.run_in_executor(LOG_POOL, _instance_running, namespace, pod, uid, restart)
+                if running is False:
                     state.classifier.close()
                     if state.classifier.crashed:
                         remember_streamed(uid, restart + 1, state.classifier.result())
                     if not state.guard_done and state.searched:
-                        on_guard(None)
+                        try:
+                            on_guard(None)
+                        except Exception as e:  # noqa: BLE001 - best effort: the patch check is a report
+                            log.warning("patch-set check of %s/%s not recorded: %s", namespace, pod, e)
                     return
+                # running, or unknown during an API-server outage: follow again after the backoff
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 120.0)
         finally:

@@ -33,7 +33,26 @@ def api_client() -> kubernetes.client.ApiClient:
         kubernetes.config.load_kube_config(client_configuration=cfg)
     # handlers run in kopf's thread pool: one pooled connection per worker thread
     cfg.connection_pool_maxsize = 32
-    return kubernetes.client.ApiClient(cfg)
+    client = kubernetes.client.ApiClient(cfg)
+    with_default_timeout(client.rest_client)
+    return client
+
+
+#: (connect, read) seconds for every request that does not set its own `_request_timeout`: a half-open
+#: connection (API server frozen, a dropped NAT entry) fails the call instead of stalling a worker forever.
+REQUEST_TIMEOUT = (10.0, 60.0)
+
+
+def with_default_timeout(rest_client: Any, timeout: tuple[float, float] = REQUEST_TIMEOUT) -> None:
+    """Give `rest_client.request` a default timeout (the generated client has none: it passes
+    timeout=None to urllib3, which means wait forever, whatever the pool's default)."""
+    request = rest_client.request
+
+    def bounded(method, url, headers=None, body=None, post_params=None, _request_timeout=None):  # noqa: ANN001
+        return request(method, url, headers=headers, body=body, post_params=post_params,
+                       _request_timeout=_request_timeout or timeout)
+
+    rest_client.request = bounded
 
 
 def _json(resp: Any) -> Any:
