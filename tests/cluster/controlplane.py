@@ -469,7 +469,7 @@ class ControlPlane:
             f"--service-account-issuer={self.server}",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--service-cluster-ip-range=10.0.0.0/24",
+            "--service-cluster-ip-range=10.0.0.0/16",  # room for thousands of Services (bench_reconcile --count 500 needs 500+)
             "--authorization-mode=RBAC",
             "--allow-privileged=true",
             "--endpoint-reconciler-type=none",
