@@ -35,6 +35,17 @@ def refused(patch) -> str:
          "topologyKey: Field required"),
         ({"tolerations": [{"key": "a", "tolerationSeconds": "10"}]}, "tolerations[0].tolerationSeconds: Input should be a valid integer"),
         ({"tolerations": [{"key": "a", "bogus": 1}]}, "tolerations[0].bogus: unknown field"),
+        # semantic rules of the API server's pod validation
+        ({"tolerations": [{"key": "a", "tolerationSeconds": 10}]}, "must be NoExecute when tolerationSeconds is set"),
+        ({"tolerations": [{"value": "x"}]}, "tolerations[0].operator: must be Exists when key is empty"),
+        ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}},
+         "nodeSelectorTerms: must be non-empty"),
+        ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "a", "operator": "Bogus", "values": ["b"]}]}]}}}}, "operator: 'Bogus' is not one of"),
+        ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "a", "operator": "In"}]}]}}}}, "values: must be non-empty with operator In"),
+        ({"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 0, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}}}, "weight: must be 1..100"),
         ({"resources": {"cpu": "16\n"}}, "spec.resources.cpu: '16\\n' is not a Kubernetes quantity"),
         ({"resources": {"memory": "0"}}, "spec.resources.memory"),
         ({"resources": {"shmSize": "-1Gi"}}, "spec.resources.shmSize"),
@@ -56,8 +67,8 @@ def test_undeployable_values_refused_with_field_path(patch, expected):
 
 def test_real_kubernetes_shapes_admitted():
     spec = parse_spec({**BASE, "affinity": NODE_AFFINITY,
-                       "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule",
-                                        "tolerationSeconds": 30}],
+                       "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                                       {"key": "spot", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}],
                        "resources": {"cpu": "1.5", "memory": "64Gi", "shmSize": "1e9"}})
     assert spec.affinity == NODE_AFFINITY and spec.resources.shm_size == "1e9"
 

@@ -75,6 +75,9 @@ def test_extra_args_bypass_spellings_denied_by_the_webhook(op, kube_api, ns, arg
         ("aff", {"affinity": {"x": 1}}, "spec.affinity: affinity.x: unknown field"),
         ("tol", {"tolerations": [{"key": "a", "tolerationSeconds": "10"}]}, "tolerations[0].tolerationSeconds"),
         ("cpu", {"resources": {"cpu": "16\n"}}, "spec.resources.cpu"),
+        ("sem", {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "a", "operator": "Bogus", "values": ["b"]}]}]}}}}, "operator: 'Bogus' is not one of"),
+        ("tsec", {"tolerations": [{"key": "a", "tolerationSeconds": 10}]}, "must be NoExecute when tolerationSeconds"),
         ("ver", {"image": {"tag": "v0.28.0", "vllmVersion": "0.28.0\n"}}, "spec.image.vllmVersion"),
         ("1abc", {}, "DNS-1035"),
         ("a.b", {}, "DNS-1035"),
@@ -106,20 +109,47 @@ def test_deep_nesting_is_a_4xx_naming_the_field(op, kube_api, ns):
     assert "spec.affinity" in body["message"] and "nested deeper than" in body["message"]
 
 
-def test_apply_refused_as_invalid_is_permanent_not_retried(op, k, ns):
-    """Admitted (the webhook checks structure), refused by the API server's semantic validation (422)."""
-    aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Bogus", "values": ["b"]}]}]}}}
-    k.create(ns, gms("semantic", affinity=aff))
-    cond = k.wait_condition(ns, "semantic", "Validated", "False", timeout=60)
-    assert cond["reason"] == "InvalidSpec" and "Bogus" in cond["message"]
-    prog = k.condition(ns, "semantic", "Progressing")
-    assert prog is None or prog["status"] == "False"
-    # positive evidence that kopf finished the handler (no TemporaryError, so no retry loop)
-    wait_for(lambda: "reconciled: refused" in op.log_path.read_text(errors="replace"), 30, what="handler outcome logged")
-    log = op.log_path.read_text(errors="replace")
-    assert f"[{ns}/semantic] Handler 'reconcile' succeeded" in log or "reconciled: refused" in log
-    assert f"[{ns}/semantic] Handler 'reconcile' failed temporarily" not in log
+def test_apply_refused_as_invalid_is_permanent_not_retried(op, k, kube_api, ns):
+    """Admitted, then refused by the API server (here a ValidatingAdmissionPolicy: 422 Invalid): the
+    status says why, Progressing is not left True, and the handler finishes (no retry loop)."""
+    adm = kubernetes.client.AdmissionregistrationV1Api(kube_api)
+    policy = f"deny-{ns}"
+    adm.create_validating_admission_policy({
+        "metadata": {"name": policy},
+        "spec": {"failurePolicy": "Fail",
+                 "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                                                         "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]}]},
+                 "validations": [{"expression": "object.metadata.name != 'semantic'",
+                                  "message": "engine Deployments named semantic are not allowed here"}]},
+    })
+    adm.create_validating_admission_policy_binding({
+        "metadata": {"name": policy},
+        "spec": {"policyName": policy, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}},
+    })
+    try:
+        def refused_by_policy():  # the policy takes a moment to be enforced: probe with a dry-run Deployment
+            probe = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "semantic", "namespace": ns},
+                     "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
+                         "metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}}
+            try:
+                k.apps.create_namespaced_deployment(ns, probe, dry_run="All")
+            except ApiException as e:
+                return e.status == 422
+            return False
+
+        wait_for(refused_by_policy, 30, what="admission policy enforced")
+        k.create(ns, gms("semantic"))
+        cond = k.wait_condition(ns, "semantic", "Validated", "False", timeout=60)
+        assert cond["reason"] == "InvalidSpec" and "not allowed here" in cond["message"]
+        prog = k.condition(ns, "semantic", "Progressing")
+        assert prog is None or prog["status"] == "False"
+        # positive evidence that the handler finished with "refused" (kopf retries only on an exception)
+        wait_for(lambda: "reconciled: refused" in op.log_path.read_text(errors="replace"), 30, what="handler outcome logged")
+        assert len([e for e in k.events(ns, "semantic", "ApplyRefused")]) == 1
+    finally:
+        adm.delete_validating_admission_policy_binding(policy)
+        adm.delete_validating_admission_policy(policy)
 
 
 def test_server_side_apply_500_for_undeclared_fields_is_classified_permanent(kube_api, ns):

@@ -111,3 +111,105 @@ def too_deep(value: Any, limit: int) -> str | None:
             return path
         stack.extend((v, p, depth + 1) for p, v in items)
     return None
+
+
+# ------------------------------------------------------------- semantic checks (what apiserver validates) ---
+# The client models check structure and types; these are the rules of the API server's pod validation
+# (k8s.io/kubernetes pkg/apis/core/validation) for the parts a GDNModelServer passes through.
+
+_NODE_OPS = {"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"}
+_LABEL_OPS = {"In", "NotIn", "Exists", "DoesNotExist"}
+_EFFECTS = {"", "NoSchedule", "PreferNoSchedule", "NoExecute"}
+
+
+def _requirement(req: dict[str, Any], path: str, ops: set[str], out: list[str]) -> None:
+    op, values, key = req.get("operator"), req.get("values") or [], req.get("key", "")
+    if not label_key(key):
+        out.append(f"{path}.key: {key!r} is not a valid label key")
+    if op not in ops:
+        out.append(f"{path}.operator: {op!r} is not one of {', '.join(sorted(ops))}")
+    elif op in ("In", "NotIn") and not values:
+        out.append(f"{path}.values: must be non-empty with operator {op}")
+    elif op in ("Exists", "DoesNotExist") and values:
+        out.append(f"{path}.values: must be empty with operator {op}")
+    elif op in ("Gt", "Lt") and (len(values) != 1 or not re.fullmatch(r"-?[0-9]+", str(values[0]))):
+        out.append(f"{path}.values: operator {op} takes exactly one integer value")
+
+
+def _node_term(term: dict[str, Any], path: str, out: list[str]) -> None:
+    for i, req in enumerate(term.get("matchExpressions") or []):
+        _requirement(req, f"{path}.matchExpressions[{i}]", _NODE_OPS, out)
+    for i, req in enumerate(term.get("matchFields") or []):
+        _requirement(req, f"{path}.matchFields[{i}]", {"In", "NotIn"}, out)
+        if req.get("key") != "metadata.name" or len(req.get("values") or []) != 1:
+            out.append(f"{path}.matchFields[{i}]: only metadata.name with exactly one value is supported")
+
+
+def _label_selector(sel: dict[str, Any] | None, path: str, out: list[str]) -> None:
+    if not sel:
+        return
+    for k, v in (sel.get("matchLabels") or {}).items():
+        if not label_key(k) or not label_value(str(v)):
+            out.append(f"{path}.matchLabels: {k!r}: {v!r} is not a valid label")
+    for i, req in enumerate(sel.get("matchExpressions") or []):
+        _requirement(req, f"{path}.matchExpressions[{i}]", _LABEL_OPS, out)
+
+
+def _pod_term(term: dict[str, Any], path: str, out: list[str]) -> None:
+    if not label_key(term.get("topologyKey") or ""):
+        out.append(f"{path}.topologyKey: must be a non-empty label key")
+    _label_selector(term.get("labelSelector"), f"{path}.labelSelector", out)
+    _label_selector(term.get("namespaceSelector"), f"{path}.namespaceSelector", out)
+    for ns in term.get("namespaces") or []:
+        if not dns1123_label(ns):
+            out.append(f"{path}.namespaces: {ns!r} is not a namespace name")
+
+
+def _weight(w: Any, path: str, out: list[str]) -> None:
+    if not isinstance(w, int) or not 1 <= w <= 100:
+        out.append(f"{path}.weight: must be 1..100")
+
+
+def affinity_problems(aff: dict[str, Any], what: str = "affinity") -> list[str]:
+    out: list[str] = []
+    node = aff.get("nodeAffinity") or {}
+    req = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if req is not None:
+        terms = req.get("nodeSelectorTerms") or []
+        if not terms:
+            out.append(f"{what}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms: must be non-empty")
+        for i, t in enumerate(terms):
+            _node_term(t, f"{what}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]", out)
+    for i, p in enumerate(node.get("preferredDuringSchedulingIgnoredDuringExecution") or []):
+        path = f"{what}.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+        _weight(p.get("weight"), path, out)
+        _node_term(p.get("preference") or {}, f"{path}.preference", out)
+    for kind in ("podAffinity", "podAntiAffinity"):
+        pa = aff.get(kind) or {}
+        for i, t in enumerate(pa.get("requiredDuringSchedulingIgnoredDuringExecution") or []):
+            _pod_term(t, f"{what}.{kind}.requiredDuringSchedulingIgnoredDuringExecution[{i}]", out)
+        for i, p in enumerate(pa.get("preferredDuringSchedulingIgnoredDuringExecution") or []):
+            path = f"{what}.{kind}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+            _weight(p.get("weight"), path, out)
+            _pod_term(p.get("podAffinityTerm") or {}, f"{path}.podAffinityTerm", out)
+    return out
+
+
+def toleration_problems(t: dict[str, Any], what: str) -> list[str]:
+    out: list[str] = []
+    key, op, value, effect = t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or ""
+    if key and not label_key(key):
+        out.append(f"{what}.key: {key!r} is not a valid label key")
+    if not key and op != "Exists":
+        out.append(f"{what}.operator: must be Exists when key is empty")
+    if op not in ("Equal", "Exists"):
+        out.append(f"{what}.operator {op!r} must be Equal or Exists")
+    if op == "Exists" and value:
+        out.append(f"{what}.value: must be empty with operator Exists")
+    if op == "Equal" and value and not label_value(value):
+        out.append(f"{what}.value: {value!r} is not a valid label value")
+    if effect not in _EFFECTS:
+        out.append(f"{what}.effect: {effect!r} must be NoSchedule, PreferNoSchedule or NoExecute")
+    if t.get("tolerationSeconds") is not None and effect != "NoExecute":
+        out.append(f"{what}.effect: must be NoExecute when tolerationSeconds is set")
+    return out

@@ -446,24 +446,16 @@ class GDNModelServerSpec(_Model):
     @classmethod
     def _tolerations(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for i, t in enumerate(v):
-            problems = _k8s.check_k8s(V1Toleration, t, f"tolerations[{i}]")
+            problems = _k8s.check_k8s(V1Toleration, t, f"tolerations[{i}]") or _k8s.toleration_problems(t, f"tolerations[{i}]")
             if problems:
                 raise ValueError("; ".join(problems))
-            op = t.get("operator", "Equal")
-            if op not in ("Equal", "Exists"):
-                raise ValueError(f"tolerations[{i}].operator {op!r} must be Equal or Exists")
-            eff = t.get("effect")
-            if eff not in (None, "", "NoSchedule", "PreferNoSchedule", "NoExecute"):
-                raise ValueError(f"tolerations[{i}].effect {eff!r} must be NoSchedule, PreferNoSchedule or NoExecute")
-            if op == "Exists" and t.get("value"):
-                raise ValueError(f"tolerations[{i}]: operator Exists takes no value")
         return v
 
     @field_validator("affinity")
     @classmethod
     def _affinity(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         if v is not None:
-            problems = _k8s.check_k8s(V1Affinity, v, "affinity")
+            problems = _k8s.check_k8s(V1Affinity, v, "affinity") or _k8s.affinity_problems(v)
             if problems:
                 raise ValueError("; ".join(problems))
         return v

@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""Benchmark: generated hostile GDNModelServer manifests through the real API server and webhook.
+
+    nice -n 10 .venv/bin/python bench/bench_fuzz.py [--count 3000] [--seed 11]
+
+Starts a real control plane (tests/cluster), runs the operator with its admission webhook, and POSTs
+`--count` manifests, each a valid base with 1-3 generated mutations (extraArgs spellings from vLLM's
+option table, env names, affinity/tolerations shapes, quantities, names, versions, wrong types, huge
+and deeply nested values). Every answer is put in one row:
+
+  accepted                       201: admitted
+  denied-with-field              4xx whose message names the field (spec.… / metadata.name)
+  denied-without-field           4xx that does not (must be 0)
+  5xx                            the API server or webhook failed (must be 0)
+  admitted-with-owned-override   admitted, yet vLLM's REAL parser (engine venv, tests/api/vllm_parser_oracle.py)
+                                 reads the rendered args + extraArgs with an owned or rule-relevant value
+                                 changed (must be 0; "not checked" without the engine venv)
+  admitted-but-undeployable      admitted, then refused at apply (Validated=False after admission) or
+                                 vLLM's parser exits on the args (must be 0)
+  operator crashes               operator process restarts / exits (must be 0)
+
+and prints the request latency through the webhook (p50/p90/p99).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "cluster"))
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import kubernetes  # noqa: E402
+import yaml  # noqa: E402
+
+from controlplane import ControlPlane, ensure_built  # noqa: E402
+from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
+from gdn_operator.api import vllm_args  # noqa: E402
+from gdn_operator.api.load import ManifestError, parse_spec  # noqa: E402
+from gdn_operator.render.engine import vllm_args as rendered_args  # noqa: E402
+from operator_harness import WEBHOOK_CONFIG, OperatorProcess, gms, install_crd, wait_for  # noqa: E402
+
+ORACLE = ROOT / "tests" / "api" / "vllm_parser_oracle.py"
+TABLE = yaml.safe_load((vllm_args._TABLES / "0.32.0.yaml").read_text())
+POLICY = vllm_args.policy()
+GUARDED = set(POLICY["owned"]) | set(POLICY["rule_relevant"])
+OPTS = [s for o in TABLE["options"] for s in o["options"]]
+GUARDED_OPTS = [s for o in TABLE["options"] if o["dest"] in GUARDED for s in o["options"]]
+VALUES = ["1", "0", "2", "mtp", "{}", '{"mode":0}', "fp8", "auto", "NONE", "8k", "-1", "x", "hf_AbCdEfGhIjKlMnOp"]
+HOSTILE_STR = ["", " ", "a\n", "0.28.0\n", "x" * 300, "ünï", "$(id)", "../../etc", "-", "--", "1abc", "A", "a.b",
+               "a" * 64, "\t", "null", "16\n", "-1Gi", "0", "1e3", "64Gi", "500m"]
+
+
+def spelling(rng: random.Random) -> str:
+    opt = rng.choice(GUARDED_OPTS if rng.random() < 0.4 else OPTS)
+    r = rng.random()
+    if r < 0.25 and len(opt) > 4:
+        return opt[: rng.randint(3 if opt.startswith("--") else 2, len(opt) - 1)]
+    if r < 0.4 and opt.startswith("--"):
+        return "--" + opt[2:].replace("-", "_")
+    return opt
+
+
+def extra_args(rng: random.Random) -> list[str]:
+    out: list[str] = []
+    for _ in range(rng.randint(1, 3)):
+        form = rng.random()
+        sp = spelling(rng)
+        if form < 0.3:
+            out += [sp, rng.choice(VALUES)]
+        elif form < 0.55:
+            out.append(f"{sp}={rng.choice(VALUES)}")
+        elif form < 0.7:
+            out.append(sp)
+        elif form < 0.8:
+            out.append(f"{sp}.{rng.choice(['mode', 'method', 'cudagraph_mode', 'backend'])}={rng.choice(VALUES)}")
+        elif form < 0.85:
+            out.append(rng.choice(["-O3", "-O0", "--config", "--", "stray", "--help"]))
+        else:
+            out += rng.choice([["--trust-remote-code"], ["--max-logprobs", "5"], ["--seed", "1"], ["-q", "fp8"]])
+    return out
+
+
+def deep_text(text: str) -> str:
+    """Replace "__DEEP_N__" placeholders with N levels of nested JSON."""
+    import re
+
+    return re.sub(r'"__DEEP_(\d+)__"', lambda m: '{"x":[' * int(m.group(1)) + "1" + "]}" * int(m.group(1)), text)
+
+
+def mutate(rng: random.Random, obj: dict) -> None:
+    spec = obj["spec"]
+    kind = rng.choice(["extraArgs"] * 6 + ["env", "affinity", "tolerations", "resources", "name", "image", "type",
+                                          "nodeSelector", "deep", "big", "model", "numbers"])
+    if kind == "extraArgs":
+        spec["extraArgs"] = extra_args(rng)
+        spec["image"] = {**spec["image"], "tag": "v0.32.0", "vllmVersion": rng.choice(["0.32.0"] * 4 + ["0.33.0"])}
+    elif kind == "env":
+        name = rng.choice(["LD_PRELOAD", "PYTHONPATH", "PATH", "VLLM_ATTENTION_BACKEND", "HF_TOKEN", "VLLM_LOGGING_LEVEL",
+                           "NCCL_P2P_DISABLE", "FOO\n", "1BAD", "OK_NAME", "VLLM_GDN_DECODE_KERNEL"])
+        spec["env"] = [{"name": name, "value": rng.choice(HOSTILE_STR)}]
+        if rng.random() < 0.2:
+            spec["allowUnsafeEnv"] = [name]
+    elif kind == "affinity":
+        spec["affinity"] = rng.choice([
+            {"x": 1}, {"node_affinity": {}}, {"nodeAffinity": {}}, {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}},
+            {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "a", "operator": rng.choice(["In", "Bogus"]), "values": ["b"]}]}]}}},
+            {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname"}]}},
+        ])
+    elif kind == "tolerations":
+        spec["tolerations"] = [rng.choice([
+            {"key": "a", "tolerationSeconds": "10"}, {"key": "a", "bogus": 1}, {"operator": "Exists"},
+            {"key": "a", "operator": "Exists", "value": "x"}, {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+            {"key": "a", "effect": "Sometimes"}, {"key": 1}])]
+    elif kind == "resources":
+        spec["resources"] = {rng.choice(["cpu", "memory", "shmSize", "gpuType"]): rng.choice(HOSTILE_STR)}
+    elif kind == "name":
+        obj["metadata"]["name"] = rng.choice(["1abc", "a.b", "a" * 64, "ok-name", "x-" + "y" * 60, "abc-"])
+    elif kind == "image":
+        spec["image"] = {**spec["image"], rng.choice(["tag", "vllmVersion", "repository"]): rng.choice(HOSTILE_STR)}
+    elif kind == "type":
+        field = rng.choice(["replicas", "tensorParallelSize", "maxModelLen", "prefixCaching", "extraArgs", "env", "speculativeDecoding"])
+        spec[field] = rng.choice(["two", -1, 1.5, [], {}, None, True, "x" * 10, 10**12])
+    elif kind == "nodeSelector":
+        spec["nodeSelector"] = {rng.choice(["a", "a\n", "bad key", "x/" * 3, "ok/key"]): rng.choice(HOSTILE_STR)}
+    elif kind == "deep":
+        # a placeholder: json.dumps cannot encode 1000 levels; the raw text is spliced in by deep_text()
+        spec[rng.choice(["affinity", "unknownField"])] = f"__DEEP_{rng.choice([40, 100, 1000])}__"
+    elif kind == "big":
+        spec["env"] = [{"name": f"V{i}", "value": "x" * 30000} for i in range(rng.choice([5, 20, 40]))]
+    elif kind == "model":
+        spec["model"] = {"uri": rng.choice(["hf://Qwen/Qwen3.5-27B\n", "pvc://Claim/x", "ftp://x", "hf://", "pvc://ok/x"])}
+    else:
+        spec[rng.choice(["gpuMemoryUtilization", "startupBudgetSeconds", "maxNumSeqs"])] = rng.choice([0, 1e9, -5, 0.5, 99999])
+
+
+class Oracle:
+    def __init__(self) -> None:
+        from engine_fixtures import engine_python
+
+        py = engine_python()
+        self.proc = None
+        if py is not None:
+            self.proc = subprocess.Popen([str(py), str(ORACLE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, text=True, bufsize=1)
+            assert json.loads(self.proc.stdout.readline()) == {"ready": True}
+
+    def parse(self, argv: list[str]) -> dict | None:
+        if self.proc is None:
+            return None
+        self.proc.stdin.write(json.dumps(argv) + "\n")
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.stdin.close()
+            self.proc.wait(30)
+
+
+def post(api, ns: str, text: str) -> tuple[int, dict, float]:
+    method, url, headers, _, _ = api.param_serialize(
+        "POST", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}",
+        header_params={"Content-Type": "application/json", "Accept": "application/json"})
+    t = time.perf_counter()
+    resp = api.rest_client.pool_manager.request(method, url, body=text.encode(), headers=headers, timeout=60)
+    dt = time.perf_counter() - t
+    try:
+        body = json.loads(resp.data or b"{}")
+    except ValueError:
+        body = {"message": resp.data[:200].decode(errors="replace")}
+    return resp.status, body, dt
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--count", type=int, default=3000)
+    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--settle", type=float, default=240, help="seconds to wait for admitted objects' status")
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+
+    rows = {k: 0 for k in ("accepted", "denied-with-field", "denied-without-field", "5xx",
+                           "admitted-with-owned-override", "admitted-but-undeployable")}
+    examples: dict[str, list[str]] = {k: [] for k in rows}
+    lat: list[float] = []
+    oracle = Oracle()
+    work = Path(tempfile.mkdtemp(prefix="gdn-fuzz-"))
+    with ControlPlane(work / "cp", tier="core", binaries=ensure_built("core")) as cp:
+        api = cp.api_client()
+        install_crd(api)
+        core = kubernetes.client.CoreV1Api(api)
+        ns = "fuzz"
+        core.create_namespace({"metadata": {"name": ns}})
+        op = OperatorProcess(cp, work / "op", webhook=True, env={"GDN_LOG_LEVEL": "WARNING", "GDN_STREAM_LOGS": "0"}).start()
+        adm = kubernetes.client.AdmissionregistrationV1Api(api)
+        wait_for(lambda: adm.read_validating_webhook_configuration(WEBHOOK_CONFIG), 60, what="webhook configured")
+        warm = json.dumps(gms("warmup", image={"tag": "v0.32.0", "vllmVersion": "0.32.0"}))
+        wait_for(lambda: post(api, "default", warm)[0] == 201, 60, interval=0.5, what="webhook answering")
+        accepted: dict[str, dict] = {}  # name -> the object as stored (after the API server's pruning)
+        used: set[str] = set()
+        try:
+            for i in range(args.count):
+                obj = gms(f"f{i:05d}")
+                obj["spec"]["image"] = {**obj["spec"]["image"], "tag": "v0.32.0", "vllmVersion": "0.32.0"}
+                for _ in range(rng.randint(1, 3)):
+                    mutate(rng, obj)
+                name = obj["metadata"]["name"]
+                if name in used:  # a generated name repeats: keep it unique (409 is not what is measured)
+                    obj["metadata"]["name"] = name = f"{name[:54]}-{i}"
+                used.add(name)
+                text = deep_text(json.dumps(obj))
+                status, body, dt = post(api, ns, text)
+                lat.append(dt)
+                msg = str(body.get("message", ""))
+                if status == 201:
+                    rows["accepted"] += 1
+                    accepted[name] = body
+                elif status >= 500:
+                    rows["5xx"] += 1
+                    examples["5xx"].append(msg[:200])
+                elif "spec." in msg or "spec:" in msg or "metadata.name" in msg:
+                    rows["denied-with-field"] += 1
+                else:
+                    rows["denied-without-field"] += 1
+                    examples["denied-without-field"].append(f"{status} {msg[:200]}")
+
+            # admitted objects: does vLLM's real parser agree, and did the operator deploy them?
+            for name, obj in accepted.items():
+                try:
+                    spec = parse_spec(obj["spec"])
+                except ManifestError as e:
+                    rows["admitted-but-undeployable"] += 1
+                    examples["admitted-but-undeployable"].append(f"{name}: operator model refuses: {e}"[:200])
+                    continue
+                if spec.extra_args and oracle.proc is not None:
+                    base_argv = rendered_args(name, spec.model_copy(update={"extra_args": []}))
+                    base, got = oracle.parse(base_argv), oracle.parse(rendered_args(name, spec))
+                    if not got["ok"]:
+                        rows["admitted-but-undeployable"] += 1
+                        examples["admitted-but-undeployable"].append(f"{name}: vLLM exits: {spec.extra_args}")
+                    else:
+                        changed = {d for d, v in got["ns"].items() if base["ns"].get(d) != v} & GUARDED
+                        if changed:
+                            rows["admitted-with-owned-override"] += 1
+                            examples["admitted-with-owned-override"].append(f"{name}: {spec.extra_args} -> {sorted(changed)}")
+            co = kubernetes.client.CustomObjectsApi(api)
+
+            def settled():
+                items = co.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
+                done = [o for o in items if any(c.get("type") == "Validated" and c.get("observedGeneration") == o["metadata"]["generation"]
+                                                for c in (o.get("status") or {}).get("conditions") or [])]
+                return done if len(done) >= len(accepted) else None
+
+            done = wait_for(settled, args.settle, interval=2, what="status of every admitted object") or []
+            for o in done:
+                v = next(c for c in o["status"]["conditions"] if c["type"] == "Validated")
+                if v["status"] == "False" and v["reason"] in ("InvalidSpec", "Forbidden"):
+                    rows["admitted-but-undeployable"] += 1
+                    examples["admitted-but-undeployable"].append(f"{o['metadata']['name']}: {v['message'][:160]}")
+            crashes = op.starts - 1 + (0 if op.proc.poll() is None else 1)
+        finally:
+            op.stop()
+            oracle.close()
+
+    print(f"manifests: {args.count} (seed {args.seed}); control plane: core tier, operator with webhook (1 process)")
+    for k, v in rows.items():
+        note = " (not checked: no engine venv)" if k == "admitted-with-owned-override" and oracle.proc is None else ""
+        print(f"  {k:30s} {v:6d}{note}")
+    print(f"  {'operator crashes':30s} {crashes:6d}")
+    print(f"request latency through the webhook: p50 {pct(lat, 50) * 1000:.1f} ms  p90 {pct(lat, 90) * 1000:.1f} ms  "
+          f"p99 {pct(lat, 99) * 1000:.1f} ms  max {max(lat) * 1000:.1f} ms")
+    for k in ("5xx", "denied-without-field", "admitted-with-owned-override", "admitted-but-undeployable"):
+        for e in examples[k][:5]:
+            print(f"  e.g. {k}: {e}")
+    bad = rows["5xx"] + rows["denied-without-field"] + rows["admitted-with-owned-override"] + rows["admitted-but-undeployable"] + crashes
+    return 0 if bad == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
