@@ -239,6 +239,7 @@ def main() -> int:
                     examples["denied-without-field"].append(f"{status} {msg[:200]}")
 
             # admitted objects: does vLLM's real parser agree, and did the operator deploy them?
+            checked = 0
             for name, obj in accepted.items():
                 try:
                     spec = parse_spec(obj["spec"])
@@ -247,6 +248,7 @@ def main() -> int:
                     examples["admitted-but-undeployable"].append(f"{name}: operator model refuses: {e}"[:200])
                     continue
                 if spec.extra_args and oracle.proc is not None:
+                    checked += 1
                     base_argv = rendered_args(name, spec.model_copy(update={"extra_args": []}))
                     base, got = oracle.parse(base_argv), oracle.parse(rendered_args(name, spec))
                     if not got["ok"]:
@@ -281,6 +283,7 @@ def main() -> int:
         note = " (not checked: no engine venv)" if k == "admitted-with-owned-override" and oracle.proc is None else ""
         print(f"  {k:30s} {v:6d}{note}")
     print(f"  {'operator crashes':30s} {crashes:6d}")
+    print(f"admitted with extraArgs, parsed by vLLM's real parser: {checked}")
     print(f"request latency through the webhook: p50 {pct(lat, 50) * 1000:.1f} ms  p90 {pct(lat, 90) * 1000:.1f} ms  "
           f"p99 {pct(lat, 99) * 1000:.1f} ms  max {max(lat) * 1000:.1f} ms")
     for k in ("5xx", "denied-without-field", "admitted-with-owned-override", "admitted-but-undeployable"):

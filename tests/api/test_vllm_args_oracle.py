@@ -191,3 +191,11 @@ def test_refused_spellings_really_reach_a_guarded_field(oracle, extra):
     base, got = oracle.parse(RENDERED)["ns"], oracle.parse(RENDERED + extra)
     assert got["ok"], got
     assert {d for d, v in got["ns"].items() if base.get(d) != v} & GUARDED
+
+
+def test_committed_table_is_what_the_generator_prints():
+    """The shipped 0.32.0 table is the generator's output for the engine venv's vLLM (never hand-edited)."""
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([str(require_engine_python()), str(root / "hack" / "gen_vllm_options.py")],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert out == (vllm_args._TABLES / f"{VERSION}.yaml").read_text()
