@@ -1,8 +1,9 @@
 """Kubernetes value checks for the spec, so admission refuses what the API server would refuse at apply.
 
-Pod-template parts (affinity, tolerations) are validated with the Kubernetes client's own models
-(kubernetes>=35 ships them as strict pydantic models generated from the API's OpenAPI schema: unknown
-fields and wrong types are errors), and must round-trip in the API's camelCase form. Names, label
+Pod-template parts (affinity, tolerations) are validated with the Kubernetes client's own models (the
+pinned client, kubernetes 37, ships them as strict pydantic models generated from the API's OpenAPI
+schema: unknown fields and wrong types are errors), must round-trip in the API's camelCase form, and
+pass the API server's semantic pod-validation rules (bottom of this file). Names, label
 parts and quantities use Kubernetes' grammars with whole-string matching (`re.fullmatch`, so a
 trailing newline is never accepted the way `$` accepts it).
 """
