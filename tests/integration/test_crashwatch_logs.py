@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from engine_fixtures import SHARED
 from operator_harness import gms, running_operator, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-STARTUP = ROOT.parent / "shared" / "fixtures" / "vllm-0.32.0-cpu" / "serve-startup-mtp2.log"
+STARTUP = SHARED / "fixtures" / "vllm-0.32.0-cpu" / "serve-startup-mtp2.log"  # GDN_SHARED_DIR honoured
 B1_TAIL = ROOT / "tests" / "fixtures" / "logs" / "b1-gdn-assert-tp2-interleaved.tail.log"
 
 
