@@ -19,8 +19,9 @@ import pytest
 import yaml
 
 from _chart_helpers import DASHBOARD, NAMESPACE, RELEASE, VALUE_SETS, docs, one, render_set, render_text
+from paths import CPU_CAPTURES
 
-VLLM_FIXTURE = Path("/work/shared/fixtures/vllm-0.32.0-cpu/metrics-mtp2.prom")
+VLLM_FIXTURE = CPU_CAPTURES / "metrics-mtp2.prom"
 METRICS_SVC = f"{RELEASE}-gdn-operator-metrics"
 ALERTS = {"GDNEngineDead", "GDNEngineCrashLoop", "GDNSpecAcceptanceCollapse", "GDNEngineScrapeFailures",
           "GDNAdmissionDenialsSpike", "GDNOperatorDown"}

@@ -7,9 +7,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from paths import gdnctl
 
 ROOT = Path(__file__).resolve().parents[2]
-GDNCTL = str(ROOT / ".venv" / "bin" / "gdnctl")
+GDNCTL = gdnctl()
 GOOD = ROOT / "examples" / "qwen3.5-27b-mtp.yaml"
 DENIED = ROOT / "examples" / "denied-qwen3.6-prefix-caching-mtp.yaml"
 

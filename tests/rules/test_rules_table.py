@@ -1,7 +1,7 @@
 """Every rule of data/rules.yaml: fires on its trigger at an affected version, not at the fixed version,
 not when the image carries its patch id; known-good configurations are clean of reject-level findings.
 
-Test ids name the upstream issue (catalogue /work/shared/docs/vllm-known-issues.md, B1-B14).
+Test ids name the upstream issue (catalogue ../shared/docs/vllm-known-issues.md, B1-B14).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Crash-signature catalogue and classifier (gdn_operator/watch/signatures.py, data/signatures.yaml).
 
-Texts are real: the captured vLLM 0.32.0 CPU startup log (/work/shared/fixtures) and crash sections in
+Texts are real: the captured vLLM 0.32.0 CPU startup log (../shared/fixtures) and crash sections in
 tests/fixtures/logs built from that log's line formats and the exact strings quoted in
-/work/shared/docs/vllm-known-issues.md (each doc quote is cited in the test id).
+../shared/docs/vllm-known-issues.md (each doc quote is cited in the test id).
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from gdn_operator.watch.signatures import (
     parse_catalogue,
     strip_prefixes,
 )
+from paths import CPU_CAPTURES
 
-FIXTURE = Path("/work/shared/fixtures/vllm-0.32.0-cpu/serve-startup-mtp2.log")
+FIXTURE = CPU_CAPTURES / "serve-startup-mtp2.log"
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
 
