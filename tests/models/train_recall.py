@@ -262,12 +262,22 @@ def losses(model, ids: torch.Tensor, tgt: torch.Tensor):
     return lm, lt1, lt2, acc_main, acc1, acc2
 
 
-def batch(rng: random.Random, bsz: int, n_max: int, device: str):
+def _string(rng: random.Random, n: int, runs: bool) -> list[int]:
+    """n random symbols; with ``runs``, symbols repeat 2-6 times now and then (runs are where a copy
+    model most easily loses count, so they are over-represented in training)."""
+    s: list[int] = []
+    while len(s) < n:
+        sym = FIRST_SYMBOL + rng.randrange(len(ALPHABET))
+        s.extend([sym] * (rng.randint(2, 6) if runs and rng.random() < 0.3 else 1))
+    return s[:n]
+
+
+def batch(rng: random.Random, bsz: int, n_max: int, device: str, p_runs: float = 0.0):
     top = rng.randint(1, n_max)
     seqs, tgts = [], []
     for _ in range(bsz):
         n = rng.randint(max(1, (3 * top) // 4), top)
-        s = [FIRST_SYMBOL + rng.randrange(len(ALPHABET)) for _ in range(n)]
+        s = _string(rng, n, rng.random() < p_runs)
         seqs.append(s + [SEP] + s + [EOS])
         tgts.append([False] * (n + 1) + [True] * (n + 1))
     L = max(len(s) for s in seqs)
@@ -397,11 +407,12 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seed", type=int, default=13)
-    ap.add_argument("--steps", type=int, default=1200)
-    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--n-max", type=int, default=250, help="longest training string")
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--mtp-weight", type=float, default=0.5)
+    ap.add_argument("--p-runs", type=float, default=0.25, help="share of strings with repeated runs")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-minutes", type=float, default=0, help="stop early after this long (0: no)")
@@ -428,7 +439,7 @@ def main(argv=None) -> None:
     for step in range(args.steps):
         # curriculum: strings grow from 24 to n_max over the first 40 % of the steps
         n_max = int(24 + (args.n_max - 24) * min(1.0, step / (0.4 * args.steps)))
-        ids, tgt = batch(rng, args.batch, n_max, args.device)
+        ids, tgt = batch(rng, args.batch, n_max, args.device, args.p_runs)
         lm, lt1, lt2, a0, a1, a2 = losses(model, ids, tgt)
         loss = lm + args.mtp_weight * (lt1 + 0.5 * lt2)
         opt.zero_grad(set_to_none=True)
@@ -480,6 +491,7 @@ def save(model, args, held, train_s: float, steps_done: int) -> None:
         "n_max": args.n_max,
         "lr": args.lr,
         "mtp_weight": args.mtp_weight,
+        "p_runs": args.p_runs,
         "device": args.device,
         "threads": args.threads,
         "train_seconds": round(train_s, 1),
