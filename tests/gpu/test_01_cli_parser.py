@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -67,8 +68,9 @@ def _matches(dest: str, want: str, got: str | None) -> bool:
         return False
     if want in ("True", "False"):
         return got == want
-    if want.startswith("{"):  # JSON flag: every key/value survives parsing
-        return all(str(k) in got and (str(v) in got) for k, v in json.loads(want).items())
+    if want.startswith("{"):  # JSON flag: every key/value survives parsing (dict or enum member repr)
+        return all(re.search(rf"'{re.escape(k)}': (<[A-Za-z]+\.)?'?{re.escape(str(v))}\b", got)
+                   for k, v in json.loads(want).items())
     return want.lower() in got.lower() or got.strip("'\"[]") == want
 
 
@@ -87,7 +89,9 @@ def test_every_rendered_flag_parses_with_vllm_0_22_parser(gpu_site, engines):
     p = subprocess.run([harness.PYTHON, str(PROBE)], input=json.dumps(argvs), capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=gpu_site), timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
-    results = json.loads(p.stdout)
+    mark = [ln for ln in p.stdout.splitlines() if ln.startswith("GDN-PARSE-PROBE-RESULT ")]
+    assert len(mark) == 1, p.stdout[-3000:]
+    results = json.loads(mark[0].split(" ", 1)[1])
     failures = []
     for argv, res in zip(argvs, results):
         if not res["ok"]:

@@ -1,6 +1,7 @@
 """Parse launch lines with vLLM's own `vllm serve` parser (no engine); run with the bundle on PYTHONPATH.
 
-stdin: JSON list of argv lists (what follows `vllm serve`).  stdout: one JSON list, per argv
+stdin: JSON list of argv lists (what follows `vllm serve`).  stdout (vLLM logs there too): one line
+starting with MARK, then a JSON list, per argv
 {"ok": bool, "error": str|None, "values": {dest: repr}} with the parsed values of every dest the argv
 sets, after EngineArgs.from_cli_args (so type conversion of JSON/enum values is exercised too).
 Builds the parser the way vllm/entrypoints/cli/main.py does (subcommand `serve`).
@@ -11,6 +12,8 @@ import contextlib
 import io
 import json
 import sys
+
+MARK = "GDN-PARSE-PROBE-RESULT "
 
 
 def build_parser():
@@ -48,7 +51,7 @@ def main() -> None:
             out.append({"ok": False, "error": f"exit {e.code}: {err.getvalue().strip()[-800:]}", "values": {}})
         except Exception as e:  # noqa: BLE001 - reported to the test
             out.append({"ok": False, "error": f"{type(e).__name__}: {e}"[-800:], "values": {}})
-    json.dump(out, sys.stdout)
+    print(MARK + json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":
