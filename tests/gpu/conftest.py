@@ -32,13 +32,7 @@ import harness  # noqa: E402
 
 sys.path.insert(0, str(harness.OPERATOR_SRC))
 
-CONFIGS = {
-    "rendered": dict(mtp=True, async_scheduling=None),
-    "mtp-async": dict(mtp=True, async_scheduling=True),
-    "nomtp-async": dict(mtp=False, async_scheduling=True),
-    "nomtp-sync": dict(mtp=False, async_scheduling=False),
-}
-GUARDED = "rendered"
+CONFIGS, GUARDED = harness.CONFIGS, harness.GUARDED
 
 
 def pytest_configure(config):
@@ -122,10 +116,3 @@ def engines(gpu_site, workdir, guard_dir, artifacts):
         for eng in started.values():
             if eng.name in ("rendered", "mtp-async") and eng.log.exists():
                 shutil.copyfile(eng.log, artifacts / eng.log.name)
-
-
-def ready(engines: dict, name: str) -> harness.Engine:
-    eng = engines[name]
-    if eng.ready_s is None:
-        harness.wait_ready(eng)
-    return eng

@@ -34,6 +34,16 @@ SERVED_NAME = "tiny-recall"
 PYTHON = os.environ.get("GDN_GPU_PYTHON", "python3")
 
 
+# The GPU tier's engine configurations (tests/gpu/conftest.py documents them); all rendered by gdnctl.
+CONFIGS = {
+    "rendered": dict(mtp=True, async_scheduling=None),
+    "mtp-async": dict(mtp=True, async_scheduling=True),
+    "nomtp-async": dict(mtp=False, async_scheduling=True),
+    "nomtp-sync": dict(mtp=False, async_scheduling=False),
+}
+GUARDED = "rendered"  # the configuration that runs with the gdn-guard plugin
+
+
 def model_dir() -> Path:
     return Path(os.environ.get("GDN_GPU_MODEL", REPO / "tests" / "models" / "tiny-qwen3-next-recall")).resolve()
 
@@ -198,6 +208,14 @@ def wait_ready(eng: Engine, timeout: float | None = None) -> float:
             raise RuntimeError(f"engine {eng.name} not ready after {timeout:.0f}s; log tail:\n"
                                + "\n".join(eng.log_text().splitlines()[-40:]))
         time.sleep(1.0)
+
+
+def ready(engines: dict, name: str) -> Engine:
+    """The started engine `name`, waiting for it to be Ready on first use."""
+    eng = engines[name]
+    if eng.ready_s is None:
+        wait_ready(eng)
+    return eng
 
 
 def stop(eng: Engine, grace: float = 20.0) -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import CONFIGS, GUARDED, ready
 
 import harness
+from harness import CONFIGS, GUARDED, ready
 
 from gdn_operator.watch.acceptance import PodWindow, parse_exposition
 from gdn_operator.watch.guardline import check_patch_set, parse_guard_line
