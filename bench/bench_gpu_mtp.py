@@ -26,7 +26,7 @@ whatever did not run is listed under "skipped".  Writes ``bench-gpu-mtp.json`` t
 Note: with dummy weights MTP has 0 acceptance and runs ~2.5x slower than no MTP (147.6 vs 371.8 tok/s,
 ../shared/docs/vllm-gpu-engine.md): such a figure measures a broken head, not MTP — hence the trained model.
 
-    PYTHONPATH=.gpu-site/vllm-0.22.0:operator python3 bench/bench_gpu_mtp.py --out "$OUT"
+    PYTHONPATH=~/.cache/gdn-operator/gpu-site/vllm-0.22.0:operator python3 bench/bench_gpu_mtp.py --out "$OUT"
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def fixed_requests(n: int, length: int, seed: int) -> list[dict]:
     for i in range(n):
         s = "".join(rng.choice(symbols) for _ in range(length))
         out.append({"id": f"fixed-{i}", "prompt_token_ids": [enc[c] for c in s] + sep, "expected": s,
-                    "max_tokens": length + 1})
+                    "expected_token_ids": [enc[c] for c in s], "max_tokens": length + 1})
     return out
 
 
@@ -84,9 +84,11 @@ def mixed_requests(n: int, seed: int) -> list[dict]:
 
 def measure(eng: harness.Engine, items: list[dict], conc: int) -> dict:
     got, wall = harness.run_requests(eng, items, concurrency=conc)
-    verdicts = [harness.judge(i, g) for i, g in zip(items, got)]
+    eos = harness.eos_ids()
+    verdicts = [harness.judge(i, g, eos) for i, g in zip(items, got)]
     toks = sum(g["completion_tokens"] for g in got)
-    bad = [{"id": i["id"], "expected": i["expected"], "got": g["text"], "finish_reason": g["finish_reason"], "verdict": v}
+    bad = [{"id": i["id"], "expected": i["expected"], "got": g["text"], "got_token_ids": g["token_ids"],
+            "finish_reason": g["finish_reason"], "verdict": v}
            for i, g, v in zip(items, got, verdicts) if v != "exact"]
     return {"concurrency": conc, "requests": len(items), "wall_s": round(wall, 3), "tokens": toks,
             "tokens_per_s": round(toks / wall, 1), "exact": verdicts.count("exact"), "short": verdicts.count("short"),

@@ -2,7 +2,7 @@
 # The GPU tier (tests/gpu, marker `gpu`): run on a host with an NVIDIA GPU and the offline vLLM bundle
 # installed by hack/gpu/install.sh.  Never part of hack/test.sh / CI.
 #   hack/gpu-test.sh [--site DIR] [--artifacts DIR] [--model DIR] [pytest args...]
-# --site       the installed bundle (default: .gpu-site/vllm-0.22.0 in the checkout)
+# --site       the installed bundle (default: ${GDN_CACHE_DIR:-~/.cache/gdn-operator}/gpu-site/vllm-0.22.0)
 # --artifacts  where engine logs, /metrics captures and gpu-results.json are copied (flat, <= 6 files;
 #              default: $OUT if set, else .gpu-artifacts/)
 # --model      the trained tiny model (default: tests/models/tiny-qwen3-next-recall)
@@ -12,7 +12,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-SITE="$ROOT/.gpu-site/vllm-0.22.0"
+SITE="${GDN_CACHE_DIR:-$HOME/.cache/gdn-operator}/gpu-site/vllm-0.22.0"
 ART="${OUT:-$ROOT/.gpu-artifacts}"
 PYARGS=()
 while [ $# -gt 0 ]; do

@@ -274,16 +274,7 @@ def cmd_build(args, cfg) -> None:
     if xz.wait() != 0:
         raise SystemExit("xz failed")
     xz_s = time.time() - t0
-    size = parse_size(args.piece_size)
-    pieces = []
-    with open(archive, "rb") as f:
-        for i in range(10**6):
-            chunk = f.read(size)
-            if not chunk:
-                break
-            name = f"{stem}.{i:02d}"
-            (out / name).write_bytes(chunk)
-            pieces.append({"file": name, "bytes": len(chunk), "sha256": hashlib.sha256(chunk).hexdigest()})
+    pieces = write_pieces([archive], out, stem, parse_size(args.piece_size))
     manifest = {
         "vllm_version": args.vllm_version, "target": cfg["target"], "base_file": args.base.name,
         "with": sorted(norm(w) for w in args.with_), "archive": stem, "archive_bytes": archive.stat().st_size,
@@ -303,6 +294,57 @@ def cmd_build(args, cfg) -> None:
               "install.sh checks them on the host")
 
 
+def write_pieces(sources: list[Path], out: Path, stem: str, size: int) -> list[dict]:
+    """Split the concatenation of `sources` into `out/stem.NN` pieces of at most `size` bytes."""
+    pieces, buf, i = [], b"", 0
+
+    def flush(chunk: bytes) -> None:
+        name = f"{stem}.{len(pieces):02d}"
+        (out / name).write_bytes(chunk)
+        pieces.append({"file": name, "bytes": len(chunk), "sha256": hashlib.sha256(chunk).hexdigest()})
+
+    for src in sources:
+        with open(src, "rb") as f:
+            while chunk := f.read(size - len(buf)):
+                buf += chunk
+                if len(buf) == size:
+                    flush(buf)
+                    buf = b""
+    if buf:
+        flush(buf)
+    return pieces
+
+
+def cmd_resplit(args, cfg) -> None:
+    """Re-split a built bundle (args.out) into pieces of --piece-size without compressing again."""
+    mf_path = args.out / "manifest.json"
+    mf = json.loads(mf_path.read_text())
+    old = [args.out / p["file"] for p in mf["pieces"]]
+    if sha256_file_many(old) != mf["archive_sha256"]:
+        raise SystemExit(f"{args.out}: pieces do not reassemble to archive_sha256; rebuild")
+    tmp = args.out / ".resplit"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    pieces = write_pieces(old, tmp, mf["archive"], parse_size(args.piece_size))
+    for p in old:
+        p.unlink()
+    for p in pieces:
+        (tmp / p["file"]).rename(args.out / p["file"])
+    tmp.rmdir()
+    mf["pieces"] = pieces
+    mf_path.write_text(json.dumps(mf, indent=1) + "\n")
+    print(f"resplit: {args.out} — {len(pieces)} pieces of at most {args.piece_size}")
+
+
+def sha256_file_many(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
 def cmd_plan(args, cfg) -> None:
     p = plan(json.loads((args.work / "report.json").read_text()), parse_base(args.base), cfg,
              {norm(w) for w in args.with_})
@@ -312,21 +354,25 @@ def cmd_plan(args, cfg) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("step", choices=["resolve", "plan", "build"])
+    ap.add_argument("step", choices=["resolve", "plan", "build", "resplit"])
     ap.add_argument("vllm_version")
-    ap.add_argument("--base", type=Path, required=True)
+    ap.add_argument("--base", type=Path)
     ap.add_argument("--with", dest="with_", action="append", default=[])
     ap.add_argument("--piece-size", default="45M")
     ap.add_argument("--xz-level", default="9")
     ap.add_argument("--xz-threads", default="2")
-    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--work", type=Path)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--cache", type=Path, required=True)
+    ap.add_argument("--cache", type=Path)
     ap.add_argument("--config", type=Path, default=HERE / "bundle.yaml")
     args = ap.parse_args(argv)
     cfg = yaml.safe_load(args.config.read_text())
-    args.work.mkdir(parents=True, exist_ok=True)
-    {"resolve": cmd_resolve, "plan": cmd_plan, "build": cmd_build}[args.step](args, cfg)
+    if args.step != "resplit":
+        for opt in ("base", "work", "cache"):
+            if getattr(args, opt) is None:
+                ap.error(f"--{opt} is required for {args.step}")
+        args.work.mkdir(parents=True, exist_ok=True)
+    {"resolve": cmd_resolve, "plan": cmd_plan, "build": cmd_build, "resplit": cmd_resplit}[args.step](args, cfg)
 
 
 if __name__ == "__main__":

@@ -2,15 +2,15 @@
 # Stage the bundle pieces that arrived with this copy of the checkout (GPU host side).
 #   hack/gpu/stage-piece.sh SRC_DIR [STAGE_DIR]
 # SRC_DIR: where the carried files lie (manifest.json + one or more pieces), e.g. .gpu-bundle/vllm-0.22.0.
-# STAGE_DIR (default: .gpu-stage/<name of SRC_DIR> in the checkout, git-ignored, kept between calls):
+# STAGE_DIR (default: ${GDN_CACHE_DIR:-~/.cache/gdn-operator}/gpu-stage/<name of SRC_DIR>, outside the
+# checkout so that refreshing the checkout between copies cannot remove it):
 # collects the pieces across calls.  Each piece is checked against the manifest before it is kept;
 # a manifest from a different build empties the stage first.  Prints what is staged and what is still
 # missing; exits 0 when the bundle is complete, 4 while pieces are missing, 2 on a bad piece.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 [ $# -ge 1 ] || { sed -n 2,8p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 SRC="$1"
-STAGE="${2:-$ROOT/.gpu-stage/$(basename "$SRC")}"
+STAGE="${2:-${GDN_CACHE_DIR:-$HOME/.cache/gdn-operator}/gpu-stage/$(basename "$SRC")}"
 [ -f "$SRC/manifest.json" ] || { echo "stage-piece: $SRC/manifest.json missing (carry it with every piece)" >&2; exit 2; }
 mkdir -p "$STAGE"
 PYTHONPATH="" python3 - "$SRC" "$STAGE" <<'PY'

@@ -56,11 +56,13 @@ def heldout(limit: int | None = None) -> list[dict]:
 
 def adapted_manifest(*, mtp: bool = True, async_scheduling: bool | None = None, eager: bool = True,
                      policy: str = "mitigate", gpu_memory_utilization: float = 0.15,
-                     extra_args: list[str] | None = None) -> dict:
+                     kv_cache_memory: str | None = "4G", extra_args: list[str] | None = None) -> dict:
     """examples/qwen3.5-27b-mtp.yaml adapted to the tiny model on one GPU with the offline bundle.
 
     Adaptations (each needed by the host, not by the operator): local model, vLLM 0.22.0, TP 1,
-    short context, a GPU share small enough for several engines at once, and — the bundle has no
+    short context, a GPU share small enough for several engines at once with a fixed KV-cache size
+    (``--kv-cache-memory-bytes`` via extraArgs: vLLM then skips the profiling-based sizing, which
+    miscounts when other engines allocate on the same GPU meanwhile), and — the bundle has no
     FlashInfer (hack/gpu/bundle.yaml) — the Triton GDN prefill backend plus
     VLLM_USE_FLASHINFER_SAMPLER=0 (../shared/docs/vllm-gpu-engine.md).
     """
@@ -83,8 +85,9 @@ def adapted_manifest(*, mtp: bool = True, async_scheduling: bool | None = None, 
         s["asyncScheduling"] = async_scheduling
     s["enforceEager"] = eager
     s["admissionPolicy"] = policy
-    if extra_args:
-        s["extraArgs"] = list(extra_args)
+    extra = (["--kv-cache-memory-bytes", kv_cache_memory] if kv_cache_memory else []) + list(extra_args or [])
+    if extra:
+        s["extraArgs"] = extra
     return m
 
 
@@ -239,24 +242,39 @@ def metrics(eng: Engine) -> str:
 
 def complete(eng: Engine, prompt_token_ids: list[int], max_tokens: int, *, ignore_eos: bool = False,
              timeout: float = 120.0) -> dict:
-    """Greedy completion of a token-id prompt. Returns {"text", "finish_reason", "completion_tokens"}."""
+    """Greedy completion of a token-id prompt. Returns {"text", "token_ids", "finish_reason", "completion_tokens"}."""
     body = {"model": SERVED_NAME, "prompt": prompt_token_ids, "max_tokens": max_tokens, "temperature": 0.0,
-            "ignore_eos": ignore_eos}
+            "ignore_eos": ignore_eos, "return_token_ids": True}
     req = urllib.request.Request(eng.url + "/v1/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
         out = json.loads(r.read())
     ch = out["choices"][0]
-    return {"text": ch["text"], "finish_reason": ch.get("finish_reason"),
+    return {"text": ch["text"], "token_ids": ch.get("token_ids"), "finish_reason": ch.get("finish_reason"),
             "completion_tokens": out.get("usage", {}).get("completion_tokens")}
 
 
-def judge(item: dict, got: dict) -> str:
-    """"exact" (the expected string, then EOS), "short" (a strict prefix of it: early stop), or "wrong"."""
-    text, exp = got["text"], item["expected"]
-    if text == exp and got["finish_reason"] == "stop":
+def eos_ids() -> set[int]:
+    cfg = json.loads((model_dir() / "generation_config.json").read_text())
+    eos = cfg.get("eos_token_id")
+    return set(eos if isinstance(eos, list) else [eos])
+
+
+def judge(item: dict, got: dict, eos: set[int] | frozenset = frozenset()) -> str:
+    """"exact" (the expected tokens, then EOS), "short" (a strict prefix of them, then a stop: early EOS),
+    or "wrong".  Compares token ids (a trailing EOS id removed) when the engine returns them, else text."""
+    if got.get("token_ids") is not None and "expected_token_ids" in item:
+        out = list(got["token_ids"])
+        if out and out[-1] in eos:
+            out = out[:-1]
+        exp = list(item["expected_token_ids"])
+    else:
+        out, exp = got["text"], item["expected"]
+    if got["finish_reason"] != "stop":
+        return "wrong"
+    if out == exp:
         return "exact"
-    if len(text) < len(exp) and exp.startswith(text) and got["finish_reason"] == "stop":
+    if len(out) < len(exp) and exp[:len(out)] == out:
         return "short"
     return "wrong"
 

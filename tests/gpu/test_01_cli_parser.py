@@ -29,7 +29,7 @@ PROBE = Path(__file__).with_name("vllm_parse_probe.py")
 
 
 def _variants() -> list[dict]:
-    base = harness.adapted_manifest()["spec"]
+    base = harness.adapted_manifest(kv_cache_memory=None)["spec"]  # extraArgs are the user's, not rendered
     out = [{}]
     for b in (True, False):
         out += [{"asyncScheduling": b}, {"prefixCaching": b}, {"chunkedPrefill": b}, {"enforceEager": b}]

@@ -93,7 +93,8 @@ def test_exact_greedy_answers(engines, artifacts, results, name):
     conc = 1 if name == "mtp-async" else 8
     items = _items()
     got, wall = harness.run_requests(eng, items, concurrency=conc)
-    verdicts = [harness.judge(i, g) for i, g in zip(items, got)]
+    eos = harness.eos_ids()
+    verdicts = [harness.judge(i, g, eos) for i, g in zip(items, got)]
     results.setdefault("answers", {})[name] = {
         "argv": eng.argv, "ready_s": round(eng.ready_s, 1), "concurrency": conc, "wall_s": round(wall, 2),
         "exact": verdicts.count("exact"), "short": verdicts.count("short"), "wrong": verdicts.count("wrong"),
