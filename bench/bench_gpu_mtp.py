@@ -83,16 +83,17 @@ def mixed_requests(n: int, seed: int) -> list[dict]:
 
 
 def measure(eng: harness.Engine, items: list[dict], conc: int) -> dict:
-    got, wall = harness.run_requests(eng, items, concurrency=conc)
+    got, wall = harness.run_requests(eng, items, concurrency=conc, keep_errors=True)
     eos = harness.eos_ids()
     verdicts = [harness.judge(i, g, eos) for i, g in zip(items, got)]
     toks = sum(g["completion_tokens"] for g in got)
     bad = [{"id": i["id"], "expected": i["expected"], "got": g["text"], "got_token_ids": g["token_ids"],
-            "finish_reason": g["finish_reason"], "verdict": v}
+            "finish_reason": g["finish_reason"], "verdict": v, **({"error": g["error"]} if "error" in g else {})}
            for i, g, v in zip(items, got, verdicts) if v != "exact"]
     return {"concurrency": conc, "requests": len(items), "wall_s": round(wall, 3), "tokens": toks,
             "tokens_per_s": round(toks / wall, 1), "exact": verdicts.count("exact"), "short": verdicts.count("short"),
-            "wrong": verdicts.count("wrong"), "exact_rate": round(verdicts.count("exact") / len(items), 4),
+            "wrong": verdicts.count("wrong"), "errors": verdicts.count("error"),
+            "engine_alive": eng.proc.poll() is None, "exact_rate": round(verdicts.count("exact") / len(items), 4),
             "bad_sample": bad[:5]}
 
 
@@ -164,13 +165,14 @@ def main(argv=None) -> int:
                         result["skipped"].append(f"b2 round {rnd} {name}: time budget")
                         continue
                     m = measure(engines[name], items, args.b2_concurrency)
-                    agg = result["b2"].setdefault(name, {"rounds": 0, "requests": 0, "exact": 0, "short": 0, "wrong": 0,
+                    agg = result["b2"].setdefault(name, {"rounds": 0, "requests": 0, "exact": 0, "short": 0, "wrong": 0, "errors": 0,
                                                          "concurrency": args.b2_concurrency, "bad_sample": []})
-                    for k in ("requests", "exact", "short", "wrong"):
+                    for k in ("requests", "exact", "short", "wrong", "errors"):
                         agg[k] += m[k]
                     agg["rounds"] += 1
                     agg["bad_sample"] = (agg["bad_sample"] + m["bad_sample"])[:8]
-                    print(f"b2 round {rnd} {name:10s} exact {m['exact']}/{m['requests']} short {m['short']} wrong {m['wrong']}", flush=True)
+                    print(f"b2 round {rnd} {name:10s} exact {m['exact']}/{m['requests']} short {m['short']} "
+                          f"wrong {m['wrong']} errors {m['errors']}", flush=True)
                 save()
         for eng in engines.values():
             harness.stop(eng)
@@ -198,8 +200,10 @@ def main(argv=None) -> int:
             harness.stop(eng)
         result["elapsed_s"] = round(time.monotonic() - t_start, 1)
         save()
-        for eng in list(engines.values())[:1]:
-            if eng.log.exists():
+        # The async + MTP engine's log (B2 evidence), and the log of any engine that died.
+        for eng in engines.values():
+            died = eng.proc.returncode not in (None, 0, -15)
+            if eng.log.exists() and (eng.name == "mtp-async" or died):
                 (args.out / f"bench-serve-{eng.name}.log").write_bytes(eng.log.read_bytes())
     print(json.dumps({k: result[k] for k in ("startup", "skipped")}, indent=1))
     ratios = result["throughput"].get("ratios", {})

@@ -262,7 +262,10 @@ def eos_ids() -> set[int]:
 
 def judge(item: dict, got: dict, eos: set[int] | frozenset = frozenset()) -> str:
     """"exact" (the expected tokens, then EOS), "short" (a strict prefix of them, then a stop: early EOS),
-    or "wrong".  Compares token ids (a trailing EOS id removed) when the engine returns them, else text."""
+    "wrong", or "error" (the request failed).  Compares token ids (a trailing EOS id removed) when the
+    engine returns them, else text."""
+    if "error" in got:
+        return "error"
     if got.get("token_ids") is not None and "expected_token_ids" in item:
         out = list(got["token_ids"])
         if out and out[-1] in eos:
@@ -279,12 +282,23 @@ def judge(item: dict, got: dict, eos: set[int] | frozenset = frozenset()) -> str
     return "wrong"
 
 
-def run_requests(eng: Engine, items: list[dict], concurrency: int, **kw) -> tuple[list[dict], float]:
-    """Send the items with `concurrency` in flight; returns (results in item order, wall seconds)."""
+def run_requests(eng: Engine, items: list[dict], concurrency: int, *, keep_errors: bool = False,
+                 **kw) -> tuple[list[dict], float]:
+    """Send the items with `concurrency` in flight; returns (results in item order, wall seconds).
+    A failed request raises, or with keep_errors=True becomes {"error": ..., "completion_tokens": 0}."""
+
+    def one(it: dict) -> dict:
+        try:
+            return complete(eng, it["prompt_token_ids"], it["max_tokens"], **kw)
+        except (OSError, ValueError, KeyError) as e:  # URLError/HTTPError/ConnectionError are OSErrors
+            if not keep_errors:
+                raise
+            return {"error": f"{type(e).__name__}: {e}", "text": "", "token_ids": None, "finish_reason": None,
+                    "completion_tokens": 0}
+
     t0 = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(concurrency) as ex:
-        futs = [ex.submit(complete, eng, it["prompt_token_ids"], it["max_tokens"], **kw) for it in items]
-        res = [f.result() for f in futs]
+        res = list(ex.map(one, items))
     return res, time.monotonic() - t0
 
 
