@@ -17,6 +17,7 @@ Modes (``--mode``; ``all`` runs both on one set of engines, the engines start to
               the operator keeps instead of turning MTP off) and (ii)/(i) (the mitigation's cost).
               Then the start-up time to Ready of (ii) alone, eager, and with ``--compiled`` also in
               torch.compile + CUDA-graph mode (a cold compiled start costs ~5 min of GPU time).
+  startup     only the start-up times below (e.g. ``--mode startup --compiled`` in its own command).
   b2          PR #45100 / B2 reproduction: (i) vs (ii), rounds of many concurrent requests of mixed
               lengths (4..250 symbols, so they finish at different times); counts exact / short (early
               EOS: a strict prefix) / wrong answers and keeps a sample of the bad ones.
@@ -100,7 +101,8 @@ def measure(eng: harness.Engine, items: list[dict], conc: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")), help="directory for bench-gpu-mtp.json")
-    ap.add_argument("--mode", choices=["all", "throughput", "b2"], default="all")
+    ap.add_argument("--mode", choices=["all", "throughput", "b2", "startup"], default="all",
+                    help="startup: only the start-up times of (ii) alone (eager, and compiled with --compiled)")
     ap.add_argument("--time-budget", type=float, default=540.0, help="seconds; stop cleanly before this")
     ap.add_argument("--concurrency", default="1,8,32")
     ap.add_argument("--requests", default="8,32,64", help="requests per concurrency level (same order)")
@@ -133,7 +135,7 @@ def main(argv=None) -> int:
         (args.out / "bench-gpu-mtp.json").write_text(json.dumps(result, indent=1) + "\n")
 
     try:
-        for name, kw in CONFIGS.items():
+        for name, kw in (CONFIGS.items() if args.mode != "startup" else ()):
             r = harness.config_rendered(gpu_memory_utilization=args.gpu_memory_utilization, **kw)
             result["configs"][name] = {"argv": r.argv, "operator_findings": [n for n in r.notes if n.startswith("#")]}
             engines[name] = harness.start(name, r, work, site_path=site)
