@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import fnmatch
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -32,7 +30,6 @@ import zipfile
 from pathlib import Path
 
 import yaml
-from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -296,7 +293,7 @@ def cmd_build(args, cfg) -> None:
 
 def write_pieces(sources: list[Path], out: Path, stem: str, size: int) -> list[dict]:
     """Split the concatenation of `sources` into `out/stem.NN` pieces of at most `size` bytes."""
-    pieces, buf, i = [], b"", 0
+    pieces, buf = [], b""
 
     def flush(chunk: bytes) -> None:
         name = f"{stem}.{len(pieces):02d}"

@@ -32,6 +32,8 @@ EXAMPLE = REPO / "examples" / "qwen3.5-27b-mtp.yaml"
 VLLM_VERSION = "0.22.0"
 SERVED_NAME = "tiny-recall"
 PYTHON = os.environ.get("GDN_GPU_PYTHON", "python3")
+# `vllm serve` without the console script (the bundle has none): what the `vllm` entry point runs.
+SERVE = ["-m", "vllm.entrypoints.cli.main", "serve"]
 
 
 # The GPU tier's engine configurations (tests/gpu/conftest.py documents them); all rendered by gdnctl.
@@ -179,7 +181,7 @@ def start(name: str, rendered: Rendered, logdir: Path, *, site_path: str | None 
     with open(log, "wb") as f:
         f.write(("# " + " ".join(["vllm", "serve", *argv]) + "\n").encode())
         f.flush()
-        proc = subprocess.Popen([PYTHON, "-m", "vllm.entrypoints.cli.main", "serve", *argv], env=env,
+        proc = subprocess.Popen([PYTHON, *SERVE, *argv], env=env,
                                 stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
     return Engine(name, argv, port, log, proc, time.monotonic())
 

@@ -7,7 +7,6 @@ sets, after EngineArgs.from_cli_args (so type conversion of JSON/enum values is 
 Builds the parser the way vllm/entrypoints/cli/main.py does (subcommand `serve`).
 """
 
-import argparse
 import contextlib
 import io
 import json
