@@ -1,8 +1,9 @@
 """Install an offline vLLM bundle on the GPU host (run by hack/gpu/install.sh; README.md beside it).
 
 Runs with the host's own python3 (stdlib; `packaging` or pip's vendored copy; PyYAML for the accept
-list).  Order: check the pieces, then the live base environment, and only then unpack — a conflict that
-is not accepted stops the install before anything is written.
+list).  Order: the live base environment against the manifest (needs only manifest.json, so
+`--check-only` can run before all pieces have arrived), then the pieces, and only then unpack — a
+conflict that is not accepted stops the install before anything is written.
 
 Exit codes: 0 installed (or already installed), 2 usage / missing or corrupt pieces,
 3 a version conflict with the base environment that the accept list does not cover.
@@ -139,8 +140,6 @@ def main(argv=None) -> None:
                              check=True, capture_output=True, text=True).stdout.strip()
     if have_py != want:
         die(2, f"--python {args.python} is Python {have_py}; the bundle was built for {want} (bundle.sh target)")
-    pieces = check_pieces(args.bundle, manifest)
-    print(f"install: {len(pieces)} pieces verified, archive sha256 {manifest['archive_sha256'][:12]}…")
     base = live_base(args.python)
     bad, ok, missing = conflicts(manifest, base, load_accept(Path(args.accept) if args.accept else None,
                                                             manifest["vllm_version"]))
@@ -159,8 +158,12 @@ def main(argv=None) -> None:
         die(3, f"{len(bad)} version conflicts, {len(missing)} missing base packages. If a conflict is known to "
                f"be harmless, add it to {args.accept or 'an accept list'} with the installed version and a reason.")
     if args.check_only:
-        print("install: --check-only: nothing written")
+        here = [p["file"] for p in manifest["pieces"] if (args.bundle / p["file"]).is_file()]
+        print(f"install: --check-only: no conflicts left; {len(here)}/{len(manifest['pieces'])} pieces present "
+              "(not verified); nothing written")
         return
+    pieces = check_pieces(args.bundle, manifest)
+    print(f"install: {len(pieces)} pieces verified, archive sha256 {manifest['archive_sha256'][:12]}…")
     tmp = args.target.with_name(args.target.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

@@ -120,6 +120,13 @@ def test_install_refuses_a_version_conflict_unless_accepted(tmp_path):
     r = _install(b, tmp_path / "site", "--accept", "")
     assert r.returncode == 3 and "CONFLICT pyyaml" in r.stderr and "<6" in r.stderr
     assert not (tmp_path / "site").exists()
+    # The check needs only the manifest: it runs before the pieces have arrived.
+    for piece in b.glob("site.tar.xz.*"):
+        piece.unlink()
+    r = _install(b, tmp_path / "site", "--accept", "", "--check-only")
+    assert r.returncode == 3 and "CONFLICT pyyaml" in r.stderr
+    (tmp_path / "again").mkdir()
+    b = _fake_bundle(tmp_path / "again", {"pyyaml": [{"by": "fakepkg", "spec": "<6"}]})
     acc = tmp_path / "accept.yaml"
     acc.write_text(y.safe_dump({"accepted": [{"package": "PyYAML", "installed": f"=={y.__version__}", "vllm": "==0.22.0",
                                               "reason": "test"}]}))
