@@ -6,6 +6,7 @@ async and sync scheduling."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -43,7 +44,15 @@ def test_rendered_engine_serves_and_acceptance_equals_raw_counters(engines, arti
     before = harness.metrics(eng)
     items = _items()
     got, wall = harness.run_requests(eng, items, concurrency=8)
-    after = harness.metrics(eng)
+    # The API server records an engine step's stats as it handles the step's outputs, which may be just
+    # after the last response went out: wait until the generated tokens of all responses are counted.
+    want = sum(_raw(before, "vllm:generation_tokens_total").values()) + sum(g["completion_tokens"] for g in got)
+    deadline = time.monotonic() + 15
+    while True:
+        after = harness.metrics(eng)
+        if sum(_raw(after, "vllm:generation_tokens_total").values()) >= want or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     (artifacts / "metrics-rendered.prom").write_text(after)
     for s in SPEC_SERIES:
         assert s in after, f"{s} missing from /metrics"
