@@ -17,7 +17,7 @@ from gdn_operator.rules import evaluate
 
 
 def test_v2_runner_hybrid_refused_and_classified(gpu_site, workdir, artifacts, engines):
-    spec_dict = dict(harness.adapted_manifest()["spec"], modelRunner="v2")
+    spec_dict = dict(harness.adapted_manifest(policy="reject")["spec"], modelRunner="v2")
     spec = GDNModelServerSpec.model_validate(spec_dict)
     ev = evaluate(spec, default_policy="reject")
     assert not ev.allowed and "vllm#38041" in [f.rule for f in ev.findings if f.action == "rejected"]
