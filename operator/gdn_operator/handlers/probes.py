@@ -207,8 +207,9 @@ class ProbeSupervisor:
     def __init__(self, pods_of: Callable[[str, str], list[dict[str, Any]]], *,
                  writer: Callable[..., dict[str, Any] | None] = write_status,
                  remediator: Callable[..., None] = remediate,
-                 concurrency: int | None = None, seed: int | None = None) -> None:
+                 concurrency: int | None = None, seed: int | None = None, port: int = ENGINE_PORT) -> None:
         self.pods_of = pods_of
+        self.port = port
         self.writer = writer
         self.remediator = remediator
         self.servers: dict[tuple[str, str], ServerProbes] = {}
@@ -290,7 +291,7 @@ class ProbeSupervisor:
         skipped = len(ready) - len(current)
         timeout = float(s.spec.timeout_seconds)
         per_pod = await asyncio.gather(*(
-            self.client.ask_pod(completions_url(p["ip"], ENGINE_PORT), s.model, s.spec.prompts, p["name"], timeout)
+            self.client.ask_pod(completions_url(p["ip"], self.port), s.model, s.spec.prompts, p["name"], timeout)
             for p in current
         ))
         asked: list[Asked] = [a for pod in per_pod for a in pod]
