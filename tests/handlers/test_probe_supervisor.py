@@ -197,3 +197,64 @@ async def test_loop_keeps_one_round_in_flight_per_pod_and_jitters(engines, port)
     with pytest.raises(asyncio.CancelledError):
         await task
     assert e.requests >= 6 and e.max_in_flight == 1
+
+
+# ------------------------------------------------------------------ configuration from the object ---
+
+BODY_SPEC = {
+    "model": {"uri": "hf://Qwen/Qwen3.5-27B", "architecture": "Qwen3_5ForConditionalGeneration"},
+    "image": {"repository": "ghcr.io/gdn-operator/vllm-gdn", "tag": "v0.33.0-gdn1", "vllmVersion": "0.33.0"},
+    "prefixCaching": False,
+    "probes": {"prompts": [{"name": "q", "promptTokenIds": [1, 2]}]},
+}
+
+
+def body(gen: int, status: dict | None = None, **spec) -> dict:
+    return {"metadata": {"name": "srv", "namespace": "ns", "uid": "u", "generation": gen},
+            "spec": {**BODY_SPEC, **spec}, "status": status or {}}
+
+
+@pytest.fixture
+def no_api(monkeypatch):
+    from gdn_operator.handlers import kube
+
+    monkeypatch.setattr(kube, "crd_exists", lambda *a, **k: False)
+
+
+def test_server_from_body_renders_the_engine_identity_pods_are_matched_with(no_api):
+    from gdn_operator.handlers.probes import server_from_body
+    from gdn_operator.handlers.reconcile import expected_objects
+    from gdn_operator.handlers.workload import pod_summary
+
+    s = server_from_body(body(3))
+    assert s.spec is not None and s.generation == 3 and s.model == "srv"
+    assert s.image == "ghcr.io/gdn-operator/vllm-gdn:v0.33.0-gdn1" and s.remediation_auto
+    assert [w["rule"] for w in s.warned] == ["vllm#51508"] and s.warned[0]["mitigation"] == {"asyncScheduling": False}
+    dep = next(o for o in expected_objects(body(3)) if o["kind"] == "Deployment")
+    pod_body = {"metadata": {"name": "p", "uid": "x"}, "spec": dep["spec"]["template"]["spec"], "status": {}}
+    assert pod_summary(pod_body)["engine"] == s.engine != ""
+    other = server_from_body(body(4, asyncScheduling=False))
+    assert other.engine != s.engine and other.warned == []  # a pod of the previous spec is not probed
+
+
+def test_server_from_body_restores_counts_and_reference_of_the_same_generation_only(no_api):
+    from gdn_operator.handlers.probes import server_from_body
+
+    saved = {"probes": {"generation": 3, "results": [{"probe": "q", "consecutiveFailures": 2, "lastResult": "mismatch"}],
+                        "reference": {"generation": 3, "image": "ghcr.io/gdn-operator/vllm-gdn:v0.33.0-gdn1", "pod": "p",
+                                      "answers": [{"probe": "q", "tokenIds": [7, 8], "text": ""}]}},
+             "conditions": [{"type": "OutputConsistent", "status": "True", "reason": "ProbesPassing"}]}
+    s = server_from_body(body(3, saved))
+    assert s.book.tracks["q"].consecutive == 2 and s.book.condition.value is True
+    assert s.reference["q"].token_ids == (7, 8) and s.ref_meta["pod"] == "p"
+    fresh = server_from_body(body(4, saved))
+    assert fresh.book.tracks["q"].consecutive == 0 and fresh.reference == {} and fresh.book.condition.value is None
+
+
+def test_no_probes_or_a_rejected_spec_means_nothing_to_probe(no_api):
+    from gdn_operator.handlers.probes import server_from_body
+
+    assert server_from_body(body(1, probes=None)).spec is None
+    assert server_from_body(body(1, probes={**BODY_SPEC["probes"], "enabled": False})).spec is None
+    rejected = body(1, prefixCaching=True)  # vllm#43559 prefix caching + MTP: rejected under the default policy
+    assert server_from_body(rejected).spec is None
