@@ -9,7 +9,6 @@ then consistent rounds with MTP drafting; a correct `expectedTokenIds` passes; a
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import time
@@ -18,7 +17,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 from engine_fixtures import SERVED_NAME, require_engine_python, start_engine, stop_engine  # noqa: E402
+from recall import MODEL_DIR as MODEL  # noqa: E402
+from recall import load_heldout  # noqa: E402
 
 from gdn_operator.api.probes import ProbesSpec  # noqa: E402
 from gdn_operator.handlers.probes import ProbeSupervisor, ServerProbes  # noqa: E402
@@ -26,13 +28,12 @@ from gdn_operator.watch.probes import ProbeBook  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
-MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny-qwen3-next-recall"
 HELDOUT = MODEL / "heldout.jsonl"
 ROUNDS = 4
 
 
 def heldout(n: int) -> list[dict]:
-    items = [json.loads(line) for line in HELDOUT.read_text().splitlines() if line.strip()]
+    items = load_heldout(MODEL)
     assert len(items) >= n, f"{HELDOUT} has {len(items)} items, need {n}"
     for it in items[:n]:
         assert {"id", "prompt_token_ids", "expected_token_ids", "max_tokens"} <= set(it), it.keys()
