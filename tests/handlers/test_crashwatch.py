@@ -116,3 +116,15 @@ def test_crash_of_a_pod_running_a_previous_spec_is_reported_but_not_counted(serv
     crashwatch.handle_death("ns", "s", death("old", 3, "2026-11-22T10:00:02Z", args=("previous",)))
     lc = server.obj["status"]["lastCrash"]
     assert lc["pod"] == "old" and lc["count"] == 1
+
+
+def test_change_from_a_rule_mitigation_is_a_merge_patch_and_never_reapplied():
+    from gdn_operator.handlers.crashwatch import change_from_mitigation
+
+    c = change_from_mitigation("vllm#51508", {"asyncScheduling": False}, {})
+    assert c.patch == {"asyncScheduling": False} and c.action == "asyncScheduling=false"
+    assert change_from_mitigation("vllm#51508", {"asyncScheduling": False}, {"asyncScheduling": False}) is None
+    nested = change_from_mitigation("r", {"speculativeDecoding.enabled": False, "prefixCaching": None},
+                                    {"speculativeDecoding": {"enabled": True}, "prefixCaching": True})
+    assert nested.patch == {"speculativeDecoding": {"enabled": False}, "prefixCaching": None}  # null unsets (merge patch)
+    assert change_from_mitigation("r", None, {}) is None

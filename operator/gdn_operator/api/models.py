@@ -15,29 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 from gdn_operator import API_VERSION, KIND
-
-
-class _Model(BaseModel):
-    """Base: camelCase aliases, unknown fields rejected, enum values kept as plain strings."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        use_enum_values=True,
-        validate_default=True,
-    )
-
-    def dump(self) -> dict[str, Any]:
-        """The Kubernetes-shaped dict: camelCase keys, unset optional fields left out."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
-
-
-class _Status(_Model):
-    # Status is written by the operator; tolerate fields from newer operator versions.
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="ignore", use_enum_values=True
-    )
+from gdn_operator.api.base import _Model, _Status
+from gdn_operator.api.probes import ProbesSpec, ProbesStatus
 
 
 # --------------------------------------------------------------------------------------- enums ---
@@ -394,6 +373,10 @@ class GDNModelServerSpec(_Model):
     )
     remediation: RemediationSpec = Field(default_factory=RemediationSpec, description="Crash-loop remediation.")
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Acceptance scraping.")
+    probes: ProbesSpec | None = Field(
+        default=None,
+        description="Output probes: known-answer requests to every Ready engine to catch silent corruption (off when unset).",
+    )
 
     @field_validator("extra_args")
     @classmethod
@@ -626,6 +609,7 @@ class GDNModelServerStatus(_Status):
     last_crash: CrashInfo | None = None
     remediations: list[Remediation] = Field(default_factory=list, max_length=32)
     acceptance: AcceptanceStatus | None = None
+    probes: ProbesStatus | None = None
 
 
 class ObjectMeta(BaseModel):

@@ -304,66 +304,109 @@ def maybe_remediate(
         return None
     sig = result.signature or ""
     action = result.remediation.action if result.remediation else "investigate"
-    change = remediation_for(action, spec)
-    refusal = None
-    if change is not None:
-        # The workaround must itself pass admission.
-        from gdn_operator.rules import evaluate
-
-        try:
-            new_spec = parse_spec(_merged_spec(obj.get("spec") or {}, change.patch))
-            if not evaluate(new_spec, default_policy=get_config().default_policy).allowed:
-                refusal = f"{change.action} would itself be refused by admission"
-        except ManifestError as e:
-            refusal = f"{change.action} would make the spec invalid: {'; '.join(e.problems)}"
-        if refusal:
-            change = None
+    change, refusal = vet_change(obj, remediation_for(action, spec))
     hint = result.remediation.hint if result.remediation else "Investigate the engine log."
+    trigger = f"{sig} crashed the engine {count} times on generation {generation}"
+
+    def claimed_crash(status: dict[str, Any]) -> None:
+        if change:
+            st.set_condition(status, st.CRASH_LOOPING, True, "Remediated", f"applied {change.action} after {sig}", generation)
+
+    return remediate_once(
+        namespace, name, obj, signature=sig, upstream=result.upstream, generation=generation, change=change,
+        reason=trigger + ("" if change else f"; no automatic workaround left ({refusal or action}): {hint}"),
+        not_possible=f"{sig} repeated {count} times; no automatic workaround left ({refusal or action}): {hint}",
+        applied=f"Applied {{action}} to stop repeated {sig}" + (f" ({result.upstream})" if result.upstream else "")
+        + f" after {count} crashes; edit the spec to revert.",
+        on_claim=claimed_crash,
+    )
+
+
+def change_from_mitigation(rule: str, mitigation: dict[str, Any] | None, spec: dict[str, Any]) -> Change | None:
+    """A catalogue rule's `mitigation` (camelCase spec paths → value, None = unset) as a merge patch, or
+    None when there is none or it is already in effect."""
+    if not mitigation:
+        return None
+    patch: dict[str, Any] = {}
+    pending = []
+    for path, value in mitigation.items():
+        cur: Any = spec
+        for part in path.split("."):
+            cur = cur.get(part) if isinstance(cur, dict) else None
+        if cur == value:
+            continue
+        node = patch
+        parts = path.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+        pending.append(f"{path}={'unset' if value is None else json.dumps(value)}")
+    if not pending:
+        return None
+    return Change(", ".join(pending), patch)
+
+
+def vet_change(obj: dict[str, Any], change: Change | None) -> tuple[Change | None, str | None]:
+    """The change if the patched spec is valid and itself passes admission; else (None, why not)."""
+    if change is None:
+        return None, None
+    from gdn_operator.rules import evaluate
+
+    try:
+        new_spec = parse_spec(_merged_spec(obj.get("spec") or {}, change.patch))
+        if not evaluate(new_spec, default_policy=get_config().default_policy).allowed:
+            return None, f"{change.action} would itself be refused by admission"
+    except ManifestError as e:
+        return None, f"{change.action} would make the spec invalid: {'; '.join(e.problems)}"
+    return change, None
+
+
+def remediate_once(
+    namespace: str, name: str, obj: dict[str, Any], *, signature: str, upstream: str | None, generation: int | None,
+    change: Change | None, reason: str, not_possible: str, applied: str,
+    on_claim: Callable[[dict[str, Any]], None] | None = None,
+) -> Change | None:
+    """Record and apply one remediation per `signature` per generation (shared by the crash watch and the
+    output probes). The decision is claimed atomically in status.remediations (resourceVersion), so two
+    triggers at the same moment cannot both act; `change` None records that nothing automatic is left
+    (Event RemediationNotPossible, message `not_possible`). `applied` is the Remediated Event's message,
+    with {action} filled in."""
     record = {
         "time": kube.now(),
-        "signature": sig,
-        "upstream": result.upstream,
+        "signature": signature,
+        "upstream": upstream,
         "generation": generation,
         "action": change.action if change else "none",
         "changes": change.patch if change else {},
-        "reason": f"{sig} crashed the engine {count} times on generation {generation}"
-        + ("" if change else f"; no automatic workaround left ({refusal or action}): {hint}"),
+        "reason": reason,
     }
     claimed: list[bool] = []
 
     def claim(status: dict[str, Any], _obj: dict[str, Any]) -> None:
-        # one decision per signature per generation, made atomically (resourceVersion): two engine pods
-        # crashing at the same moment cannot both remediate
         claimed.clear()
         rem = list(status.get("remediations") or [])
-        if any(r.get("signature") == sig and r.get("generation") == generation for r in rem):
+        if any(r.get("signature") == signature and r.get("generation") == generation for r in rem):
             return
         rem.append({k: v for k, v in record.items() if v is not None})
         status["remediations"] = rem[-32:]
-        if change:
-            st.set_condition(status, st.CRASH_LOOPING, True, "Remediated", f"applied {change.action} after {sig}", generation)
+        if on_claim is not None:
+            on_claim(status)
         claimed.append(True)
 
     kube.update_status(namespace, name, claim)
     if not claimed:
         return None
     if change is None:
-        kube.emit_event(obj, "RemediationNotPossible", f"{sig} repeated {count} times; " + record["reason"].split("; ", 1)[1], "Warning")
+        kube.emit_event(obj, "RemediationNotPossible", not_possible, "Warning")
         return None
     kube.patch_server(
         namespace,
         name,
-        {"spec": change.patch, "metadata": {"annotations": {"serving.gdn-operator.io/last-remediation": f"{sig}: {change.action}"}}},
+        {"spec": change.patch, "metadata": {"annotations": {"serving.gdn-operator.io/last-remediation": f"{signature}: {change.action}"}}},
     )
-    telemetry.REMEDIATIONS.labels(namespace, name, sig, change.action).inc()
-    kube.emit_event(
-        obj,
-        "Remediated",
-        f"Applied {change.action} to stop repeated {sig}"
-        + (f" ({result.upstream})" if result.upstream else "")
-        + f" after {count} crashes; edit the spec to revert.",
-        "Warning",
-    )
+    telemetry.REMEDIATIONS.labels(namespace, name, signature, change.action).inc()
+    log.info("remediated %s/%s: %s for %s on generation %s", namespace, name, change.action, signature, generation)
+    kube.emit_event(obj, "Remediated", applied.replace("{action}", change.action), "Warning")
     return change
 
 

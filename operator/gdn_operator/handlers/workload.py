@@ -7,6 +7,8 @@ server's pods at once (Ready, Unschedulable), never from a single event.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 from typing import Any
 
@@ -14,7 +16,7 @@ import kopf
 
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
-from gdn_operator.render.engine import LABEL_MANAGED_BY, LABEL_SERVER, MANAGED_BY
+from gdn_operator.render.engine import CONTAINER, LABEL_MANAGED_BY, LABEL_SERVER, MANAGED_BY
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,15 @@ def is_subset(want: Any, have: Any) -> bool:
     return False
 
 
+def engine_fingerprint(container: dict[str, Any] | None) -> str:
+    """Identity of what an engine container runs (image + argv): equal for a pod and the Deployment
+    template rendered from the spec it runs, so a pod of a previous spec is recognised (output probes)."""
+    if not container:
+        return ""
+    raw = json.dumps([container.get("image"), container.get("args") or [], container.get("command") or []])
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
 def pod_summary(body: dict[str, Any]) -> dict[str, Any]:
     status = body.get("status") or {}
     conds = {c.get("type"): c for c in status.get("conditions") or []}
@@ -76,6 +87,7 @@ def pod_summary(body: dict[str, Any]) -> dict[str, Any]:
         "unschedulable_message": sched.get("message", ""),
         "restarts": restarts,
         "deleting": bool(body["metadata"].get("deletionTimestamp")),
+        "engine": engine_fingerprint(next((c for c in (body.get("spec") or {}).get("containers") or [] if c.get("name") == CONTAINER), None)),
     }
 
 
