@@ -37,6 +37,7 @@ from gdn_operator.handlers.config import get_config
 from gdn_operator.render.engine import CONTAINER, LABEL_SERVER
 from gdn_operator.watch.guardline import SEARCH_BYTES as GUARD_SEARCH_BYTES
 from gdn_operator.watch.guardline import GuardLine, check_patch_set, parse_guard_line
+from gdn_operator.watch.evidence import Evidence
 from gdn_operator.watch.logstream import StreamClassifier
 from gdn_operator.watch.signatures import ClassificationResult, best_result, classify_termination_message
 
@@ -205,11 +206,26 @@ def _current_args(obj: dict[str, Any]) -> tuple[str, ...] | None:
     return tuple(dep["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
+def evidence_for(namespace: str, name: str) -> Evidence | None:
+    """What the operator knows about a server from the spec it rendered (model family, speculative decoding,
+    GDN prefill backend, vLLM version): the classifier names an upstream issue only with that evidence
+    (or the log's). None when the server cannot be read or its spec is invalid."""
+    try:
+        obj = kube.get_server(namespace, name)
+        return Evidence.from_spec(parse_spec((obj or {}).get("spec") or {})) if obj else None
+    except Exception as e:  # noqa: BLE001 - evidence is optional: classify without it
+        log.debug("no spec evidence for %s/%s: %s", namespace, name, e)
+        return None
+
+
 def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | None:
     """Classify one container death and record it. Returns the CR status after the update."""
     if not SEEN.add((death.pod_uid, death.restart_count)):
         return None
-    result = best_result(classify_termination_message(death.message), take_streamed(death.pod_uid, death.restart_count))
+    evidence = evidence_for(namespace, name)
+    result = best_result(
+        classify_termination_message(death.message, evidence=evidence), take_streamed(death.pod_uid, death.restart_count)
+    )
     if not result.crashed:
         # Killed without a recognisable log (OOMKilled by the kernel, SIGKILL, ...): still a crash.
         result = ClassificationResult(
@@ -565,8 +581,9 @@ class LogFollowers:
                 checked.append(True)
                 report_patch_check(namespace, server, pod, line)
 
-        state = StreamState(StreamClassifier())
         loop = asyncio.get_running_loop()
+        evidence = await loop.run_in_executor(LOG_POOL, evidence_for, namespace, server) if server else None
+        state = StreamState(StreamClassifier(evidence=evidence))
         try:
             while True:  # until this container instance ends; a restart starts a new task
                 try:
