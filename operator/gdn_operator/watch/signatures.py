@@ -18,6 +18,10 @@ ending (an end marker such as `Application shutdown complete`, or the end of the
 TAIL_LINES) is a crash, found without the traceback header (classes `engine-error-exit`,
 `unhandled-exception`).
 
+Modules: catalogue.py (schema, validation), prefixes.py (line prefixes), evidence.py (facts and
+attribution), result.py (ClassificationResult); this module keeps the matching core and re-exports their
+public names.
+
 Speed: a raw line is only looked at further when it contains a 4-character piece of one of the
 catalogue's literal keywords; one precompiled regex scans whole blocks of text for those pieces, so the
 noise lines never reach Python code (bench/bench_classifier.py).
@@ -26,11 +30,10 @@ noise lines never reach Python code (bench/bench_classifier.py).
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections import deque
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable
+from dataclasses import dataclass
+from typing import Callable, Iterable
 
 from gdn_operator.watch import evidence as _ev
 from gdn_operator.watch.catalogue import (  # noqa: F401 - re-exported: the catalogue API lives here too
@@ -50,6 +53,7 @@ from gdn_operator.watch.catalogue import (  # noqa: F401 - re-exported: the cata
     parse_catalogue,
 )
 from gdn_operator.watch.evidence import Evidence
+from gdn_operator.watch.result import ClassificationResult, MatchedLine, best_result  # noqa: F401 - re-exported
 from gdn_operator.watch.prefixes import (  # noqa: F401 - re-exported
     NOISE_LEVELS,
     _EXC_LINE,
@@ -72,72 +76,6 @@ TAIL_LINES = 40
 #: An unlevelled exception this close after a handled-request marker belongs to that request.
 HANDLED_WINDOW = 400
 _HANDLED = re.compile(r"Exception in ASGI application|Exception in callback|Task exception was never retrieved")
-
-
-# ------------------------------------------------------------------------------------------------
-# results
-
-
-@dataclass(frozen=True)
-class MatchedLine:
-    line: int
-    text: str
-
-
-@dataclass
-class ClassificationResult:
-    """What the crash watch knows about one log / termination message. JSON-serialisable via to_dict()."""
-
-    crashed: bool
-    signature: str | None = None
-    title: str | None = None
-    kind: str | None = None
-    generic: bool = False
-    confidence: str | None = None
-    upstream: str | None = None
-    upstream_url: str | None = None
-    related: list[str] = field(default_factory=list)
-    bugs: list[str] = field(default_factory=list)
-    priority: int = 0
-    root_cause: str | None = None
-    root_cause_line: int | None = None
-    matched: list[MatchedLine] = field(default_factory=list)
-    remediation: Remediation | None = None
-    other_signatures: list[str] = field(default_factory=list)
-    context: list[str] = field(default_factory=list)
-    lines_scanned: int = 0
-    #: upstream issues this crash may be, not named because the evidence that ties them is missing
-    candidates: list[str] = field(default_factory=list)
-    #: why a candidate was not named (one line per candidate)
-    attribution: list[str] = field(default_factory=list)
-    #: facts used for attribution: fact -> "value (log|spec|--vllm-version)"
-    evidence: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def to_json(self, **kw: Any) -> str:
-        return json.dumps(self.to_dict(), **kw)
-
-    def summary(self) -> str:
-        """One line for a Kubernetes Event / status message."""
-        if not self.crashed:
-            return "no crash signature found"
-        up = f" ({self.upstream})" if self.upstream else ""
-        cand = f" (candidates, not confirmed: {', '.join(self.candidates)})" if self.candidates and not self.upstream else ""
-        rc = f": {self.root_cause}" if self.root_cause else ""
-        return f"{self.signature}{up}{cand}{rc}"
-
-
-def best_result(*results: ClassificationResult | None) -> ClassificationResult:
-    """The most informative of several results (e.g. termination message vs. streamed log).
-
-    Crashed beats not crashed, specific beats generic, then higher priority, then a root cause present.
-    """
-    rs = [r for r in results if r is not None]
-    if not rs:
-        return ClassificationResult(crashed=False)
-    return max(rs, key=lambda r: (r.crashed, not r.generic, r.priority, r.root_cause is not None))
 
 
 # ------------------------------------------------------------------------------------------------
