@@ -306,3 +306,25 @@ def test_cli_help_documents_the_flags(capsys) -> None:
         main(["classify-log", "--help"])
     out = capsys.readouterr().out
     assert "--spec MANIFEST" in out and "--vllm-version X" in out and "evidence" in out
+
+
+def test_fact_scan_cut_is_the_same_in_line_and_block_mode(monkeypatch) -> None:
+    """After FACT_SCAN_LINES lines (or once every fact is known) fact-only lines are skipped (speed); the cut
+    falls on the same line however the text is split, so line mode and block mode agree."""
+    import gdn_operator.watch.signatures as sigmod
+
+    monkeypatch.setattr(sigmod, "FACT_SCAN_LINES", 7)
+    lines = ["x"] * 5 + ["(APIServer pid=1) INFO 03-18 08:50:31 [model.py:531] Resolved architecture: LlamaForCausalLM"] + ["y"] * 3 + [
+        "INFO 03-18 08:50:31 [api_server.py:972] vLLM API server version 0.8.0rc3.dev6+g53a0cf8b",  # vllm#15016
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+    ]
+    one = sigmod.LogClassifier()
+    one.feed_lines(lines)
+    assert one.facts == {"family": "other"}  # the version line came after the cut
+    for cut in range(1, len(lines)):
+        two = sigmod.LogClassifier()
+        two.feed_text("\n".join(lines[:cut]) + "\n")
+        two.feed_text("\n".join(lines[cut:]) + "\n")
+        assert two.result().to_dict() == one.result().to_dict(), cut
+    monkeypatch.setattr(sigmod, "FACT_SCAN_LINES", 50)
+    assert classify_text("\n".join(lines)).evidence["vllm_version"] == "0.8.0rc3.dev6+g53a0cf8b (log)"

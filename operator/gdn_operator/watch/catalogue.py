@@ -132,6 +132,8 @@ class Catalogue:
     classes: dict[str, CrashClass] = field(default_factory=dict)
     end_keywords: tuple[str, ...] = ()
     end_regex: re.Pattern[str] = re.compile(r"(?!)")
+    #: the prefilter without the fact keywords (once the facts are known, or the startup is over)
+    steady_regex: re.Pattern[str] = re.compile(r"(?!)")
 
     def get(self, sig_id: str) -> Signature:
         for s in self.signatures:
@@ -393,13 +395,15 @@ def parse_catalogue(data: Any, path: str = "<catalogue>") -> Catalogue:
         _compile(f"{path}: end_markers.patterns[{i}]", rx)
     end_rx = re.compile("|".join(f"(?:{rx})" for rx in end_pats) or r"(?!)")
 
-    scan = _minimal_keywords(
-        [k for s in sigs for k in s.keywords] + [k for f in facts for k in f.keywords] + list(end_kw)
-        + list(EXCEPTION_KEYWORDS)
-    )
-    pieces = _minimal_keywords(_rare_piece(k) for k in scan)
-    scan_rx = re.compile("|".join(re.escape(p) for p in sorted(pieces)))
-    return Catalogue(tuple(sigs), secondary, repos, path, scan, scan_rx, facts, classes, end_kw, end_rx)
+    steady = [k for s in sigs for k in s.keywords] + list(end_kw) + list(EXCEPTION_KEYWORDS)
+    scan = _minimal_keywords(steady + [k for f in facts for k in f.keywords])
+    return Catalogue(tuple(sigs), secondary, repos, path, scan, _prefilter(scan), facts, classes, end_kw, end_rx,
+                     _prefilter(_minimal_keywords(steady)))
+
+
+def _prefilter(keywords: Iterable[str]) -> re.Pattern[str]:
+    pieces = _minimal_keywords(_rare_piece(k) for k in keywords)
+    return re.compile("|".join(re.escape(p) for p in sorted(pieces)))
 
 
 DEFAULT_CATALOGUE_PATH = "data/signatures.yaml"

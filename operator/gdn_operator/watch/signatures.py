@@ -73,6 +73,9 @@ CONTEXT_LINE_CHARS = 512
 ROOT_CAUSE_MAX_DISTANCE = 2000
 #: A logged exception this close to the end of the text is the last thing the process did (a tail).
 TAIL_LINES = 40
+#: Facts (model family, spec decode, ...) are logged at startup: after this many lines, or once all are
+#: known, lines holding only a fact keyword are no longer looked at (facts in tracebacks still are).
+FACT_SCAN_LINES = 50_000
 #: An unlevelled exception this close after a handled-request marker belongs to that request.
 HANDLED_WINDOW = 400
 _HANDLED = re.compile(r"Exception in ASGI application|Exception in callback|Task exception was never retrieved")
@@ -155,6 +158,7 @@ class LogClassifier:
         self.evidence = evidence
         self._states = [_SigState(s) for s in self.catalogue.signatures]
         self._scan_rx = self.catalogue.scan_regex
+        self._steady = False  # switched to the prefilter without fact keywords
         self._secondary = self.catalogue.secondary
         self._fact_rules = self.catalogue.facts
         self._end_kw = self.catalogue.end_keywords
@@ -183,13 +187,45 @@ class LogClassifier:
         if self._scan_rx.search(line) is not None:
             tail = list(self._tail)
             self._process(line, self._n, lambda: tail)
+            if not self._steady and self._facts_done():
+                self._go_steady()
+        if not self._steady and self._n >= FACT_SCAN_LINES:
+            self._go_steady()
         self._tail.append(_cap(line, CONTEXT_LINE_CHARS))
+
+    def _facts_done(self) -> bool:
+        return self._version is not None and len(self._facts) == len({r.fact for r in self._fact_rules if r.value})
+
+    def _go_steady(self) -> None:
+        self._steady = True
+        self._scan_rx = self.catalogue.steady_regex
 
     def feed_lines(self, lines: Iterable[str]) -> None:
         for line in lines:
             self.feed_line(line)
 
     def feed_text(self, text: str) -> None:
+        if not text:
+            return
+        if not self._steady:
+            left = FACT_SCAN_LINES - self._n  # lines still scanned for facts (the same cut as feed_line's)
+            nl = text.count("\n")
+            complete = nl + (0 if text.endswith("\n") else 1)  # a final line without '\n' counts
+            if complete >= left:
+                off = -1
+                for _ in range(left):
+                    off = text.find("\n", off + 1)
+                    if off == -1:
+                        off = len(text) - 1
+                        break
+                self._feed_block(text[: off + 1])
+                self._go_steady()
+                text = text[off + 1 :]
+        self._feed_block(text)
+        if not self._steady and self._facts_done():
+            self._go_steady()
+
+    def _feed_block(self, text: str) -> None:
         if not text:
             return
         if text.endswith("\n"):
