@@ -207,27 +207,6 @@ class LogClassifier:
     def feed_text(self, text: str) -> None:
         if not text:
             return
-        if not self._steady:
-            left = FACT_SCAN_LINES - self._n  # lines still scanned for facts (the same cut as feed_line's)
-            nl = text.count("\n")
-            complete = nl + (0 if text.endswith("\n") else 1)  # a final line without '\n' counts
-            if complete >= left:
-                off = -1
-                for _ in range(left):
-                    off = text.find("\n", off + 1)
-                    if off == -1:
-                        off = len(text) - 1
-                        break
-                self._feed_block(text[: off + 1])
-                self._go_steady()
-                text = text[off + 1 :]
-        self._feed_block(text)
-        if not self._steady and self._facts_done():
-            self._go_steady()
-
-    def _feed_block(self, text: str) -> None:
-        if not text:
-            return
         if text.endswith("\n"):
             body_end = len(text) - 1
         else:
@@ -251,10 +230,21 @@ class LogClassifier:
                 le = len(text)
             lineno += text.count("\n", last, ls)
             last = ls
+            if not self._steady and lineno >= FACT_SCAN_LINES:
+                # past the startup: the same cut as feed_line's; look at this line again with the steady filter
+                self._go_steady()
+                search = self._scan_rx.search
+                pos = ls
+                continue
             line = text[ls : min(le, ls + cap)]
             self._process(line, lineno + 1, functools.partial(self._context_in, text, ls))
+            if not self._steady and self._facts_done():
+                self._go_steady()  # nothing a fact-only line could change any more
+                search = self._scan_rx.search
             pos = le + 1
         self._n = base + text.count("\n", 0, body_end) + 1
+        if not self._steady and self._n >= FACT_SCAN_LINES:
+            self._go_steady()
         for ln in self._lines_before(text, body_end + 1, CONTEXT_LINES):
             self._tail.append(ln)
 
