@@ -328,3 +328,20 @@ def test_fact_scan_cut_is_the_same_in_line_and_block_mode(monkeypatch) -> None:
         assert two.result().to_dict() == one.result().to_dict(), cut
     monkeypatch.setattr(sigmod, "FACT_SCAN_LINES", 50)
     assert classify_text("\n".join(lines)).evidence["vllm_version"] == "0.8.0rc3.dev6+g53a0cf8b (log)"
+
+
+def test_remediation_ladder_validation_and_data() -> None:
+    bad = _cat(upstream=None, remediation={"action": "disable-spec-decode", "hint": "h", "ladder": [{"action": "pray", "reason": "r"}]})
+    with pytest.raises(CatalogueError, match=re.escape("remediation.ladder[0]: needs 'action'")):
+        parse_catalogue(bad, "t.yaml")
+    bad = _cat(upstream=None, remediation={"action": "disable-spec-decode", "hint": "h",
+                                           "ladder": [{"action": "disable-async-scheduling", "reason": "r", "min_tp": 0}]})
+    with pytest.raises(CatalogueError, match="min_tp"):
+        parse_catalogue(bad, "t.yaml")
+    # issue 18: the TP spec-decode illegal-address signatures keep MTP on before disabling it
+    cat = default_catalogue()
+    for sid in ("cuda-illegal-address-accepted-sync", "cuda-illegal-address-worker-execute"):
+        rem = cat.get(sid).remediation
+        assert rem.action == "disable-spec-decode"
+        assert [s.action for s in rem.ladder] == ["drop-nccl-p2p-disable", "disable-async-scheduling"]
+        assert all(s.min_tp == 2 and s.reason for s in rem.ladder)

@@ -8,7 +8,12 @@ handled once, also across operator restarts (status.lastCrash remembers the last
 Remediation: when one known signature repeats `spec.remediation.threshold` times on the same spec
 generation, the catalogue's documented workaround is applied to the spec once (one remediation per
 signature per generation; a change that is already in the spec is never re-applied, so it cannot loop; a
-user edit starts a new generation and resets the count).
+user edit starts a new generation and resets the count). A signature with a `remediation.ladder` (the
+illegal-address signatures under TP >= 2, issue 18) first gets the ladder's settings that keep speculative
+decoding on, in order, each tried once, with the step and its reason in status.remediations[].reason;
+its own action (disable speculative decoding) is the last resort. A crash reported as a generic class
+because the evidence for its upstream issue is missing (issue 16) carries action `investigate`: never
+remediated automatically.
 """
 
 from __future__ import annotations
@@ -85,6 +90,12 @@ def remediation_for(action: str, spec: GDNModelServerSpec) -> Change | None:
         if spec.chunked_prefill is True:
             return None
         return Change("chunkedPrefill=true", {"chunkedPrefill": True})
+    if action == "drop-nccl-p2p-disable":
+        # rule vllm#41190: NCCL peer-to-peer disabled is the reported environment of the TP spec-decode fault
+        if not any(e.name == "NCCL_P2P_DISABLE" and e.value == "1" for e in spec.env):
+            return None
+        keep = [e.model_dump(by_alias=True, exclude_none=True, mode="json") for e in spec.env if e.name != "NCCL_P2P_DISABLE"]
+        return Change("env NCCL_P2P_DISABLE removed", {"env": keep})
     if action == "disable-prefix-caching":
         if spec.prefix_caching is False:
             return None
@@ -309,6 +320,62 @@ def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | No
     return obj.get("status")
 
 
+def _admission_refusal(obj: dict[str, Any], change: Change) -> str | None:
+    """Why the workaround would itself not pass admission (None: it would)."""
+    from gdn_operator.rules import evaluate
+
+    try:
+        new_spec = parse_spec(_merged_spec(obj.get("spec") or {}, change.patch))
+        if not evaluate(new_spec, default_policy=get_config().default_policy).allowed:
+            return f"{change.action} would itself be refused by admission"
+    except ManifestError as e:
+        return f"{change.action} would make the spec invalid: {'; '.join(e.problems)}"
+    return None
+
+
+def choose_remediation(
+    sig: str, result: ClassificationResult, spec: GDNModelServerSpec, obj: dict[str, Any]
+) -> tuple[Change | None, str | None, str | None]:
+    """(change, refusal, reason) for a repeated crash.
+
+    A signature's `remediation.ladder` (data/signatures.yaml) lists settings that keep speculative decoding on;
+    those that apply at the spec's tensorParallelSize are tried in order, each at most once for this signature
+    (status.remediations remembers what was tried), before the signature's own action (the last resort).
+    A step already in effect, or one admission would refuse, is passed over."""
+    rem = result.remediation
+    action = rem.action if rem else "investigate"
+    steps = [st for st in (rem.ladder if rem else ()) if spec.tensor_parallel_size >= st.min_tp]
+    tried = {r.get("action") for r in (obj.get("status") or {}).get("remediations") or [] if r.get("signature") == sig}
+    refusal = None
+    passed: list[str] = []
+    for i, step in enumerate(steps):
+        change = remediation_for(step.action, spec)
+        if change is None:
+            continue
+        if change.action in tried:
+            passed.append(f"{change.action} (tried before)")
+            continue
+        refusal = _admission_refusal(obj, change)
+        if refusal:
+            passed.append(refusal)
+            continue
+        last = "; ".join(passed)
+        return change, None, (
+            f"step {i + 1} of {len(steps)} that keep speculative decoding on: {change.action} ({step.reason})"
+            + (f"; passed over: {last}" if last else "") + f"; last resort: {action}"
+        )
+    change = remediation_for(action, spec)
+    if change is not None:
+        refusal = _admission_refusal(obj, change)
+        if refusal:
+            return None, refusal, None
+        why = None
+        if steps:
+            why = f"last resort after the settings that keep speculative decoding on ({'; '.join(passed) or 'none applicable'})"
+        return change, None, why
+    return None, refusal, None
+
+
 def maybe_remediate(
     namespace: str, name: str, obj: dict[str, Any], result: ClassificationResult, count: int, generation: int | None
 ) -> Change | None:
@@ -320,20 +387,7 @@ def maybe_remediate(
         return None
     sig = result.signature or ""
     action = result.remediation.action if result.remediation else "investigate"
-    change = remediation_for(action, spec)
-    refusal = None
-    if change is not None:
-        # The workaround must itself pass admission.
-        from gdn_operator.rules import evaluate
-
-        try:
-            new_spec = parse_spec(_merged_spec(obj.get("spec") or {}, change.patch))
-            if not evaluate(new_spec, default_policy=get_config().default_policy).allowed:
-                refusal = f"{change.action} would itself be refused by admission"
-        except ManifestError as e:
-            refusal = f"{change.action} would make the spec invalid: {'; '.join(e.problems)}"
-        if refusal:
-            change = None
+    change, refusal, why = choose_remediation(sig, result, spec, obj)
     hint = result.remediation.hint if result.remediation else "Investigate the engine log."
     record = {
         "time": kube.now(),
@@ -343,6 +397,7 @@ def maybe_remediate(
         "action": change.action if change else "none",
         "changes": change.patch if change else {},
         "reason": f"{sig} crashed the engine {count} times on generation {generation}"
+        + (f"; {why}" if change and why else "")
         + ("" if change else f"; no automatic workaround left ({refusal or action}): {hint}"),
     }
     claimed: list[bool] = []
@@ -377,7 +432,8 @@ def maybe_remediate(
         "Remediated",
         f"Applied {change.action} to stop repeated {sig}"
         + (f" ({result.upstream})" if result.upstream else "")
-        + f" after {count} crashes; edit the spec to revert.",
+        + f" after {count} crashes; edit the spec to revert."
+        + (f" {why[0].upper()}{why[1:]}." if why else ""),
         "Warning",
     )
     return change

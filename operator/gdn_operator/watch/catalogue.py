@@ -33,6 +33,7 @@ ACTIONS = (
     "disable-prefix-caching",
     "raise-max-num-batched-tokens",
     "reduce-memory",
+    "drop-nccl-p2p-disable",
     "investigate",
 )
 CONFIDENCES = ("exact", "probable")
@@ -53,9 +54,20 @@ class CatalogueError(ValueError):
 
 
 @dataclass(frozen=True)
+class LadderStep:
+    """One setting to try, in order, before the signature's last-resort action (issue 18)."""
+
+    action: str
+    reason: str
+    min_tp: int = 1  # the step applies only from this tensorParallelSize
+
+
+@dataclass(frozen=True)
 class Remediation:
     action: str
     hint: str
+    #: settings that keep speculative decoding on, tried in order (each once) before `action`
+    ladder: tuple[LadderStep, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -279,6 +291,15 @@ def _parse_signature(where: str, s: dict[str, Any], sid: str) -> Signature:
         raise CatalogueError(
             f"{where}: field 'remediation' needs 'action' (one of {', '.join(ACTIONS)}) and a 'hint' string"
         )
+    ladder: list[LadderStep] = []
+    for k, step in enumerate(rem.get("ladder") or []):
+        lw = f"{where}: remediation.ladder[{k}]"
+        if not isinstance(step, dict) or step.get("action") not in ACTIONS or not isinstance(step.get("reason"), str):
+            raise CatalogueError(f"{lw}: needs 'action' (one of {', '.join(ACTIONS)}) and a 'reason' string")
+        min_tp = step.get("min_tp", 1)
+        if not isinstance(min_tp, int) or isinstance(min_tp, bool) or min_tp < 1:
+            raise CatalogueError(f"{lw}: 'min_tp' must be a positive integer")
+        ladder.append(LadderStep(step["action"], " ".join(step["reason"].split()), min_tp))
     match = s.get("match")
     if not isinstance(match, list) or not match:
         raise CatalogueError(f"{where}: field 'match' must be a non-empty list")
@@ -329,7 +350,7 @@ def _parse_signature(where: str, s: dict[str, Any], sid: str) -> Signature:
         confidence=confidence,
         keywords=keywords,
         alternatives=tuple(alts),
-        remediation=Remediation(rem["action"], " ".join(rem["hint"].split())),
+        remediation=Remediation(rem["action"], " ".join(rem["hint"].split()), tuple(ladder)),
         root_cause=root_mode,
         unlevelled_only=bool(s.get("unlevelled_only", False)),
         exclude_secondary=bool(s.get("exclude_secondary", False)),
