@@ -200,6 +200,10 @@ def test_error_exception_then_application_shutdown_is_a_crash() -> None:
     r = classify_text(far + SHUTDOWN)
     assert r.crashed and r.signature == "engine-error-exit" and r.generic
     assert r.root_cause.startswith("ValueError: Hybrid KV cache manager is disabled") and r.root_cause_line == 1
+    # a clean shutdown long after a logged-and-survived exception is not that exception's crash
+    from gdn_operator.watch.signatures import END_WINDOW
+
+    assert not classify_text(exc + ACCESS * (END_WINDOW + 10) + SHUTDOWN).crashed
 
 
 def test_request_error_at_the_end_is_not_a_crash() -> None:

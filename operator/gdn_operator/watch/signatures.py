@@ -76,6 +76,8 @@ TAIL_LINES = 40
 #: Facts (model family, spec decode, ...) are logged at startup: after this many lines, or once all are
 #: known, lines holding only a fact keyword are no longer looked at (facts in tracebacks still are).
 FACT_SCAN_LINES = 50_000
+#: ... or this close before an end marker (other ranks' tracebacks and the shutdown chatter come between).
+END_WINDOW = 1000
 #: An unlevelled exception this close after a handled-request marker belongs to that request.
 HANDLED_WINDOW = 400
 _HANDLED = re.compile(r"Exception in ASGI application|Exception in callback|Task exception was never retrieved")
@@ -383,7 +385,7 @@ class LogClassifier:
         le = self._last_exc
         if le is None or le.handled or le.where == "request":
             return None
-        if self._last_end > le.line or self._n - le.line <= TAIL_LINES:
+        if 0 < self._last_end - le.line <= END_WINDOW or self._n - le.line <= TAIL_LINES:
             return le
         return None
 
