@@ -160,6 +160,7 @@ class LogClassifier:
         self.evidence = evidence
         self._states = [_SigState(s) for s in self.catalogue.signatures]
         self._scan_rx = self.catalogue.scan_regex
+        self._search = self._scan_rx.search
         self._steady = False  # switched to the prefilter without fact keywords
         self._secondary = self.catalogue.secondary
         self._fact_rules = self.catalogue.facts
@@ -184,16 +185,17 @@ class LogClassifier:
         if "\n" in line:
             self.feed_text(line)
             return
-        line = _cap(line, self.max_line_chars)
+        if len(line) > self.max_line_chars:
+            line = line[: self.max_line_chars]
         self._n += 1
-        if self._scan_rx.search(line) is not None:
+        if self._search(line) is not None:
             tail = list(self._tail)
             self._process(line, self._n, lambda: tail)
             if not self._steady and self._facts_done():
                 self._go_steady()
         if not self._steady and self._n >= FACT_SCAN_LINES:
             self._go_steady()
-        self._tail.append(_cap(line, CONTEXT_LINE_CHARS))
+        self._tail.append(line if len(line) <= CONTEXT_LINE_CHARS else line[:CONTEXT_LINE_CHARS])
 
     def _facts_done(self) -> bool:
         return self._version is not None and len(self._facts) == len({r.fact for r in self._fact_rules if r.value})
@@ -201,6 +203,7 @@ class LogClassifier:
     def _go_steady(self) -> None:
         self._steady = True
         self._scan_rx = self.catalogue.steady_regex
+        self._search = self._scan_rx.search
 
     def feed_lines(self, lines: Iterable[str]) -> None:
         for line in lines:
