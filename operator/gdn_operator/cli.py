@@ -79,9 +79,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("launch", nargs=argparse.REMAINDER, help="-- vllm serve MODEL --flags ...")
     s.set_defaults(func=_cmd_validate)
 
-    s = sub.add_parser("classify-log", help="classify a vLLM log or termination message ('-' for stdin)")
-    s.add_argument("file")
+    s = sub.add_parser(
+        "classify-log",
+        help="classify a vLLM log or termination message ('-' for stdin)",
+        description="Classify a vLLM log (or a container's termination message). An upstream issue is named only "
+        "when the log, or the spec given with --spec, carries the evidence that ties the crash to it; otherwise "
+        "the generic class is reported with the issues it may be as candidates. Exit 0 crash, 3 no crash, "
+        "2 unreadable input.",
+    )
+    s.add_argument("file", help="log file, or '-' for stdin")
     s.add_argument("--output", choices=["text", "json"], default="text")
+    s.add_argument(
+        "--spec",
+        metavar="MANIFEST",
+        help="GDNModelServer manifest of the server that wrote the log: its model family, speculative decoding and "
+        "GDN prefill backend count as evidence (what the operator uses in the cluster)",
+    )
+    s.add_argument(
+        "--vllm-version",
+        metavar="X",
+        help="vLLM release that wrote the log (overrides the manifest's spec.image.vllmVersion)",
+    )
     s.set_defaults(func=_cmd_classify_log)
     return p
 

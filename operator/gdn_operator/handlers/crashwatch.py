@@ -8,7 +8,12 @@ handled once, also across operator restarts (status.lastCrash remembers the last
 Remediation: when one known signature repeats `spec.remediation.threshold` times on the same spec
 generation, the catalogue's documented workaround is applied to the spec once (one remediation per
 signature per generation; a change that is already in the spec is never re-applied, so it cannot loop; a
-user edit starts a new generation and resets the count).
+user edit starts a new generation and resets the count). A signature with a `remediation.ladder` (the
+illegal-address signatures under TP >= 2, issue 18) first gets the ladder's settings that keep speculative
+decoding on, in order, each tried once, with the step and its reason in status.remediations[].reason;
+its own action (disable speculative decoding) is the last resort. A crash reported as a generic class
+because the evidence for its upstream issue is missing (issue 16) carries action `investigate`: never
+remediated automatically.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from gdn_operator.handlers.config import get_config
 from gdn_operator.render.engine import CONTAINER, LABEL_SERVER
 from gdn_operator.watch.guardline import SEARCH_BYTES as GUARD_SEARCH_BYTES
 from gdn_operator.watch.guardline import GuardLine, check_patch_set, parse_guard_line
+from gdn_operator.watch.evidence import Evidence
 from gdn_operator.watch.logstream import StreamClassifier
 from gdn_operator.watch.signatures import ClassificationResult, best_result, classify_termination_message
 
@@ -84,6 +90,12 @@ def remediation_for(action: str, spec: GDNModelServerSpec) -> Change | None:
         if spec.chunked_prefill is True:
             return None
         return Change("chunkedPrefill=true", {"chunkedPrefill": True})
+    if action == "drop-nccl-p2p-disable":
+        # rule vllm#41190: NCCL peer-to-peer disabled is the reported environment of the TP spec-decode fault
+        if not any(e.name == "NCCL_P2P_DISABLE" and e.value == "1" for e in spec.env):
+            return None
+        keep = [e.model_dump(by_alias=True, exclude_none=True, mode="json") for e in spec.env if e.name != "NCCL_P2P_DISABLE"]
+        return Change("env NCCL_P2P_DISABLE removed", {"env": keep})
     if action == "disable-prefix-caching":
         if spec.prefix_caching is False:
             return None
@@ -205,11 +217,26 @@ def _current_args(obj: dict[str, Any]) -> tuple[str, ...] | None:
     return tuple(dep["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
+def evidence_for(namespace: str, name: str) -> Evidence | None:
+    """What the operator knows about a server from the spec it rendered (model family, speculative decoding,
+    GDN prefill backend, vLLM version): the classifier names an upstream issue only with that evidence
+    (or the log's). None when the server cannot be read or its spec is invalid."""
+    try:
+        obj = kube.get_server(namespace, name)
+        return Evidence.from_spec(parse_spec((obj or {}).get("spec") or {})) if obj else None
+    except Exception as e:  # noqa: BLE001 - evidence is optional: classify without it
+        log.debug("no spec evidence for %s/%s: %s", namespace, name, e)
+        return None
+
+
 def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | None:
     """Classify one container death and record it. Returns the CR status after the update."""
     if not SEEN.add((death.pod_uid, death.restart_count)):
         return None
-    result = best_result(classify_termination_message(death.message), take_streamed(death.pod_uid, death.restart_count))
+    evidence = evidence_for(namespace, name)
+    result = best_result(
+        classify_termination_message(death.message, evidence=evidence), take_streamed(death.pod_uid, death.restart_count)
+    )
     if not result.crashed:
         # Killed without a recognisable log (OOMKilled by the kernel, SIGKILL, ...): still a crash.
         result = ClassificationResult(
@@ -293,6 +320,62 @@ def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | No
     return obj.get("status")
 
 
+def _admission_refusal(obj: dict[str, Any], change: Change) -> str | None:
+    """Why the workaround would itself not pass admission (None: it would)."""
+    from gdn_operator.rules import evaluate
+
+    try:
+        new_spec = parse_spec(_merged_spec(obj.get("spec") or {}, change.patch))
+        if not evaluate(new_spec, default_policy=get_config().default_policy).allowed:
+            return f"{change.action} would itself be refused by admission"
+    except ManifestError as e:
+        return f"{change.action} would make the spec invalid: {'; '.join(e.problems)}"
+    return None
+
+
+def choose_remediation(
+    sig: str, result: ClassificationResult, spec: GDNModelServerSpec, obj: dict[str, Any]
+) -> tuple[Change | None, str | None, str | None]:
+    """(change, refusal, reason) for a repeated crash.
+
+    A signature's `remediation.ladder` (data/signatures.yaml) lists settings that keep speculative decoding on;
+    those that apply at the spec's tensorParallelSize are tried in order, each at most once for this signature
+    (status.remediations remembers what was tried), before the signature's own action (the last resort).
+    A step already in effect, or one admission would refuse, is passed over."""
+    rem = result.remediation
+    action = rem.action if rem else "investigate"
+    steps = [st for st in (rem.ladder if rem else ()) if spec.tensor_parallel_size >= st.min_tp]
+    tried = {r.get("action") for r in (obj.get("status") or {}).get("remediations") or [] if r.get("signature") == sig}
+    refusal = None
+    passed: list[str] = []
+    for i, step in enumerate(steps):
+        change = remediation_for(step.action, spec)
+        if change is None:
+            continue
+        if change.action in tried:
+            passed.append(f"{change.action} (tried before)")
+            continue
+        refusal = _admission_refusal(obj, change)
+        if refusal:
+            passed.append(refusal)
+            continue
+        last = "; ".join(passed)
+        return change, None, (
+            f"step {i + 1} of {len(steps)} that keep speculative decoding on: {change.action} ({step.reason})"
+            + (f"; passed over: {last}" if last else "") + f"; last resort: {action}"
+        )
+    change = remediation_for(action, spec)
+    if change is not None:
+        refusal = _admission_refusal(obj, change)
+        if refusal:
+            return None, refusal, None
+        why = None
+        if steps:
+            why = f"last resort after the settings that keep speculative decoding on ({'; '.join(passed) or 'none applicable'})"
+        return change, None, why
+    return None, refusal, None
+
+
 def maybe_remediate(
     namespace: str, name: str, obj: dict[str, Any], result: ClassificationResult, count: int, generation: int | None
 ) -> Change | None:
@@ -304,7 +387,7 @@ def maybe_remediate(
         return None
     sig = result.signature or ""
     action = result.remediation.action if result.remediation else "investigate"
-    change, refusal = vet_change(obj, remediation_for(action, spec))
+    change, refusal, why = choose_remediation(sig, result, spec, obj)
     hint = result.remediation.hint if result.remediation else "Investigate the engine log."
     trigger = f"{sig} crashed the engine {count} times on generation {generation}"
 
@@ -314,10 +397,12 @@ def maybe_remediate(
 
     return remediate_once(
         namespace, name, obj, signature=sig, upstream=result.upstream, generation=generation, change=change,
-        reason=trigger + ("" if change else f"; no automatic workaround left ({refusal or action}): {hint}"),
+        reason=trigger + (f"; {why}" if change and why else "")
+        + ("" if change else f"; no automatic workaround left ({refusal or action}): {hint}"),
         not_possible=f"{sig} repeated {count} times; no automatic workaround left ({refusal or action}): {hint}",
         applied=f"Applied {{action}} to stop repeated {sig}" + (f" ({result.upstream})" if result.upstream else "")
-        + f" after {count} crashes; edit the spec to revert.",
+        + f" after {count} crashes; edit the spec to revert."
+        + (f" {why[0].upper()}{why[1:]}." if why else ""),
         on_claim=claimed_crash,
     )
 
@@ -350,15 +435,8 @@ def vet_change(obj: dict[str, Any], change: Change | None) -> tuple[Change | Non
     """The change if the patched spec is valid and itself passes admission; else (None, why not)."""
     if change is None:
         return None, None
-    from gdn_operator.rules import evaluate
-
-    try:
-        new_spec = parse_spec(_merged_spec(obj.get("spec") or {}, change.patch))
-        if not evaluate(new_spec, default_policy=get_config().default_policy).allowed:
-            return None, f"{change.action} would itself be refused by admission"
-    except ManifestError as e:
-        return None, f"{change.action} would make the spec invalid: {'; '.join(e.problems)}"
-    return change, None
+    refusal = _admission_refusal(obj, change)
+    return (None, refusal) if refusal else (change, None)
 
 
 def remediate_once(
@@ -608,8 +686,9 @@ class LogFollowers:
                 checked.append(True)
                 report_patch_check(namespace, server, pod, line)
 
-        state = StreamState(StreamClassifier())
         loop = asyncio.get_running_loop()
+        evidence = await loop.run_in_executor(LOG_POOL, evidence_for, namespace, server) if server else None
+        state = StreamState(StreamClassifier(evidence=evidence))
         try:
             while True:  # until this container instance ends; a restart starts a new task
                 try:
