@@ -117,6 +117,7 @@ class Death:
     finished_at: str | None
     crash_loop: bool
     args: tuple[str, ...] = ()
+    group: str | None = None  # "<LeaderWorkerSet>/<group index>" for a pod of a multi-node engine
 
 
 def deaths_in(pod: dict[str, Any]) -> list[Death]:
@@ -126,6 +127,7 @@ def deaths_in(pod: dict[str, Any]) -> list[Death]:
     if meta.get("deletionTimestamp"):
         return []  # killed on purpose (rollout, scale-down, eviction): not an engine crash
     args = next((tuple(c.get("args") or ()) for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == CONTAINER), ())
+    group = group_of(meta.get("labels") or {})
     for cs in status.get("containerStatuses") or []:
         if cs.get("name") != CONTAINER:
             continue
@@ -150,9 +152,35 @@ def deaths_in(pod: dict[str, Any]) -> list[Death]:
                     finished_at=term.get("finishedAt"),
                     crash_loop=crash_loop,
                     args=args,
+                    group=group,
                 )
             )
     return out
+
+
+def group_of(labels: dict[str, str]) -> str | None:
+    """The LeaderWorkerSet group a pod belongs to ("<name>/<group index>"), or None for single-node engines."""
+    from gdn_operator.render.lws import LABEL_GROUP_INDEX, LABEL_SET_NAME
+
+    if LABEL_GROUP_INDEX not in labels:
+        return None
+    return f"{labels.get(LABEL_SET_NAME, '')}/{labels[LABEL_GROUP_INDEX]}"
+
+
+#: Deaths of other pods of the same multi-node group within this many seconds of the last recorded one are
+#: the same incident (a worker's engine dying takes the leader's down with it): counted once.
+GROUP_INCIDENT_SECONDS = float(os.environ.get("GDN_GROUP_INCIDENT_SECONDS", "20"))
+
+
+def _seconds_between(a: str | None, b: str | None) -> float:
+    if not a or not b:
+        return float("inf")
+    try:
+        ta = dt.datetime.fromisoformat(a.replace("Z", "+00:00"))
+        tb = dt.datetime.fromisoformat(b.replace("Z", "+00:00"))
+    except ValueError:
+        return float("inf")
+    return abs((ta - tb).total_seconds())
 
 
 class _Seen:
@@ -194,15 +222,16 @@ def take_streamed(pod_uid: str, restart_count: int) -> ClassificationResult | No
         return STREAMED.pop((pod_uid, restart_count), None)
 
 
-def _current_args(obj: dict[str, Any]) -> tuple[str, ...] | None:
-    """The engine argv the operator renders for the object's current spec (None: cannot tell)."""
+def _current_args(obj: dict[str, Any]) -> set[tuple[str, ...]] | None:
+    """The engine argvs the operator renders for the object's current spec: one for a Deployment, the
+    leader's and the workers' for a LeaderWorkerSet (None: cannot tell)."""
     from gdn_operator.handlers.reconcile import expected_objects
+    from gdn_operator.render.scaleout import engine_args
 
     objs = expected_objects(obj)
     if not objs:
         return None
-    dep = next(o for o in objs if o["kind"] == "Deployment")
-    return tuple(dep["spec"]["template"]["spec"]["containers"][0]["args"])
+    return engine_args(objs)
 
 
 def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | None:
@@ -242,33 +271,48 @@ def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | No
         # A pod still running a previous spec (rollout in progress) is reported, but its crashes do not
         # count toward remediating the current generation.
         current = _current_args(obj)
-        stale = bool(death.args) and current is not None and tuple(death.args) != current
-        same = prev.get("signature") == sig and prev.get("generation") == gen
-        if stale:
-            count = int(prev.get("count") or 0) if same else 0
+        stale = bool(death.args) and current is not None and tuple(death.args) not in current
+        # One crash of a multi-node group kills several pods: a death in the same group shortly after the
+        # last recorded one is the same incident. It counts once, and keeps the root cause the first pod
+        # showed when it only has a generic one (the leader's engine dies when a worker's does).
+        incident = (
+            death.group is not None
+            and prev.get("group") == death.group
+            and prev.get("pod") != death.pod
+            and prev.get("generation") == gen
+            and _seconds_between(prev_time, finished) <= GROUP_INCIDENT_SECONDS
+        )
+        eff_sig = prev.get("signature") if incident and result.generic and prev.get("signature") else sig
+        outcome["signature"] = eff_sig
+        same = prev.get("signature") == eff_sig and prev.get("generation") == gen
+        if stale or incident:
+            count = int(prev.get("count") or 0) if same or incident else 0
+            count = max(count, 0 if stale else 1)
         else:
             count = int(prev.get("count") or 0) + 1 if same else 1
         outcome["stale"] = stale
+        outcome["incident"] = incident
         status["lastCrash"] = {
             k: v
             for k, v in {
                 "time": death.finished_at or kube.now(),
                 "pod": death.pod,
                 "container": death.container,
-                "signature": sig,
-                "upstream": upstream,
-                "kind": result.kind,
-                "rootCause": (result.root_cause or "")[:1024] or None,
+                "group": death.group,
+                "signature": eff_sig,
+                "upstream": upstream if eff_sig == sig else prev.get("upstream"),
+                "kind": result.kind if eff_sig == sig else prev.get("kind"),
+                "rootCause": ((result.root_cause or "")[:1024] or None) if eff_sig == sig else prev.get("rootCause"),
                 "exitCode": death.exit_code,
                 "restartCount": death.restart_count,
                 "count": count,
                 "generation": gen,
-                "remediationHint": hint,
+                "remediationHint": hint if eff_sig == sig else prev.get("remediationHint"),
             }.items()
             if v is not None
         }
         looping = (death.crash_loop and not stale) or count >= 2
-        label = f"{sig} ({upstream})" if upstream else sig
+        label = f"{eff_sig} ({upstream})" if upstream and eff_sig == sig else eff_sig
         if looping:
             st.set_condition(
                 status, st.CRASH_LOOPING, True, "RepeatedCrash", f"{count} crashes of {label} on generation {gen}", gen
@@ -283,14 +327,29 @@ def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | No
         return None
     telemetry.CRASHES.labels(namespace, name, sig, upstream or "").inc()
     msg = f"Engine in pod {death.pod} died (restart {death.restart_count}, exit {death.exit_code}): {result.summary()}"
+    if death.group:
+        msg = f"Engine group {death.group}: " + msg
     if outcome.get("stale"):
         msg += " (the pod runs a previous spec; not counted for the current one)"
+    if outcome.get("incident"):
+        msg += f" (same group crash as {outcome['signature']}; counted once)"
     if hint:
         msg += f". Remedy: {hint}"
     kube.emit_event(obj, "EngineCrashed", msg, "Warning")
-    if not outcome.get("stale"):
+    if not outcome.get("stale") and not outcome.get("incident"):
         maybe_remediate(namespace, name, obj, result, outcome["count"], outcome["generation"])
+    sync_scale_up(namespace, name, obj)
     return obj.get("status")
+
+
+def sync_scale_up(namespace: str, name: str, obj: dict[str, Any]) -> None:
+    """An autoscaled server pauses scale-up while CrashLooping (and resumes when it clears): re-apply its
+    autoscaler, which the renderer gives scaleUp.selectPolicy Disabled while the condition is True."""
+    if not (obj.get("spec") or {}).get("autoscaling"):
+        return
+    from gdn_operator.handlers.reconcile import apply_autoscaler
+
+    apply_autoscaler(namespace, name)
 
 
 def maybe_remediate(
@@ -399,7 +458,9 @@ def clear_crash_conditions(namespace: str, name: str) -> None:
         if c and c.get("reason") == "EngineCrashed" and c.get("status") == "True":
             st.set_condition(status, st.DEGRADED, False, "EnginesRunning", "", gen)
 
-    kube.update_status(namespace, name, mutate)
+    obj = kube.update_status(namespace, name, mutate)
+    if obj is not None:
+        sync_scale_up(namespace, name, obj)
 
 
 # ------------------------------------------------------------------------------------ kopf wiring ---
