@@ -161,7 +161,9 @@ def test_worker_crash_in_a_group_is_diagnosed_once(op, k, ns, addons):
 def test_scale_event_on_an_autoscaled_server(op, k, ns, addons):
     k.create(ns, small("auto", autoscaling={"minReplicas": 1, "maxReplicas": 3, "target": 4}))
     ready(k, ns, "auto")
-    hpa = k.api and __import__("kubernetes").client.AutoscalingV2Api(k.api)
+    from kubernetes import client
+
+    hpa = client.AutoscalingV2Api(k.api)
     h = wait_for(lambda: hpa.read_namespaced_horizontal_pod_autoscaler("auto", ns), 30, what="HPA")
     assert h.spec.scale_target_ref.kind == "Deployment" and h.spec.metrics[0].pods.metric.name == "vllm_num_requests_waiting"
     # the real HPA controller picked it up (it cannot read the metric here: no custom metrics API)
@@ -242,8 +244,10 @@ def test_keda_scaled_object_is_accepted_by_the_real_crd(k, ns, addons):
     spec = parse_spec(gms("k", autoscaling={"minReplicas": 1, "maxReplicas": 4, "target": 4})["spec"])
     so = next(o for o in render_all("k", ns, spec, scaleout=ScaleOutOptions(keda=True, prometheus_address="http://prom:9090",
                                                                         scale_up_paused=True)) if o["kind"] == "ScaledObject")
-    got = k.co.patch_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", "k", so, field_manager="test",
-                                              _content_type="application/apply-patch+yaml")
+    import json
+
+    got = json.loads(k.co.patch_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", "k", so, field_manager="test",
+                                                         _content_type="application/apply-patch+yaml", _preload_content=False).data)
     assert got["spec"]["triggers"] == so["spec"]["triggers"]  # nothing pruned by the structural schema
     assert got["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleUp"]["selectPolicy"] == "Disabled"
     bad = {**so, "spec": {**so["spec"], "minReplicaCount": "one"}}
