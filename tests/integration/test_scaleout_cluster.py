@@ -130,8 +130,9 @@ def test_switching_nodes_replaces_the_deployment_with_a_leader_worker_set(op, k,
     assert k.status(ns, "sw")["workload"] == "Deployment"
     k.patch(ns, "sw", {"spec": {"nodes": 2}})
     wait_for(lambda: _gone(lambda: k.deployment(ns, "sw")), 60, what="old Deployment pruned")
+    wait_for(lambda: k.status(ns, "sw").get("workload") == "LeaderWorkerSet", 60, what="status from the LeaderWorkerSet")
     st = ready(k, ns, "sw")
-    assert st["workload"] == "LeaderWorkerSet"
+    assert st["groupSize"] == 2
     assert [e for e in k.events(ns, "sw", "DriftCorrected")] == []  # the pruned kind is not "restored"
 
 

@@ -115,7 +115,8 @@ def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]]) -> N
         gen = obj["metadata"].get("generation")
         if unsched:
             msg = unsched[0]["unschedulable_message"] or "no node has enough free nvidia.com/gpu"
-            tp = (obj.get("spec") or {}).get("tensorParallelSize", 1)
+            sp = obj.get("spec") or {}
+            tp = int(sp.get("tensorParallelSize", 1)) * int(sp.get("pipelineParallelSize", 1)) // max(1, int(sp.get("nodes", 1)))
             st.set_condition(
                 status,
                 st.UNSCHEDULABLE,
