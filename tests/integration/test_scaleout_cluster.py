@@ -251,8 +251,8 @@ def test_keda_scaled_object_is_accepted_by_the_real_crd(k, ns, addons):
                                                          _content_type="application/apply-patch+yaml", _preload_content=False).data)
     assert got["spec"]["triggers"] == so["spec"]["triggers"]  # nothing pruned by the structural schema
     assert got["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleUp"]["selectPolicy"] == "Disabled"
-    bad = {**so, "spec": {**so["spec"], "minReplicaCount": "one"}}
+    # and the schema is really enforced: a wrong type is refused by validation
+    bad = {**so, "metadata": {**so["metadata"], "name": "k2"}, "spec": {**so["spec"], "minReplicaCount": "one"}}
     with pytest.raises(ApiException) as e:
-        k.co.patch_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", "k", bad, field_manager="test",
-                                            _content_type="application/apply-patch+yaml", dry_run="All")
-    assert e.value.status == 422
+        k.co.create_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", bad, dry_run="All")
+    assert e.value.status == 422 and "minReplicaCount" in e.value.body
