@@ -105,3 +105,15 @@ def test_pool_conditions_are_mirrored_and_dropped(monkeypatch):
     assert conds["InferencePoolResolvedRefs"]["status"] == "False" and conds["InferencePoolResolvedRefs"]["reason"] == "InvalidExtensionRef"
     router_h.mirror("ns", "s", None)  # pool deleted
     assert not [c for c in f.obj["status"]["conditions"] if c["type"].startswith("InferencePool")]
+
+
+def test_a_pod_of_the_incident_dying_again_is_a_new_crash(fake):
+    from gdn_operator.handlers import crashwatch
+
+    # worker, leader (same incident), then the worker again a few seconds later: that is the next crash
+    crashwatch.handle_death("ns", "s", death("s-0-1", 1, "2026-11-22T10:00:00Z", B1))
+    crashwatch.handle_death("ns", "s", death("s-0", 1, "2026-11-22T10:00:01Z", NCCL))
+    assert fake.obj["status"]["lastCrash"]["incidentPods"] == ["s-0-1", "s-0"]
+    crashwatch.handle_death("ns", "s", death("s-0-1", 2, "2026-11-22T10:00:04Z", B1))
+    lc = fake.obj["status"]["lastCrash"]
+    assert lc["count"] == 2 and lc["incidentPods"] == ["s-0-1"]

@@ -256,3 +256,30 @@ def test_keda_scaled_object_is_accepted_by_the_real_crd(k, ns, addons):
     with pytest.raises(ApiException) as e:
         k.co.create_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", bad, dry_run="All")
     assert e.value.status == 422 and "minReplicaCount" in e.value.body
+
+
+def test_group_crash_loop_is_remediated_once_per_generation(op, k, ns, addons):
+    """lws#1048's loop, the way it looks with restartPolicy None: the same worker crash again and again,
+    each time taking the leader down too. Three group crashes (six pod deaths) remediate exactly once."""
+    from test_crashwatch_cluster import crash, tail
+
+    k.create(ns, small("grp", tensorParallelSize=2, nodes=2, remediation={"mode": "auto", "threshold": 3}))
+    ready(k, ns, "grp")
+    leaders, workers = group_pods(k, ns, "grp")
+    message = tail("b9-np-repeat-negative.tail.log")
+    for i in range(3):
+        crash(k, ns, workers[0].metadata.name, message)
+        if i < 2:  # the third worker crash reaches the threshold and remediates at once
+            wait_for(lambda: (k.status(ns, "grp").get("lastCrash") or {}).get("pod") == workers[0].metadata.name, 30)
+            crash(k, ns, leaders[0].metadata.name, NCCL)
+            wait_for(lambda: (k.status(ns, "grp").get("lastCrash") or {}).get("pod") == leaders[0].metadata.name, 30)
+            assert k.status(ns, "grp")["lastCrash"]["count"] == i + 1  # the leader's death did not count
+    obj = wait_for(lambda: (o := k.get(ns, "grp"))["spec"].get("asyncScheduling") is False and o, 30,
+                   what="asyncScheduling=false applied")
+    rem = obj["status"]["remediations"]
+    assert len(rem) == 1 and rem[0]["signature"] == "spec-decode-negative-repeat" and rem[0]["generation"] == 1
+    assert obj["metadata"]["generation"] == 2
+    # the LeaderWorkerSet rolls the group to the remediated spec
+    lw = wait_for(lambda: (o := lws_obj(k, ns, "grp")) and "--no-async-scheduling" in
+                  o["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["args"] and o, 30)
+    assert "--no-async-scheduling" in lw["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["args"]

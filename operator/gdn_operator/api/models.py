@@ -658,6 +658,9 @@ class CrashInfo(_Status):
     pod: str | None = None
     container: str | None = None
     group: str | None = Field(default=None, description="Multi-node engines: the LeaderWorkerSet group (<name>/<index>).")
+    incident_pods: list[str] = Field(
+        default_factory=list, max_length=16, description="Multi-node engines: the group's pods that died in this one crash."
+    )
     signature: str = Field(description="Signature id from the catalogue, or engine-dead for an unknown crash.")
     upstream: str | None = Field(default=None, description="Upstream issue, e.g. vllm#36917.")
     kind: str | None = None

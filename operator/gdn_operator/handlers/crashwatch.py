@@ -275,10 +275,11 @@ def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | No
         # One crash of a multi-node group kills several pods: a death in the same group shortly after the
         # last recorded one is the same incident. It counts once, and keeps the root cause the first pod
         # showed when it only has a generic one (the leader's engine dies when a worker's does).
+        members = list(prev.get("incidentPods") or ([prev["pod"]] if prev.get("pod") else []))
         incident = (
             death.group is not None
             and prev.get("group") == death.group
-            and prev.get("pod") != death.pod
+            and death.pod not in members  # a pod dying again is a new crash, however soon
             and prev.get("generation") == gen
             and _seconds_between(prev_time, finished) <= GROUP_INCIDENT_SECONDS
         )
@@ -299,6 +300,7 @@ def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | No
                 "pod": death.pod,
                 "container": death.container,
                 "group": death.group,
+                "incidentPods": (members + [death.pod])[-16:] if incident else ([death.pod] if death.group else None),
                 "signature": eff_sig,
                 "upstream": upstream if eff_sig == sig else prev.get("upstream"),
                 "kind": result.kind if eff_sig == sig else prev.get("kind"),
