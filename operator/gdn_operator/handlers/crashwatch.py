@@ -35,6 +35,7 @@ from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
 from gdn_operator.handlers.config import get_config
 from gdn_operator.render.engine import CONTAINER, LABEL_SERVER
+from gdn_operator.watch.groups import group_of, incident_members, same_incident
 from gdn_operator.watch.guardline import SEARCH_BYTES as GUARD_SEARCH_BYTES
 from gdn_operator.watch.guardline import GuardLine, check_patch_set, parse_guard_line
 from gdn_operator.watch.logstream import StreamClassifier
@@ -158,31 +159,6 @@ def deaths_in(pod: dict[str, Any]) -> list[Death]:
     return out
 
 
-def group_of(labels: dict[str, str]) -> str | None:
-    """The LeaderWorkerSet group a pod belongs to ("<name>/<group index>"), or None for single-node engines."""
-    from gdn_operator.render.lws import LABEL_GROUP_INDEX, LABEL_SET_NAME
-
-    if LABEL_GROUP_INDEX not in labels:
-        return None
-    return f"{labels.get(LABEL_SET_NAME, '')}/{labels[LABEL_GROUP_INDEX]}"
-
-
-#: Deaths of other pods of the same multi-node group within this many seconds of the last recorded one are
-#: the same incident (a worker's engine dying takes the leader's down with it): counted once.
-GROUP_INCIDENT_SECONDS = float(os.environ.get("GDN_GROUP_INCIDENT_SECONDS", "20"))
-
-
-def _seconds_between(a: str | None, b: str | None) -> float:
-    if not a or not b:
-        return float("inf")
-    try:
-        ta = dt.datetime.fromisoformat(a.replace("Z", "+00:00"))
-        tb = dt.datetime.fromisoformat(b.replace("Z", "+00:00"))
-    except ValueError:
-        return float("inf")
-    return abs((ta - tb).total_seconds())
-
-
 class _Seen:
     """Deaths already handled (bounded), so re-delivered pod events never count a crash twice."""
 
@@ -275,14 +251,8 @@ def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | No
         # One crash of a multi-node group kills several pods: a death in the same group shortly after the
         # last recorded one is the same incident. It counts once, and keeps the root cause the first pod
         # showed when it only has a generic one (the leader's engine dies when a worker's does).
-        members = list(prev.get("incidentPods") or ([prev["pod"]] if prev.get("pod") else []))
-        incident = (
-            death.group is not None
-            and prev.get("group") == death.group
-            and death.pod not in members  # a pod dying again is a new crash, however soon
-            and prev.get("generation") == gen
-            and _seconds_between(prev_time, finished) <= GROUP_INCIDENT_SECONDS
-        )
+        members = incident_members(prev)
+        incident = same_incident(prev, death.group, death.pod, gen, finished)
         eff_sig = prev.get("signature") if incident and result.generic and prev.get("signature") else sig
         outcome["signature"] = eff_sig
         same = prev.get("signature") == eff_sig and prev.get("generation") == gen
