@@ -39,6 +39,8 @@ class OperatorConfig:
     #: watch LeaderWorkerSets (multi-node engines) / InferencePools (chart lws.enabled, inferencePool.enabled)
     lws: bool = True
     inference_pool: bool = True
+    #: manage HorizontalPodAutoscalers (chart scaleOut.autoscaling.hpa.enabled)
+    hpa: bool = True
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -65,6 +67,7 @@ class OperatorConfig:
             keda_prometheus_address=os.environ.get("GDN_KEDA_PROMETHEUS_ADDRESS", "").strip(),
             lws=_bool("GDN_LWS", True),
             inference_pool=_bool("GDN_INFERENCE_POOL", True),
+            hpa=_bool("GDN_HPA", True),
         )
 
 

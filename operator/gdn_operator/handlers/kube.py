@@ -92,7 +92,8 @@ CUSTOM_KINDS: dict[str, tuple[str, str, str]] = {
 
 
 def get_object(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-    """Read a Deployment, HPA or one of CUSTOM_KINDS (None: absent, or its API is not served)."""
+    """Read a Deployment, HPA or one of CUSTOM_KINDS (None: absent, its API not served, or not readable
+    with the operator's RBAC: the chart grants each scale-out kind only when enabled)."""
     c = api_client()
     try:
         if kind == "Deployment":
@@ -103,7 +104,7 @@ def get_object(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
             group, version, plural = CUSTOM_KINDS[kind]
             r = kubernetes.client.CustomObjectsApi(c).get_namespaced_custom_object(group, version, namespace, plural, name, _preload_content=False)
     except ApiException as e:
-        if e.status == 404:
+        if e.status in (403, 404):
             return None
         raise
     return _json(r)

@@ -113,10 +113,15 @@ def prune(body: dict[str, Any], objects: list[dict[str, Any]]) -> list[str]:
     """Delete the optional objects this server owns but its spec no longer renders (a Deployment after a
     switch to a LeaderWorkerSet, an HPA replaced by a ScaledObject, a dropped InferencePool)."""
     meta = body["metadata"]
+    cfg = get_config()
     kept = {(o["apiVersion"], o["kind"]) for o in objects}
+    # only kinds the operator may manage (the chart grants RBAC per enabled feature): never a forbidden call
+    enabled = {"Deployment": True, lws.KIND: cfg.lws, "InferencePool": cfg.inference_pool,
+               "HorizontalPodAutoscaler": cfg.hpa, "ScaledObject": bool(cfg.keda_prometheus_address)}
+    disabled = {k for k, on in enabled.items() if not on}
     gone = []
     for api_version, kind in MANAGED_KINDS:
-        if (api_version, kind) in kept:
+        if (api_version, kind) in kept or kind in disabled:
             continue
         if kube.delete_owned(kind, meta["namespace"], meta["name"], meta.get("uid")):
             gone.append(kind)
@@ -248,7 +253,13 @@ def apply_autoscaler(namespace: str, name: str) -> str | None:
     was_paused = current is not None and autoscale.scale_up_paused(current)
     if current is not None and paused == was_paused:
         return None
-    kube.apply(scaler)
+    try:
+        kube.apply(scaler)
+    except ApiException as e:
+        if e.status != 403:
+            raise
+        log.warning("%s/%s: cannot update the %s (RBAC: enable it in the chart's scaleOut values)", namespace, name, scaler["kind"])
+        return None
     word = "paused" if paused else "resumed"
     log.info("%s/%s: scale-up %s (%s)", namespace, name, word, "CrashLooping" if paused else "crash loop over")
     kube.emit_event(body, "ScaleUpPaused" if paused else "ScaleUpResumed",
