@@ -117,3 +117,35 @@ def test_a_pod_of_the_incident_dying_again_is_a_new_crash(fake):
     crashwatch.handle_death("ns", "s", death("s-0-1", 2, "2026-11-22T10:00:04Z", B1))
     lc = fake.obj["status"]["lastCrash"]
     assert lc["count"] == 2 and lc["incidentPods"] == ["s-0-1"]
+
+
+def test_missing_apis_are_refused_with_the_field_and_the_fix(monkeypatch):
+    from gdn_operator.handlers import kube, reconcile
+
+    monkeypatch.setattr(kube, "crd_exists", lambda name, ttl=60.0: False)
+    body = {"metadata": {"name": "s", "namespace": "ns", "uid": "u"},
+            "spec": {**BASE, "tensorParallelSize": 2, "nodes": 2, "prefixCaching": False}}
+    p = reconcile.plan(body)
+    assert p.objects is None
+    assert p.problem.startswith("spec.nodes 2 needs the LeaderWorkerSet API") and "set spec.nodes to 1" in p.problem
+    body["spec"] = {**BASE, "prefixCaching": False, "router": {"inferencePool": {"endpointPicker": {"name": "epp"}}}}
+    assert reconcile.plan(body).problem.startswith("spec.router.inferencePool needs the Gateway API Inference Extension")
+
+
+def test_keda_only_with_a_prometheus_address_and_its_crd(monkeypatch):
+    from gdn_operator.handlers import config, kube, reconcile
+
+    spec_body = {"metadata": {"name": "s", "namespace": "ns"}, "status": {},
+                 "spec": {**BASE, "prefixCaching": False, "autoscaling": {"maxReplicas": 3, "target": 2}}}
+    monkeypatch.setattr(kube, "crd_exists", lambda name, ttl=60.0: True)
+    monkeypatch.setattr(config, "_config", config.OperatorConfig())
+    kinds = [o["kind"] for o in reconcile.plan(spec_body).objects]
+    assert "HorizontalPodAutoscaler" in kinds and "ScaledObject" not in kinds
+    monkeypatch.setattr(config, "_config", config.OperatorConfig(keda_prometheus_address="http://prom:9090"))
+    kinds = [o["kind"] for o in reconcile.plan(spec_body).objects]
+    assert "ScaledObject" in kinds and "HorizontalPodAutoscaler" not in kinds
+    spec_body["status"] = {"conditions": [{"type": "CrashLooping", "status": "True"}]}
+    so = next(o for o in reconcile.plan(spec_body).objects if o["kind"] == "ScaledObject")
+    from gdn_operator.render.autoscale import scale_up_paused
+
+    assert scale_up_paused(so)
