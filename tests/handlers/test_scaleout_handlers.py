@@ -149,3 +149,16 @@ def test_keda_only_with_a_prometheus_address_and_its_crd(monkeypatch):
     from gdn_operator.render.autoscale import scale_up_paused
 
     assert scale_up_paused(so)
+
+
+def test_only_group_leaders_are_scraped():
+    from gdn_operator.handlers.workload import api_pods, pod_summary
+
+    def p(name, labels):
+        return pod_summary({"metadata": {"name": name, "labels": labels}, "status": {}})
+
+    single = p("s-abc", {})
+    leader = p("q-0", {"leaderworkerset.sigs.k8s.io/worker-index": "0", "leaderworkerset.sigs.k8s.io/group-index": "0"})
+    worker = p("q-0-1", {"leaderworkerset.sigs.k8s.io/worker-index": "1", "leaderworkerset.sigs.k8s.io/group-index": "0"})
+    assert (single["leader"], leader["leader"], worker["leader"]) == (None, True, False)
+    assert [x["name"] for x in api_pods([single, leader, worker])] == ["s-abc", "q-0"]

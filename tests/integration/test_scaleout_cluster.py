@@ -283,3 +283,24 @@ def test_group_crash_loop_is_remediated_once_per_generation(op, k, ns, addons):
     lw = wait_for(lambda: (o := lws_obj(k, ns, "grp")) and "--no-async-scheduling" in
                   o["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["args"] and o, 30)
     assert "--no-async-scheduling" in lw["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["args"]
+
+
+def test_deleted_leader_worker_set_is_restored(op, k, ns, addons):
+    k.create(ns, small("drift", tensorParallelSize=2, nodes=2))
+    ready(k, ns, "drift")
+    uid = lws_obj(k, ns, "drift")["metadata"]["uid"]
+    k.co.delete_namespaced_custom_object(*LWS[:2], ns, LWS[2], "drift")
+    wait_for(lambda: (o := _lws_or_none(k, ns, "drift")) is not None and o["metadata"]["uid"] != uid, 60,
+             what="LeaderWorkerSet re-created by the operator")
+    ev = wait_for(lambda: k.events(ns, "drift", "DriftCorrected"), 30, what="DriftCorrected event")
+    assert "Engine LeaderWorkerSet was deleted" in ev[0].message
+    ready(k, ns, "drift")
+
+
+def _lws_or_none(k, ns, name):
+    try:
+        return lws_obj(k, ns, name)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
