@@ -111,7 +111,7 @@ def test_replayed_deaths_after_an_operator_restart_are_not_counted_again(server,
 def test_crash_of_a_pod_running_a_previous_spec_is_reported_but_not_counted(server, monkeypatch):
     from gdn_operator.handlers import crashwatch
 
-    monkeypatch.setattr(crashwatch, "_current_args", lambda obj: ("current",))
+    monkeypatch.setattr(crashwatch, "_current_args", lambda obj: {("current",)})  # every argv the workload runs
     crashwatch.handle_death("ns", "s", death("new", 1, "2026-11-22T10:00:01Z", args=("current",)))
     crashwatch.handle_death("ns", "s", death("old", 3, "2026-11-22T10:00:02Z", args=("previous",)))
     lc = server.obj["status"]["lastCrash"]

@@ -216,7 +216,7 @@ class Registry:
 
     async def run(self) -> None:
         from gdn_operator.handlers.crashwatch import QUIET_CHECK_SECONDS, clear_crash_conditions
-        from gdn_operator.handlers.workload import pods_of
+        from gdn_operator.handlers.workload import api_pods, pods_of
 
         sem = asyncio.Semaphore(int(os.environ.get("GDN_SCRAPE_RESOURCES_CONCURRENCY", "32")))
         next_quiet = 0.0
@@ -224,7 +224,7 @@ class Registry:
         async def one(ns: str, name: str) -> None:
             async with sem:
                 try:
-                    await scrape_round(ns, name, pods_of(self.pods_index, ns, name) if self.pods_index is not None else [])
+                    await scrape_round(ns, name, api_pods(pods_of(self.pods_index, ns, name)) if self.pods_index is not None else [])
                 except Exception as e:  # noqa: BLE001 - a failed round is retried next interval
                     log.warning("acceptance round for %s/%s failed: %s", ns, name, e)
 

@@ -40,6 +40,7 @@ from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
 from gdn_operator.handlers.config import get_config
 from gdn_operator.render.engine import CONTAINER, LABEL_SERVER
+from gdn_operator.watch.groups import group_of, incident_members, same_incident
 from gdn_operator.watch.guardline import SEARCH_BYTES as GUARD_SEARCH_BYTES
 from gdn_operator.watch.guardline import GuardLine, check_patch_set, parse_guard_line
 from gdn_operator.watch.evidence import Evidence
@@ -129,6 +130,7 @@ class Death:
     finished_at: str | None
     crash_loop: bool
     args: tuple[str, ...] = ()
+    group: str | None = None  # "<LeaderWorkerSet>/<group index>" for a pod of a multi-node engine
 
 
 def deaths_in(pod: dict[str, Any]) -> list[Death]:
@@ -138,6 +140,7 @@ def deaths_in(pod: dict[str, Any]) -> list[Death]:
     if meta.get("deletionTimestamp"):
         return []  # killed on purpose (rollout, scale-down, eviction): not an engine crash
     args = next((tuple(c.get("args") or ()) for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == CONTAINER), ())
+    group = group_of(meta.get("labels") or {})
     for cs in status.get("containerStatuses") or []:
         if cs.get("name") != CONTAINER:
             continue
@@ -162,6 +165,7 @@ def deaths_in(pod: dict[str, Any]) -> list[Death]:
                     finished_at=term.get("finishedAt"),
                     crash_loop=crash_loop,
                     args=args,
+                    group=group,
                 )
             )
     return out
@@ -206,15 +210,16 @@ def take_streamed(pod_uid: str, restart_count: int) -> ClassificationResult | No
         return STREAMED.pop((pod_uid, restart_count), None)
 
 
-def _current_args(obj: dict[str, Any]) -> tuple[str, ...] | None:
-    """The engine argv the operator renders for the object's current spec (None: cannot tell)."""
+def _current_args(obj: dict[str, Any]) -> set[tuple[str, ...]] | None:
+    """The engine argvs the operator renders for the object's current spec: one for a Deployment, the
+    leader's and the workers' for a LeaderWorkerSet (None: cannot tell)."""
     from gdn_operator.handlers.reconcile import expected_objects
+    from gdn_operator.render.scaleout import engine_args
 
     objs = expected_objects(obj)
     if not objs:
         return None
-    dep = next(o for o in objs if o["kind"] == "Deployment")
-    return tuple(dep["spec"]["template"]["spec"]["containers"][0]["args"])
+    return engine_args(objs)
 
 
 def evidence_for(namespace: str, name: str) -> Evidence | None:
@@ -269,33 +274,44 @@ def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | No
         # A pod still running a previous spec (rollout in progress) is reported, but its crashes do not
         # count toward remediating the current generation.
         current = _current_args(obj)
-        stale = bool(death.args) and current is not None and tuple(death.args) != current
-        same = prev.get("signature") == sig and prev.get("generation") == gen
-        if stale:
-            count = int(prev.get("count") or 0) if same else 0
+        stale = bool(death.args) and current is not None and tuple(death.args) not in current
+        # One crash of a multi-node group kills several pods: a death in the same group shortly after the
+        # last recorded one is the same incident. It counts once, and keeps the root cause the first pod
+        # showed when it only has a generic one (the leader's engine dies when a worker's does).
+        members = incident_members(prev)
+        incident = same_incident(prev, death.group, death.pod, gen, finished)
+        eff_sig = prev.get("signature") if incident and result.generic and prev.get("signature") else sig
+        outcome["signature"] = eff_sig
+        same = prev.get("signature") == eff_sig and prev.get("generation") == gen
+        if stale or incident:
+            count = int(prev.get("count") or 0) if same or incident else 0
+            count = max(count, 0 if stale else 1)
         else:
             count = int(prev.get("count") or 0) + 1 if same else 1
         outcome["stale"] = stale
+        outcome["incident"] = incident
         status["lastCrash"] = {
             k: v
             for k, v in {
                 "time": death.finished_at or kube.now(),
                 "pod": death.pod,
                 "container": death.container,
-                "signature": sig,
-                "upstream": upstream,
-                "kind": result.kind,
-                "rootCause": (result.root_cause or "")[:1024] or None,
+                "group": death.group,
+                "incidentPods": (members + [death.pod])[-16:] if incident else ([death.pod] if death.group else None),
+                "signature": eff_sig,
+                "upstream": upstream if eff_sig == sig else prev.get("upstream"),
+                "kind": result.kind if eff_sig == sig else prev.get("kind"),
+                "rootCause": ((result.root_cause or "")[:1024] or None) if eff_sig == sig else prev.get("rootCause"),
                 "exitCode": death.exit_code,
                 "restartCount": death.restart_count,
                 "count": count,
                 "generation": gen,
-                "remediationHint": hint,
+                "remediationHint": hint if eff_sig == sig else prev.get("remediationHint"),
             }.items()
             if v is not None
         }
         looping = (death.crash_loop and not stale) or count >= 2
-        label = f"{sig} ({upstream})" if upstream else sig
+        label = f"{eff_sig} ({upstream})" if upstream and eff_sig == sig else eff_sig
         if looping:
             st.set_condition(
                 status, st.CRASH_LOOPING, True, "RepeatedCrash", f"{count} crashes of {label} on generation {gen}", gen
@@ -310,13 +326,18 @@ def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | No
         return None
     telemetry.CRASHES.labels(namespace, name, sig, upstream or "").inc()
     msg = f"Engine in pod {death.pod} died (restart {death.restart_count}, exit {death.exit_code}): {result.summary()}"
+    if death.group:
+        msg = f"Engine group {death.group}: " + msg
     if outcome.get("stale"):
         msg += " (the pod runs a previous spec; not counted for the current one)"
+    if outcome.get("incident"):
+        msg += f" (same group crash as {outcome['signature']}; counted once)"
     if hint:
         msg += f". Remedy: {hint}"
     kube.emit_event(obj, "EngineCrashed", msg, "Warning")
-    if not outcome.get("stale"):
+    if not outcome.get("stale") and not outcome.get("incident"):
         maybe_remediate(namespace, name, obj, result, outcome["count"], outcome["generation"])
+    sync_scale_up(namespace, name, obj)
     return obj.get("status")
 
 
@@ -374,6 +395,16 @@ def choose_remediation(
             why = f"last resort after the settings that keep speculative decoding on ({'; '.join(passed) or 'none applicable'})"
         return change, None, why
     return None, refusal, None
+
+
+def sync_scale_up(namespace: str, name: str, obj: dict[str, Any]) -> None:
+    """An autoscaled server pauses scale-up while CrashLooping (and resumes when it clears): re-apply its
+    autoscaler, which the renderer gives scaleUp.selectPolicy Disabled while the condition is True."""
+    if not (obj.get("spec") or {}).get("autoscaling"):
+        return
+    from gdn_operator.handlers.reconcile import apply_autoscaler
+
+    apply_autoscaler(namespace, name)
 
 
 def maybe_remediate(
@@ -520,7 +551,9 @@ def clear_crash_conditions(namespace: str, name: str) -> None:
         if c and c.get("reason") == "EngineCrashed" and c.get("status") == "True":
             st.set_condition(status, st.DEGRADED, False, "EnginesRunning", "", gen)
 
-    kube.update_status(namespace, name, mutate)
+    obj = kube.update_status(namespace, name, mutate)
+    if obj is not None:
+        sync_scale_up(namespace, name, obj)
 
 
 # ------------------------------------------------------------------------------------ kopf wiring ---

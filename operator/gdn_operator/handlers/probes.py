@@ -139,7 +139,7 @@ def diagnose(s: ServerProbes, cond: Condition) -> dict[str, Any] | None:
         return None
     rules = [w["rule"] for w in s.warned]
     first = s.warned[0]
-    msg = (f"wrong output on a configuration admitted with a silent-corruption warning: "
+    msg = ("wrong output on a configuration admitted with a silent-corruption warning: "
            + "; ".join(f"{w['rule']} ({w['title']})" for w in s.warned) + f". Workaround: {first['workaround']}")
     return {"rules": rules, "message": msg[:1024]}
 

@@ -62,6 +62,10 @@ def _effective_line(ev: Evaluation) -> str:
         f"runner {(v['model_runner'] or 'unknown').upper()}",
         f"TP={v['tensor_parallel_size']}",
     ]
+    if v.get("pipeline_parallel_size", 1) > 1:
+        parts.append(f"PP={v['pipeline_parallel_size']}")
+    if v.get("nodes", 1) > 1:
+        parts.append(f"{v['nodes']} nodes per engine")
     return ", ".join(parts)
 
 
