@@ -17,6 +17,8 @@ cd "$ROOT"
 t0=$(date +%s)
 bash hack/bootstrap.sh
 PY="$ROOT/.venv/bin/python"
+# lint gate (pyflakes + pycodestyle errors, [tool.ruff] in pyproject.toml): a finding fails the run
+"$PY" -m ruff check --quiet . || { echo "test.sh: ruff found problems (run: .venv/bin/python -m ruff check . --fix)" >&2; exit 1; }
 if [ "${1:-}" = "--unit" ]; then
   shift
   export GDN_SKIP_CLUSTER=1 GDN_SKIP_ENGINE=1

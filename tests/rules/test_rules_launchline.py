@@ -42,7 +42,7 @@ def test_env_assignments_v2_runner_vllm_38041():
 
 def test_single_quoted_string_is_shlex_split_vllm_36917():
     line, ev = evaluate_launch(
-        [f"vllm serve Qwen/Qwen3.5-397B-A17B -tp 8 --speculative-config '{{\"method\":\"qwen3_next_mtp\",\"num_speculative_tokens\":1}}'"],
+        ["vllm serve Qwen/Qwen3.5-397B-A17B -tp 8 --speculative-config '{\"method\":\"qwen3_next_mtp\",\"num_speculative_tokens\":1}'"],
         vllm_version="0.17.0",
     )
     assert line.spec.tensor_parallel_size == 8

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rules_helpers import apply_json_patch, mk, rules_of, spec_dict
+from rules_helpers import apply_json_patch, mk, rules_of
 
 from gdn_operator.api.load import load_file
 from gdn_operator.api.models import Finding, GDNModelServerSpec
