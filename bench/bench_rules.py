@@ -135,7 +135,7 @@ def main() -> int:
     print(row("effective_config()", eff_t))
     for i, (eval_t, cpu_t) in enumerate(zip(runs, cpu_runs)):
         print(row(f"evaluate(policy=reject) pass {i + 1}", eval_t))
-        print(row(f"  same, thread CPU time", cpu_t))
+        print(row("  same, thread CPU time", cpu_t))
     print(row("evaluate(policy=mitigate)", mit_t))
     best = min(runs, key=lambda xs: pct(xs, 99))
     p99 = pct(best, 99) * 1e3

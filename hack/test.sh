@@ -1,22 +1,47 @@
 #!/usr/bin/env bash
-# The one command that runs all tests on a fresh machine:
+# The one command that runs all tests on a fresh machine (CI runs exactly this through .ci/run):
 #   - Python env (.venv) with the operator and test deps
 #   - the real control plane binaries (etcd, kube-apiserver, controller-manager, scheduler, kwok),
 #     built from the Go module proxy into ${GDN_CACHE_DIR:-~/.cache/gdn-operator} (cached by version)
 #   - helm, kubectl and promtool
 #   - the real vLLM CPU engine venv (cached by version)
-# then pytest over tests/. Extra arguments go to pytest (e.g. hack/test.sh tests/rules -x).
+# then pytest over tests/. Extra arguments go to pytest (e.g. hack/test.sh tests/rules -x); with
+# arguments only the tiers the selected tests need are set up (hack/tiers.py collects them first).
+#
+#   hack/test.sh --unit    every test that needs no control plane, no engine and no GPU
+#                          (no Go build, no engine venv: a fresh clone needs only the venv)
+# GPU tests (marker `gpu`) never run here: hack/gpu-test.sh runs them on a GPU host.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 t0=$(date +%s)
 bash hack/bootstrap.sh
-[ -x tests/cluster/build.sh ] && bash tests/cluster/build.sh full
-[ -f hack/tools.sh ] && bash hack/tools.sh
-[ -f hack/vllm-cpu-env.sh ] && [ "${GDN_SKIP_ENGINE:-0}" != 1 ] && bash hack/vllm-cpu-env.sh
+PY="$ROOT/.venv/bin/python"
+# lint gate (pyflakes + pycodestyle errors, [tool.ruff] in pyproject.toml): a finding fails the run
+"$PY" -m ruff check --quiet . || { echo "test.sh: ruff found problems (run: .venv/bin/python -m ruff check . --fix)" >&2; exit 1; }
+if [ "${1:-}" = "--unit" ]; then
+  shift
+  export GDN_SKIP_CLUSTER=1 GDN_SKIP_ENGINE=1
+  echo "test.sh: unit tier (no control plane, no engine)"
+  set +e
+  "$PY" -m pytest -p no:cacheprovider -m "not cluster and not fullcluster and not engine and not gpu" "${@:-tests}"
+  rc=$?
+  set -e
+  echo "test.sh: total $(( $(date +%s) - t0 ))s"
+  exit $rc
+fi
+if [ $# -eq 0 ]; then
+  tiers="cluster tools engine"
+else
+  tiers="$("$PY" hack/tiers.py "$@" | tail -1)"
+fi
+echo "test.sh: tiers needed: ${tiers:-none}"
+case " $tiers " in *" cluster "*) [ "${GDN_SKIP_CLUSTER:-0}" != 1 ] && bash tests/cluster/build.sh full && bash tests/cluster/build.sh lws ;; esac
+case " $tiers " in *" tools "*) bash hack/tools.sh ;; esac
+case " $tiers " in *" engine "*) [ "${GDN_SKIP_ENGINE:-0}" != 1 ] && bash hack/vllm-cpu-env.sh ;; esac
 echo "test.sh: set-up took $(( $(date +%s) - t0 ))s"
 set +e
-"$ROOT/.venv/bin/python" -m pytest -p no:cacheprovider "${@:-tests}"
+"$PY" -m pytest -p no:cacheprovider "${@:-tests}"
 rc=$?
 set -e
 echo "test.sh: total $(( $(date +%s) - t0 ))s"

@@ -98,23 +98,34 @@ class Engine:
 
 
 def start_engine(workdir: Path, python: Path, startup_timeout: float = 180.0,
-                 extra_args: list[str] | None = None) -> Engine:
-    """Start the engine and wait for /health 200. Raises RuntimeError (with log tail) on failure."""
-    if not (MODEL_DIR / "config.json").exists():
-        raise RuntimeError(f"model config not found: {MODEL_DIR}/config.json (set GDN_SHARED_DIR)")
+                 extra_args: list[str] | None = None, *, weights_dir: Path | None = None,
+                 served_name: str = SERVED_NAME, num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS,
+                 max_model_len: int = 256) -> Engine:
+    """Start the engine and wait for /health 200. Raises RuntimeError (with log tail) on failure.
+
+    Default: the shared tiny config with dummy weights and no tokenizer. ``weights_dir``: a complete
+    model directory (config, safetensors, tokenizer; e.g. tests/models/tiny-qwen3-next-recall),
+    loaded by vLLM's real loader. ``num_speculative_tokens=0`` turns MTP off."""
+    source = weights_dir or MODEL_DIR
+    if not (source / "config.json").exists():
+        raise RuntimeError(f"model config not found: {source}/config.json (set GDN_SHARED_DIR)")
     model_dir = workdir / "model"
     model_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copy(MODEL_DIR / "config.json", model_dir / "config.json")  # vLLM may write next to it
+    # a copy: vLLM may write next to the config
+    for f in (sorted(p for p in source.iterdir() if p.is_file()) if weights_dir else
+              [source / "config.json"]):
+        shutil.copy(f, model_dir / f.name)
     port = _free_port()
     log_path = workdir / "engine.log"
     argv = [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_dir), "--served-model-name", SERVED_NAME,
-        "--load-format", "dummy", "--skip-tokenizer-init",
-        "--max-model-len", "256", "--enforce-eager", "--gpu-memory-utilization", "0.3",
+        "--model", str(model_dir), "--served-model-name", served_name,
+        *([] if weights_dir else ["--load-format", "dummy", "--skip-tokenizer-init"]),
+        "--max-model-len", str(max_model_len), "--enforce-eager", "--gpu-memory-utilization", "0.3",
         "--no-enable-prefix-caching",  # prefix caching on kills the CPU engine (vllm-cpu-engine.md)
-        "--speculative-config",
-        json.dumps({"method": "mtp", "num_speculative_tokens": NUM_SPECULATIVE_TOKENS}),
+        *(["--speculative-config",
+           json.dumps({"method": "mtp", "num_speculative_tokens": num_speculative_tokens})]
+          if num_speculative_tokens else []),
         "--host", "127.0.0.1", "--port", str(port),
         *(extra_args or []),
     ]
@@ -126,8 +137,8 @@ def start_engine(workdir: Path, python: Path, startup_timeout: float = 180.0,
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env,
                                 start_new_session=True)  # own process group: killpg at teardown
-    eng = Engine(f"http://127.0.0.1:{port}", port, proc, log_path, SERVED_NAME, 0.0,
-                 NUM_SPECULATIVE_TOKENS)
+    eng = Engine(f"http://127.0.0.1:{port}", port, proc, log_path, served_name, 0.0,
+                 num_speculative_tokens)
     deadline = t0 + startup_timeout
     while True:
         if proc.poll() is not None:

@@ -1,17 +1,16 @@
 """gdnctl end to end, as a user runs it (subprocess of the installed console script)."""
 
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
 from gdn_operator.api.crd import crd_yaml
+from paths import gdnctl
 
 ROOT = Path(__file__).resolve().parents[1]
-GDNCTL = shutil.which("gdnctl", path=str(Path(sys.executable).parent)) or "gdnctl"
+GDNCTL = gdnctl()
 
 
 def run(*args, stdin=None):

@@ -52,4 +52,4 @@ def test_findings_never_echo_env_values():
     assert "s3cr3t-value" not in text
     env_findings = [f for f in ev.findings if any(p.startswith("spec.env") for p in f.fields)]
     assert env_findings, [f.rule for f in ev.findings]
-    assert all("env MY_SECRET, NCCL_P2P_DISABLE set (" in f.message for f in env_findings)  # names, no values
+    assert all("env MY_SECRET, NCCL_P2P_DISABLE set" in f.message for f in env_findings)  # names, no values

@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("render", help="print the Kubernetes objects the operator would create")
     s.add_argument("-f", "--filename", required=True, help="GDNModelServer manifest ('-' for stdin)")
     s.add_argument("--output", choices=["yaml", "json"], default="yaml")
+    s.add_argument("--autoscaler", choices=["hpa", "keda"], default="hpa",
+                   help="for spec.autoscaling: an HPA (default) or a KEDA ScaledObject, as the operator picks when KEDA is installed")
+    s.add_argument("--prometheus-address", default="", help="Prometheus URL for KEDA triggers (the chart's scaleOut.autoscaling.keda.prometheusAddress)")
     s.set_defaults(func=_cmd_render)
 
     s = sub.add_parser(
@@ -79,9 +82,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("launch", nargs=argparse.REMAINDER, help="-- vllm serve MODEL --flags ...")
     s.set_defaults(func=_cmd_validate)
 
-    s = sub.add_parser("classify-log", help="classify a vLLM log or termination message ('-' for stdin)")
-    s.add_argument("file")
+    s = sub.add_parser(
+        "classify-log",
+        help="classify a vLLM log or termination message ('-' for stdin)",
+        description="Classify a vLLM log (or a container's termination message). An upstream issue is named only "
+        "when the log, or the spec given with --spec, carries the evidence that ties the crash to it; otherwise "
+        "the generic class is reported with the issues it may be as candidates. Exit 0 crash, 3 no crash, "
+        "2 unreadable input.",
+    )
+    s.add_argument("file", help="log file, or '-' for stdin")
     s.add_argument("--output", choices=["text", "json"], default="text")
+    s.add_argument(
+        "--spec",
+        metavar="MANIFEST",
+        help="GDNModelServer manifest of the server that wrote the log: its model family, speculative decoding and "
+        "GDN prefill backend count as evidence (what the operator uses in the cluster)",
+    )
+    s.add_argument(
+        "--vllm-version",
+        metavar="X",
+        help="vLLM release that wrote the log (overrides the manifest's spec.image.vllmVersion)",
+    )
     s.set_defaults(func=_cmd_classify_log)
     return p
 

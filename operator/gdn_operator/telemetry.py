@@ -102,3 +102,29 @@ ENGINE_RESTARTS = Gauge(
     ["namespace", "name"],
     registry=REGISTRY,
 )
+
+# --- output probes -----------------------------------------------------------------------------
+PROBES = Counter(
+    "gdn_probe",
+    "Output probe answers by result (pass, learned, mismatch, early-stop, error), per server and probe.",
+    ["namespace", "server", "probe", "result"],
+    registry=REGISTRY,
+)
+PROBE_DURATION = Histogram(
+    "gdn_probe_duration_seconds",
+    "Duration of one output probe request (greedy /v1/completions to one engine pod).",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+    registry=REGISTRY,
+)
+PROBE_ROUND_DURATION = Histogram(
+    "gdn_probe_round_duration_seconds",
+    "Duration of one probe round of a server (all probes on all its Ready engine pods).",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+    registry=REGISTRY,
+)
+OUTPUT_INCONSISTENT = Gauge(
+    "gdn_output_inconsistent",
+    "1 while OutputConsistent is False for a GDNModelServer, by reason (ProbeMismatch, ProbeEarlyStop, ProbeError).",
+    ["namespace", "server", "reason"],
+    registry=REGISTRY,
+)

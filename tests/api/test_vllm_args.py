@@ -53,7 +53,9 @@ def problems(args, version=EXACT):
         (["--hf-token"], "spec.model.hfTokenSecret"),
         (["--served-model-name", "x"], "spec.model.servedName"),
         (["--port=9000"], "port 8000"),
-        (["-pp", "2"], "spec.tensorParallelSize"),
+        (["-pp", "2"], "spec.pipelineParallelSize"),
+        (["--nn", "2"], "spec.nodes"),
+        (["--shutdown-timeout=5"], "spec.shutdownTimeoutSeconds"),
         (["-dp", "2"], "spec.replicas"),
     ],
 )

@@ -19,11 +19,12 @@ import pytest
 import yaml
 
 from _chart_helpers import DASHBOARD, NAMESPACE, RELEASE, VALUE_SETS, docs, one, render_set, render_text
+from paths import CPU_CAPTURES
 
-VLLM_FIXTURE = Path("/work/shared/fixtures/vllm-0.32.0-cpu/metrics-mtp2.prom")
+VLLM_FIXTURE = CPU_CAPTURES / "metrics-mtp2.prom"
 METRICS_SVC = f"{RELEASE}-gdn-operator-metrics"
 ALERTS = {"GDNEngineDead", "GDNEngineCrashLoop", "GDNSpecAcceptanceCollapse", "GDNEngineScrapeFailures",
-          "GDNAdmissionDenialsSpike", "GDNOperatorDown"}
+          "GDNAdmissionDenialsSpike", "GDNOperatorDown", "GDNOutputInconsistent"}
 
 
 def promtool(chart_tools, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -142,6 +143,19 @@ CASES = [
         s(f'gdn_admission_decisions_total{{namespace="ml",decision="admitted",rule="",{OP0}}}', "0+10x30"),
         s(f'gdn_admission_decisions_total{{namespace="ml",decision="denied",rule="b1",{OP0}}}', "0+0.2x30"),
     ], [silent("GDNAdmissionDenialsSpike", "20m")]),
+    # ---- GDNOutputInconsistent ----------------------------------------------------------------
+    ("output inconsistent: the operator raised OutputConsistent=False (ProbeMismatch)", [
+        s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeMismatch",{OP0}}}', "0x5 1x20"),
+        s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeError",{OP0}}}', "0x25"),
+    ], [silent("GDNOutputInconsistent", "5m"),
+        fires("GDNOutputInconsistent", "8m", {"severity": "critical", "namespace": "ml", "server": "qwen", "reason": "ProbeMismatch"})]),
+    ("output inconsistent: one active replica reports it, the standby's stale 0 is ignored (max)", [
+        s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeEarlyStop",{OP0}}}', "1x20"),
+        s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeEarlyStop",{OP1}}}', "0x20"),
+    ], [fires("GDNOutputInconsistent", "5m", {"severity": "critical", "namespace": "ml", "server": "qwen", "reason": "ProbeEarlyStop"})]),
+    ("output consistent: probes pass (gauge 0), and a 30 s flip shorter than `for` does not fire", [
+        s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeMismatch",{OP0}}}', "0x10 1 0x10"),
+    ], [silent("GDNOutputInconsistent", "5m"), silent("GDNOutputInconsistent", "11m"), silent("GDNOutputInconsistent", "15m")]),
     # ---- GDNOperatorDown ----------------------------------------------------------------------
     ("operator down: no replica up", [
         s(f'up{{job="{METRICS_SVC}",namespace="{NAMESPACE}",pod="a"}}', "1x5 0x30"),
@@ -239,7 +253,7 @@ def test_dashboard_structure(dashboard):
     titles = " | ".join(p["title"] for p in _panels(dashboard)).lower()
     for needle in ("acceptance rate per model", "acceptance rate per pod", "mean accepted length per model",
                    "mean accepted length per pod", "drafts per second", "crashes by signature",
-                   "engine restarts", "admission denials"):
+                   "engine restarts", "admission denials", "output probes by result", "output inconsistent"):
         assert needle in titles, needle
     for p in _panels(dashboard):
         if p["type"] == "row":

@@ -5,6 +5,9 @@
 #   tests/cluster/build.sh core        etcd + kube-apiserver               (envtest-style tier)
 #   tests/cluster/build.sh full        + kube-controller-manager, kube-scheduler, kwok
 #   tests/cluster/build.sh kubectl     kubectl built from the same kube module (optional)
+#   tests/cluster/build.sh lws         the LeaderWorkerSet controller (sigs.k8s.io/lws cmd/, one Go build)
+#   tests/cluster/build.sh addons      fetch (no build) the LWS, KEDA and Gateway API Inference Extension
+#                                      modules: their CRDs are read from the module cache, never committed
 #   tests/cluster/build.sh paths       print the binary paths (no build)
 #   tests/cluster/build.sh regen       regenerate tests/cluster/kube/go.mod replace lines from the
 #                                      real k8s.io/kubernetes go.mod (on a version bump), then tidy
@@ -21,6 +24,11 @@ set -euo pipefail
 K8S_VERSION=v1.35.8
 ETCD_VERSION=v3.6.14
 KWOK_VERSION=v0.8.0
+# Scale-out add-ons (issue 17). Newest versions the module proxy serves here: lws v0.9.1/v0.10.0,
+# keda v2.22.0 and GIE v1.4.1 are refused ("403 This module version is not available").
+LWS_VERSION=v0.9.0
+KEDA_VERSION=v2.21.0
+GIE_VERSION=v1.5.0
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${GDN_CACHE_DIR:-$HOME/.cache/gdn-operator}"
@@ -122,6 +130,40 @@ build_kwok() {
   record_time kwok "$KWOK_VERSION" $((SECONDS - t0))
 }
 
+# module_dir <module> <version>: the module's source in the Go module cache (downloaded on first use)
+module_dir() {
+  (cd "$(mktemp -d)" && GOFLAGS= go mod download -json "$1@$2" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("Dir") or sys.exit(d.get("Error")))')
+}
+
+build_lws() {
+  local dir b t0 src
+  dir="$(bin_dir lws "$LWS_VERSION")"; b="$dir/lws-manager"
+  if version_ok "$b" "Version: $LWS_VERSION" --version; then
+    log "lws $LWS_VERSION: cached ($b)"; return 0
+  fi
+  src="$(module_dir sigs.k8s.io/lws "$LWS_VERSION")"
+  log "lws $LWS_VERSION: building $src/cmd -> $b"
+  t0=$SECONDS; mkdir -p "$dir"
+  (cd "$src" && go build -p 2 -ldflags "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=$LWS_VERSION" -o "$b.tmp" ./cmd)
+  mv -f "$b.tmp" "$b"
+  version_ok "$b" "Version: $LWS_VERSION" --version || { log "lws --version mismatch: $("$b" --version 2>&1 | head -1)"; exit 1; }
+  log "lws $LWS_VERSION: built in $((SECONDS - t0))s"
+  record_time lws "$LWS_VERSION" $((SECONDS - t0))
+}
+
+fetch_addons() {
+  module_dir sigs.k8s.io/lws "$LWS_VERSION" >/dev/null
+  module_dir github.com/kedacore/keda/v2 "$KEDA_VERSION" >/dev/null
+  module_dir sigs.k8s.io/gateway-api-inference-extension "$GIE_VERSION" >/dev/null
+  log "add-on modules fetched: lws $LWS_VERSION, keda $KEDA_VERSION, gateway-api-inference-extension $GIE_VERSION"
+}
+
+# addon_src <module> <version>: the module dir if already in the module cache (no download)
+addon_src() {
+  local d; d="$(go env GOMODCACHE)/$1@$2"
+  [[ -d "$d" ]] && printf '%s' "$d"
+}
+
 kwok_src() {
   (cd "$HERE/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
 }
@@ -139,6 +181,13 @@ KUBE_SCHEDULER=$k/kube-scheduler
 KUBECTL=$k/kubectl
 KWOK=$(bin_dir kwok "$KWOK_VERSION")/kwok
 KWOK_SRC=$(kwok_src 2>/dev/null || true)
+LWS_VERSION=$LWS_VERSION
+KEDA_VERSION=$KEDA_VERSION
+GIE_VERSION=$GIE_VERSION
+LWS_MANAGER=$(bin_dir lws "$LWS_VERSION")/lws-manager
+LWS_SRC=$(addon_src sigs.k8s.io/lws "$LWS_VERSION" || true)
+KEDA_SRC=$(addon_src github.com/kedacore/keda/v2 "$KEDA_VERSION" || true)
+GIE_SRC=$(addon_src sigs.k8s.io/gateway-api-inference-extension "$GIE_VERSION" || true)
 EOF
 }
 
@@ -166,9 +215,11 @@ case "$tier" in
   full)    build_etcd; build_kube kube-apiserver kube-controller-manager kube-scheduler; build_kwok ;;
   kubectl) build_kube kubectl ;;
   all)     build_etcd; build_kube kube-apiserver kube-controller-manager kube-scheduler kubectl; build_kwok ;;
+  lws)     fetch_addons; build_lws ;;
+  addons)  fetch_addons ;;
   paths)   print_paths; exit 0 ;;
   regen)   regen; exit 0 ;;
-  *) echo "usage: $0 core|full|kubectl|all|paths|regen" >&2; exit 2 ;;
+  *) echo "usage: $0 core|full|kubectl|all|lws|addons|paths|regen" >&2; exit 2 ;;
 esac
 log "tier '$tier' ready in $((SECONDS - T0))s (binaries under $BINROOT)"
 print_paths

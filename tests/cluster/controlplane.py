@@ -2,7 +2,7 @@
 
 Binaries come from ``tests/cluster/build.sh`` (etcd, kube-apiserver, and for the full tier
 kube-controller-manager, kube-scheduler and kwok), built from the Go module proxy into
-``${GDN_CACHE_DIR:-~/.cache/gdn-operator}/bin``.  Recipe: /work/shared/docs/test-cluster.md.
+``${GDN_CACHE_DIR:-~/.cache/gdn-operator}/bin``.  Recipe: ../shared/docs/test-cluster.md.
 
 Tiers
   core  etcd + kube-apiserver (envtest-style).  Admission plugins ServiceAccount and

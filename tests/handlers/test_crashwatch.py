@@ -111,8 +111,122 @@ def test_replayed_deaths_after_an_operator_restart_are_not_counted_again(server,
 def test_crash_of_a_pod_running_a_previous_spec_is_reported_but_not_counted(server, monkeypatch):
     from gdn_operator.handlers import crashwatch
 
-    monkeypatch.setattr(crashwatch, "_current_args", lambda obj: ("current",))
+    monkeypatch.setattr(crashwatch, "_current_args", lambda obj: {("current",)})  # every argv the workload runs
     crashwatch.handle_death("ns", "s", death("new", 1, "2026-11-22T10:00:01Z", args=("current",)))
     crashwatch.handle_death("ns", "s", death("old", 3, "2026-11-22T10:00:02Z", args=("previous",)))
     lc = server.obj["status"]["lastCrash"]
     assert lc["pod"] == "old" and lc["count"] == 1
+
+
+def test_change_from_a_rule_mitigation_is_a_merge_patch_and_never_reapplied():
+    from gdn_operator.handlers.crashwatch import change_from_mitigation
+
+    c = change_from_mitigation("vllm#51508", {"asyncScheduling": False}, {})
+    assert c.patch == {"asyncScheduling": False} and c.action == "asyncScheduling=false"
+    assert change_from_mitigation("vllm#51508", {"asyncScheduling": False}, {"asyncScheduling": False}) is None
+    nested = change_from_mitigation("r", {"speculativeDecoding.enabled": False, "prefixCaching": None},
+                                    {"speculativeDecoding": {"enabled": True}, "prefixCaching": True})
+    assert nested.patch == {"speculativeDecoding": {"enabled": False}, "prefixCaching": None}  # null unsets (merge patch)
+    assert change_from_mitigation("r", None, {}) is None
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 18: under TP >= 2 the illegal-address remediation keeps MTP on as long as it can
+
+
+B4_TAIL = (
+    '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_model_runner.py", line 1927, in _update_states_after_model_execute\n'
+    "    self.num_accepted_tokens_event.synchronize()\n"
+    "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
+)
+# prefixCaching false: MTP + prefix caching is itself refused on 0.33.0 (vllm#43559)
+TP2 = {**BASE, "tensorParallelSize": 2, "speculativeDecoding": {"numSpeculativeTokens": 2}, "prefixCaching": False}
+P2P = {"env": [{"name": "NCCL_P2P_DISABLE", "value": "1"}, {"name": "OTHER", "value": "x"}]}
+
+
+def b4_result():
+    from gdn_operator.watch.signatures import classify_text
+
+    r = classify_text(B4_TAIL)
+    assert r.signature == "cuda-illegal-address-accepted-sync" and r.upstream == "vllm#41190"
+    return r
+
+
+def test_drop_nccl_p2p_disable_remediation():
+    change = remediation_for("drop-nccl-p2p-disable", parse_spec({**BASE, **P2P}))
+    assert change.patch == {"env": [{"name": "OTHER", "value": "x"}]}
+    assert remediation_for("drop-nccl-p2p-disable", parse_spec(BASE)) is None
+
+
+@pytest.mark.parametrize(
+    "spec, tried, action, reason",
+    [
+        ({**TP2, **P2P}, [], "env NCCL_P2P_DISABLE removed", "step 1 of 2 that keep speculative decoding on"),
+        (TP2, ["env NCCL_P2P_DISABLE removed"], "asyncScheduling=false", "step 2 of 2"),
+        # the user put NCCL_P2P_DISABLE=1 back after step 1: async off alone would still be refused by
+        # admission (vllm#41190 is enforced with P2P disabled), so only the last resort is left
+        ({**TP2, **P2P}, ["env NCCL_P2P_DISABLE removed"], "speculativeDecoding.enabled=false", "would itself be refused by admission"),
+        (TP2, [], "asyncScheduling=false", "step 2 of 2"),  # P2P not disabled: step 1 does not apply
+        ({**TP2, "asyncScheduling": False}, [], "speculativeDecoding.enabled=false", "last resort"),
+        (TP2, ["asyncScheduling=false"], "speculativeDecoding.enabled=false", "asyncScheduling=false (tried before)"),
+        ({**BASE, "speculativeDecoding": {"numSpeculativeTokens": 2}}, [], "speculativeDecoding.enabled=false", None),  # TP=1: no ladder
+    ],
+)
+def test_tp2_illegal_address_ladder_keeps_mtp_on_first(spec, tried, action, reason):
+    from gdn_operator.handlers.crashwatch import choose_remediation
+
+    obj = {"spec": spec, "status": {"remediations": [
+        {"signature": "cuda-illegal-address-accepted-sync", "action": a, "generation": g} for g, a in enumerate(tried, 1)
+    ]}}
+    change, refusal, why = choose_remediation("cuda-illegal-address-accepted-sync", b4_result(), parse_spec(spec), obj)
+    assert refusal is None and change.action == action
+    if reason is None:
+        assert why is None
+    else:
+        assert reason in why
+
+
+def test_ladder_over_generations_records_each_step_in_status(monkeypatch):
+    """Three crash loops on three generations: P2P back on, then async off, then (last resort) MTP off;
+    each decision once per generation, with its reason in status.remediations."""
+    from gdn_operator.handlers import crashwatch, kube
+
+    fake = FakeServer({**TP2, **P2P, "remediation": {"mode": "auto", "threshold": 1}})
+    monkeypatch.setattr(kube, "update_status", fake.update_status)
+    monkeypatch.setattr(kube, "emit_event", lambda obj, reason, msg, type_="Normal": fake.events.append((reason, msg)))
+
+    def patch_server(ns, name, patch):
+        fake.obj["spec"] = _merged_spec(fake.obj["spec"], patch["spec"])
+        fake.obj["metadata"]["generation"] += 1
+        return fake.obj
+
+    monkeypatch.setattr(kube, "patch_server", patch_server)
+    applied = []
+    for _ in range(4):
+        gen = fake.obj["metadata"]["generation"]
+        change = crashwatch.maybe_remediate("ns", "s", fake.obj, b4_result(), 1, gen)
+        applied.append(change.action if change else None)
+    assert applied == ["env NCCL_P2P_DISABLE removed", "asyncScheduling=false", "speculativeDecoding.enabled=false", None]
+    rem = fake.obj["status"]["remediations"]
+    assert [r["generation"] for r in rem] == [1, 2, 3, 4]
+    assert "step 1 of 2" in rem[0]["reason"] and "NCCL_P2P_DISABLE=1" in rem[0]["reason"]
+    assert "step 2 of 2" in rem[1]["reason"] and "async" in rem[1]["reason"]
+    assert "last resort" in rem[2]["reason"] and rem[3]["action"] == "none"
+    assert fake.obj["spec"]["speculativeDecoding"]["enabled"] is False and fake.obj["spec"]["asyncScheduling"] is False
+    # a second crash on the same generation decides nothing new
+    assert crashwatch.maybe_remediate("ns", "s", fake.obj, b4_result(), 2, fake.obj["metadata"]["generation"]) is None
+    assert len(fake.obj["status"]["remediations"]) == 4
+
+
+def test_generic_class_without_evidence_is_never_remediated(monkeypatch):
+    from gdn_operator.handlers import crashwatch, kube
+    from gdn_operator.watch.signatures import classify_text
+
+    fake = FakeServer({**TP2, "remediation": {"mode": "auto", "threshold": 1}})
+    monkeypatch.setattr(kube, "update_status", fake.update_status)
+    monkeypatch.setattr(kube, "emit_event", fake.emit_event)
+    monkeypatch.setattr(kube, "patch_server", lambda *a: pytest.fail("no automatic change without evidence"))
+    r = classify_text("[rank1]:[E0601 04:12:55.1 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600077 milliseconds before timing out.\n")
+    assert r.signature == "nccl-watchdog-timeout" and r.upstream is None
+    assert crashwatch.maybe_remediate("ns", "s", fake.obj, r, 3, 1) is None
+    assert fake.obj["status"]["remediations"][0]["action"] == "none"

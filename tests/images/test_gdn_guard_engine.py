@@ -16,7 +16,6 @@ import ast
 import json
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 

@@ -9,13 +9,13 @@ import re
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
 from operator_harness import Kube, gms, running_operator, wait_for
+from paths import CPU_CAPTURES
 
-FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "vllm-0.32.0-cpu" / "metrics-mtp2.prom"
+FIXTURE = CPU_CAPTURES / "metrics-mtp2.prom"
 
 # Per scrape, the stand-in engine advances: drafts +10, draft tokens +20 (k=2), accepted +12 (pos0 +8, pos1 +4).
 STEP = {"num_drafts": 10, "num_draft_tokens": 20, "num_accepted_tokens": 12}

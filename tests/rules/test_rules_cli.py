@@ -7,9 +7,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from paths import gdnctl
 
 ROOT = Path(__file__).resolve().parents[2]
-GDNCTL = str(ROOT / ".venv" / "bin" / "gdnctl")
+GDNCTL = gdnctl()
 GOOD = ROOT / "examples" / "qwen3.5-27b-mtp.yaml"
 DENIED = ROOT / "examples" / "denied-qwen3.6-prefix-caching-mtp.yaml"
 
@@ -149,3 +150,31 @@ def test_launch_line_good_exits_0():
 def test_usage_errors_exit_2(args, needle):
     p = run(*args)
     assert p.returncode == 2 and needle in p.stderr, p.stderr
+
+
+def test_launch_line_unrecognised_family_exits_2_cannot_tell():
+    # issue 16: not a known-crash rejection (exit 1) but "cannot tell", with the fix
+    p = run("--vllm-version", "0.21.0", "--", "vllm", "serve", "/models/my-finetune",
+            "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}')
+    assert p.returncode == 2
+    assert p.stdout == ""
+    assert p.stderr.startswith("error: cannot tell:") and "pass --architecture" in p.stderr
+    assert "Qwen3_5ForConditionalGeneration" in p.stderr and "REJECTED" not in p.stderr
+    # the same line with the family given is evaluated (vllm#36917 applies on 0.17.1)
+    p = run("--vllm-version", "0.17.1", "--architecture", "Qwen3_5ForConditionalGeneration", "--", "vllm", "serve",
+            "/models/my-finetune", "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}')
+    assert p.returncode == 1 and "vllm#36917" in p.stdout
+
+
+def test_launch_line_additional_config_triton_silences_flashinfer_3329():
+    base = ["--vllm-version", "0.21.0", "--output", "json", "--", "vllm", "serve", "Qwen/Qwen3.5-35B-A3B", "-tp", "2",
+            "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}']
+    warned = {f["rule"] for f in json.loads(run(*base).stdout)["results"][0]["findings"]}
+    assert "flashinfer#3329" in warned
+    for extra in (["--additional-config", '{"gdn_prefill_backend": "triton"}'],
+                  ['--additional-config={"gdn_prefill_backend":"triton"}'],
+                  ["--additional-config.gdn_prefill_backend", "triton"],
+                  ["--gdn-prefill-backend", "triton"]):
+        doc = json.loads(run(*base, *extra).stdout)
+        rules = {f["rule"] for f in doc["results"][0]["findings"]}
+        assert "flashinfer#3329" not in rules, extra

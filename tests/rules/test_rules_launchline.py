@@ -42,7 +42,7 @@ def test_env_assignments_v2_runner_vllm_38041():
 
 def test_single_quoted_string_is_shlex_split_vllm_36917():
     line, ev = evaluate_launch(
-        [f"vllm serve Qwen/Qwen3.5-397B-A17B -tp 8 --speculative-config '{{\"method\":\"qwen3_next_mtp\",\"num_speculative_tokens\":1}}'"],
+        ["vllm serve Qwen/Qwen3.5-397B-A17B -tp 8 --speculative-config '{\"method\":\"qwen3_next_mtp\",\"num_speculative_tokens\":1}'"],
         vllm_version="0.17.0",
     )
     assert line.spec.tensor_parallel_size == 8
@@ -155,3 +155,39 @@ def test_launch_line_errors(argv, version, needle):
 def test_bad_architecture():
     with pytest.raises(ManifestError, match="unknown architecture"):
         parse_launch_line(["vllm", "serve", "x/y"], vllm_version="0.33.0", architecture="LlamaForCausalLM")
+
+
+# issue 16: JSON-carried settings vLLM accepts are understood like their dedicated flags
+
+
+@pytest.mark.parametrize("extra", [
+    ["--additional-config", '{"gdn_prefill_backend": "triton"}'],
+    ['--additional-config={"gdn_prefill_backend": "TRITON", "enable_cpu_binding": true}'],
+    ["--additional-config.gdn_prefill_backend", "triton"],
+])
+def test_additional_config_gdn_prefill_backend_flashinfer_3329(extra):
+    line, ev = evaluate_launch(["vllm", "serve", "Qwen/Qwen3.5-35B-A3B", "-tp", "2", "--speculative-config", SC2, *extra],
+                               vllm_version="0.21.0")
+    assert line.spec.gdn_prefill_backend == "triton"
+    assert "flashinfer#3329" not in rules_of(ev, "warned") | rules_of(ev, "rejected")
+    _, ev = evaluate_launch(["vllm", "serve", "Qwen/Qwen3.5-35B-A3B", "-tp", "2", "--speculative-config", SC2],
+                            vllm_version="0.21.0")
+    assert "flashinfer#3329" in rules_of(ev, "warned")
+
+
+def test_additional_config_bad_backend_and_disagreement():
+    with pytest.raises(ManifestError, match=r"--additional-config: gdn_prefill_backend 'fast'"):
+        parse_launch_line(["vllm", "serve", "Qwen/Qwen3.5-9B", "--additional-config", '{"gdn_prefill_backend": "fast"}'],
+                          vllm_version="0.33.0")
+    line = parse_launch_line(["vllm", "serve", "Qwen/Qwen3.5-9B", "--gdn-prefill-backend", "flashinfer",
+                              "--additional-config", '{"gdn_prefill_backend": "triton", "foo": 1}'], vllm_version="0.33.0")
+    assert line.spec.gdn_prefill_backend == "flashinfer"
+    assert any("disagree" in n for n in line.notes) and any("'foo'" in n for n in line.notes)
+
+
+def test_hf_overrides_architectures_reveal_the_family():
+    line, ev = evaluate_launch(["vllm", "serve", "/models/my-finetune", "--speculative-config", SC2, "--hf-overrides",
+                                '{"architectures": ["Qwen3_5ForConditionalGeneration"]}'], vllm_version="0.17.1")
+    assert line.spec.model.architecture == "Qwen3_5ForConditionalGeneration"
+    assert "gdn-operator/unrecognised-model-family" not in rules_of(ev, "rejected")
+    assert "vllm#36917" in rules_of(ev, "rejected")

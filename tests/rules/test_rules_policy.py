@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rules_helpers import apply_json_patch, mk, rules_of, spec_dict
+from rules_helpers import apply_json_patch, mk, rules_of
 
 from gdn_operator.api.load import load_file
 from gdn_operator.api.models import Finding, GDNModelServerSpec
@@ -287,6 +287,7 @@ def test_every_mitigation_converges_and_is_clean():
         "flashinfer#3329": ("0.25.0", {}),
         "vllm-config/align-requires-chunked-prefill": ("0.28.0", {"prefixCaching": True, "chunkedPrefill": False}),
         "vllm-config/gdn-prefill-backend-unsupported": ("0.20.0", {"gdnPrefillBackend": "cutedsl"}),
+        "vllm-config/shutdown-timeout-unsupported": ("0.17.1", {"shutdownTimeoutSeconds": 30}),
     }
     with_mitigation = {r.id for r in cat.rules if r.mitigation}
     assert with_mitigation == set(triggers)

@@ -1,7 +1,7 @@
 """Every rule of data/rules.yaml: fires on its trigger at an affected version, not at the fixed version,
 not when the image carries its patch id; known-good configurations are clean of reject-level findings.
 
-Test ids name the upstream issue (catalogue /work/shared/docs/vllm-known-issues.md, B1-B14).
+Test ids name the upstream issue (catalogue ../shared/docs/vllm-known-issues.md, B1-B14).
 """
 
 from __future__ import annotations
@@ -51,6 +51,14 @@ TABLE = [
      "0.33.0", None, None),
     ("vllm-config/v2-runner-env-not-integer", {}, "0.22.0", "rejected", None, None,
      LaunchOverrides(env={"VLLM_USE_V2_MODEL_RUNNER": "true"})),
+    # multi-node engines need the MP launcher (vllm PR #23691); the floor is named in the rule data
+    ("vllm-config/multi-node-launcher", {"tensorParallelSize": 8, "nodes": 2}, "0.16.0", "rejected", "0.17.0",
+     None, None),
+    ("vllm-config/shutdown-timeout-unsupported", {"shutdownTimeoutSeconds": 30}, "0.17.1", "rejected", "0.18.0",
+     None, None),
+    # vllm#41190 (TP>=2 spec decode) holds per multi-node group: TP is the group's TP world
+    ("vllm#41190", {"tensorParallelSize": 8, "pipelineParallelSize": 2, "nodes": 2}, "0.33.0", "warned", None,
+     None, None),
 ]
 
 

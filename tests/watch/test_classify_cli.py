@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gdn_operator.cli import main
+from paths import CPU_CAPTURES, gdnctl
 
-FIXTURE = Path("/work/shared/fixtures/vllm-0.32.0-cpu/serve-startup-mtp2.log")
+FIXTURE = CPU_CAPTURES / "serve-startup-mtp2.log"
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
-GDNCTL = shutil.which("gdnctl", path=str(Path(sys.executable).parent)) or shutil.which("gdnctl")
+GDNCTL = gdnctl()
 
 
 def crash_log(tmp_path: Path, name: str) -> Path:

@@ -1,8 +1,8 @@
 """Crash-signature catalogue and classifier (gdn_operator/watch/signatures.py, data/signatures.yaml).
 
-Texts are real: the captured vLLM 0.32.0 CPU startup log (/work/shared/fixtures) and crash sections in
+Texts are real: the captured vLLM 0.32.0 CPU startup log (../shared/fixtures) and crash sections in
 tests/fixtures/logs built from that log's line formats and the exact strings quoted in
-/work/shared/docs/vllm-known-issues.md (each doc quote is cited in the test id).
+../shared/docs/vllm-known-issues.md (each doc quote is cited in the test id).
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from gdn_operator.watch.signatures import (
     parse_catalogue,
     strip_prefixes,
 )
+from paths import CPU_CAPTURES
 
-FIXTURE = Path("/work/shared/fixtures/vllm-0.32.0-cpu/serve-startup-mtp2.log")
+FIXTURE = CPU_CAPTURES / "serve-startup-mtp2.log"
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
 
@@ -72,7 +73,11 @@ REQUIRED = {
     "spec-decode-negative-repeat": ("runtime-crash", "vllm#53962"),
     "negative-token-budget": ("config-error", "vllm#50708"),
     "align-requires-chunked-prefill": ("config-error", None),
-    "nccl-watchdog-timeout": ("deadlock", "flashinfer#3329"),
+    # issue 16: a collective timeout alone names no upstream issue; flashinfer#3329 needs GDN-prefill evidence
+    "nccl-watchdog-timeout": ("deadlock", None),
+    "engine-rpc-timeout": ("deadlock", None),
+    "gdn-prefill-hang": ("deadlock", "flashinfer#3329"),
+    "cuda-device-assert": ("runtime-crash", None),
     "cuda-oom": ("oom", None),
     "cpu-align-kernel-unsupported": ("runtime-crash", None),
     "engine-dead": ("generic", None),
@@ -126,7 +131,10 @@ NEAR_MISSES = [
 @pytest.mark.parametrize("sig_id,text", EXAMPLES)
 def test_catalogue_example_fires(sig_id: str, text: str) -> None:
     r = classify_text(text)
-    assert sig_id in _fired(r), r
+    sig = CAT.get(sig_id)
+    # a signature whose attribution needs facts the example does not carry still matches: its upstream
+    # issue is then listed as a candidate (issue 16), and its parent class is reported
+    assert sig_id in _fired(r) or (sig.attribution is not None and sig.upstream in r.candidates), r
     # the prefilter is sound: some keyword of the signature is on a line of the example
     sig = CAT.get(sig_id)
     assert any(k in text for k in sig.keywords)
@@ -152,7 +160,10 @@ DOC_QUOTES = [
     ("B4-#41190-cudaErrorIllegalAddress-at-num_accepted_tokens_event.synchronize", "    self.num_accepted_tokens_event.synchronize()\ntorch.AcceleratorError: CUDA error: an illegal memory access was encountered", "cuda-illegal-address-accepted-sync"),
     ("B6-#37035-cudaErrorIllegalAddress-in-gdn_attn.py:237", "cudaErrorIllegalAddress in gdn_attn.py:237 when using qwen3_next_mtp with num_speculative_tokens=5 under load", "cuda-illegal-address-gdn-spec-state"),
     ("B6-#37035-spec_state_indices_tensor-=-block_table_tensor", "    spec_state_indices_tensor = block_table_tensor[spec_sequence_masks, : self.num_spec + 1]\nRuntimeError: CUDA error: an illegal memory access was encountered", "cuda-illegal-address-gdn-spec-state"),
-    ("B11-#40756-gpu_worker.py-line-813-in-execute_model", '  File "/v/vllm/v1/worker/gpu_worker.py", line 813, in execute_model\nRuntimeError: CUDA error: an illegal memory access was encountered', "cuda-illegal-address-worker-execute"),
+    # issue 16: the execute_model frame is on every worker fault's path; without GDN + spec-decode evidence
+    # B11 is only a candidate, with it (the reporter's config lines) it is named
+    ("B11-#40756-gpu_worker.py-line-813-in-execute_model-no-evidence", '  File "/v/vllm/v1/worker/gpu_worker.py", line 813, in execute_model\nRuntimeError: CUDA error: an illegal memory access was encountered', "cuda-illegal-address"),
+    ("B11-#40756-gpu_worker.py-line-813-in-execute_model-with-evidence", "(EngineCore pid=1) INFO 05-13 10:00:00 [core.py:1] Initializing a V1 LLM engine (v0.19.1) with config: model='Qwen/Qwen3.6-27B-FP8', speculative_config=SpeculativeConfig(method='mtp', num_spec_tokens=5)\n" + '  File "/v/vllm/v1/worker/gpu_worker.py", line 813, in execute_model\nRuntimeError: CUDA error: an illegal memory access was encountered', "cuda-illegal-address-worker-execute"),
     ("B12-PR51508-causal_conv1d_update-usually-faults-first", "    mixed_qkv_spec = causal_conv1d_update(\ntorch.AcceleratorError: CUDA error: an illegal memory access was encountered", "cuda-illegal-address-conv1d-update"),
     ("§4-generic-CUDA-error-an-illegal-memory-access-was-encountered", "RuntimeError: CUDA error: an illegal memory access was encountered", "cuda-illegal-address"),
     ("§4-generic-cudaErrorIllegalAddress", "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:368 cudaErrorIllegalAddress", "cuda-illegal-address"),
@@ -260,7 +271,8 @@ CRASH_LOGS = [
     ("align-requires-chunked-prefill.tail.log", "align-requires-chunked-prefill", None, "config-error", r"^AssertionError: Chunked prefill is required", set()),
     ("cpu-align-kernel.tail.log", "cpu-align-kernel-unsupported", None, "runtime-crash", r"^TypeError: 'function' object is not subscriptable$", {"engine-dead"}),
     ("cuda-oom-startup.tail.log", "cuda-oom", None, "oom", r"^torch\.OutOfMemoryError: CUDA out of memory", {"engine-dead"}),
-    ("nccl-watchdog-timeout.tail.log", "nccl-watchdog-timeout", "flashinfer#3329", "deadlock", r"^\[Rank 1\] Watchdog caught collective operation timeout", {"engine-dead"}),
+    # issue 16: the startup log shows the CPU GDN prefill kernel, not FlashInfer: flashinfer#3329 is only a candidate
+    ("nccl-watchdog-timeout.tail.log", "nccl-watchdog-timeout", None, "deadlock", r"^\[Rank 1\] Watchdog caught collective operation timeout", {"engine-dead"}),
     # unknown crashes: generic signature, root cause = last exception line above the engine-death message
     ("unknown-crash-keyerror.tail.log", "engine-dead", None, "generic", r"^KeyError: 'model\.layers\.0\.mlp\.experts\.w13_weight'$", set()),
     ("worker-died-no-exception.tail.log", "engine-dead", None, "generic", r"^Worker proc VllmWorker-0 died unexpectedly", set()),

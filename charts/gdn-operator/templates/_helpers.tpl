@@ -102,7 +102,7 @@ tests/charts/test_chart_render.py holds the same table and fails on any extra re
 # kube.get_deployment (get); kopf watches the engine Deployments for status and drift (list, watch).
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"{{ if .Values.scaleOut.leaderWorkerSet.enabled }}, "delete"{{ end }}]
 # kube.apply of the engine Service (server-side apply).
 - apiGroups: [""]
   resources: ["services"]
@@ -126,6 +126,33 @@ tests/charts/test_chart_render.py holds the same table and fails on any extra re
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["podmonitors"]
   verbs: ["create", "patch", "delete"]
+{{- end }}
+{{- if .Values.scaleOut.leaderWorkerSet.enabled }}
+# scaleOut.leaderWorkerSet: multi-node engines. kube.apply (server-side apply), kopf watches them for
+# status and drift, and the reconciler deletes the one left behind when spec.nodes crosses 1 (the
+# Deployment delete above exists for the same reason).
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+{{- end }}
+{{- if .Values.scaleOut.autoscaling.hpa.enabled }}
+# scaleOut.autoscaling.hpa: the per-server HorizontalPodAutoscaler (apply, read for the scale-up pause,
+# delete when autoscaling is dropped or KEDA takes over).
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["get", "create", "patch", "delete"]
+{{- end }}
+{{- if .Values.scaleOut.autoscaling.keda.enabled }}
+# scaleOut.autoscaling.keda: the per-server KEDA ScaledObject (same verbs as the HPA).
+- apiGroups: ["keda.sh"]
+  resources: ["scaledobjects"]
+  verbs: ["get", "create", "patch", "delete"]
+{{- end }}
+{{- if .Values.scaleOut.inferencePool.enabled }}
+# scaleOut.inferencePool: the per-server InferencePool; kopf watches its status (Accepted/ResolvedRefs).
+- apiGroups: ["inference.networking.k8s.io"]
+  resources: ["inferencepools"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 {{- end }}
 {{- end -}}
 

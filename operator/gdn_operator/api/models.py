@@ -19,29 +19,9 @@ from pydantic.alias_generators import to_camel
 from gdn_operator import API_VERSION, KIND
 from gdn_operator.api import k8s as _k8s
 from gdn_operator.api import vllm_args as _vllm_args
-
-
-class _Model(BaseModel):
-    """Base: camelCase aliases, unknown fields rejected, enum values kept as plain strings."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        use_enum_values=True,
-        validate_default=True,
-    )
-
-    def dump(self) -> dict[str, Any]:
-        """The Kubernetes-shaped dict: camelCase keys, unset optional fields left out."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
-
-
-class _Status(_Model):
-    # Status is written by the operator; tolerate fields from newer operator versions.
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="ignore", use_enum_values=True
-    )
+from gdn_operator.api.base import _Model, _Status
+from gdn_operator.api.probes import ProbesSpec, ProbesStatus
+from gdn_operator.api.scaleout import AutoscalingSpec, RouterSpec
 
 
 # --------------------------------------------------------------------------------------- enums ---
@@ -133,6 +113,8 @@ OPERATOR_OWNED_ENV = frozenset(_vllm_args.policy()["env"]["owned"])
 #: Bounds on one spec (a webhook answers 4xx for larger or deeper input; the schema needs depth < 12).
 MAX_SPEC_DEPTH = 32
 MAX_SPEC_BYTES = 512 * 1024
+#: Environment the LeaderWorkerSet controller injects into multi-node engine pods (render/lws.py reads it).
+LWS_ENV = frozenset(_vllm_args.policy()["env"]["injected"])
 
 _MODEL_URI = re.compile(r"^(hf|pvc|s3|gs|oci|file)://\S+$")
 
@@ -315,6 +297,15 @@ class ResourcesSpec(_Model):
     cpu: str = Field(default="8", max_length=32, description="CPU request and limit per engine pod.")
     memory: str = Field(default="64Gi", max_length=32, description="Memory request and limit per engine pod.")
     shm_size: str = Field(default="16Gi", max_length=32, description="Size of the memory-backed /dev/shm.")
+    gpus_per_node: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description=(
+            "GPUs each engine pod requests (one pod per node). Default tensorParallelSize x pipelineParallelSize / "
+            "nodes; when set it must equal that (GPUs per node x nodes = TP x PP)."
+        ),
+    )
 
     @field_validator("cpu", "memory", "shm_size")
     @classmethod
@@ -349,8 +340,28 @@ class GDNModelServerSpec(_Model):
 
     model: ModelSpec
     image: ImageSpec
-    replicas: int = Field(default=1, ge=0, le=1000, description="Engine pods (one per replica).")
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Engine replicas (one pod each, or one group of `nodes` pods). Default 1; leave unset with autoscaling.",
+        # no schema default: the API server must not store replicas for an autoscaled server (mutually exclusive)
+        json_schema_extra=lambda schema: schema.pop("default", None),
+    )
     tensor_parallel_size: int = Field(default=1, ge=1, le=64, description="GPUs per engine (vLLM -tp).")
+    pipeline_parallel_size: int = Field(
+        default=1, ge=1, le=64, description="Pipeline stages per engine (vLLM --pipeline-parallel-size)."
+    )
+    nodes: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description=(
+            "Nodes one engine spans (vLLM --nnodes, multiprocessing launcher). Above 1 the engine runs as a "
+            "LeaderWorkerSet group: the leader serves the API, the other nodes run headless. "
+            "tensorParallelSize x pipelineParallelSize must divide evenly by nodes."
+        ),
+    )
     speculative_decoding: SpeculativeDecodingSpec = Field(
         default_factory=SpeculativeDecodingSpec, description="MTP speculative decoding."
     )
@@ -420,6 +431,68 @@ class GDNModelServerSpec(_Model):
     )
     remediation: RemediationSpec = Field(default_factory=RemediationSpec, description="Crash-loop remediation.")
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Acceptance scraping.")
+    probes: ProbesSpec | None = Field(
+        default=None,
+        description="Output probes: known-answer requests to every Ready engine to catch silent corruption (off when unset).",
+    )
+    shutdown_timeout_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=3600,
+        description=(
+            "Seconds vLLM lets in-flight requests finish on SIGTERM (--shutdown-timeout, vLLM 0.18.0+) during "
+            "scale-down and rollouts. Unset: 30 with autoscaling on vLLM 0.18.0+, else vLLM's default (abort)."
+        ),
+    )
+    autoscaling: AutoscalingSpec | None = Field(
+        default=None, description="Scale replicas on vLLM load (KEDA or HPA). Mutually exclusive with replicas."
+    )
+    router: RouterSpec | None = Field(default=None, description="LLM-aware routing (Gateway API Inference Extension).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replicas_or_autoscaling(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("autoscaling") is not None and data.get("replicas") is not None:
+            raise ValueError(
+                "replicas and autoscaling are mutually exclusive: the autoscaler owns the replica count; "
+                "remove spec.replicas (or spec.autoscaling)"
+            )
+        return data
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes_divide(cls, v: int, info: Any) -> int:
+        tp, pp = info.data.get("tensor_parallel_size"), info.data.get("pipeline_parallel_size")
+        if tp is None or pp is None:
+            return v  # reported on their own fields
+        world = tp * pp
+        if world % v:
+            fits = [n for n in range(1, world + 1) if world % n == 0]
+            raise ValueError(
+                f"{v} nodes cannot split tensorParallelSize x pipelineParallelSize = {tp} x {pp} = {world} GPUs evenly "
+                f"(vLLM needs the same GPU count on every node); use nodes in {fits} or change the parallel sizes"
+            )
+        return v
+
+    @field_validator("resources")
+    @classmethod
+    def _gpus_per_node(cls, v: "ResourcesSpec", info: Any) -> "ResourcesSpec":
+        tp, pp, nodes = (info.data.get(k) for k in ("tensor_parallel_size", "pipeline_parallel_size", "nodes"))
+        if v.gpus_per_node is None or None in (tp, pp, nodes):
+            return v
+        if v.gpus_per_node * nodes != tp * pp:
+            raise ValueError(
+                f"gpusPerNode {v.gpus_per_node} x nodes {nodes} = {v.gpus_per_node * nodes} GPUs, but tensorParallelSize x "
+                f"pipelineParallelSize = {tp} x {pp} = {tp * pp}; GPUs per node x nodes must equal TP x PP "
+                f"(e.g. nodes {max(1, (tp * pp) // v.gpus_per_node)} with {v.gpus_per_node} GPUs per node"
+                + ("" if (tp * pp) % v.gpus_per_node == 0 else ", after changing the parallel sizes") + ")"
+            )
+        return v
+
+    @property
+    def gpus_per_pod(self) -> int:
+        """GPUs one engine pod requests: TP x PP spread evenly over the nodes."""
+        return (self.tensor_parallel_size * self.pipeline_parallel_size) // self.nodes
 
     @field_validator("extra_args")
     @classmethod
@@ -532,6 +605,10 @@ class CrashInfo(_Status):
     time: str | None = None
     pod: str | None = None
     container: str | None = None
+    group: str | None = Field(default=None, description="Multi-node engines: the LeaderWorkerSet group (<name>/<index>).")
+    incident_pods: list[str] = Field(
+        default_factory=list, max_length=16, description="Multi-node engines: the group's pods that died in this one crash."
+    )
     signature: str = Field(description="Signature id from the catalogue, or engine-dead for an unknown crash.")
     upstream: str | None = Field(default=None, description="Upstream issue, e.g. vllm#36917.")
     kind: str | None = None
@@ -612,12 +689,17 @@ class GDNModelServerStatus(_Status):
     replicas: int | None = None
     ready_replicas: int | None = None
     ready: str | None = Field(default=None, description="ready/desired, for kubectl.")
+    workload: str | None = Field(default=None, description="Engine workload kind: Deployment or LeaderWorkerSet (multi-node).")
+    group_size: int | None = Field(
+        default=None, description="Pods per engine group (multi-node); replicas and readyReplicas then count groups."
+    )
     conditions: list[Condition] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list, description="Known-issue rules that matched.")
     effective: EffectiveConfig | None = None
     last_crash: CrashInfo | None = None
     remediations: list[Remediation] = Field(default_factory=list, max_length=32)
     acceptance: AcceptanceStatus | None = None
+    probes: ProbesStatus | None = None
 
 
 class ObjectMeta(BaseModel):

@@ -464,6 +464,8 @@ def env_refusal(name: str, allowed_unsafe: Sequence[str] = ()) -> str | None:
     env = policy()["env"]
     if name in env["owned"]:
         return f"{name!r} is owned by the operator; set {env['owned'][name]} instead"
+    if name in env.get("injected", {}):
+        return f"{name!r} is injected by {env['injected'][name]}; remove it"
     if name in env["rule_relevant"]:
         return f"{name!r} is refused: it {env['rule_relevant'][name]}"
     if name in env["process"] and name not in allowed_unsafe:

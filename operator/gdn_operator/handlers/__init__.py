@@ -1,3 +1,3 @@
 """kopf handlers. `kopf run -m gdn_operator.handlers` (or `python -m gdn_operator`) loads them all."""
 
-from gdn_operator.handlers import acceptance, admission, crashwatch, reconcile, startup, workload  # noqa: F401
+from gdn_operator.handlers import acceptance, admission, crashwatch, reconcile, router, startup, workload  # noqa: F401

@@ -175,9 +175,17 @@ class Registry:
     would hang whenever the operator is down.)"""
 
     def __init__(self) -> None:
+        from gdn_operator.handlers.probes import ProbeSupervisor
+
         self.servers: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods_index: Any = None
         self.task: asyncio.Task[None] | None = None
+        self.probes = ProbeSupervisor(self.pods)  # output probes (handlers/probes.py) share the pod view
+
+    def pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        from gdn_operator.handlers.workload import pods_of
+
+        return pods_of(self.pods_index, namespace, name) if self.pods_index is not None else []
 
     def track(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         spec = body.get("spec") or {}
@@ -195,6 +203,7 @@ class Registry:
 
     def forget(self, namespace: str, name: str) -> None:
         self.servers.pop((namespace, name), None)
+        self.probes.forget(namespace, name)
         TRACKER.forget_resource(namespace, name)
         _LAST_WRITTEN.pop((namespace, name), None)
         from gdn_operator import telemetry
@@ -207,7 +216,7 @@ class Registry:
 
     async def run(self) -> None:
         from gdn_operator.handlers.crashwatch import QUIET_CHECK_SECONDS, clear_crash_conditions
-        from gdn_operator.handlers.workload import pods_of
+        from gdn_operator.handlers.workload import api_pods, pods_of
 
         sem = asyncio.Semaphore(int(os.environ.get("GDN_SCRAPE_RESOURCES_CONCURRENCY", "32")))
         next_quiet = 0.0
@@ -215,7 +224,7 @@ class Registry:
         async def one(ns: str, name: str) -> None:
             async with sem:
                 try:
-                    await scrape_round(ns, name, pods_of(self.pods_index, ns, name) if self.pods_index is not None else [])
+                    await scrape_round(ns, name, api_pods(pods_of(self.pods_index, ns, name)) if self.pods_index is not None else [])
                 except Exception as e:  # noqa: BLE001 - a failed round is retried next interval
                     log.warning("acceptance round for %s/%s failed: %s", ns, name, e)
 
@@ -266,15 +275,19 @@ async def track_servers(type: str, body: kopf.Body, namespace: str, name: str, e
     if type == "DELETED" or body["metadata"].get("deletionTimestamp"):
         REGISTRY.forget(namespace, name)
         return
-    REGISTRY.track(namespace, name, kube.plain(body))
+    plain = kube.plain(body)
+    REGISTRY.track(namespace, name, plain)
+    await REGISTRY.probes.track(namespace, name, plain)
 
 
 @kopf.on.startup()
 async def start_supervisor(**_: Any) -> None:
     REGISTRY.task = asyncio.get_running_loop().create_task(REGISTRY.run())
+    REGISTRY.probes.task = asyncio.get_running_loop().create_task(REGISTRY.probes.run())
 
 
 @kopf.on.cleanup()
 async def stop_supervisor(**_: Any) -> None:
-    if REGISTRY.task is not None:
-        REGISTRY.task.cancel()
+    for task in (REGISTRY.task, REGISTRY.probes.task):
+        if task is not None:
+            task.cancel()

@@ -34,6 +34,13 @@ class OperatorConfig:
     pod_monitors: bool = True
     #: crash watch: stream logs of running engine containers (bounded)
     stream_logs: bool = True
+    #: Prometheus the KEDA ScaledObjects query (chart autoscaling.keda.prometheusAddress); "" = HPA only
+    keda_prometheus_address: str = ""
+    #: watch LeaderWorkerSets (multi-node engines) / InferencePools (chart lws.enabled, inferencePool.enabled)
+    lws: bool = True
+    inference_pool: bool = True
+    #: manage HorizontalPodAutoscalers (chart scaleOut.autoscaling.hpa.enabled)
+    hpa: bool = True
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -57,6 +64,10 @@ class OperatorConfig:
             metrics_port=int(os.environ.get("GDN_METRICS_PORT", "8080")),
             pod_monitors=_bool("GDN_POD_MONITORS", True),
             stream_logs=_bool("GDN_STREAM_LOGS", True),
+            keda_prometheus_address=os.environ.get("GDN_KEDA_PROMETHEUS_ADDRESS", "").strip(),
+            lws=_bool("GDN_LWS", True),
+            inference_pool=_bool("GDN_INFERENCE_POOL", True),
+            hpa=_bool("GDN_HPA", True),
         )
 
 

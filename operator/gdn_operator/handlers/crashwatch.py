@@ -8,7 +8,12 @@ handled once, also across operator restarts (status.lastCrash remembers the last
 Remediation: when one known signature repeats `spec.remediation.threshold` times on the same spec
 generation, the catalogue's documented workaround is applied to the spec once (one remediation per
 signature per generation; a change that is already in the spec is never re-applied, so it cannot loop; a
-user edit starts a new generation and resets the count).
+user edit starts a new generation and resets the count). A signature with a `remediation.ladder` (the
+illegal-address signatures under TP >= 2, issue 18) first gets the ladder's settings that keep speculative
+decoding on, in order, each tried once, with the step and its reason in status.remediations[].reason;
+its own action (disable speculative decoding) is the last resort. A crash reported as a generic class
+because the evidence for its upstream issue is missing (issue 16) carries action `investigate`: never
+remediated automatically.
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
 from gdn_operator.handlers.config import get_config
 from gdn_operator.render.engine import CONTAINER, LABEL_SERVER
+from gdn_operator.watch.groups import group_of, incident_members, same_incident
 from gdn_operator.watch.guardline import SEARCH_BYTES as GUARD_SEARCH_BYTES
 from gdn_operator.watch.guardline import GuardLine, check_patch_set, parse_guard_line
+from gdn_operator.watch.evidence import Evidence
 from gdn_operator.watch.logstream import StreamClassifier
 from gdn_operator.watch.signatures import ClassificationResult, best_result, classify_termination_message
 from gdn_operator.redact import redact
@@ -85,6 +92,12 @@ def remediation_for(action: str, spec: GDNModelServerSpec) -> Change | None:
         if spec.chunked_prefill is True:
             return None
         return Change("chunkedPrefill=true", {"chunkedPrefill": True})
+    if action == "drop-nccl-p2p-disable":
+        # rule vllm#41190: NCCL peer-to-peer disabled is the reported environment of the TP spec-decode fault
+        if not any(e.name == "NCCL_P2P_DISABLE" and e.value == "1" for e in spec.env):
+            return None
+        keep = [e.model_dump(by_alias=True, exclude_none=True, mode="json") for e in spec.env if e.name != "NCCL_P2P_DISABLE"]
+        return Change("env NCCL_P2P_DISABLE removed", {"env": keep})
     if action == "disable-prefix-caching":
         if spec.prefix_caching is False:
             return None
@@ -118,6 +131,7 @@ class Death:
     finished_at: str | None
     crash_loop: bool
     args: tuple[str, ...] = ()
+    group: str | None = None  # "<LeaderWorkerSet>/<group index>" for a pod of a multi-node engine
 
 
 def deaths_in(pod: dict[str, Any]) -> list[Death]:
@@ -127,6 +141,7 @@ def deaths_in(pod: dict[str, Any]) -> list[Death]:
     if meta.get("deletionTimestamp"):
         return []  # killed on purpose (rollout, scale-down, eviction): not an engine crash
     args = next((tuple(c.get("args") or ()) for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == CONTAINER), ())
+    group = group_of(meta.get("labels") or {})
     for cs in status.get("containerStatuses") or []:
         if cs.get("name") != CONTAINER:
             continue
@@ -151,6 +166,7 @@ def deaths_in(pod: dict[str, Any]) -> list[Death]:
                     finished_at=term.get("finishedAt"),
                     crash_loop=crash_loop,
                     args=args,
+                    group=group,
                 )
             )
     return out
@@ -195,22 +211,38 @@ def take_streamed(pod_uid: str, restart_count: int) -> ClassificationResult | No
         return STREAMED.pop((pod_uid, restart_count), None)
 
 
-def _current_args(obj: dict[str, Any]) -> tuple[str, ...] | None:
-    """The engine argv the operator renders for the object's current spec (None: cannot tell)."""
+def _current_args(obj: dict[str, Any]) -> set[tuple[str, ...]] | None:
+    """The engine argvs the operator renders for the object's current spec: one for a Deployment, the
+    leader's and the workers' for a LeaderWorkerSet (None: cannot tell)."""
     from gdn_operator.handlers.reconcile import expected_objects
+    from gdn_operator.render.scaleout import engine_args
 
     objs = expected_objects(obj)
     if not objs:
         return None
-    dep = next(o for o in objs if o["kind"] == "Deployment")
-    return tuple(dep["spec"]["template"]["spec"]["containers"][0]["args"])
+    return engine_args(objs)
+
+
+def evidence_for(namespace: str, name: str) -> Evidence | None:
+    """What the operator knows about a server from the spec it rendered (model family, speculative decoding,
+    GDN prefill backend, vLLM version): the classifier names an upstream issue only with that evidence
+    (or the log's). None when the server cannot be read or its spec is invalid."""
+    try:
+        obj = kube.get_server(namespace, name)
+        return Evidence.from_spec(parse_spec((obj or {}).get("spec") or {})) if obj else None
+    except Exception as e:  # noqa: BLE001 - evidence is optional: classify without it
+        log.debug("no spec evidence for %s/%s: %s", namespace, name, e)
+        return None
 
 
 def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | None:
     """Classify one container death and record it. Returns the CR status after the update."""
     if not SEEN.add((death.pod_uid, death.restart_count)):
         return None
-    result = best_result(classify_termination_message(death.message), take_streamed(death.pod_uid, death.restart_count))
+    evidence = evidence_for(namespace, name)
+    result = best_result(
+        classify_termination_message(death.message, evidence=evidence), take_streamed(death.pod_uid, death.restart_count)
+    )
     if not result.crashed:
         # Killed without a recognisable log (OOMKilled by the kernel, SIGKILL, ...): still a crash.
         result = ClassificationResult(
@@ -243,33 +275,44 @@ def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | No
         # A pod still running a previous spec (rollout in progress) is reported, but its crashes do not
         # count toward remediating the current generation.
         current = _current_args(obj)
-        stale = bool(death.args) and current is not None and tuple(death.args) != current
-        same = prev.get("signature") == sig and prev.get("generation") == gen
-        if stale:
-            count = int(prev.get("count") or 0) if same else 0
+        stale = bool(death.args) and current is not None and tuple(death.args) not in current
+        # One crash of a multi-node group kills several pods: a death in the same group shortly after the
+        # last recorded one is the same incident. It counts once, and keeps the root cause the first pod
+        # showed when it only has a generic one (the leader's engine dies when a worker's does).
+        members = incident_members(prev)
+        incident = same_incident(prev, death.group, death.pod, gen, finished)
+        eff_sig = prev.get("signature") if incident and result.generic and prev.get("signature") else sig
+        outcome["signature"] = eff_sig
+        same = prev.get("signature") == eff_sig and prev.get("generation") == gen
+        if stale or incident:
+            count = int(prev.get("count") or 0) if same or incident else 0
+            count = max(count, 0 if stale else 1)
         else:
             count = int(prev.get("count") or 0) + 1 if same else 1
         outcome["stale"] = stale
+        outcome["incident"] = incident
         status["lastCrash"] = {
             k: v
             for k, v in {
                 "time": death.finished_at or kube.now(),
                 "pod": death.pod,
                 "container": death.container,
-                "signature": sig,
-                "upstream": upstream,
-                "kind": result.kind,
-                "rootCause": redact(result.root_cause or "")[:1024] or None,
+                "group": death.group,
+                "incidentPods": (members + [death.pod])[-16:] if incident else ([death.pod] if death.group else None),
+                "signature": eff_sig,
+                "upstream": upstream if eff_sig == sig else prev.get("upstream"),
+                "kind": result.kind if eff_sig == sig else prev.get("kind"),
+                "rootCause": (redact(result.root_cause or "")[:1024] or None) if eff_sig == sig else prev.get("rootCause"),
                 "exitCode": death.exit_code,
                 "restartCount": death.restart_count,
                 "count": count,
                 "generation": gen,
-                "remediationHint": hint,
+                "remediationHint": hint if eff_sig == sig else prev.get("remediationHint"),
             }.items()
             if v is not None
         }
         looping = (death.crash_loop and not stale) or count >= 2
-        label = f"{sig} ({upstream})" if upstream else sig
+        label = f"{eff_sig} ({upstream})" if upstream and eff_sig == sig else eff_sig
         if looping:
             st.set_condition(
                 status, st.CRASH_LOOPING, True, "RepeatedCrash", f"{count} crashes of {label} on generation {gen}", gen
@@ -284,14 +327,85 @@ def handle_death(namespace: str, name: str, death: Death) -> dict[str, Any] | No
         return None
     telemetry.CRASHES.labels(namespace, name, sig, upstream or "").inc()
     msg = f"Engine in pod {death.pod} died (restart {death.restart_count}, exit {death.exit_code}): {result.summary()}"
+    if death.group:
+        msg = f"Engine group {death.group}: " + msg
     if outcome.get("stale"):
         msg += " (the pod runs a previous spec; not counted for the current one)"
+    if outcome.get("incident"):
+        msg += f" (same group crash as {outcome['signature']}; counted once)"
     if hint:
         msg += f". Remedy: {hint}"
     kube.emit_event(obj, "EngineCrashed", msg, "Warning")
-    if not outcome.get("stale"):
+    if not outcome.get("stale") and not outcome.get("incident"):
         maybe_remediate(namespace, name, obj, result, outcome["count"], outcome["generation"])
+    sync_scale_up(namespace, name, obj)
     return obj.get("status")
+
+
+def _admission_refusal(obj: dict[str, Any], change: Change) -> str | None:
+    """Why the workaround would itself not pass admission (None: it would)."""
+    from gdn_operator.rules import evaluate
+
+    try:
+        new_spec = parse_spec(_merged_spec(obj.get("spec") or {}, change.patch))
+        if not evaluate(new_spec, default_policy=get_config().default_policy).allowed:
+            return f"{change.action} would itself be refused by admission"
+    except ManifestError as e:
+        return f"{change.action} would make the spec invalid: {'; '.join(e.problems)}"
+    return None
+
+
+def choose_remediation(
+    sig: str, result: ClassificationResult, spec: GDNModelServerSpec, obj: dict[str, Any]
+) -> tuple[Change | None, str | None, str | None]:
+    """(change, refusal, reason) for a repeated crash.
+
+    A signature's `remediation.ladder` (data/signatures.yaml) lists settings that keep speculative decoding on;
+    those that apply at the spec's tensorParallelSize are tried in order, each at most once for this signature
+    (status.remediations remembers what was tried), before the signature's own action (the last resort).
+    A step already in effect, or one admission would refuse, is passed over."""
+    rem = result.remediation
+    action = rem.action if rem else "investigate"
+    steps = [st for st in (rem.ladder if rem else ()) if spec.tensor_parallel_size >= st.min_tp]
+    tried = {r.get("action") for r in (obj.get("status") or {}).get("remediations") or [] if r.get("signature") == sig}
+    refusal = None
+    passed: list[str] = []
+    for i, step in enumerate(steps):
+        change = remediation_for(step.action, spec)
+        if change is None:
+            continue
+        if change.action in tried:
+            passed.append(f"{change.action} (tried before)")
+            continue
+        refusal = _admission_refusal(obj, change)
+        if refusal:
+            passed.append(refusal)
+            continue
+        last = "; ".join(passed)
+        return change, None, (
+            f"step {i + 1} of {len(steps)} that keep speculative decoding on: {change.action} ({step.reason})"
+            + (f"; passed over: {last}" if last else "") + f"; last resort: {action}"
+        )
+    change = remediation_for(action, spec)
+    if change is not None:
+        refusal = _admission_refusal(obj, change)
+        if refusal:
+            return None, refusal, None
+        why = None
+        if steps:
+            why = f"last resort after the settings that keep speculative decoding on ({'; '.join(passed) or 'none applicable'})"
+        return change, None, why
+    return None, refusal, None
+
+
+def sync_scale_up(namespace: str, name: str, obj: dict[str, Any]) -> None:
+    """An autoscaled server pauses scale-up while CrashLooping (and resumes when it clears): re-apply its
+    autoscaler, which the renderer gives scaleUp.selectPolicy Disabled while the condition is True."""
+    if not (obj.get("spec") or {}).get("autoscaling"):
+        return
+    from gdn_operator.handlers.reconcile import apply_autoscaler
+
+    apply_autoscaler(namespace, name)
 
 
 def maybe_remediate(
@@ -305,66 +419,104 @@ def maybe_remediate(
         return None
     sig = result.signature or ""
     action = result.remediation.action if result.remediation else "investigate"
-    change = remediation_for(action, spec)
-    refusal = None
-    if change is not None:
-        # The workaround must itself pass admission.
-        from gdn_operator.rules import evaluate
-
-        try:
-            new_spec = parse_spec(_merged_spec(obj.get("spec") or {}, change.patch))
-            if not evaluate(new_spec, default_policy=get_config().default_policy).allowed:
-                refusal = f"{change.action} would itself be refused by admission"
-        except ManifestError as e:
-            refusal = f"{change.action} would make the spec invalid: {'; '.join(e.problems)}"
-        if refusal:
-            change = None
+    change, refusal, why = choose_remediation(sig, result, spec, obj)
     hint = result.remediation.hint if result.remediation else "Investigate the engine log."
+    trigger = f"{sig} crashed the engine {count} times on generation {generation}"
+
+    def claimed_crash(status: dict[str, Any]) -> None:
+        if change:
+            st.set_condition(status, st.CRASH_LOOPING, True, "Remediated", f"applied {change.action} after {sig}", generation)
+
+    return remediate_once(
+        namespace, name, obj, signature=sig, upstream=result.upstream, generation=generation, change=change,
+        reason=trigger + (f"; {why}" if change and why else "")
+        + ("" if change else f"; no automatic workaround left ({refusal or action}): {hint}"),
+        not_possible=f"{sig} repeated {count} times; no automatic workaround left ({refusal or action}): {hint}",
+        applied=f"Applied {{action}} to stop repeated {sig}" + (f" ({result.upstream})" if result.upstream else "")
+        + f" after {count} crashes; edit the spec to revert."
+        + (f" {why[0].upper()}{why[1:]}." if why else ""),
+        on_claim=claimed_crash,
+    )
+
+
+def change_from_mitigation(rule: str, mitigation: dict[str, Any] | None, spec: dict[str, Any]) -> Change | None:
+    """A catalogue rule's `mitigation` (camelCase spec paths → value, None = unset) as a merge patch, or
+    None when there is none or it is already in effect."""
+    if not mitigation:
+        return None
+    patch: dict[str, Any] = {}
+    pending = []
+    for path, value in mitigation.items():
+        cur: Any = spec
+        for part in path.split("."):
+            cur = cur.get(part) if isinstance(cur, dict) else None
+        if cur == value:
+            continue
+        node = patch
+        parts = path.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+        pending.append(f"{path}={'unset' if value is None else json.dumps(value)}")
+    if not pending:
+        return None
+    return Change(", ".join(pending), patch)
+
+
+def vet_change(obj: dict[str, Any], change: Change | None) -> tuple[Change | None, str | None]:
+    """The change if the patched spec is valid and itself passes admission; else (None, why not)."""
+    if change is None:
+        return None, None
+    refusal = _admission_refusal(obj, change)
+    return (None, refusal) if refusal else (change, None)
+
+
+def remediate_once(
+    namespace: str, name: str, obj: dict[str, Any], *, signature: str, upstream: str | None, generation: int | None,
+    change: Change | None, reason: str, not_possible: str, applied: str,
+    on_claim: Callable[[dict[str, Any]], None] | None = None,
+) -> Change | None:
+    """Record and apply one remediation per `signature` per generation (shared by the crash watch and the
+    output probes). The decision is claimed atomically in status.remediations (resourceVersion), so two
+    triggers at the same moment cannot both act; `change` None records that nothing automatic is left
+    (Event RemediationNotPossible, message `not_possible`). `applied` is the Remediated Event's message,
+    with {action} filled in."""
     record = {
         "time": kube.now(),
-        "signature": sig,
-        "upstream": result.upstream,
+        "signature": signature,
+        "upstream": upstream,
         "generation": generation,
         "action": change.action if change else "none",
         "changes": change.patch if change else {},
-        "reason": f"{sig} crashed the engine {count} times on generation {generation}"
-        + ("" if change else f"; no automatic workaround left ({refusal or action}): {hint}"),
+        "reason": reason,
     }
     claimed: list[bool] = []
 
     def claim(status: dict[str, Any], _obj: dict[str, Any]) -> None:
-        # one decision per signature per generation, made atomically (resourceVersion): two engine pods
-        # crashing at the same moment cannot both remediate
         claimed.clear()
         rem = list(status.get("remediations") or [])
-        if any(r.get("signature") == sig and r.get("generation") == generation for r in rem):
+        if any(r.get("signature") == signature and r.get("generation") == generation for r in rem):
             return
         rem.append({k: v for k, v in record.items() if v is not None})
         status["remediations"] = rem[-32:]
-        if change:
-            st.set_condition(status, st.CRASH_LOOPING, True, "Remediated", f"applied {change.action} after {sig}", generation)
+        if on_claim is not None:
+            on_claim(status)
         claimed.append(True)
 
     kube.update_status(namespace, name, claim)
     if not claimed:
         return None
     if change is None:
-        kube.emit_event(obj, "RemediationNotPossible", f"{sig} repeated {count} times; " + record["reason"].split("; ", 1)[1], "Warning")
+        kube.emit_event(obj, "RemediationNotPossible", not_possible, "Warning")
         return None
     kube.patch_server(
         namespace,
         name,
-        {"spec": change.patch, "metadata": {"annotations": {"serving.gdn-operator.io/last-remediation": f"{sig}: {change.action}"}}},
+        {"spec": change.patch, "metadata": {"annotations": {"serving.gdn-operator.io/last-remediation": f"{signature}: {change.action}"}}},
     )
-    telemetry.REMEDIATIONS.labels(namespace, name, sig, change.action).inc()
-    kube.emit_event(
-        obj,
-        "Remediated",
-        f"Applied {change.action} to stop repeated {sig}"
-        + (f" ({result.upstream})" if result.upstream else "")
-        + f" after {count} crashes; edit the spec to revert.",
-        "Warning",
-    )
+    telemetry.REMEDIATIONS.labels(namespace, name, signature, change.action).inc()
+    log.info("remediated %s/%s: %s for %s on generation %s", namespace, name, change.action, signature, generation)
+    kube.emit_event(obj, "Remediated", applied.replace("{action}", change.action), "Warning")
     return change
 
 
@@ -400,7 +552,9 @@ def clear_crash_conditions(namespace: str, name: str) -> None:
         if c and c.get("reason") == "EngineCrashed" and c.get("status") == "True":
             st.set_condition(status, st.DEGRADED, False, "EnginesRunning", "", gen)
 
-    kube.update_status(namespace, name, mutate)
+    obj = kube.update_status(namespace, name, mutate)
+    if obj is not None:
+        sync_scale_up(namespace, name, obj)
 
 
 # ------------------------------------------------------------------------------------ kopf wiring ---
@@ -571,8 +725,9 @@ class LogFollowers:
                 checked.append(True)
                 report_patch_check(namespace, server, pod, line)
 
-        state = StreamState(StreamClassifier())
         loop = asyncio.get_running_loop()
+        evidence = await loop.run_in_executor(LOG_POOL, evidence_for, namespace, server) if server else None
+        state = StreamState(StreamClassifier(evidence=evidence))
         try:
             while True:  # until this container instance ends; a restart starts a new task
                 try:

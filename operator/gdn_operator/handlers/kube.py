@@ -93,9 +93,73 @@ def apply(obj: dict[str, Any]) -> dict[str, Any]:
         r = kubernetes.client.CustomObjectsApi(c).patch_namespaced_custom_object(
             "monitoring.coreos.com", "v1", ns, "podmonitors", name, obj, **kw
         )
+    elif kind in CUSTOM_KINDS:
+        group, version, plural = CUSTOM_KINDS[kind]
+        r = kubernetes.client.CustomObjectsApi(c).patch_namespaced_custom_object(group, version, ns, plural, name, obj, **kw)
+    elif kind == "HorizontalPodAutoscaler":
+        r = kubernetes.client.AutoscalingV2Api(c).patch_namespaced_horizontal_pod_autoscaler(name, ns, obj, **kw)
     else:  # pragma: no cover - render only produces the kinds above
         raise ValueError(f"cannot apply kind {kind}")
     return _json(r)
+
+
+#: Custom resources the scale-out renderers produce: kind → (group, version, plural).
+CUSTOM_KINDS: dict[str, tuple[str, str, str]] = {
+    "LeaderWorkerSet": ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
+    "ScaledObject": ("keda.sh", "v1alpha1", "scaledobjects"),
+    "InferencePool": ("inference.networking.k8s.io", "v1", "inferencepools"),
+}
+
+
+def get_object(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    """Read a Deployment, HPA or one of CUSTOM_KINDS (None: absent, its API not served, or not readable
+    with the operator's RBAC: the chart grants each scale-out kind only when enabled)."""
+    c = api_client()
+    try:
+        if kind == "Deployment":
+            r = kubernetes.client.AppsV1Api(c).read_namespaced_deployment(name, namespace, _preload_content=False)
+        elif kind == "HorizontalPodAutoscaler":
+            r = kubernetes.client.AutoscalingV2Api(c).read_namespaced_horizontal_pod_autoscaler(name, namespace, _preload_content=False)
+        else:
+            group, version, plural = CUSTOM_KINDS[kind]
+            r = kubernetes.client.CustomObjectsApi(c).get_namespaced_custom_object(group, version, namespace, plural, name, _preload_content=False)
+    except ApiException as e:
+        if e.status in (403, 404):
+            return None
+        raise
+    return _json(r)
+
+
+def delete_owned(kind: str, namespace: str, name: str, owner_uid: str | None) -> bool:
+    """Delete an object of `kind` named `name` if the GDNModelServer (owner_uid) controls it; True if deleted.
+    Never touches an object someone else owns, nor fails when the kind's API is not installed."""
+    obj = get_object(kind, namespace, name) if kind == "Deployment" or kind == "HorizontalPodAutoscaler" or crd_exists(
+        _crd_name(kind)) else None
+    if obj is None:
+        return False
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    if not any(r.get("controller") and r.get("kind") == KIND and (owner_uid is None or r.get("uid") == owner_uid) for r in refs):
+        return False
+    c = api_client()
+    body = {"propagationPolicy": "Background"}
+    try:
+        if kind == "Deployment":
+            kubernetes.client.AppsV1Api(c).delete_namespaced_deployment(name, namespace, body=body)
+        elif kind == "HorizontalPodAutoscaler":
+            kubernetes.client.AutoscalingV2Api(c).delete_namespaced_horizontal_pod_autoscaler(name, namespace, body=body)
+        else:
+            group, version, plural = CUSTOM_KINDS[kind]
+            kubernetes.client.CustomObjectsApi(c).delete_namespaced_custom_object(group, version, namespace, plural, name, body=body)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        return False
+    return True
+
+
+def _crd_name(kind: str) -> str:
+    group, _, plural = CUSTOM_KINDS[kind]
+    return f"{plural}.{group}"
 
 
 def delete_pod_monitor(namespace: str, name: str) -> None:

@@ -21,7 +21,9 @@ from gdn_operator.api.models import GDNModelServerSpec
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
 from gdn_operator.handlers.config import get_config
+from gdn_operator.render import autoscale, lws, router
 from gdn_operator.render.engine import RenderError, render_all
+from gdn_operator.render.scaleout import MANAGED_KINDS, ScaleOutOptions
 from gdn_operator.rules import Evaluation, evaluate
 
 log = logging.getLogger(__name__)
@@ -91,11 +93,61 @@ def plan(body: dict[str, Any]) -> Plan:
     if not ev.allowed:
         return Plan(spec, ev, problem=ev.denial_message())
     out = Plan(spec, ev, monitoring=cfg.pod_monitors and kube.crd_exists(PODMONITOR_CRD))
+    missing = missing_apis(out.run_spec)
+    if missing:
+        out.problem = missing
+        return out
     try:
-        out.objects = render_all(meta["name"], meta["namespace"], out.run_spec, meta.get("uid"), with_monitoring=out.monitoring)
+        out.objects = render_all(meta["name"], meta["namespace"], out.run_spec, meta.get("uid"), with_monitoring=out.monitoring,
+                                 scaleout=scaleout_options(body, out.run_spec))
     except RenderError as e:
         out.problem = str(e)
     return out
+
+
+def missing_apis(spec: GDNModelServerSpec) -> str:
+    """Why the cluster cannot run this spec (an API it needs is not installed), or ""."""
+    if spec.nodes > 1 and not kube.crd_exists(lws.CRD):
+        return (f"spec.nodes {spec.nodes} needs the LeaderWorkerSet API ({lws.CRD}), which is not installed; "
+                "install LeaderWorkerSet (sigs.k8s.io/lws) or set spec.nodes to 1")
+    if spec.router is not None and spec.router.inference_pool is not None and not kube.crd_exists(router.CRD):
+        return (f"spec.router.inferencePool needs the Gateway API Inference Extension ({router.CRD}), which is not "
+                "installed; install its CRDs or remove spec.router.inferencePool")
+    return ""
+
+
+def scaleout_options(body: dict[str, Any], spec: GDNModelServerSpec) -> ScaleOutOptions:
+    """Cluster facts for the scale-out renderers: KEDA or HPA, and whether scale-up is paused (CrashLooping)."""
+    if spec.autoscaling is None:
+        return ScaleOutOptions()
+    cfg = get_config()
+    keda = bool(cfg.keda_prometheus_address) and kube.crd_exists(autoscale.KEDA_CRD)
+    return ScaleOutOptions(
+        keda=keda,
+        prometheus_address=cfg.keda_prometheus_address,
+        scale_up_paused=st.is_true(body.get("status") or {}, st.CRASH_LOOPING),
+    )
+
+
+def prune(body: dict[str, Any], objects: list[dict[str, Any]]) -> list[str]:
+    """Delete the optional objects this server owns but its spec no longer renders (a Deployment after a
+    switch to a LeaderWorkerSet, an HPA replaced by a ScaledObject, a dropped InferencePool)."""
+    meta = body["metadata"]
+    cfg = get_config()
+    kept = {(o["apiVersion"], o["kind"]) for o in objects}
+    # only kinds the operator may manage (the chart grants RBAC per enabled feature): never a forbidden call
+    enabled = {"Deployment": True, lws.KIND: cfg.lws, "InferencePool": cfg.inference_pool,
+               "HorizontalPodAutoscaler": cfg.hpa, "ScaledObject": bool(cfg.keda_prometheus_address)}
+    disabled = {k for k, on in enabled.items() if not on}
+    gone = []
+    for api_version, kind in MANAGED_KINDS:
+        if (api_version, kind) in kept or kind in disabled:
+            continue
+        if kube.delete_owned(kind, meta["namespace"], meta["name"], meta.get("uid")):
+            gone.append(kind)
+    if gone:
+        log.info("%s/%s: deleted %s no longer in the spec", meta["namespace"], meta["name"], ", ".join(gone))
+    return gone
 
 
 def expected_objects(body: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -135,7 +187,7 @@ def reconcile_sync(body: dict[str, Any]) -> str:
     p = plan(body)
     ev = p.ev
     if ev is not None and not ev.allowed:
-        existing = kube.get_deployment(ns, name)
+        existing = kube.get_deployment(ns, name) or (kube.get_object(lws.KIND, ns, name) if kube.crd_exists(lws.CRD) else None)
         tail = " The previously admitted configuration keeps running." if existing is not None else " Nothing was created."
         _not_validated(body, "KnownIssue", "Rejected", p.problem + tail, ev)
         return "rejected"
@@ -172,8 +224,9 @@ def reconcile_sync(body: dict[str, Any]) -> str:
         if st.set_condition(status, st.VALIDATED, True, reason, vmsg, gen):
             news["changed"] = True
         ready = int(status.get("readyReplicas") or 0)
-        st.set_replicas(status, run_spec.replicas, ready)
-        if ready < run_spec.replicas or not st.is_true(status, st.READY):
+        desired = run_spec.replicas if run_spec.autoscaling is None else int(status.get("replicas") or run_spec.autoscaling.min_replicas)
+        st.set_replicas(status, desired, ready)
+        if ready < desired or not st.is_true(status, st.READY):
             st.set_condition(status, st.PROGRESSING, True, "Applying", "Applying the engine Deployment for this generation; waiting for pods.", gen)
 
     kube.update_status(ns, name, applied)
@@ -188,14 +241,15 @@ def reconcile_sync(body: dict[str, Any]) -> str:
                 + ". Details in status.findings.",
                 "Warning",
             )
-    before = kube.get_deployment(ns, name)
+    workload = next((o for o in objects if o["kind"] in ("Deployment", lws.KIND)), None)
+    before = kube.get_object(workload["kind"], ns, name) if workload is not None else None
     # The status above already says which generation this is and why it was admitted, so a client never
     # sees Ready (from the Deployment) without observedGeneration; now make the cluster match it.
     after: dict[str, Any] | None = None
     try:
         for obj in objects:
             out = kube.apply(obj)
-            if obj["kind"] == "Deployment":
+            if obj is workload:
                 after = out
     except ApiException as e:
         if e.status != 403 and not refused_as_invalid(e):
@@ -210,12 +264,17 @@ def reconcile_sync(body: dict[str, Any]) -> str:
         return "refused"
     if p.monitoring and not run_spec.metrics.enabled:
         kube.delete_pod_monitor(ns, name)
+    prune(body, objects)
 
-    rv = lambda o: (o or {}).get("metadata", {}).get("resourceVersion")  # noqa: E731
-    if before is None or rv(before) != rv(after):  # the Deployment changed (a no-op apply writes nothing)
-        kube.emit_event(body, "Applied", f"Deployment and Service applied for generation {gen}.")
+    if before is None or _rv(before) != _rv(after):  # the workload changed (a no-op apply writes nothing)
+        kinds = [o["kind"] for o in objects]
+        kube.emit_event(body, "Applied", f"{', '.join(kinds[:-1])} and {kinds[-1]} applied for generation {gen}.")
         return "applied"
     return "unchanged"
+
+
+def _rv(obj: dict[str, Any] | None) -> str | None:
+    return ((obj or {}).get("metadata") or {}).get("resourceVersion")
 
 
 #: kopf's record of the last spec its handlers completed (the same storage startup.configure installs)
@@ -239,6 +298,36 @@ async def converge_generation(body: kopf.Body, logger: logging.Logger, **_: Any)
         return  # the spec changed: kopf's update handler runs for it (and writes the generation)
     outcome = await asyncio.to_thread(reconcile_sync, kube.plain(body))
     logger.info("generation %s carries the spec already handled; status converged (%s)", gen, outcome)
+
+
+def apply_autoscaler(namespace: str, name: str) -> str | None:
+    """Re-apply only the server's autoscaler (after CrashLooping changed). Returns "paused"/"resumed"
+    when the scale-up policy changed, None otherwise."""
+    body = kube.get_server(namespace, name)
+    if body is None:
+        return None
+    p = plan(body)
+    scaler = next((o for o in p.objects or [] if o["kind"] in ("ScaledObject", "HorizontalPodAutoscaler")), None)
+    if scaler is None:
+        return None
+    current = kube.get_object(scaler["kind"], namespace, name)
+    paused = autoscale.scale_up_paused(scaler)
+    was_paused = current is not None and autoscale.scale_up_paused(current)
+    if current is not None and paused == was_paused:
+        return None
+    try:
+        kube.apply(scaler)
+    except ApiException as e:
+        if e.status != 403:
+            raise
+        log.warning("%s/%s: cannot update the %s (RBAC: enable it in the chart's scaleOut values)", namespace, name, scaler["kind"])
+        return None
+    word = "paused" if paused else "resumed"
+    log.info("%s/%s: scale-up %s (%s)", namespace, name, word, "CrashLooping" if paused else "crash loop over")
+    kube.emit_event(body, "ScaleUpPaused" if paused else "ScaleUpResumed",
+                    f"{scaler['kind']} scale-up {word}: " + ("the engines are crash-looping; more replicas would only multiply the crash"
+                                                             if paused else "the engines run again"), "Warning" if paused else "Normal")
+    return word
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)

@@ -7,6 +7,8 @@ server's pods at once (Ready, Unschedulable), never from a single event.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 from typing import Any
 
@@ -14,7 +16,11 @@ import kopf
 
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
-from gdn_operator.render.engine import LABEL_MANAGED_BY, LABEL_SERVER, MANAGED_BY
+from gdn_operator.handlers.config import get_config
+from gdn_operator.render import lws
+from gdn_operator.render.engine import CONTAINER, LABEL_MANAGED_BY, LABEL_SERVER, MANAGED_BY
+from gdn_operator.render.lws import LABEL_GROUP_INDEX, is_leader
+from gdn_operator.render.scaleout import workload_of
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +66,22 @@ def is_subset(want: Any, have: Any) -> bool:
     return False
 
 
+def engine_fingerprint(container: dict[str, Any] | None) -> str:
+    """Identity of what an engine container runs (image + argv): equal for a pod and the Deployment
+    template rendered from the spec it runs, so a pod of a previous spec is recognised (output probes)."""
+    if not container:
+        return ""
+    raw = json.dumps([container.get("image"), container.get("args") or [], container.get("command") or []])
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
 def pod_summary(body: dict[str, Any]) -> dict[str, Any]:
     status = body.get("status") or {}
     conds = {c.get("type"): c for c in status.get("conditions") or []}
     sched = conds.get("PodScheduled") or {}
     ready = conds.get("Ready") or {}
     restarts = sum(int(cs.get("restartCount") or 0) for cs in status.get("containerStatuses") or [])
+    labels = body["metadata"].get("labels") or {}
     return {
         "name": body["metadata"]["name"],
         "uid": body["metadata"].get("uid"),
@@ -76,6 +92,10 @@ def pod_summary(body: dict[str, Any]) -> dict[str, Any]:
         "unschedulable_message": sched.get("message", ""),
         "restarts": restarts,
         "deleting": bool(body["metadata"].get("deletionTimestamp")),
+        "engine": engine_fingerprint(next((c for c in (body.get("spec") or {}).get("containers") or [] if c.get("name") == CONTAINER), None)),
+        # multi-node engines: which LeaderWorkerSet group, and whether this pod serves the API (the leader)
+        "group": labels.get(LABEL_GROUP_INDEX),
+        "leader": is_leader(labels),
     }
 
 
@@ -94,6 +114,11 @@ def pods_of(index: kopf.Index, namespace: str, name: str) -> list[dict[str, Any]
         return []
 
 
+def api_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods that serve the API and /metrics (headless workers of a multi-node group do not)."""
+    return [p for p in pods if p.get("leader") is not False]
+
+
 def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]]) -> None:
     unsched = [p for p in pods if p["unschedulable"]]
     restarts = sum(p["restarts"] for p in pods)
@@ -102,7 +127,8 @@ def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]]) -> N
         gen = obj["metadata"].get("generation")
         if unsched:
             msg = unsched[0]["unschedulable_message"] or "no node has enough free nvidia.com/gpu"
-            tp = (obj.get("spec") or {}).get("tensorParallelSize", 1)
+            sp = obj.get("spec") or {}
+            tp = int(sp.get("tensorParallelSize", 1)) * int(sp.get("pipelineParallelSize", 1)) // max(1, int(sp.get("nodes", 1)))
             st.set_condition(
                 status,
                 st.UNSCHEDULABLE,
@@ -137,9 +163,13 @@ async def pod_event(
 
 
 def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: dict[str, Any] | None = None) -> None:
+    """Status from the engine workload: a Deployment (replicas = pods) or a LeaderWorkerSet (replicas =
+    groups; the LWS counts a group ready only when all of its pods are ready)."""
     spec = dep.get("spec") or {}
     dstatus = dep.get("status") or {}
-    desired = int(spec.get("replicas") or 0)
+    group_size = int(((spec.get("leaderWorkerTemplate") or {}).get("size")) or 1) if dep.get("kind") == "LeaderWorkerSet" else 1
+    unit = "engine pods" if group_size == 1 else f"engine groups ({group_size} pods each)"
+    desired = int(spec.get("replicas") if spec.get("replicas") is not None else (1 if group_size > 1 else 0))
     ready = int(dstatus.get("readyReplicas") or 0)
     updated = int(dstatus.get("updatedReplicas") or 0)
     dconds = {c.get("type"): c for c in dstatus.get("conditions") or []}
@@ -154,9 +184,14 @@ def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: di
         if desired == 0:
             st.set_condition(status, st.READY, False, "ScaledToZero", "replicas is 0.", gen)
         elif ready >= desired:
-            st.set_condition(status, st.READY, True, "EnginesReady", f"{ready}/{desired} engine pods ready.", gen)
+            st.set_condition(status, st.READY, True, "EnginesReady", f"{ready}/{desired} {unit} ready.", gen)
         else:
-            st.set_condition(status, st.READY, False, "EnginesNotReady", f"{ready}/{desired} engine pods ready.", gen)
+            st.set_condition(status, st.READY, False, "EnginesNotReady", f"{ready}/{desired} {unit} ready.", gen)
+        status["workload"] = dep.get("kind", "Deployment")
+        if group_size > 1:
+            status["groupSize"] = group_size
+        else:
+            status.pop("groupSize", None)
         prog = dconds.get("Progressing") or {}
         rolled = updated >= desired and ready >= desired and int(dstatus.get("replicas") or 0) <= desired
         if prog.get("reason") == "ProgressDeadlineExceeded":
@@ -169,14 +204,15 @@ def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: di
             )
         ready_for_degraded = 0 < ready < desired
         if ready_for_degraded:
-            st.set_condition(status, st.DEGRADED, True, "PartiallyReady", f"only {ready}/{desired} engine pods ready.", gen)
+            st.set_condition(status, st.DEGRADED, True, "PartiallyReady", f"only {ready}/{desired} {unit} ready.", gen)
         elif st.get_condition(status, st.DEGRADED) is not None and (st.get_condition(status, st.DEGRADED) or {}).get("reason") == "PartiallyReady":
             st.set_condition(status, st.DEGRADED, False, "AllReady", "", gen)
 
     kube.update_status(namespace, name, mutate, obj=server)
 
 
-def correct_drift(namespace: str, name: str, dep: dict[str, Any] | None, server: dict[str, Any] | None = None) -> bool:
+def correct_drift(namespace: str, name: str, dep: dict[str, Any] | None, server: dict[str, Any] | None = None,
+                  kind: str = "Deployment") -> bool:
     """Re-apply the rendered Deployment if someone changed or deleted it. Returns True if corrected."""
     from gdn_operator.handlers.reconcile import expected_objects
 
@@ -187,14 +223,16 @@ def correct_drift(namespace: str, name: str, dep: dict[str, Any] | None, server:
     expected = expected_objects(server)
     if expected is None:
         return False
-    want = next(o for o in expected if o["kind"] == "Deployment")
+    want = workload_of(expected)
+    if kind != want["kind"]:
+        return False  # the other workload kind (after a switch between 1 and several nodes): pruned by the reconciler
     if dep is not None and is_subset(want["spec"], dep.get("spec")) and is_subset(want["metadata"]["labels"], dep["metadata"].get("labels") or {}):
         return False
     kube.apply(want)
     kube.emit_event(
         server,
         "DriftCorrected",
-        "Engine Deployment was " + ("deleted" if dep is None else "edited") + " outside the operator; restored from the spec.",
+        f"Engine {want['kind']} was " + ("deleted" if dep is None else "edited") + " outside the operator; restored from the spec.",
         "Warning",
     )
     return True
@@ -206,13 +244,33 @@ async def deployment_event(type: str, body: kopf.Body, namespace: str, meta: kop
     if not name:
         return
     dep = kube.plain(body)
+    dep.setdefault("kind", "Deployment")
     await asyncio.to_thread(on_deployment, namespace, name, None if type == "DELETED" else dep)
 
 
-def on_deployment(namespace: str, name: str, dep: dict[str, Any] | None) -> None:
+async def leader_worker_set_event(type: str, body: kopf.Body, namespace: str, meta: kopf.Meta, **_: Any) -> None:
+    """Multi-node engines: the LeaderWorkerSet drives status and drift exactly like a Deployment does.
+    (kopf skips this handler when the LeaderWorkerSet API is not installed.)"""
+    name = owner_name(kube.plain(meta))
+    if not name:
+        return
+    obj = kube.plain(body)
+    obj.setdefault("kind", lws.KIND)
+    await asyncio.to_thread(on_deployment, namespace, name, None if type == "DELETED" else obj, lws.KIND)
+
+
+def current_workload_kind(server: dict[str, Any]) -> str:
+    return lws.KIND if int((server.get("spec") or {}).get("nodes") or 1) > 1 else "Deployment"
+
+
+def on_deployment(namespace: str, name: str, dep: dict[str, Any] | None, kind: str = "Deployment") -> None:
     server = kube.get_server(namespace, name)
     if server is None:
         return
-    correct_drift(namespace, name, dep, server)
-    if dep is not None:
+    correct_drift(namespace, name, dep, server, kind)
+    if dep is not None and kind == current_workload_kind(server):
         deployment_status(namespace, name, dep, server)
+
+
+if get_config().lws:  # RBAC for LeaderWorkerSets exists only when the chart enables them
+    kopf.on.event(lws.GROUP, lws.VERSION, lws.PLURAL, labels=MANAGED)(leader_worker_set_event)

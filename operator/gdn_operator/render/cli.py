@@ -10,11 +10,17 @@ import yaml
 
 from gdn_operator.api.load import ManifestError, load_file
 from gdn_operator.render.engine import RenderError, render_all
+from gdn_operator.render.scaleout import ScaleOutOptions
 from gdn_operator.rules import evaluate
 
 
 def run_render(args: argparse.Namespace) -> int:
     servers = load_file(args.filename)
+    keda = getattr(args, "autoscaler", "hpa") == "keda"
+    address = getattr(args, "prometheus_address", "") or ""
+    if keda and not address:
+        raise ManifestError("--autoscaler keda needs --prometheus-address (the Prometheus the ScaledObject queries)")
+    opts = ScaleOutOptions(keda=keda, prometheus_address=address)
     objects = []
     rejected = 0
     for gms in servers:
@@ -33,7 +39,7 @@ def run_render(args: argparse.Namespace) -> int:
         if ev.mitigated_spec is not None:
             spec = ev.mitigated_spec
         try:
-            objects.extend(render_all(name, namespace, spec, uid=None))
+            objects.extend(render_all(name, namespace, spec, uid=None, scaleout=opts))
         except RenderError as e:
             raise ManifestError(str(e)) from None
     if args.output == "json":

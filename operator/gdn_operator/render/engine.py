@@ -10,11 +10,12 @@ import hashlib
 import json
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gdn_operator import API_VERSION, KIND
 from gdn_operator.api import k8s
 from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.render import shutdown
 
 ENGINE_PORT = 8000
 METRICS_SERVICE_PORT = 9400
@@ -33,6 +34,8 @@ MANAGED_BY = "gdn-operator"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
+if TYPE_CHECKING:  # pragma: no cover
+    from gdn_operator.render.scaleout import ScaleOutOptions
 
 
 class RenderError(ValueError):
@@ -50,6 +53,17 @@ def label_value(value: str) -> str:
 
 def selector_labels(name: str) -> dict[str, str]:
     return {LABEL_SERVER: label_value(name), LABEL_MANAGED_BY: MANAGED_BY}
+
+
+def api_selector(name: str, spec: GDNModelServerSpec) -> dict[str, str]:
+    """Labels of the pods that serve the OpenAI API and /metrics: every engine pod, or only the group
+    leaders of a multi-node engine (workers run headless)."""
+    labels = selector_labels(name)
+    if spec.nodes > 1:
+        from gdn_operator.render.lws import LEADER_SELECTOR
+
+        labels.update(LEADER_SELECTOR)
+    return labels
 
 
 def common_labels(name: str, spec: GDNModelServerSpec) -> dict[str, str]:
@@ -107,6 +121,9 @@ def vllm_args(name: str, spec: GDNModelServerSpec) -> list[str]:
         "--gpu-memory-utilization",
         f"{spec.gpu_memory_utilization:g}",
     ]
+    if spec.pipeline_parallel_size > 1:
+        args += ["--pipeline-parallel-size", str(spec.pipeline_parallel_size)]
+    args += shutdown.shutdown_args(spec)
     sc = speculative_config(spec)
     if sc is not None:
         args += ["--speculative-config", json.dumps(sc, separators=(",", ":"), sort_keys=True)]
@@ -177,10 +194,10 @@ def check_names(name: str) -> None:
         )
 
 
-def deployment(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any]:
-    check_names(name)
+def pod_template(name: str, spec: GDNModelServerSpec, args: list[str] | None = None) -> dict[str, Any]:
+    """The engine pod template (Deployment, or a LeaderWorkerSet's leader/worker template via render/lws.py)."""
     labels = common_labels(name, spec)
-    gpus = spec.tensor_parallel_size
+    gpus = spec.gpus_per_pod
     period = 10
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size}},
@@ -209,7 +226,7 @@ def deployment(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | N
         "image": spec.image.reference,
         "imagePullPolicy": spec.image.pull_policy,
         "command": ["vllm", "serve"],
-        "args": vllm_args(name, spec),
+        "args": vllm_args(name, spec) if args is None else args,
         "env": engine_env(spec),
         "ports": [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
         "resources": {
@@ -231,11 +248,20 @@ def deployment(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | N
         "terminationGracePeriodSeconds": 60,
         "enableServiceLinks": False,
     }
+    shutdown.apply_graceful_shutdown(pod_spec, container, spec)
     if node_selector:
         pod_spec["nodeSelector"] = node_selector
     if spec.affinity:
         pod_spec["affinity"] = spec.affinity
     return {
+        "metadata": {"labels": labels, "annotations": {"kubectl.kubernetes.io/default-container": CONTAINER}},
+        "spec": pod_spec,
+    }
+
+
+def deployment(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any]:
+    check_names(name)
+    out = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _meta(name, namespace, uid, spec),
@@ -247,15 +273,12 @@ def deployment(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | N
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "progressDeadlineSeconds": spec.startup_budget_seconds + 600,
             "revisionHistoryLimit": 3,
-            "template": {
-                "metadata": {
-                    "labels": labels,
-                    "annotations": {"kubectl.kubernetes.io/default-container": CONTAINER},
-                },
-                "spec": pod_spec,
-            },
+            "template": pod_template(name, spec),
         },
     }
+    if spec.autoscaling is not None:
+        del out["spec"]["replicas"]  # owned by the autoscaler through the scale subresource
+    return out
 
 
 def service(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any]:
@@ -266,7 +289,7 @@ def service(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None
         "metadata": _meta(name, namespace, uid, spec),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector_labels(name),
+            "selector": api_selector(name, spec),
             "ports": [
                 {"name": "http", "port": ENGINE_PORT, "targetPort": "http", "protocol": "TCP"},
                 {"name": "metrics", "port": METRICS_SERVICE_PORT, "targetPort": "http", "protocol": "TCP"},
@@ -281,7 +304,7 @@ def pod_monitor(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | 
         "kind": "PodMonitor",
         "metadata": _meta(name, namespace, uid, spec),
         "spec": {
-            "selector": {"matchLabels": selector_labels(name)},
+            "selector": {"matchLabels": api_selector(name, spec)},
             "podMetricsEndpoints": [
                 {"port": "http", "path": "/metrics", "interval": f"{spec.metrics.scrape_interval_seconds}s"}
             ],
@@ -296,8 +319,13 @@ def render_all(
     uid: str | None = None,
     *,
     with_monitoring: bool = True,
+    scaleout: "ScaleOutOptions | None" = None,
 ) -> list[dict[str, Any]]:
-    objs = [deployment(name, namespace, spec, uid), service(name, namespace, spec, uid)]
+    from gdn_operator.render import scaleout as so
+
+    objs = [so.workload(name, namespace, spec, uid), service(name, namespace, spec, uid)]
     if with_monitoring and spec.metrics.enabled:
         objs.append(pod_monitor(name, namespace, spec, uid))
+    objs += so.extra_objects(name, namespace, spec, uid, scaleout or so.ScaleOutOptions())
     return objs
+

@@ -4,7 +4,8 @@
     gdnctl validate --vllm-version 0.19.1 [--architecture ARCH] [--patch ID ...] -- vllm serve MODEL --flags ...
 
 Exit codes: 0 admitted unchanged (warnings allowed); 1 rejected, or changed by a mitigation;
-2 malformed input (ManifestError, printed by gdnctl's main as one line per problem).
+2 malformed input (ManifestError, printed by gdnctl's main as one line per problem), or a launch line whose
+model name does not reveal the model family ("cannot tell: pass --architecture ...").
 A manifest is evaluated with its spec.admissionPolicy (default: reject, the operator's default);
 a launch line always with policy reject. Every document of a multi-document file is evaluated.
 """
@@ -61,6 +62,10 @@ def _effective_line(ev: Evaluation) -> str:
         f"runner {(v['model_runner'] or 'unknown').upper()}",
         f"TP={v['tensor_parallel_size']}",
     ]
+    if v.get("pipeline_parallel_size", 1) > 1:
+        parts.append(f"PP={v['pipeline_parallel_size']}")
+    if v.get("nodes", 1) > 1:
+        parts.append(f"{v['nodes']} nodes per engine")
     return ", ".join(parts)
 
 
@@ -99,6 +104,13 @@ def run_validate(args: argparse.Namespace) -> int:
             launch, vllm_version=args.vllm_version, architecture=getattr(args, "architecture", None),
             patches=list(getattr(args, "patch", None) or []),
         )
+        if not ev.detail.values.get("gdn_hybrid"):
+            # not a known-crash finding: the rules cannot be evaluated at all without the model family
+            raise ManifestError(
+                f"cannot tell: the model name {line.model!r} does not reveal the model family, so the known-crash "
+                f"rules cannot be evaluated; pass --architecture ARCH (the checkpoint's HF architecture class, one of "
+                f"{', '.join(a.value for a in Architecture)})"
+            )
         res = {"source": "launch line", "name": None, "namespace": None, "model": line.model, "argv": line.argv}
         res.update(ev.to_dict())
         results.append(res)

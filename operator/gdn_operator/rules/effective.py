@@ -141,6 +141,9 @@ FIELDS: dict[str, str] = {
     "v2_runner_env": "spec.modelRunner",
     "v2_runner_env_valid": "spec.modelRunner",
     "tensor_parallel_size": "spec.tensorParallelSize",
+    "pipeline_parallel_size": "spec.pipelineParallelSize",
+    "nodes": "spec.nodes",
+    "shutdown_timeout": "spec.shutdownTimeoutSeconds",
     "max_model_len": "spec.maxModelLen",
     "max_num_seqs": "spec.maxNumSeqs",
     "max_num_batched_tokens": "spec.maxNumBatchedTokens",
@@ -309,7 +312,10 @@ def effective_config(
     v["model_runner"] = runner
 
     # --- parallelism, batching --------------------------------------------------------------
-    v["tensor_parallel_size"] = spec.tensor_parallel_size
+    v["tensor_parallel_size"] = spec.tensor_parallel_size  # per engine group: a multi-node group shares one TP world
+    v["pipeline_parallel_size"] = spec.pipeline_parallel_size
+    v["nodes"] = spec.nodes
+    v["shutdown_timeout"] = spec.shutdown_timeout_seconds or 0  # explicit only (the autoscaling default is version-gated)
     v["max_model_len"] = spec.max_model_len
     mns = spec.max_num_seqs if spec.max_num_seqs is not None else DEFAULT_MAX_NUM_SEQS
     if spec.max_num_batched_tokens is not None:
@@ -371,6 +377,10 @@ def describe_field(eff: Effective, path: str) -> str:
         return f"{runner} model runner ({src.get('model_runner', '')})"
     if path == "spec.tensorParallelSize":
         return f"tensor parallel size {v['tensor_parallel_size']}"
+    if path in ("spec.nodes", "spec.pipelineParallelSize"):
+        return f"{v['nodes']} node(s) per engine, pipeline parallel size {v['pipeline_parallel_size']}"
+    if path == "spec.shutdownTimeoutSeconds":
+        return f"shutdown timeout {v['shutdown_timeout']}s"
     if path == "spec.attentionBackend":
         return f"attention backend {v['attention_backend']}"
     if path == "spec.gdnPrefillBackend":

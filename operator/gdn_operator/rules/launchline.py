@@ -5,7 +5,10 @@
 Accepted forms: ``vllm serve MODEL ...``, ``python -m vllm.entrypoints.openai.api_server --model MODEL ...``,
 leading ``VAR=value`` environment assignments (and an optional ``env``), ``--flag value`` and
 ``--flag=value``, JSON ``--speculative-config`` / ``-sc`` (and ``--speculative-config.KEY VALUE``),
-``--compilation-config`` / ``-cc`` JSON, and one quoted string holding the whole line (shlex-split).
+``--compilation-config`` / ``-cc`` JSON, ``--additional-config`` JSON (``gdn_prefill_backend``: vLLM stores
+``--gdn-prefill-backend`` there, so both spellings mean the same), ``--hf-overrides`` JSON
+(``architectures`` names the model family), the dotted forms ``--<json-flag>.KEY VALUE``, and one quoted
+string holding the whole line (shlex-split).
 Flags the rules do not need are ignored with a note. Bad input is a ManifestError naming the flag.
 """
 
@@ -35,13 +38,15 @@ from gdn_operator.rules.evaluator import Evaluation, evaluate
 _ENV_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 _MTP_METHODS = frozenset(m.value for m in SpecMethod)
+#: JSON-valued flags whose keys may be given one by one (`--speculative-config.method mtp`)
+_DOTTED_JSON_FLAGS = ("--speculative-config.", "--compilation-config.", "--additional-config.", "--hf-overrides.")
 
 #: flags that take a value but do not matter to the rules (consumed quietly)
 _QUIET_VALUE = frozenset({
     "--host", "--port", "--dtype", "--quantization", "-q", "--download-dir", "--tokenizer", "--api-key",
     "--uvicorn-log-level", "--tool-call-parser", "--reasoning-parser", "--kv-cache-dtype", "--seed",
     "--swap-space", "--max-logprobs", "--chat-template", "--limit-mm-per-prompt", "--generation-config",
-    "--hf-overrides", "--load-format", "--revision", "--tokenizer-mode", "--root-path", "--ssl-keyfile",
+    "--load-format", "--revision", "--tokenizer-mode", "--root-path", "--ssl-keyfile",
     "--ssl-certfile", "--allowed-origins", "--middleware", "--served-model-name",
 })
 #: boolean flags that do not matter to the rules
@@ -179,6 +184,8 @@ def parse_launch_line(
     sd: dict[str, Any] = {}
     ov = LaunchOverrides()
     cc: dict[str, Any] = {}
+    extra: dict[str, Any] = {}  # --additional-config
+    hf: dict[str, Any] = {}  # --hf-overrides
     rest = args[i:]
     j = 0
 
@@ -204,7 +211,7 @@ def parse_launch_line(
         flag = tok
         if "=" in tok:
             flag, inline = tok.split("=", 1)
-        if flag.startswith("--") and "_" in flag and not flag.startswith(("--speculative-config.", "--compilation-config.")):
+        if flag.startswith("--") and "_" in flag and not flag.startswith(_DOTTED_JSON_FLAGS):
             flag = flag.replace("_", "-")  # vLLM accepts --max_num_seqs as --max-num-seqs
 
         if flag == "--model":
@@ -232,6 +239,14 @@ def parse_launch_line(
                 cc.update(_parse_json_obj(flag, value))
         elif flag.startswith(("--compilation-config.", "-cc.")):
             cc[flag.split(".", 1)[1]] = _coerce_scalar(take_value(flag, inline))
+        elif flag == "--additional-config":
+            extra.update(_parse_json_obj(flag, take_value(flag, inline)))
+        elif flag.startswith("--additional-config."):
+            extra[flag.split(".", 1)[1]] = _coerce_scalar(take_value(flag, inline))
+        elif flag == "--hf-overrides":
+            hf.update(_parse_json_obj(flag, take_value(flag, inline)))
+        elif flag.startswith("--hf-overrides."):
+            hf[flag.split(".", 1)[1]] = _coerce_scalar(take_value(flag, inline))
         elif flag == "--mamba-cache-mode":
             value = take_value(flag, inline)
             if value not in ("align", "none", "all"):
@@ -279,6 +294,30 @@ def parse_launch_line(
 
     if model is None:
         raise ManifestError("launch line has no model (vllm serve MODEL ... or --model MODEL)")
+
+    # --- JSON-carried settings: --additional-config, --hf-overrides ----------------------------
+    if "gdn_prefill_backend" in extra:
+        value = extra["gdn_prefill_backend"]
+        known = {b.value for b in GDNPrefillBackend}
+        if not isinstance(value, str) or value.lower() not in known:
+            raise ManifestError(
+                f"--additional-config: gdn_prefill_backend {value!r} is not a GDN prefill backend "
+                f"(vLLM has {', '.join(sorted(known))})"
+            )
+        if "gdnPrefillBackend" in spec and spec["gdnPrefillBackend"] != value.lower():
+            notes.append(
+                f"--gdn-prefill-backend {spec['gdnPrefillBackend']} and --additional-config gdn_prefill_backend "
+                f"{value} disagree; the flag is used"
+            )
+        else:
+            spec["gdnPrefillBackend"] = value.lower()
+            origin["gdnPrefillBackend"] = "--additional-config"
+    for key in sorted(set(extra) - {"gdn_prefill_backend"}):
+        notes.append(f"--additional-config key {key!r} not used by the rules")
+    hf_arch = None
+    archs = hf.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+        hf_arch = archs[0]
 
     # --- speculative config ------------------------------------------------------------------
     if sd:
@@ -342,6 +381,12 @@ def parse_launch_line(
     else:
         uri = "hf://" + model
     spec["model"] = {"uri": uri}
+    if not architecture and hf_arch:
+        if hf_arch.lower() in {a.value.lower() for a in Architecture}:
+            architecture = hf_arch
+            ov.architecture_source = "--hf-overrides architectures"
+        else:
+            notes.append(f"--hf-overrides architectures {hf_arch!r} is not a GDN hybrid class the rules know")
     if architecture:
         valid = {a.value.lower(): a.value for a in Architecture}
         arch = valid.get(architecture.lower())
@@ -350,7 +395,7 @@ def parse_launch_line(
                 f"--architecture: unknown architecture {architecture!r}; use one of {', '.join(a.value for a in Architecture)}"
             )
         spec["model"]["architecture"] = arch
-        ov.architecture_source = "--architecture"
+        ov.architecture_source = ov.architecture_source or "--architecture"
     spec["image"] = {"tag": f"v{vllm_version}"[:128], "vllmVersion": vllm_version, "patches": list(patches)}
 
     try:

@@ -29,6 +29,7 @@ from gdn_operator.watch.signatures import (
     LogClassifier,
     classify_termination_message,
 )
+from gdn_operator.watch.evidence import Evidence
 
 __all__ = ["StreamClassifier", "classify_termination_message", "DEFAULT_BLOCK_CHARS"]
 
@@ -43,17 +44,19 @@ class StreamClassifier:
         *,
         max_line_chars: int = MAX_LINE_CHARS,
         block_chars: int = DEFAULT_BLOCK_CHARS,
+        evidence: Evidence | None = None,
     ):
         if max_line_chars < 1 or block_chars < 1:
             raise ValueError("max_line_chars and block_chars must be positive")
         self._catalogue = catalogue
         self.max_line_chars = max_line_chars
         self.block_chars = block_chars
+        self.evidence = evidence  # facts from the server's spec (watch/evidence.py)
         self.reset()
 
     def reset(self) -> None:
         """Forget everything (call when the container restarts and a new log begins)."""
-        self._core = LogClassifier(self._catalogue, max_line_chars=self.max_line_chars)
+        self._core = LogClassifier(self._catalogue, max_line_chars=self.max_line_chars, evidence=self.evidence)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._partial = ""  # start of the current line, at most max_line_chars characters
         self._dropping = False  # the current line is over-long: skip until its newline
@@ -135,9 +138,11 @@ class StreamClassifier:
     def lines_scanned(self) -> int:
         return self._core.lines_scanned
 
-    def result(self) -> ClassificationResult:
-        """Classification of everything fed so far (a pending partial line is not included until close())."""
-        return self._core.result()
+    def result(self, evidence: Evidence | None = None) -> ClassificationResult:
+        """Classification of everything fed so far (a pending partial line is not included until close()).
+
+        `evidence` overrides the constructor's (e.g. the spec known only when the container died)."""
+        return self._core.result(evidence)
 
     def buffer_stats(self) -> dict[str, Any]:
         """Sizes of every buffer that grows with input; all are bounded by constants."""
@@ -150,7 +155,7 @@ class StreamClassifier:
             for last in st.last:
                 fires += sum(len(x[1]) for x in last if x is not None)
         if core._last_exc is not None:
-            fires += len(core._last_exc[1]) + sum(len(c) for c in core._last_exc[2])
+            fires += len(core._last_exc.text) + sum(len(c) for c in core._last_exc.context)
         if core._death_root is not None:
             fires += len(core._death_root[1]) + sum(len(c) for c in core._death_root[2])
         return {

@@ -15,7 +15,10 @@ import logging
 import os
 import sys
 
-MODEL_DIR = os.environ.get("GDN_TINY_MODEL", "/work/shared/fixtures/models/tiny-qwen3-next")
+_SHARED = os.environ.get(
+    "GDN_SHARED_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "shared")
+)
+MODEL_DIR = os.environ.get("GDN_TINY_MODEL", os.path.join(_SHARED, "fixtures", "models", "tiny-qwen3-next"))
 
 
 class _Capture(logging.Handler):

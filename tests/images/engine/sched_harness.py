@@ -28,7 +28,10 @@ import time
 import traceback
 from collections import deque
 
-MODEL_DIR = os.environ.get("GDN_TINY_MODEL", "/work/shared/fixtures/models/tiny-qwen3-next")
+_SHARED = os.environ.get(
+    "GDN_SHARED_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "shared")
+)
+MODEL_DIR = os.environ.get("GDN_TINY_MODEL", os.path.join(_SHARED, "fixtures", "models", "tiny-qwen3-next"))
 
 
 def _cpu_platform():

@@ -17,7 +17,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from gdn_guard import __version__, format_log_line
+from gdn_guard import format_log_line
 from gdn_guard.guards import Guard, GuardUnavailable, all_guards
 from gdn_guard.versions import DetectedVersion, Version, VersionError, detect_vllm_version
 

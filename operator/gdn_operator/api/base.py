@@ -1,0 +1,32 @@
+"""Base classes of the API models (camelCase aliases, strict spec, tolerant status), shared by
+api/models.py and api/probes.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+
+class _Model(BaseModel):
+    """Base: camelCase aliases, unknown fields rejected, enum values kept as plain strings."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_enum_values=True,
+        validate_default=True,
+    )
+
+    def dump(self) -> dict[str, Any]:
+        """The Kubernetes-shaped dict: camelCase keys, unset optional fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class _Status(_Model):
+    # Status is written by the operator; tolerate fields from newer operator versions.
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", use_enum_values=True
+    )

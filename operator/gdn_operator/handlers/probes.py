@@ -1,0 +1,345 @@
+"""Output probes, the wiring: each interval, send every probe of a GDNModelServer to each of its Ready
+engine pods that runs the current spec, judge the answers (watch/probes.py), and report: status.probes,
+the OutputConsistent condition (Degraded while it is False), an Event per transition, and the
+gdn_probe_* metrics. On a failure that matches a silent-corruption rule the admission let through with a
+warning, the diagnosis names the rule, and with `spec.remediation.mode: auto` the rule's mitigation is
+applied once per generation (crashwatch.remediate_once); the new generation re-learns and re-probes.
+
+Runtime state lives in one ProbeSupervisor, owned by the acceptance supervisor's Registry (the
+operator's runtime holder, handlers/acceptance.py), which feeds it GDNModelServer events and starts it.
+
+Load shape: one shared HTTP session and a global bound on requests in flight (watch/probe_client.py);
+at most one round in flight per server — hence per pod; each server's first round is placed at a random
+point of its interval and later rounds are jittered by ±10%, so many servers never fire together;
+status is only written when something other than the round count changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from gdn_operator import telemetry
+from gdn_operator.api.probes import ProbesSpec
+from gdn_operator.handlers import kube
+from gdn_operator.handlers import status as st
+from gdn_operator.render.engine import CONTAINER, ENGINE_PORT
+from gdn_operator.watch.probe_client import ProbeClient, completions_url
+from gdn_operator.watch.probes import (
+    ERROR,
+    LEARNING,
+    REASONS,
+    Answer,
+    Asked,
+    Condition,
+    Outcome,
+    ProbeBook,
+    judge_round,
+)
+
+log = logging.getLogger(__name__)
+
+OUTPUT_CONSISTENT = "OutputConsistent"
+PROBE_REASONS = tuple(REASONS.values())
+
+
+@dataclass
+class ServerProbes:
+    """What the supervisor knows about one GDNModelServer's probes (current generation)."""
+
+    spec: ProbesSpec | None
+    generation: int | None = None
+    image: str = ""
+    model: str = ""
+    engine: str = ""  # engine_fingerprint of the current spec's container ("" = any pod)
+    warned: list[dict[str, Any]] = field(default_factory=list)  # silent-corruption findings admitted under warn
+    remediation_auto: bool = False
+    book: ProbeBook | None = None
+    reference: dict[str, Answer] = field(default_factory=dict)
+    ref_meta: dict[str, Any] = field(default_factory=dict)
+    next_due: float = 0.0
+    task: asyncio.Task[None] | None = None
+    written: str | None = None  # fingerprint of the last status written
+    remediated: bool = False  # remediation hook already ran on this generation
+
+
+def _warned_rules(ev: Any) -> list[dict[str, Any]]:
+    if ev is None:
+        return []
+    return [
+        {"rule": f.rule, "title": f.title, "workaround": f.workaround, "mitigation": f.mitigation}
+        for f in ev.findings
+        if f.kind == "silent-corruption" and f.action == "warned"
+    ]
+
+
+def server_from_body(body: dict[str, Any]) -> ServerProbes:
+    """Parse a GDNModelServer into the probe configuration of its current generation (blocking: renders)."""
+    from gdn_operator.handlers.reconcile import plan
+    from gdn_operator.handlers.workload import engine_fingerprint
+
+    meta = body["metadata"]
+    gen = meta.get("generation")
+    raw = (body.get("spec") or {}).get("probes")
+    if not raw or raw.get("enabled") is False:
+        return ServerProbes(None, gen)
+    p = plan(body)
+    if p.objects is None or p.spec is None or p.spec.probes is None:
+        return ServerProbes(None, gen)  # invalid or rejected: nothing runs, nothing to probe
+    dep = next(o for o in p.objects if o["kind"] == "Deployment")
+    container = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == CONTAINER)
+    run = p.run_spec or p.spec
+    s = ServerProbes(
+        p.spec.probes, gen, image=container.get("image", ""), model=run.model.served_name or meta["name"],
+        engine=engine_fingerprint(container), warned=_warned_rules(p.ev), remediation_auto=run.remediation.mode == "auto",
+    )
+    names = [q.name for q in s.spec.prompts]
+    status = body.get("status") or {}
+    saved = status.get("probes") or {}
+    if saved.get("generation") == gen:  # operator restart: carry counts, alarm and reference over
+        s.book = ProbeBook.restore(names, s.spec.failure_threshold, saved.get("results") or [],
+                                   st.get_condition(status, OUTPUT_CONSISTENT))
+        ref = saved.get("reference") or {}
+        if ref.get("generation") == gen and ref.get("image") == s.image:
+            s.reference = {a["probe"]: Answer.from_status(a) for a in ref.get("answers") or [] if a.get("probe") in names}
+            s.ref_meta = {k: ref.get(k) for k in ("generation", "image", "pod", "learnedAt")}
+        s.remediated = any(r.get("generation") == gen and str(r.get("reason", "")).startswith("output probes")
+                           for r in status.get("remediations") or [])
+    else:
+        s.book = ProbeBook(names, s.spec.failure_threshold)
+    return s
+
+
+def probes_status(s: ServerProbes, probed: int, skipped: int, diagnosis: dict[str, Any] | None) -> dict[str, Any]:
+    assert s.book is not None
+    out: dict[str, Any] = {
+        "state": s.book.state if probed or s.book.rounds else "NoReadyEngines",
+        "generation": s.generation,
+        "podsProbed": probed,
+        "podsSkipped": skipped,
+        "results": s.book.results(),
+    }
+    if s.reference:
+        out["reference"] = {**{k: v for k, v in s.ref_meta.items() if v is not None},
+                            "answers": [s.reference[n].to_status(n) for n in s.book.names if n in s.reference]}
+    if diagnosis:
+        out["diagnosis"] = diagnosis
+    return out
+
+
+def diagnose(s: ServerProbes, cond: Condition) -> dict[str, Any] | None:
+    """Name the silent-corruption rules admitted under `warn` when the probes see wrong output."""
+    if cond.value is not False or cond.failure == ERROR or not s.warned:
+        return None
+    rules = [w["rule"] for w in s.warned]
+    first = s.warned[0]
+    msg = ("wrong output on a configuration admitted with a silent-corruption warning: "
+           + "; ".join(f"{w['rule']} ({w['title']})" for w in s.warned) + f". Workaround: {first['workaround']}")
+    return {"rules": rules, "message": msg[:1024]}
+
+
+def write_status(namespace: str, name: str, s: ServerProbes, body: dict[str, Any], cond: Condition) -> dict[str, Any] | None:
+    """Write status.probes and the conditions; emit an Event per OutputConsistent transition."""
+    events: list[tuple[str, str, str]] = []
+    gen = s.generation
+
+    def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
+        events.clear()
+        if obj["metadata"].get("generation") != gen:
+            return  # the spec changed under this round: its results belong to nobody
+        status["probes"] = body
+        prev = st.get_condition(status, OUTPUT_CONSISTENT) or {}
+        msg = cond.message + (f" — {body['diagnosis']['message']}" if body.get("diagnosis") else "")
+        changed = st.set_condition(status, OUTPUT_CONSISTENT, cond.value, cond.reason, msg, gen)
+        new_status = "Unknown" if cond.value is None else str(cond.value)
+        transition = changed and (prev.get("status") != new_status or prev.get("reason") != cond.reason)
+        if cond.value is False:
+            st.set_condition(status, st.DEGRADED, True, cond.reason, msg, gen)
+            if transition:
+                events.append(("Warning", cond.reason, msg))
+        else:
+            d = st.get_condition(status, st.DEGRADED)
+            if d and d.get("status") == "True" and d.get("reason") in PROBE_REASONS:
+                st.set_condition(status, st.DEGRADED, False, "OutputConsistent", "", gen)
+            if transition and cond.value is True:
+                events.append(("Normal", "OutputConsistent", msg))
+
+    obj = kube.update_status(namespace, name, mutate)
+    if obj is not None:
+        for type_, reason, message in events:
+            kube.emit_event(obj, reason, message, type_)
+    return obj
+
+
+def remediate(namespace: str, name: str, s: ServerProbes, cond: Condition, obj: dict[str, Any]) -> None:
+    """Apply the mitigation of the first warned silent-corruption rule with one, once per generation."""
+    from gdn_operator.handlers.crashwatch import change_from_mitigation, remediate_once, vet_change
+
+    if not s.warned:
+        return
+    spec = obj.get("spec") or {}
+    rule = next((w for w in s.warned if w.get("mitigation")), s.warned[0])
+    change, refusal = vet_change(obj, change_from_mitigation(rule["rule"], rule.get("mitigation"), spec))
+    trigger = f"output probes: {cond.reason} on generation {s.generation} matches {rule['rule']}"
+    why = refusal or ("the rule has no automatic mitigation" if not rule.get("mitigation") else "its mitigation is already in effect")
+    remediate_once(
+        namespace, name, obj, signature=rule["rule"], upstream=rule["rule"], generation=s.generation, change=change,
+        reason=trigger + ("" if change else f"; no automatic workaround left ({why}): {rule['workaround']}"),
+        not_possible=f"{trigger}; no automatic workaround left ({why}): {rule['workaround']}",
+        applied=f"Applied {{action}} ({rule['rule']}: {rule['title']}) after output probes failed ({cond.reason}); "
+        "the probes re-learn on the new generation; edit the spec to revert.",
+    )
+
+
+def _fingerprint(body: dict[str, Any], cond: Condition) -> str:
+    return json.dumps([body, cond.value, cond.reason, cond.message], sort_keys=True, default=str)
+
+
+class ProbeSupervisor:
+    """Holds the probe state of every tracked server and runs the probing loop."""
+
+    def __init__(self, pods_of: Callable[[str, str], list[dict[str, Any]]], *,
+                 writer: Callable[..., dict[str, Any] | None] = write_status,
+                 remediator: Callable[..., None] = remediate,
+                 concurrency: int | None = None, seed: int | None = None, port: int = ENGINE_PORT) -> None:
+        self.pods_of = pods_of
+        self.port = port
+        self.writer = writer
+        self.remediator = remediator
+        self.servers: dict[tuple[str, str], ServerProbes] = {}
+        self.client = ProbeClient(concurrency or int(os.environ.get("GDN_PROBE_CONCURRENCY", "64")))
+        self.rng = random.Random(seed)
+        self.task: asyncio.Task[None] | None = None
+        self.tick = 0.25
+
+    # ------------------------------------------------------------------ configuration (from events) --
+
+    async def track(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        cur = self.servers.get((namespace, name))
+        if cur is not None and cur.generation == body["metadata"].get("generation"):
+            return  # a status-only event: nothing changed for the probes
+        s = await asyncio.to_thread(server_from_body, body)
+        self.configure(namespace, name, s, body)
+
+    def configure(self, namespace: str, name: str, s: ServerProbes, body: dict[str, Any] | None = None) -> None:
+        key = (namespace, name)
+        old = self.servers.get(key)
+        if old is not None and old.task is not None and not old.task.done():
+            old.task.cancel()  # a round of the previous generation reports nothing
+        if s.spec is not None:
+            s.next_due = time.monotonic() + self.rng.uniform(0, s.spec.interval_seconds)
+            log.info("output probes for %s/%s: %d probe(s) every %ss on generation %s%s", namespace, name,
+                     len(s.spec.prompts), s.spec.interval_seconds, s.generation,
+                     f", reference of generation {s.ref_meta.get('generation')} kept" if s.reference else "")
+        self.servers[key] = s
+        if s.spec is None and body is not None:
+            cond = st.get_condition(body.get("status") or {}, OUTPUT_CONSISTENT)
+            if cond is None or cond.get("status") != "Unknown" or cond.get("reason") != "ProbesDisabled":
+                self._clear_metrics(namespace, name)
+                s.task = asyncio.get_running_loop().create_task(asyncio.to_thread(mark_disabled, namespace, name))
+
+    def forget(self, namespace: str, name: str) -> None:
+        s = self.servers.pop((namespace, name), None)
+        if s is not None and s.task is not None and not s.task.done():
+            s.task.cancel()
+        self._clear_metrics(namespace, name)
+
+    def _clear_metrics(self, namespace: str, name: str) -> None:
+        for reason in PROBE_REASONS:
+            try:
+                telemetry.OUTPUT_INCONSISTENT.remove(namespace, name, reason)
+            except KeyError:
+                pass
+
+    # ------------------------------------------------------------------------------------ the loop --
+
+    async def run(self) -> None:
+        try:
+            while True:
+                now = time.monotonic()
+                for key, s in list(self.servers.items()):
+                    if s.spec is None or not s.spec.enabled or s.next_due > now:
+                        continue
+                    if s.task is not None and not s.task.done():
+                        continue  # never two rounds of one server (so of one pod) at once
+                    s.next_due = now + s.spec.interval_seconds * self.rng.uniform(0.9, 1.1)
+                    s.task = asyncio.get_running_loop().create_task(self._guarded_round(key, s))
+                await asyncio.sleep(self.tick)
+        finally:
+            await self.client.close()
+
+    async def _guarded_round(self, key: tuple[str, str], s: ServerProbes) -> None:
+        try:
+            await self.round(key[0], key[1], s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a failed round is retried next interval
+            log.warning("probe round for %s/%s failed: %s", key[0], key[1], e)
+
+    async def round(self, namespace: str, name: str, s: ServerProbes) -> Condition | None:
+        """One round of one server. Returns the condition after it (None: nothing was probed)."""
+        assert s.spec is not None and s.book is not None
+        t0 = time.perf_counter()
+        ready = [p for p in self.pods_of(namespace, name) if p.get("ready") and p.get("ip") and not p.get("deleting")]
+        current = sorted((p for p in ready if not s.engine or p.get("engine") == s.engine), key=lambda p: p["name"])
+        skipped = len(ready) - len(current)
+        timeout = float(s.spec.timeout_seconds)
+        per_pod = await asyncio.gather(*(
+            self.client.ask_pod(completions_url(p["ip"], self.port), s.model, s.spec.prompts, p["name"], timeout)
+            for p in current
+        ))
+        asked: list[Asked] = [a for pod in per_pod for a in pod]
+        outcomes, learned = judge_round(s.spec.prompts, s.reference, asked)
+        now = kube.now()
+        if learned:
+            for probe, (pod, answer) in learned.items():
+                s.reference[probe] = answer
+            s.ref_meta = {"generation": s.generation, "image": s.image, "pod": next(iter(learned.values()))[0], "learnedAt": now}
+            log.info("output probes for %s/%s learned %d reference answer(s) from pod %s on generation %s",
+                     namespace, name, len(learned), s.ref_meta["pod"], s.generation)
+        self._record(namespace, name, outcomes)
+        before = s.book.condition
+        cond = s.book.observe(outcomes, now) if outcomes else (s.book.condition if s.book.rounds else LEARNING)
+        telemetry.PROBE_ROUND_DURATION.observe(time.perf_counter() - t0)
+        for reason in PROBE_REASONS:
+            telemetry.OUTPUT_INCONSISTENT.labels(namespace, name, reason).set(1.0 if cond.value is False and cond.reason == reason else 0.0)
+        diagnosis = diagnose(s, cond)
+        body = probes_status(s, len(current), skipped, diagnosis)
+        fp = _fingerprint(body, cond)
+        if fp != s.written:
+            if (before.value, before.reason) != (cond.value, cond.reason):
+                log.info("output probes for %s/%s: OutputConsistent %s (%s): %s", namespace, name,
+                         "Unknown" if cond.value is None else cond.value, cond.reason, cond.message)
+            obj = await asyncio.to_thread(self.writer, namespace, name, s, body, cond)
+            s.written = fp
+            if (obj is not None and cond.value is False and diagnosis and s.remediation_auto and not s.remediated
+                    and obj["metadata"].get("generation") == s.generation):
+                s.remediated = True
+                await asyncio.to_thread(self.remediator, namespace, name, s, cond, obj)
+        return cond
+
+    @staticmethod
+    def _record(namespace: str, name: str, outcomes: list[Outcome]) -> None:
+        for o in outcomes:
+            telemetry.PROBES.labels(namespace, name, o.probe, o.result).inc()
+            telemetry.PROBE_DURATION.observe(o.duration)
+
+
+def mark_disabled(namespace: str, name: str) -> None:
+    """No probes configured: OutputConsistent is Unknown, and an earlier probe alarm no longer holds."""
+
+    def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
+        gen = obj["metadata"].get("generation")
+        status.pop("probes", None)
+        st.set_condition(status, OUTPUT_CONSISTENT, None, "ProbesDisabled", "spec.probes is not set (or not enabled)", gen)
+        d = st.get_condition(status, st.DEGRADED)
+        if d and d.get("status") == "True" and d.get("reason") in PROBE_REASONS:
+            st.set_condition(status, st.DEGRADED, False, "ProbesDisabled", "", gen)
+
+    kube.update_status(namespace, name, mutate)

@@ -1,0 +1,68 @@
+"""InferencePool status → GDNModelServer conditions.
+
+The Gateway API Inference Extension controller (the gateway implementation) reports, per parent Gateway,
+`Accepted` and `ResolvedRefs` in InferencePool status.parents[].conditions. The operator mirrors them as
+`InferencePoolAccepted` / `InferencePoolResolvedRefs` on the server: True when every parent says True,
+False (with that parent's reason and message) when one says False, absent until a controller reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+
+from gdn_operator.handlers import kube
+from gdn_operator.handlers import status as st
+from gdn_operator.handlers.config import get_config
+from gdn_operator.handlers.workload import MANAGED, owner_name
+from gdn_operator.render import router
+
+log = logging.getLogger(__name__)
+
+#: InferencePool condition type → the GDNModelServer condition that mirrors it.
+MIRRORED = {"Accepted": "InferencePoolAccepted", "ResolvedRefs": "InferencePoolResolvedRefs"}
+
+
+def aggregate(pool: dict[str, Any]) -> dict[str, tuple[bool, str, str]]:
+    """{pool condition type: (status, reason, message)} over all parents (only types some parent reports)."""
+    out: dict[str, tuple[bool, str, str]] = {}
+    for parent in (pool.get("status") or {}).get("parents") or []:
+        gw = (parent.get("parentRef") or {}).get("name", "?")
+        for c in parent.get("conditions") or []:
+            typ = c.get("type")
+            if typ not in MIRRORED or c.get("status") not in ("True", "False"):
+                continue
+            ok = c["status"] == "True"
+            prev = out.get(typ)
+            if prev is None or (prev[0] and not ok):
+                out[typ] = (ok, c.get("reason") or typ, f"gateway {gw}: {c.get('message') or c.get('reason') or typ}")
+    return out
+
+
+def mirror(namespace: str, name: str, pool: dict[str, Any] | None) -> None:
+    agg = aggregate(pool) if pool is not None else {}
+
+    def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
+        gen = obj["metadata"].get("generation")
+        for typ, ours in MIRRORED.items():
+            if typ in agg:
+                ok, reason, msg = agg[typ]
+                st.set_condition(status, ours, ok, reason, msg, gen)
+            elif st.get_condition(status, ours) is not None:
+                status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != ours]
+
+    kube.update_status(namespace, name, mutate)
+
+
+async def inference_pool_event(type: str, body: kopf.Body, namespace: str, meta: kopf.Meta, **_: Any) -> None:
+    name = owner_name(kube.plain(meta))
+    if not name:
+        return
+    await asyncio.to_thread(mirror, namespace, name, None if type == "DELETED" else kube.plain(body))
+
+
+if get_config().inference_pool:  # RBAC for InferencePools exists only when the chart enables them
+    kopf.on.event(router.GROUP, router.VERSION, router.PLURAL, labels=MANAGED)(inference_pool_event)

@@ -1,0 +1,176 @@
+"""hack/gpu: the offline bundle's resolution walk (bundle.py plan), piece staging and the installer's
+verification and conflict gate (install.py), on small synthetic bundles (CPU, no network)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import lzma
+import random
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+HACK = REPO / "hack" / "gpu"
+sys.path.insert(0, str(HACK))
+import bundle  # noqa: E402
+
+CFG = yaml.safe_load((HACK / "bundle.yaml").read_text())
+
+
+def _item(name, version, requires=()):
+    return {"metadata": {"name": name, "version": version, "requires_dist": list(requires)},
+            "download_info": {"url": f"https://files.example/{name}-{version}-py3-none-any.whl",
+                              "archive_info": {"hashes": {"sha256": "0" * 64}}}}
+
+
+REPORT = {"install": [
+    _item("vllm", "0.22.0", ["torch==2.11.0", "numpy<2.4", "pydantic>=2.12", "flashinfer-python==0.6.8",
+                             "uvicorn[standard]", "pywin32; sys_platform == 'win32'", "numba==0.65.0; python_version < '3.13'"]),
+    _item("torch", "2.11.0", ["nvidia-cublas==13.0.0", "triton==3.6.0"]),
+    _item("nvidia-cublas", "13.0.0"), _item("triton", "3.6.0"), _item("numpy", "2.3.5"), _item("numba", "0.65.0"),
+    _item("pydantic", "2.14.3", ["pydantic-core==2.50.4", "typing-extensions>=4.14"]),
+    _item("pydantic-core", "2.50.4", ["typing-extensions>=4.14"]), _item("typing-extensions", "4.15.0"),
+    _item("flashinfer-python", "0.6.8", ["nvidia-cudnn-frontend>=1.0"]), _item("nvidia-cudnn-frontend", "1.1"),
+    _item("uvicorn", "0.54.0", ["h11>=0.8", "httptools>=0.6; extra == 'standard'"]), _item("h11", "0.16.0"),
+    _item("httptools", "0.9.0"), _item("pywin32", "311"),
+]}
+BASE = {"torch": "2.11.0+cu130", "numpy": "2.5.2", "numba": None, "typing-extensions": "4.15.0", "h11": "0.16.0"}
+
+
+def test_plan_stops_at_base_and_optional_packages_and_reports_conflicts():
+    p = bundle.plan(REPORT, BASE, CFG, set())
+    names = [x["name"] for x in p["packages"]]
+    # torch is in the base, so neither it nor its CUDA wheels are bundled; flashinfer is optional.
+    assert names == ["httptools", "pydantic", "pydantic-core", "uvicorn", "vllm"]
+    assert set(p["excluded_optional"]) == {"flashinfer-python"}
+    assert p["conflicts_with_base_file"] == [{"package": "numpy", "base": "2.5.2", "by": "vllm", "spec": "<2.4"}]
+    assert [u["package"] for u in p["unverified_against_base_file"]] == ["numba"]
+    assert {r["by"] for r in p["base_requirements"]["typing-extensions"]} == {"pydantic", "pydantic-core"}
+
+
+def test_plan_with_opt_in_bundles_the_optional_kernel_and_rejects_unknown_names():
+    p = bundle.plan(REPORT, BASE, CFG, {"flashinfer-python"})
+    assert {"flashinfer-python"} <= {x["name"] for x in p["packages"]}
+    assert "nvidia-cudnn-frontend" not in {x["name"] for x in p["packages"]}  # optional on its own
+    with pytest.raises(SystemExit, match="not an optional package"):
+        bundle.plan(REPORT, BASE, CFG, {"flashinfr"})
+
+
+def test_parse_base_reads_pip_list_freeze_and_bare_names(tmp_path):
+    f = tmp_path / "base.txt"
+    f.write_text("Package    Version\n---------- -------\nTorch 2.11.0+cu130\nnumpy==2.5.2\nmy_pkg @ file:///x\nzipp\n")
+    assert bundle.parse_base(f) == {"torch": "2.11.0+cu130", "numpy": "2.5.2", "my-pkg": None, "zipp": None}
+    f.write_text("torch 2.11 extra words\n")
+    with pytest.raises(SystemExit, match="base.txt:1"):
+        bundle.parse_base(f)
+
+
+PAYLOAD = random.Random(14).randbytes(1500)  # incompressible: the archive spans several pieces
+
+
+def _fake_bundle(tmp_path: Path, base_requirements: dict, piece_size: int = 300) -> Path:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for name, data in {"fakepkg/__init__.py": PAYLOAD, "fakepkg-1.0.dist-info/METADATA": b"Name: fakepkg\n"}.items():
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            tar.addfile(ti, io.BytesIO(data))
+    archive = lzma.compress(raw.getvalue())
+    out = tmp_path / "bundle"
+    out.mkdir()
+    pieces = []
+    for i in range(0, len(archive), piece_size):
+        chunk = archive[i:i + piece_size]
+        name = f"site.tar.xz.{i // piece_size:02d}"
+        (out / name).write_bytes(chunk)
+        pieces.append({"file": name, "bytes": len(chunk), "sha256": hashlib.sha256(chunk).hexdigest()})
+    assert len(pieces) >= 2
+    manifest = {"vllm_version": "0.22.0", "target": {"python_version": "%d.%d" % sys.version_info[:2]},
+                "archive_sha256": hashlib.sha256(archive).hexdigest(), "pieces": pieces,
+                "packages": [{"name": "fakepkg", "version": "1.0"}], "base_requirements": base_requirements}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def _install(bundle_dir, target, *extra):
+    return subprocess.run(["bash", str(HACK / "install.sh"), str(bundle_dir), str(target), "--python", sys.executable,
+                           *extra], capture_output=True, text=True)
+
+
+def test_install_unpacks_verified_bundle_when_base_satisfies_it(tmp_path):
+    b = _fake_bundle(tmp_path, {"pyyaml": [{"by": "fakepkg", "spec": ">=6"}]})
+    r = _install(b, tmp_path / "site", "--accept", "")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "site" / "fakepkg" / "__init__.py").read_bytes() == PAYLOAD
+    again = _install(b, tmp_path / "site", "--accept", "")
+    assert again.returncode == 0 and "already holds this bundle" in again.stdout
+
+
+def test_install_refuses_a_version_conflict_unless_accepted(tmp_path):
+    import yaml as y
+
+    b = _fake_bundle(tmp_path, {"pyyaml": [{"by": "fakepkg", "spec": "<6"}]})
+    r = _install(b, tmp_path / "site", "--accept", "")
+    assert r.returncode == 3 and "CONFLICT pyyaml" in r.stderr and "<6" in r.stderr
+    assert not (tmp_path / "site").exists()
+    # The check needs only the manifest: it runs before the pieces have arrived.
+    for piece in b.glob("site.tar.xz.*"):
+        piece.unlink()
+    r = _install(b, tmp_path / "site", "--accept", "", "--check-only")
+    assert r.returncode == 3 and "CONFLICT pyyaml" in r.stderr
+    (tmp_path / "again").mkdir()
+    b = _fake_bundle(tmp_path / "again", {"pyyaml": [{"by": "fakepkg", "spec": "<6"}]})
+    acc = tmp_path / "accept.yaml"
+    acc.write_text(y.safe_dump({"accepted": [{"package": "PyYAML", "installed": f"=={y.__version__}", "vllm": "==0.22.0",
+                                              "reason": "test"}]}))
+    r = _install(b, tmp_path / "site", "--accept", str(acc))
+    assert r.returncode == 0, r.stderr
+    assert "accepted conflict: pyyaml" in r.stdout
+    # The acceptance is for the installed version it names, not for any version.
+    acc.write_text(y.safe_dump({"accepted": [{"package": "pyyaml", "installed": "==0.0.1", "vllm": "==0.22.0", "reason": "t"}]}))
+    assert _install(b, tmp_path / "site2", "--accept", str(acc)).returncode == 3
+
+
+def test_install_refuses_missing_base_package_and_corrupt_or_missing_pieces(tmp_path):
+    b = _fake_bundle(tmp_path, {"surely-not-installed-pkg": [{"by": "fakepkg", "spec": ""}]})
+    r = _install(b, tmp_path / "site", "--accept", "")
+    assert r.returncode == 3 and "MISSING base package surely-not-installed-pkg" in r.stderr
+    (tmp_path / "second").mkdir()
+    b2 = _fake_bundle(tmp_path / "second", {})
+    first = sorted(b2.glob("site.tar.xz.*"))[0]
+    first.write_bytes(b"corrupt" + first.read_bytes()[7:])
+    r = _install(b2, tmp_path / "site3", "--accept", "")
+    assert r.returncode == 2 and first.name in r.stderr and "corrupt" in r.stderr
+    first.unlink()
+    r = _install(b2, tmp_path / "site3", "--accept", "")
+    assert r.returncode == 2 and "missing pieces" in r.stderr and first.name in r.stderr
+
+
+def test_stage_piece_collects_pieces_across_calls(tmp_path):
+    b = _fake_bundle(tmp_path, {})
+    pieces = sorted(b.glob("site.tar.xz.*"))
+    carried = tmp_path / "carried"
+    stage = tmp_path / "stage"
+    for i, piece in enumerate(pieces):
+        carried.mkdir(exist_ok=True)
+        for old in carried.glob("site.tar.xz.*"):
+            old.unlink()
+        (carried / "manifest.json").write_bytes((b / "manifest.json").read_bytes())
+        (carried / piece.name).write_bytes(piece.read_bytes())
+        r = subprocess.run(["bash", str(HACK / "stage-piece.sh"), str(carried), str(stage)], capture_output=True, text=True)
+        last = i == len(pieces) - 1
+        assert r.returncode == (0 if last else 4), r.stdout + r.stderr
+        assert f"{i + 1}/{len(pieces)} pieces" in r.stdout
+    assert _install(stage, tmp_path / "site", "--accept", "").returncode == 0
+    (carried / pieces[0].name).write_bytes(b"garbage")
+    for p in stage.glob("site.tar.xz.*"):
+        p.unlink()
+    r = subprocess.run(["bash", str(HACK / "stage-piece.sh"), str(carried), str(stage)], capture_output=True, text=True)
+    assert r.returncode != 0 and "sha256 differs" in r.stderr

