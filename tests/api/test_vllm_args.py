@@ -105,6 +105,7 @@ def test_config_file_refused_in_every_form():
         (["--no-ena"], "ambiguous option"),
         (["--"], "would end vLLM's options"),
         (["-cc.mode"], "needs a value"),
+        (["--lora_modules", "auto"], "invalid _lora_module value"),  # bench_fuzz found it: vLLM exits
     ],
 )
 def test_arguments_that_make_vllm_exit_are_refused(args, text):
@@ -122,6 +123,7 @@ def test_arguments_that_make_vllm_exit_are_refused(args, text):
         ["--api-key", "a", "b"],
         ["--cudagraph-capture-sizes", "1", "2", "4"],
         ["--long-prefill-token-threshold", "8000"], ["--safetensors-prefetch-block-size", "8M"],
+        ["--enable-lora", "--lora-modules", "a=/x", '{"name":"b","path":"/y"}'],
     ],
 )
 def test_ordinary_options_admitted(args):

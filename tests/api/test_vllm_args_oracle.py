@@ -119,7 +119,8 @@ _BY_STRING = {s: o for o in _TABLE["options"] for s in o["options"]}
 _TYPED_VALUE = {"int": "3", "float": "0.5", "human_int": "8k", "human_int_or_auto": "4k", "json": "{}", "json_object": "{}",
                 "json_or_str": "{}", "str": "x"}
 _STDLIB_ACTIONS = {"StoreAction", "StoreTrueAction", "StoreFalseAction", "StoreConstAction", "AppendAction",
-                   "BooleanOptionalAction", "HelpAction", "CountAction"}
+                   "BooleanOptionalAction", "HelpAction", "CountAction",
+                   "LoRAParserAction"}  # mirrored in api/vllm_args.py (_CUSTOM_ACTION_VALUES)
 #: options whose JSON value is a config dataclass: the operator checks the top-level keys, not the nested values
 #: and options with vLLM's own argparse Action classes (LoRAParserAction, ...), whose value checks are code
 _DATACLASS_DESTS = {

@@ -136,6 +136,20 @@ def _json_or_str(value: str) -> Any:
     return _json_value(value) if re.match(r"(?s)^\s*{.*}\s*$", value) else value
 
 
+def _lora_module(value: str) -> Any:
+    """vLLM's LoRAParserAction: `name=path` (no comma), or a JSON object with name, path[, base_model_name]."""
+    if value == "" or ("=" in value and "," not in value):
+        return value
+    obj = _json_value(value)
+    if not isinstance(obj, dict) or not {"name", "path"} <= set(obj) or set(obj) - {"name", "path", "base_model_name"}:
+        raise ValueError("not name=path or a JSON object with name and path")
+    return value
+
+
+#: vLLM's own argparse Action classes (their checks are code, not table data): the value check per class
+_CUSTOM_ACTION_VALUES = {"LoRAParserAction": _lora_module}
+
+
 def _converter(type_name: str, optional: bool, keys: Sequence[str] | None = None):
     base = {
         "int": int,
@@ -205,6 +219,8 @@ class OptionTable:
             kwargs["const"] = opt["const"]
         if "choices" in opt and type_name in ("str", "int", "float"):
             kwargs["choices"] = opt["choices"]
+        if kind in _CUSTOM_ACTION_VALUES:
+            kwargs["type"] = _CUSTOM_ACTION_VALUES[kind]
         action = "append" if kind == "AppendAction" else "store"
         self.parser.add_argument(*strings, action=action, **kwargs, **common)
 
