@@ -205,6 +205,8 @@ def build(device: str):
     cfg._attn_implementation = "sdpa"
     model = Qwen3NextForCausalLM(cfg)
     model.mtp = RecallMTP(cfg)
+    # attached after post_init(): initialise it the same way (routed experts are torch.empty otherwise)
+    model.mtp.apply(model._init_weights)
     return model.to(device)
 
 
@@ -469,6 +471,9 @@ def save(model, args, held, train_s: float, steps_done: int) -> None:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     sd = export_state_dict(model)
+    dead = [k for k, v in sd.items() if "norm" not in k and not v.float().abs().max() > 0]
+    if dead:  # an uninitialised / untrained tensor would load fine and silently do nothing
+        raise RuntimeError(f"all-zero weights in the checkpoint: {dead[:5]}")
     save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
     # evaluate what was written: bf16 weights, as the engine loads them
     check = build(args.device)
