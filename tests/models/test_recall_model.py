@@ -143,10 +143,9 @@ def test_broken_variant_scrambles_only_the_mtp_head(tmp_path):
     changed = {k for k in a if data(raw_a, base_a, a[k]) != data(raw_b, base_b, b[k])}
     # a permutation of a constant tensor is the same tensor (the MTP layer's routed experts are all
     # zero in the committed weights: MODEL_CARD.md, "Known limitation")
-    varied = {k for k in a if len({data(raw_a, base_a, a[k])[i:i + 2]
-                                   for i in range(0, a[k]["data_offsets"][1] - a[k]["data_offsets"][0], 2)}) > 1}
     scrambled = {k for k in a if k.startswith("mtp.") and "norm" not in k}
-    assert changed == scrambled & varied
+    varied = {k for k in scrambled if len(set(memoryview(data(raw_a, base_a, a[k])).cast("H"))) > 1}
+    assert changed == varied
     assert {"mtp.fc.weight", "mtp.layers.0.self_attn.q_proj.weight",
             "mtp.layers.0.mlp.shared_expert.up_proj.weight"} <= changed
 
