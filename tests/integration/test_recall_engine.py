@@ -8,10 +8,10 @@ with the broken-MTP-head variant. Each drives all held-out prompts (token ids, 1
 and keeps raw ``/metrics`` before/after. Expected counter figures are recomputed here from the raw
 exposition with a regex (engine_fixtures.raw_counters), independently of the operator's parser.
 
-Loader strictness: vLLM 0.32.0 rejects unknown checkpoint names (AutoWeightsLoader ValueError) and
-unloaded parameters ("Following weights were not initialized from checkpoint"); the engine starting
-and answering exactly is the proof that every name matched (tests/models/test_recall_model.py checks
-the names without an engine).
+Loader strictness: vLLM 0.32.0 rejects unknown checkpoint names (AutoWeightsLoader ValueError; tested
+below with a renamed MTP tensor) and unloaded parameters ("Following weights were not initialized from
+checkpoint"); the engine starting and answering exactly is the proof that every name matched
+(tests/models/test_recall_model.py checks the names without an engine).
 """
 
 from __future__ import annotations
@@ -272,3 +272,28 @@ def test_early_stop_detector_on_real_engine_counters(mtp_run):
         assert ch["finish_reason"] == "stop"
         want = exp[: first + 1] if first < len(exp) else exp + [recall.EOS_TOKEN_ID]
         assert ch["token_ids"] == want, it["id"]
+
+
+def test_renamed_checkpoint_tensor_fails_engine_start_loudly(tmp_path):
+    """A checkpoint name vLLM does not know stops the engine at load time (no silent random init):
+    ``mtp.fc.weight`` renamed -> the worker's ValueError names it, and startup fails (~30 s)."""
+    import shutil
+    import struct
+
+    python = require_engine_python()
+    src, bad = recall.MODEL_DIR, tmp_path / "renamed"
+    shutil.copytree(src, bad)
+    raw = (src / "model.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8: 8 + n])
+    header["mtp.fc_renamed.weight"] = header.pop("mtp.fc.weight")
+    hb = json.dumps(header).encode()
+    hb += b" " * (-len(hb) % 8)
+    (bad / "model.safetensors").write_bytes(struct.pack("<Q", len(hb)) + hb + raw[8 + n:])
+    workdir = tmp_path / "engine"
+    workdir.mkdir()
+    with pytest.raises(RuntimeError, match="exited with"):
+        start_engine(workdir, python, 240, weights_dir=bad, served_name=SERVED,
+                     num_speculative_tokens=2, max_model_len=1024)
+    log = (workdir / "engine.log").read_text(errors="replace")
+    assert "There is no module or parameter named 'fc_renamed'" in log
