@@ -4,6 +4,8 @@
     python hack/dev.py                 # build if needed, bring everything up, stay up until Ctrl-C
     python hack/dev.py --exit-after 60 # same, but tear down after 60 s (smoke test / CI)
     python hack/dev.py --no-operator   # cluster + CRD + examples only (run kopf yourself)
+    python hack/dev.py --real-engine   # + the real vLLM CPU engine with the trained recall model (MTP k=2)
+                                       #   behind the first example's engine pod: real acceptance in status
 
 Steps: tests/cluster/build.sh full (cached) -> ControlPlane(tier="full") with 2 fake 8-GPU nodes
 (kwok) -> CRD from `gdnctl crd` -> `kopf run -m gdn_operator.handlers` -> apply examples/*.yaml ->
@@ -224,6 +226,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="tear down after this many seconds instead of waiting for Ctrl-C")
     ap.add_argument("--status-wait", type=float, default=20,
                     help="seconds to wait for the examples to get a status.phase")
+    ap.add_argument("--real-engine", action="store_true",
+                    help="serve the trained recall model with the real vLLM CPU engine (MTP k=2) behind "
+                         "the first example's first engine pod, with traffic (hack/dev_engine.py)")
+    ap.add_argument("--real-engine-broken-mtp", action="store_true",
+                    help="like --real-engine, with the broken-MTP-head variant (acceptance collapses)")
     args = ap.parse_args(argv)
 
     t0 = time.monotonic()
@@ -236,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     cp = ControlPlane(workdir, tier="full", gpu_nodes=args.gpu_nodes,
                       gpus_per_node=args.gpus_per_node, binaries=bins)
     operator = None
+    real_engine = None
     stop_requested = False
 
     def on_signal(signum, frame):
@@ -278,6 +286,19 @@ def main(argv: list[str] | None = None) -> int:
         objs = apply_examples(cp, paths)
         print_status(cp, objs, wait=args.status_wait if operator else 0)
 
+        if args.real_engine or args.real_engine_broken_mtp:
+            from dev_engine import RealEngine, engine_pod_ip
+
+            served = [o for o in objs if o[2] == "gdnmodelservers"]
+            if not served:
+                say("--real-engine: no GDNModelServer was created; no engine started")
+            else:
+                _, ns, _, name = served[0]
+                with cp.api_client() as api:
+                    pod, ip = engine_pod_ip(api, ns, name)
+                real_engine = RealEngine(workdir / "real-engine", pod, ip,
+                                         broken_mtp=args.real_engine_broken_mtp, say=say)
+
         say("")
         say(f"export KUBECONFIG={cp.kubeconfig}")
         say(f"{kubectl_path()} get gdnmodelservers -A")
@@ -292,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"operator exited with code {operator.returncode}; last lines:")
                 print(_tail(workdir / "logs" / "operator.log"), flush=True)
                 operator = None
+            if real_engine is not None and not real_engine.alive():
+                say(f"real engine exited; last lines:\n{real_engine.engine.log_tail()}")
+                real_engine = None
             dead = [n for n, alive in cp.alive().items() if not alive]
             if dead:
                 say(f"component(s) died: {dead}; last lines of {dead[0]}:")
@@ -302,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
         pass
     finally:
         say("stopping")
+        if real_engine is not None:
+            say(real_engine.describe())
+            real_engine.stop()
         pids = dict(cp.pids)
         if operator is not None:
             pids["operator"] = operator.pid

