@@ -27,7 +27,7 @@ whatever did not run is listed under "skipped".  Writes ``bench-gpu-mtp.json`` t
 Note: with dummy weights MTP has 0 acceptance and runs ~2.5x slower than no MTP (147.6 vs 371.8 tok/s,
 ../shared/docs/vllm-gpu-engine.md): such a figure measures a broken head, not MTP — hence the trained model.
 
-    PYTHONPATH=~/.cache/gdn-operator/gpu-site/vllm-0.22.0:operator python3 bench/bench_gpu_mtp.py --out "$OUT"
+    PYTHONPATH=~/.cache/gdn-operator/gpu-site/vllm-0.22.0:operator python3 bench/bench_gpu_mtp.py --out .gpu-artifacts
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def measure(eng: harness.Engine, items: list[dict], conc: int) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")), help="directory for bench-gpu-mtp.json")
+    ap.add_argument("--out", type=Path, default=Path(".gpu-artifacts"), help="directory for bench-gpu-mtp.json")
     ap.add_argument("--mode", choices=["all", "throughput", "b2", "startup"], default="all",
                     help="startup: only the start-up times of (ii) alone (eager, and compiled with --compiled)")
     ap.add_argument("--time-budget", type=float, default=540.0, help="seconds; stop cleanly before this")

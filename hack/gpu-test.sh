@@ -4,7 +4,7 @@
 #   hack/gpu-test.sh [--site DIR] [--artifacts DIR] [--model DIR] [pytest args...]
 # --site       the installed bundle (default: ${GDN_CACHE_DIR:-~/.cache/gdn-operator}/gpu-site/vllm-0.22.0)
 # --artifacts  where engine logs, /metrics captures and gpu-results.json are copied (flat, <= 6 files;
-#              default: $OUT if set, else .gpu-artifacts/)
+#              default: $GDN_GPU_ARTIFACTS if set, else .gpu-artifacts/)
 # --model      the trained tiny model (default: tests/models/tiny-qwen3-next-recall)
 # Uses the host's python3 (it has torch and pytest) with PYTHONPATH=<site>:operator — the project's own
 # package imports from there without installing anything (pydantic comes from the bundle).
@@ -13,7 +13,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SITE="${GDN_CACHE_DIR:-$HOME/.cache/gdn-operator}/gpu-site/vllm-0.22.0"
-ART="${OUT:-$ROOT/.gpu-artifacts}"
+ART="${GDN_GPU_ARTIFACTS:-$ROOT/.gpu-artifacts}"
 PYARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
