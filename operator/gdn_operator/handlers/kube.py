@@ -67,6 +67,14 @@ def reset_client() -> None:
     api_client.cache_clear()
 
 
+def require_namespace(namespace: str | None) -> str:
+    """The namespace kopf passes a handler of a namespaced resource (kopf types it Optional for
+    cluster-scoped ones): never None for the pods, workloads and servers this operator watches."""
+    if namespace is None:
+        raise ValueError("kopf passed no namespace for an event of a namespaced resource")
+    return namespace
+
+
 def plain(obj: Any) -> Any:
     """A deep plain-dict copy of a kopf Body/Patch view (safe to hand to a worker thread)."""
     if isinstance(obj, dict) or hasattr(obj, "keys"):
