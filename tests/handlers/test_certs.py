@@ -5,6 +5,8 @@ import ssl
 import socket
 import threading
 
+import pytest
+
 from cryptography import x509
 
 from gdn_operator.handlers import certs
@@ -44,3 +46,15 @@ def test_renewal_rules():
     assert certs.needs_renewal(b"garbage", ["x"])
     cert = x509.load_pem_x509_certificate(bundle.cert_pem)
     assert cert.issuer == x509.load_pem_x509_certificate(bundle.ca_pem).subject
+
+
+def test_ca_key_that_cannot_sign_is_refused_by_name():
+    """A CA key in the Secret that cannot sign certificates (here X25519) fails with the key type and the fix."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import x25519
+
+    ca_pem, _ = certs.make_ca()
+    bad = x25519.X25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    with pytest.raises(TypeError, match="X25519PrivateKey, which cannot sign certificates; delete the webhook Secret"):
+        certs.make_serving_cert(ca_pem, bad, ["gdn-operator.svc"])

@@ -1,5 +1,7 @@
 """Pure parts of the workload handlers: drift comparison and pod summaries."""
 
+import pytest
+
 from gdn_operator.handlers.workload import is_subset, owner_name, pod_summary
 
 
@@ -47,3 +49,13 @@ def test_pod_summary_unschedulable_and_restarts():
     s = pod_summary(pod)
     assert s["unschedulable"] and "Insufficient nvidia.com/gpu" in s["unschedulable_message"]
     assert s["restarts"] == 3 and not s["ready"] and not s["deleting"]
+
+
+def test_handlers_of_namespaced_resources_require_the_namespace():
+    """kopf types `namespace` Optional (cluster-scoped resources); the pods, workloads and servers this
+    operator watches always carry one, and a missing one fails loudly instead of reaching the API as None."""
+    from gdn_operator.handlers import kube
+
+    assert kube.require_namespace("team-a") == "team-a"
+    with pytest.raises(ValueError, match="no namespace for an event of a namespaced resource"):
+        kube.require_namespace(None)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gdn_operator.rules.versions import VersionRange, parse_version
+from gdn_operator.rules.versions import VersionRange, parse_version, require_version
 
 
 @pytest.mark.parametrize(
@@ -74,3 +74,10 @@ def test_open_ended():
     assert VersionRange(">=0.24.0").is_open_ended
     assert VersionRange("*").is_open_ended
     assert not VersionRange("<0.31.0").is_open_ended
+
+
+def test_require_version_parses_or_names_the_text():
+    """Versions the code states itself (effective.py's default-change constants, option-table file names)."""
+    assert require_version("0.26.0") == parse_version("0.26.0")
+    with pytest.raises(ValueError, match="'latest' is not a vLLM version"):
+        require_version("latest")

@@ -7,6 +7,7 @@ from typing import Any, Iterable
 
 import yaml
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from gdn_operator import API_VERSION, KIND
 from gdn_operator.api.models import GDNModelServer, GDNModelServerSpec
@@ -32,7 +33,7 @@ def _loc_to_path(prefix: str, loc: Iterable[Any]) -> str:
     return path
 
 
-def _describe(err: dict[str, Any]) -> str:
+def _describe(err: ErrorDetails) -> str:
     typ = err.get("type", "")
     msg = err.get("msg", "invalid value")
     inp = err.get("input")

@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from kubernetes.client import V1Affinity, V1Toleration
 from pydantic.alias_generators import to_camel
 
-from gdn_operator import API_VERSION, KIND
 from gdn_operator.api import k8s as _k8s
 from gdn_operator.api import vllm_args as _vllm_args
 from gdn_operator.api.base import _Model, _Status
@@ -335,6 +334,10 @@ class MetricsSpec(_Model):
     scrape_interval_seconds: int = Field(default=15, ge=5, le=3600, description="Scrape interval.")
 
 
+def _drop_schema_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
 class GDNModelServerSpec(_Model):
     """Desired state of a GDNModelServer."""
 
@@ -346,7 +349,7 @@ class GDNModelServerSpec(_Model):
         le=1000,
         description="Engine replicas (one pod each, or one group of `nodes` pods). Default 1; leave unset with autoscaling.",
         # no schema default: the API server must not store replicas for an autoscaled server (mutually exclusive)
-        json_schema_extra=lambda schema: schema.pop("default", None),
+        json_schema_extra=_drop_schema_default,
     )
     tensor_parallel_size: int = Field(default=1, ge=1, le=64, description="GPUs per engine (vLLM -tp).")
     pipeline_parallel_size: int = Field(
@@ -561,7 +564,7 @@ class GDNModelServerSpec(_Model):
         size = len(json.dumps(data, default=str))
         if size > MAX_SPEC_BYTES:
             sizes = {k: len(json.dumps(v, default=str)) for k, v in data.items()}
-            biggest = max(sizes, key=sizes.get)
+            biggest = max(sizes, key=lambda k: sizes[k])
             raise ValueError(f"the spec is {size // 1024} KiB of JSON, more than the {MAX_SPEC_BYTES // 1024} KiB limit; "
                              f"the largest field is spec.{biggest} ({sizes[biggest] // 1024} KiB)")
         return data
@@ -717,8 +720,9 @@ class GDNModelServer(_Model):
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", use_enum_values=True)
 
-    api_version: Literal["serving.gdn-operator.io/v1alpha1"] = Field(default=API_VERSION)
-    kind: Literal["GDNModelServer"] = Field(default=KIND)
+    # the defaults spell the Literal types out (mypy checks they match); = gdn_operator.API_VERSION, KIND
+    api_version: Literal["serving.gdn-operator.io/v1alpha1"] = Field(default="serving.gdn-operator.io/v1alpha1")
+    kind: Literal["GDNModelServer"] = Field(default="GDNModelServer")
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: GDNModelServerSpec
     status: GDNModelServerStatus | None = None

@@ -31,7 +31,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 import yaml
 
@@ -83,10 +83,10 @@ def table_versions() -> tuple[str, ...]:
 
 
 class _MirrorParser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise _ParseError(message)
 
-    def exit(self, status: int = 0, message: str | None = None):  # type: ignore[override]
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         raise _ParseError(message or "exit")
 
 
@@ -233,13 +233,13 @@ def load_table(version: str) -> OptionTable:
 
 def select_table(vllm_version: str) -> tuple[OptionTable | None, bool]:
     """(table, exact) for a target release; (None, False) when the version is not a version."""
-    from gdn_operator.rules.versions import parse_version  # lazy: rules imports the api models
+    from gdn_operator.rules.versions import parse_version, require_version  # lazy: rules imports the api models
 
     target = parse_version(vllm_version)
     versions = table_versions()
     if target is None or not versions:
         return None, False
-    parsed = sorted((parse_version(v), v) for v in versions)
+    parsed = sorted((require_version(v), v) for v in versions)  # table file names are versions
     for v, name in parsed:
         if v == target and not target.is_prerelease:
             return load_table(name), True
@@ -290,9 +290,9 @@ def _preprocess(args: Sequence[str], table: OptionTable, problems: list[str]) ->
             out.append(("--help", i))
         elif arg.startswith("--"):
             if pre.get("underscore_to_dash", True):
-                key, sep, value = arg.partition("=")
+                key, sep, arg_value = arg.partition("=")
                 head, dot, tail = key[2:].partition(".")
-                arg = "--" + head.replace("_", "-") + dot + tail + sep + value
+                arg = "--" + head.replace("_", "-") + dot + tail + sep + arg_value
             out.append((arg, i))
         elif pre.get("o_level_shorthand", True) and arg.startswith("-O") and arg != "-O":
             level = arg[3:] if arg[2] == "=" else arg[2:]

@@ -270,7 +270,11 @@ def clear_acceptance(namespace: str, name: str) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, id="acceptance-registry")
-async def track_servers(type: str, body: kopf.Body, namespace: str, name: str, engine_pods: kopf.Index, **_: Any) -> None:
+async def track_servers(
+    type: str, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any
+) -> None:
+    engine_pods: kopf.Index = kwargs["engine_pods"]  # kopf passes each index by its name (not in its handler protocols)
+    namespace = kube.require_namespace(namespace)
     REGISTRY.pods_index = engine_pods  # a live view, refreshed by kopf
     if type == "DELETED" or body["metadata"].get("deletionTimestamp"):
         REGISTRY.forget(namespace, name)

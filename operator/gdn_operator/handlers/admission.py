@@ -58,7 +58,9 @@ def mitigation_patch(spec: dict[str, Any]) -> tuple[dict[str, Any], list[Any]] |
     return merge, mitigated
 
 
-def mitigate(spec: kopf.Spec, patch: kopf.Patch, old: Any, warnings: list[str], namespace: str, **_: Any) -> None:
+# kopf passes `old` (None on CREATE) to admission handlers although its WebhookFn protocol omits it
+def mitigate(spec: kopf.Spec, patch: kopf.Patch, warnings: list[str], namespace: str | None, old: kopf.Body | None = None,
+             **_: Any) -> None:
     if _spec_unchanged(old, spec):
         return
     result = mitigation_patch(plain(spec))
@@ -72,7 +74,8 @@ def mitigate(spec: kopf.Spec, patch: kopf.Patch, old: Any, warnings: list[str], 
         telemetry.ADMISSION_DECISIONS.labels(namespace or "", "mitigated", f.rule).inc()
 
 
-def admission(spec: kopf.Spec, old: Any, warnings: list[str], namespace: str, name: str | None = None, **_: Any) -> None:
+def admission(spec: kopf.Spec, warnings: list[str], namespace: str | None, name: str | None = None,
+              old: kopf.Body | None = None, **_: Any) -> None:
     if old is None and name:
         try:
             check_names(name)  # the engine Service takes the object's name: refuse now, not at apply

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
 from cryptography.x509.oid import NameOID
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,11 @@ class TLSBundle:
         key.write_bytes(self.key_pem)
         key.chmod(0o600)
         return ca, crt, key
+
+
+#: private keys that can sign a certificate (a key loaded from the Secret could be any kind)
+_ISSUER_KEY_TYPES = (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey, dsa.DSAPrivateKey, ed25519.Ed25519PrivateKey,
+                     ed448.Ed448PrivateKey)
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -78,6 +83,9 @@ def make_ca(common_name: str = "gdn-operator-webhook-ca") -> tuple[bytes, bytes]
 def make_serving_cert(ca_pem: bytes, ca_key_pem: bytes, sans: list[str], days: int = CERT_DAYS) -> tuple[bytes, bytes]:
     ca = x509.load_pem_x509_certificate(ca_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    if not isinstance(ca_key, _ISSUER_KEY_TYPES):
+        raise TypeError(f"the webhook CA key is a {type(ca_key).__name__}, which cannot sign certificates; "
+                        "delete the webhook Secret to have a new CA made")
     key = _key()
     alt: list[x509.GeneralName] = []
     for s in sans:
@@ -146,7 +154,8 @@ def ensure_secret_bundle(namespace: str, secret: str, sans: list[str]) -> TLSBun
                 "data": _encode(bundle),
             }
             try:
-                core.create_namespaced_secret(namespace, body)
+                # the V1Secret the client's validate_call would make of the dict
+                core.create_namespaced_secret(namespace, kubernetes.client.V1Secret.model_validate(body))
                 log.info("created webhook CA and certificate in Secret %s/%s", namespace, secret)
                 return bundle
             except ApiException as e2:
@@ -164,7 +173,8 @@ def ensure_secret_bundle(namespace: str, secret: str, sans: list[str]) -> TLSBun
                 ca, ca_key = make_ca()
         crt, key = make_serving_cert(ca, ca_key, sans)
         bundle = TLSBundle(ca, ca_key, crt, key)
-        obj.data = _encode(bundle)
+        encoded: dict[str, bytes | str] = dict(_encode(bundle))
+        obj.data = encoded
         try:
             core.replace_namespaced_secret(secret, namespace, obj)
             log.info("renewed webhook certificate in Secret %s/%s", namespace, secret)

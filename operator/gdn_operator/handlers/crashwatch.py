@@ -632,7 +632,8 @@ def _stream_once(
     kw: dict[str, Any] = {}
     if state.last_read is not None:  # reconnect: do not read the whole log again
         kw["since_seconds"] = max(1, math.ceil(time.time() - state.last_read) + 1)
-    resp = core.read_namespaced_pod_log(
+    # the raw urllib3 response (_preload_content=False), not the str the client's annotation promises
+    resp: Any = core.read_namespaced_pod_log(
         pod, namespace, container=CONTAINER, follow=True, _preload_content=False, _request_timeout=(10, 600), **kw
     )
     sc = state.classifier
@@ -664,6 +665,7 @@ def _instance_running(namespace: str, pod: str, uid: str, restart: int) -> bool 
     import kubernetes
     from kubernetes.client.rest import ApiException
 
+    p: Any  # the raw HTTP response (_preload_content=False)
     try:
         p = kubernetes.client.CoreV1Api(kube.api_client()).read_namespaced_pod(pod, namespace, _preload_content=False)
     except ApiException as e:
@@ -676,7 +678,8 @@ def _instance_running(namespace: str, pod: str, uid: str, restart: int) -> bool 
     p.release_conn()
     if body["metadata"].get("uid") != uid or body["metadata"].get("deletionTimestamp"):
         return False
-    cs = next((c for c in (body.get("status") or {}).get("containerStatuses") or [] if c.get("name") == CONTAINER), {})
+    cs: dict[str, Any] = next(
+        (c for c in (body.get("status") or {}).get("containerStatuses") or [] if c.get("name") == CONTAINER), {})
     return int(cs.get("restartCount") or 0) == restart and bool((cs.get("state") or {}).get("running"))
 
 

@@ -10,7 +10,7 @@ import functools
 import json
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import kubernetes
 from kubernetes.client.rest import ApiException
@@ -67,6 +67,14 @@ def reset_client() -> None:
     api_client.cache_clear()
 
 
+def require_namespace(namespace: str | None) -> str:
+    """The namespace kopf passes a handler of a namespaced resource (kopf types it Optional for
+    cluster-scoped ones): never None for the pods, workloads and servers this operator watches."""
+    if namespace is None:
+        raise ValueError("kopf passed no namespace for an event of a namespaced resource")
+    return namespace
+
+
 def plain(obj: Any) -> Any:
     """A deep plain-dict copy of a kopf Body/Patch view (safe to hand to a worker thread)."""
     if isinstance(obj, dict) or hasattr(obj, "keys"):
@@ -84,7 +92,9 @@ def apply(obj: dict[str, Any]) -> dict[str, Any]:
     """Server-side apply of a Deployment, Service or PodMonitor (force: the operator owns these fields)."""
     c = api_client()
     kind, ns, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
-    kw = dict(field_manager=FIELD_MANAGER, force=True, _content_type=APPLY, _preload_content=False)
+    kw: dict[str, Any] = dict(field_manager=FIELD_MANAGER, force=True, _content_type=APPLY, _preload_content=False)
+    # the raw HTTP response (_preload_content=False), not the model the client's annotations promise
+    r: Any
     if kind == "Deployment":
         r = kubernetes.client.AppsV1Api(c).patch_namespaced_deployment(name, ns, obj, **kw)
     elif kind == "Service":
@@ -115,6 +125,7 @@ def get_object(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
     """Read a Deployment, HPA or one of CUSTOM_KINDS (None: absent, its API not served, or not readable
     with the operator's RBAC: the chart grants each scale-out kind only when enabled)."""
     c = api_client()
+    r: Any  # the raw HTTP response (_preload_content=False)
     try:
         if kind == "Deployment":
             r = kubernetes.client.AppsV1Api(c).read_namespaced_deployment(name, namespace, _preload_content=False)
@@ -141,7 +152,7 @@ def delete_owned(kind: str, namespace: str, name: str, owner_uid: str | None) ->
     if not any(r.get("controller") and r.get("kind") == KIND and (owner_uid is None or r.get("uid") == owner_uid) for r in refs):
         return False
     c = api_client()
-    body = {"propagationPolicy": "Background"}
+    body = kubernetes.client.V1DeleteOptions.model_validate({"propagationPolicy": "Background"})
     try:
         if kind == "Deployment":
             kubernetes.client.AppsV1Api(c).delete_namespaced_deployment(name, namespace, body=body)
@@ -202,9 +213,10 @@ def get_deployment(namespace: str, name: str) -> dict[str, Any] | None:
 
 def get_server(namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        return kubernetes.client.CustomObjectsApi(api_client()).get_namespaced_custom_object(
+        # custom objects come back as the decoded JSON dict (the client annotates them as `object`)
+        return cast(dict[str, Any], kubernetes.client.CustomObjectsApi(api_client()).get_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, name
-        )
+        ))
     except ApiException as e:
         if e.status == 404:
             return None
@@ -213,9 +225,9 @@ def get_server(namespace: str, name: str) -> dict[str, Any] | None:
 
 def patch_server(namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
     """Merge-patch the GDNModelServer itself (spec/metadata), e.g. a remediation."""
-    return kubernetes.client.CustomObjectsApi(api_client()).patch_namespaced_custom_object(
+    return cast(dict[str, Any], kubernetes.client.CustomObjectsApi(api_client()).patch_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, name, patch, _content_type="application/merge-patch+json"
-    )
+    ))
 
 
 def update_status(
@@ -243,9 +255,9 @@ def update_status(
             return obj
         body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": status}
         try:
-            return api.replace_namespaced_custom_object_status(
+            return cast(dict[str, Any], api.replace_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, PLURAL, name, {**obj, **body, "metadata": {**obj["metadata"], **body["metadata"]}}
-            )
+            ))
         except ApiException as e:
             if e.status == 409 and attempt + 1 < retries:
                 time.sleep(0.05 * (attempt + 1))
@@ -280,6 +292,7 @@ def emit_event(obj: dict[str, Any], reason: str, message: str, type_: str = "Nor
         "reportingInstance": "gdn-operator",
     }
     try:
-        _json(kubernetes.client.CoreV1Api(api_client()).create_namespaced_event(meta["namespace"], body, _preload_content=False))
+        event = kubernetes.client.CoreV1Event.model_validate(body)  # what the client's validate_call does with a dict
+        _json(kubernetes.client.CoreV1Api(api_client()).create_namespaced_event(meta["namespace"], event, _preload_content=False))
     except Exception as e:  # noqa: BLE001 - events must never break reconciliation
         log.warning("could not emit event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], e)

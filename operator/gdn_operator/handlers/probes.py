@@ -95,15 +95,16 @@ def server_from_body(body: dict[str, Any]) -> ServerProbes:
     dep = next(o for o in p.objects if o["kind"] == "Deployment")
     container = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == CONTAINER)
     run = p.run_spec or p.spec
+    probes_spec = p.spec.probes  # s.spec: not None here
     s = ServerProbes(
-        p.spec.probes, gen, image=container.get("image", ""), model=run.model.served_name or meta["name"],
+        probes_spec, gen, image=container.get("image", ""), model=run.model.served_name or meta["name"],
         engine=engine_fingerprint(container), warned=_warned_rules(p.ev), remediation_auto=run.remediation.mode == "auto",
     )
-    names = [q.name for q in s.spec.prompts]
+    names = [q.name for q in probes_spec.prompts]
     status = body.get("status") or {}
     saved = status.get("probes") or {}
     if saved.get("generation") == gen:  # operator restart: carry counts, alarm and reference over
-        s.book = ProbeBook.restore(names, s.spec.failure_threshold, saved.get("results") or [],
+        s.book = ProbeBook.restore(names, probes_spec.failure_threshold, saved.get("results") or [],
                                    st.get_condition(status, OUTPUT_CONSISTENT))
         ref = saved.get("reference") or {}
         if ref.get("generation") == gen and ref.get("image") == s.image:
@@ -112,7 +113,7 @@ def server_from_body(body: dict[str, Any]) -> ServerProbes:
         s.remediated = any(r.get("generation") == gen and str(r.get("reason", "")).startswith("output probes")
                            for r in status.get("remediations") or [])
     else:
-        s.book = ProbeBook(names, s.spec.failure_threshold)
+        s.book = ProbeBook(names, probes_spec.failure_threshold)
     return s
 
 

@@ -93,13 +93,14 @@ def plan(body: dict[str, Any]) -> Plan:
     if not ev.allowed:
         return Plan(spec, ev, problem=ev.denial_message())
     out = Plan(spec, ev, monitoring=cfg.pod_monitors and kube.crd_exists(PODMONITOR_CRD))
-    missing = missing_apis(out.run_spec)
+    run_spec = ev.mitigated_spec or spec  # = out.run_spec, never None here: the spec parsed and is allowed
+    missing = missing_apis(run_spec)
     if missing:
         out.problem = missing
         return out
     try:
-        out.objects = render_all(meta["name"], meta["namespace"], out.run_spec, meta.get("uid"), with_monitoring=out.monitoring,
-                                 scaleout=scaleout_options(body, out.run_spec))
+        out.objects = render_all(meta["name"], meta["namespace"], run_spec, meta.get("uid"), with_monitoring=out.monitoring,
+                                 scaleout=scaleout_options(body, run_spec))
     except RenderError as e:
         out.problem = str(e)
     return out
@@ -282,7 +283,7 @@ DIFFBASE = kopf.AnnotationsDiffBaseStorage(prefix=ANNOTATION_PREFIX, key="last-h
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, id="converge-generation")
-async def converge_generation(body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
+async def converge_generation(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
     """status.observedGeneration reaches metadata.generation whatever kopf coalesces.
 
     kopf calls the update handler only when the spec differs from the last one it handled; patches
@@ -333,6 +334,6 @@ def apply_autoscaler(namespace: str, name: str) -> str | None:
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-async def reconcile(body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
+async def reconcile(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
     outcome = await asyncio.to_thread(reconcile_sync, kube.plain(body))
     logger.info("reconciled: %s", outcome)

@@ -57,7 +57,8 @@ def mirror(namespace: str, name: str, pool: dict[str, Any] | None) -> None:
     kube.update_status(namespace, name, mutate)
 
 
-async def inference_pool_event(type: str, body: kopf.Body, namespace: str, meta: kopf.Meta, **_: Any) -> None:
+async def inference_pool_event(type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, **_: Any) -> None:
+    namespace = kube.require_namespace(namespace)
     name = owner_name(kube.plain(meta))
     if not name:
         return

@@ -32,7 +32,7 @@ class ServiceWebhookServer(BoundedWebhookServer):
         self.service_namespace = service_namespace
         self.service_port = service_port
 
-    async def __call__(self, fn: Any) -> AsyncIterator[Any]:  # type: ignore[override]
+    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
         async for cfg in super().__call__(fn):
             out: dict[str, Any] = {
                 "service": {
@@ -112,7 +112,7 @@ async def renew_webhook_certificate_forever() -> None:
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: Any) -> None:
     global _metrics_started
     cfg = get_config()
     # Keep kopf's bookkeeping in annotations so the status schema stays strict and ours.

@@ -106,9 +106,9 @@ def precheck(text: str) -> tuple[dict[str, Any] | None, aiohttp.web.Response | N
         return None, denial(None, uid_match.group(1) if uid_match else "", 422, msg)
     request = review.get("request") if isinstance(review, dict) else None
     if isinstance(request, dict):
-        where = too_deep(request.get("object"), MAX_DEPTH)
-        if where is not None:
-            msg = (f"{_field(where)}: nested deeper than {MAX_DEPTH} levels (at {where[:200]}); "
+        deep_at = too_deep(request.get("object"), MAX_DEPTH)
+        if deep_at is not None:
+            msg = (f"{_field(deep_at)}: nested deeper than {MAX_DEPTH} levels (at {deep_at[:200]}); "
                    "no GDNModelServer field needs that")
             log.info("admission denied: %s", msg)
             return None, denial(review, str(request.get("uid", "")), 422, msg)
@@ -119,7 +119,7 @@ class BoundedWebhookServer(kopf.WebhookServer):
     """kopf's HTTPS webhook server, with the size and nesting bounds above."""
 
     @staticmethod
-    async def _serve(fn: Any, request: aiohttp.web.Request) -> aiohttp.web.Response:  # type: ignore[override]
+    async def _serve(fn: Any, request: aiohttp.web.Request) -> aiohttp.web.Response:
         headers = dict(request.headers)
         sslpeer = request.transport.get_extra_info("peercert") if request.transport else None
         text = await read_bounded(request)

@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -100,7 +101,10 @@ def pod_summary(body: dict[str, Any]) -> dict[str, Any]:
 
 
 @kopf.index("", "v1", "pods", labels=MANAGED)
-def engine_pods(body: kopf.Body, namespace: str, labels: dict[str, str], **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+def engine_pods(
+    body: kopf.Body, namespace: str | None, labels: Mapping[str, str], **_: Any
+) -> dict[tuple[str, str], dict[str, Any]]:
+    namespace = kube.require_namespace(namespace)
     server = labels.get(LABEL_SERVER)
     if not server:
         return {}
@@ -148,9 +152,11 @@ def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]]) -> N
 
 @kopf.on.event("", "v1", "pods", labels=MANAGED)
 async def pod_event(
-    type: str, body: kopf.Body, namespace: str, labels: dict[str, str], engine_pods: kopf.Index, **_: Any
+    type: str, body: kopf.Body, namespace: str | None, labels: Mapping[str, str], **kwargs: Any
 ) -> None:
     """The one handler for engine pod events: the crash watch's part, then the server's pod-derived status."""
+    engine_pods: kopf.Index = kwargs["engine_pods"]  # kopf passes each index by its name (not in its handler protocols)
+    namespace = kube.require_namespace(namespace)
     from gdn_operator.handlers.crashwatch import on_pod_event
 
     name = labels.get(LABEL_SERVER)
@@ -169,7 +175,8 @@ def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: di
     dstatus = dep.get("status") or {}
     group_size = int(((spec.get("leaderWorkerTemplate") or {}).get("size")) or 1) if dep.get("kind") == "LeaderWorkerSet" else 1
     unit = "engine pods" if group_size == 1 else f"engine groups ({group_size} pods each)"
-    desired = int(spec.get("replicas") if spec.get("replicas") is not None else (1 if group_size > 1 else 0))
+    replicas = spec.get("replicas")
+    desired = int(replicas if replicas is not None else (1 if group_size > 1 else 0))
     ready = int(dstatus.get("readyReplicas") or 0)
     updated = int(dstatus.get("updatedReplicas") or 0)
     dconds = {c.get("type"): c for c in dstatus.get("conditions") or []}
@@ -239,7 +246,8 @@ def correct_drift(namespace: str, name: str, dep: dict[str, Any] | None, server:
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-async def deployment_event(type: str, body: kopf.Body, namespace: str, meta: kopf.Meta, **_: Any) -> None:
+async def deployment_event(type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, **_: Any) -> None:
+    namespace = kube.require_namespace(namespace)
     name = owner_name(kube.plain(meta))
     if not name:
         return
@@ -248,9 +256,10 @@ async def deployment_event(type: str, body: kopf.Body, namespace: str, meta: kop
     await asyncio.to_thread(on_deployment, namespace, name, None if type == "DELETED" else dep)
 
 
-async def leader_worker_set_event(type: str, body: kopf.Body, namespace: str, meta: kopf.Meta, **_: Any) -> None:
+async def leader_worker_set_event(type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, **_: Any) -> None:
     """Multi-node engines: the LeaderWorkerSet drives status and drift exactly like a Deployment does.
     (kopf skips this handler when the LeaderWorkerSet API is not installed.)"""
+    namespace = kube.require_namespace(namespace)
     name = owner_name(kube.plain(meta))
     if not name:
         return

@@ -261,7 +261,7 @@ def pod_template(name: str, spec: GDNModelServerSpec, args: list[str] | None = N
 
 def deployment(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any]:
     check_names(name)
-    out = {
+    out: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _meta(name, namespace, uid, spec),

@@ -250,7 +250,8 @@ def parse_rule_file(text: str, source: str = "rules.yaml") -> Catalogue:
         data = RuleFile.model_validate(raw)
     except ValidationError as e:
         problems = []
-        rules = raw.get("rules") if isinstance(raw.get("rules"), list) else []
+        raw_rules = raw.get("rules")
+        rules: list[Any] = raw_rules if isinstance(raw_rules, list) else []
         for err in e.errors(include_url=False):
             loc = list(err.get("loc", ()))
             where = ".".join(str(p) for p in loc)

@@ -115,7 +115,7 @@ def run_validate(args: argparse.Namespace) -> int:
         res.update(ev.to_dict())
         results.append(res)
         evs.append(ev)
-    else:
+    elif filename:  # always, after the checks above
         objs = load_file(filename)
         source = "<stdin>" if filename == "-" else filename
         for i, obj in enumerate(objs):

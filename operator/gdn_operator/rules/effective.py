@@ -27,7 +27,7 @@ from typing import Any
 from gdn_operator.api.models import Architecture, GDNModelServerSpec
 from gdn_operator.api.vllm_args import resolve_extra_args
 from gdn_operator.api.models import EffectiveConfig as EffectiveConfigStatus
-from gdn_operator.rules.versions import Version, parse_version
+from gdn_operator.rules.versions import Version, parse_version, require_version
 
 GDN_ARCHITECTURES = frozenset(a.value for a in Architecture)
 
@@ -38,10 +38,10 @@ EAGLE_TYPES = frozenset({"eagle", "eagle3", "mtp", "dflash"})
 #: Methods that draft in parallel and so add (k-1) batch slots per request (#50708 arithmetic).
 PARALLEL_DRAFTING_METHODS = frozenset({"dflash"})
 
-PREFIX_CACHING_HYBRID_DEFAULT_ON = parse_version("0.26.0")
-V2_RUNNER_DEFAULT_FROM = parse_version("0.29.0")
-MAMBA_MODE_FLAG_NOOP_FROM = parse_version("0.33.0")
-V2_ENV_TRISTATE_FROM = parse_version("0.22.0")
+PREFIX_CACHING_HYBRID_DEFAULT_ON = require_version("0.26.0")
+V2_RUNNER_DEFAULT_FROM = require_version("0.29.0")
+MAMBA_MODE_FLAG_NOOP_FROM = require_version("0.33.0")
+V2_ENV_TRISTATE_FROM = require_version("0.22.0")
 
 #: Assumed vLLM defaults for the OpenAI server when unset (see B14 in the rule file).
 DEFAULT_MAX_NUM_SEQS = 256
@@ -178,7 +178,7 @@ def effective_config(
     v: dict[str, Any] = {"vllm_version": raw_version, "model_name": spec.model.name_for_inference}
 
     # --- architecture -----------------------------------------------------------------------
-    arch = spec.model.architecture
+    arch: str | None = spec.model.architecture  # Architecture is a str enum
     if arch is not None:
         sources["architecture"] = ov.architecture_source or "spec.model.architecture"
     else:

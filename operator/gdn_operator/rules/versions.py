@@ -114,6 +114,14 @@ def parse_version(text: object) -> Version | None:
     return _parse_cached(text)
 
 
+def require_version(text: str) -> Version:
+    """Parse a version the code itself states (a constant, a table's file name): raise if it is not one."""
+    version = parse_version(text)
+    if version is None:
+        raise ValueError(f"{text!r} is not a vLLM version")
+    return version
+
+
 @functools.lru_cache(maxsize=512)
 def _parse_cached(text: str) -> Version | None:
     m = _VERSION_RE.match(text)

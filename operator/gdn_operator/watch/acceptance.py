@@ -45,7 +45,7 @@ import time
 from array import array
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, NamedTuple
+from typing import Any, Iterable, Mapping, NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -993,7 +993,7 @@ class AcceptanceTracker:
         baselineAcceptanceRate, findings[{reason, severity, message, upstream, pods}].
         """
         pods = self._pods.get((namespace, name), {})
-        counts = {"total": len(pods), "reporting": 0, "specDecode": 0, "notApplicable": 0,
+        counts: dict[str, Any] = {"total": len(pods), "reporting": 0, "specDecode": 0, "notApplicable": 0,
                   "warmingUp": 0, "scrapeErrors": 0}
         errors: dict[str, int] = {}
         for st in pods.values():
