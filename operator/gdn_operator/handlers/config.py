@@ -79,9 +79,3 @@ def get_config() -> OperatorConfig:
     if _config is None:
         _config = OperatorConfig.from_env()
     return _config
-
-
-def set_config(cfg: OperatorConfig | None) -> None:
-    """For tests and the dev runner."""
-    global _config
-    _config = cfg

@@ -63,10 +63,6 @@ def _json(resp: Any) -> Any:
         resp.release_conn()
 
 
-def reset_client() -> None:
-    api_client.cache_clear()
-
-
 def require_namespace(namespace: str | None) -> str:
     """The namespace kopf passes a handler of a namespaced resource (kopf types it Optional for
     cluster-scoped ones): never None for the pods, workloads and servers this operator watches."""

@@ -13,7 +13,7 @@ The rules themselves are data: gdn_operator/rules/data/rules.yaml.
 
 from gdn_operator.rules.catalogue import Catalogue, Rule, RuleFileError, load_catalogue
 from gdn_operator.rules.effective import Effective, LaunchOverrides, effective_config, infer_architecture
-from gdn_operator.rules.evaluator import POLICIES, Evaluation, evaluate, explain_rule
+from gdn_operator.rules.evaluator import POLICIES, Evaluation, evaluate
 from gdn_operator.rules.versions import Version, VersionRange, parse_version
 
 __all__ = [
@@ -29,7 +29,6 @@ __all__ = [
     "effective_config",
     "evaluate",
     "evaluate_launch",
-    "explain_rule",
     "infer_architecture",
     "load_catalogue",
     "parse_launch_line",

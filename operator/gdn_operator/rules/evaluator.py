@@ -499,11 +499,3 @@ def _result(
         original_detail=eff0,
         notes=notes,
     )
-
-
-def explain_rule(ref: str) -> dict[str, Any] | None:
-    """Rule data by id or alias (for the crash watch / remediation: workaround and mitigation)."""
-    r = load_catalogue().rule(ref)
-    if r is None:
-        return None
-    return r.model_dump(exclude={"compiled_when", "compiled_escalate", "range"})

@@ -925,9 +925,6 @@ class AcceptanceTracker:
         self._baselines[(namespace, name)] = Baseline(stats, self._clock(), "manual")
         return True
 
-    def clear_baseline(self, namespace: str, name: str) -> None:
-        self._baselines.pop((namespace, name), None)
-
     def _pod_near_zero(self, namespace: str, name: str) -> Finding | None:
         bad: list[tuple[str, WindowStats]] = []
         for pod, st in sorted(self._pods.get((namespace, name), {}).items()):
