@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the real control-plane binaries for gdn-operator's integration tests and dev mode
-# from the Go module proxy (recipe: /work/shared/docs/test-cluster.md).
+# from the Go module proxy (recipe: ../shared/docs/test-cluster.md).
 #
 #   tests/cluster/build.sh core        etcd + kube-apiserver               (envtest-style tier)
 #   tests/cluster/build.sh full        + kube-controller-manager, kube-scheduler, kwok

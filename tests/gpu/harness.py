@@ -27,6 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# stdlib-only helpers shared with the CPU tiers: the held-out set loader and the free-port finder
+for _d in (REPO / "tests" / "models", REPO / "tests" / "cluster"):
+    if str(_d) not in sys.path:
+        sys.path.insert(0, str(_d))
+from controlplane import free_port  # noqa: E402
+from recall import load_heldout  # noqa: E402
+
 OPERATOR_SRC = REPO / "operator"
 EXAMPLE = REPO / "examples" / "qwen3.5-27b-mtp.yaml"
 VLLM_VERSION = "0.22.0"
@@ -51,8 +58,7 @@ def model_dir() -> Path:
 
 
 def heldout(limit: int | None = None) -> list[dict]:
-    path = model_dir() / "heldout.jsonl"
-    items = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    items = load_heldout(model_dir())
     return items[:limit] if limit else items
 
 
@@ -131,12 +137,6 @@ def config_rendered(mtp: bool, async_scheduling: bool | None, **kw) -> Rendered:
     if mtp and async_scheduling:
         return flip(render(adapted_manifest(mtp=True, **kw)), "--no-async-scheduling", "--async-scheduling")
     return render(adapted_manifest(mtp=mtp, async_scheduling=async_scheduling, **kw))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch_argv(argv: list[str], port: int) -> list[str]:
