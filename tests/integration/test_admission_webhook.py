@@ -10,21 +10,13 @@ import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
 
-from operator_harness import WEBHOOK_CONFIG, OperatorProcess, delete_webhook_configs, gms, install_crd, wait_for
+from operator_harness import WEBHOOK_CONFIG, gms, running_webhook_operator, wait_for
 
 
 @pytest.fixture(scope="module")
 def op(full_cluster, kube_api, tmp_path_factory):
-    install_crd(kube_api)
-    proc = OperatorProcess(full_cluster, tmp_path_factory.mktemp("operator-webhook"), webhook=True).start()
-    adm = kubernetes.client.AdmissionregistrationV1Api(kube_api)
-    try:
-        wait_for(lambda: adm.read_validating_webhook_configuration(WEBHOOK_CONFIG), 60, what="validating webhook configured")
-        wait_for(lambda: adm.read_mutating_webhook_configuration(WEBHOOK_CONFIG), 60, what="mutating webhook configured")
+    with running_webhook_operator(full_cluster, kube_api, tmp_path_factory.mktemp("operator-webhook")) as proc:
         yield proc
-    finally:
-        proc.stop()
-        delete_webhook_configs(kube_api)  # a dead webhook with failurePolicy Fail would block later tests
 
 
 

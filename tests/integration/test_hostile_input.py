@@ -14,27 +14,19 @@ from kubernetes.client.rest import ApiException
 
 from gdn_operator import GROUP, PLURAL, VERSION
 from gdn_operator.handlers.reconcile import refused_as_invalid
-from operator_harness import WEBHOOK_CONFIG, OperatorProcess, delete_webhook_configs, gms, install_crd, wait_for
+from operator_harness import gms, running_webhook_operator, wait_for
 
 V32 = {"tag": "v0.32.0", "vllmVersion": "0.32.0"}
 
 
 @pytest.fixture(scope="module")
 def op(full_cluster, kube_api, tmp_path_factory):
-    install_crd(kube_api)
-    proc = OperatorProcess(full_cluster, tmp_path_factory.mktemp("operator-hostile"), webhook=True).start()
-    adm = kubernetes.client.AdmissionregistrationV1Api(kube_api)
-    try:
-        wait_for(lambda: adm.read_validating_webhook_configuration(WEBHOOK_CONFIG), 60, what="validating webhook configured")
-        wait_for(lambda: adm.read_mutating_webhook_configuration(WEBHOOK_CONFIG), 60, what="mutating webhook configured")
+    with running_webhook_operator(full_cluster, kube_api, tmp_path_factory.mktemp("operator-hostile")) as proc:
         # positive evidence the API server calls the webhook: a dry-run create of a valid object is admitted.
         # After this, an HTTP 500 in a test is the webhook failing, never a webhook not yet in use.
         wait_for(lambda: post_raw(kube_api, "default", json.dumps(gms("warmup")), dry_run=True)[0] == 201, 60,
                  interval=0.5, what="webhook answering")
         yield proc
-    finally:
-        proc.stop()
-        delete_webhook_configs(kube_api)
 
 
 def post_raw(api: kubernetes.client.ApiClient, ns: str, text: str, dry_run: bool = False) -> tuple[int, dict]:
