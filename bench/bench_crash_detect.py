@@ -31,15 +31,11 @@ from controlplane import ControlPlane, ensure_built  # noqa: E402
 from operator_harness import Kube, OperatorProcess, gms, install_crd, wait_for  # noqa: E402
 
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
+from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 MESSAGE = (ROOT / "tests" / "fixtures" / "logs" / "b1-gdn-assert-tp2-interleaved.tail.log").read_bytes()[-2048:].decode(
     "utf-8", "replace"
 )
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
 def main() -> int:

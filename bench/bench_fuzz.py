@@ -47,6 +47,7 @@ from gdn_operator.api import vllm_args  # noqa: E402
 from gdn_operator.api.load import ManifestError, parse_spec  # noqa: E402
 from gdn_operator.render.engine import vllm_args as rendered_args  # noqa: E402
 from operator_harness import WEBHOOK_CONFIG, OperatorProcess, gms, install_crd, wait_for  # noqa: E402
+from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 ORACLE = ROOT / "tests" / "api" / "vllm_parser_oracle.py"
 TABLE = yaml.safe_load((vllm_args._TABLES / "0.32.0.yaml").read_text())
@@ -178,11 +179,6 @@ def post(api, ns: str, text: str) -> tuple[int, dict, float]:
     except ValueError:
         body = {"message": resp.data[:200].decode(errors="replace")}
     return resp.status, body, dt
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
 
 
 def main() -> int:

@@ -33,14 +33,7 @@ import kubernetes  # noqa: E402
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
 from controlplane import ControlPlane, ensure_built  # noqa: E402
 from operator_harness import Kube, OperatorProcess, gms, install_crd  # noqa: E402
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    i = min(len(xs) - 1, max(0, int(round(p / 100 * (len(xs) - 1)))))
-    return xs[i]
+from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 
 def line(label: str, xs: list[float]) -> str:

@@ -24,6 +24,7 @@ from pydantic import ValidationError  # noqa: E402
 
 from gdn_operator.api.models import GDNModelServerSpec  # noqa: E402
 from gdn_operator.rules import effective_config, evaluate, load_catalogue  # noqa: E402
+from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 MODELS = ["hf://Qwen/Qwen3.5-27B", "hf://Qwen/Qwen3.6-35B-A3B", "hf://Qwen/Qwen3-Next-80B-A3B-Instruct",
           "hf://Qwen/Qwen3.8-27B", "hf://acme/finetune"]
@@ -55,11 +56,6 @@ def random_spec(rng: random.Random, versions: list[str]) -> dict:
     if rng.random() < 0.1:
         d["env"] = [{"name": "NCCL_P2P_DISABLE", "value": "1"}]
     return d
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
 def row(name: str, xs: list[float]) -> str:
