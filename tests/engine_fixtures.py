@@ -246,3 +246,38 @@ def vllm_engine(tmp_path_factory):
         yield eng
     finally:
         stop_engine(eng)
+
+
+PARSER_ORACLE = REPO / "tests" / "api" / "vllm_parser_oracle.py"
+
+
+class ParserOracle:
+    """vLLM's real `vllm serve` parser in a subprocess of the engine venv (tests/api/vllm_parser_oracle.py):
+    `parse(argv)` → {"ok": True, "ns": {dest: repr(value)}} or {"ok": False, "error": ...}."""
+
+    def __init__(self, python: Path):
+        self.proc = subprocess.Popen(
+            [str(python), str(PARSER_ORACLE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True, bufsize=1,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._in, self._out = self.proc.stdin, self.proc.stdout
+        ready = self._out.readline()
+        assert json.loads(ready) == {"ready": True}, ready
+
+    def parse(self, argv: list[str]) -> dict:
+        self._in.write(json.dumps(argv) + "\n")
+        return json.loads(self._out.readline())
+
+    def close(self) -> None:
+        self._in.close()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def parser_oracle():
+    oracle = ParserOracle(require_engine_python())
+    try:
+        yield oracle
+    finally:
+        oracle.close()

@@ -17,7 +17,6 @@ GDN_ORACLE_EXAMPLES sets the number of generated lists (default 400).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -27,7 +26,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine_fixtures import require_engine_python
+from engine_fixtures import parser_oracle, require_engine_python  # noqa: F401 (fixture)
 from gdn_operator.api import vllm_args
 from gdn_operator.api.load import parse_spec
 from gdn_operator.render.engine import vllm_args as rendered_args
@@ -35,7 +34,6 @@ from gdn_operator.render.engine import vllm_args as rendered_args
 pytestmark = pytest.mark.engine
 
 VERSION = "0.32.0"
-ORACLE = Path(__file__).resolve().parent / "vllm_parser_oracle.py"
 SPEC = parse_spec({
     "model": {"uri": "hf://Qwen/Qwen3.5-27B"},
     "image": {"tag": "v0.32.0", "vllmVersion": VERSION},
@@ -46,33 +44,6 @@ SPEC = parse_spec({
     "cudagraphMode": "PIECEWISE",
 })
 RENDERED = rendered_args("srv", SPEC)
-
-
-class Oracle:
-    def __init__(self, python: Path):
-        self.proc = subprocess.Popen(
-            [str(python), str(ORACLE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, bufsize=1,
-        )
-        ready = self.proc.stdout.readline()
-        assert json.loads(ready) == {"ready": True}, ready
-
-    def parse(self, argv: list[str]) -> dict:
-        self.proc.stdin.write(json.dumps(argv) + "\n")
-        return json.loads(self.proc.stdout.readline())
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def oracle():
-    o = Oracle(require_engine_python())
-    try:
-        yield o
-    finally:
-        o.close()
 
 
 _TABLE = yaml.safe_load((vllm_args._TABLES / f"{VERSION}.yaml").read_text())
@@ -146,8 +117,8 @@ extra_args = st.lists(
 ).map(lambda gs: [t for g in gs for t in g])
 
 
-def test_rendered_arguments_parse(oracle):
-    base = oracle.parse(RENDERED)
+def test_rendered_arguments_parse(parser_oracle):
+    base = parser_oracle.parse(RENDERED)
     assert base["ok"], base
     ns = base["ns"]
     assert ns["enable_prefix_caching"] == "False" and ns["async_scheduling"] == "False"
@@ -160,14 +131,14 @@ def test_rendered_arguments_parse(oracle):
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(extra=extra_args)
-def test_no_admitted_extra_args_change_an_owned_or_rule_relevant_field(oracle, extra):
+def test_no_admitted_extra_args_change_an_owned_or_rule_relevant_field(parser_oracle, extra):
     res = vllm_args.resolve_extra_args(extra, VERSION)
-    got = oracle.parse(RENDERED + extra)
+    got = parser_oracle.parse(RENDERED + extra)
     if res.problems:
         if any("would exit at start" in p or "would reject them and exit" in p for p in res.problems) and len(res.problems) == 1:
             assert not got["ok"], f"refused as exiting but vLLM accepts {extra}: {res.problems}"
         return
-    base = oracle.parse(RENDERED)["ns"]
+    base = parser_oracle.parse(RENDERED)["ns"]
     if not got["ok"] and {r.dest for r in res.resolved} & _DATACLASS_DESTS:
         return  # a nested config value vLLM rejects (the operator does not model config dataclass fields)
     assert got["ok"], f"admitted {extra} but vLLM's parser exits: {got['error']}"
@@ -186,10 +157,10 @@ def test_no_admitted_extra_args_change_an_owned_or_rule_relevant_field(oracle, e
         ["--hf-token=hf_abcdefghijklmnop"], ["--max_num_seqs=4"],
     ],
 )
-def test_refused_spellings_really_reach_a_guarded_field(oracle, extra):
+def test_refused_spellings_really_reach_a_guarded_field(parser_oracle, extra):
     """Each bypass of issue 11 §1: vLLM's parser changes a guarded destination, and the operator refuses it."""
     assert vllm_args.resolve_extra_args(extra, VERSION).problems
-    base, got = oracle.parse(RENDERED)["ns"], oracle.parse(RENDERED + extra)
+    base, got = parser_oracle.parse(RENDERED)["ns"], parser_oracle.parse(RENDERED + extra)
     assert got["ok"], got
     assert {d for d, v in got["ns"].items() if base.get(d) != v} & GUARDED
 

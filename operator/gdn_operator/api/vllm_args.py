@@ -376,6 +376,28 @@ def _consumes(action: argparse.Action, following: list[str], parser: _MirrorPars
     return min(int(nargs), n_args)
 
 
+def preprocess(args: Sequence[str], table: OptionTable) -> tuple[list[str], list[str]]:
+    """The arguments as vLLM's FlexibleArgumentParser hands them to argparse (underscores to dashes, `-O`
+    forms, dotted JSON keys merged into one JSON option placed LAST, so they win over a full JSON value),
+    and the problems found on the way."""
+    problems: list[str] = []
+    return [tok for tok, _ in _preprocess(args, table, problems)], problems
+
+
+def read_option(table: OptionTable, token: str) -> tuple[str | None, str | None, Any]:
+    """How vLLM's parser reads one option token: (full option string, dest, const) — (None, None, None) for an
+    option the release does not have. Raises ValueError when argparse refuses the token (an ambiguous
+    abbreviation), with argparse's message. `const` tells `--x` from `--no-x` (True / False)."""
+    try:
+        found = _classify(table.parser, token)
+    except _ParseError as e:
+        raise ValueError(str(e)) from None
+    if found is None or found[0] is None:
+        return None, None, None
+    action, option_string, _explicit = found
+    return option_string, action.dest, action.const
+
+
 def resolve_extra_args(args: Sequence[str], vllm_version: str) -> Resolution:
     """Resolve `args` (spec.extraArgs) for `vllm_version`. `problems` lists every refusal, one line each."""
     problems: list[str] = []

@@ -9,7 +9,14 @@ leading ``VAR=value`` environment assignments (and an optional ``env``), ``--fla
 ``--gdn-prefill-backend`` there, so both spellings mean the same), ``--hf-overrides`` JSON
 (``architectures`` names the model family), the dotted forms ``--<json-flag>.KEY VALUE``, and one quoted
 string holding the whole line (shlex-split).
-Flags the rules do not need are ignored with a note. Bad input is a ManifestError naming the flag.
+Every option is first resolved the way the target release's own parser reads it, with the option table
+generated from vLLM's parser (api/vllm_args.py): argparse abbreviations (`--as`), aliases
+(`--device-memory-utilization`), `--spec-method`/`--spec-tokens`, dotted keys merged and placed last as
+FlexibleArgumentParser does; a JSON option given twice keeps the last value whole (argparse). With the
+release's own table an unknown option or an ambiguous abbreviation is an error (vLLM exits at start);
+with the nearest older release's table it is a note. tests/rules/test_rules_launchline_oracle.py checks
+this against vLLM's real parser. Flags the rules do not need are ignored with a note. Bad input is a
+ManifestError naming the flag.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import Any, Sequence
 
 from pydantic import ValidationError
 
+from gdn_operator.api import vllm_args
 from gdn_operator.api.load import ManifestError
 from gdn_operator.api.models import (
     OPERATOR_OWNED_ENV,
@@ -47,7 +55,7 @@ _QUIET_VALUE = frozenset({
     "--uvicorn-log-level", "--tool-call-parser", "--reasoning-parser", "--kv-cache-dtype", "--seed",
     "--swap-space", "--max-logprobs", "--chat-template", "--limit-mm-per-prompt", "--generation-config",
     "--load-format", "--revision", "--tokenizer-mode", "--root-path", "--ssl-keyfile",
-    "--ssl-certfile", "--allowed-origins", "--middleware", "--served-model-name",
+    "--ssl-certfile", "--allowed-origins", "--middleware", "--served-model-name", "--optimization-level",
 })
 #: boolean flags that do not matter to the rules
 _QUIET_BOOL = frozenset({
@@ -63,6 +71,12 @@ _INT_FLAGS = {
     "--max-num-batched-tokens": "maxNumBatchedTokens",
     "--max-model-len": "maxModelLen",
 }
+#: options the flag loop below reads, besides the tables above
+_READ_FLAGS = frozenset({
+    "--model", "--speculative-config", "-sc", "--spec-method", "--spec-tokens", "--compilation-config", "-cc",
+    "--additional-config", "--hf-overrides", "--mamba-cache-mode", "--attention-backend", "--gdn-prefill-backend",
+    "--gpu-memory-utilization", "-pp", "--pipeline-parallel-size", "-dp", "--data-parallel-size",
+})
 _BOOL_FLAGS = {
     "--async-scheduling": ("asyncScheduling", True),
     "--no-async-scheduling": ("asyncScheduling", False),
@@ -72,6 +86,73 @@ _BOOL_FLAGS = {
     "--no-enable-chunked-prefill": ("chunkedPrefill", False),
     "--enforce-eager": ("enforceEager", True),
 }
+
+
+def _short(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _spellings_read() -> frozenset[str]:
+    return _READ_FLAGS | frozenset(_INT_FLAGS) | frozenset(_BOOL_FLAGS) | _QUIET_VALUE | _QUIET_BOOL
+
+
+def _canonical_flags(rest: Sequence[str], vllm_version: str, notes: list[str]) -> list[str]:
+    """Rewrite every option token to the spelling the flag loop reads, the way the target release's own
+    parser resolves it (api/vllm_args.py's generated option table): argparse abbreviations (`--as`), aliases
+    (`--device-memory-utilization`), new names for a setting. Without this a line spelled differently
+    from our table would be evaluated with the rule-relevant setting missing. An option the release does
+    not have, or an ambiguous abbreviation, is an error when the table is the release's own (vLLM would
+    exit at start) and a note when it is the nearest older table's."""
+    table, exact = vllm_args.select_table(vllm_version)
+    if table is None:
+        return list(rest)
+    rest, problems = vllm_args.preprocess(rest, table)
+    if problems and exact:
+        raise ManifestError(problems)
+    notes.extend(problems)
+    read = _spellings_read()
+    by_dest: dict[tuple[str, Any], str] = {}
+    for spelling in sorted(read):
+        option, dest, const = vllm_args.read_option(table, spelling)
+        if option == spelling and dest is not None:
+            by_dest.setdefault((dest, const), spelling)
+    out: list[str] = []
+    for tok in rest:
+        flag, eq, inline = tok.partition("=")
+        if (not tok.startswith("-") or tok == "-" or re.fullmatch(r"-\d.*|-O.*", tok)
+                or flag.startswith(_DOTTED_JSON_FLAGS) or flag.startswith("-cc.")):
+            out.append(tok)
+            continue
+        lookup = flag.replace("_", "-") if flag.startswith("--") else flag
+        try:
+            option, dest, const = vllm_args.read_option(table, lookup)
+        except ValueError as e:
+            if exact:
+                raise ManifestError(
+                    f"{flag}: vLLM {table.version} would exit at start: {_short(str(e))}; spell the option out"
+                ) from None
+            notes.append(f"{flag}: ambiguous in the option table of vLLM {table.version} ({_short(str(e))})")
+            out.append(tok)
+            continue
+        if option is None or dest is None:
+            if exact:
+                raise ManifestError(
+                    f"{flag} is not an option of vLLM {table.version}'s `vllm serve` (vLLM would exit at start); "
+                    "check the spelling against `vllm serve --help`"
+                )
+            out.append(tok)
+            continue
+        target = option if option in read else by_dest.get((dest, const), option)
+        if target != lookup:
+            how = "abbreviates" if option != lookup else "is another name for"
+            notes.append(f"{flag} {how} {target} in vLLM {table.version}'s parser; read as {target}")
+            if not exact and option != lookup:
+                notes.append(
+                    f"{flag}: abbreviation checked with the option table of vLLM {table.version}; "
+                    f"write options in full for vLLM {vllm_version}"
+                )
+        out.append(target + eq + inline)
+    return out
 
 
 @dataclass
@@ -182,11 +263,12 @@ def parse_launch_line(
     spec: dict[str, Any] = {}
     origin: dict[str, str] = {}  # spec key -> flag, for error messages
     sd: dict[str, Any] = {}
+    sd_short: dict[str, Any] = {}  # --spec-method / --spec-tokens
     ov = LaunchOverrides()
     cc: dict[str, Any] = {}
     extra: dict[str, Any] = {}  # --additional-config
     hf: dict[str, Any] = {}  # --hf-overrides
-    rest = args[i:]
+    rest = _canonical_flags(args[i:], vllm_version, notes)
     j = 0
 
     def take_value(flag: str, inline: str | None) -> str:
@@ -227,8 +309,11 @@ def parse_launch_line(
             spec[key] = val
             origin[key] = flag
         elif flag in ("--speculative-config", "-sc"):
-            sd_raw = _parse_json_obj(flag, take_value(flag, inline))
-            sd.update(sd_raw)
+            sd = _parse_json_obj(flag, take_value(flag, inline))  # argparse: the last value wins whole
+        elif flag == "--spec-method":
+            sd_short["method"] = take_value(flag, inline)
+        elif flag == "--spec-tokens":
+            sd_short["num_speculative_tokens"] = _parse_int(flag, take_value(flag, inline))
         elif flag.startswith("--speculative-config."):
             sd[flag[len("--speculative-config."):]] = _coerce_scalar(take_value(flag, inline))
         elif flag in ("--compilation-config", "-cc"):
@@ -236,15 +321,15 @@ def parse_launch_line(
             if value.strip().lstrip("-").isdigit():
                 notes.append(f"{flag} {value}: optimization level form; cudagraph mode left to vLLM")
             else:
-                cc.update(_parse_json_obj(flag, value))
+                cc = _parse_json_obj(flag, value)
         elif flag.startswith(("--compilation-config.", "-cc.")):
             cc[flag.split(".", 1)[1]] = _coerce_scalar(take_value(flag, inline))
         elif flag == "--additional-config":
-            extra.update(_parse_json_obj(flag, take_value(flag, inline)))
+            extra = _parse_json_obj(flag, take_value(flag, inline))
         elif flag.startswith("--additional-config."):
             extra[flag.split(".", 1)[1]] = _coerce_scalar(take_value(flag, inline))
         elif flag == "--hf-overrides":
-            hf.update(_parse_json_obj(flag, take_value(flag, inline)))
+            hf = _parse_json_obj(flag, take_value(flag, inline))
         elif flag.startswith("--hf-overrides."):
             hf[flag.split(".", 1)[1]] = _coerce_scalar(take_value(flag, inline))
         elif flag == "--mamba-cache-mode":
@@ -320,6 +405,14 @@ def parse_launch_line(
         hf_arch = archs[0]
 
     # --- speculative config ------------------------------------------------------------------
+    for key, value in sd_short.items():
+        # vLLM's EngineArgs.create_speculative_config refuses a key given both ways (the engine exits)
+        if key in sd:
+            flag = "--spec-method" if key == "method" else "--spec-tokens"
+            raise ManifestError(
+                f"{flag} and --speculative-config['{key}'] are mutually exclusive (vLLM exits at start); give one"
+            )
+        sd[key] = value
     if sd:
         method = sd.get("method")
         k = sd.get("num_speculative_tokens")
