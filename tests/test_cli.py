@@ -82,3 +82,21 @@ def test_render_of_a_rejected_manifest_creates_nothing_and_exits_1():
     assert r.returncode == 1
     assert r.stdout.strip() == ""
     assert "rejected vllm#43559" in r.stderr and "the operator creates nothing" in r.stderr
+
+
+def test_render_runs_without_the_kubernetes_client():
+    """GPU hosts run `gdnctl render` (tests/gpu/harness.py, bench/bench_gpu_*.py) with only the offline vLLM
+    bundle on the path, which has pydantic and PyYAML but no Kubernetes client: rendering a manifest
+    without affinity/tolerations must not import it (the typed affinity checks import it lazily)."""
+    import sys
+
+    code = (
+        "import sys, runpy; sys.modules['kubernetes'] = None; "  # any `import kubernetes` now raises ImportError
+        "sys.argv = ['gdnctl', 'render', '-f', 'examples/qwen3.5-27b-mtp.yaml', '--output', 'json']; "
+        "runpy.run_module('gdn_operator.cli', run_name='__main__')"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                       env={"PYTHONPATH": str(ROOT / "operator"), "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    kinds = [o["kind"] for o in json.loads(p.stdout)["items"]]
+    assert "Deployment" in kinds

@@ -64,10 +64,12 @@ def heldout(limit: int | None = None) -> list[dict]:
 
 def adapted_manifest(*, mtp: bool = True, async_scheduling: bool | None = None, eager: bool = True,
                      policy: str = "mitigate", gpu_memory_utilization: float = 0.15,
-                     kv_cache_memory: str | None = "4G", extra_args: list[str] | None = None) -> dict:
+                     kv_cache_memory: str | None = "4G", extra_args: list[str] | None = None,
+                     tensor_parallel_size: int = 1) -> dict:
     """examples/qwen3.5-27b-mtp.yaml adapted to the tiny model on one GPU with the offline bundle.
 
-    Adaptations (each needed by the host, not by the operator): local model, vLLM 0.22.0, TP 1,
+    Adaptations (each needed by the host, not by the operator): local model, vLLM 0.22.0, TP 1 (or
+    ``tensor_parallel_size``: the tiny model's 4 attention / 2 KV / 2+4 GDN heads and 4 experts split over 2),
     short context, a GPU share small enough for several engines at once with a fixed KV-cache size
     (``--kv-cache-memory-bytes`` via extraArgs: vLLM then skips the profiling-based sizing, which
     miscounts when other engines allocate on the same GPU meanwhile), and — the bundle has no
@@ -83,7 +85,7 @@ def adapted_manifest(*, mtp: bool = True, async_scheduling: bool | None = None, 
                   "architecture": "Qwen3NextForCausalLM"}
     s["image"]["tag"] = f"v{VLLM_VERSION}-gdn1"
     s["image"]["vllmVersion"] = VLLM_VERSION
-    s["tensorParallelSize"] = 1
+    s["tensorParallelSize"] = tensor_parallel_size
     s["maxModelLen"] = 2048
     s["gpuMemoryUtilization"] = gpu_memory_utilization
     s["gdnPrefillBackend"] = "triton"

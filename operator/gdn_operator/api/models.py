@@ -13,7 +13,6 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
-from kubernetes.client import V1Affinity, V1Toleration
 from pydantic.alias_generators import to_camel
 
 from gdn_operator.api import k8s as _k8s
@@ -521,6 +520,11 @@ class GDNModelServerSpec(_Model):
     @field_validator("tolerations")
     @classmethod
     def _tolerations(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if not v:
+            return v
+        # imported here: `gdnctl render` runs on GPU hosts with only the offline vLLM bundle (no k8s client)
+        from kubernetes.client import V1Toleration
+
         for i, t in enumerate(v):
             problems = _k8s.check_k8s(V1Toleration, t, f"tolerations[{i}]") or _k8s.toleration_problems(t, f"tolerations[{i}]")
             if problems:
@@ -531,6 +535,8 @@ class GDNModelServerSpec(_Model):
     @classmethod
     def _affinity(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         if v is not None:
+            from kubernetes.client import V1Affinity  # see _tolerations
+
             problems = _k8s.check_k8s(V1Affinity, v, "affinity") or _k8s.affinity_problems(v)
             if problems:
                 raise ValueError("; ".join(problems))
