@@ -54,7 +54,14 @@ CONFIGS: dict[str, tuple[bool, bool | None, dict, dict]] = {
     "async-on-triton-attn": (True, True, {"attentionBackend": "TRITON_ATTN"}, {}),
     "nomtp-async-on": (False, True, {}, {}),  # the upstream workaround, as the control
 }
-COMPILED = {"async-on-cudagraph": (True, True, {"eager": False}, {})}
+COMPILED = {
+    "async-on-cudagraph": (True, True, {"eager": False}, {}),
+    "base-cudagraph": (True, False, {"eager": False}, {}),  # is it MTP + CUDA graphs, with async off too?
+    "nomtp-cudagraph": (False, True, {"eager": False}, {}),  # control: CUDA graphs without MTP
+    # which CUDA-graph mode keeps MTP correct (async off, as the operator renders at 0.22.0)?
+    "base-cg-piecewise": (True, False, {"eager": False, "cudagraphMode": "PIECEWISE"}, {}),
+    "base-cg-full-decode-only": (True, False, {"eager": False, "cudagraphMode": "FULL_DECODE_ONLY"}, {}),
+}
 
 
 def render(name: str, tp: int) -> tuple[harness.Rendered, dict]:
@@ -65,7 +72,10 @@ def render(name: str, tp: int) -> tuple[harness.Rendered, dict]:
         r = harness.flip(harness.render(harness.adapted_manifest(mtp=True, **kw)), "--no-async-scheduling",
                          "--async-scheduling")
     else:
-        r = harness.render(harness.adapted_manifest(mtp=mtp, async_scheduling=async_on, **kw))
+        m = harness.adapted_manifest(mtp=mtp, async_scheduling=async_on, **kw)
+        if "cudagraphMode" in over:
+            m["spec"]["cudagraphMode"] = over["cudagraphMode"]
+        r = harness.render(m)
     if "attentionBackend" in over:
         r = harness.Rendered(r.argv + ["--attention-backend", over["attentionBackend"]], r.env, r.notes)
     return r, env
@@ -98,7 +108,7 @@ def drive(eng: harness.Engine, duration: float, concurrency: int, seed: int) -> 
     gen = requests(seed)
     lock = threading.Lock()
     stats = {"sent": 0, "completed": 0, "failed": 0, "tokens": 0, "recall": 0, "recall_exact": 0,
-             "failures": []}
+             "failures": [], "bad_recall_sample": []}
     t0 = time.monotonic()
     crash_at: list[float] = []
 
@@ -129,7 +139,11 @@ def drive(eng: harness.Engine, duration: float, concurrency: int, seed: int) -> 
                 stats["tokens"] += got.get("completion_tokens") or 0
                 if it["id"].startswith("recall"):
                     stats["recall"] += 1
-                    stats["recall_exact"] += harness.judge(it, got, eos) == "exact"
+                    verdict = harness.judge(it, got, eos)
+                    stats["recall_exact"] += verdict == "exact"
+                    if verdict != "exact" and len(stats["bad_recall_sample"]) < 4:
+                        stats["bad_recall_sample"].append({"verdict": verdict, "expected": it["expected"],
+                                                           "got": got["text"], "finish": got["finish_reason"]})
 
     with concurrent.futures.ThreadPoolExecutor(concurrency) as ex:
         for f in [ex.submit(worker) for _ in range(concurrency)]:
