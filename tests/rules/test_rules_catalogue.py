@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -38,7 +39,15 @@ def test_texts_were_not_cut_by_yaml_comments():
 
 
 def test_every_rule_cites_the_catalogue():
+    """Catalogue rules cite the catalogue. The operator's own GPU findings (bug `G<n> (<fixture dir>)`, id
+    gdn-operator/...) cite a committed capture that exists instead, and cover only the releases it ran on."""
+    repo = Path(__file__).resolve().parents[2]
     for r in load_catalogue().rules:
+        if r.bug.startswith("G"):
+            m = re.fullmatch(r"G\d+ \((tests/fixtures/[\w.-]+)\)", r.bug)
+            assert m and (repo / m.group(1)).is_dir(), (r.id, r.bug)
+            assert r.id.startswith("gdn-operator/") and "bench/" in r.evidence, r.id
+            continue
         assert re.search(r"Catalogue (B\d+|§\d)", r.evidence), r.id
         if r.fixed_in is None:
             assert r.range.is_open_ended or r.id.startswith("vllm-config/"), r.id

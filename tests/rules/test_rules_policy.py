@@ -278,6 +278,7 @@ def test_every_mitigation_converges_and_is_clean():
     triggers = {
         "vllm#36917": ("0.17.1", {}),
         "vllm#45100": ("0.23.0", {}),
+        "gdn-operator/mtp-full-decode-cudagraph": ("0.22.0", {}),
         "vllm#38041": ("0.24.0", {"modelRunner": "v2", "prefixCaching": True}),
         "vllm#37035": ("0.17.1", {"speculativeDecoding": {"numSpeculativeTokens": 8}, "attentionBackend": "FLASHINFER"}),
         "vllm#43559": ("0.28.0", {}),

@@ -22,6 +22,9 @@ TABLE = [
     ("vllm#38041", {"modelRunner": "v2", "prefixCaching": False}, "0.19.1", "rejected", "0.25.0", None, None),
     ("vllm#38041", {"modelRunner": "v2", "prefixCaching": True}, "0.24.0", "rejected", "0.25.0", None, None),
     ("vllm#41190", {"tensorParallelSize": 2}, "0.19.2rc1.dev226+g53b9640fb", "warned", None, None, None),
+    ("gdn-operator/mtp-full-decode-cudagraph", {}, "0.22.0", "rejected", None, None, None),  # auto = FULL_AND_PIECEWISE
+    ("gdn-operator/mtp-full-decode-cudagraph", {"cudagraphMode": "FULL_DECODE_ONLY", "asyncScheduling": False},
+     "0.22.0", "rejected", None, None, None),
     ("vllm#41190", {"tensorParallelSize": 2, "env": [{"name": "NCCL_P2P_DISABLE", "value": "1"}]},
      "0.20.0", "rejected", None, None, None),
     ("vllm#51562", {}, "0.30.0", "warned", "0.31.0", "gdn-guard/vllm-51562", None),
@@ -129,6 +132,11 @@ NEGATIVE = [
     ("vllm#38041", {"modelRunner": "v2", "prefixCaching": False}, "0.23.0"),  # 0.23-0.24: only with align
     ("vllm#38041", {}, "0.24.0"),  # auto = V1 before 0.29.0
     ("vllm#41190", {"tensorParallelSize": 1}, "0.20.0"),
+    # G1 (tests/fixtures/vllm-0.22.0-h100-tp1-matrix): exact answers with PIECEWISE, eager, or MTP off
+    ("gdn-operator/mtp-full-decode-cudagraph", {"cudagraphMode": "PIECEWISE"}, "0.22.0"),
+    ("gdn-operator/mtp-full-decode-cudagraph", {"enforceEager": True}, "0.22.0"),
+    ("gdn-operator/mtp-full-decode-cudagraph", {"speculativeDecoding": {"enabled": False}}, "0.22.0"),
+    ("gdn-operator/mtp-full-decode-cudagraph", {}, "0.22.1"),  # only 0.22.0 was run
     ("vllm#37035", {"speculativeDecoding": {"numSpeculativeTokens": 4}, "attentionBackend": "FLASHINFER"}, "0.17.1"),
     ("vllm#43559", {}, "0.25.1"),  # prefix caching default off for hybrids up to 0.25.1
     ("vllm#43559", {"prefixCaching": False}, "0.33.0"),
