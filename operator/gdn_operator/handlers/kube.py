@@ -137,10 +137,10 @@ def get_object(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
     return _json(r)
 
 
-def delete_owned(kind: str, namespace: str, name: str, owner_uid: str | None) -> bool:
+def delete_owned(kind: str, namespace: str, name: str, owner_uid: str | None, crds: CrdCache) -> bool:
     """Delete an object of `kind` named `name` if the GDNModelServer (owner_uid) controls it; True if deleted.
     Never touches an object someone else owns, nor fails when the kind's API is not installed."""
-    obj = get_object(kind, namespace, name) if kind == "Deployment" or kind == "HorizontalPodAutoscaler" or crd_exists(
+    obj = get_object(kind, namespace, name) if kind == "Deployment" or kind == "HorizontalPodAutoscaler" or crds.exists(
         _crd_name(kind)) else None
     if obj is None:
         return False
@@ -179,22 +179,26 @@ def delete_pod_monitor(namespace: str, name: str) -> None:
             raise
 
 
-_crd_cache: dict[str, tuple[float, bool]] = {}
+class CrdCache:
+    """Which CRDs the cluster serves, remembered for `ttl` seconds (one per operator run, held by the runtime)."""
 
+    def __init__(self, ttl: float = 60.0) -> None:
+        self.ttl = ttl
+        self._seen: dict[str, tuple[float, bool]] = {}
 
-def crd_exists(name: str, ttl: float = 60.0) -> bool:
-    hit = _crd_cache.get(name)
-    if hit and time.monotonic() - hit[0] < ttl:
-        return hit[1]
-    try:
-        kubernetes.client.ApiextensionsV1Api(api_client()).read_custom_resource_definition(name)
-        found = True
-    except ApiException as e:
-        if e.status not in (403, 404):
-            raise
-        found = False
-    _crd_cache[name] = (time.monotonic(), found)
-    return found
+    def exists(self, name: str) -> bool:
+        hit = self._seen.get(name)
+        if hit and time.monotonic() - hit[0] < self.ttl:
+            return hit[1]
+        try:
+            kubernetes.client.ApiextensionsV1Api(api_client()).read_custom_resource_definition(name)
+            found = True
+        except ApiException as e:
+            if e.status not in (403, 404):
+                raise
+            found = False
+        self._seen[name] = (time.monotonic(), found)
+        return found
 
 
 def get_deployment(namespace: str, name: str) -> dict[str, Any] | None:

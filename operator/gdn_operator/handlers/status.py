@@ -11,7 +11,7 @@ from typing import Any
 from gdn_operator.handlers.kube import now
 from gdn_operator.redact import redact
 
-#: Condition types this operator maintains.
+#: Condition types this operator maintains (CONDITIONS below says which module writes each).
 VALIDATED = "Validated"
 READY = "Ready"
 PROGRESSING = "Progressing"
@@ -19,6 +19,11 @@ DEGRADED = "Degraded"
 CRASH_LOOPING = "CrashLooping"
 UNSCHEDULABLE = "Unschedulable"
 ACCEPTANCE = "AcceptanceHealthy"
+METRICS_AVAILABLE = "MetricsAvailable"
+OUTPUT_CONSISTENT = "OutputConsistent"
+PATCH_SET = "PatchSetVerified"
+INFERENCE_POOL_ACCEPTED = "InferencePoolAccepted"
+INFERENCE_POOL_RESOLVED_REFS = "InferencePoolResolvedRefs"
 
 
 def get_condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
