@@ -231,3 +231,25 @@ def test_generic_class_without_evidence_is_never_remediated(monkeypatch):
     assert r.signature == "nccl-watchdog-timeout" and r.upstream is None
     assert remediation.maybe_remediate("ns", "s", fake.obj, r, 3, 1, policy="reject") is None
     assert fake.obj["status"]["remediations"][0]["action"] == "none"
+
+
+def test_one_crash_degrades_until_the_quiet_period_clears_it(server, rt):
+    from gdn_operator.handlers import crashwatch, quiet
+    from gdn_operator.handlers import status as st
+
+    crashwatch.handle_death(rt, "ns", "s", death("a", 1, "2026-11-22T10:00:01Z"))
+    status = server.obj["status"]
+    cl, d = st.get_condition(status, st.CRASH_LOOPING), st.get_condition(status, st.DEGRADED)
+    assert (cl["status"], cl["reason"]) == ("False", "EngineCrashed")  # one crash: not a loop
+    assert (d["status"], d["reason"]) == ("True", "EngineCrashed") and "engine in pod a died" in d["message"]
+    assert quiet.clear_crash_conditions("ns", "s", quiet_seconds=1.0) is server.obj
+    assert st.is_true(server.obj["status"], st.DEGRADED)  # not Ready: a crash loop has ready phases, wait for one
+    st.set_condition(server.obj["status"], st.READY, True, "EnginesReady", "1/1 engine pods ready.", 1)
+    quiet.clear_crash_conditions("ns", "s", quiet_seconds=1.0)  # the crash is long past
+    status = server.obj["status"]
+    assert st.get_condition(status, st.CRASH_LOOPING)["reason"] == "EnginesRunning" and not st.crash_recent(status)
+    assert st.get_condition(status, st.DEGRADED)["status"] == "False"
+    # a crash after a recent one is not cleared before its quiet period
+    crashwatch.handle_death(rt, "ns", "s", death("a", 2, st.now()))
+    quiet.clear_crash_conditions("ns", "s", quiet_seconds=600.0)
+    assert st.crash_recent(server.obj["status"]) and st.is_true(server.obj["status"], st.DEGRADED)

@@ -25,7 +25,6 @@ from gdn_operator.watch.scraper import Scraper, Target
 
 log = logging.getLogger(__name__)
 
-ACCEPTANCE_REASONS = ("SpecAcceptanceNearZero", "SpecAcceptanceDrop", "EarlyStopShift")
 
 
 def status_from_summary(summary: dict[str, Any], pods: list[dict[str, Any]], window: float) -> dict[str, Any]:
@@ -96,13 +95,12 @@ def write_acceptance(namespace: str, name: str, acceptance: dict[str, Any], targ
                 st.set_condition(status, st.METRICS_AVAILABLE, True, "Scraped", msg, gen)
         prev = st.get_condition(status, st.ACCEPTANCE) or {}
         state = acceptance.get("state")
-        if findings:
+        if findings:  # AcceptanceHealthy False degrades the server (status.refresh_degraded)
             f = findings[0]
             reason = f["reason"]
             if st.set_condition(status, st.ACCEPTANCE, False, reason, f["message"], gen) and prev.get("reason") != reason:
                 ups = f" ({', '.join(f['upstream'])})" if f.get("upstream") else ""
                 events.append(("Warning", reason, f["message"] + ups))
-            st.set_condition(status, st.DEGRADED, True, reason, f["message"], gen)
         else:
             # no finding: Ok → healthy; NotApplicable / NoTraffic / NoData / WarmingUp → unknown. Either way
             # an earlier acceptance alarm no longer holds (e.g. MTP was turned off in answer to it).
@@ -110,9 +108,7 @@ def write_acceptance(namespace: str, name: str, acceptance: dict[str, Any], targ
                 st.set_condition(status, st.ACCEPTANCE, True, "AcceptanceOk", f"acceptance {acceptance.get('rateDisplay')}", gen)
             elif prev:
                 st.set_condition(status, st.ACCEPTANCE, None, state or "NoData", f"acceptance state {state}", gen)
-            d = st.get_condition(status, st.DEGRADED)
-            if d and d.get("status") == "True" and d.get("reason") in ACCEPTANCE_REASONS:
-                st.set_condition(status, st.DEGRADED, False, "AcceptanceRecovered", "", gen)
+            if prev.get("status") == "False" and prev.get("reason") in st.ACCEPTANCE_REASONS:
                 events.append(("Normal", "AcceptanceRecovered", f"acceptance state {state}, {acceptance.get('rateDisplay') or 'no rate'}"))
 
     obj = kube.update_status(namespace, name, mutate)
@@ -234,8 +230,5 @@ def clear_acceptance(namespace: str, name: str) -> None:
             st.set_condition(status, st.ACCEPTANCE, None, "MetricsDisabled", "spec.metrics.enabled is false", gen)
         if st.get_condition(status, st.METRICS_AVAILABLE) is not None:
             st.set_condition(status, st.METRICS_AVAILABLE, None, "MetricsDisabled", "spec.metrics.enabled is false", gen)
-        d = st.get_condition(status, st.DEGRADED)
-        if d and d.get("status") == "True" and d.get("reason") in ACCEPTANCE_REASONS:
-            st.set_condition(status, st.DEGRADED, False, "MetricsDisabled", "", gen)
 
     kube.update_status(namespace, name, mutate)

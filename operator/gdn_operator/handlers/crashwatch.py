@@ -210,13 +210,14 @@ def handle_death(rt: Runtime, namespace: str, name: str, death: Death) -> dict[s
         }
         looping = (death.crash_loop and not stale) or count >= 2
         label = f"{eff_sig} ({upstream})" if upstream and eff_sig == sig else eff_sig
+        died = f"engine in pod {death.pod} died: {result.summary()}"
         if looping:
             st.set_condition(
-                status, st.CRASH_LOOPING, True, "RepeatedCrash", f"{count} crashes of {label} on generation {gen}", gen
+                status, st.CRASH_LOOPING, True, "RepeatedCrash", f"{count} crashes of {label} on generation {gen}; last: {died}", gen
             )
-        st.set_condition(
-            status, st.DEGRADED, True, "EngineCrashed", f"engine in pod {death.pod} died: {result.summary()}", gen
-        )
+        elif not st.is_true(status, st.CRASH_LOOPING):
+            # one crash: not a loop yet, but Degraded (EngineCrashed) until the quiet period clears it
+            st.set_condition(status, st.CRASH_LOOPING, False, "EngineCrashed", died, gen)
         outcome.update(count=count, generation=gen, obj=obj)
 
     obj = kube.update_status(namespace, name, mutate)

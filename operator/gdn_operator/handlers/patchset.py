@@ -27,14 +27,9 @@ def report_patch_check(namespace: str, name: str, pod: str, line: GuardLine | No
             return  # nothing declared, no plugin: nothing to say
         gen = obj["metadata"].get("generation")
         msg = f"pod {pod}: {check.message}"
+        # False degrades the server (status.refresh_degraded)
         if st.set_condition(status, st.PATCH_SET, check.ok, check.reason, msg, gen) and not check.ok:
             events.append((check.reason, msg))
-        if not check.ok:
-            st.set_condition(status, st.DEGRADED, True, check.reason, msg, gen)
-        else:
-            d = st.get_condition(status, st.DEGRADED)
-            if d and d.get("status") == "True" and d.get("reason") in ("PatchSetMismatch", "GuardLineMissing", "VersionMismatch"):
-                st.set_condition(status, st.DEGRADED, False, "PatchSetVerified", "", gen)
 
     obj = kube.update_status(namespace, name, mutate)
     if obj is not None:

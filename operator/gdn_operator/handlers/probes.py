@@ -164,14 +164,10 @@ def write_status(namespace: str, name: str, s: ServerProbes, body: dict[str, Any
         changed = st.set_condition(status, st.OUTPUT_CONSISTENT, cond.value, cond.reason, msg, gen)
         new_status = "Unknown" if cond.value is None else str(cond.value)
         transition = changed and (prev.get("status") != new_status or prev.get("reason") != cond.reason)
-        if cond.value is False:
-            st.set_condition(status, st.DEGRADED, True, cond.reason, msg, gen)
+        if cond.value is False:  # degrades the server (status.refresh_degraded)
             if transition:
                 events.append(("Warning", cond.reason, msg))
         else:
-            d = st.get_condition(status, st.DEGRADED)
-            if d and d.get("status") == "True" and d.get("reason") in PROBE_REASONS:
-                st.set_condition(status, st.DEGRADED, False, "OutputConsistent", "", gen)
             if transition and cond.value is True:
                 events.append(("Normal", "OutputConsistent", msg))
 
@@ -348,8 +344,5 @@ def mark_disabled(namespace: str, name: str) -> None:
         gen = obj["metadata"].get("generation")
         status.pop("probes", None)
         st.set_condition(status, st.OUTPUT_CONSISTENT, None, "ProbesDisabled", "spec.probes is not set (or not enabled)", gen)
-        d = st.get_condition(status, st.DEGRADED)
-        if d and d.get("status") == "True" and d.get("reason") in PROBE_REASONS:
-            st.set_condition(status, st.DEGRADED, False, "ProbesDisabled", "", gen)
 
     kube.update_status(namespace, name, mutate)

@@ -1,4 +1,4 @@
-"""Crash watch, the quiet period: CrashLooping and Degraded(EngineCrashed) clear once the engines have run
+"""Crash watch, the quiet period: the crash conditions (CrashLooping, and with it Degraded EngineCrashed) clear once the engines have run
 `GDN_CRASH_QUIET_SECONDS` without a crash and are Ready (a crash loop has ready phases between crashes, so a
 single ready pod must not clear them).
 
@@ -48,12 +48,8 @@ def clear_crash_conditions(namespace: str, name: str, quiet_seconds: float) -> d
             return
         if not st.is_true(status, st.READY):
             return
-        if st.is_true(status, st.CRASH_LOOPING):
+        if st.crash_recent(status):  # Degraded (EngineCrashed) follows (status.refresh_degraded)
             st.set_condition(status, st.CRASH_LOOPING, False, "EnginesRunning", "engines are running", gen)
-            cleared.append(True)
-        c = st.get_condition(status, st.DEGRADED)
-        if c and c.get("reason") == "EngineCrashed" and c.get("status") == "True":
-            st.set_condition(status, st.DEGRADED, False, "EnginesRunning", "", gen)
             cleared.append(True)
 
     obj = kube.update_status(namespace, name, mutate)
@@ -74,7 +70,7 @@ class QuietPeriod:
 
     def track(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         status = body.get("status") or {}
-        if st.is_true(status, st.CRASH_LOOPING) or st.is_true(status, st.DEGRADED):
+        if st.crash_recent(status):
             self.flagged.add((namespace, name))
         else:
             self.flagged.discard((namespace, name))

@@ -228,7 +228,7 @@ def reconcile_sync(body: dict[str, Any], rt: Runtime) -> str:
             news["changed"] = True
         ready = int(status.get("readyReplicas") or 0)
         desired = run_spec.replicas if run_spec.autoscaling is None else int(status.get("replicas") or run_spec.autoscaling.min_replicas)
-        st.set_replicas(status, desired, ready)
+        st.set_replicas(status, desired, ready, gen)
         if ready < desired or not st.is_true(status, st.READY):
             st.set_condition(status, st.PROGRESSING, True, "Applying", "Applying the engine Deployment for this generation; waiting for pods.", gen)
 

@@ -47,7 +47,7 @@ def mirror(namespace: str, name: str, pool: dict[str, Any] | None) -> None:
                 ok, reason, msg = agg[typ]
                 st.set_condition(status, ours, ok, reason, msg, gen)
             elif st.get_condition(status, ours) is not None:
-                status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != ours]
+                st.remove_condition(status, ours)
 
     kube.update_status(namespace, name, mutate)
 

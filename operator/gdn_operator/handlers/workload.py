@@ -182,7 +182,7 @@ def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: di
 
     def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
         gen = obj["metadata"].get("generation")
-        st.set_replicas(status, desired, ready)
+        st.set_replicas(status, desired, ready, gen)
         if desired == 0:
             st.set_condition(status, st.READY, False, "ScaledToZero", "replicas is 0.", gen)
         elif ready >= desired:
@@ -204,11 +204,7 @@ def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: di
             st.set_condition(
                 status, st.PROGRESSING, True, "RollingOut", f"{updated}/{desired} updated, {ready}/{desired} ready.", gen
             )
-        ready_for_degraded = 0 < ready < desired
-        if ready_for_degraded:
-            st.set_condition(status, st.DEGRADED, True, "PartiallyReady", f"only {ready}/{desired} {unit} ready.", gen)
-        elif st.get_condition(status, st.DEGRADED) is not None and (st.get_condition(status, st.DEGRADED) or {}).get("reason") == "PartiallyReady":
-            st.set_condition(status, st.DEGRADED, False, "AllReady", "", gen)
+        # 0 < ready < desired: Degraded PartiallyReady, derived from Ready (status.refresh_degraded)
 
     kube.update_status(namespace, name, mutate, obj=server)
 
