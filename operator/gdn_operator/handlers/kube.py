@@ -250,14 +250,17 @@ def update_status(
             return None
         status = dict(obj.get("status") or {})
         before = repr(status)
+        conditions_before = _condition_states(status)
         mutate(status, obj)
         if repr(status) == before:
             return obj
         body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": status}
         try:
-            return cast(dict[str, Any], api.replace_namespaced_custom_object_status(
+            out = cast(dict[str, Any], api.replace_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, PLURAL, name, {**obj, **body, "metadata": {**obj["metadata"], **body["metadata"]}}
             ))
+            _log_status_written(namespace, name, obj["metadata"].get("generation"), conditions_before, status)
+            return out
         except ApiException as e:
             if e.status == 409 and attempt + 1 < retries:
                 time.sleep(0.05 * (attempt + 1))
@@ -266,6 +269,23 @@ def update_status(
                 return None
             raise
     return None
+
+
+def _condition_states(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c.get("type", ""): (c.get("status", ""), c.get("reason", "")) for c in status.get("conditions") or []}
+
+
+def _log_status_written(namespace: str, name: str, generation: Any, before: dict[str, tuple[str, str]],
+                        status: dict[str, Any]) -> None:
+    """One INFO line per status write that changes a condition (what changed); figures-only writes at DEBUG."""
+    after = _condition_states(status)
+    changes = [f"{t}={s} ({r})" for t, (s, r) in after.items() if before.get(t) != (s, r)]
+    changes += [f"{t} removed" for t in before if t not in after]
+    if changes:
+        log.info("status written %s/%s generation %s: phase %s; %s", namespace, name, generation, status.get("phase"),
+                 ", ".join(changes))
+    else:
+        log.debug("status written %s/%s generation %s (no condition changed)", namespace, name, generation)
 
 
 def emit_event(obj: dict[str, Any], reason: str, message: str, type_: str = "Normal") -> None:

@@ -177,6 +177,7 @@ def _not_validated(body: dict[str, Any], reason: str, event: str, msg: str, ev: 
 
     kube.update_status(meta["namespace"], meta["name"], mutate)
     if news["changed"]:
+        log.info("not applied %s/%s generation %s: %s: %s", meta["namespace"], meta["name"], gen, reason, msg[:300])
         kube.emit_event(body, event, msg, "Warning")
 
 
@@ -234,6 +235,8 @@ def reconcile_sync(body: dict[str, Any], rt: Runtime) -> str:
 
     kube.update_status(ns, name, applied)
     if news["changed"]:  # Events on transitions only: a resumed handler or a retry repeats none
+        log.info("%s %s/%s generation %s (policy %s)%s", reason.lower(), ns, name, gen, policy,
+                 ": " + ", ".join(f"{f.rule} {f.action}" for f in mitigated + warned) if mitigated or warned else "")
         if mitigated:
             kube.emit_event(body, "Mitigated", "; ".join(f"{f.rule}: {f.message}" for f in mitigated), "Warning")
         if warned:
@@ -272,6 +275,7 @@ def reconcile_sync(body: dict[str, Any], rt: Runtime) -> str:
     if before is None or _rv(before) != _rv(after):  # the workload changed (a no-op apply writes nothing)
         kinds = [o["kind"] for o in objects]
         kube.emit_event(body, "Applied", f"{', '.join(kinds[:-1])} and {kinds[-1]} applied for generation {gen}.")
+        log.info("applied %s/%s generation %s: %s", ns, name, gen, ", ".join(kinds))
         return "applied"
     return "unchanged"
 

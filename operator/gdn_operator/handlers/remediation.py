@@ -247,6 +247,7 @@ def remediate_once(
     if not claimed:
         return None
     if change is None:
+        log.warning("no remediation for %s/%s generation %s: %s", namespace, name, generation, not_possible)
         kube.emit_event(obj, "RemediationNotPossible", not_possible, "Warning")
         return None
     kube.patch_server(

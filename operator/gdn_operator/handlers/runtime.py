@@ -12,7 +12,6 @@ and the Kubernetes API client (kube.api_client: one connection pool per process,
 from __future__ import annotations
 
 import asyncio
-import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Coroutine
 
@@ -27,8 +26,6 @@ from gdn_operator.handlers.quiet import QuietPeriod
 from gdn_operator.settings import Settings
 from gdn_operator.watch.acceptance import AcceptanceTracker
 from gdn_operator.watch.scraper import Scraper
-
-log = logging.getLogger(__name__)
 
 MEMO_KEY = "gdn_runtime"
 
