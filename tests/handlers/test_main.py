@@ -87,3 +87,10 @@ def test_startup_builds_the_runtime_from_the_settings_main_parsed(monkeypatch):
 
     rt = asyncio.run(run())
     assert rt.settings is cfg and not registry._webhooks.get_all_handlers()
+
+
+def test_startup_under_kopf_run_parses_the_environment_and_stops_on_a_bad_value(monkeypatch):
+    """`kopf run -m gdn_operator.handlers` (hack/dev.py) passes no settings: the startup handler parses them."""
+    monkeypatch.setenv("GDN_WEBHOOK_MODE", "remote")
+    with pytest.raises(kopf.PermanentError, match=r"GDN_WEBHOOK_MODE='remote': not a valid value; set one of"):
+        asyncio.run(main.startup(settings=kopf.OperatorSettings(), logger=None, memo=kopf.Memo()))
