@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
 from pydantic import ValidationError  # noqa: E402
 
-from gdn_operator.api.models import GDNModelServerSpec  # noqa: E402
+from gdn_operator.api.spec import GDNModelServerSpec  # noqa: E402
 from gdn_operator.rules import effective_config, evaluate, load_catalogue  # noqa: E402
 from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 

@@ -11,7 +11,8 @@ import yaml
 from rules_helpers import apply_json_patch, mk, rules_of
 
 from gdn_operator.api.load import load_file
-from gdn_operator.api.models import Finding, GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.api.status import Finding
 from gdn_operator.rules import evaluate, load_catalogue
 from gdn_operator.rules import evaluator as evaluator_mod
 from gdn_operator.rules.catalogue import default_rule_file, parse_rule_file
@@ -263,7 +264,7 @@ def test_findings_order_is_deterministic_and_ranked():
 
 def test_status_models_round_trip():
     ev = evaluate(_denied_spec())
-    from gdn_operator.api.models import GDNModelServerStatus
+    from gdn_operator.api.status import GDNModelServerStatus
 
     st = GDNModelServerStatus(findings=ev.findings, effective=ev.effective)
     again = GDNModelServerStatus.model_validate(st.model_dump(by_alias=True, mode="json"))

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from rules_helpers import apply_json_patch
 
-from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.rules import effective_config, evaluate, load_catalogue
 
 CAT = load_catalogue()

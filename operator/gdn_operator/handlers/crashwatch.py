@@ -35,7 +35,7 @@ import kopf
 
 from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
-from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
 from gdn_operator.handlers.config import get_config

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gdn_operator import API_VERSION, KIND
 from gdn_operator.api import k8s
-from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.render import shutdown
 
 ENGINE_PORT = 8000

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.rules.predicates import PredicateError, compile_predicate
 from gdn_operator.rules.versions import Version, VersionRange, parse_version
 

@@ -30,7 +30,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gdn_operator.api.models import EffectiveConfig, Finding, GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.api.status import EffectiveConfig, Finding
 from gdn_operator.rules.catalogue import SEVERITY_RANK, Builtin, Catalogue, Rule, load_catalogue
 from gdn_operator.rules.effective import Effective, LaunchOverrides, describe_field, effective_config
 
@@ -47,12 +48,12 @@ EXIT_REJECTED_OR_CHANGED = 1
 class Evaluation:
     """The outcome of admission for one spec.
 
-    `findings`        api.models.Finding list, deterministic order (rejected, mitigated, warned; then
+    `findings`        api.status.Finding list, deterministic order (rejected, mitigated, warned; then
                       severity; then rule-file order).
     `allowed`         False when any finding is rejected.
     `mitigated_spec`  the spec after mitigations (None when nothing was changed or the spec is refused).
     `patch`           RFC 6902 ops against the whole object (paths /spec/...), empty unless mitigated.
-    `effective`       api.models.EffectiveConfig of what will run (the mitigated spec when mitigated).
+    `effective`       api.status.EffectiveConfig of what will run (the mitigated spec when mitigated).
     `detail`          the full resolved configuration (rules.effective.Effective) behind `effective`.
     `policy`          the policy that was applied.
     `notes`           informational lines (deprecated aliases, defaults assumed, ignored launch flags).
@@ -258,7 +259,7 @@ def _finding(hit: _Hit, action: str, extra: str = "") -> Finding:
     if extra:
         message += " " + extra
     # model_construct: every value is built here from the validated rule file (no re-validation on
-    # the admission hot path); the result is an ordinary api.models.Finding
+    # the admission hot path); the result is an ordinary api.status.Finding
     return Finding.model_construct(
         rule=hit.ref,
         title=hit.title,
