@@ -12,10 +12,10 @@ from rules_helpers import apply_json_patch, mk, rules_of
 
 from gdn_operator.api.load import load_file
 from gdn_operator.api.spec import GDNModelServerSpec
-from gdn_operator.api.status import Finding
-from gdn_operator.rules import evaluate, load_catalogue
+from gdn_operator.api.status import RuleFinding
+from gdn_operator.rules import evaluate, load_rules
 from gdn_operator.rules import evaluator as evaluator_mod
-from gdn_operator.rules.catalogue import default_rule_file, parse_rule_file
+from gdn_operator.rules.rulefile import default_rule_file, parse_rule_file
 from gdn_operator.rules.effective import LaunchOverrides
 from gdn_operator.rules.evaluator import _json_patch
 
@@ -38,7 +38,7 @@ def test_reject_policy_denies_vllm_43559_example():
     assert msg.splitlines()[0].startswith("GDNModelServer refused by 2 known-crash rules")
     for needle in ("vllm#43559", "spec.prefixCaching", "prefixCaching: false", "vllm#51571", "0.26.0"):
         assert needle in msg
-    assert all(isinstance(f, Finding) for f in ev.findings)
+    assert all(isinstance(f, RuleFinding) for f in ev.findings)
 
 
 def test_mitigate_policy_applies_minimal_change_vllm_43559():
@@ -76,7 +76,7 @@ def test_warn_policy_mitigates_silent_corruption_but_warns_crashes():
     assert "vllm#36917" in rules_of(ev, "warned")
     assert "vllm#43559" in rules_of(ev, "mitigated")
     for f in ev.findings:
-        if f.kind == "silent-corruption" and load_catalogue().rule(f.rule).action == "enforce":
+        if f.kind == "silent-corruption" and load_rules().rule(f.rule).action == "enforce":
             assert f.action != "warned"
 
 
@@ -90,7 +90,7 @@ def _catalogue_without_mitigation(rule_id: str):
 
 def test_warn_policy_rejects_silent_corruption_without_mitigation(monkeypatch):
     cat = _catalogue_without_mitigation("vllm#43559")
-    monkeypatch.setattr(evaluator_mod, "load_catalogue", lambda: cat)
+    monkeypatch.setattr(evaluator_mod, "load_rules", lambda: cat)
     ev = evaluate(mk("0.33.0"), default_policy="warn")
     assert "vllm#43559" in rules_of(ev, "rejected")
     assert not ev.allowed
@@ -110,7 +110,7 @@ def _with_rules(monkeypatch, *extra):
             "workaround": "synthetic workaround", "evidence": "synthetic test rule"}
     raw["rules"] += [{**base, **r} for r in extra]
     cat = parse_rule_file(yaml.safe_dump(raw), "test")
-    monkeypatch.setattr(evaluator_mod, "load_catalogue", lambda: cat)
+    monkeypatch.setattr(evaluator_mod, "load_rules", lambda: cat)
     return cat
 
 
@@ -275,7 +275,7 @@ def test_status_models_round_trip():
 def test_every_mitigation_converges_and_is_clean():
     """For each rule with a mitigation, at an affected version: the mitigate policy reaches a spec that a
     re-evaluation under reject admits (the mitigation itself does not trigger a reject-level rule)."""
-    cat = load_catalogue()
+    cat = load_rules()
     triggers = {
         "vllm#36917": ("0.17.1", {}),
         "vllm#45100": ("0.23.0", {}),

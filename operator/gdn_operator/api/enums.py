@@ -66,10 +66,16 @@ class CudagraphMode(str, enum.Enum):
     FULL_AND_PIECEWISE = "FULL_AND_PIECEWISE"
 
 
+# What admission does with a known-crash finding (spec.admissionPolicy, GDN_DEFAULT_POLICY). No docstring:
+# it would become a schema description and change the generated CRD.
 class AdmissionPolicy(str, enum.Enum):
     REJECT = "reject"
     MITIGATE = "mitigate"
     WARN = "warn"
+
+
+#: The policy names, in the order they are listed in messages.
+ADMISSION_POLICIES: tuple[str, ...] = tuple(p.value for p in AdmissionPolicy)
 
 
 class RemediationMode(str, enum.Enum):

@@ -189,7 +189,7 @@ class ResourcesSpec(_Model):
         default=None,
         max_length=63,
         description="GPU product (node label nvidia.com/gpu.product), e.g. NVIDIA-H100-80GB-HBM3.",
-        json_schema_extra={"pattern": r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"},
+        json_schema_extra={"pattern": f"^{_k8s.LABEL_VALUE.pattern}$"},
     )
 
     @field_validator("gpu_type")

@@ -24,7 +24,7 @@ class Condition(_Status):
     observed_generation: int | None = None
 
 
-class Finding(_Status):
+class RuleFinding(_Status):
     """One known-issue rule that matched the effective configuration."""
 
     rule: str = Field(description="Rule id = upstream reference, e.g. vllm#36917.")
@@ -133,7 +133,7 @@ class GDNModelServerStatus(_Status):
         default=None, description="Pods per engine group (multi-node); replicas and readyReplicas then count groups."
     )
     conditions: list[Condition] = Field(default_factory=list)
-    findings: list[Finding] = Field(default_factory=list, description="Known-issue rules that matched.")
+    findings: list[RuleFinding] = Field(default_factory=list, description="Known-issue rules that matched.")
     effective: EffectiveConfig | None = None
     last_crash: CrashInfo | None = None
     remediations: list[Remediation] = Field(default_factory=list, max_length=32)

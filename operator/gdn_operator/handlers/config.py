@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from gdn_operator.api.enums import ADMISSION_POLICIES
+
 
 def _bool(name: str, default: bool) -> bool:
     v = os.environ.get(name)
@@ -47,8 +49,8 @@ class OperatorConfig:
     def from_env(cls) -> "OperatorConfig":
         ns = tuple(n.strip() for n in os.environ.get("GDN_WATCH_NAMESPACES", "").split(",") if n.strip())
         policy = os.environ.get("GDN_DEFAULT_POLICY", "reject").strip() or "reject"
-        if policy not in ("reject", "mitigate", "warn"):
-            raise ValueError(f"GDN_DEFAULT_POLICY={policy!r}: must be reject, mitigate or warn")
+        if policy not in ADMISSION_POLICIES:
+            raise ValueError(f"GDN_DEFAULT_POLICY={policy!r}: must be one of {', '.join(ADMISSION_POLICIES)}")
         return cls(
             default_policy=policy,
             namespaces=ns,

@@ -140,7 +140,7 @@ async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: A
         ThreadPoolExecutor(max_workers=int(os.environ.get("GDN_MAX_WORKERS", "16")), thread_name_prefix="gdn-api")
     )
     if cfg.metrics_port and not _metrics_started:
-        start_http_server(cfg.metrics_port, registry=telemetry.REGISTRY)
+        start_http_server(cfg.metrics_port, registry=telemetry.METRICS_REGISTRY)
         _metrics_started = True
         logger.info("operator metrics on :%d/metrics", cfg.metrics_port)
     logger.info(

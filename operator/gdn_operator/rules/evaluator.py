@@ -30,12 +30,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gdn_operator.api.enums import ADMISSION_POLICIES
 from gdn_operator.api.spec import GDNModelServerSpec
-from gdn_operator.api.status import EffectiveConfig, Finding
-from gdn_operator.rules.catalogue import SEVERITY_RANK, Builtin, Catalogue, Rule, load_catalogue
+from gdn_operator.api.status import EffectiveConfig, RuleFinding
+from gdn_operator.rules.rulefile import SEVERITY_RANK, Builtin, RuleSet, Rule, load_rules
 from gdn_operator.rules.effective import Effective, LaunchOverrides, describe_field, effective_config
 
-POLICIES = ("reject", "mitigate", "warn")
 MAX_ROUNDS = 8
 _ACTION_RANK = {"rejected": 0, "mitigated": 1, "warned": 2}
 
@@ -48,7 +48,7 @@ EXIT_REJECTED_OR_CHANGED = 1
 class Evaluation:
     """The outcome of admission for one spec.
 
-    `findings`        api.status.Finding list, deterministic order (rejected, mitigated, warned; then
+    `findings`        api.status.RuleFinding list, deterministic order (rejected, mitigated, warned; then
                       severity; then rule-file order).
     `allowed`         False when any finding is rejected.
     `mitigated_spec`  the spec after mitigations (None when nothing was changed or the spec is refused).
@@ -59,7 +59,7 @@ class Evaluation:
     `notes`           informational lines (deprecated aliases, defaults assumed, ignored launch flags).
     """
 
-    findings: list[Finding]
+    findings: list[RuleFinding]
     allowed: bool
     policy: str
     mitigated_spec: GDNModelServerSpec | None
@@ -79,15 +79,15 @@ class Evaluation:
         return EXIT_ADMITTED if self.allowed and not self.changed else EXIT_REJECTED_OR_CHANGED
 
     @property
-    def rejected(self) -> list[Finding]:
+    def rejected(self) -> list[RuleFinding]:
         return [f for f in self.findings if f.action == "rejected"]
 
     @property
-    def mitigated(self) -> list[Finding]:
+    def mitigated(self) -> list[RuleFinding]:
         return [f for f in self.findings if f.action == "mitigated"]
 
     @property
-    def warnings(self) -> list[Finding]:
+    def warnings(self) -> list[RuleFinding]:
         return [f for f in self.findings if f.action == "warned"]
 
     def denial_message(self) -> str:
@@ -155,30 +155,30 @@ def _versions_text(rule: Rule) -> str:
     return f"affects {rule.versions}{fixed}"
 
 
-def _match_rules(cat: Catalogue, eff: Effective) -> list[_Hit]:
+def _match_rules(ruleset: RuleSet, eff: Effective) -> list[_Hit]:
     hits: list[_Hit] = []
     v = eff.values
     ver = eff.version
     patches = v["patches"]
-    builtin = cat.builtin
+    builtin = ruleset.builtin
 
     if ver is None:
         b = builtin["unparseable-version"]
         hits.append(_builtin_hit(b, f"spec.image.vllmVersion {v['vllm_version']!r} is not a vLLM version", -5))
         return hits  # defaults cannot be resolved: no rule can be evaluated honestly
-    if ver > cat.newest and ver.base != cat.newest.base:
+    if ver > ruleset.newest and ver.base != ruleset.newest.base:
         b = builtin["newer-than-catalogue"]
-        hits.append(_builtin_hit(b, f"vLLM {v['vllm_version']} is not in the catalogue (newest {cat.newest}); "
+        hits.append(_builtin_hit(b, f"vLLM {v['vllm_version']} is not in the catalogue (newest {ruleset.newest}); "
                                     "open bugs assumed still present", -4))
-    elif ver < cat.oldest:
+    elif ver < ruleset.oldest:
         b = builtin["older-than-catalogue"]
-        hits.append(_builtin_hit(b, f"vLLM {v['vllm_version']} predates the catalogue (oldest {cat.oldest})", -4))
+        hits.append(_builtin_hit(b, f"vLLM {v['vllm_version']} predates the catalogue (oldest {ruleset.oldest})", -4))
     if not v["gdn_hybrid"]:
         b = builtin["unrecognised-architecture"]
         hits.append(_builtin_hit(b, f"model {v['model_name']!r} is not a recognised Qwen3-Next / Qwen3.5 / Qwen3.6 / Qwen3.8 "
                                     "name and spec.model.architecture is unset", -3))
-    unknown = sorted(p for p in patches if p not in cat.patch_ids and p not in cat.planned_patch_ids)
-    planned = sorted(p for p in patches if p in cat.planned_patch_ids)
+    unknown = sorted(p for p in patches if p not in ruleset.patch_ids and p not in ruleset.planned_patch_ids)
+    planned = sorted(p for p in patches if p in ruleset.planned_patch_ids)
     if unknown or planned:
         b = builtin["unknown-patch"]
         parts = []
@@ -189,10 +189,10 @@ def _match_rules(cat: Catalogue, eff: Effective) -> list[_Hit]:
         hits.append(_builtin_hit(b, "; ".join(parts), -2))
 
     vk = ver.key
-    for i, rule in enumerate(cat.rules):
+    for i, rule in enumerate(ruleset.rules):
         if not rule.range.contains(ver):
             continue
-        if rule.patches and any(p in patches and p in cat.patch_ids for p in rule.patches):
+        if rule.patches and any(p in patches and p in ruleset.patch_ids for p in rule.patches):
             continue  # neutralised by a shipped patch the image declares (checked at run time too)
         if not rule.compiled_when(v, vk):
             continue
@@ -250,7 +250,7 @@ def _fmt_change(mitigation: dict[str, Any]) -> str:
     return ", ".join(f"{k}: {val(x)}" for k, x in mitigation.items())
 
 
-def _finding(hit: _Hit, action: str, extra: str = "") -> Finding:
+def _finding(hit: _Hit, action: str, extra: str = "") -> RuleFinding:
     fields = ", ".join(hit.fields)
     fix = hit.workaround
     if hit.mitigation:
@@ -259,8 +259,8 @@ def _finding(hit: _Hit, action: str, extra: str = "") -> Finding:
     if extra:
         message += " " + extra
     # model_construct: every value is built here from the validated rule file (no re-validation on
-    # the admission hot path); the result is an ordinary api.status.Finding
-    return Finding.model_construct(
+    # the admission hot path); the result is an ordinary api.status.RuleFinding
+    return RuleFinding.model_construct(
         rule=hit.ref,
         title=hit.title,
         kind=hit.kind,
@@ -273,7 +273,7 @@ def _finding(hit: _Hit, action: str, extra: str = "") -> Finding:
     )
 
 
-def _sort_key(cat: Catalogue, f: Finding, order: dict[str, int]) -> tuple:
+def _sort_key(ruleset: RuleSet, f: RuleFinding, order: dict[str, int]) -> tuple:
     return (_ACTION_RANK.get(f.action, 9), SEVERITY_RANK.get(f.severity, 9), order.get(f.rule, 999), f.rule)
 
 
@@ -360,29 +360,29 @@ def evaluate(
     `overrides`:      launch-line facts a spec cannot hold (rules.launchline).
     `policy`:         force a policy regardless of spec.admissionPolicy (launch lines use "reject").
     """
-    if default_policy not in POLICIES:
-        raise ValueError(f"default_policy must be one of {', '.join(POLICIES)}, got {default_policy!r}")
-    cat = load_catalogue()
+    if default_policy not in ADMISSION_POLICIES:
+        raise ValueError(f"default_policy must be one of {', '.join(ADMISSION_POLICIES)}, got {default_policy!r}")
+    ruleset = load_rules()
     effective_policy = policy or spec.admission_policy or default_policy
-    if effective_policy not in POLICIES:
-        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {effective_policy!r}")
-    return _evaluate(cat, spec, effective_policy, vllm_version, overrides)
+    if effective_policy not in ADMISSION_POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(ADMISSION_POLICIES)}, got {effective_policy!r}")
+    return _evaluate(ruleset, spec, effective_policy, vllm_version, overrides)
 
 
 def _evaluate(
-    cat: Catalogue,
+    ruleset: RuleSet,
     spec: GDNModelServerSpec,
     policy: str,
     vllm_version: str | None,
     overrides: LaunchOverrides | None,
 ) -> Evaluation:
     eff0 = effective_config(spec, vllm_version, overrides=overrides)
-    hits0 = _match_rules(cat, eff0)
+    hits0 = _match_rules(ruleset, eff0)
     decisions0 = [(h, _decide(h, policy)) for h in hits0]
 
     if not any(a == "mitigated" for _, a in decisions0):
         findings = [_finding(h, a) for h, a in decisions0]
-        return _result(cat, policy, findings, None, [], eff0, eff0)
+        return _result(ruleset, policy, findings, None, [], eff0, eff0)
 
     # ---- mitigation loop: one mitigation per round, most severe first, to a fixed point ---------
     original = spec.model_dump(by_alias=True, exclude_unset=True, mode="json")
@@ -413,7 +413,7 @@ def _evaluate(
                 failed[hit.ref] = "its mitigation would undo an earlier one (loop)"
                 continue
             cand_eff = effective_config(cand_spec, vllm_version, overrides=overrides)
-            cand_hits = _match_rules(cat, cand_eff)
+            cand_hits = _match_rules(ruleset, cand_eff)
             cand_dec = [(h, _decide(h, policy)) for h in cand_hits]
             newly_rejected = [
                 h.ref for h, a in cand_dec
@@ -437,7 +437,7 @@ def _evaluate(
                 failed[h.ref] = f"mitigations did not converge in {MAX_ROUNDS} rounds"
 
     failed_any = False
-    rest: list[Finding] = []
+    rest: list[RuleFinding] = []
     for h, a in decisions:
         if a == "mitigated":
             reason = failed.get(h.ref, "no applicable mitigation")
@@ -449,7 +449,7 @@ def _evaluate(
 
     allowed = not failed_any and not any(f.action == "rejected" for f in rest)
     if not applied:
-        return _result(cat, policy, rest, None, [], eff0, eff0)
+        return _result(ruleset, policy, rest, None, [], eff0, eff0)
     if not allowed:
         # refused anyway: nothing is changed; report the rules that wanted a change as rejected, against
         # the configuration as submitted
@@ -457,10 +457,10 @@ def _evaluate(
             _finding(hit, "rejected", "Mitigation not applied: the spec is refused by another rule.")
             for hit, _ in applied
         ]
-        return _result(cat, policy, refused + rest, None, [], eff0, eff0)
+        return _result(ruleset, policy, refused + rest, None, [], eff0, eff0)
     findings = [_finding(hit, "mitigated", f"Applied: {_fmt_change(mit)}.") for hit, mit in applied] + rest
     patch = _json_patch(original, changes)
-    return _result(cat, policy, findings, current_spec, patch, eff, eff0)
+    return _result(ruleset, policy, findings, current_spec, patch, eff, eff0)
 
 
 def _state_key(spec: GDNModelServerSpec) -> str:
@@ -469,9 +469,9 @@ def _state_key(spec: GDNModelServerSpec) -> str:
 
 
 def _result(
-    cat: Catalogue,
+    ruleset: RuleSet,
     policy: str,
-    findings: list[Finding],
+    findings: list[RuleFinding],
     mitigated: GDNModelServerSpec | None,
     patch: list[dict[str, Any]],
     eff: Effective,
@@ -485,8 +485,8 @@ def _result(
         if k not in seen:
             seen.add(k)
             uniq.append(f)
-    order = cat.order
-    uniq.sort(key=lambda f: _sort_key(cat, f, order))
+    order = ruleset.order
+    uniq.sort(key=lambda f: _sort_key(ruleset, f, order))
     allowed = not any(f.action == "rejected" for f in uniq)
     notes = list(dict.fromkeys(eff0.notes + eff.notes))
     return Evaluation(

@@ -63,7 +63,10 @@ class LadderStep:
 
 
 @dataclass(frozen=True)
-class Remediation:
+class Remedy:
+    """What the catalogue says to do about a signature (what the operator then did is status.remediations,
+    api/status.py Remediation)."""
+
     action: str
     hint: str
     #: settings that keep speculative decoding on, tried in order (each once) before `action`
@@ -109,7 +112,7 @@ class Signature:
     confidence: str
     keywords: tuple[str, ...]
     alternatives: tuple[Alternative, ...]
-    remediation: Remediation
+    remediation: Remedy
     root_cause: str = "match"
     unlevelled_only: bool = False
     exclude_secondary: bool = False
@@ -350,7 +353,7 @@ def _parse_signature(where: str, s: dict[str, Any], sid: str) -> Signature:
         confidence=confidence,
         keywords=keywords,
         alternatives=tuple(alts),
-        remediation=Remediation(rem["action"], " ".join(rem["hint"].split()), tuple(ladder)),
+        remediation=Remedy(rem["action"], " ".join(rem["hint"].split()), tuple(ladder)),
         root_cause=root_mode,
         unlevelled_only=bool(s.get("unlevelled_only", False)),
         exclude_secondary=bool(s.get("exclude_secondary", False)),

@@ -1,7 +1,9 @@
-"""Loading and validating the rule file (data/rules.yaml) — once, cached.
+"""Loading and validating the rule file (data/rules.yaml) into a `RuleSet` — once, cached.
 
 A malformed rule file is a `RuleFileError` listing every problem (one line each) the first time the
-catalogue is loaded (import of the evaluator, or the tests), never a surprise during admission.
+rules are loaded (import of the evaluator, or the tests), never a surprise during admission. (The
+file's `catalogue:` section names the range of vLLM releases the known-issues catalogue,
+../shared/docs/vllm-known-issues.md, was checked against.)
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import functools
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -19,8 +21,10 @@ from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.rules.predicates import PredicateError, compile_predicate
 from gdn_operator.rules.versions import Version, VersionRange, parse_version
 
-KINDS = ("startup-crash", "runtime-crash", "silent-corruption", "deadlock", "config")
-SEVERITIES = ("critical", "high", "medium", "low", "info")
+#: What a rule is about (not the crash watch's signature kinds, watch/catalogue.py KINDS).
+RuleKind = Literal["startup-crash", "runtime-crash", "silent-corruption", "deadlock", "config"]
+Severity = Literal["critical", "high", "medium", "low", "info"]
+SEVERITIES: tuple[str, ...] = get_args(Severity)
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
 _ID_RE = re.compile(r"^(?:[a-z0-9][a-z0-9_.-]*#\d+|vllm-config/[a-z0-9-]+|gdn-operator/[a-z0-9-]+)$")
@@ -62,8 +66,8 @@ class Rule(_Strict):
     aliases: list[str] = Field(default_factory=list)
     bug: str
     title: str = Field(min_length=5)
-    kind: Literal["startup-crash", "runtime-crash", "silent-corruption", "deadlock", "config"]
-    severity: Literal["critical", "high", "medium", "low", "info"]
+    kind: RuleKind
+    severity: Severity
     action: Literal["enforce", "warn"] = "enforce"
     advisory_reason: str | None = None
     escalate_if: dict[str, Any] | None = None
@@ -159,8 +163,8 @@ class Rule(_Strict):
 class Builtin(_Strict):
     id: str
     title: str
-    kind: Literal["startup-crash", "runtime-crash", "silent-corruption", "deadlock", "config"]
-    severity: Literal["critical", "high", "medium", "low", "info"]
+    kind: RuleKind
+    severity: Severity
     action: Literal["enforce", "warn"]
     fields: list[str]
     workaround: str
@@ -216,7 +220,7 @@ class RuleFile(_Strict):
         return self
 
 
-class Catalogue:
+class RuleSet:
     """The loaded rule file: rules in file order, patch ids, built-in finding texts, catalogue range."""
 
     def __init__(self, data: RuleFile, source: str):
@@ -239,7 +243,7 @@ class Catalogue:
         return self.by_ref.get(ref)
 
 
-def parse_rule_file(text: str, source: str = "rules.yaml") -> Catalogue:
+def parse_rule_file(text: str, source: str = "rules.yaml") -> RuleSet:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -264,7 +268,7 @@ def parse_rule_file(text: str, source: str = "rules.yaml") -> Catalogue:
                 msg = msg[len("Value error, ") :]
             problems.append(f"{source}: {where or '(file)'}: {msg}")
         raise RuleFileError(problems) from None
-    return Catalogue(data, source)
+    return RuleSet(data, source)
 
 
 def default_rule_file() -> Path:
@@ -272,7 +276,7 @@ def default_rule_file() -> Path:
 
 
 @functools.lru_cache(maxsize=1)
-def load_catalogue() -> Catalogue:
+def load_rules() -> RuleSet:
     """The packaged rule file, parsed and validated once per process."""
     path = default_rule_file()
     return parse_rule_file(path.read_text(encoding="utf-8"), str(path))
