@@ -12,12 +12,12 @@ from rules_helpers import apply_json_patch, mk, rules_of
 
 from gdn_operator.api.load import load_file
 from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.api.specpatch import SpecPatch, set_path
 from gdn_operator.api.status import RuleFinding
 from gdn_operator.rules import evaluate, load_rules
 from gdn_operator.rules import evaluator as evaluator_mod
 from gdn_operator.rules.rulefile import default_rule_file, parse_rule_file
 from gdn_operator.rules.effective import LaunchOverrides
-from gdn_operator.rules.evaluator import _json_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 DENIED = ROOT / "examples" / "denied-qwen3.6-prefix-caching-mtp.yaml"
@@ -182,11 +182,11 @@ def test_escalation_turns_an_advisory_rule_into_an_enforced_one_vllm_37035():
 
 
 def test_patch_adds_missing_parent_objects_and_removes_unset_fields():
-    assert _json_patch({}, [("speculativeDecoding.numSpeculativeTokens", 4)]) == [
+    assert SpecPatch.of([("speculativeDecoding.numSpeculativeTokens", 4)]).json_patch({}) == [
         {"op": "add", "path": "/spec/speculativeDecoding", "value": {"numSpeculativeTokens": 4}}]
-    assert _json_patch({"gdnPrefillBackend": "cutedsl"}, [("gdnPrefillBackend", None)]) == [
+    assert SpecPatch.of([("gdnPrefillBackend", None)]).json_patch({"gdnPrefillBackend": "cutedsl"}) == [
         {"op": "remove", "path": "/spec/gdnPrefillBackend"}]
-    assert _json_patch({}, [("gdnPrefillBackend", None)]) == []
+    assert SpecPatch.of([("gdnPrefillBackend", None)]).json_patch({}) == []
 
 
 def test_unset_mitigation_gdn_prefill_backend_on_0_17():
@@ -298,7 +298,7 @@ def test_every_mitigation_converges_and_is_clean():
         # apply the rule's own mitigation directly, then let the evaluator finish the job
         d = spec.model_dump(by_alias=True, exclude_unset=True, mode="json")
         for path, value in cat.rule(rule_id).mitigation.items():
-            evaluator_mod._set_path(d, path, value)
+            set_path(d, path, value)
         mitigated = GDNModelServerSpec.model_validate(d)
         assert rule_id not in rules_of(evaluate(mitigated), "rejected"), rule_id
         ev = evaluate(spec, default_policy="mitigate")

@@ -36,6 +36,8 @@ import kopf
 from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.api.specpatch import SpecPatch
+from gdn_operator.api.specpatch import merge as _merged_spec  # a merge patch applied as the API server does
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
 from gdn_operator.handlers.config import get_config
@@ -58,6 +60,10 @@ log = logging.getLogger(__name__)
 class Change:
     action: str  # human form, e.g. "asyncScheduling=false"
     patch: dict[str, Any]  # merge patch for .spec
+
+    @classmethod
+    def of(cls, change: SpecPatch | None) -> Change | None:
+        return cls(change.describe(), change.merge_patch()) if change else None
 
 
 def remediation_for(action: str, spec: GDNModelServerSpec) -> Change | None:
@@ -104,16 +110,6 @@ def remediation_for(action: str, spec: GDNModelServerSpec) -> Change | None:
         return Change("prefixCaching=false", {"prefixCaching": False})
     # patched-image, raise-max-num-batched-tokens, reduce-memory, investigate: a human decides.
     return None
-
-
-def _merged_spec(spec: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    out = dict(spec)
-    for k, v in patch.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merged_spec(out[k], v)
-        else:
-            out[k] = v
-    return out
 
 
 # ----------------------------------------------------------------------------- crash handling ---
@@ -442,25 +438,7 @@ def maybe_remediate(
 def change_from_mitigation(rule: str, mitigation: dict[str, Any] | None, spec: dict[str, Any]) -> Change | None:
     """A catalogue rule's `mitigation` (camelCase spec paths → value, None = unset) as a merge patch, or
     None when there is none or it is already in effect."""
-    if not mitigation:
-        return None
-    patch: dict[str, Any] = {}
-    pending = []
-    for path, value in mitigation.items():
-        cur: Any = spec
-        for part in path.split("."):
-            cur = cur.get(part) if isinstance(cur, dict) else None
-        if cur == value:
-            continue
-        node = patch
-        parts = path.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-        pending.append(f"{path}={'unset' if value is None else json.dumps(value)}")
-    if not pending:
-        return None
-    return Change(", ".join(pending), patch)
+    return Change.of(SpecPatch.of(mitigation).pending(spec))
 
 
 def vet_change(obj: dict[str, Any], change: Change | None) -> tuple[Change | None, str | None]:

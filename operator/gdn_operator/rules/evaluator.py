@@ -3,7 +3,8 @@
     from gdn_operator.rules import evaluate
     ev = evaluate(spec, default_policy="reject")
     if not ev.allowed: raise kopf.AdmissionError(ev.denial_message())
-    patch = ev.patch            # JSON-patch ops (/spec/...) for the mutating webhook when mitigated
+    ev.change                   # the mitigations as one api.specpatch.SpecPatch (empty unless mitigated)
+    ev.merge_patch()            # ... as the merge patch for .spec the mutating webhook sends
     status_findings = ev.findings, status_effective = ev.effective
 
 Policy (spec.admissionPolicy, else the operator-wide `default_policy`), for a rule whose action is
@@ -23,7 +24,6 @@ rejected instead.
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from gdn_operator.api.enums import ADMISSION_POLICIES
 from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.api.status import EffectiveConfig, RuleFinding
 from gdn_operator.rules.rulefile import SEVERITY_RANK, Builtin, RuleSet, Rule, load_rules
 from gdn_operator.rules.effective import Effective, LaunchOverrides, describe_field, effective_config
@@ -52,7 +53,8 @@ class Evaluation:
                       severity; then rule-file order).
     `allowed`         False when any finding is rejected.
     `mitigated_spec`  the spec after mitigations (None when nothing was changed or the spec is refused).
-    `patch`           RFC 6902 ops against the whole object (paths /spec/...), empty unless mitigated.
+    `change`          the applied mitigations, in order, as one SpecPatch (empty unless mitigated).
+    `patch`           `change` as RFC 6902 ops against the spec as submitted (paths /spec/...).
     `effective`       api.status.EffectiveConfig of what will run (the mitigated spec when mitigated).
     `detail`          the full resolved configuration (rules.effective.Effective) behind `effective`.
     `policy`          the policy that was applied.
@@ -63,6 +65,7 @@ class Evaluation:
     allowed: bool
     policy: str
     mitigated_spec: GDNModelServerSpec | None
+    change: SpecPatch
     patch: list[dict[str, Any]]
     effective: EffectiveConfig
     detail: Effective
@@ -72,6 +75,10 @@ class Evaluation:
     @property
     def changed(self) -> bool:
         return self.mitigated_spec is not None
+
+    def merge_patch(self) -> dict[str, Any]:
+        """The mitigations as an RFC 7386 merge patch for .spec ({} unless mitigated)."""
+        return self.change.merge_patch() if self.changed else {}
 
     @property
     def exit_code(self) -> int:
@@ -142,7 +149,7 @@ class _Hit:
     enforced: bool
     fields: list[str]
     workaround: str
-    mitigation: dict[str, Any] | None
+    mitigation: SpecPatch | None
     detail: str
     order: int
     rule: Rule | None = None
@@ -209,7 +216,7 @@ def _match_rules(ruleset: RuleSet, eff: Effective) -> list[_Hit]:
                 enforced=enforced,
                 fields=list(rule.fields),
                 workaround=rule.workaround,
-                mitigation=dict(rule.mitigation) if rule.mitigation else None,
+                mitigation=rule.mitigation_patch,
                 detail=f"{because} ({_versions_text(rule)})",
                 order=i,
                 rule=rule,
@@ -239,22 +246,11 @@ def _decide(hit: _Hit, policy: str) -> str:
     return "warned"
 
 
-def _fmt_change(mitigation: dict[str, Any]) -> str:
-    def val(x: Any) -> str:
-        if x is None:
-            return "unset"
-        if isinstance(x, bool):
-            return "true" if x else "false"
-        return str(x)
-
-    return ", ".join(f"{k}: {val(x)}" for k, x in mitigation.items())
-
-
 def _finding(hit: _Hit, action: str, extra: str = "") -> RuleFinding:
     fields = ", ".join(hit.fields)
     fix = hit.workaround
     if hit.mitigation:
-        fix += f" Automatic mitigation: {_fmt_change(hit.mitigation)}."
+        fix += f" Automatic mitigation: {hit.mitigation.summary()}."
     message = f"{hit.ref}: {hit.title} — {hit.detail}. Fields: {fields}. Fix: {fix}"
     if extra:
         message += " " + extra
@@ -269,77 +265,12 @@ def _finding(hit: _Hit, action: str, extra: str = "") -> RuleFinding:
         message=message,
         fields=list(hit.fields),
         workaround=hit.workaround,
-        mitigation=dict(hit.mitigation) if hit.mitigation else None,
+        mitigation=hit.mitigation.as_dict() if hit.mitigation else None,
     )
 
 
 def _sort_key(ruleset: RuleSet, f: RuleFinding, order: dict[str, int]) -> tuple:
     return (_ACTION_RANK.get(f.action, 9), SEVERITY_RANK.get(f.severity, 9), order.get(f.rule, 999), f.rule)
-
-
-# ------------------------------------------------------------------------------- spec mutation ---
-
-
-def _set_path(d: dict[str, Any], path: str, value: Any) -> None:
-    parts = path.split(".")
-    cur = d
-    for p in parts[:-1]:
-        nxt = cur.get(p)
-        if not isinstance(nxt, dict):
-            nxt = {}
-            cur[p] = nxt
-        cur = nxt
-    if value is None:
-        cur.pop(parts[-1], None)
-    else:
-        cur[parts[-1]] = value
-
-
-def _get_path(d: dict[str, Any], path: str) -> tuple[bool, Any]:
-    cur: Any = d
-    for p in path.split("."):
-        if not isinstance(cur, dict) or p not in cur:
-            return False, None
-        cur = cur[p]
-    return True, cur
-
-
-def _apply(spec_dict: dict[str, Any], mitigation: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(spec_dict)
-    for path, value in mitigation.items():
-        _set_path(out, path, value)
-    return out
-
-
-def _json_patch(original: dict[str, Any], changes: list[tuple[str, Any]]) -> list[dict[str, Any]]:
-    """RFC 6902 ops turning `original` (the spec as submitted) into original+changes, under /spec."""
-    cur = copy.deepcopy(original)
-    ops: list[dict[str, Any]] = []
-    for path, value in changes:
-        parts = path.split(".")
-        if value is None:
-            present, _ = _get_path(cur, path)
-            if present:
-                ops.append({"op": "remove", "path": "/spec/" + "/".join(parts)})
-                _set_path(cur, path, None)
-            continue
-        # find the first missing parent; add the whole sub-object there
-        node = cur
-        for i, p in enumerate(parts[:-1]):
-            if not isinstance(node.get(p), dict):
-                sub: Any = value
-                for q in reversed(parts[i + 1 :]):
-                    sub = {q: sub}
-                ops.append({"op": "add", "path": "/spec/" + "/".join(parts[: i + 1]), "value": sub})
-                break
-            node = node[p]
-        else:
-            present, old = _get_path(cur, path)
-            if present and old == value:
-                continue
-            ops.append({"op": "replace" if present else "add", "path": "/spec/" + "/".join(parts), "value": value})
-        _set_path(cur, path, value)
-    return ops
 
 
 # ----------------------------------------------------------------------------------- evaluate ---
@@ -382,15 +313,15 @@ def _evaluate(
 
     if not any(a == "mitigated" for _, a in decisions0):
         findings = [_finding(h, a) for h, a in decisions0]
-        return _result(ruleset, policy, findings, None, [], eff0, eff0)
+        return _result(ruleset, policy, findings, None, SpecPatch(), [], eff0, eff0)
 
     # ---- mitigation loop: one mitigation per round, most severe first, to a fixed point ---------
     original = spec.model_dump(by_alias=True, exclude_unset=True, mode="json")
     current_dict = original
     current_spec = spec
     eff = eff0
-    applied: list[tuple[_Hit, dict[str, Any]]] = []
-    changes: list[tuple[str, Any]] = []
+    applied: list[_Hit] = []
+    change = SpecPatch()
     failed: dict[str, str] = {}
     seen_states = [_state_key(spec)]
     decisions = decisions0
@@ -402,7 +333,8 @@ def _evaluate(
         wanting.sort(key=lambda h: (SEVERITY_RANK.get(h.severity, 9), h.order))
         progressed = False
         for hit in wanting:
-            candidate = _apply(current_dict, hit.mitigation or {})
+            mitigation = hit.mitigation or SpecPatch()
+            candidate = mitigation.apply(current_dict)
             try:
                 cand_spec = GDNModelServerSpec.model_validate(candidate)
             except ValidationError as e:
@@ -423,8 +355,8 @@ def _evaluate(
                 failed[hit.ref] = f"its mitigation would trigger {', '.join(newly_rejected)}"
                 continue
             # accept this mitigation
-            applied.append((hit, dict(hit.mitigation or {})))
-            changes.extend((hit.mitigation or {}).items())
+            applied.append(hit)
+            change = change + mitigation
             current_dict, current_spec, eff, decisions = candidate, cand_spec, cand_eff, cand_dec
             seen_states.append(key)
             progressed = True
@@ -449,18 +381,17 @@ def _evaluate(
 
     allowed = not failed_any and not any(f.action == "rejected" for f in rest)
     if not applied:
-        return _result(ruleset, policy, rest, None, [], eff0, eff0)
+        return _result(ruleset, policy, rest, None, SpecPatch(), [], eff0, eff0)
     if not allowed:
         # refused anyway: nothing is changed; report the rules that wanted a change as rejected, against
         # the configuration as submitted
         refused = [
             _finding(hit, "rejected", "Mitigation not applied: the spec is refused by another rule.")
-            for hit, _ in applied
+            for hit in applied
         ]
-        return _result(ruleset, policy, refused + rest, None, [], eff0, eff0)
-    findings = [_finding(hit, "mitigated", f"Applied: {_fmt_change(mit)}.") for hit, mit in applied] + rest
-    patch = _json_patch(original, changes)
-    return _result(ruleset, policy, findings, current_spec, patch, eff, eff0)
+        return _result(ruleset, policy, refused + rest, None, SpecPatch(), [], eff0, eff0)
+    findings = [_finding(hit, "mitigated", f"Applied: {(hit.mitigation or SpecPatch()).summary()}.") for hit in applied] + rest
+    return _result(ruleset, policy, findings, current_spec, change, change.json_patch(original), eff, eff0)
 
 
 def _state_key(spec: GDNModelServerSpec) -> str:
@@ -473,6 +404,7 @@ def _result(
     policy: str,
     findings: list[RuleFinding],
     mitigated: GDNModelServerSpec | None,
+    change: SpecPatch,
     patch: list[dict[str, Any]],
     eff: Effective,
     eff0: Effective,
@@ -494,6 +426,7 @@ def _result(
         allowed=allowed,
         policy=policy,
         mitigated_spec=mitigated,
+        change=change,
         patch=patch,
         effective=eff.to_status(),
         detail=eff,

@@ -17,7 +17,7 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.api.specpatch import SpecPatch, check_path
 from gdn_operator.rules.predicates import PredicateError, compile_predicate
 from gdn_operator.rules.versions import Version, VersionRange, parse_version
 
@@ -39,26 +39,6 @@ class RuleFileError(Exception):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
-
-
-def _spec_field_for(path: str) -> tuple[bool, str]:
-    """Does the camelCase dotted path (relative to spec) name a GDNModelServerSpec field?"""
-    model: Any = GDNModelServerSpec
-    parts = path.split(".")
-    for i, part in enumerate(parts):
-        fields = getattr(model, "model_fields", None)
-        if fields is None:
-            return False, f"{'.'.join(parts[:i])} has no sub-fields"
-        match = None
-        for name, f in fields.items():
-            if (f.alias or name) == part:
-                match = f
-                break
-        if match is None:
-            return False, f"unknown spec field {part!r} in {path!r}"
-        ann = match.annotation
-        model = next((a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)), ann)
-    return True, ""
 
 
 class Rule(_Strict):
@@ -84,6 +64,8 @@ class Rule(_Strict):
     # compiled at validation time (excluded from the schema)
     compiled_when: Any = Field(default=None, exclude=True)
     compiled_escalate: Any = Field(default=None, exclude=True)
+    #: `mitigation` as the spec change the evaluator applies (None without one)
+    mitigation_patch: SpecPatch | None = Field(default=None, exclude=True)
     range: Any = Field(default=None, exclude=True)
 
     @field_validator("id")
@@ -120,8 +102,8 @@ class Rule(_Strict):
         for p in v:
             if not p.startswith("spec."):
                 raise ValueError(f"field {p!r} must be a spec path such as spec.prefixCaching")
-            ok, why = _spec_field_for(p[len("spec.") :])
-            if not ok:
+            why = check_path(p[len("spec.") :])
+            if why:
                 raise ValueError(why)
         return v
 
@@ -133,8 +115,8 @@ class Rule(_Strict):
         if not v:
             raise ValueError("an empty mitigation does nothing; leave it out")
         for path in v:
-            ok, why = _spec_field_for(path)
-            if not ok:
+            why = check_path(path)
+            if why:
                 raise ValueError(why + " (mitigation keys are camelCase spec paths like speculativeDecoding.numSpeculativeTokens)")
         return v
 
@@ -147,6 +129,7 @@ class Rule(_Strict):
         except PredicateError as e:
             raise ValueError(str(e)) from None
         object.__setattr__(self, "range", VersionRange(self.versions))
+        object.__setattr__(self, "mitigation_patch", SpecPatch.of(self.mitigation) if self.mitigation else None)
         if self.action == "warn" and not self.advisory_reason:
             raise ValueError("a warn-only rule needs advisory_reason (why it is not enforced)")
         if self.action == "enforce" and (self.escalate_if is not None or self.advisory_reason):
