@@ -47,7 +47,7 @@ from gdn_operator.watch.guardline import SEARCH_BYTES as GUARD_SEARCH_BYTES
 from gdn_operator.watch.guardline import GuardLine, check_patch_set, parse_guard_line
 from gdn_operator.watch.evidence import Evidence
 from gdn_operator.watch.logstream import StreamClassifier
-from gdn_operator.watch.signatures import ClassificationResult, best_result, classify_termination_message
+from gdn_operator.watch.signatures import ClassificationResult, best_result, classify_termination_message, default_catalogue
 from gdn_operator.redact import redact
 
 log = logging.getLogger(__name__)
@@ -67,49 +67,9 @@ class Change:
 
 
 def remediation_for(action: str, spec: GDNModelServerSpec) -> Change | None:
-    """The spec change for a catalogue remediation action, or None when it needs a human
-    (or is already in effect)."""
-    sd = spec.speculative_decoding
-    if action == "disable-async-scheduling":
-        if spec.async_scheduling is False:
-            return None
-        return Change("asyncScheduling=false", {"asyncScheduling": False})
-    if action == "disable-spec-decode":
-        if not sd.enabled:
-            return None
-        return Change("speculativeDecoding.enabled=false", {"speculativeDecoding": {"enabled": False}})
-    if action == "lower-num-speculative-tokens":
-        # vllm#37035: FlashInfer's GDN MTP kernel supports at most 4 draft tokens.
-        target = min(sd.num_speculative_tokens - 1, 4)
-        if not sd.enabled or target < 1 or target >= sd.num_speculative_tokens:
-            return None
-        return Change(
-            f"speculativeDecoding.numSpeculativeTokens={target}", {"speculativeDecoding": {"numSpeculativeTokens": target}}
-        )
-    if action == "gdn-prefill-backend-triton":
-        if spec.gdn_prefill_backend == "triton":
-            return None
-        return Change("gdnPrefillBackend=triton", {"gdnPrefillBackend": "triton"})
-    if action == "disable-v2-model-runner":
-        if spec.model_runner == "v1":
-            return None
-        return Change("modelRunner=v1", {"modelRunner": "v1"})
-    if action == "enable-chunked-prefill":
-        if spec.chunked_prefill is True:
-            return None
-        return Change("chunkedPrefill=true", {"chunkedPrefill": True})
-    if action == "drop-nccl-p2p-disable":
-        # rule vllm#41190: NCCL peer-to-peer disabled is the reported environment of the TP spec-decode fault
-        if not any(e.name == "NCCL_P2P_DISABLE" and e.value == "1" for e in spec.env):
-            return None
-        keep = [e.model_dump(by_alias=True, exclude_none=True, mode="json") for e in spec.env if e.name != "NCCL_P2P_DISABLE"]
-        return Change("env NCCL_P2P_DISABLE removed", {"env": keep})
-    if action == "disable-prefix-caching":
-        if spec.prefix_caching is False:
-            return None
-        return Change("prefixCaching=false", {"prefixCaching": False})
-    # patched-image, raise-max-num-batched-tokens, reduce-memory, investigate: a human decides.
-    return None
+    """The spec change a catalogue remediation action makes (data/signatures.yaml `actions:`), or None when
+    it needs a human (or is already in effect)."""
+    return Change.of(default_catalogue().remedy_patch(action, spec))
 
 
 # ----------------------------------------------------------------------------- crash handling ---
