@@ -13,7 +13,8 @@ import secrets
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Literal, Mapping
 
-POLICIES = ("reject", "mitigate", "warn")
+from gdn_operator.api.enums import ADMISSION_POLICIES
+
 WEBHOOK_MODES = ("", "local", "service")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -108,7 +109,7 @@ def _setting(env: str, default: Any, parse: Callable[[str, str], Any], doc: str,
 class Settings:
     # admission and scope
     default_policy: str = _setting(
-        "GDN_DEFAULT_POLICY", "reject", _choice(*POLICIES),
+        "GDN_DEFAULT_POLICY", "reject", _choice(*ADMISSION_POLICIES),
         "admission policy for servers without `spec.admissionPolicy`: reject, mitigate or warn", "operator.defaultPolicy")
     namespaces: tuple[str, ...] = _setting(
         "GDN_WATCH_NAMESPACES", (), _namespaces, "comma-separated namespaces to watch; empty = all", "operator.watchNamespaces")

@@ -11,7 +11,7 @@ import time
 
 import harness
 
-from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.render.engine import engine_env, vllm_args
 from gdn_operator.rules import evaluate
 

@@ -7,8 +7,8 @@ import re
 import pytest
 import yaml
 
-from gdn_operator.rules import load_catalogue
-from gdn_operator.rules.catalogue import RuleFileError, default_rule_file, parse_rule_file
+from gdn_operator.rules import load_rules
+from gdn_operator.rules.rulefile import RuleFileError, default_rule_file, parse_rule_file
 from gdn_operator.rules.predicates import PredicateError, compile_predicate
 
 
@@ -17,8 +17,8 @@ def _raw():
 
 
 def test_packaged_rule_file_loads_once():
-    a = load_catalogue()
-    assert a is load_catalogue()
+    a = load_rules()
+    assert a is load_rules()
     assert str(a.newest) == "0.33.0" and str(a.oldest) == "0.17.0" and len(a.releases) == 25
     # seed bugs and every configuration-triggered B-item are covered
     for ref in ["vllm#36917", "vllm#45100", "vllm#38041", "vllm#41190", "vllm#32716", "vllm#35447", "vllm#51562",
@@ -30,7 +30,7 @@ def test_packaged_rule_file_loads_once():
 
 def test_texts_were_not_cut_by_yaml_comments():
     # a plain YAML scalar containing " #" is silently truncated; every text must keep balanced brackets
-    cat = load_catalogue()
+    cat = load_rules()
     texts = [t for r in cat.rules for t in (r.title, r.workaround, r.evidence, r.notes or "", r.advisory_reason or "")]
     texts += list(cat.patch_ids.values())
     for t in texts:
@@ -38,7 +38,7 @@ def test_texts_were_not_cut_by_yaml_comments():
 
 
 def test_every_rule_cites_the_catalogue():
-    for r in load_catalogue().rules:
+    for r in load_rules().rules:
         assert re.search(r"Catalogue (B\d+|§\d)", r.evidence), r.id
         if r.fixed_in is None:
             assert r.range.is_open_ended or r.id.startswith("vllm-config/"), r.id

@@ -404,7 +404,7 @@ def test_tracker_scrape_errors_counted_and_forgetting():
 
 
 def test_update_gauges_sets_and_removes_label_sets():
-    reg = telemetry.REGISTRY
+    reg = telemetry.METRICS_REGISTRY
     tr = AcceptanceTracker(window=300)
     _feed(tr, ("g-ns", "g-m", "p0"), [(0, {}), (15, dict(drafts=356, draft_tokens=712, accepted=240,
                                                           pos=(150, 90)))])
@@ -422,7 +422,7 @@ def test_update_gauges_sets_and_removes_label_sets():
 
 
 def test_update_gauges_drops_forgotten_pod():
-    reg = telemetry.REGISTRY
+    reg = telemetry.METRICS_REGISTRY
     tr = AcceptanceTracker(window=300)
     for pod in ("a", "b"):
         _feed(tr, ("g2", "m", pod), [(0, {}), (15, dict(drafts=356, draft_tokens=712, accepted=100))])
@@ -588,7 +588,7 @@ def test_manual_baseline_before_rollout():
 
 
 def test_anomaly_gauge_follows_findings():
-    reg = telemetry.REGISTRY
+    reg = telemetry.METRICS_REGISTRY
     tr = AcceptanceTracker(window=300)
     key = ("an-ns", "m", "p0")
     _feed(tr, key, [(0, {}), (15, dict(drafts=656, draft_tokens=1312, accepted=0))])
@@ -608,7 +608,7 @@ def test_anomaly_gauge_follows_findings():
 
 
 def test_anomaly_gauge_current_when_update_gauges_called_before_summary():
-    reg = telemetry.REGISTRY
+    reg = telemetry.METRICS_REGISTRY
     tr = AcceptanceTracker(window=300)
     key = ("order-ns", "m", "p0")
     _feed(tr, key, [(0, {}), (15, dict(drafts=656, draft_tokens=1312, accepted=0))])

@@ -168,7 +168,7 @@ async def test_body_size_cap(server):
 
 
 async def test_telemetry_records_errors_and_durations(server):
-    reg = telemetry.REGISTRY
+    reg = telemetry.METRICS_REGISTRY
     lab = {"namespace": "tele", "name": "m", "reason": "timeout"}
     before_err = reg.get_sample_value("gdn_scrape_errors_total", lab) or 0.0
     before_n = reg.get_sample_value("gdn_scrape_duration_seconds_count") or 0.0

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 def status_from_summary(summary: dict[str, Any], pods: list[dict[str, Any]], window: float) -> dict[str, Any]:
-    """Tracker summary (+ per-pod figures) → the status.acceptance object (api.models.AcceptanceStatus)."""
+    """Tracker summary (+ per-pod figures) → the status.acceptance object (api.status.AcceptanceStatus)."""
     rate = summary.get("acceptanceRate")
     out: dict[str, Any] = {
         "state": summary.get("state"),

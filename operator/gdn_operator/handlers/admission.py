@@ -27,16 +27,6 @@ def _spec_unchanged(old: Any, new_spec: Any) -> bool:
     return old is not None and plain(old.get("spec")) == plain(new_spec)
 
 
-def _set_path(target: Any, path: str, value: Any) -> None:
-    parts = [p.replace("~1", "/").replace("~0", "~") for p in path.strip("/").split("/")]
-    node = target
-    for p in parts[:-1]:
-        if p not in node or node[p] is None:
-            node[p] = {}
-        node = node[p]
-    node[parts[-1]] = value
-
-
 def mitigation_patch(spec: dict[str, Any], default_policy: str) -> tuple[dict[str, Any], list[Any]] | None:
     """The merge patch (spec fields + annotation) the mutating webhook applies, or None."""
     try:
@@ -46,14 +36,8 @@ def mitigation_patch(spec: dict[str, Any], default_policy: str) -> tuple[dict[st
     ev = evaluate(s, default_policy=default_policy)
     if not ev.allowed or ev.mitigated_spec is None or not ev.patch:
         return None
-    merge: dict[str, Any] = {}
-    for op in ev.patch:
-        if op.get("op") in ("add", "replace"):
-            _set_path(merge, op["path"], op["value"])
-        elif op.get("op") == "remove":
-            _set_path(merge, op["path"], None)  # null deletes the field in a merge patch
     mitigated = [f for f in ev.findings if f.action == "mitigated"]
-    merge.setdefault("metadata", {}).setdefault("annotations", {})[MITIGATIONS_ANNOTATION] = mitigations_note(ev.findings)
+    merge = {"spec": ev.merge_patch(), "metadata": {"annotations": {MITIGATIONS_ANNOTATION: mitigations_note(ev.findings)}}}
     return merge, mitigated
 
 

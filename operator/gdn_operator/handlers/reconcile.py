@@ -16,7 +16,7 @@ import kopf
 from kubernetes.client.rest import ApiException
 
 from gdn_operator.api.load import ManifestError, parse_spec
-from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
 from gdn_operator.render import autoscale, lws, router

@@ -13,17 +13,18 @@ for its upstream issue is missing (issue 16) carries action `investigate`: never
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
-from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.api.specpatch import SpecPatch
+from gdn_operator.api.specpatch import merge as _merged_spec  # a merge patch applied as the API server does
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
-from gdn_operator.watch.signatures import ClassificationResult
+from gdn_operator.watch.signatures import ClassificationResult, default_catalogue
 
 log = logging.getLogger(__name__)
 
@@ -33,61 +34,15 @@ class Change:
     action: str  # human form, e.g. "asyncScheduling=false"
     patch: dict[str, Any]  # merge patch for .spec
 
+    @classmethod
+    def of(cls, change: SpecPatch | None) -> Change | None:
+        return cls(change.describe(), change.merge_patch()) if change else None
+
 
 def remediation_for(action: str, spec: GDNModelServerSpec) -> Change | None:
-    """The spec change for a catalogue remediation action, or None when it needs a human
-    (or is already in effect)."""
-    sd = spec.speculative_decoding
-    if action == "disable-async-scheduling":
-        if spec.async_scheduling is False:
-            return None
-        return Change("asyncScheduling=false", {"asyncScheduling": False})
-    if action == "disable-spec-decode":
-        if not sd.enabled:
-            return None
-        return Change("speculativeDecoding.enabled=false", {"speculativeDecoding": {"enabled": False}})
-    if action == "lower-num-speculative-tokens":
-        # vllm#37035: FlashInfer's GDN MTP kernel supports at most 4 draft tokens.
-        target = min(sd.num_speculative_tokens - 1, 4)
-        if not sd.enabled or target < 1 or target >= sd.num_speculative_tokens:
-            return None
-        return Change(
-            f"speculativeDecoding.numSpeculativeTokens={target}", {"speculativeDecoding": {"numSpeculativeTokens": target}}
-        )
-    if action == "gdn-prefill-backend-triton":
-        if spec.gdn_prefill_backend == "triton":
-            return None
-        return Change("gdnPrefillBackend=triton", {"gdnPrefillBackend": "triton"})
-    if action == "disable-v2-model-runner":
-        if spec.model_runner == "v1":
-            return None
-        return Change("modelRunner=v1", {"modelRunner": "v1"})
-    if action == "enable-chunked-prefill":
-        if spec.chunked_prefill is True:
-            return None
-        return Change("chunkedPrefill=true", {"chunkedPrefill": True})
-    if action == "drop-nccl-p2p-disable":
-        # rule vllm#41190: NCCL peer-to-peer disabled is the reported environment of the TP spec-decode fault
-        if not any(e.name == "NCCL_P2P_DISABLE" and e.value == "1" for e in spec.env):
-            return None
-        keep = [e.model_dump(by_alias=True, exclude_none=True, mode="json") for e in spec.env if e.name != "NCCL_P2P_DISABLE"]
-        return Change("env NCCL_P2P_DISABLE removed", {"env": keep})
-    if action == "disable-prefix-caching":
-        if spec.prefix_caching is False:
-            return None
-        return Change("prefixCaching=false", {"prefixCaching": False})
-    # patched-image, raise-max-num-batched-tokens, reduce-memory, investigate: a human decides.
-    return None
-
-
-def _merged_spec(spec: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    out = dict(spec)
-    for k, v in patch.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merged_spec(out[k], v)
-        else:
-            out[k] = v
-    return out
+    """The spec change a catalogue remediation action makes (data/signatures.yaml `actions:`), or None when
+    it needs a human (or is already in effect)."""
+    return Change.of(default_catalogue().remedy_patch(action, spec))
 
 
 def _admission_refusal(obj: dict[str, Any], change: Change, policy: str) -> str | None:
@@ -182,25 +137,7 @@ def maybe_remediate(
 def change_from_mitigation(rule: str, mitigation: dict[str, Any] | None, spec: dict[str, Any]) -> Change | None:
     """A catalogue rule's `mitigation` (camelCase spec paths → value, None = unset) as a merge patch, or
     None when there is none or it is already in effect."""
-    if not mitigation:
-        return None
-    patch: dict[str, Any] = {}
-    pending = []
-    for path, value in mitigation.items():
-        cur: Any = spec
-        for part in path.split("."):
-            cur = cur.get(part) if isinstance(cur, dict) else None
-        if cur == value:
-            continue
-        node = patch
-        parts = path.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-        pending.append(f"{path}={'unset' if value is None else json.dumps(value)}")
-    if not pending:
-        return None
-    return Change(", ".join(pending), patch)
+    return Change.of(SpecPatch.of(mitigation).pending(spec))
 
 
 def vet_change(obj: dict[str, Any], change: Change | None, policy: str) -> tuple[Change | None, str | None]:

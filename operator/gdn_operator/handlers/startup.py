@@ -143,7 +143,7 @@ def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, rt: Runtime)
         ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="gdn-api")
     )
     if cfg.metrics_port and not rt.metrics_started:
-        start_http_server(cfg.metrics_port, registry=telemetry.REGISTRY)
+        start_http_server(cfg.metrics_port, registry=telemetry.METRICS_REGISTRY)
         rt.metrics_started = True
         logger.info("operator metrics on :%d/metrics", cfg.metrics_port)
     logger.info(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.render.engine import ENGINE_PORT, _meta, api_selector
 
 GROUP = "inference.networking.k8s.io"
