@@ -158,6 +158,7 @@ async def scrape_round(namespace: str, name: str, pods: list[dict[str, Any]]) ->
         TRACKER.observe_result(r)
         if not r.ok:
             failed[r.target.pod] = r.error or "error"
+    TRACKER.update_baseline(namespace, name)  # the round's observations are in: maintain the auto baseline
     TRACKER.update_gauges(namespace, name)
     summary = TRACKER.summary(namespace, name)
     acceptance = status_from_summary(summary, pod_figures(namespace, name, failed))
