@@ -174,6 +174,7 @@ class AcceptanceSupervisor:
             tracker.observe_result(r)
             if not r.ok:
                 failed[r.target.pod] = r.error or "error"
+        tracker.update_baseline(namespace, name)  # the round's observations are in: maintain the auto baseline
         tracker.update_gauges(namespace, name)
         summary = tracker.summary(namespace, name)
         acceptance = status_from_summary(summary, pod_figures(tracker, namespace, name, failed), tracker.window)
