@@ -29,6 +29,8 @@ class OperatorConfig:
     webhook_cert_dir: str | None = None  # mounted cert-manager certificate (tls.crt/tls.key/ca.crt)
     webhook_secret: str | None = None  # Secret the operator keeps its self-signed CA + cert in
     webhook_config_name: str = "gdn-operator.serving.gdn-operator.io"
+    #: "managed" (kopf creates the configurations) or "shipped" (the chart does; see handlers/webhookconfigs.py)
+    webhook_configs: str = "managed"
     metrics_port: int = 8080
     #: create PodMonitors when the monitoring.coreos.com CRD exists
     pod_monitors: bool = True
@@ -49,10 +51,15 @@ class OperatorConfig:
         policy = os.environ.get("GDN_DEFAULT_POLICY", "reject").strip() or "reject"
         if policy not in ("reject", "mitigate", "warn"):
             raise ValueError(f"GDN_DEFAULT_POLICY={policy!r}: must be reject, mitigate or warn")
+        mode = os.environ.get("GDN_WEBHOOK_MODE", "").strip()
+        configs = os.environ.get("GDN_WEBHOOK_CONFIGS", "").strip() or ("shipped" if mode == "service" else "managed")
+        if configs not in ("managed", "shipped"):
+            raise ValueError(f"GDN_WEBHOOK_CONFIGS={configs!r}: must be managed (the operator creates the webhook "
+                             "configurations) or shipped (the chart installs them; the operator patches clientConfig)")
         return cls(
             default_policy=policy,
             namespaces=ns,
-            webhook_mode=os.environ.get("GDN_WEBHOOK_MODE", "").strip(),
+            webhook_mode=mode,
             webhook_addr=os.environ.get("GDN_WEBHOOK_ADDR", "0.0.0.0"),
             webhook_port=int(os.environ.get("GDN_WEBHOOK_PORT", "9443")),
             webhook_host=os.environ.get("GDN_WEBHOOK_HOST") or None,
@@ -61,6 +68,7 @@ class OperatorConfig:
             webhook_cert_dir=os.environ.get("GDN_WEBHOOK_CERT_DIR") or None,
             webhook_secret=os.environ.get("GDN_WEBHOOK_SECRET") or None,
             webhook_config_name=os.environ.get("GDN_WEBHOOK_CONFIG_NAME", "gdn-operator.serving.gdn-operator.io"),
+            webhook_configs=configs,
             metrics_port=int(os.environ.get("GDN_METRICS_PORT", "8080")),
             pod_monitors=_bool("GDN_POD_MONITORS", True),
             stream_logs=_bool("GDN_STREAM_LOGS", True),
