@@ -168,3 +168,11 @@ def test_webhook_configs_mode_from_env(monkeypatch):
     monkeypatch.setenv("GDN_WEBHOOK_CONFIGS", "create")
     with pytest.raises(ValueError, match="GDN_WEBHOOK_CONFIGS='create': must be managed .* or shipped"):
         OperatorConfig.from_env()
+
+
+async def test_no_registered_handlers_is_an_error_not_a_silent_success(caplog):
+    wrapped = webhookconfigs.ShippedConfigurations(FakeServer([]), config_name=CONFIG, registry=kopf.OperatorRegistry(),
+                                                   api=object())
+    await wrapped.publish(webhookconfigs.service_client_config("s", "n", 443, None, "Q0E="))
+    assert not wrapped.published.is_set()
+    assert any(r.levelname == "ERROR" and "no admission handlers" in r.getMessage() for r in caplog.records)

@@ -44,8 +44,6 @@ log = logging.getLogger(__name__)
 VALIDATING = "ValidatingWebhookConfiguration"
 MUTATING = "MutatingWebhookConfiguration"
 _KIND_OF_REASON = {causes.WebhookType.VALIDATING: VALIDATING, causes.WebhookType.MUTATING: MUTATING}
-#: GDN_WEBHOOK_CONFIGS values (see the module docstring)
-MODES = ("managed", "shipped")
 #: label the chart's namespaceSelector matches (set by the API server on every namespace)
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 #: webhook fields the chart owns; compared with what this operator serves, never overwritten
@@ -247,11 +245,16 @@ class ShippedConfigurations:
 
     async def publish(self, client_config: reviews.WebhookClientConfig) -> None:
         desired = desired_webhooks(registered_handlers(self.registry), self.config_name, client_config, self.namespaces)
-        if self.api is None:
-            self.api = api_client()
+        if not desired:  # handlers registered elsewhere than the registry given (or kopf's default)
+            log.error("no admission handlers in the kopf registry: webhook configurations %s not pointed at this "
+                      "operator; pass ShippedConfigurations the registry the handlers are registered in",
+                      self.config_name)
+            return
         attempt = 0
         while True:
             try:
+                if self.api is None:
+                    self.api = api_client()
                 drift = await asyncio.to_thread(point_webhooks, self.api, self.config_name, desired)
                 break
             except Exception as e:  # noqa: BLE001 - API down, RBAC, a chart that lacks a webhook: retry
