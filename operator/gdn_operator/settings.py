@@ -16,6 +16,7 @@ from typing import Any, Callable, Literal, Mapping
 from gdn_operator.api.enums import ADMISSION_POLICIES
 
 WEBHOOK_MODES = ("", "local", "service")
+WEBHOOK_CONFIGS = ("managed", "shipped")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -80,6 +81,14 @@ def _choice(*allowed: str, upper: bool = False) -> Callable[[str, str], str]:
         return v
 
     return parse
+
+
+def _webhook_configs(name: str, raw: str) -> str:
+    v = raw.strip()
+    if v not in WEBHOOK_CONFIGS:
+        raise SettingsError(f"{name}={raw!r}: must be managed (the operator creates the webhook configurations) "
+                            "or shipped (the chart installs them; the operator patches clientConfig)")
+    return v
 
 
 def _priority(name: str, raw: str) -> int | Literal["auto"]:
@@ -171,8 +180,16 @@ class Settings:
     webhook_config_name: str = _setting(
         "GDN_WEBHOOK_CONFIG_NAME", "gdn-operator.serving.gdn-operator.io", _text,
         "name of the Validating/MutatingWebhookConfiguration the operator fills", "webhook.configName")
+    webhook_configs: str = _setting(
+        "GDN_WEBHOOK_CONFIGS", "", _webhook_configs,
+        "webhook configurations: `shipped` (the chart installs them; the operator patches their clientConfig) or "
+        "`managed` (kopf creates them); empty = shipped in service mode, else managed", "webhook.enabled")
 
     def __post_init__(self) -> None:
+        if not self.webhook_configs:  # handlers/webhookconfigs.py: the chart ships them in service mode
+            object.__setattr__(self, "webhook_configs", "shipped" if self.webhook_mode == "service" else "managed")
+        elif self.webhook_configs not in WEBHOOK_CONFIGS:
+            _webhook_configs("GDN_WEBHOOK_CONFIGS", self.webhook_configs)
         if self.webhook_mode == "service" and not (self.webhook_service and self.webhook_namespace):
             raise SettingsError("GDN_WEBHOOK_MODE=service needs GDN_WEBHOOK_SERVICE and GDN_WEBHOOK_NAMESPACE "
                                 "(or POD_NAMESPACE); set them, or leave GDN_WEBHOOK_MODE empty")

@@ -300,9 +300,13 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
         assert "reconciled: applied" in active.text(), "the active replica reconciles"
         assert "reconciled" not in since_pause, "the paused replica must not reconcile"
 
-        # -- admission through the chart's webhook configuration (filled by the operator) ------------
+        # -- admission through the chart's webhook configurations (pointed at the replicas) -----------
+        # the chart ships them complete; the operator (GDN_WEBHOOK_CONFIGS=shipped from the chart's env)
+        # patches only clientConfig: here the local replicas' URL and CA instead of the Service
         adm = client.AdmissionregistrationV1Api(admin)
-        wait_for(lambda: adm.read_validating_webhook_configuration(cfg_name).webhooks, 60, what="webhooks filled by kopf")
+        for read in (adm.read_validating_webhook_configuration, adm.read_mutating_webhook_configuration):
+            wait_for(lambda read=read: all(h.client_config.url and h.client_config.ca_bundle for h in read(cfg_name).webhooks),
+                     60, what="webhooks pointed at the replicas")
         bad = server("qwen-bad", image={"repository": "vllm/vllm-openai", "tag": "v0.28.0", "vllmVersion": "0.28.0"},
                      prefixCaching=True, admissionPolicy="reject")
         with pytest.raises(ApiException) as e:

@@ -79,15 +79,20 @@ def register_optional(rt: Runtime, *, webhook: bool, registry: kopf.OperatorRegi
                       registry=reg)(inference_pool_event)
         ids.append("inference_pool_event")
     if webhook:
-        # Persistent: a replica that stops (HA hand-over) must not strip the webhooks from the configuration
-        # the active replica serves.
-        kopf.on.mutate(GROUP, VERSION, PLURAL, id="gdn-mitigate", operations=["CREATE", "UPDATE"], persistent=True,
-                       registry=reg)(mitigate)
-        kopf.on.validate(GROUP, VERSION, PLURAL, id="gdn-admission", operations=["CREATE", "UPDATE"], persistent=True,
-                         registry=reg)(validate)
-        ids += ["gdn-mitigate", "gdn-admission"]
+        ids += register_admission(reg)
     rt.optional_handlers = ids or ["(none)"]
     return ids
+
+
+def register_admission(registry: kopf.OperatorRegistry) -> list[str]:
+    """The two admission webhooks into `registry` (also what the chart's shipped webhook configurations are
+    checked against: tests/charts/test_chart_webhooks.py). Persistent: a replica that stops (HA hand-over)
+    must not strip the webhooks from the configuration the active replica serves."""
+    kopf.on.mutate(GROUP, VERSION, PLURAL, id="gdn-mitigate", operations=["CREATE", "UPDATE"], persistent=True,
+                   registry=registry)(mitigate)
+    kopf.on.validate(GROUP, VERSION, PLURAL, id="gdn-admission", operations=["CREATE", "UPDATE"], persistent=True,
+                     registry=registry)(validate)
+    return ["gdn-mitigate", "gdn-admission"]
 
 
 # ------------------------------------------------------------------------------------ GDNModelServer ---

@@ -17,7 +17,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from gdn_operator import telemetry
-from gdn_operator.handlers import certs
+from gdn_operator.handlers import certs, webhookconfigs
 from gdn_operator.handlers.reconcile import ANNOTATION_PREFIX, DIFFBASE
 from gdn_operator.handlers.webhook_limits import BoundedWebhookServer
 from gdn_operator.settings import Settings
@@ -39,17 +39,8 @@ class ServiceWebhookServer(BoundedWebhookServer):
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
         async for cfg in super().__call__(fn):
-            out: dict[str, Any] = {
-                "service": {
-                    "name": self.service_name,
-                    "namespace": self.service_namespace,
-                    "port": self.service_port,
-                    "path": (self.path or "").rstrip("/"),
-                }
-            }
-            if "caBundle" in cfg:
-                out["caBundle"] = cfg["caBundle"]
-            yield out
+            yield webhookconfigs.service_client_config(self.service_name, self.service_namespace, self.service_port,
+                                                       self.path, cfg.get("caBundle"))
 
 
 def webhook_server(cfg: Settings, renewal: dict[str, Any]) -> kopf.WebhookServer | None:
@@ -133,8 +124,12 @@ def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, rt: Runtime)
         settings.peering.clusterwide = not cfg.namespaces
     server = webhook_server(cfg, rt.webhook_renewal)
     if server is not None:
-        settings.admission.server = server
-        settings.admission.managed = cfg.webhook_config_name
+        if cfg.webhook_configs == "shipped":  # the chart's configurations: point their clientConfig only
+            settings.admission.server = webhookconfigs.ShippedConfigurations(
+                server, config_name=cfg.webhook_config_name, namespaces=cfg.namespaces)
+        else:  # kopf creates the configurations and owns their webhooks (needs create RBAC)
+            settings.admission.server = server
+            settings.admission.managed = cfg.webhook_config_name
         if rt.webhook_renewal:
             rt.start(renew_webhook_certificate_forever(rt.webhook_renewal), "webhook-certificate-renewal")
     # Blocking Kubernetes calls of all handlers run in this pool (asyncio.to_thread); log streams have
@@ -147,9 +142,10 @@ def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, rt: Runtime)
         rt.metrics_started = True
         logger.info("operator metrics on :%d/metrics", cfg.metrics_port)
     logger.info(
-        "gdn-operator starting: default policy %s, namespaces %s, webhook %s",
+        "gdn-operator starting: default policy %s, namespaces %s, webhook %s%s",
         cfg.default_policy,
         ",".join(cfg.namespaces) or "all",
         cfg.webhook_mode or "off",
+        f" (configurations {cfg.webhook_configs} {cfg.webhook_config_name})" if cfg.webhook_mode else "",
     )
     return server
