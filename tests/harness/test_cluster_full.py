@@ -73,6 +73,17 @@ def _running_pod(api, ns: str, app: str) -> client.V1Pod:
     return wait_for(running, what=f"a Running pod of {app}")
 
 
+def test_control_plane_reuses_the_sessions_full_cluster(control_plane, kube_api, full_cluster, tmp_path_factory):
+    """tests/conftest.py: a session that needs the full cluster serves ``control_plane`` from it instead of
+    starting a second (core) control plane."""
+    assert control_plane is full_cluster and control_plane.tier == "full"
+    assert kube_api.configuration.host == full_cluster.server
+    assert all(full_cluster.alive().values()) and "kube-scheduler" in full_cluster.alive()
+    # a core control plane would have made its work dir under the session's base temp dir
+    assert not list(tmp_path_factory.getbasetemp().glob("control-plane*"))
+    assert client.VersionApi(kube_api).get_code().git_version == full_cluster.binaries.k8s_version
+
+
 def test_fake_gpu_nodes_advertise_gpus(full_cluster, api):
     nodes = {n.metadata.name: n for n in client.CoreV1Api(api).list_node().items}
     assert set(full_cluster.node_names) <= set(nodes)
