@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from probe_standin import CORRECT, EARLY, SLOW, WRONG, WRONG_AT, ProbeStandIn, answer_for  # noqa: E402
+from waiting import async_poll  # noqa: E402
 
 from controlplane import free_port  # noqa: E402
 from gdn_operator import telemetry  # noqa: E402
@@ -190,9 +191,7 @@ async def test_loop_keeps_one_round_in_flight_per_pod_and_jitters(engines, port)
     s.next_due = 0
     sup.rng.uniform = lambda a, b: 0.0  # every tick is "due": only the in-flight guard spaces the rounds
     task = asyncio.get_running_loop().create_task(sup.run())
-    deadline = asyncio.get_running_loop().time() + 10
-    while e.requests < 6 and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.05)
+    await async_poll(lambda: e.requests, until=lambda n: n >= 6, timeout=10, interval=0.05)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

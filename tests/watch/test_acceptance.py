@@ -7,9 +7,7 @@ goes through the same text the engine produces (names, labels, `_created` series
 from __future__ import annotations
 
 import math
-import os
 import re
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -29,9 +27,9 @@ from gdn_operator.watch.acceptance import (
     parse_exposition,
 )
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("GDN_SHARED_DIR", REPO.parent / "shared"))
-FIXTURE = SHARED / "fixtures" / "vllm-0.32.0-cpu" / "metrics-mtp2.prom"
+from paths import CPU_CAPTURES  # noqa: E402
+
+FIXTURE = CPU_CAPTURES / "metrics-mtp2.prom"
 TEXT = FIXTURE.read_text()
 
 SPEC_PREFIX = "vllm:spec_decode_num_"
