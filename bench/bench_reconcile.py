@@ -3,7 +3,8 @@
 status at the object's generation), for N objects (default 500),
 against the raw API write latency measured in the same run on the same control plane.
 
-    .venv/bin/python bench/bench_reconcile.py [--count 500] [--tier core|full]
+    .venv/bin/python bench/bench_reconcile.py [--count 500] [--tier core|full] [--operator-env K=V ...]
+        [--py-spy OUT.txt]   # sample the operator process (py-spy, collapsed stacks; bench/pyspy_top.py reads them)
 
 Starts a real control plane (tests/cluster, built by tests/cluster/build.sh), installs the CRD, runs the
 operator as a separate process, then:
@@ -18,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -52,7 +55,16 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--rate", type=float, default=0.0,
                     help="objects created per second (0: as fast as one client can, a burst)")
+    ap.add_argument("--operator-env", action="append", default=[], metavar="K=V",
+                    help="extra environment for the operator process (e.g. GDN_MAX_WORKERS=32)")
+    ap.add_argument("--py-spy", metavar="OUT", help="record the operator with py-spy (raw collapsed stacks, --idle)")
     args = ap.parse_args()
+    op_env = {"GDN_LOG_LEVEL": "WARNING", "GDN_STREAM_LOGS": "0"}
+    for kv in args.operator_env:
+        key, sep, val = kv.partition("=")
+        if not sep or not key:
+            ap.error(f"--operator-env {kv!r}: expected KEY=VALUE")
+        op_env[key] = val
 
     bins = ensure_built(args.tier)
     work = Path(tempfile.mkdtemp(prefix="gdn-bench-"))
@@ -75,7 +87,14 @@ def main() -> int:
             core.create_namespaced_config_map("bench-raw", {"metadata": {"name": f"cm-{i}"}, "data": {"spec": payload}})
             raw.append(time.perf_counter() - t)
 
-        op = OperatorProcess(cp, work / "op", env={"GDN_LOG_LEVEL": "WARNING", "GDN_STREAM_LOGS": "0"}).start()
+        op = OperatorProcess(cp, work / "op", env=op_env).start()
+        spy = None
+        if args.py_spy:
+            assert op.proc is not None
+            spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(op.proc.pid),
+                                    "--format", "raw", "--idle", "--threads", "--nonblocking", "--rate", "50",
+                                    "-o", args.py_spy], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.0)  # py-spy attaches
         try:
             created_at: dict[str, float] = {}
             # every object the operator owes each server: Deployment, Service, and a status that
@@ -127,9 +146,12 @@ def main() -> int:
             missing = {kind: len(created_at) - len(v) for kind, v in lat.items()}
         finally:
             op.stop()
+            if spy is not None:
+                spy.wait(60)  # py-spy writes its file when the operator exits
 
     pace = f"{args.rate:g}/s" if args.rate > 0 else "burst"
-    print(f"control plane tier: {args.tier}; objects: {args.count} created {pace}; operator: 1 process (kopf), SSA")
+    print(f"control plane tier: {args.tier}; objects: {args.count} created {pace}; operator: 1 process (kopf), SSA; "
+          f"operator env {' '.join(args.operator_env) or '(defaults)'}; load {os.getloadavg()[0]:.2f} (1 min)")
     print(line("raw write: ConfigMap create", raw))
     print(line("raw write: GDNModelServer create", crd_create))
     print(line("apply → Deployment created", lat["Deployment"]))
