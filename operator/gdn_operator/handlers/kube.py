@@ -16,6 +16,7 @@ import kubernetes
 from kubernetes.client.rest import ApiException
 
 from gdn_operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from gdn_operator.handlers.config import get_config
 from gdn_operator.redact import redact
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,9 @@ def api_client() -> kubernetes.client.ApiClient:
         kubernetes.config.load_incluster_config(client_configuration=cfg)
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config(client_configuration=cfg)
-    # handlers run in kopf's thread pool: one pooled connection per worker thread
-    cfg.connection_pool_maxsize = 32
+    # handlers run in kopf's thread pool: one pooled connection per worker thread (fewer: urllib3 opens
+    # and discards extra connections, a TLS handshake and a "pool is full" warning each)
+    cfg.connection_pool_maxsize = max(32, get_config().max_workers)
     client = kubernetes.client.ApiClient(cfg)
     with_default_timeout(client.rest_client)
     return client

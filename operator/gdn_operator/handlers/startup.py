@@ -120,7 +120,11 @@ async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: A
     settings.persistence.diffbase_storage = DIFFBASE
     settings.persistence.finalizer = "serving.gdn-operator.io/kopf-finalizer"
     settings.posting.level = logging.WARNING
-    settings.execution.max_workers = int(os.environ.get("GDN_MAX_WORKERS", "16"))
+    settings.execution.max_workers = cfg.max_workers
+    # A handler that fails on a passing fault (API server restarting: connection refused, 503) is retried
+    # after this many seconds; kopf's default of 60 s kept servers unreconciled ~46 s after the API server
+    # was back (bench/bench_faults.py, restart phase).
+    settings.execution.default_backoff = 10
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
@@ -137,7 +141,7 @@ async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: A
     # Blocking Kubernetes calls of all handlers run in this pool (asyncio.to_thread); log streams have
     # their own pool (crashwatch.LOG_POOL) so long reads never starve status writes.
     asyncio.get_running_loop().set_default_executor(
-        ThreadPoolExecutor(max_workers=int(os.environ.get("GDN_MAX_WORKERS", "16")), thread_name_prefix="gdn-api")
+        ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="gdn-api")
     )
     if cfg.metrics_port and not _metrics_started:
         start_http_server(cfg.metrics_port, registry=telemetry.REGISTRY)

@@ -1,0 +1,62 @@
+"""Worker threads, pooled connections and handler retry delay: from the environment into kopf's settings
+(issue 11 part 8: bench/bench_reconcile.py showed every worker busy waiting for the API server; part 7 /
+bench/bench_faults.py: kopf's default 60 s retry delay after an API-server restart)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import kopf
+import pytest
+
+from gdn_operator.handlers import config, kube, startup
+
+
+def test_max_workers_from_the_environment(monkeypatch):
+    monkeypatch.delenv("GDN_MAX_WORKERS", raising=False)
+    assert config.OperatorConfig.from_env().max_workers == 64
+    monkeypatch.setenv("GDN_MAX_WORKERS", "24")
+    assert config.OperatorConfig.from_env().max_workers == 24
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "many", "1.5"])
+def test_bad_max_workers_names_the_variable_and_the_chart_value(monkeypatch, bad):
+    monkeypatch.setenv("GDN_MAX_WORKERS", bad)
+    with pytest.raises(ValueError) as e:
+        config.OperatorConfig.from_env()
+    assert "GDN_MAX_WORKERS" in str(e.value) and "operator.maxWorkers" in str(e.value)
+
+
+def test_connection_pool_holds_one_connection_per_worker(monkeypatch):
+    def fake_kubeconfig(client_configuration):
+        client_configuration.host = "https://127.0.0.1:1"
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setattr(kube.kubernetes.config, "load_kube_config", fake_kubeconfig)
+    monkeypatch.setattr(config, "_config", config.OperatorConfig(max_workers=100))
+    kube.api_client.cache_clear()
+    try:
+        client = kube.api_client()
+        assert client.configuration.connection_pool_maxsize == 100
+        assert client.rest_client.pool_manager.connection_pool_kw["maxsize"] == 100
+    finally:
+        kube.api_client.cache_clear()
+
+
+def test_configure_hands_the_workers_and_a_short_retry_delay_to_kopf(monkeypatch):
+    monkeypatch.setattr(config, "_config", config.OperatorConfig(max_workers=40, metrics_port=0))
+    settings = kopf.OperatorSettings()
+    seen = {}
+
+    async def run() -> None:
+        await startup.configure(settings=settings, logger=logging.getLogger("test"))
+        ex = asyncio.get_running_loop()._default_executor  # type: ignore[attr-defined]
+        seen["threads"] = ex._max_workers
+        ex.shutdown(wait=False)
+
+    asyncio.run(run())
+    assert settings.execution.max_workers == 40
+    assert seen["threads"] == 40
+    # well under kopf's 60 s default: a server whose reconcile hit an API-server outage is retried soon after
+    assert settings.execution.default_backoff <= 10
