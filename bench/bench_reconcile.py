@@ -5,7 +5,7 @@ against the raw API write latency measured in the same run on the same control p
 
     .venv/bin/python bench/bench_reconcile.py [--count 500] [--tier core|full] [--operator-env K=V ...]
         [--compare-env K=V ...]   # a second burst in the same run with the operator's env changed (ratio)
-        [--py-spy OUT.txt]        # sample the operator process (py-spy, collapsed stacks; bench/pyspy_top.py reads them)
+        [--py-spy OUT.txt [--py-spy-idle]]  # sample the operator (py-spy, collapsed stacks; bench/pyspy_top.py reads them)
 
 Starts a real control plane (tests/cluster, built by tests/cluster/build.sh), installs the CRD, runs the
 operator as a separate process, then:
@@ -89,15 +89,15 @@ def parse_env(ap: argparse.ArgumentParser, flag: str, items: list[str]) -> dict[
 
 
 def burst(cp: ControlPlane, k: Kube, ns: str, env: dict[str, str], args: argparse.Namespace, workdir: Path,
-          py_spy: str | None) -> dict[str, Any]:
+          py_spy: str | None) -> dict[str, Any]:  # noqa: C901 - one measured sequence, kept in one place
     """Create args.count servers in `ns` with a fresh operator (env) and time every object it owes."""
     op = OperatorProcess(cp, workdir, env={**env, "GDN_WATCH_NAMESPACES": ns}).start()
     spy = None
     if py_spy:
         assert op.proc is not None
         spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(op.proc.pid),
-                                "--format", "raw", "--idle", "--threads", "--nonblocking", "--rate", "50",
-                                "-o", py_spy], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                "--format", "raw", "--threads", "--rate", "50", "-o", py_spy]
+                               + (["--idle"] if args.py_spy_idle else []), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # py-spy attaches
     try:
         created_at: dict[str, float] = {}
@@ -205,8 +205,10 @@ def main() -> int:
                     help="extra environment for the operator process (e.g. GDN_MAX_WORKERS=32)")
     ap.add_argument("--compare-env", action="append", default=[], metavar="K=V",
                     help="run a second burst with these values added to the operator's environment")
-    ap.add_argument("--py-spy", metavar="OUT", help="record the operator with py-spy (raw collapsed stacks, --idle); "
+    ap.add_argument("--py-spy", metavar="OUT", help="record the operator with py-spy (raw collapsed stacks: CPU samples); "
                     "with --compare-env the second burst goes to OUT.compare")
+    ap.add_argument("--py-spy-idle", action="store_true",
+                    help="with --py-spy: sample waiting threads too (wall time: where the workers wait)")
     args = ap.parse_args()
     op_env = {"GDN_LOG_LEVEL": "WARNING", "GDN_STREAM_LOGS": "0", **parse_env(ap, "--operator-env", args.operator_env)}
     compare = parse_env(ap, "--compare-env", args.compare_env)

@@ -60,3 +60,20 @@ def test_configure_hands_the_workers_and_a_short_retry_delay_to_kopf(monkeypatch
     assert seen["threads"] == 40
     # well under kopf's 60 s default: a server whose reconcile hit an API-server outage is retried soon after
     assert settings.execution.default_backoff <= 10
+
+
+def test_client_classes_are_imported_before_any_handler_runs():
+    """kubernetes.client imports API classes on first use under the import lock; a burst's first reconciles
+    all waited on it. Importing the handlers' client module must have resolved them (fresh interpreter)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import kubernetes.client as c, gdn_operator.handlers.kube as k\n"
+        "names = [cls.__name__ for cls in k.WARM_CLASSES]\n"
+        "assert {'AppsV1Api', 'CoreV1Api', 'AutoscalingV2Api', 'CoreV1Event'} <= set(names), names\n"
+        "print(sorted(n for n in names if n not in vars(c)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"not resolved at import: {out.stdout}"

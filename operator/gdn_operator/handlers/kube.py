@@ -21,6 +21,15 @@ from gdn_operator.redact import redact
 
 log = logging.getLogger(__name__)
 
+#: The client (kubernetes >= 35) imports each API and model class on first attribute access, under the
+#: import lock: the first burst of reconciles had every worker thread waiting ~3 s on it (importlib
+#: _ModuleLock.acquire under emit_event / get_object in bench/bench_reconcile.py --py-spy). Resolve the
+#: classes the handlers use once, here, before kopf starts any.
+WARM_CLASSES = tuple(getattr(kubernetes.client, n) for n in (
+    "AppsV1Api", "CoreV1Api", "CustomObjectsApi", "AutoscalingV2Api", "ApiextensionsV1Api",
+    "CoreV1Event", "V1DeleteOptions", "V1Secret",
+))
+
 FIELD_MANAGER = "gdn-operator"
 APPLY = "application/apply-patch+yaml"
 
