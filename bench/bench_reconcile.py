@@ -5,7 +5,8 @@ against the raw API write latency measured in the same run on the same control p
 
     .venv/bin/python bench/bench_reconcile.py [--count 500] [--tier core|full] [--operator-env K=V ...]
         [--compare-env K=V ...]   # a second burst in the same run with the operator's env changed (ratio)
-        [--py-spy OUT.txt [--py-spy-idle]]  # sample the operator (py-spy, collapsed stacks; bench/pyspy_top.py reads them)
+        [--py-spy OUT.txt [--py-spy-idle]]  # sample the operator (py-spy, collapsed stacks; bench/pyspy_top.py reads them;
+                                            # py-spy is not a project dependency: .venv/bin/pip install py-spy)
 
 Starts a real control plane (tests/cluster, built by tests/cluster/build.sh), installs the CRD, runs the
 operator as a separate process, then:
