@@ -20,6 +20,30 @@ from gdn_operator.redact import redact
 
 log = logging.getLogger(__name__)
 
+#: The client (kubernetes >= 35) imports each API and model class on first attribute access, under the
+#: import lock: the first burst of reconciles had every worker thread waiting ~3 s on it (importlib
+#: _ModuleLock.acquire under emit_event / get_object in bench/bench_reconcile.py --py-spy). Resolve the
+#: classes the handlers use once, here, before kopf starts any.
+WARM_CLASSES = tuple(getattr(kubernetes.client, n) for n in (
+    "AppsV1Api", "CoreV1Api", "CustomObjectsApi", "AutoscalingV2Api", "ApiextensionsV1Api",
+    "CoreV1Event", "V1DeleteOptions", "V1Secret",
+))
+
+#: Pooled connections of the process's API client (`api_client`, built on first use): one per worker thread
+#: (fewer: urllib3 opens and discards extra connections, a TLS handshake and a "pool is full" warning each).
+#: startup.configure sizes it from GDN_MAX_WORKERS before kopf runs any handler. Module state on purpose:
+#: the client is per process (see handlers/runtime.py), so is its pool.
+_POOL = {"size": 32}
+
+
+def size_connection_pool(workers: int) -> None:
+    """One pooled connection per worker thread (at least 32); a client built with another size is rebuilt."""
+    size = max(32, workers)
+    if size != _POOL["size"]:
+        _POOL["size"] = size
+        api_client.cache_clear()
+
+
 FIELD_MANAGER = "gdn-operator"
 APPLY = "application/apply-patch+yaml"
 
@@ -31,8 +55,8 @@ def api_client() -> kubernetes.client.ApiClient:
         kubernetes.config.load_incluster_config(client_configuration=cfg)
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config(client_configuration=cfg)
-    # handlers run in kopf's thread pool: one pooled connection per worker thread
-    cfg.connection_pool_maxsize = 32
+    # handlers run in kopf's thread pool: one pooled connection per worker thread (size_connection_pool)
+    cfg.connection_pool_maxsize = _POOL["size"]
     client = kubernetes.client.ApiClient(cfg)
     with_default_timeout(client.rest_client)
     return client

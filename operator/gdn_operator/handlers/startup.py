@@ -17,7 +17,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from gdn_operator import telemetry
-from gdn_operator.handlers import certs, webhookconfigs
+from gdn_operator.handlers import certs, kube, webhookconfigs
 from gdn_operator.handlers.reconcile import ANNOTATION_PREFIX, DIFFBASE
 from gdn_operator.handlers.webhook_limits import BoundedWebhookServer
 from gdn_operator.settings import Settings
@@ -115,6 +115,11 @@ def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, rt: Runtime)
     settings.persistence.finalizer = "serving.gdn-operator.io/kopf-finalizer"
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = cfg.max_workers
+    kube.size_connection_pool(cfg.max_workers)  # as many pooled API connections as worker threads
+    # A handler that fails on a passing fault (API server restarting: connection refused, 503) is retried
+    # after this many seconds; kopf's default of 60 s kept servers unreconciled ~46 s after the API server
+    # was back (bench/bench_faults.py, restart phase).
+    settings.execution.default_backoff = 10
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
