@@ -3,7 +3,10 @@
 status at the object's generation), for N objects (default 500),
 against the raw API write latency measured in the same run on the same control plane.
 
-    .venv/bin/python bench/bench_reconcile.py [--count 500] [--tier core|full]
+    .venv/bin/python bench/bench_reconcile.py [--count 500] [--tier core|full] [--operator-env K=V ...]
+        [--compare-env K=V ...]   # a second burst in the same run with the operator's env changed (ratio)
+        [--py-spy OUT.txt [--py-spy-idle]]  # sample the operator (py-spy, collapsed stacks; bench/pyspy_top.py reads them;
+                                            # py-spy is not a project dependency: .venv/bin/pip install py-spy)
 
 Starts a real control plane (tests/cluster, built by tests/cluster/build.sh), installs the CRD, runs the
 operator as a separate process, then:
@@ -11,23 +14,31 @@ operator as a separate process, then:
   2. creates N GDNModelServers as fast as one client can, and watches Deployments, Services and the
      servers' status; for each object and kind, latency = time the watch event arrived - time the create
      call returned; "ALL objects" is the latest of the three (every object counted, not only Deployments).
-Prints p50/p90/p99/max of both, and the ratio.
+  3. with --compare-env, step 2 again in a fresh namespace with a fresh operator whose environment also
+     has the given values (each burst's operator watches only its own namespace, so the second one does
+     not resume the first one's servers).
+Prints p50/p90/p99/max of both, the ratio, and the CPU seconds the operator, kube-apiserver and etcd used
+during each burst (with the load average: the machine may be shared).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "cluster"))
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
+sys.path.insert(0, str(ROOT / "tests"))  # tests/waiting.py, which operator_harness uses
 
 import kubernetes  # noqa: E402
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
@@ -35,13 +46,153 @@ from controlplane import ControlPlane, ensure_built  # noqa: E402
 from operator_harness import Kube, OperatorProcess, gms, install_crd  # noqa: E402
 from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 
+KINDS = ("Deployment", "Service", "status")
+
 
 def line(label: str, xs: list[float]) -> str:
+    if not xs:
+        return f"{label:<34} n=   0"
     ms = [x * 1000 for x in xs]
     return (
         f"{label:<34} n={len(ms):4d}  p50={pct(ms, 50):8.1f} ms  p90={pct(ms, 90):8.1f} ms  "
         f"p99={pct(ms, 99):8.1f} ms  max={max(ms):8.1f} ms  mean={statistics.mean(ms):8.1f} ms"
     )
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (its own threads; children not included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def apiserver_requests(cp: ControlPlane) -> dict[str, float]:
+    """kube-apiserver's apiserver_request_total, summed per "VERB resource[/subresource]" (all codes)."""
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(f"{cp.server}/metrics", timeout=30, context=cp.ssl_context()) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for m in re.finditer(r"^apiserver_request_total\{([^}]*)\} (\S+)$", text, re.M):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        key = f"{labels.get('verb')} {labels.get('resource')}" + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+        out[key] = out.get(key, 0.0) + float(m.group(2))
+    return out
+
+
+def parse_env(ap: argparse.ArgumentParser, flag: str, items: list[str]) -> dict[str, str]:
+    out = {}
+    for kv in items:
+        key, sep, val = kv.partition("=")
+        if not sep or not key:
+            ap.error(f"{flag} {kv!r}: expected KEY=VALUE")
+        out[key] = val
+    return out
+
+
+def burst(cp: ControlPlane, k: Kube, ns: str, env: dict[str, str], args: argparse.Namespace, workdir: Path,
+          py_spy: str | None) -> dict[str, Any]:  # noqa: C901 - one measured sequence, kept in one place
+    """Create args.count servers in `ns` with a fresh operator (env) and time every object it owes."""
+    op = OperatorProcess(cp, workdir, env={**env, "GDN_WATCH_NAMESPACES": ns}).start()
+    spy = None
+    if py_spy:
+        assert op.proc is not None
+        spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(op.proc.pid),
+                                "--format", "raw", "--threads", "--rate", "50", "-o", py_spy]
+                               + (["--idle"] if args.py_spy_idle else []), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # py-spy attaches
+    try:
+        created_at: dict[str, float] = {}
+        # every object the operator owes each server: Deployment, Service, and a status that
+        # records this generation (observedGeneration); a server is done when all three are there
+        seen: dict[str, dict[str, float]] = {kind: {} for kind in KINDS}
+        restarts = {kind: 0 for kind in KINDS}
+        apps = kubernetes.client.AppsV1Api(cp.api_client())
+        core2 = kubernetes.client.CoreV1Api(cp.api_client())
+        co = kubernetes.client.CustomObjectsApi(cp.api_client())
+        deadline = time.perf_counter() + args.timeout
+
+        def watch(kind: str, list_fn, *fn_args, ready=lambda o: True) -> None:
+            # a watch that ends or fails early is opened again (its synthetic ADDED events re-list every
+            # object; setdefault keeps the first time seen, so a re-list can only make a figure later)
+            while len(seen[kind]) < args.count and time.perf_counter() < deadline:
+                w = kubernetes.watch.Watch()
+                try:
+                    for ev in w.stream(list_fn, *fn_args, timeout_seconds=max(1, int(deadline - time.perf_counter()))):
+                        obj = ev["object"]
+                        if ev["type"] not in ("ADDED", "MODIFIED"):
+                            continue
+                        name = obj["metadata"]["name"] if isinstance(obj, dict) else obj.metadata.name
+                        if ready(obj):
+                            seen[kind].setdefault(name, time.perf_counter())
+                            if len(seen[kind]) >= args.count:
+                                w.stop()
+                                return
+                except Exception as e:  # noqa: BLE001 - counted and printed; the watch is opened again
+                    print(f"# {ns} {kind} watch failed: {e!r}", file=sys.stderr)
+                restarts[kind] += 1
+
+        threads = []
+        for kind, fn, fargs, ready in (
+            ("Deployment", apps.list_namespaced_deployment, (ns,), lambda o: True),
+            ("Service", core2.list_namespaced_service, (ns,), lambda o: True),
+            ("status", co.list_namespaced_custom_object, (GROUP, VERSION, ns, PLURAL),
+             lambda o: (o.get("status") or {}).get("observedGeneration") == o["metadata"].get("generation")),
+        ):
+            th = threading.Thread(target=watch, args=(kind, fn, *fargs), kwargs={"ready": ready}, daemon=True)
+            th.start()
+            threads.append(th)
+        time.sleep(1.0)  # let the watches establish
+        pids = {"operator": op.proc.pid if op.proc else 0, "kube-apiserver": cp.pids["kube-apiserver"], "etcd": cp.pids["etcd"]}
+        cpu0 = {n: cpu_seconds(p) for n, p in pids.items()}
+        req0 = apiserver_requests(cp)
+        crd_create = []
+        t_all = time.perf_counter()
+        for i in range(args.count):
+            name = f"gms-{i:04d}"
+            if args.rate > 0:
+                time.sleep(max(0.0, t_all + i / args.rate - time.perf_counter()))
+            t = time.perf_counter()
+            k.create(ns, gms(name))
+            now = time.perf_counter()
+            crd_create.append(now - t)
+            created_at[name] = now
+        for th in threads:
+            th.join(max(0.0, deadline - time.perf_counter()))
+        t_total = time.perf_counter() - t_all
+        cpu = {n: cpu_seconds(p) - cpu0[n] for n, p in pids.items()}
+        req1 = apiserver_requests(cp)
+        # every request the API server served during the burst (the bench's own: its creates and 3 watches)
+        requests = {key: n - req0.get(key, 0.0) for key, n in req1.items() if n - req0.get(key, 0.0) > 0}
+        load = os.getloadavg()[0]
+    finally:
+        op.stop()
+        if spy is not None:
+            spy.wait(60)  # py-spy writes its file when the operator exits
+    lat = {kind: [seen[kind][n] - created_at[n] for n in created_at if n in seen[kind]] for kind in seen}
+    complete = [max(seen[kd][n] for kd in seen) - created_at[n] for n in created_at if all(n in seen[kd] for kd in seen)]
+    return {"env": env, "crd_create": crd_create, "lat": lat, "complete": complete, "t_total": t_total, "cpu": cpu,
+            "load": load, "requests": requests, "missing": {kind: len(created_at) - len(v) for kind, v in lat.items()}, "restarts": restarts}
+
+
+def report(label: str, r: dict[str, Any], raw: list[float], count: int) -> None:
+    print(f"--- {label}: operator env {' '.join(f'{k}={v}' for k, v in r['env'].items())}; load {r['load']:.2f} (1 min)")
+    print(line("raw write: GDNModelServer create", r["crd_create"]))
+    print(line("apply → Deployment created", r["lat"]["Deployment"]))
+    print(line("apply → Service created", r["lat"]["Service"]))
+    print(line("apply → status at generation", r["lat"]["status"]))
+    print(line("apply → ALL objects (Dep+Svc+status)", r["complete"]))
+    print(f"all {count} servers within {r['t_total']:.1f} s of the first create; missing: "
+          + ", ".join(f"{kd} {m}" for kd, m in r["missing"].items())
+          + "; watches re-opened: " + ", ".join(f"{kd} {m}" for kd, m in r["restarts"].items()))
+    print("CPU seconds during the burst: " + ", ".join(f"{n} {s:.1f}" for n, s in r["cpu"].items())
+          + f" (wall {r['t_total']:.1f} s)")
+    reqs = sorted(r["requests"].items(), key=lambda kv: -kv[1])
+    print(f"API requests during the burst, per server ({sum(r['requests'].values()) / count:.1f} in all, incl. the "
+          "bench's create): " + ", ".join(f"{key} {n / count:.2f}" for key, n in reqs if n / count >= 0.05))
+    if r["complete"]:
+        print(f"ratio p50 (apply→all objects / raw ConfigMap write): {pct(r['complete'], 50) / pct(raw, 50):.1f}x; "
+              f"p99: {pct(r['complete'], 99) / pct(raw, 99):.1f}x")
 
 
 def main() -> int:
@@ -52,19 +203,31 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--rate", type=float, default=0.0,
                     help="objects created per second (0: as fast as one client can, a burst)")
+    ap.add_argument("--operator-env", action="append", default=[], metavar="K=V",
+                    help="extra environment for the operator process (e.g. GDN_MAX_WORKERS=32)")
+    ap.add_argument("--compare-env", action="append", default=[], metavar="K=V",
+                    help="run a second burst with these values added to the operator's environment")
+    ap.add_argument("--py-spy", metavar="OUT", help="record the operator with py-spy (raw collapsed stacks: CPU samples); "
+                    "with --compare-env the second burst goes to OUT.compare")
+    ap.add_argument("--py-spy-idle", action="store_true",
+                    help="with --py-spy: sample waiting threads too (wall time: where the workers wait)")
     args = ap.parse_args()
+    op_env = {"GDN_LOG_LEVEL": "WARNING", "GDN_STREAM_LOGS": "0", **parse_env(ap, "--operator-env", args.operator_env)}
+    compare = parse_env(ap, "--compare-env", args.compare_env)
 
     bins = ensure_built(args.tier)
     work = Path(tempfile.mkdtemp(prefix="gdn-bench-"))
+    runs = [("baseline", "bench-gms", op_env, args.py_spy)]
+    if compare:
+        runs.append(("compare", "bench-gms2", {**op_env, **compare}, args.py_spy and args.py_spy + ".compare"))
     with ControlPlane(work / "cp", tier=args.tier, binaries=bins) as cp:
         api = cp.api_client()
         install_crd(api)
         k = Kube(api)
         core = kubernetes.client.CoreV1Api(api)
-        for ns in ("bench-raw", "bench-gms"):
+        for ns in ["bench-raw"] + [r[1] for r in runs]:
             core.create_namespace({"metadata": {"name": ns}})
-        if args.tier == "full":
-            for ns in ("bench-raw", "bench-gms"):
+            if args.tier == "full":
                 k.create_namespace(ns)
 
         # 1. baseline: raw API writes of a similar-sized object
@@ -75,72 +238,18 @@ def main() -> int:
             core.create_namespaced_config_map("bench-raw", {"metadata": {"name": f"cm-{i}"}, "data": {"spec": payload}})
             raw.append(time.perf_counter() - t)
 
-        op = OperatorProcess(cp, work / "op", env={"GDN_LOG_LEVEL": "WARNING", "GDN_STREAM_LOGS": "0"}).start()
-        try:
-            created_at: dict[str, float] = {}
-            # every object the operator owes each server: Deployment, Service, and a status that
-            # records this generation (observedGeneration); a server is done when all three are there
-            seen: dict[str, dict[str, float]] = {"Deployment": {}, "Service": {}, "status": {}}
-            threads = []
-            apps = kubernetes.client.AppsV1Api(cp.api_client())
-            core2 = kubernetes.client.CoreV1Api(cp.api_client())
-            co = kubernetes.client.CustomObjectsApi(cp.api_client())
-
-            def watch(kind: str, list_fn, *fn_args, ready=lambda o: True) -> None:
-                w = kubernetes.watch.Watch()
-                for ev in w.stream(list_fn, *fn_args, timeout_seconds=int(args.timeout)):
-                    obj = ev["object"]
-                    name = obj["metadata"]["name"] if isinstance(obj, dict) else obj.metadata.name
-                    if ev["type"] in ("ADDED", "MODIFIED") and ready(obj):
-                        seen[kind].setdefault(name, time.perf_counter())
-                        if len(seen[kind]) >= args.count:
-                            w.stop()
-                            break
-
-            for kind, fn, fargs, ready in (
-                ("Deployment", apps.list_namespaced_deployment, ("bench-gms",), lambda o: True),
-                ("Service", core2.list_namespaced_service, ("bench-gms",), lambda o: True),
-                ("status", co.list_namespaced_custom_object, (GROUP, VERSION, "bench-gms", PLURAL),
-                 lambda o: (o.get("status") or {}).get("observedGeneration") == o["metadata"].get("generation")),
-            ):
-                th = threading.Thread(target=watch, args=(kind, fn, *fargs), kwargs={"ready": ready}, daemon=True)
-                th.start()
-                threads.append(th)
-            time.sleep(1.0)  # let the watches establish
-            crd_create = []
-            t_all = time.perf_counter()
-            for i in range(args.count):
-                name = f"gms-{i:04d}"
-                if args.rate > 0:
-                    time.sleep(max(0.0, t_all + i / args.rate - time.perf_counter()))
-                t = time.perf_counter()
-                k.create("bench-gms", gms(name))
-                now = time.perf_counter()
-                crd_create.append(now - t)
-                created_at[name] = now
-            deadline = time.perf_counter() + args.timeout
-            for th in threads:
-                th.join(max(0.0, deadline - time.perf_counter()))
-            t_total = time.perf_counter() - t_all
-            lat = {kind: [seen[kind][n] - created_at[n] for n in created_at if n in seen[kind]] for kind in seen}
-            complete = [max(seen[kd][n] for kd in seen) - created_at[n] for n in created_at if all(n in seen[kd] for kd in seen)]
-            missing = {kind: len(created_at) - len(v) for kind, v in lat.items()}
-        finally:
-            op.stop()
+        results = [(label, burst(cp, k, ns, env, args, work / f"op-{label}", spy)) for label, ns, env, spy in runs]
 
     pace = f"{args.rate:g}/s" if args.rate > 0 else "burst"
-    print(f"control plane tier: {args.tier}; objects: {args.count} created {pace}; operator: 1 process (kopf), SSA")
+    print(f"control plane tier: {args.tier}; objects: {args.count} created {pace}; operator: 1 process (kopf), SSA, "
+          "watching its burst's namespace")
     print(line("raw write: ConfigMap create", raw))
-    print(line("raw write: GDNModelServer create", crd_create))
-    print(line("apply → Deployment created", lat["Deployment"]))
-    print(line("apply → Service created", lat["Service"]))
-    print(line("apply → status at generation", lat["status"]))
-    print(line("apply → ALL objects (Dep+Svc+status)", complete))
-    print(f"all {args.count} servers within {t_total:.1f} s of the first create; missing: "
-          + ", ".join(f"{kd} {m}" for kd, m in missing.items()))
-    print(f"ratio p50 (apply→all objects / raw ConfigMap write): {pct(complete, 50) / pct(raw, 50):.1f}x; "
-          f"p99: {pct(complete, 99) / pct(raw, 99):.1f}x")
-    return 0 if not any(missing.values()) else 1
+    for label, r in results:
+        report(label, r, raw, args.count)
+    if len(results) == 2 and results[0][1]["complete"] and results[1][1]["complete"]:
+        a, b = results[0][1]["complete"], results[1][1]["complete"]
+        print(f"compare / baseline (apply→all objects): p50 {pct(b, 50) / pct(a, 50):.2f}x, p99 {pct(b, 99) / pct(a, 99):.2f}x")
+    return 0 if not any(any(r["missing"].values()) for _, r in results) else 1
 
 
 if __name__ == "__main__":

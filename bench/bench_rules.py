@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
 from pydantic import ValidationError  # noqa: E402
 
-from gdn_operator.api.models import GDNModelServerSpec  # noqa: E402
-from gdn_operator.rules import effective_config, evaluate, load_catalogue  # noqa: E402
+from gdn_operator.api.spec import GDNModelServerSpec  # noqa: E402
+from gdn_operator.rules import effective_config, evaluate, load_rules  # noqa: E402
 from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 MODELS = ["hf://Qwen/Qwen3.5-27B", "hf://Qwen/Qwen3.6-35B-A3B", "hf://Qwen/Qwen3-Next-80B-A3B-Instruct",
@@ -34,7 +34,7 @@ def random_spec(rng: random.Random, versions: list[str]) -> dict:
     d: dict = {
         "model": {"uri": rng.choice(MODELS)},
         "image": {"tag": "t", "vllmVersion": rng.choice(versions),
-                  "patches": rng.sample(sorted([*load_catalogue().patch_ids, *load_catalogue().planned_patch_ids]), rng.choice([0, 0, 0, 1, 2]))},
+                  "patches": rng.sample(sorted([*load_rules().patch_ids, *load_rules().planned_patch_ids]), rng.choice([0, 0, 0, 1, 2]))},
         "tensorParallelSize": rng.choice([1, 1, 2, 4, 8]),
         "speculativeDecoding": {"enabled": rng.random() < 0.9,
                                 "method": rng.choice(["mtp", "mtp", "qwen3_next_mtp", "qwen3_5_mtp"]),
@@ -72,7 +72,7 @@ def main() -> int:
     a = ap.parse_args()
     rng = random.Random(a.seed)
     t0 = time.perf_counter()
-    cat = load_catalogue()
+    cat = load_rules()
     load_s = time.perf_counter() - t0
     versions = list(cat.releases) + ["0.19.2rc1.dev226+g53b9640fb", "0.34.0"]
 

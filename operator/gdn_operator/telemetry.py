@@ -8,20 +8,20 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-REGISTRY = CollectorRegistry(auto_describe=True)
+METRICS_REGISTRY = CollectorRegistry(auto_describe=True)
 
 # --- crash watch -------------------------------------------------------------------------------
 CRASHES = Counter(
     "gdn_engine_crashes",
     "Engine crashes classified by the crash watch, by signature id.",
     ["namespace", "name", "signature", "upstream"],
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )
 REMEDIATIONS = Counter(
     "gdn_remediations",
     "Automatic remediations applied after a repeated known crash signature.",
     ["namespace", "name", "signature", "action"],
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )
 
 # --- admission ---------------------------------------------------------------------------------
@@ -29,7 +29,7 @@ ADMISSION_DECISIONS = Counter(
     "gdn_admission_decisions",
     "Admission decisions by outcome (admitted, denied, mitigated, warned) and rule id.",
     ["namespace", "decision", "rule"],
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )
 
 # --- speculative-decoding acceptance ---------------------------------------------------------------
@@ -37,50 +37,50 @@ ACCEPTANCE_RATE = Gauge(
     "gdn_spec_acceptance_rate",
     "Speculative-decoding acceptance rate (accepted / draft tokens) over the sliding window.",
     ["namespace", "name"],
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )
 MEAN_ACCEPTED_LENGTH = Gauge(
     "gdn_spec_mean_accepted_length",
     "Mean accepted length per draft (1 + accepted / drafts) over the sliding window.",
     ["namespace", "name"],
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )
 ACCEPTANCE_PER_POSITION = Gauge(
     "gdn_spec_acceptance_per_position",
     "Acceptance rate per draft position over the sliding window.",
     ["namespace", "name", "position"],
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )
 DRAFTS_PER_SECOND = Gauge(
     "gdn_spec_drafts_per_second",
     "Speculative drafts per second over the sliding window.",
     ["namespace", "name"],
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )
 POD_ACCEPTANCE_RATE = Gauge(
     "gdn_spec_pod_acceptance_rate",
     "Per-pod speculative-decoding acceptance rate over the sliding window.",
     ["namespace", "name", "pod"],
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )
 SCRAPE_ERRORS = Counter(
     "gdn_scrape_errors",
     "Failed /metrics scrapes of engine pods, by reason (timeout, connect, http, parse).",
     ["namespace", "name", "reason"],
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )
 SCRAPE_DURATION = Histogram(
     "gdn_scrape_duration_seconds",
     "Duration of one engine /metrics scrape.",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )
 SPEC_ANOMALY = Gauge(
     "gdn_spec_anomaly",
     "1 while a speculative-decoding anomaly is detected for a GDNModelServer, by reason "
     "(SpecAcceptanceNearZero, SpecAcceptanceDrop, EarlyStopShift).",
     ["namespace", "name", "reason"],
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )
 
 # --- workload ----------------------------------------------------------------------------------
@@ -88,19 +88,19 @@ READY_REPLICAS = Gauge(
     "gdn_ready_replicas",
     "Ready engine replicas per GDNModelServer.",
     ["namespace", "name"],
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )
 DESIRED_REPLICAS = Gauge(
     "gdn_desired_replicas",
     "Desired engine replicas per GDNModelServer (spec.replicas as rendered).",
     ["namespace", "name"],
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )
 ENGINE_RESTARTS = Gauge(
     "gdn_engine_restarts",
     "Sum of container restart counts over the engine pods of a GDNModelServer.",
     ["namespace", "name"],
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )
 
 # --- output probes -----------------------------------------------------------------------------
@@ -108,23 +108,23 @@ PROBES = Counter(
     "gdn_probe",
     "Output probe answers by result (pass, learned, mismatch, early-stop, error), per server and probe.",
     ["namespace", "server", "probe", "result"],
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )
 PROBE_DURATION = Histogram(
     "gdn_probe_duration_seconds",
     "Duration of one output probe request (greedy /v1/completions to one engine pod).",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )
 PROBE_ROUND_DURATION = Histogram(
     "gdn_probe_round_duration_seconds",
     "Duration of one probe round of a server (all probes on all its Ready engine pods).",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )
 OUTPUT_INCONSISTENT = Gauge(
     "gdn_output_inconsistent",
     "1 while OutputConsistent is False for a GDNModelServer, by reason (ProbeMismatch, ProbeEarlyStop, ProbeError).",
     ["namespace", "server", "reason"],
-    registry=REGISTRY,
+    registry=METRICS_REGISTRY,
 )

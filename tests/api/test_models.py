@@ -3,7 +3,7 @@
 import pytest
 
 from gdn_operator.api.load import ManifestError, load_documents, parse_object, parse_spec
-from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
 
 BASE = {
     "model": {"uri": "hf://Qwen/Qwen3.5-27B"},
@@ -109,7 +109,7 @@ def test_pvc_uri_parts():
 
 
 def test_status_tolerates_unknown_fields():
-    from gdn_operator.api.models import GDNModelServerStatus
+    from gdn_operator.api.status import GDNModelServerStatus
 
     st = GDNModelServerStatus.model_validate({"phase": "Ready", "futureField": 1})
     assert st.phase == "Ready"

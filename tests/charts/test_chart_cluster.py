@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -293,16 +292,30 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
             wait_for(lambda: co.get_namespaced_custom_object("monitoring.coreos.com", "v1", watched, "podmonitors", "qwen-a"), 30,
                      what="per-server PodMonitor")
 
-        time.sleep(3)  # let a wrongly active standby show itself
+        # Positive evidence that the standby cannot see qwen-a (instead of a fixed sleep): its own log says
+        # its watch-stream of GDNModelServers is paused (kopf logs it at DEBUG when the peering pauses it,
+        # and "Resuming the watch-stream" if it ever watches again); only then assert that it did nothing.
+        watch = "the watch-stream for gdnmodelservers."
+
+        def watch_paused(r: LocalReplica) -> bool:
+            t = r.text()
+            return t.rfind(f"Pausing {watch}") > t.rfind(f"Resuming {watch}")
+
+        wait_for(lambda: watch_paused(standby), 60, what=f"{standby.pod_id}: 'Pausing {watch}' in its log")
+        assert not watch_paused(active), "the active replica must be watching GDNModelServers"
         assert is_active(active) and not is_active(standby), "the lower-priority replica must stay paused"
         since_pause = standby.text()
         since_pause = since_pause[since_pause.rfind(paused):] if paused in since_pause else since_pause
         assert "reconciled: applied" in active.text(), "the active replica reconciles"
         assert "reconciled" not in since_pause, "the paused replica must not reconcile"
 
-        # -- admission through the chart's webhook configuration (filled by the operator) ------------
+        # -- admission through the chart's webhook configurations (pointed at the replicas) -----------
+        # the chart ships them complete; the operator (GDN_WEBHOOK_CONFIGS=shipped from the chart's env)
+        # patches only clientConfig: here the local replicas' URL and CA instead of the Service
         adm = client.AdmissionregistrationV1Api(admin)
-        wait_for(lambda: adm.read_validating_webhook_configuration(cfg_name).webhooks, 60, what="webhooks filled by kopf")
+        for read in (adm.read_validating_webhook_configuration, adm.read_mutating_webhook_configuration):
+            wait_for(lambda read=read: all(h.client_config.url and h.client_config.ca_bundle for h in read(cfg_name).webhooks),
+                     60, what="webhooks pointed at the replicas")
         bad = server("qwen-bad", image={"repository": "vllm/vllm-openai", "tag": "v0.28.0", "vllmVersion": "0.28.0"},
                      prefixCaching=True, admissionPolicy="reject")
         with pytest.raises(ApiException) as e:

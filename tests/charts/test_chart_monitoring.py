@@ -302,7 +302,7 @@ def test_every_metric_name_exists(dashboard, rule_groups):
         used |= set(re.findall(r"\b(gdn_[a-z_]+|vllm:[a-z_:]+)", t))
     from gdn_operator import telemetry
 
-    known_gdn = {m.name for m in telemetry.REGISTRY.collect()}
+    known_gdn = {m.name for m in telemetry.METRICS_REGISTRY.collect()}
     gdn_ok = set()
     for n in known_gdn:
         gdn_ok |= {n, n + "_total", n + "_bucket", n + "_count", n + "_sum"}

@@ -28,8 +28,8 @@ from _chart_helpers import (
 #   update_status, emit_event, crd_exists, delete_pod_monitor), handlers/certs.py (Secret get/create/
 #   replace), handlers/workload.py (kopf index/event on pods and deployments), handlers/reconcile.py,
 #   handlers/crashwatch.py (pod daemon -> kopf finalizer on pods, pods/log), handlers/acceptance.py,
-#   and kopf 1.45 itself (resource/namespace observers, peering keep-alives, admission config manager,
-#   event posting).
+#   handlers/webhookconfigs.py (get + patch of the chart's webhook configurations), and kopf 1.45
+#   itself (resource/namespace observers, peering keep-alives, event posting).
 ALLOWED: dict[tuple[str, str], set[str]] = {
     ("serving.gdn-operator.io", "gdnmodelservers"): {"get", "list", "watch", "patch"},
     ("serving.gdn-operator.io", "gdnmodelservers/status"): {"update"},
@@ -41,8 +41,10 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("", "events"): {"create"},
     ("monitoring.coreos.com", "podmonitors"): {"create", "patch", "delete"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
-    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): {"create", "patch"},
-    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): {"create", "patch"},
+    # the chart ships both configurations; the operator reads them and patches its caBundle in
+    # (handlers/webhookconfigs.py): never create, list, watch, update or delete
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): {"get", "patch"},
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): {"get", "patch"},
     ("", "namespaces"): {"list", "watch"},
     ("kopf.dev", "clusterkopfpeerings"): {"list", "watch", "patch"},
     ("kopf.dev", "kopfpeerings"): {"list", "watch", "patch"},
@@ -56,8 +58,8 @@ NAMESPACED_RESOURCES = {
 }
 #: Verbs that must be limited to one object by resourceNames (the API allows it for them).
 NAME_RESTRICTED = {
-    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): {"patch"},
-    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): {"patch"},
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): {"get", "patch"},
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): {"get", "patch"},
     ("kopf.dev", "clusterkopfpeerings"): {"patch"},
     ("kopf.dev", "kopfpeerings"): {"patch"},
     ("", "secrets"): {"get", "update"},
@@ -224,14 +226,18 @@ def test_probes_ports_and_services_are_wired(chart_tools, name):
     # handlers/startup.ServiceWebhookServer advertises port 443
     assert [(p["port"], p["targetPort"]) for p in webhook["spec"]["ports"]] == [(443, "webhook")]
     assert int(env["GDN_WEBHOOK_PORT"]) == ports["webhook"]
-    # the chart owns the (empty) webhook configurations the operator fills; RBAC patch is for that name
+    # the chart ships the webhook configurations complete (tests/charts/test_chart_webhooks.py holds them
+    # to what the operator serves); the operator only patches their caBundle, by name
+    assert env["GDN_WEBHOOK_CONFIGS"] == "shipped"
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         cfg = one(objs, kind)
         assert cfg["metadata"]["name"] == env["GDN_WEBHOOK_CONFIG_NAME"]
-        assert "webhooks" not in cfg, "the operator (kopf) owns the webhooks list"
-    names = [r.get("resourceNames") for r in one(objs, "ClusterRole")["rules"]
-             if "validatingwebhookconfigurations" in r["resources"] and "patch" in r["verbs"]]
-    assert names == [[env["GDN_WEBHOOK_CONFIG_NAME"]]]
+        for hook in cfg["webhooks"]:
+            assert hook["clientConfig"]["service"]["name"] == env["GDN_WEBHOOK_SERVICE"]
+            assert hook["clientConfig"]["service"]["namespace"] == NAMESPACE
+            assert "caBundle" not in hook["clientConfig"], "the operator publishes the caBundle"
+    rules = [r for r in one(objs, "ClusterRole")["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
+    assert [(r.get("resourceNames"), sorted(r["verbs"])) for r in rules] == [([env["GDN_WEBHOOK_CONFIG_NAME"]], ["get", "patch"])]
     assert env["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
 

@@ -16,12 +16,8 @@ from pathlib import Path
 
 import harness
 
-from gdn_operator.api.models import (
-    AttentionBackend,
-    CudagraphMode,
-    GDNModelServerSpec,
-    GDNPrefillBackend,
-)
+from gdn_operator.api.enums import AttentionBackend, CudagraphMode, GDNPrefillBackend
+from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.render.engine import vllm_args
 from gdn_operator.rules import evaluate
 

@@ -7,11 +7,11 @@ import json
 import os
 import shutil
 import subprocess
-import time
 
 import harness
+from waiting import poll
 
-from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.render.engine import engine_env, vllm_args
 from gdn_operator.rules import evaluate
 
@@ -28,9 +28,7 @@ def test_v2_runner_hybrid_refused_and_classified(gpu_site, workdir, artifacts, e
     rendered = harness.Rendered(vllm_args("tiny-recall", spec), env, [])
     eng = harness.start("v2-runner", rendered, workdir / "engines", site_path=gpu_site)
     try:
-        deadline = time.monotonic() + 300
-        while eng.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(1)
+        poll(eng.proc.poll, until=lambda rc: rc is not None, timeout=300, interval=1)
         assert eng.proc.returncode not in (None, 0), "the V2 runner engine did not exit within 300 s"
     finally:
         harness.stop(eng)

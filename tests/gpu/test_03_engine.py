@@ -6,12 +6,12 @@ async and sync scheduling."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
 import harness
 from harness import CONFIGS, GUARDED, ready
+from waiting import poll
 
 from gdn_operator.watch.acceptance import PodWindow, parse_exposition
 from gdn_operator.watch.guardline import check_patch_set, parse_guard_line
@@ -47,12 +47,8 @@ def test_rendered_engine_serves_and_acceptance_equals_raw_counters(engines, arti
     # The API server records an engine step's stats as it handles the step's outputs, which may be just
     # after the last response went out: wait until the generated tokens of all responses are counted.
     want = sum(_raw(before, "vllm:generation_tokens_total").values()) + sum(g["completion_tokens"] for g in got)
-    deadline = time.monotonic() + 15
-    while True:
-        after = harness.metrics(eng)
-        if sum(_raw(after, "vllm:generation_tokens_total").values()) >= want or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+    after, _ = poll(lambda: harness.metrics(eng), timeout=15, interval=0.2,
+                    until=lambda text: sum(_raw(text, "vllm:generation_tokens_total").values()) >= want)
     (artifacts / "metrics-rendered.prom").write_text(after)
     for s in SPEC_SERIES:
         assert s in after, f"{s} missing from /metrics"

@@ -13,7 +13,7 @@ SPEC = {
 
 
 def test_mitigate_policy_patches_spec_and_annotation():
-    merge, mitigated = mitigation_patch({**SPEC, "admissionPolicy": "mitigate"})
+    merge, mitigated = mitigation_patch({**SPEC, "admissionPolicy": "mitigate"}, "reject")
     assert merge["spec"]["prefixCaching"] is False
     note = json.loads(merge["metadata"]["annotations"][MITIGATIONS_ANNOTATION])
     assert "vllm#43559" in note
@@ -21,6 +21,6 @@ def test_mitigate_policy_patches_spec_and_annotation():
 
 
 def test_reject_policy_and_clean_specs_are_not_mutated():
-    assert mitigation_patch({**SPEC, "admissionPolicy": "reject"}) is None
-    assert mitigation_patch({**SPEC, "prefixCaching": False, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}) is None
-    assert mitigation_patch({"model": "not a mapping"}) is None  # validation explains; mutation stays out
+    assert mitigation_patch({**SPEC, "admissionPolicy": "reject"}, "reject") is None
+    assert mitigation_patch({**SPEC, "prefixCaching": False, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}, "reject") is None
+    assert mitigation_patch({"model": "not a mapping"}, "mitigate") is None  # validation explains; mutation stays out

@@ -3,7 +3,8 @@
 import pytest
 
 from gdn_operator.api.load import parse_spec
-from gdn_operator.handlers.crashwatch import _merged_spec, deaths_in, remediation_for
+from gdn_operator.handlers.crashwatch import deaths_in
+from gdn_operator.handlers.remediation import _merged_spec, remediation_for
 
 BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}
 
@@ -79,12 +80,11 @@ class FakeServer:
 
 @pytest.fixture
 def server(monkeypatch):
-    from gdn_operator.handlers import crashwatch, kube
+    from gdn_operator.handlers import kube
 
     fake = FakeServer({**BASE, "remediation": {"mode": "none"}})
     monkeypatch.setattr(kube, "update_status", fake.update_status)
     monkeypatch.setattr(kube, "emit_event", fake.emit_event)
-    monkeypatch.setattr(crashwatch, "SEEN", crashwatch._Seen())  # a fresh operator process
     return fake
 
 
@@ -95,31 +95,32 @@ def death(pod, restarts, finished, args=()):
                  finished, False, tuple(args))
 
 
-def test_replayed_deaths_after_an_operator_restart_are_not_counted_again(server, monkeypatch):
+def test_replayed_deaths_after_an_operator_restart_are_not_counted_again(server, rt):
+    from runtime_helpers import make_runtime
     from gdn_operator.handlers import crashwatch
 
-    crashwatch.handle_death("ns", "s", death("a", 1, "2026-11-22T10:00:01Z"))
-    crashwatch.handle_death("ns", "s", death("b", 1, "2026-11-22T10:00:05Z"))
+    crashwatch.handle_death(rt, "ns", "s", death("a", 1, "2026-11-22T10:00:01Z"))
+    crashwatch.handle_death(rt, "ns", "s", death("b", 1, "2026-11-22T10:00:05Z"))
     assert server.obj["status"]["lastCrash"]["count"] == 2
-    monkeypatch.setattr(crashwatch, "SEEN", crashwatch._Seen())  # operator restarted: kopf lists the pods again
-    crashwatch.handle_death("ns", "s", death("a", 1, "2026-11-22T10:00:01Z"))
-    crashwatch.handle_death("ns", "s", death("b", 1, "2026-11-22T10:00:05Z"))
+    restarted = make_runtime()  # operator restarted (a new runtime): kopf lists the pods again
+    crashwatch.handle_death(restarted, "ns", "s", death("a", 1, "2026-11-22T10:00:01Z"))
+    crashwatch.handle_death(restarted, "ns", "s", death("b", 1, "2026-11-22T10:00:05Z"))
     assert server.obj["status"]["lastCrash"]["count"] == 2
     assert server.events.count("EngineCrashed") == 2
 
 
-def test_crash_of_a_pod_running_a_previous_spec_is_reported_but_not_counted(server, monkeypatch):
+def test_crash_of_a_pod_running_a_previous_spec_is_reported_but_not_counted(server, monkeypatch, rt):
     from gdn_operator.handlers import crashwatch
 
-    monkeypatch.setattr(crashwatch, "_current_args", lambda obj: {("current",)})  # every argv the workload runs
-    crashwatch.handle_death("ns", "s", death("new", 1, "2026-11-22T10:00:01Z", args=("current",)))
-    crashwatch.handle_death("ns", "s", death("old", 3, "2026-11-22T10:00:02Z", args=("previous",)))
+    monkeypatch.setattr(crashwatch, "_current_args", lambda obj, rt: {("current",)})  # every argv the workload runs
+    crashwatch.handle_death(rt, "ns", "s", death("new", 1, "2026-11-22T10:00:01Z", args=("current",)))
+    crashwatch.handle_death(rt, "ns", "s", death("old", 3, "2026-11-22T10:00:02Z", args=("previous",)))
     lc = server.obj["status"]["lastCrash"]
     assert lc["pod"] == "old" and lc["count"] == 1
 
 
 def test_change_from_a_rule_mitigation_is_a_merge_patch_and_never_reapplied():
-    from gdn_operator.handlers.crashwatch import change_from_mitigation
+    from gdn_operator.handlers.remediation import change_from_mitigation
 
     c = change_from_mitigation("vllm#51508", {"asyncScheduling": False}, {})
     assert c.patch == {"asyncScheduling": False} and c.action == "asyncScheduling=false"
@@ -173,12 +174,12 @@ def test_drop_nccl_p2p_disable_remediation():
     ],
 )
 def test_tp2_illegal_address_ladder_keeps_mtp_on_first(spec, tried, action, reason):
-    from gdn_operator.handlers.crashwatch import choose_remediation
+    from gdn_operator.handlers.remediation import choose_remediation
 
     obj = {"spec": spec, "status": {"remediations": [
         {"signature": "cuda-illegal-address-accepted-sync", "action": a, "generation": g} for g, a in enumerate(tried, 1)
     ]}}
-    change, refusal, why = choose_remediation("cuda-illegal-address-accepted-sync", b4_result(), parse_spec(spec), obj)
+    change, refusal, why = choose_remediation("cuda-illegal-address-accepted-sync", b4_result(), parse_spec(spec), obj, "reject")
     assert refusal is None and change.action == action
     if reason is None:
         assert why is None
@@ -189,7 +190,7 @@ def test_tp2_illegal_address_ladder_keeps_mtp_on_first(spec, tried, action, reas
 def test_ladder_over_generations_records_each_step_in_status(monkeypatch):
     """Three crash loops on three generations: P2P back on, then async off, then (last resort) MTP off;
     each decision once per generation, with its reason in status.remediations."""
-    from gdn_operator.handlers import crashwatch, kube
+    from gdn_operator.handlers import kube, remediation
 
     fake = FakeServer({**TP2, **P2P, "remediation": {"mode": "auto", "threshold": 1}})
     monkeypatch.setattr(kube, "update_status", fake.update_status)
@@ -204,7 +205,7 @@ def test_ladder_over_generations_records_each_step_in_status(monkeypatch):
     applied = []
     for _ in range(4):
         gen = fake.obj["metadata"]["generation"]
-        change = crashwatch.maybe_remediate("ns", "s", fake.obj, b4_result(), 1, gen)
+        change = remediation.maybe_remediate("ns", "s", fake.obj, b4_result(), 1, gen, policy="reject")
         applied.append(change.action if change else None)
     assert applied == ["env NCCL_P2P_DISABLE removed", "asyncScheduling=false", "speculativeDecoding.enabled=false", None]
     rem = fake.obj["status"]["remediations"]
@@ -214,12 +215,12 @@ def test_ladder_over_generations_records_each_step_in_status(monkeypatch):
     assert "last resort" in rem[2]["reason"] and rem[3]["action"] == "none"
     assert fake.obj["spec"]["speculativeDecoding"]["enabled"] is False and fake.obj["spec"]["asyncScheduling"] is False
     # a second crash on the same generation decides nothing new
-    assert crashwatch.maybe_remediate("ns", "s", fake.obj, b4_result(), 2, fake.obj["metadata"]["generation"]) is None
+    assert remediation.maybe_remediate("ns", "s", fake.obj, b4_result(), 2, fake.obj["metadata"]["generation"], policy="reject") is None
     assert len(fake.obj["status"]["remediations"]) == 4
 
 
 def test_generic_class_without_evidence_is_never_remediated(monkeypatch):
-    from gdn_operator.handlers import crashwatch, kube
+    from gdn_operator.handlers import kube, remediation
     from gdn_operator.watch.signatures import classify_text
 
     fake = FakeServer({**TP2, "remediation": {"mode": "auto", "threshold": 1}})
@@ -228,5 +229,27 @@ def test_generic_class_without_evidence_is_never_remediated(monkeypatch):
     monkeypatch.setattr(kube, "patch_server", lambda *a: pytest.fail("no automatic change without evidence"))
     r = classify_text("[rank1]:[E0601 04:12:55.1 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600077 milliseconds before timing out.\n")
     assert r.signature == "nccl-watchdog-timeout" and r.upstream is None
-    assert crashwatch.maybe_remediate("ns", "s", fake.obj, r, 3, 1) is None
+    assert remediation.maybe_remediate("ns", "s", fake.obj, r, 3, 1, policy="reject") is None
     assert fake.obj["status"]["remediations"][0]["action"] == "none"
+
+
+def test_one_crash_degrades_until_the_quiet_period_clears_it(server, rt):
+    from gdn_operator.handlers import crashwatch, quiet
+    from gdn_operator.handlers import status as st
+
+    crashwatch.handle_death(rt, "ns", "s", death("a", 1, "2026-11-22T10:00:01Z"))
+    status = server.obj["status"]
+    cl, d = st.get_condition(status, st.CRASH_LOOPING), st.get_condition(status, st.DEGRADED)
+    assert (cl["status"], cl["reason"]) == ("False", "EngineCrashed")  # one crash: not a loop
+    assert (d["status"], d["reason"]) == ("True", "EngineCrashed") and "engine in pod a died" in d["message"]
+    assert quiet.clear_crash_conditions("ns", "s", quiet_seconds=1.0) is server.obj
+    assert st.is_true(server.obj["status"], st.DEGRADED)  # not Ready: a crash loop has ready phases, wait for one
+    st.set_condition(server.obj["status"], st.READY, True, "EnginesReady", "1/1 engine pods ready.", 1)
+    quiet.clear_crash_conditions("ns", "s", quiet_seconds=1.0)  # the crash is long past
+    status = server.obj["status"]
+    assert st.get_condition(status, st.CRASH_LOOPING)["reason"] == "EnginesRunning" and not st.crash_recent(status)
+    assert st.get_condition(status, st.DEGRADED)["status"] == "False"
+    # a crash after a recent one is not cleared before its quiet period
+    crashwatch.handle_death(rt, "ns", "s", death("a", 2, st.now()))
+    quiet.clear_crash_conditions("ns", "s", quiet_seconds=600.0)
+    assert st.crash_recent(server.obj["status"]) and st.is_true(server.obj["status"], st.DEGRADED)

@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from probe_standin import CORRECT, EARLY, SLOW, WRONG, WRONG_AT, ProbeStandIn, answer_for  # noqa: E402
+from waiting import async_poll  # noqa: E402
 
 from controlplane import free_port  # noqa: E402
 from gdn_operator import telemetry  # noqa: E402
@@ -190,9 +191,7 @@ async def test_loop_keeps_one_round_in_flight_per_pod_and_jitters(engines, port)
     s.next_due = 0
     sup.rng.uniform = lambda a, b: 0.0  # every tick is "due": only the in-flight guard spaces the rounds
     task = asyncio.get_running_loop().create_task(sup.run())
-    deadline = asyncio.get_running_loop().time() + 10
-    while e.requests < 6 and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.05)
+    await async_poll(lambda: e.requests, until=lambda n: n >= 6, timeout=10, interval=0.05)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -215,10 +214,8 @@ def body(gen: int, status: dict | None = None, **spec) -> dict:
 
 
 @pytest.fixture
-def no_api(monkeypatch):
-    from gdn_operator.handlers import kube
-
-    monkeypatch.setattr(kube, "crd_exists", lambda *a, **k: False)
+def no_api(rt):
+    return rt  # a runtime whose cluster serves no optional CRD
 
 
 def test_server_from_body_renders_the_engine_identity_pods_are_matched_with(no_api):
@@ -226,14 +223,14 @@ def test_server_from_body_renders_the_engine_identity_pods_are_matched_with(no_a
     from gdn_operator.handlers.reconcile import expected_objects
     from gdn_operator.handlers.workload import pod_summary
 
-    s = server_from_body(body(3))
+    s = server_from_body(body(3), no_api)
     assert s.spec is not None and s.generation == 3 and s.model == "srv"
     assert s.image == "ghcr.io/gdn-operator/vllm-gdn:v0.33.0-gdn1" and s.remediation_auto
     assert [w["rule"] for w in s.warned] == ["vllm#51508"] and s.warned[0]["mitigation"] == {"asyncScheduling": False}
-    dep = next(o for o in expected_objects(body(3)) if o["kind"] == "Deployment")
+    dep = next(o for o in expected_objects(body(3), no_api) if o["kind"] == "Deployment")
     pod_body = {"metadata": {"name": "p", "uid": "x"}, "spec": dep["spec"]["template"]["spec"], "status": {}}
     assert pod_summary(pod_body)["engine"] == s.engine != ""
-    other = server_from_body(body(4, asyncScheduling=False))
+    other = server_from_body(body(4, asyncScheduling=False), no_api)
     assert other.engine != s.engine and other.warned == []  # a pod of the previous spec is not probed
 
 
@@ -244,17 +241,17 @@ def test_server_from_body_restores_counts_and_reference_of_the_same_generation_o
                         "reference": {"generation": 3, "image": "ghcr.io/gdn-operator/vllm-gdn:v0.33.0-gdn1", "pod": "p",
                                       "answers": [{"probe": "q", "tokenIds": [7, 8], "text": ""}]}},
              "conditions": [{"type": "OutputConsistent", "status": "True", "reason": "ProbesPassing"}]}
-    s = server_from_body(body(3, saved))
+    s = server_from_body(body(3, saved), no_api)
     assert s.book.tracks["q"].consecutive == 2 and s.book.condition.value is True
     assert s.reference["q"].token_ids == (7, 8) and s.ref_meta["pod"] == "p"
-    fresh = server_from_body(body(4, saved))
+    fresh = server_from_body(body(4, saved), no_api)
     assert fresh.book.tracks["q"].consecutive == 0 and fresh.reference == {} and fresh.book.condition.value is None
 
 
 def test_no_probes_or_a_rejected_spec_means_nothing_to_probe(no_api):
     from gdn_operator.handlers.probes import server_from_body
 
-    assert server_from_body(body(1, probes=None)).spec is None
-    assert server_from_body(body(1, probes={**BODY_SPEC["probes"], "enabled": False})).spec is None
+    assert server_from_body(body(1, probes=None), no_api).spec is None
+    assert server_from_body(body(1, probes={**BODY_SPEC["probes"], "enabled": False}), no_api).spec is None
     rejected = body(1, prefixCaching=True)  # vllm#43559 prefix caching + MTP: rejected under the default policy
-    assert server_from_body(rejected).spec is None
+    assert server_from_body(rejected, no_api).spec is None

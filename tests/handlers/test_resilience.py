@@ -7,12 +7,13 @@ import asyncio
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import kubernetes
 import pytest
 import urllib3
 
-from gdn_operator.handlers import crashwatch, kube
+from gdn_operator.handlers import kube, logfollow
 
 
 @pytest.fixture
@@ -75,7 +76,7 @@ def test_instance_state_is_unknown_not_gone_when_the_api_server_is_away(monkeypa
     client = _client(f"http://127.0.0.1:{port}")
     client.configuration.retries = 0
     monkeypatch.setattr(kube, "api_client", lambda: client)
-    assert crashwatch._instance_running("ns", "pod", "uid", 0) is None
+    assert logfollow._instance_running("ns", "pod", "uid", 0) is None
 
 
 def test_log_follower_retries_through_an_outage_then_ends_with_the_instance(monkeypatch):
@@ -93,9 +94,11 @@ def test_log_follower_retries_through_an_outage_then_ends_with_the_instance(monk
     async def no_sleep(_s):
         return None
 
-    monkeypatch.setattr(crashwatch, "_stream_once", stream_once)
-    monkeypatch.setattr(crashwatch, "_instance_running", instance_running)
-    monkeypatch.setattr(crashwatch.asyncio, "sleep", no_sleep)
-    followers = crashwatch.LogFollowers()
-    asyncio.run(asyncio.wait_for(followers._follow("ns", "pod", "uid", 0, "srv"), 10))
+    monkeypatch.setattr(logfollow, "_stream_once", stream_once)
+    monkeypatch.setattr(logfollow, "_instance_running", instance_running)
+    monkeypatch.setattr(logfollow.asyncio, "sleep", no_sleep)
+    monkeypatch.setattr(logfollow, "evidence_for", lambda ns, name: None)  # no API server to read the spec from
+    with ThreadPoolExecutor(4) as pool:
+        followers = logfollow.LogFollowers(pool, logfollow.StreamedResults())
+        asyncio.run(asyncio.wait_for(followers._follow("ns", "pod", "uid", 0, "srv"), 10))
     assert calls == {"stream": 4, "check": 4}

@@ -34,8 +34,7 @@ def fake(monkeypatch):
     f = Fake()
     monkeypatch.setattr(kube, "update_status", f.update_status)
     monkeypatch.setattr(kube, "emit_event", f.emit_event)
-    monkeypatch.setattr(crashwatch, "SEEN", crashwatch._Seen())
-    monkeypatch.setattr(crashwatch, "_current_args", lambda obj: None)
+    monkeypatch.setattr(crashwatch, "_current_args", lambda obj, rt: None)
     return f
 
 
@@ -54,26 +53,26 @@ def test_group_pods_are_labelled_with_their_group():
     assert deaths_in(pod)[0].group == "s/0"
 
 
-def test_one_group_crash_counts_once_and_keeps_the_workers_root_cause(fake):
+def test_one_group_crash_counts_once_and_keeps_the_workers_root_cause(fake, rt):
     from gdn_operator.handlers import crashwatch
 
-    crashwatch.handle_death("ns", "s", death("s-0-1", 1, "2026-11-22T10:00:00Z", B1))  # worker: the root cause
-    crashwatch.handle_death("ns", "s", death("s-0", 1, "2026-11-22T10:00:03Z", NCCL))  # leader follows
+    crashwatch.handle_death(rt, "ns", "s", death("s-0-1", 1, "2026-11-22T10:00:00Z", B1))  # worker: the root cause
+    crashwatch.handle_death(rt, "ns", "s", death("s-0", 1, "2026-11-22T10:00:03Z", NCCL))  # leader follows
     lc = fake.obj["status"]["lastCrash"]
     assert lc["count"] == 1 and lc["signature"] == "gdn-mixed-spec-decode-assert" and lc["group"] == "s/0"
     assert lc["pod"] == "s-0"
     assert "counted once" in fake.events[-1][1] and fake.events[-1][1].startswith("Engine group s/0")
     # the next crash of the group (after the restart) counts again
-    crashwatch.handle_death("ns", "s", death("s-0-1", 2, "2026-11-22T10:02:00Z", B1))
+    crashwatch.handle_death(rt, "ns", "s", death("s-0-1", 2, "2026-11-22T10:02:00Z", B1))
     assert fake.obj["status"]["lastCrash"]["count"] == 2
     assert any(c["type"] == "CrashLooping" and c["status"] == "True" for c in fake.obj["status"]["conditions"])
 
 
-def test_deaths_in_different_groups_are_separate_crashes(fake):
+def test_deaths_in_different_groups_are_separate_crashes(fake, rt):
     from gdn_operator.handlers import crashwatch
 
-    crashwatch.handle_death("ns", "s", death("s-0-1", 1, "2026-11-22T10:00:00Z", B1, group="s/0"))
-    crashwatch.handle_death("ns", "s", death("s-1-1", 1, "2026-11-22T10:00:02Z", B1, group="s/1"))
+    crashwatch.handle_death(rt, "ns", "s", death("s-0-1", 1, "2026-11-22T10:00:00Z", B1, group="s/0"))
+    crashwatch.handle_death(rt, "ns", "s", death("s-1-1", 1, "2026-11-22T10:00:02Z", B1, group="s/1"))
     assert fake.obj["status"]["lastCrash"]["count"] == 2
 
 
@@ -107,45 +106,46 @@ def test_pool_conditions_are_mirrored_and_dropped(monkeypatch):
     assert not [c for c in f.obj["status"]["conditions"] if c["type"].startswith("InferencePool")]
 
 
-def test_a_pod_of_the_incident_dying_again_is_a_new_crash(fake):
+def test_a_pod_of_the_incident_dying_again_is_a_new_crash(fake, rt):
     from gdn_operator.handlers import crashwatch
 
     # worker, leader (same incident), then the worker again a few seconds later: that is the next crash
-    crashwatch.handle_death("ns", "s", death("s-0-1", 1, "2026-11-22T10:00:00Z", B1))
-    crashwatch.handle_death("ns", "s", death("s-0", 1, "2026-11-22T10:00:01Z", NCCL))
+    crashwatch.handle_death(rt, "ns", "s", death("s-0-1", 1, "2026-11-22T10:00:00Z", B1))
+    crashwatch.handle_death(rt, "ns", "s", death("s-0", 1, "2026-11-22T10:00:01Z", NCCL))
     assert fake.obj["status"]["lastCrash"]["incidentPods"] == ["s-0-1", "s-0"]
-    crashwatch.handle_death("ns", "s", death("s-0-1", 2, "2026-11-22T10:00:04Z", B1))
+    crashwatch.handle_death(rt, "ns", "s", death("s-0-1", 2, "2026-11-22T10:00:04Z", B1))
     lc = fake.obj["status"]["lastCrash"]
     assert lc["count"] == 2 and lc["incidentPods"] == ["s-0-1"]
 
 
-def test_missing_apis_are_refused_with_the_field_and_the_fix(monkeypatch):
-    from gdn_operator.handlers import kube, reconcile
+def test_missing_apis_are_refused_with_the_field_and_the_fix(rt):
+    from gdn_operator.handlers import reconcile
 
-    monkeypatch.setattr(kube, "crd_exists", lambda name, ttl=60.0: False)
     body = {"metadata": {"name": "s", "namespace": "ns", "uid": "u"},
             "spec": {**BASE, "tensorParallelSize": 2, "nodes": 2, "prefixCaching": False}}
-    p = reconcile.plan(body)
+    p = reconcile.plan(body, rt)  # rt: no optional CRD installed
     assert p.objects is None
     assert p.problem.startswith("spec.nodes 2 needs the LeaderWorkerSet API") and "set spec.nodes to 1" in p.problem
     body["spec"] = {**BASE, "prefixCaching": False, "router": {"inferencePool": {"endpointPicker": {"name": "epp"}}}}
-    assert reconcile.plan(body).problem.startswith("spec.router.inferencePool needs the Gateway API Inference Extension")
+    assert reconcile.plan(body, rt).problem.startswith("spec.router.inferencePool needs the Gateway API Inference Extension")
 
 
-def test_keda_only_with_a_prometheus_address_and_its_crd(monkeypatch):
-    from gdn_operator.handlers import config, kube, reconcile
+def test_keda_only_with_a_prometheus_address_and_its_crd():
+    from runtime_helpers import FakeCrds, make_runtime
+    from gdn_operator.handlers import reconcile
 
     spec_body = {"metadata": {"name": "s", "namespace": "ns"}, "status": {},
                  "spec": {**BASE, "prefixCaching": False, "autoscaling": {"maxReplicas": 3, "target": 2}}}
-    monkeypatch.setattr(kube, "crd_exists", lambda name, ttl=60.0: True)
-    monkeypatch.setattr(config, "_config", config.OperatorConfig())
-    kinds = [o["kind"] for o in reconcile.plan(spec_body).objects]
+    hpa_only = make_runtime()
+    hpa_only.crds = FakeCrds(all=True)
+    kinds = [o["kind"] for o in reconcile.plan(spec_body, hpa_only).objects]
     assert "HorizontalPodAutoscaler" in kinds and "ScaledObject" not in kinds
-    monkeypatch.setattr(config, "_config", config.OperatorConfig(keda_prometheus_address="http://prom:9090"))
-    kinds = [o["kind"] for o in reconcile.plan(spec_body).objects]
+    keda = make_runtime(keda_prometheus_address="http://prom:9090")
+    keda.crds = FakeCrds(all=True)
+    kinds = [o["kind"] for o in reconcile.plan(spec_body, keda).objects]
     assert "ScaledObject" in kinds and "HorizontalPodAutoscaler" not in kinds
     spec_body["status"] = {"conditions": [{"type": "CrashLooping", "status": "True"}]}
-    so = next(o for o in reconcile.plan(spec_body).objects if o["kind"] == "ScaledObject")
+    so = next(o for o in reconcile.plan(spec_body, keda).objects if o["kind"] == "ScaledObject")
     from gdn_operator.render.autoscale import scale_up_paused
 
     assert scale_up_paused(so)

@@ -53,3 +53,70 @@ def test_replicas_display():
     s = {}
     st.set_replicas(s, 3, 1)
     assert s["ready"] == "1/3" and s["replicas"] == 3 and s["readyReplicas"] == 1
+
+
+# ------------------------------------------------------------------------------------------------
+# Degraded: derived from its owners' conditions, every cause at once (issue 12)
+
+
+def test_degraded_merges_every_owner_and_clears_only_when_none_is_left():
+    s = {"readyReplicas": 1}
+    st.set_condition(s, st.READY, False, "EnginesNotReady", "1/2 engine pods ready.", 3)
+    d = st.get_condition(s, st.DEGRADED)
+    assert (d["status"], d["reason"], d["message"]) == ("True", "PartiallyReady", "only 1/2 engine pods ready.")
+    st.set_condition(s, st.OUTPUT_CONSISTENT, False, "ProbeMismatch", "probe q: token 3 differs", 3)
+    st.set_condition(s, st.CRASH_LOOPING, False, "EngineCrashed", "engine in pod p died: B1", 3)
+    d = st.get_condition(s, st.DEGRADED)
+    assert d["reason"] == "EngineCrashed" and d["message"].startswith("engine in pod p died: B1 (also: ProbeMismatch:")
+    assert "PartiallyReady: only 1/2" in d["message"] and d["observedGeneration"] == 3
+    assert s["phase"] == "Degraded"
+    # the probes recover: Degraded stays for the others (no owner clears another's cause)
+    st.set_condition(s, st.OUTPUT_CONSISTENT, True, "ProbesPassing", "ok", 3)
+    assert st.get_condition(s, st.DEGRADED)["reason"] == "EngineCrashed"
+    st.set_condition(s, st.CRASH_LOOPING, False, "EnginesRunning", "engines are running", 3)
+    d = st.get_condition(s, st.DEGRADED)
+    assert (d["status"], d["reason"]) == ("True", "PartiallyReady")
+    st.set_replicas(s, 2, 2, 3)
+    st.set_condition(s, st.READY, True, "EnginesReady", "2/2 engine pods ready.", 3)
+    d = st.get_condition(s, st.DEGRADED)
+    assert (d["status"], d["reason"], d["message"]) == ("False", "Recovered", "PartiallyReady cleared")
+    assert s["phase"] == "Ready"
+
+
+def test_degraded_is_not_created_to_say_false_and_ignores_healthy_reasons():
+    s = {}
+    st.set_condition(s, st.ACCEPTANCE, True, "AcceptanceOk", "acceptance 80%")
+    st.set_condition(s, st.ACCEPTANCE, None, "NoTraffic", "acceptance state NoTraffic")
+    st.set_condition(s, st.PATCH_SET, True, "PatchSetVerified", "ok")
+    st.set_condition(s, st.CRASH_LOOPING, False, "EnginesRunning", "")
+    assert st.get_condition(s, st.DEGRADED) is None
+    st.set_condition(s, st.ACCEPTANCE, False, "SpecAcceptanceNearZero", "acceptance 0.1%")
+    assert st.get_condition(s, st.DEGRADED)["reason"] == "SpecAcceptanceNearZero"
+
+
+def test_crash_loop_and_a_single_recent_crash_both_degrade():
+    s = {}
+    st.set_condition(s, st.CRASH_LOOPING, True, "RepeatedCrash", "2 crashes of x on generation 1")
+    assert st.crash_recent(s) and st.get_condition(s, st.DEGRADED)["reason"] == "EngineCrashed"
+    assert s["phase"] == "CrashLooping"
+
+
+def test_only_status_py_writes_degraded():
+    from pathlib import Path
+
+    import gdn_operator
+
+    pkg = Path(gdn_operator.__file__).parent
+    writers = [f"{p.relative_to(pkg)}:{i}" for p in pkg.rglob("*.py") if p.name != "status.py"
+               for i, line in enumerate(p.read_text().splitlines(), 1) if "DEGRADED" in line and "set_condition" in line]
+    assert writers == []
+
+
+def test_the_readme_condition_table_lists_every_condition():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("<!-- conditions-table -->")[1].split("<!-- /conditions-table -->")[0]
+    listed = re.findall(r"^\| `(\w+)` \|", block, re.M)
+    assert listed == list(st.CONDITIONS)

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable
@@ -25,23 +24,18 @@ from gdn_operator.api.crd import crd_manifest
 WEBHOOK_CONFIG = "gdn-operator-test.serving.gdn-operator.io"
 
 
+import waiting  # noqa: E402  (tests/ is on sys.path: the rootdir conftest)
 from controlplane import free_port  # noqa: E402,F401  (tests/cluster is on sys.path via tests/conftest.py)
 
 
+def _not_yet(e: BaseException) -> bool:
+    """An object that does not exist yet (404) or a write that lost a race (409): poll again."""
+    return isinstance(e, ApiException) and e.status in (404, 409)
+
+
 def wait_for(fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except ApiException as e:
-            if e.status not in (404, 409):
-                raise
-            last = None
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+    """``waiting.wait_for`` that treats a 404/409 from the API server as "not yet"."""
+    return waiting.wait_for(fn, timeout, interval, what, retry=_not_yet)
 
 
 def install_crd(api: kubernetes.client.ApiClient) -> None:

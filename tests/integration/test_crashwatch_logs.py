@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_fixtures import SHARED
+from paths import SHARED
 from operator_harness import gms, running_operator, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

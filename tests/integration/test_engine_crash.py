@@ -18,7 +18,8 @@ from engine_fixtures import require_engine_python, start_engine, stop_engine
 from gdn_operator.watch.logstream import StreamClassifier
 from gdn_operator.watch.signatures import classify_termination_message, classify_text
 
-pytestmark = pytest.mark.engine
+# crash_log, paid by the first test: engine start (<= 180 s) + request (<= 60 s) + exit (<= 60 s) + stop (<= 20 s)
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")

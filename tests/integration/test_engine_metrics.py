@@ -7,14 +7,15 @@ this file from the raw exposition text with a regex, independently of the operat
 
 from __future__ import annotations
 
+import asyncio
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine_fixtures import raw_counters, vllm_engine  # noqa: E402,F401  (session fixture)
+from waiting import async_poll  # noqa: E402
 
 from gdn_operator.watch.acceptance import AcceptanceTracker, PodWindow, parse_exposition  # noqa: E402
 from gdn_operator.watch.scraper import Target, scrape_many  # noqa: E402
@@ -67,13 +68,11 @@ async def test_engine_acceptance_matches_raw_counters_and_flags_broken_mtp_head(
     usage = _drive(eng)
 
     # counters are recorded when the output is processed; wait until all requests are counted
-    deadline = time.monotonic() + 15
-    while True:
-        res1, raw1 = await _scrape_and_raw(eng)
-        c0, c1 = raw_counters(raw0), raw_counters(raw1)
-        if c1["length"] - c0["length"] >= NUM_REQUESTS or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    c0 = raw_counters(raw0)
+    (res1, raw1), _ = await async_poll(
+        lambda: _scrape_and_raw(eng), timeout=15, interval=0.5,
+        until=lambda got: raw_counters(got[1])["length"] - c0["length"] >= NUM_REQUESTS)
+    c1 = raw_counters(raw1)
     snap1 = res1.snapshot
     assert scraped_counters(snap1) == c1
 
@@ -116,8 +115,9 @@ async def test_engine_acceptance_matches_raw_counters_and_flags_broken_mtp_head(
 async def test_engine_idle_window_does_not_alarm(vllm_engine):
     """Two scrapes with no traffic between them: figures are None (no traffic), no finding."""
     r0, _ = await _scrape_and_raw(vllm_engine)
-    time.sleep(1.0)
+    await asyncio.sleep(1.0)  # a window of one second (no event to wait for: nothing is sent)
     r1, _ = await _scrape_and_raw(vllm_engine)
+    assert r1.snapshot.timestamp > r0.snapshot.timestamp
     w = PodWindow(window=300)
     w.observe(r0.snapshot)
     w.observe(r1.snapshot)

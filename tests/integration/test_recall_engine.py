@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 import recall  # noqa: E402
 from engine_fixtures import raw_counters, require_engine_python, start_engine, stop_engine  # noqa: E402
+from waiting import poll  # noqa: E402
 
 from gdn_operator.watch.acceptance import (  # noqa: E402
     AcceptanceTracker,
@@ -83,13 +84,9 @@ def _phase(eng, items, send=None, **kw) -> Phase:
     else:
         outs = [send(eng, it) for it in items]
     # counters are recorded when outputs are processed: wait until every request is counted
-    deadline = time.monotonic() + 30
-    while True:
-        raw1, t1 = _metrics(eng)
-        done = sum(raw_counters(raw1)[k] - raw_counters(raw0)[k] for k in ("stop", "length"))
-        if done >= len(items) or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    c0 = raw_counters(raw0)
+    (raw1, t1), _ = poll(lambda: _metrics(eng), timeout=30, interval=0.5,
+                         until=lambda m: sum(raw_counters(m[0])[k] - c0[k] for k in ("stop", "length")) >= len(items))
     return Phase(raw0, raw1, t0, t1, outs)
 
 

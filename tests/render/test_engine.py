@@ -8,7 +8,7 @@ from gdn_operator.api.load import parse_spec
 from gdn_operator.render.engine import (
     RenderError,
     deployment,
-    label_value,
+    safe_label_value,
     render_all,
     service,
     vllm_args,
@@ -121,7 +121,7 @@ def test_bad_names_give_a_clear_error():
 
 
 def test_label_value_is_always_valid():
-    assert label_value("0.33.0") == "0.33.0"
-    long = label_value("x" * 100)
+    assert safe_label_value("0.33.0") == "0.33.0"
+    long = safe_label_value("x" * 100)
     assert len(long) <= 63
-    assert label_value("0.19.2rc1.dev226+g53b9640fb").replace("-", "").replace(".", "").replace("_", "").isalnum()
+    assert safe_label_value("0.19.2rc1.dev226+g53b9640fb").replace("-", "").replace(".", "").replace("_", "").isalnum()

@@ -137,9 +137,9 @@ def test_autoscaling_on_a_vllm_without_shutdown_timeout_renders_no_flag():
 
 
 def test_feature_floors_agree_with_the_rules():
-    from gdn_operator.rules import load_catalogue
+    from gdn_operator.rules import load_rules
 
-    rules = {r.id: r for r in load_catalogue().rules}
+    rules = {r.id: r for r in load_rules().rules}
     f = shutdown.features()
     assert rules["vllm-config/shutdown-timeout-unsupported"].versions == f"<{f['shutdown_timeout']['since']}"
     assert rules["vllm-config/multi-node-launcher"].versions == f"<{f['multi_node_mp']['since']}"

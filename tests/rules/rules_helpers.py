@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
 
 
 def spec_dict(version: str = "0.33.0", model: str = "hf://Qwen/Qwen3.5-27B", **fields: Any) -> dict[str, Any]:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gdn_operator.rules import load_catalogue
-from gdn_operator.rules.catalogue import RuleFileError, default_rule_file, parse_rule_file
+from gdn_operator.rules import load_rules
+from gdn_operator.rules.rulefile import RuleFileError, default_rule_file, parse_rule_file
 from gdn_operator.rules.predicates import PredicateError, compile_predicate
 
 
@@ -18,8 +18,8 @@ def _raw():
 
 
 def test_packaged_rule_file_loads_once():
-    a = load_catalogue()
-    assert a is load_catalogue()
+    a = load_rules()
+    assert a is load_rules()
     assert str(a.newest) == "0.33.0" and str(a.oldest) == "0.17.0" and len(a.releases) == 25
     # seed bugs and every configuration-triggered B-item are covered
     for ref in ["vllm#36917", "vllm#45100", "vllm#38041", "vllm#41190", "vllm#32716", "vllm#35447", "vllm#51562",
@@ -31,7 +31,7 @@ def test_packaged_rule_file_loads_once():
 
 def test_texts_were_not_cut_by_yaml_comments():
     # a plain YAML scalar containing " #" is silently truncated; every text must keep balanced brackets
-    cat = load_catalogue()
+    cat = load_rules()
     texts = [t for r in cat.rules for t in (r.title, r.workaround, r.evidence, r.notes or "", r.advisory_reason or "")]
     texts += list(cat.patch_ids.values())
     for t in texts:
@@ -42,7 +42,7 @@ def test_every_rule_cites_the_catalogue():
     """Catalogue rules cite the catalogue. The operator's own GPU findings (bug `G<n> (<fixture dir>)`, id
     gdn-operator/...) cite a committed capture that exists instead, and cover only the releases it ran on."""
     repo = Path(__file__).resolve().parents[2]
-    for r in load_catalogue().rules:
+    for r in load_rules().rules:
         if r.bug.startswith("G"):
             m = re.fullmatch(r"G\d+ \((tests/fixtures/[\w.-]+)\)", r.bug)
             assert m and (repo / m.group(1)).is_dir(), (r.id, r.bug)

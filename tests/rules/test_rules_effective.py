@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rules_helpers import mk
 
-from gdn_operator.api.models import EffectiveConfig
+from gdn_operator.api.status import EffectiveConfig
 from gdn_operator.rules import effective_config, evaluate, infer_architecture
 from gdn_operator.rules.effective import LaunchOverrides
 
@@ -129,7 +129,7 @@ def test_unrecognised_model_is_a_finding_not_a_guess():
     # GDN rules are not guessed for it
     assert "vllm#36917" not in {x.rule for x in ev.findings}
     # with the architecture set, the real rules apply
-    from gdn_operator.api.models import GDNModelServerSpec
+    from gdn_operator.api.spec import GDNModelServerSpec
     from rules_helpers import spec_dict
 
     d = spec_dict("0.17.1", "hf://acme/my-finetune")

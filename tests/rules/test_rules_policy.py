@@ -11,12 +11,13 @@ import yaml
 from rules_helpers import apply_json_patch, mk, rules_of
 
 from gdn_operator.api.load import load_file
-from gdn_operator.api.models import Finding, GDNModelServerSpec
-from gdn_operator.rules import evaluate, load_catalogue
+from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.api.specpatch import SpecPatch, set_path
+from gdn_operator.api.status import RuleFinding
+from gdn_operator.rules import evaluate, load_rules
 from gdn_operator.rules import evaluator as evaluator_mod
-from gdn_operator.rules.catalogue import default_rule_file, parse_rule_file
+from gdn_operator.rules.rulefile import default_rule_file, parse_rule_file
 from gdn_operator.rules.effective import LaunchOverrides
-from gdn_operator.rules.evaluator import _json_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 DENIED = ROOT / "examples" / "denied-qwen3.6-prefix-caching-mtp.yaml"
@@ -37,7 +38,7 @@ def test_reject_policy_denies_vllm_43559_example():
     assert msg.splitlines()[0].startswith("GDNModelServer refused by 2 known-crash rules")
     for needle in ("vllm#43559", "spec.prefixCaching", "prefixCaching: false", "vllm#51571", "0.26.0"):
         assert needle in msg
-    assert all(isinstance(f, Finding) for f in ev.findings)
+    assert all(isinstance(f, RuleFinding) for f in ev.findings)
 
 
 def test_mitigate_policy_applies_minimal_change_vllm_43559():
@@ -75,7 +76,7 @@ def test_warn_policy_mitigates_silent_corruption_but_warns_crashes():
     assert "vllm#36917" in rules_of(ev, "warned")
     assert "vllm#43559" in rules_of(ev, "mitigated")
     for f in ev.findings:
-        if f.kind == "silent-corruption" and load_catalogue().rule(f.rule).action == "enforce":
+        if f.kind == "silent-corruption" and load_rules().rule(f.rule).action == "enforce":
             assert f.action != "warned"
 
 
@@ -89,7 +90,7 @@ def _catalogue_without_mitigation(rule_id: str):
 
 def test_warn_policy_rejects_silent_corruption_without_mitigation(monkeypatch):
     cat = _catalogue_without_mitigation("vllm#43559")
-    monkeypatch.setattr(evaluator_mod, "load_catalogue", lambda: cat)
+    monkeypatch.setattr(evaluator_mod, "load_rules", lambda: cat)
     ev = evaluate(mk("0.33.0"), default_policy="warn")
     assert "vllm#43559" in rules_of(ev, "rejected")
     assert not ev.allowed
@@ -109,7 +110,7 @@ def _with_rules(monkeypatch, *extra):
             "workaround": "synthetic workaround", "evidence": "synthetic test rule"}
     raw["rules"] += [{**base, **r} for r in extra]
     cat = parse_rule_file(yaml.safe_dump(raw), "test")
-    monkeypatch.setattr(evaluator_mod, "load_catalogue", lambda: cat)
+    monkeypatch.setattr(evaluator_mod, "load_rules", lambda: cat)
     return cat
 
 
@@ -181,11 +182,11 @@ def test_escalation_turns_an_advisory_rule_into_an_enforced_one_vllm_37035():
 
 
 def test_patch_adds_missing_parent_objects_and_removes_unset_fields():
-    assert _json_patch({}, [("speculativeDecoding.numSpeculativeTokens", 4)]) == [
+    assert SpecPatch.of([("speculativeDecoding.numSpeculativeTokens", 4)]).json_patch({}) == [
         {"op": "add", "path": "/spec/speculativeDecoding", "value": {"numSpeculativeTokens": 4}}]
-    assert _json_patch({"gdnPrefillBackend": "cutedsl"}, [("gdnPrefillBackend", None)]) == [
+    assert SpecPatch.of([("gdnPrefillBackend", None)]).json_patch({"gdnPrefillBackend": "cutedsl"}) == [
         {"op": "remove", "path": "/spec/gdnPrefillBackend"}]
-    assert _json_patch({}, [("gdnPrefillBackend", None)]) == []
+    assert SpecPatch.of([("gdnPrefillBackend", None)]).json_patch({}) == []
 
 
 def test_unset_mitigation_gdn_prefill_backend_on_0_17():
@@ -263,7 +264,7 @@ def test_findings_order_is_deterministic_and_ranked():
 
 def test_status_models_round_trip():
     ev = evaluate(_denied_spec())
-    from gdn_operator.api.models import GDNModelServerStatus
+    from gdn_operator.api.status import GDNModelServerStatus
 
     st = GDNModelServerStatus(findings=ev.findings, effective=ev.effective)
     again = GDNModelServerStatus.model_validate(st.model_dump(by_alias=True, mode="json"))
@@ -274,7 +275,7 @@ def test_status_models_round_trip():
 def test_every_mitigation_converges_and_is_clean():
     """For each rule with a mitigation, at an affected version: the mitigate policy reaches a spec that a
     re-evaluation under reject admits (the mitigation itself does not trigger a reject-level rule)."""
-    cat = load_catalogue()
+    cat = load_rules()
     triggers = {
         "vllm#36917": ("0.17.1", {}),
         "vllm#45100": ("0.23.0", {}),
@@ -298,7 +299,7 @@ def test_every_mitigation_converges_and_is_clean():
         # apply the rule's own mitigation directly, then let the evaluator finish the job
         d = spec.model_dump(by_alias=True, exclude_unset=True, mode="json")
         for path, value in cat.rule(rule_id).mitigation.items():
-            evaluator_mod._set_path(d, path, value)
+            set_path(d, path, value)
         mitigated = GDNModelServerSpec.model_validate(d)
         assert rule_id not in rules_of(evaluate(mitigated), "rejected"), rule_id
         ev = evaluate(spec, default_policy="mitigate")

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from rules_helpers import apply_json_patch
 
-from gdn_operator.api.models import GDNModelServerSpec
-from gdn_operator.rules import effective_config, evaluate, load_catalogue
+from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.rules import effective_config, evaluate, load_rules
 
-CAT = load_catalogue()
+CAT = load_rules()
 VERSIONS = list(CAT.releases) + ["0.19.2rc1.dev226+g53b9640fb", "0.17.1rc1", "v0.26.0", "0.34.0", "0.16.0",
                                  "latest", "0.33.0rc1", "1!2", "0.25"]
 MODELS = ["hf://Qwen/Qwen3.5-27B", "hf://Qwen/Qwen3.6-35B-A3B", "hf://Qwen/Qwen3-Next-80B-A3B-Instruct",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from rules_helpers import mk, rules_of
 
-from gdn_operator.rules import evaluate, load_catalogue
+from gdn_operator.rules import evaluate, load_rules
 from gdn_operator.rules.effective import LaunchOverrides
 
 # (rule id, trigger spec fields, affected version, expected action under policy reject,
@@ -93,7 +93,7 @@ def test_rule_silent_at_fixed_version(row):
 @pytest.mark.parametrize("row", [r for r in TABLE if r[5]], ids=[_id(r) for r in TABLE if r[5]])
 def test_rule_neutralised_by_patch(row):
     rule, fields, version, _action, _fixed, patch, ov = row
-    cat = load_catalogue()
+    cat = load_rules()
     assert patch in cat.patch_ids or patch in cat.planned_patch_ids
     ev = evaluate(mk(version, patches=[patch], **fields), overrides=ov, policy="reject")
     if patch in cat.planned_patch_ids:
@@ -110,11 +110,11 @@ def test_rule_neutralised_by_patch(row):
 
 def test_every_rule_has_a_table_row():
     covered = {row[0] for row in TABLE}
-    assert {r.id for r in load_catalogue().rules} == covered
+    assert {r.id for r in load_rules().rules} == covered
 
 
 def test_every_patch_id_is_used_and_tested():
-    cat = load_catalogue()
+    cat = load_rules()
     used = {p for r in cat.rules for p in r.patches}
     assert used == set(cat.patch_ids) | set(cat.planned_patch_ids)
     assert set(cat.patch_ids) == {"gdn-guard/vllm-36917"}  # what gdn-guard 0.1.0 ships

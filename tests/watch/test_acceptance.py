@@ -7,9 +7,7 @@ goes through the same text the engine produces (names, labels, `_created` series
 from __future__ import annotations
 
 import math
-import os
 import re
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -29,9 +27,9 @@ from gdn_operator.watch.acceptance import (
     parse_exposition,
 )
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("GDN_SHARED_DIR", REPO.parent / "shared"))
-FIXTURE = SHARED / "fixtures" / "vllm-0.32.0-cpu" / "metrics-mtp2.prom"
+from paths import CPU_CAPTURES  # noqa: E402
+
+FIXTURE = CPU_CAPTURES / "metrics-mtp2.prom"
 TEXT = FIXTURE.read_text()
 
 SPEC_PREFIX = "vllm:spec_decode_num_"
@@ -404,7 +402,7 @@ def test_tracker_scrape_errors_counted_and_forgetting():
 
 
 def test_update_gauges_sets_and_removes_label_sets():
-    reg = telemetry.REGISTRY
+    reg = telemetry.METRICS_REGISTRY
     tr = AcceptanceTracker(window=300)
     _feed(tr, ("g-ns", "g-m", "p0"), [(0, {}), (15, dict(drafts=356, draft_tokens=712, accepted=240,
                                                           pos=(150, 90)))])
@@ -422,7 +420,7 @@ def test_update_gauges_sets_and_removes_label_sets():
 
 
 def test_update_gauges_drops_forgotten_pod():
-    reg = telemetry.REGISTRY
+    reg = telemetry.METRICS_REGISTRY
     tr = AcceptanceTracker(window=300)
     for pod in ("a", "b"):
         _feed(tr, ("g2", "m", pod), [(0, {}), (15, dict(drafts=356, draft_tokens=712, accepted=100))])
@@ -551,6 +549,7 @@ def test_tracker_auto_baseline_then_drop_degrades():
     for _ in range(9):
         tr.observe(key, snap(ts, drafts=d, draft_tokens=dt, accepted=a))
         now[0] = ts
+        tr.update_baseline("ns", "m")  # once per round, as handlers/acceptance.scrape_round does
         tr.summary("ns", "m")
         d, dt, a, ts = d + 100, dt + 200, a + 120, ts + 15
     assert tr.baseline("ns", "m") is not None
@@ -588,7 +587,7 @@ def test_manual_baseline_before_rollout():
 
 
 def test_anomaly_gauge_follows_findings():
-    reg = telemetry.REGISTRY
+    reg = telemetry.METRICS_REGISTRY
     tr = AcceptanceTracker(window=300)
     key = ("an-ns", "m", "p0")
     _feed(tr, key, [(0, {}), (15, dict(drafts=656, draft_tokens=1312, accepted=0))])
@@ -608,11 +607,11 @@ def test_anomaly_gauge_follows_findings():
 
 
 def test_anomaly_gauge_current_when_update_gauges_called_before_summary():
-    reg = telemetry.REGISTRY
+    reg = telemetry.METRICS_REGISTRY
     tr = AcceptanceTracker(window=300)
     key = ("order-ns", "m", "p0")
     _feed(tr, key, [(0, {}), (15, dict(drafts=656, draft_tokens=1312, accepted=0))])
     tr.update_gauges("order-ns", "m")  # no summary() yet this round
     lab = {"namespace": "order-ns", "name": "m", "reason": "SpecAcceptanceNearZero"}
     assert reg.get_sample_value("gdn_spec_anomaly", lab) == 1.0
-    assert [f.reason for f in tr.last_findings("order-ns", "m")] == ["SpecAcceptanceNearZero"]
+    assert [f.reason for f in tr.findings("order-ns", "m")] == ["SpecAcceptanceNearZero"]

@@ -4,9 +4,7 @@ concurrency bound, per-request timeout, slow pod isolation, error reasons, telem
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -21,9 +19,9 @@ from gdn_operator.watch.scraper import (
     scrape_many,
 )
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("GDN_SHARED_DIR", REPO.parent / "shared"))
-BODY = (SHARED / "fixtures" / "vllm-0.32.0-cpu" / "metrics-mtp2.prom").read_bytes()
+from paths import CPU_CAPTURES
+
+BODY = (CPU_CAPTURES / "metrics-mtp2.prom").read_bytes()
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -35,7 +33,8 @@ class StandIn:
         self.inflight = 0
         self.max_inflight = 0
         self.hits = 0
-        app = web.Application()
+        self.clients: list[tuple[str, int]] = []  # the client end (host, port) of every request
+        app = web.Application(middlewares=[self.record_client])
         app.router.add_get("/ok/{i}", self.ok)
         app.router.add_get("/slow", self.slow)
         app.router.add_get("/slowbody", self.slowbody)
@@ -58,6 +57,11 @@ class StandIn:
 
     def url(self, path):
         return f"http://127.0.0.1:{self.port}{path}"
+
+    @web.middleware
+    async def record_client(self, request, handler):
+        self.clients.append(request.transport.get_extra_info("peername")[:2])
+        return await handler(request)
 
     async def ok(self, request):
         self.hits += 1
@@ -168,7 +172,7 @@ async def test_body_size_cap(server):
 
 
 async def test_telemetry_records_errors_and_durations(server):
-    reg = telemetry.REGISTRY
+    reg = telemetry.METRICS_REGISTRY
     lab = {"namespace": "tele", "name": "m", "reason": "timeout"}
     before_err = reg.get_sample_value("gdn_scrape_errors_total", lab) or 0.0
     before_n = reg.get_sample_value("gdn_scrape_duration_seconds_count") or 0.0
@@ -183,8 +187,13 @@ async def test_scraper_reuses_session_and_feeds_tracker(server):
     targets = [T(server.url(f"/ok/{i}"), pod=f"p{i}") for i in range(3)] + [T(server.url("/500"), pod="dead")]
     async with Scraper(timeout=2, concurrency=8) as sc:
         await scrape_and_observe(tr, sc, targets)
+        n1 = len(server.clients)
         await asyncio.sleep(0.01)
         await scrape_and_observe(tr, sc, targets[:2])  # p2 and dead disappeared
+    first, second = set(server.clients[:n1]), set(server.clients[n1:])
+    # the session was reused: round two went over kept-alive connections of round one, no new ones
+    assert n1 == 4 and len(server.clients) == 6, server.clients
+    assert second and second <= first, (first, second)
     assert sorted(tr.pods("ns", "m")) == ["p0", "p1"]
     s = tr.summary("ns", "m")
     assert s["pods"]["total"] == 2 and s["pods"]["reporting"] == 2

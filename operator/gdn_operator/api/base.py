@@ -1,5 +1,5 @@
 """Base classes of the API models (camelCase aliases, strict spec, tolerant status), shared by
-api/models.py and api/probes.py."""
+the API model modules (api/parts.py, api/spec.py, api/status.py, api/probes.py, ...)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+LABEL_KEY_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: resource.Quantity: <signed number><suffix>, suffix one of binary SI, decimal SI or a decimal exponent.
@@ -53,7 +53,7 @@ def label_key(key: str) -> bool:
     prefix, _, name = key.rpartition("/")
     if prefix and not dns1123_subdomain(prefix):
         return False
-    return len(name) <= 63 and LABEL_NAME.fullmatch(name) is not None
+    return len(name) <= 63 and LABEL_KEY_NAME.fullmatch(name) is not None
 
 
 def positive_quantity(value: str) -> bool:

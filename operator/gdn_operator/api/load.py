@@ -10,7 +10,8 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from gdn_operator import API_VERSION, KIND
-from gdn_operator.api.models import GDNModelServer, GDNModelServerSpec
+from gdn_operator.api.resource import GDNModelServer
+from gdn_operator.api.spec import GDNModelServerSpec
 
 
 class ManifestError(Exception):

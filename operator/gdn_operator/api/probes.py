@@ -1,5 +1,5 @@
 """Output probes API: `spec.probes` (known-answer requests the operator sends to every Ready engine pod)
-and `status.probes` (what they answered). Part of the GDNModelServer API (api/models.py); the CRD is
+and `status.probes` (what they answered). Part of the GDNModelServer API (api/spec.py, api/status.py); the CRD is
 generated from these models like everything else.
 
 The comparison itself lives in watch/probes.py; the probing loop in handlers/probes.py.

@@ -2,7 +2,7 @@
 
 Multi-node parallelism lives on the spec itself (`pipelineParallelSize`, `nodes`, next to
 `tensorParallelSize`, named after vLLM's own `--pipeline-parallel-size` / `--nnodes`), validated in
-api/models.py. These models are included by GDNModelServerSpec (and so by the generated CRD).
+api/spec.py. These models are included by GDNModelServerSpec (and so by the generated CRD).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import re
 
 from pydantic import Field, field_validator, model_validator
 
-# models.py imports this module right after defining _Model (the package __init__ imports models first)
 from gdn_operator.api.base import _Model
 
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

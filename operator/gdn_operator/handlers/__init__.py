@@ -1,3 +1,4 @@
-"""kopf handlers. `kopf run -m gdn_operator.handlers` (or `python -m gdn_operator`) loads them all."""
+"""kopf handlers. `kopf run -m gdn_operator.handlers` (or `python -m gdn_operator`) loads them all: every
+registration is in handlers/main.py."""
 
-from gdn_operator.handlers import acceptance, admission, crashwatch, reconcile, router, startup, workload  # noqa: F401
+from gdn_operator.handlers import main  # noqa: F401

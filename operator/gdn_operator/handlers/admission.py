@@ -13,9 +13,8 @@ from typing import Any
 
 import kopf
 
-from gdn_operator import GROUP, PLURAL, VERSION, telemetry
+from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
-from gdn_operator.handlers.config import get_config
 from gdn_operator.handlers.kube import plain
 from gdn_operator.handlers.reconcile import MITIGATIONS_ANNOTATION, mitigations_note
 from gdn_operator.render.engine import RenderError, check_names
@@ -28,42 +27,26 @@ def _spec_unchanged(old: Any, new_spec: Any) -> bool:
     return old is not None and plain(old.get("spec")) == plain(new_spec)
 
 
-def _set_path(target: Any, path: str, value: Any) -> None:
-    parts = [p.replace("~1", "/").replace("~0", "~") for p in path.strip("/").split("/")]
-    node = target
-    for p in parts[:-1]:
-        if p not in node or node[p] is None:
-            node[p] = {}
-        node = node[p]
-    node[parts[-1]] = value
-
-
-def mitigation_patch(spec: dict[str, Any]) -> tuple[dict[str, Any], list[Any]] | None:
+def mitigation_patch(spec: dict[str, Any], default_policy: str) -> tuple[dict[str, Any], list[Any]] | None:
     """The merge patch (spec fields + annotation) the mutating webhook applies, or None."""
     try:
         s = parse_spec(spec)
     except ManifestError:
         return None  # the validating webhook explains what is wrong
-    ev = evaluate(s, default_policy=get_config().default_policy)
+    ev = evaluate(s, default_policy=default_policy)
     if not ev.allowed or ev.mitigated_spec is None or not ev.patch:
         return None
-    merge: dict[str, Any] = {}
-    for op in ev.patch:
-        if op.get("op") in ("add", "replace"):
-            _set_path(merge, op["path"], op["value"])
-        elif op.get("op") == "remove":
-            _set_path(merge, op["path"], None)  # null deletes the field in a merge patch
     mitigated = [f for f in ev.findings if f.action == "mitigated"]
-    merge.setdefault("metadata", {}).setdefault("annotations", {})[MITIGATIONS_ANNOTATION] = mitigations_note(ev.findings)
+    merge = {"spec": ev.merge_patch(), "metadata": {"annotations": {MITIGATIONS_ANNOTATION: mitigations_note(ev.findings)}}}
     return merge, mitigated
 
 
-# kopf passes `old` (None on CREATE) to admission handlers although its WebhookFn protocol omits it
-def mitigate(spec: kopf.Spec, patch: kopf.Patch, warnings: list[str], namespace: str | None, old: kopf.Body | None = None,
-             **_: Any) -> None:
+def mitigate(spec: kopf.Spec, patch: kopf.Patch, warnings: list[str], namespace: str | None, name: str | None,
+             old: kopf.Body | None, default_policy: str) -> None:
+    """The mutating webhook (policy `mitigate`): the rules' spec changes, as a patch with a warning each."""
     if _spec_unchanged(old, spec):
         return
-    result = mitigation_patch(plain(spec))
+    result = mitigation_patch(plain(spec), default_policy)
     if result is None:
         return
     merge, mitigated = result
@@ -72,15 +55,18 @@ def mitigate(spec: kopf.Spec, patch: kopf.Patch, warnings: list[str], namespace:
     for f in mitigated:
         warnings.append(f"mitigated {f.rule}: {f.message}")
         telemetry.ADMISSION_DECISIONS.labels(namespace or "", "mitigated", f.rule).inc()
+    log.info("admission mutated %s/%s: mitigated %s", namespace, name, ", ".join(f.rule for f in mitigated))
 
 
-def admission(spec: kopf.Spec, warnings: list[str], namespace: str | None, name: str | None = None,
-              old: kopf.Body | None = None, **_: Any) -> None:
+def admission(spec: kopf.Spec, warnings: list[str], namespace: str | None, name: str | None, old: kopf.Body | None,
+              default_policy: str) -> None:
+    """The validating webhook: the rules' verdict (AdmissionError when refused)."""
     if old is None and name:
         try:
             check_names(name)  # the engine Service takes the object's name: refuse now, not at apply
         except RenderError as e:
             telemetry.ADMISSION_DECISIONS.labels(namespace or "", "denied", "invalid-name").inc()
+            log.info("admission denied %s/%s: invalid name: %s", namespace, name, e)
             raise kopf.AdmissionError(str(e), code=422) from None
     if _spec_unchanged(old, spec):
         return
@@ -88,27 +74,20 @@ def admission(spec: kopf.Spec, warnings: list[str], namespace: str | None, name:
         s = parse_spec(plain(spec))
     except ManifestError as e:
         telemetry.ADMISSION_DECISIONS.labels(namespace or "", "denied", "invalid-spec").inc()
+        log.info("admission denied %s/%s: invalid spec: %s", namespace, name, "; ".join(e.problems)[:300])
         raise kopf.AdmissionError("; ".join(e.problems), code=422)
-    ev = evaluate(s, default_policy=get_config().default_policy)
+    ev = evaluate(s, default_policy=default_policy)
     for f in ev.findings:
         if f.action == "warned":
             warnings.append(f"{f.rule}: {f.message}")
             telemetry.ADMISSION_DECISIONS.labels(namespace or "", "warned", f.rule).inc()
     if not ev.allowed:
-        for f in ev.findings:
-            if f.action == "rejected":
-                telemetry.ADMISSION_DECISIONS.labels(namespace or "", "denied", f.rule).inc()
+        rules = [f.rule for f in ev.findings if f.action == "rejected"]
+        for rule in rules:
+            telemetry.ADMISSION_DECISIONS.labels(namespace or "", "denied", rule).inc()
+        log.info("admission denied %s/%s: %s", namespace, name, ", ".join(rules))
         raise kopf.AdmissionError(ev.denial_message(), code=403)
     telemetry.ADMISSION_DECISIONS.labels(namespace or "", "admitted", "").inc()
-
-
-def register() -> None:
-    """Register the webhooks with kopf (only when a webhook server is configured: kopf refuses to start
-    with admission handlers but no server). Persistent: a replica that stops (HA hand-over) must not
-    strip the webhooks from the configuration the active replica serves."""
-    kopf.on.mutate(GROUP, VERSION, PLURAL, id="gdn-mitigate", operations=["CREATE", "UPDATE"], persistent=True)(mitigate)
-    kopf.on.validate(GROUP, VERSION, PLURAL, id="gdn-admission", operations=["CREATE", "UPDATE"], persistent=True)(admission)
-
-
-if get_config().webhook_mode:
-    register()
+    log.info("admission admitted %s/%s%s", namespace, name,
+             f" with warnings: {', '.join(f.rule for f in ev.findings if f.action == 'warned')}"
+             if any(f.action == "warned" for f in ev.findings) else "")

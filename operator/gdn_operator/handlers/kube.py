@@ -20,6 +20,30 @@ from gdn_operator.redact import redact
 
 log = logging.getLogger(__name__)
 
+#: The client (kubernetes >= 35) imports each API and model class on first attribute access, under the
+#: import lock: the first burst of reconciles had every worker thread waiting ~3 s on it (importlib
+#: _ModuleLock.acquire under emit_event / get_object in bench/bench_reconcile.py --py-spy). Resolve the
+#: classes the handlers use once, here, before kopf starts any.
+WARM_CLASSES = tuple(getattr(kubernetes.client, n) for n in (
+    "AppsV1Api", "CoreV1Api", "CustomObjectsApi", "AutoscalingV2Api", "ApiextensionsV1Api",
+    "CoreV1Event", "V1DeleteOptions", "V1Secret",
+))
+
+#: Pooled connections of the process's API client (`api_client`, built on first use): one per worker thread
+#: (fewer: urllib3 opens and discards extra connections, a TLS handshake and a "pool is full" warning each).
+#: startup.configure sizes it from GDN_MAX_WORKERS before kopf runs any handler. Module state on purpose:
+#: the client is per process (see handlers/runtime.py), so is its pool.
+_POOL = {"size": 32}
+
+
+def size_connection_pool(workers: int) -> None:
+    """One pooled connection per worker thread (at least 32); a client built with another size is rebuilt."""
+    size = max(32, workers)
+    if size != _POOL["size"]:
+        _POOL["size"] = size
+        api_client.cache_clear()
+
+
 FIELD_MANAGER = "gdn-operator"
 APPLY = "application/apply-patch+yaml"
 
@@ -31,8 +55,8 @@ def api_client() -> kubernetes.client.ApiClient:
         kubernetes.config.load_incluster_config(client_configuration=cfg)
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config(client_configuration=cfg)
-    # handlers run in kopf's thread pool: one pooled connection per worker thread
-    cfg.connection_pool_maxsize = 32
+    # handlers run in kopf's thread pool: one pooled connection per worker thread (size_connection_pool)
+    cfg.connection_pool_maxsize = _POOL["size"]
     client = kubernetes.client.ApiClient(cfg)
     with_default_timeout(client.rest_client)
     return client
@@ -137,10 +161,10 @@ def get_object(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
     return _json(r)
 
 
-def delete_owned(kind: str, namespace: str, name: str, owner_uid: str | None) -> bool:
+def delete_owned(kind: str, namespace: str, name: str, owner_uid: str | None, crds: CrdCache) -> bool:
     """Delete an object of `kind` named `name` if the GDNModelServer (owner_uid) controls it; True if deleted.
     Never touches an object someone else owns, nor fails when the kind's API is not installed."""
-    obj = get_object(kind, namespace, name) if kind == "Deployment" or kind == "HorizontalPodAutoscaler" or crd_exists(
+    obj = get_object(kind, namespace, name) if kind == "Deployment" or kind == "HorizontalPodAutoscaler" or crds.exists(
         _crd_name(kind)) else None
     if obj is None:
         return False
@@ -179,22 +203,26 @@ def delete_pod_monitor(namespace: str, name: str) -> None:
             raise
 
 
-_crd_cache: dict[str, tuple[float, bool]] = {}
+class CrdCache:
+    """Which CRDs the cluster serves, remembered for `ttl` seconds (one per operator run, held by the runtime)."""
 
+    def __init__(self, ttl: float = 60.0) -> None:
+        self.ttl = ttl
+        self._seen: dict[str, tuple[float, bool]] = {}
 
-def crd_exists(name: str, ttl: float = 60.0) -> bool:
-    hit = _crd_cache.get(name)
-    if hit and time.monotonic() - hit[0] < ttl:
-        return hit[1]
-    try:
-        kubernetes.client.ApiextensionsV1Api(api_client()).read_custom_resource_definition(name)
-        found = True
-    except ApiException as e:
-        if e.status not in (403, 404):
-            raise
-        found = False
-    _crd_cache[name] = (time.monotonic(), found)
-    return found
+    def exists(self, name: str) -> bool:
+        hit = self._seen.get(name)
+        if hit and time.monotonic() - hit[0] < self.ttl:
+            return hit[1]
+        try:
+            kubernetes.client.ApiextensionsV1Api(api_client()).read_custom_resource_definition(name)
+            found = True
+        except ApiException as e:
+            if e.status not in (403, 404):
+                raise
+            found = False
+        self._seen[name] = (time.monotonic(), found)
+        return found
 
 
 def get_deployment(namespace: str, name: str) -> dict[str, Any] | None:
@@ -246,14 +274,17 @@ def update_status(
             return None
         status = dict(obj.get("status") or {})
         before = repr(status)
+        conditions_before = _condition_states(status)
         mutate(status, obj)
         if repr(status) == before:
             return obj
         body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": status}
         try:
-            return cast(dict[str, Any], api.replace_namespaced_custom_object_status(
+            out = cast(dict[str, Any], api.replace_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, PLURAL, name, {**obj, **body, "metadata": {**obj["metadata"], **body["metadata"]}}
             ))
+            _log_status_written(namespace, name, obj["metadata"].get("generation"), conditions_before, status)
+            return out
         except ApiException as e:
             if e.status == 409 and attempt + 1 < retries:
                 time.sleep(0.05 * (attempt + 1))
@@ -262,6 +293,23 @@ def update_status(
                 return None
             raise
     return None
+
+
+def _condition_states(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c.get("type", ""): (c.get("status", ""), c.get("reason", "")) for c in status.get("conditions") or []}
+
+
+def _log_status_written(namespace: str, name: str, generation: Any, before: dict[str, tuple[str, str]],
+                        status: dict[str, Any]) -> None:
+    """One INFO line per status write that changes a condition (what changed); figures-only writes at DEBUG."""
+    after = _condition_states(status)
+    changes = [f"{t}={s} ({r})" for t, (s, r) in after.items() if before.get(t) != (s, r)]
+    changes += [f"{t} removed" for t in before if t not in after]
+    if changes:
+        log.info("status written %s/%s generation %s: phase %s; %s", namespace, name, generation, status.get("phase"),
+                 ", ".join(changes))
+    else:
+        log.debug("status written %s/%s generation %s (no condition changed)", namespace, name, generation)
 
 
 def emit_event(obj: dict[str, Any], reason: str, message: str, type_: str = "Normal") -> None:

@@ -3,10 +3,10 @@ engine pods that runs the current spec, judge the answers (watch/probes.py), and
 the OutputConsistent condition (Degraded while it is False), an Event per transition, and the
 gdn_probe_* metrics. On a failure that matches a silent-corruption rule the admission let through with a
 warning, the diagnosis names the rule, and with `spec.remediation.mode: auto` the rule's mitigation is
-applied once per generation (crashwatch.remediate_once); the new generation re-learns and re-probes.
+applied once per generation (remediation.remediate_once); the new generation re-learns and re-probes.
 
-Runtime state lives in one ProbeSupervisor, owned by the acceptance supervisor's Registry (the
-operator's runtime holder, handlers/acceptance.py), which feeds it GDNModelServer events and starts it.
+Runtime state lives in one ProbeSupervisor, held by the runtime (handlers/runtime.py); handlers/main.py
+feeds it GDNModelServer events, and it reads pods from the acceptance supervisor's view of kopf's index.
 
 Load shape: one shared HTTP session and a global bound on requests in flight (watch/probe_client.py);
 at most one round in flight per server — hence per pod; each server's first round is placed at a random
@@ -19,11 +19,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from gdn_operator import telemetry
 from gdn_operator.api.probes import ProbesSpec
@@ -43,9 +42,11 @@ from gdn_operator.watch.probes import (
     judge_round,
 )
 
+if TYPE_CHECKING:
+    from gdn_operator.handlers.runtime import Runtime
+
 log = logging.getLogger(__name__)
 
-OUTPUT_CONSISTENT = "OutputConsistent"
 PROBE_REASONS = tuple(REASONS.values())
 
 
@@ -60,6 +61,7 @@ class ServerProbes:
     engine: str = ""  # engine_fingerprint of the current spec's container ("" = any pod)
     warned: list[dict[str, Any]] = field(default_factory=list)  # silent-corruption findings admitted under warn
     remediation_auto: bool = False
+    policy: str = "reject"  # the operator's default admission policy: a mitigation must pass admission under it
     book: ProbeBook | None = None
     reference: dict[str, Answer] = field(default_factory=dict)
     ref_meta: dict[str, Any] = field(default_factory=dict)
@@ -79,7 +81,7 @@ def _warned_rules(ev: Any) -> list[dict[str, Any]]:
     ]
 
 
-def server_from_body(body: dict[str, Any]) -> ServerProbes:
+def server_from_body(body: dict[str, Any], rt: Runtime) -> ServerProbes:
     """Parse a GDNModelServer into the probe configuration of its current generation (blocking: renders)."""
     from gdn_operator.handlers.reconcile import plan
     from gdn_operator.handlers.workload import engine_fingerprint
@@ -89,7 +91,7 @@ def server_from_body(body: dict[str, Any]) -> ServerProbes:
     raw = (body.get("spec") or {}).get("probes")
     if not raw or raw.get("enabled") is False:
         return ServerProbes(None, gen)
-    p = plan(body)
+    p = plan(body, rt)
     if p.objects is None or p.spec is None or p.spec.probes is None:
         return ServerProbes(None, gen)  # invalid or rejected: nothing runs, nothing to probe
     dep = next(o for o in p.objects if o["kind"] == "Deployment")
@@ -99,13 +101,14 @@ def server_from_body(body: dict[str, Any]) -> ServerProbes:
     s = ServerProbes(
         probes_spec, gen, image=container.get("image", ""), model=run.model.served_name or meta["name"],
         engine=engine_fingerprint(container), warned=_warned_rules(p.ev), remediation_auto=run.remediation.mode == "auto",
+        policy=rt.settings.default_policy,
     )
     names = [q.name for q in probes_spec.prompts]
     status = body.get("status") or {}
     saved = status.get("probes") or {}
     if saved.get("generation") == gen:  # operator restart: carry counts, alarm and reference over
         s.book = ProbeBook.restore(names, probes_spec.failure_threshold, saved.get("results") or [],
-                                   st.get_condition(status, OUTPUT_CONSISTENT))
+                                   st.get_condition(status, st.OUTPUT_CONSISTENT))
         ref = saved.get("reference") or {}
         if ref.get("generation") == gen and ref.get("image") == s.image:
             s.reference = {a["probe"]: Answer.from_status(a) for a in ref.get("answers") or [] if a.get("probe") in names}
@@ -118,7 +121,8 @@ def server_from_body(body: dict[str, Any]) -> ServerProbes:
 
 
 def probes_status(s: ServerProbes, probed: int, skipped: int, diagnosis: dict[str, Any] | None) -> dict[str, Any]:
-    assert s.book is not None
+    if s.book is None:
+        raise ValueError("probes_status of a server without probes")
     out: dict[str, Any] = {
         "state": s.book.state if probed or s.book.rounds else "NoReadyEngines",
         "generation": s.generation,
@@ -155,19 +159,15 @@ def write_status(namespace: str, name: str, s: ServerProbes, body: dict[str, Any
         if obj["metadata"].get("generation") != gen:
             return  # the spec changed under this round: its results belong to nobody
         status["probes"] = body
-        prev = st.get_condition(status, OUTPUT_CONSISTENT) or {}
+        prev = st.get_condition(status, st.OUTPUT_CONSISTENT) or {}
         msg = cond.message + (f" — {body['diagnosis']['message']}" if body.get("diagnosis") else "")
-        changed = st.set_condition(status, OUTPUT_CONSISTENT, cond.value, cond.reason, msg, gen)
+        changed = st.set_condition(status, st.OUTPUT_CONSISTENT, cond.value, cond.reason, msg, gen)
         new_status = "Unknown" if cond.value is None else str(cond.value)
         transition = changed and (prev.get("status") != new_status or prev.get("reason") != cond.reason)
-        if cond.value is False:
-            st.set_condition(status, st.DEGRADED, True, cond.reason, msg, gen)
+        if cond.value is False:  # degrades the server (status.refresh_degraded)
             if transition:
                 events.append(("Warning", cond.reason, msg))
         else:
-            d = st.get_condition(status, st.DEGRADED)
-            if d and d.get("status") == "True" and d.get("reason") in PROBE_REASONS:
-                st.set_condition(status, st.DEGRADED, False, "OutputConsistent", "", gen)
             if transition and cond.value is True:
                 events.append(("Normal", "OutputConsistent", msg))
 
@@ -180,13 +180,13 @@ def write_status(namespace: str, name: str, s: ServerProbes, body: dict[str, Any
 
 def remediate(namespace: str, name: str, s: ServerProbes, cond: Condition, obj: dict[str, Any]) -> None:
     """Apply the mitigation of the first warned silent-corruption rule with one, once per generation."""
-    from gdn_operator.handlers.crashwatch import change_from_mitigation, remediate_once, vet_change
+    from gdn_operator.handlers.remediation import change_from_mitigation, remediate_once, vet_change
 
     if not s.warned:
         return
     spec = obj.get("spec") or {}
     rule = next((w for w in s.warned if w.get("mitigation")), s.warned[0])
-    change, refusal = vet_change(obj, change_from_mitigation(rule["rule"], rule.get("mitigation"), spec))
+    change, refusal = vet_change(obj, change_from_mitigation(rule["rule"], rule.get("mitigation"), spec), s.policy)
     trigger = f"output probes: {cond.reason} on generation {s.generation} matches {rule['rule']}"
     why = refusal or ("the rule has no automatic mitigation" if not rule.get("mitigation") else "its mitigation is already in effect")
     remediate_once(
@@ -208,13 +208,15 @@ class ProbeSupervisor:
     def __init__(self, pods_of: Callable[[str, str], list[dict[str, Any]]], *,
                  writer: Callable[..., dict[str, Any] | None] = write_status,
                  remediator: Callable[..., None] = remediate,
-                 concurrency: int | None = None, seed: int | None = None, port: int = ENGINE_PORT) -> None:
+                 concurrency: int = 64, seed: int | None = None, port: int = ENGINE_PORT,
+                 rt: Runtime | None = None) -> None:
         self.pods_of = pods_of
         self.port = port
         self.writer = writer
         self.remediator = remediator
         self.servers: dict[tuple[str, str], ServerProbes] = {}
-        self.client = ProbeClient(concurrency or int(os.environ.get("GDN_PROBE_CONCURRENCY", "64")))
+        self.client = ProbeClient(concurrency)
+        self.rt = rt  # parses server bodies (render, rules); None: configure() only (tests, benchmarks)
         self.rng = random.Random(seed)
         self.task: asyncio.Task[None] | None = None
         self.tick = 0.25
@@ -225,7 +227,9 @@ class ProbeSupervisor:
         cur = self.servers.get((namespace, name))
         if cur is not None and cur.generation == body["metadata"].get("generation"):
             return  # a status-only event: nothing changed for the probes
-        s = await asyncio.to_thread(server_from_body, body)
+        if self.rt is None:
+            raise RuntimeError("ProbeSupervisor.track needs the runtime (rt=) to parse servers")
+        s = await asyncio.to_thread(server_from_body, body, self.rt)
         self.configure(namespace, name, s, body)
 
     def configure(self, namespace: str, name: str, s: ServerProbes, body: dict[str, Any] | None = None) -> None:
@@ -240,7 +244,7 @@ class ProbeSupervisor:
                      f", reference of generation {s.ref_meta.get('generation')} kept" if s.reference else "")
         self.servers[key] = s
         if s.spec is None and body is not None:
-            cond = st.get_condition(body.get("status") or {}, OUTPUT_CONSISTENT)
+            cond = st.get_condition(body.get("status") or {}, st.OUTPUT_CONSISTENT)
             if cond is None or cond.get("status") != "Unknown" or cond.get("reason") != "ProbesDisabled":
                 self._clear_metrics(namespace, name)
                 s.task = asyncio.get_running_loop().create_task(asyncio.to_thread(mark_disabled, namespace, name))
@@ -285,7 +289,8 @@ class ProbeSupervisor:
 
     async def round(self, namespace: str, name: str, s: ServerProbes) -> Condition | None:
         """One round of one server. Returns the condition after it (None: nothing was probed)."""
-        assert s.spec is not None and s.book is not None
+        if s.spec is None or s.book is None:
+            return None  # probes off for this generation: the loop never schedules such a server
         t0 = time.perf_counter()
         ready = [p for p in self.pods_of(namespace, name) if p.get("ready") and p.get("ip") and not p.get("deleting")]
         current = sorted((p for p in ready if not s.engine or p.get("engine") == s.engine), key=lambda p: p["name"])
@@ -338,9 +343,6 @@ def mark_disabled(namespace: str, name: str) -> None:
     def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
         gen = obj["metadata"].get("generation")
         status.pop("probes", None)
-        st.set_condition(status, OUTPUT_CONSISTENT, None, "ProbesDisabled", "spec.probes is not set (or not enabled)", gen)
-        d = st.get_condition(status, st.DEGRADED)
-        if d and d.get("status") == "True" and d.get("reason") in PROBE_REASONS:
-            st.set_condition(status, st.DEGRADED, False, "ProbesDisabled", "", gen)
+        st.set_condition(status, st.OUTPUT_CONSISTENT, None, "ProbesDisabled", "spec.probes is not set (or not enabled)", gen)
 
     kube.update_status(namespace, name, mutate)

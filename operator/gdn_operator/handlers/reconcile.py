@@ -1,7 +1,7 @@
 """Reconciler: GDNModelServer → Deployment + Service (+ PodMonitor), gated by the known-crash rules.
 
-kopf wiring is at the bottom; `reconcile_sync` is plain code (runs in a worker thread) so it can be
-driven directly by tests and by the drift corrector.
+`reconcile_sync` is plain code (runs in a worker thread; handlers/main.py registers the kopf handlers
+that call it) so it can be driven directly by tests and by the drift corrector.
 """
 
 from __future__ import annotations
@@ -10,21 +10,22 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 from kubernetes.client.rest import ApiException
 
-from gdn_operator import GROUP, PLURAL, VERSION
 from gdn_operator.api.load import ManifestError, parse_spec
-from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
-from gdn_operator.handlers.config import get_config
 from gdn_operator.render import autoscale, lws, router
 from gdn_operator.render.engine import RenderError, render_all
 from gdn_operator.render.scaleout import MANAGED_KINDS, ScaleOutOptions
 from gdn_operator.rules import Evaluation, evaluate
+
+if TYPE_CHECKING:
+    from gdn_operator.handlers.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +83,8 @@ class Plan:
         return (self.ev.mitigated_spec if self.ev else None) or self.spec
 
 
-def plan(body: dict[str, Any]) -> Plan:
-    cfg = get_config()
+def plan(body: dict[str, Any], rt: Runtime) -> Plan:
+    cfg = rt.settings
     meta = body["metadata"]
     try:
         spec = parse_spec(body.get("spec") or {})
@@ -92,37 +93,37 @@ def plan(body: dict[str, Any]) -> Plan:
     ev = evaluate(spec, default_policy=cfg.default_policy)
     if not ev.allowed:
         return Plan(spec, ev, problem=ev.denial_message())
-    out = Plan(spec, ev, monitoring=cfg.pod_monitors and kube.crd_exists(PODMONITOR_CRD))
+    out = Plan(spec, ev, monitoring=cfg.pod_monitors and rt.crds.exists(PODMONITOR_CRD))
     run_spec = ev.mitigated_spec or spec  # = out.run_spec, never None here: the spec parsed and is allowed
-    missing = missing_apis(run_spec)
+    missing = missing_apis(run_spec, rt)
     if missing:
         out.problem = missing
         return out
     try:
         out.objects = render_all(meta["name"], meta["namespace"], run_spec, meta.get("uid"), with_monitoring=out.monitoring,
-                                 scaleout=scaleout_options(body, run_spec))
+                                 scaleout=scaleout_options(body, run_spec, rt))
     except RenderError as e:
         out.problem = str(e)
     return out
 
 
-def missing_apis(spec: GDNModelServerSpec) -> str:
+def missing_apis(spec: GDNModelServerSpec, rt: Runtime) -> str:
     """Why the cluster cannot run this spec (an API it needs is not installed), or ""."""
-    if spec.nodes > 1 and not kube.crd_exists(lws.CRD):
+    if spec.nodes > 1 and not rt.crds.exists(lws.CRD):
         return (f"spec.nodes {spec.nodes} needs the LeaderWorkerSet API ({lws.CRD}), which is not installed; "
                 "install LeaderWorkerSet (sigs.k8s.io/lws) or set spec.nodes to 1")
-    if spec.router is not None and spec.router.inference_pool is not None and not kube.crd_exists(router.CRD):
+    if spec.router is not None and spec.router.inference_pool is not None and not rt.crds.exists(router.CRD):
         return (f"spec.router.inferencePool needs the Gateway API Inference Extension ({router.CRD}), which is not "
                 "installed; install its CRDs or remove spec.router.inferencePool")
     return ""
 
 
-def scaleout_options(body: dict[str, Any], spec: GDNModelServerSpec) -> ScaleOutOptions:
+def scaleout_options(body: dict[str, Any], spec: GDNModelServerSpec, rt: Runtime) -> ScaleOutOptions:
     """Cluster facts for the scale-out renderers: KEDA or HPA, and whether scale-up is paused (CrashLooping)."""
     if spec.autoscaling is None:
         return ScaleOutOptions()
-    cfg = get_config()
-    keda = bool(cfg.keda_prometheus_address) and kube.crd_exists(autoscale.KEDA_CRD)
+    cfg = rt.settings
+    keda = bool(cfg.keda_prometheus_address) and rt.crds.exists(autoscale.KEDA_CRD)
     return ScaleOutOptions(
         keda=keda,
         prometheus_address=cfg.keda_prometheus_address,
@@ -130,11 +131,11 @@ def scaleout_options(body: dict[str, Any], spec: GDNModelServerSpec) -> ScaleOut
     )
 
 
-def prune(body: dict[str, Any], objects: list[dict[str, Any]]) -> list[str]:
+def prune(body: dict[str, Any], objects: list[dict[str, Any]], rt: Runtime) -> list[str]:
     """Delete the optional objects this server owns but its spec no longer renders (a Deployment after a
     switch to a LeaderWorkerSet, an HPA replaced by a ScaledObject, a dropped InferencePool)."""
     meta = body["metadata"]
-    cfg = get_config()
+    cfg = rt.settings
     kept = {(o["apiVersion"], o["kind"]) for o in objects}
     # only kinds the operator may manage (the chart grants RBAC per enabled feature): never a forbidden call
     enabled = {"Deployment": True, lws.KIND: cfg.lws, "InferencePool": cfg.inference_pool,
@@ -144,16 +145,16 @@ def prune(body: dict[str, Any], objects: list[dict[str, Any]]) -> list[str]:
     for api_version, kind in MANAGED_KINDS:
         if (api_version, kind) in kept or kind in disabled:
             continue
-        if kube.delete_owned(kind, meta["namespace"], meta["name"], meta.get("uid")):
+        if kube.delete_owned(kind, meta["namespace"], meta["name"], meta.get("uid"), rt.crds):
             gone.append(kind)
     if gone:
         log.info("%s/%s: deleted %s no longer in the spec", meta["namespace"], meta["name"], ", ".join(gone))
     return gone
 
 
-def expected_objects(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+def expected_objects(body: dict[str, Any], rt: Runtime) -> list[dict[str, Any]] | None:
     """What the operator would have applied for this object now (None: invalid or rejected)."""
-    return plan(body).objects
+    return plan(body, rt).objects
 
 
 def _not_validated(body: dict[str, Any], reason: str, event: str, msg: str, ev: Evaluation | None = None) -> None:
@@ -176,26 +177,28 @@ def _not_validated(body: dict[str, Any], reason: str, event: str, msg: str, ev: 
 
     kube.update_status(meta["namespace"], meta["name"], mutate)
     if news["changed"]:
+        log.info("not applied %s/%s generation %s: %s: %s", meta["namespace"], meta["name"], gen, reason, msg[:300])
         kube.emit_event(body, event, msg, "Warning")
 
 
-def reconcile_sync(body: dict[str, Any]) -> str:
+def reconcile_sync(body: dict[str, Any], rt: Runtime) -> str:
     """Bring the cluster to the object's spec. Returns a short outcome word (for logs and tests)."""
-    cfg = get_config()
+    cfg = rt.settings
     meta = body["metadata"]
     ns, name, gen = meta["namespace"], meta["name"], meta.get("generation")
 
-    p = plan(body)
+    p = plan(body, rt)
     ev = p.ev
     if ev is not None and not ev.allowed:
-        existing = kube.get_deployment(ns, name) or (kube.get_object(lws.KIND, ns, name) if kube.crd_exists(lws.CRD) else None)
+        existing = kube.get_deployment(ns, name) or (kube.get_object(lws.KIND, ns, name) if rt.crds.exists(lws.CRD) else None)
         tail = " The previously admitted configuration keeps running." if existing is not None else " Nothing was created."
         _not_validated(body, "KnownIssue", "Rejected", p.problem + tail, ev)
         return "rejected"
     if p.objects is None:
         _not_validated(body, "InvalidSpec", "InvalidSpec", p.problem, ev)
         return "invalid"
-    assert ev is not None and p.spec is not None and p.run_spec is not None
+    if ev is None or p.spec is None or p.run_spec is None:  # plan() gives objects only for a parsed, allowed spec
+        raise kopf.PermanentError(f"{ns}/{name}: internal error: objects planned without an evaluated spec")
     run_spec, objects = p.run_spec, p.objects
     policy = p.spec.admission_policy or cfg.default_policy
     findings = [f.model_dump(by_alias=True, exclude_none=True, mode="json") for f in ev.findings]
@@ -226,12 +229,14 @@ def reconcile_sync(body: dict[str, Any]) -> str:
             news["changed"] = True
         ready = int(status.get("readyReplicas") or 0)
         desired = run_spec.replicas if run_spec.autoscaling is None else int(status.get("replicas") or run_spec.autoscaling.min_replicas)
-        st.set_replicas(status, desired, ready)
+        st.set_replicas(status, desired, ready, gen)
         if ready < desired or not st.is_true(status, st.READY):
             st.set_condition(status, st.PROGRESSING, True, "Applying", "Applying the engine Deployment for this generation; waiting for pods.", gen)
 
     kube.update_status(ns, name, applied)
     if news["changed"]:  # Events on transitions only: a resumed handler or a retry repeats none
+        log.info("%s %s/%s generation %s (policy %s)%s", reason.lower(), ns, name, gen, policy,
+                 ": " + ", ".join(f"{f.rule} {f.action}" for f in mitigated + warned) if mitigated or warned else "")
         if mitigated:
             kube.emit_event(body, "Mitigated", "; ".join(f"{f.rule}: {f.message}" for f in mitigated), "Warning")
         if warned:
@@ -265,11 +270,12 @@ def reconcile_sync(body: dict[str, Any]) -> str:
         return "refused"
     if p.monitoring and not run_spec.metrics.enabled:
         kube.delete_pod_monitor(ns, name)
-    prune(body, objects)
+    prune(body, objects, rt)
 
     if before is None or _rv(before) != _rv(after):  # the workload changed (a no-op apply writes nothing)
         kinds = [o["kind"] for o in objects]
         kube.emit_event(body, "Applied", f"{', '.join(kinds[:-1])} and {kinds[-1]} applied for generation {gen}.")
+        log.info("applied %s/%s generation %s: %s", ns, name, gen, ", ".join(kinds))
         return "applied"
     return "unchanged"
 
@@ -278,12 +284,17 @@ def _rv(obj: dict[str, Any] | None) -> str | None:
     return ((obj or {}).get("metadata") or {}).get("resourceVersion")
 
 
-#: kopf's record of the last spec its handlers completed (the same storage startup.configure installs)
+#: kopf's record of the last spec its handlers completed (the same storage main.configure installs)
 DIFFBASE = kopf.AnnotationsDiffBaseStorage(prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL, id="converge-generation")
-async def converge_generation(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
+async def reconcile(body: kopf.Body, logger: kopf.Logger, rt: Runtime) -> None:
+    """kopf's create/update/resume handler (handlers/main.py): reconcile in a worker thread."""
+    outcome = await asyncio.to_thread(reconcile_sync, kube.plain(body), rt)
+    logger.info("reconciled: %s", outcome)
+
+
+async def converge_generation(body: kopf.Body, logger: kopf.Logger, rt: Runtime) -> None:
     """status.observedGeneration reaches metadata.generation whatever kopf coalesces.
 
     kopf calls the update handler only when the spec differs from the last one it handled; patches
@@ -297,17 +308,17 @@ async def converge_generation(body: kopf.Body, logger: kopf.Logger, **_: Any) ->
     handled = DIFFBASE.fetch(body=body)
     if handled is None or kube.plain(handled.get("spec")) != kube.plain(body.get("spec")):
         return  # the spec changed: kopf's update handler runs for it (and writes the generation)
-    outcome = await asyncio.to_thread(reconcile_sync, kube.plain(body))
+    outcome = await asyncio.to_thread(reconcile_sync, kube.plain(body), rt)
     logger.info("generation %s carries the spec already handled; status converged (%s)", gen, outcome)
 
 
-def apply_autoscaler(namespace: str, name: str) -> str | None:
+def apply_autoscaler(namespace: str, name: str, rt: Runtime) -> str | None:
     """Re-apply only the server's autoscaler (after CrashLooping changed). Returns "paused"/"resumed"
     when the scale-up policy changed, None otherwise."""
     body = kube.get_server(namespace, name)
     if body is None:
         return None
-    p = plan(body)
+    p = plan(body, rt)
     scaler = next((o for o in p.objects or [] if o["kind"] in ("ScaledObject", "HorizontalPodAutoscaler")), None)
     if scaler is None:
         return None
@@ -329,11 +340,3 @@ def apply_autoscaler(namespace: str, name: str) -> str | None:
                     f"{scaler['kind']} scale-up {word}: " + ("the engines are crash-looping; more replicas would only multiply the crash"
                                                              if paused else "the engines run again"), "Warning" if paused else "Normal")
     return word
-
-
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-async def reconcile(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
-    outcome = await asyncio.to_thread(reconcile_sync, kube.plain(body))
-    logger.info("reconciled: %s", outcome)

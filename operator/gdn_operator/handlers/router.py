@@ -9,21 +9,16 @@ False (with that parent's reason and message) when one says False, absent until 
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 import kopf
 
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
-from gdn_operator.handlers.config import get_config
-from gdn_operator.handlers.workload import MANAGED, owner_name
-from gdn_operator.render import router
-
-log = logging.getLogger(__name__)
+from gdn_operator.handlers.workload import owner_name
 
 #: InferencePool condition type → the GDNModelServer condition that mirrors it.
-MIRRORED = {"Accepted": "InferencePoolAccepted", "ResolvedRefs": "InferencePoolResolvedRefs"}
+MIRRORED = {"Accepted": st.INFERENCE_POOL_ACCEPTED, "ResolvedRefs": st.INFERENCE_POOL_RESOLVED_REFS}
 
 
 def aggregate(pool: dict[str, Any]) -> dict[str, tuple[bool, str, str]]:
@@ -52,7 +47,7 @@ def mirror(namespace: str, name: str, pool: dict[str, Any] | None) -> None:
                 ok, reason, msg = agg[typ]
                 st.set_condition(status, ours, ok, reason, msg, gen)
             elif st.get_condition(status, ours) is not None:
-                status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != ours]
+                st.remove_condition(status, ours)
 
     kube.update_status(namespace, name, mutate)
 
@@ -64,6 +59,3 @@ async def inference_pool_event(type: str, body: kopf.Body, namespace: str | None
         return
     await asyncio.to_thread(mirror, namespace, name, None if type == "DELETED" else kube.plain(body))
 
-
-if get_config().inference_pool:  # RBAC for InferencePools exists only when the chart enables them
-    kopf.on.event(router.GROUP, router.VERSION, router.PLURAL, labels=MANAGED)(inference_pool_event)

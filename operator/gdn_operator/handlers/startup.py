@@ -1,26 +1,31 @@
-"""Operator start-up: kopf settings, the admission webhook server with its TLS, the metrics endpoint."""
+"""Operator start-up: kopf settings, the admission webhook server with its TLS, the metrics endpoint.
+
+`configure` is the body of the startup handler (registered in handlers/main.py): it gets the settings
+parsed once (gdn_operator/settings.py) and the runtime that carries them (handlers/runtime.py).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 import kopf
 from prometheus_client import start_http_server
 
 from gdn_operator import telemetry
-from gdn_operator.handlers import certs
-from gdn_operator.handlers.config import OperatorConfig, get_config
+from gdn_operator.handlers import certs, kube, webhookconfigs
 from gdn_operator.handlers.reconcile import ANNOTATION_PREFIX, DIFFBASE
 from gdn_operator.handlers.webhook_limits import BoundedWebhookServer
+from gdn_operator.settings import Settings
+
+if TYPE_CHECKING:
+    from gdn_operator.handlers.runtime import Runtime
 
 log = logging.getLogger(__name__)
-
 
 
 class ServiceWebhookServer(BoundedWebhookServer):
@@ -34,20 +39,13 @@ class ServiceWebhookServer(BoundedWebhookServer):
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
         async for cfg in super().__call__(fn):
-            out: dict[str, Any] = {
-                "service": {
-                    "name": self.service_name,
-                    "namespace": self.service_namespace,
-                    "port": self.service_port,
-                    "path": (self.path or "").rstrip("/"),
-                }
-            }
-            if "caBundle" in cfg:
-                out["caBundle"] = cfg["caBundle"]
-            yield out
+            yield webhookconfigs.service_client_config(self.service_name, self.service_namespace, self.service_port,
+                                                       self.path, cfg.get("caBundle"))
 
 
-def webhook_server(cfg: OperatorConfig) -> kopf.WebhookServer | None:
+def webhook_server(cfg: Settings, renewal: dict[str, Any]) -> kopf.WebhookServer | None:
+    """The admission webhook server for the configured mode (None: off). In service mode without cert-manager,
+    `renewal` is filled with where the operator-managed certificate lives (renewed by the runtime's task)."""
     if not cfg.webhook_mode:
         return None
     if cfg.webhook_mode == "local":
@@ -75,7 +73,7 @@ def webhook_server(cfg: OperatorConfig) -> kopf.WebhookServer | None:
             bundle = certs.ensure_secret_bundle(ns, secret, sans)
             d = Path(tempfile.mkdtemp(prefix="gdn-webhook-"))
             ca, crt, key = bundle.write(d)
-            _RENEWAL.update(namespace=ns, secret=secret, sans=sans, directory=d)
+            renewal.update(namespace=ns, secret=secret, sans=sans, directory=d)
         return ServiceWebhookServer(
             service_name=svc,
             service_namespace=ns,
@@ -89,63 +87,70 @@ def webhook_server(cfg: OperatorConfig) -> kopf.WebhookServer | None:
     raise kopf.PermanentError(f"GDN_WEBHOOK_MODE={cfg.webhook_mode!r}: use local, service, or leave empty")
 
 
-_metrics_started = False
-#: where the operator-managed webhook certificate lives (service mode without cert-manager)
-_RENEWAL: dict[str, Any] = {}
 RENEW_CHECK_SECONDS = 12 * 3600
 
 
-async def renew_webhook_certificate_forever() -> None:
+async def renew_webhook_certificate_forever(renewal: dict[str, Any]) -> None:
     """Re-check the Secret twice a day: ensure_secret_bundle renews a serving certificate within 30 days of
     expiry (or a changed SAN list); the new files are picked up by kopf's webhook server (file watch)."""
     while True:
         await asyncio.sleep(RENEW_CHECK_SECONDS)
         try:
             bundle = await asyncio.to_thread(
-                certs.ensure_secret_bundle, _RENEWAL["namespace"], _RENEWAL["secret"], _RENEWAL["sans"]
+                certs.ensure_secret_bundle, renewal["namespace"], renewal["secret"], renewal["sans"]
             )
-            if (Path(_RENEWAL["directory"]) / "tls.crt").read_bytes() != bundle.cert_pem:
-                bundle.write(Path(_RENEWAL["directory"]))
+            if (Path(renewal["directory"]) / "tls.crt").read_bytes() != bundle.cert_pem:
+                bundle.write(Path(renewal["directory"]))
                 log.info("webhook certificate renewed")
         except Exception as e:  # noqa: BLE001 - try again at the next check
             log.warning("webhook certificate renewal check failed: %s", e)
 
 
-@kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: Any) -> None:
-    global _metrics_started
-    cfg = get_config()
+def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, rt: Runtime) -> kopf.WebhookServer | None:
+    """kopf's settings, the thread pool and the metrics endpoint; returns the webhook server (None: off)."""
+    cfg = rt.settings
     # Keep kopf's bookkeeping in annotations so the status schema stays strict and ours.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = DIFFBASE
     settings.persistence.finalizer = "serving.gdn-operator.io/kopf-finalizer"
     settings.posting.level = logging.WARNING
-    settings.execution.max_workers = int(os.environ.get("GDN_MAX_WORKERS", "16"))
+    settings.execution.max_workers = cfg.max_workers
+    kube.size_connection_pool(cfg.max_workers)  # as many pooled API connections as worker threads
+    # A handler that fails on a passing fault (API server restarting: connection refused, 503) is retried
+    # after this many seconds; kopf's default of 60 s kept servers unreconciled ~46 s after the API server
+    # was back (bench/bench_faults.py, restart phase).
+    settings.execution.default_backoff = 10
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
     settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
-    if os.environ.get("GDN_PEERING"):  # name, priority and standalone are set by __main__ via kopf.run()
+    if cfg.peering:  # name, priority and standalone are set by __main__ via kopf.run()
         settings.peering.mandatory = True
         settings.peering.clusterwide = not cfg.namespaces
-    server = webhook_server(cfg)
+    server = webhook_server(cfg, rt.webhook_renewal)
     if server is not None:
-        settings.admission.server = server
-        settings.admission.managed = cfg.webhook_config_name
-        if _RENEWAL:
-            asyncio.get_running_loop().create_task(renew_webhook_certificate_forever())
+        if cfg.webhook_configs == "shipped":  # the chart's configurations: point their clientConfig only
+            settings.admission.server = webhookconfigs.ShippedConfigurations(
+                server, config_name=cfg.webhook_config_name, namespaces=cfg.namespaces)
+        else:  # kopf creates the configurations and owns their webhooks (needs create RBAC)
+            settings.admission.server = server
+            settings.admission.managed = cfg.webhook_config_name
+        if rt.webhook_renewal:
+            rt.start(renew_webhook_certificate_forever(rt.webhook_renewal), "webhook-certificate-renewal")
     # Blocking Kubernetes calls of all handlers run in this pool (asyncio.to_thread); log streams have
-    # their own pool (crashwatch.LOG_POOL) so long reads never starve status writes.
+    # their own pool (the runtime's log_pool) so long reads never starve status writes.
     asyncio.get_running_loop().set_default_executor(
-        ThreadPoolExecutor(max_workers=int(os.environ.get("GDN_MAX_WORKERS", "16")), thread_name_prefix="gdn-api")
+        ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="gdn-api")
     )
-    if cfg.metrics_port and not _metrics_started:
-        start_http_server(cfg.metrics_port, registry=telemetry.REGISTRY)
-        _metrics_started = True
+    if cfg.metrics_port and not rt.metrics_started:
+        start_http_server(cfg.metrics_port, registry=telemetry.METRICS_REGISTRY)
+        rt.metrics_started = True
         logger.info("operator metrics on :%d/metrics", cfg.metrics_port)
     logger.info(
-        "gdn-operator starting: default policy %s, namespaces %s, webhook %s",
+        "gdn-operator starting: default policy %s, namespaces %s, webhook %s%s",
         cfg.default_policy,
         ",".join(cfg.namespaces) or "all",
         cfg.webhook_mode or "off",
+        f" (configurations {cfg.webhook_configs} {cfg.webhook_config_name})" if cfg.webhook_mode else "",
     )
+    return server

@@ -11,17 +11,20 @@ import hashlib
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 
+from gdn_operator import telemetry
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
-from gdn_operator.handlers.config import get_config
 from gdn_operator.render import lws
 from gdn_operator.render.engine import CONTAINER, LABEL_MANAGED_BY, LABEL_SERVER, MANAGED_BY
 from gdn_operator.render.lws import LABEL_GROUP_INDEX, is_leader
 from gdn_operator.render.scaleout import workload_of
+
+if TYPE_CHECKING:
+    from gdn_operator.handlers.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +103,6 @@ def pod_summary(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@kopf.index("", "v1", "pods", labels=MANAGED)
 def engine_pods(
     body: kopf.Body, namespace: str | None, labels: Mapping[str, str], **_: Any
 ) -> dict[tuple[str, str], dict[str, Any]]:
@@ -112,10 +114,9 @@ def engine_pods(
 
 
 def pods_of(index: kopf.Index, namespace: str, name: str) -> list[dict[str, Any]]:
-    try:
-        return [p for p in index.get((namespace, name), []) if not p["deleting"]]
-    except Exception:  # noqa: BLE001 - index store may be empty during start-up
-        return []
+    """The server's engine pods in kopf's index that are not being deleted (none yet for a server kopf has not
+    indexed a pod of)."""
+    return [p for p in index.get((namespace, name), []) if not p["deleting"]]
 
 
 def api_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -145,17 +146,13 @@ def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]]) -> N
             st.set_condition(status, st.UNSCHEDULABLE, False, "Scheduled", "All engine pods are scheduled.", gen)
 
     kube.update_status(namespace, name, mutate)
-    from gdn_operator import telemetry
-
     telemetry.ENGINE_RESTARTS.labels(namespace, name).set(restarts)
 
 
-@kopf.on.event("", "v1", "pods", labels=MANAGED)
 async def pod_event(
-    type: str, body: kopf.Body, namespace: str | None, labels: Mapping[str, str], **kwargs: Any
+    rt: Runtime, type: str, body: kopf.Body, namespace: str | None, labels: Mapping[str, str], engine_pods: kopf.Index
 ) -> None:
     """The one handler for engine pod events: the crash watch's part, then the server's pod-derived status."""
-    engine_pods: kopf.Index = kwargs["engine_pods"]  # kopf passes each index by its name (not in its handler protocols)
     namespace = kube.require_namespace(namespace)
     from gdn_operator.handlers.crashwatch import on_pod_event
 
@@ -163,7 +160,7 @@ async def pod_event(
     if not name:
         return
     try:
-        await on_pod_event(type, namespace, name, kube.plain(body))
+        await on_pod_event(rt, type, namespace, name, kube.plain(body))
     finally:
         await asyncio.to_thread(update_from_pods, namespace, name, pods_of(engine_pods, namespace, name))
 
@@ -180,14 +177,12 @@ def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: di
     ready = int(dstatus.get("readyReplicas") or 0)
     updated = int(dstatus.get("updatedReplicas") or 0)
     dconds = {c.get("type"): c for c in dstatus.get("conditions") or []}
-    from gdn_operator import telemetry
-
     telemetry.READY_REPLICAS.labels(namespace, name).set(ready)
     telemetry.DESIRED_REPLICAS.labels(namespace, name).set(desired)
 
     def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
         gen = obj["metadata"].get("generation")
-        st.set_replicas(status, desired, ready)
+        st.set_replicas(status, desired, ready, gen)
         if desired == 0:
             st.set_condition(status, st.READY, False, "ScaledToZero", "replicas is 0.", gen)
         elif ready >= desired:
@@ -209,16 +204,12 @@ def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: di
             st.set_condition(
                 status, st.PROGRESSING, True, "RollingOut", f"{updated}/{desired} updated, {ready}/{desired} ready.", gen
             )
-        ready_for_degraded = 0 < ready < desired
-        if ready_for_degraded:
-            st.set_condition(status, st.DEGRADED, True, "PartiallyReady", f"only {ready}/{desired} {unit} ready.", gen)
-        elif st.get_condition(status, st.DEGRADED) is not None and (st.get_condition(status, st.DEGRADED) or {}).get("reason") == "PartiallyReady":
-            st.set_condition(status, st.DEGRADED, False, "AllReady", "", gen)
+        # 0 < ready < desired: Degraded PartiallyReady, derived from Ready (status.refresh_degraded)
 
     kube.update_status(namespace, name, mutate, obj=server)
 
 
-def correct_drift(namespace: str, name: str, dep: dict[str, Any] | None, server: dict[str, Any] | None = None,
+def correct_drift(rt: Runtime, namespace: str, name: str, dep: dict[str, Any] | None, server: dict[str, Any] | None = None,
                   kind: str = "Deployment") -> bool:
     """Re-apply the rendered Deployment if someone changed or deleted it. Returns True if corrected."""
     from gdn_operator.handlers.reconcile import expected_objects
@@ -227,7 +218,7 @@ def correct_drift(namespace: str, name: str, dep: dict[str, Any] | None, server:
         server = kube.get_server(namespace, name)
     if server is None or server["metadata"].get("deletionTimestamp"):
         return False
-    expected = expected_objects(server)
+    expected = expected_objects(server, rt)
     if expected is None:
         return False
     want = workload_of(expected)
@@ -236,6 +227,8 @@ def correct_drift(namespace: str, name: str, dep: dict[str, Any] | None, server:
     if dep is not None and is_subset(want["spec"], dep.get("spec")) and is_subset(want["metadata"]["labels"], dep["metadata"].get("labels") or {}):
         return False
     kube.apply(want)
+    log.info("drift corrected on %s/%s generation %s: engine %s %s outside the operator, re-applied", namespace, name,
+             server["metadata"].get("generation"), want["kind"], "deleted" if dep is None else "edited")
     kube.emit_event(
         server,
         "DriftCorrected",
@@ -245,41 +238,26 @@ def correct_drift(namespace: str, name: str, dep: dict[str, Any] | None, server:
     return True
 
 
-@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-async def deployment_event(type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, **_: Any) -> None:
-    namespace = kube.require_namespace(namespace)
-    name = owner_name(kube.plain(meta))
-    if not name:
-        return
-    dep = kube.plain(body)
-    dep.setdefault("kind", "Deployment")
-    await asyncio.to_thread(on_deployment, namespace, name, None if type == "DELETED" else dep)
-
-
-async def leader_worker_set_event(type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, **_: Any) -> None:
-    """Multi-node engines: the LeaderWorkerSet drives status and drift exactly like a Deployment does.
-    (kopf skips this handler when the LeaderWorkerSet API is not installed.)"""
+async def deployment_event(rt: Runtime, type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta,
+                           kind: str = "Deployment") -> None:
+    """A Deployment or (multi-node engines) LeaderWorkerSet event: status and drift, the same for both."""
     namespace = kube.require_namespace(namespace)
     name = owner_name(kube.plain(meta))
     if not name:
         return
     obj = kube.plain(body)
-    obj.setdefault("kind", lws.KIND)
-    await asyncio.to_thread(on_deployment, namespace, name, None if type == "DELETED" else obj, lws.KIND)
+    obj.setdefault("kind", kind)
+    await asyncio.to_thread(on_deployment, rt, namespace, name, None if type == "DELETED" else obj, kind)
 
 
 def current_workload_kind(server: dict[str, Any]) -> str:
     return lws.KIND if int((server.get("spec") or {}).get("nodes") or 1) > 1 else "Deployment"
 
 
-def on_deployment(namespace: str, name: str, dep: dict[str, Any] | None, kind: str = "Deployment") -> None:
+def on_deployment(rt: Runtime, namespace: str, name: str, dep: dict[str, Any] | None, kind: str = "Deployment") -> None:
     server = kube.get_server(namespace, name)
     if server is None:
         return
-    correct_drift(namespace, name, dep, server, kind)
+    correct_drift(rt, namespace, name, dep, server, kind)
     if dep is not None and kind == current_workload_kind(server):
         deployment_status(namespace, name, dep, server)
-
-
-if get_config().lws:  # RBAC for LeaderWorkerSets exists only when the chart enables them
-    kopf.on.event(lws.GROUP, lws.VERSION, lws.PLURAL, labels=MANAGED)(leader_worker_set_event)

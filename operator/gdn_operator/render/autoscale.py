@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gdn_operator.api.models import GDNModelServerSpec
-from gdn_operator.api.scaleout import METRICS
+from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.api.scaleout import METRICS, AutoscalingSpec
 from gdn_operator.render.engine import _meta
 
 KEDA_GROUP = "keda.sh"
@@ -48,9 +48,15 @@ def prometheus_query(namespace: str, served_name: str, metric: str) -> str:
     return f'{agg}({series}{{namespace="{namespace}",model_name="{served_name}"}})'
 
 
+def _autoscaling(spec: GDNModelServerSpec) -> AutoscalingSpec:
+    """spec.autoscaling; the renderers are called only for a spec that has it."""
+    if spec.autoscaling is None:
+        raise ValueError("spec.autoscaling is not set: nothing to autoscale")
+    return spec.autoscaling
+
+
 def behavior(spec: GDNModelServerSpec, scale_up_paused: bool) -> dict[str, Any]:
-    a = spec.autoscaling
-    assert a is not None
+    a = _autoscaling(spec)
     out: dict[str, Any] = {"scaleDown": {"stabilizationWindowSeconds": a.scale_down_stabilization_seconds}}
     if scale_up_paused:
         out["scaleUp"] = {"selectPolicy": "Disabled"}
@@ -61,8 +67,7 @@ def scaled_object(
     name: str, namespace: str, spec: GDNModelServerSpec, target_ref: dict[str, str], uid: str | None,
     *, server_address: str, scale_up_paused: bool = False,
 ) -> dict[str, Any]:
-    a = spec.autoscaling
-    assert a is not None
+    a = _autoscaling(spec)
     served = spec.model.served_name or name
     per_engine = METRICS[a.metric][1] == "sum"
     return {
@@ -94,8 +99,7 @@ def horizontal_pod_autoscaler(
     name: str, namespace: str, spec: GDNModelServerSpec, target_ref: dict[str, str], uid: str | None,
     *, scale_up_paused: bool = False,
 ) -> dict[str, Any]:
-    a = spec.autoscaling
-    assert a is not None
+    a = _autoscaling(spec)
     return {
         "apiVersion": HPA_API_VERSION,
         "kind": "HorizontalPodAutoscaler",

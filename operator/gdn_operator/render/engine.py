@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gdn_operator import API_VERSION, KIND
 from gdn_operator.api import k8s
-from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.render import shutdown
 
 ENGINE_PORT = 8000
@@ -42,7 +42,7 @@ class RenderError(ValueError):
     """The object cannot be turned into a workload; the message names the field and the fix."""
 
 
-def label_value(value: str) -> str:
+def safe_label_value(value: str) -> str:
     """A valid label value: ≤63 chars; long values are shortened with a stable hash suffix."""
     if k8s.label_value(value):
         return value
@@ -52,7 +52,7 @@ def label_value(value: str) -> str:
 
 
 def selector_labels(name: str) -> dict[str, str]:
-    return {LABEL_SERVER: label_value(name), LABEL_MANAGED_BY: MANAGED_BY}
+    return {LABEL_SERVER: safe_label_value(name), LABEL_MANAGED_BY: MANAGED_BY}
 
 
 def api_selector(name: str, spec: GDNModelServerSpec) -> dict[str, str]:
@@ -69,12 +69,12 @@ def api_selector(name: str, spec: GDNModelServerSpec) -> dict[str, str]:
 def common_labels(name: str, spec: GDNModelServerSpec) -> dict[str, str]:
     return {
         LABEL_NAME: "vllm",
-        LABEL_INSTANCE: label_value(name),
+        LABEL_INSTANCE: safe_label_value(name),
         LABEL_COMPONENT: "engine",
         LABEL_PART_OF: "gdn-operator",
         LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_VERSION: label_value(spec.image.vllm_version),
-        LABEL_SERVER: label_value(name),
+        LABEL_VERSION: safe_label_value(spec.image.vllm_version),
+        LABEL_SERVER: safe_label_value(name),
     }
 
 

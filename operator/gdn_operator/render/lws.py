@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.render.engine import _meta, check_names, pod_template, vllm_args
 
 GROUP = "leaderworkerset.x-k8s.io"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.render.engine import ENGINE_PORT, _meta, api_selector
 
 GROUP = "inference.networking.k8s.io"
@@ -20,7 +20,8 @@ CRD = f"{PLURAL}.{GROUP}"
 
 
 def inference_pool(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any]:
-    assert spec.router is not None and spec.router.inference_pool is not None
+    if spec.router is None or spec.router.inference_pool is None:
+        raise ValueError("spec.router.inferencePool is not set: no InferencePool to render")
     epp = spec.router.inference_pool.endpoint_picker
     return {
         "apiVersion": f"{GROUP}/{VERSION}",

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.api.spec import GDNModelServerSpec
 
 #: Seconds the preStop hook waits for endpoint removal before vLLM sees SIGTERM.
 PRESTOP_SECONDS = 5

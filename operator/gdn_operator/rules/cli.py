@@ -18,7 +18,8 @@ import sys
 from typing import Any
 
 from gdn_operator.api.load import ManifestError, load_file
-from gdn_operator.api.models import Architecture, GDNModelServerSpec
+from gdn_operator.api.enums import Architecture
+from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.rules.evaluator import Evaluation, evaluate
 
 CLI_DEFAULT_POLICY = "reject"

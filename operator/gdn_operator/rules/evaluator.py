@@ -3,7 +3,8 @@
     from gdn_operator.rules import evaluate
     ev = evaluate(spec, default_policy="reject")
     if not ev.allowed: raise kopf.AdmissionError(ev.denial_message())
-    patch = ev.patch            # JSON-patch ops (/spec/...) for the mutating webhook when mitigated
+    ev.change                   # the mitigations as one api.specpatch.SpecPatch (empty unless mitigated)
+    ev.merge_patch()            # ... as the merge patch for .spec the mutating webhook sends
     status_findings = ev.findings, status_effective = ev.effective
 
 Policy (spec.admissionPolicy, else the operator-wide `default_policy`), for a rule whose action is
@@ -23,18 +24,19 @@ rejected instead.
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from gdn_operator.api.models import EffectiveConfig, Finding, GDNModelServerSpec
-from gdn_operator.rules.catalogue import SEVERITY_RANK, Builtin, Catalogue, Rule, load_catalogue
+from gdn_operator.api.enums import ADMISSION_POLICIES
+from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.api.specpatch import SpecPatch
+from gdn_operator.api.status import EffectiveConfig, RuleFinding
+from gdn_operator.rules.rulefile import SEVERITY_RANK, Builtin, RuleSet, Rule, load_rules
 from gdn_operator.rules.effective import Effective, LaunchOverrides, describe_field, effective_config
 
-POLICIES = ("reject", "mitigate", "warn")
 MAX_ROUNDS = 8
 _ACTION_RANK = {"rejected": 0, "mitigated": 1, "warned": 2}
 
@@ -47,21 +49,23 @@ EXIT_REJECTED_OR_CHANGED = 1
 class Evaluation:
     """The outcome of admission for one spec.
 
-    `findings`        api.models.Finding list, deterministic order (rejected, mitigated, warned; then
+    `findings`        api.status.RuleFinding list, deterministic order (rejected, mitigated, warned; then
                       severity; then rule-file order).
     `allowed`         False when any finding is rejected.
     `mitigated_spec`  the spec after mitigations (None when nothing was changed or the spec is refused).
-    `patch`           RFC 6902 ops against the whole object (paths /spec/...), empty unless mitigated.
-    `effective`       api.models.EffectiveConfig of what will run (the mitigated spec when mitigated).
+    `change`          the applied mitigations, in order, as one SpecPatch (empty unless mitigated).
+    `patch`           `change` as RFC 6902 ops against the spec as submitted (paths /spec/...).
+    `effective`       api.status.EffectiveConfig of what will run (the mitigated spec when mitigated).
     `detail`          the full resolved configuration (rules.effective.Effective) behind `effective`.
     `policy`          the policy that was applied.
     `notes`           informational lines (deprecated aliases, defaults assumed, ignored launch flags).
     """
 
-    findings: list[Finding]
+    findings: list[RuleFinding]
     allowed: bool
     policy: str
     mitigated_spec: GDNModelServerSpec | None
+    change: SpecPatch
     patch: list[dict[str, Any]]
     effective: EffectiveConfig
     detail: Effective
@@ -72,21 +76,25 @@ class Evaluation:
     def changed(self) -> bool:
         return self.mitigated_spec is not None
 
+    def merge_patch(self) -> dict[str, Any]:
+        """The mitigations as an RFC 7386 merge patch for .spec ({} unless mitigated)."""
+        return self.change.merge_patch() if self.changed else {}
+
     @property
     def exit_code(self) -> int:
         """0: admitted unchanged (warnings allowed); 1: rejected or changed by a mitigation."""
         return EXIT_ADMITTED if self.allowed and not self.changed else EXIT_REJECTED_OR_CHANGED
 
     @property
-    def rejected(self) -> list[Finding]:
+    def rejected(self) -> list[RuleFinding]:
         return [f for f in self.findings if f.action == "rejected"]
 
     @property
-    def mitigated(self) -> list[Finding]:
+    def mitigated(self) -> list[RuleFinding]:
         return [f for f in self.findings if f.action == "mitigated"]
 
     @property
-    def warnings(self) -> list[Finding]:
+    def warnings(self) -> list[RuleFinding]:
         return [f for f in self.findings if f.action == "warned"]
 
     def denial_message(self) -> str:
@@ -141,7 +149,7 @@ class _Hit:
     enforced: bool
     fields: list[str]
     workaround: str
-    mitigation: dict[str, Any] | None
+    mitigation: SpecPatch | None
     detail: str
     order: int
     rule: Rule | None = None
@@ -154,30 +162,30 @@ def _versions_text(rule: Rule) -> str:
     return f"affects {rule.versions}{fixed}"
 
 
-def _match_rules(cat: Catalogue, eff: Effective) -> list[_Hit]:
+def _match_rules(ruleset: RuleSet, eff: Effective) -> list[_Hit]:
     hits: list[_Hit] = []
     v = eff.values
     ver = eff.version
     patches = v["patches"]
-    builtin = cat.builtin
+    builtin = ruleset.builtin
 
     if ver is None:
         b = builtin["unparseable-version"]
         hits.append(_builtin_hit(b, f"spec.image.vllmVersion {v['vllm_version']!r} is not a vLLM version", -5))
         return hits  # defaults cannot be resolved: no rule can be evaluated honestly
-    if ver > cat.newest and ver.base != cat.newest.base:
+    if ver > ruleset.newest and ver.base != ruleset.newest.base:
         b = builtin["newer-than-catalogue"]
-        hits.append(_builtin_hit(b, f"vLLM {v['vllm_version']} is not in the catalogue (newest {cat.newest}); "
+        hits.append(_builtin_hit(b, f"vLLM {v['vllm_version']} is not in the catalogue (newest {ruleset.newest}); "
                                     "open bugs assumed still present", -4))
-    elif ver < cat.oldest:
+    elif ver < ruleset.oldest:
         b = builtin["older-than-catalogue"]
-        hits.append(_builtin_hit(b, f"vLLM {v['vllm_version']} predates the catalogue (oldest {cat.oldest})", -4))
+        hits.append(_builtin_hit(b, f"vLLM {v['vllm_version']} predates the catalogue (oldest {ruleset.oldest})", -4))
     if not v["gdn_hybrid"]:
         b = builtin["unrecognised-architecture"]
         hits.append(_builtin_hit(b, f"model {v['model_name']!r} is not a recognised Qwen3-Next / Qwen3.5 / Qwen3.6 / Qwen3.8 "
                                     "name and spec.model.architecture is unset", -3))
-    unknown = sorted(p for p in patches if p not in cat.patch_ids and p not in cat.planned_patch_ids)
-    planned = sorted(p for p in patches if p in cat.planned_patch_ids)
+    unknown = sorted(p for p in patches if p not in ruleset.patch_ids and p not in ruleset.planned_patch_ids)
+    planned = sorted(p for p in patches if p in ruleset.planned_patch_ids)
     if unknown or planned:
         b = builtin["unknown-patch"]
         parts = []
@@ -188,10 +196,10 @@ def _match_rules(cat: Catalogue, eff: Effective) -> list[_Hit]:
         hits.append(_builtin_hit(b, "; ".join(parts), -2))
 
     vk = ver.key
-    for i, rule in enumerate(cat.rules):
+    for i, rule in enumerate(ruleset.rules):
         if not rule.range.contains(ver):
             continue
-        if rule.patches and any(p in patches and p in cat.patch_ids for p in rule.patches):
+        if rule.patches and any(p in patches and p in ruleset.patch_ids for p in rule.patches):
             continue  # neutralised by a shipped patch the image declares (checked at run time too)
         if not rule.compiled_when(v, vk):
             continue
@@ -208,7 +216,7 @@ def _match_rules(cat: Catalogue, eff: Effective) -> list[_Hit]:
                 enforced=enforced,
                 fields=list(rule.fields),
                 workaround=rule.workaround,
-                mitigation=dict(rule.mitigation) if rule.mitigation else None,
+                mitigation=rule.mitigation_patch,
                 detail=f"{because} ({_versions_text(rule)})",
                 order=i,
                 rule=rule,
@@ -238,28 +246,17 @@ def _decide(hit: _Hit, policy: str) -> str:
     return "warned"
 
 
-def _fmt_change(mitigation: dict[str, Any]) -> str:
-    def val(x: Any) -> str:
-        if x is None:
-            return "unset"
-        if isinstance(x, bool):
-            return "true" if x else "false"
-        return str(x)
-
-    return ", ".join(f"{k}: {val(x)}" for k, x in mitigation.items())
-
-
-def _finding(hit: _Hit, action: str, extra: str = "") -> Finding:
+def _finding(hit: _Hit, action: str, extra: str = "") -> RuleFinding:
     fields = ", ".join(hit.fields)
     fix = hit.workaround
     if hit.mitigation:
-        fix += f" Automatic mitigation: {_fmt_change(hit.mitigation)}."
+        fix += f" Automatic mitigation: {hit.mitigation.summary()}."
     message = f"{hit.ref}: {hit.title} — {hit.detail}. Fields: {fields}. Fix: {fix}"
     if extra:
         message += " " + extra
     # model_construct: every value is built here from the validated rule file (no re-validation on
-    # the admission hot path); the result is an ordinary api.models.Finding
-    return Finding.model_construct(
+    # the admission hot path); the result is an ordinary api.status.RuleFinding
+    return RuleFinding.model_construct(
         rule=hit.ref,
         title=hit.title,
         kind=hit.kind,
@@ -268,77 +265,12 @@ def _finding(hit: _Hit, action: str, extra: str = "") -> Finding:
         message=message,
         fields=list(hit.fields),
         workaround=hit.workaround,
-        mitigation=dict(hit.mitigation) if hit.mitigation else None,
+        mitigation=hit.mitigation.as_dict() if hit.mitigation else None,
     )
 
 
-def _sort_key(cat: Catalogue, f: Finding, order: dict[str, int]) -> tuple:
+def _sort_key(ruleset: RuleSet, f: RuleFinding, order: dict[str, int]) -> tuple:
     return (_ACTION_RANK.get(f.action, 9), SEVERITY_RANK.get(f.severity, 9), order.get(f.rule, 999), f.rule)
-
-
-# ------------------------------------------------------------------------------- spec mutation ---
-
-
-def _set_path(d: dict[str, Any], path: str, value: Any) -> None:
-    parts = path.split(".")
-    cur = d
-    for p in parts[:-1]:
-        nxt = cur.get(p)
-        if not isinstance(nxt, dict):
-            nxt = {}
-            cur[p] = nxt
-        cur = nxt
-    if value is None:
-        cur.pop(parts[-1], None)
-    else:
-        cur[parts[-1]] = value
-
-
-def _get_path(d: dict[str, Any], path: str) -> tuple[bool, Any]:
-    cur: Any = d
-    for p in path.split("."):
-        if not isinstance(cur, dict) or p not in cur:
-            return False, None
-        cur = cur[p]
-    return True, cur
-
-
-def _apply(spec_dict: dict[str, Any], mitigation: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(spec_dict)
-    for path, value in mitigation.items():
-        _set_path(out, path, value)
-    return out
-
-
-def _json_patch(original: dict[str, Any], changes: list[tuple[str, Any]]) -> list[dict[str, Any]]:
-    """RFC 6902 ops turning `original` (the spec as submitted) into original+changes, under /spec."""
-    cur = copy.deepcopy(original)
-    ops: list[dict[str, Any]] = []
-    for path, value in changes:
-        parts = path.split(".")
-        if value is None:
-            present, _ = _get_path(cur, path)
-            if present:
-                ops.append({"op": "remove", "path": "/spec/" + "/".join(parts)})
-                _set_path(cur, path, None)
-            continue
-        # find the first missing parent; add the whole sub-object there
-        node = cur
-        for i, p in enumerate(parts[:-1]):
-            if not isinstance(node.get(p), dict):
-                sub: Any = value
-                for q in reversed(parts[i + 1 :]):
-                    sub = {q: sub}
-                ops.append({"op": "add", "path": "/spec/" + "/".join(parts[: i + 1]), "value": sub})
-                break
-            node = node[p]
-        else:
-            present, old = _get_path(cur, path)
-            if present and old == value:
-                continue
-            ops.append({"op": "replace" if present else "add", "path": "/spec/" + "/".join(parts), "value": value})
-        _set_path(cur, path, value)
-    return ops
 
 
 # ----------------------------------------------------------------------------------- evaluate ---
@@ -359,37 +291,37 @@ def evaluate(
     `overrides`:      launch-line facts a spec cannot hold (rules.launchline).
     `policy`:         force a policy regardless of spec.admissionPolicy (launch lines use "reject").
     """
-    if default_policy not in POLICIES:
-        raise ValueError(f"default_policy must be one of {', '.join(POLICIES)}, got {default_policy!r}")
-    cat = load_catalogue()
+    if default_policy not in ADMISSION_POLICIES:
+        raise ValueError(f"default_policy must be one of {', '.join(ADMISSION_POLICIES)}, got {default_policy!r}")
+    ruleset = load_rules()
     effective_policy = policy or spec.admission_policy or default_policy
-    if effective_policy not in POLICIES:
-        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {effective_policy!r}")
-    return _evaluate(cat, spec, effective_policy, vllm_version, overrides)
+    if effective_policy not in ADMISSION_POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(ADMISSION_POLICIES)}, got {effective_policy!r}")
+    return _evaluate(ruleset, spec, effective_policy, vllm_version, overrides)
 
 
 def _evaluate(
-    cat: Catalogue,
+    ruleset: RuleSet,
     spec: GDNModelServerSpec,
     policy: str,
     vllm_version: str | None,
     overrides: LaunchOverrides | None,
 ) -> Evaluation:
     eff0 = effective_config(spec, vllm_version, overrides=overrides)
-    hits0 = _match_rules(cat, eff0)
+    hits0 = _match_rules(ruleset, eff0)
     decisions0 = [(h, _decide(h, policy)) for h in hits0]
 
     if not any(a == "mitigated" for _, a in decisions0):
         findings = [_finding(h, a) for h, a in decisions0]
-        return _result(cat, policy, findings, None, [], eff0, eff0)
+        return _result(ruleset, policy, findings, None, SpecPatch(), [], eff0, eff0)
 
     # ---- mitigation loop: one mitigation per round, most severe first, to a fixed point ---------
     original = spec.model_dump(by_alias=True, exclude_unset=True, mode="json")
     current_dict = original
     current_spec = spec
     eff = eff0
-    applied: list[tuple[_Hit, dict[str, Any]]] = []
-    changes: list[tuple[str, Any]] = []
+    applied: list[_Hit] = []
+    change = SpecPatch()
     failed: dict[str, str] = {}
     seen_states = [_state_key(spec)]
     decisions = decisions0
@@ -401,7 +333,8 @@ def _evaluate(
         wanting.sort(key=lambda h: (SEVERITY_RANK.get(h.severity, 9), h.order))
         progressed = False
         for hit in wanting:
-            candidate = _apply(current_dict, hit.mitigation or {})
+            mitigation = hit.mitigation or SpecPatch()
+            candidate = mitigation.apply(current_dict)
             try:
                 cand_spec = GDNModelServerSpec.model_validate(candidate)
             except ValidationError as e:
@@ -412,7 +345,7 @@ def _evaluate(
                 failed[hit.ref] = "its mitigation would undo an earlier one (loop)"
                 continue
             cand_eff = effective_config(cand_spec, vllm_version, overrides=overrides)
-            cand_hits = _match_rules(cat, cand_eff)
+            cand_hits = _match_rules(ruleset, cand_eff)
             cand_dec = [(h, _decide(h, policy)) for h in cand_hits]
             newly_rejected = [
                 h.ref for h, a in cand_dec
@@ -422,8 +355,8 @@ def _evaluate(
                 failed[hit.ref] = f"its mitigation would trigger {', '.join(newly_rejected)}"
                 continue
             # accept this mitigation
-            applied.append((hit, dict(hit.mitigation or {})))
-            changes.extend((hit.mitigation or {}).items())
+            applied.append(hit)
+            change = change + mitigation
             current_dict, current_spec, eff, decisions = candidate, cand_spec, cand_eff, cand_dec
             seen_states.append(key)
             progressed = True
@@ -436,7 +369,7 @@ def _evaluate(
                 failed[h.ref] = f"mitigations did not converge in {MAX_ROUNDS} rounds"
 
     failed_any = False
-    rest: list[Finding] = []
+    rest: list[RuleFinding] = []
     for h, a in decisions:
         if a == "mitigated":
             reason = failed.get(h.ref, "no applicable mitigation")
@@ -448,18 +381,17 @@ def _evaluate(
 
     allowed = not failed_any and not any(f.action == "rejected" for f in rest)
     if not applied:
-        return _result(cat, policy, rest, None, [], eff0, eff0)
+        return _result(ruleset, policy, rest, None, SpecPatch(), [], eff0, eff0)
     if not allowed:
         # refused anyway: nothing is changed; report the rules that wanted a change as rejected, against
         # the configuration as submitted
         refused = [
             _finding(hit, "rejected", "Mitigation not applied: the spec is refused by another rule.")
-            for hit, _ in applied
+            for hit in applied
         ]
-        return _result(cat, policy, refused + rest, None, [], eff0, eff0)
-    findings = [_finding(hit, "mitigated", f"Applied: {_fmt_change(mit)}.") for hit, mit in applied] + rest
-    patch = _json_patch(original, changes)
-    return _result(cat, policy, findings, current_spec, patch, eff, eff0)
+        return _result(ruleset, policy, refused + rest, None, SpecPatch(), [], eff0, eff0)
+    findings = [_finding(hit, "mitigated", f"Applied: {(hit.mitigation or SpecPatch()).summary()}.") for hit in applied] + rest
+    return _result(ruleset, policy, findings, current_spec, change, change.json_patch(original), eff, eff0)
 
 
 def _state_key(spec: GDNModelServerSpec) -> str:
@@ -468,10 +400,11 @@ def _state_key(spec: GDNModelServerSpec) -> str:
 
 
 def _result(
-    cat: Catalogue,
+    ruleset: RuleSet,
     policy: str,
-    findings: list[Finding],
+    findings: list[RuleFinding],
     mitigated: GDNModelServerSpec | None,
+    change: SpecPatch,
     patch: list[dict[str, Any]],
     eff: Effective,
     eff0: Effective,
@@ -484,8 +417,8 @@ def _result(
         if k not in seen:
             seen.add(k)
             uniq.append(f)
-    order = cat.order
-    uniq.sort(key=lambda f: _sort_key(cat, f, order))
+    order = ruleset.order
+    uniq.sort(key=lambda f: _sort_key(ruleset, f, order))
     allowed = not any(f.action == "rejected" for f in uniq)
     notes = list(dict.fromkeys(eff0.notes + eff.notes))
     return Evaluation(
@@ -493,6 +426,7 @@ def _result(
         allowed=allowed,
         policy=policy,
         mitigated_spec=mitigated,
+        change=change,
         patch=patch,
         effective=eff.to_status(),
         detail=eff,

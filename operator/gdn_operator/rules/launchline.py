@@ -31,15 +31,9 @@ from pydantic import ValidationError
 
 from gdn_operator.api import vllm_args
 from gdn_operator.api.load import ManifestError
-from gdn_operator.api.models import (
-    OPERATOR_OWNED_ENV,
-    Architecture,
-    AttentionBackend,
-    CudagraphMode,
-    GDNModelServerSpec,
-    GDNPrefillBackend,
-    SpecMethod,
-)
+from gdn_operator.api.enums import Architecture, AttentionBackend, CudagraphMode, GDNPrefillBackend, SpecMethod
+from gdn_operator.api.parts import OPERATOR_OWNED_ENV
+from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.rules.effective import LaunchOverrides
 from gdn_operator.rules.evaluator import Evaluation, evaluate
 

@@ -5,7 +5,9 @@ Besides the signatures, the catalogue holds
     prefill backend, vLLM version); they are the log side of the evidence a signature needs before it may
     name an upstream issue (watch/evidence.py);
   * `classes`: generic crash classes a specific signature falls back to when that evidence is missing;
-  * `end_markers`: lines that say a process is ending (a logged exception followed by one is a crash).
+  * `end_markers`: lines that say a process is ending (a logged exception followed by one is a crash);
+  * `actions`: what each remediation action changes in the spec (watch/remedies.py). A catalogue without
+    its own `actions:` uses the packaged file's.
 """
 
 from __future__ import annotations
@@ -15,27 +17,18 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import yaml
 
+from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.rules.versions import VersionRange
+from gdn_operator.watch.remedies import Action, ActionError, action_patch, parse_actions
+
+if TYPE_CHECKING:
+    from gdn_operator.api.spec import GDNModelServerSpec
 
 KINDS = ("runtime-crash", "startup-crash", "config-error", "oom", "deadlock", "generic")
-ACTIONS = (
-    "disable-spec-decode",
-    "disable-async-scheduling",
-    "patched-image",
-    "lower-num-speculative-tokens",
-    "gdn-prefill-backend-triton",
-    "disable-v2-model-runner",
-    "enable-chunked-prefill",
-    "disable-prefix-caching",
-    "raise-max-num-batched-tokens",
-    "reduce-memory",
-    "drop-nccl-p2p-disable",
-    "investigate",
-)
 CONFIDENCES = ("exact", "probable")
 ROOT_CAUSE_MODES = ("match", "last-exception")
 #: facts a signature's attribution may test, and the values each can take
@@ -53,6 +46,34 @@ class CatalogueError(ValueError):
     """The signature catalogue is malformed; the message names the file, entry and field."""
 
 
+DEFAULT_CATALOGUE_PATH = "data/signatures.yaml"
+
+
+@functools.lru_cache(maxsize=1)
+def _packaged() -> tuple[str, Any]:
+    """(where, parsed YAML) of the packaged catalogue, read once."""
+    ref = resources.files("gdn_operator.watch").joinpath(DEFAULT_CATALOGUE_PATH)
+    where = str(ref)
+    try:
+        return where, yaml.safe_load(ref.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise CatalogueError(f"{where}: not valid YAML: {e}") from None
+
+
+@functools.lru_cache(maxsize=1)
+def packaged_actions() -> dict[str, Action]:
+    """The packaged catalogue's `actions:` table (what each remediation action changes in the spec)."""
+    where, data = _packaged()
+    try:
+        return parse_actions(where, data.get("actions") if isinstance(data, dict) else None)
+    except ActionError as e:
+        raise CatalogueError(str(e)) from None
+
+
+#: Remediation action ids (the packaged `actions:` table; data/signatures.yaml defines them).
+ACTIONS: tuple[str, ...] = tuple(packaged_actions())
+
+
 @dataclass(frozen=True)
 class LadderStep:
     """One setting to try, in order, before the signature's last-resort action (issue 18)."""
@@ -63,7 +84,10 @@ class LadderStep:
 
 
 @dataclass(frozen=True)
-class Remediation:
+class Remedy:
+    """What the catalogue says to do about a signature (what the operator then did is status.remediations,
+    api/status.py Remediation)."""
+
     action: str
     hint: str
     #: settings that keep speculative decoding on, tried in order (each once) before `action`
@@ -109,7 +133,7 @@ class Signature:
     confidence: str
     keywords: tuple[str, ...]
     alternatives: tuple[Alternative, ...]
-    remediation: Remediation
+    remediation: Remedy
     root_cause: str = "match"
     unlevelled_only: bool = False
     exclude_secondary: bool = False
@@ -146,6 +170,13 @@ class Catalogue:
     end_regex: re.Pattern[str] = re.compile(r"(?!)")
     #: the prefilter without the fact keywords (once the facts are known, or the startup is over)
     steady_regex: re.Pattern[str] = re.compile(r"(?!)")
+    #: remediation action id → the spec change it makes (`actions:`)
+    actions: dict[str, Action] = field(default_factory=dict)
+
+    def remedy_patch(self, action: str, spec: GDNModelServerSpec) -> SpecPatch | None:
+        """The spec change remediation `action` makes to `spec`: None when it needs a human, does not
+        apply to this spec, or is already in effect (so it is never applied twice)."""
+        return action_patch(self.actions.get(action), spec)
 
     def get(self, sig_id: str) -> Signature:
         for s in self.signatures:
@@ -264,7 +295,7 @@ def _parse_facts(path: str, data: Any) -> tuple[FactRule, ...]:
     return tuple(rules)
 
 
-def _parse_signature(where: str, s: dict[str, Any], sid: str) -> Signature:
+def _parse_signature(where: str, s: dict[str, Any], sid: str, actions: dict[str, Action]) -> Signature:
     for fld in ("title",):
         if not isinstance(s.get(fld), str) or not s[fld].strip():
             raise CatalogueError(f"{where}: field '{fld}' must be a non-empty string")
@@ -287,15 +318,15 @@ def _parse_signature(where: str, s: dict[str, Any], sid: str) -> Signature:
     if not keywords or any(not k for k in keywords):
         raise CatalogueError(f"{where}: field 'keywords' must list at least one non-empty literal")
     rem = s.get("remediation")
-    if not isinstance(rem, dict) or rem.get("action") not in ACTIONS or not isinstance(rem.get("hint"), str):
+    if not isinstance(rem, dict) or rem.get("action") not in actions or not isinstance(rem.get("hint"), str):
         raise CatalogueError(
-            f"{where}: field 'remediation' needs 'action' (one of {', '.join(ACTIONS)}) and a 'hint' string"
+            f"{where}: field 'remediation' needs 'action' (one of {', '.join(actions)}) and a 'hint' string"
         )
     ladder: list[LadderStep] = []
     for k, step in enumerate(rem.get("ladder") or []):
         lw = f"{where}: remediation.ladder[{k}]"
-        if not isinstance(step, dict) or step.get("action") not in ACTIONS or not isinstance(step.get("reason"), str):
-            raise CatalogueError(f"{lw}: needs 'action' (one of {', '.join(ACTIONS)}) and a 'reason' string")
+        if not isinstance(step, dict) or step.get("action") not in actions or not isinstance(step.get("reason"), str):
+            raise CatalogueError(f"{lw}: needs 'action' (one of {', '.join(actions)}) and a 'reason' string")
         min_tp = step.get("min_tp", 1)
         if not isinstance(min_tp, int) or isinstance(min_tp, bool) or min_tp < 1:
             raise CatalogueError(f"{lw}: 'min_tp' must be a positive integer")
@@ -350,7 +381,7 @@ def _parse_signature(where: str, s: dict[str, Any], sid: str) -> Signature:
         confidence=confidence,
         keywords=keywords,
         alternatives=tuple(alts),
-        remediation=Remediation(rem["action"], " ".join(rem["hint"].split()), tuple(ladder)),
+        remediation=Remedy(rem["action"], " ".join(rem["hint"].split()), tuple(ladder)),
         root_cause=root_mode,
         unlevelled_only=bool(s.get("unlevelled_only", False)),
         exclude_secondary=bool(s.get("exclude_secondary", False)),
@@ -381,6 +412,14 @@ def parse_catalogue(data: Any, path: str = "<catalogue>") -> Catalogue:
     if isinstance(data.get("repos"), dict):
         repos.update({str(k): str(v) for k, v in data["repos"].items()})
 
+    if data.get("actions") is None:
+        actions = packaged_actions()
+    else:
+        try:
+            actions = parse_actions(path, data["actions"])
+        except ActionError as e:
+            raise CatalogueError(str(e)) from None
+
     classes: dict[str, CrashClass] = {}
     raw_classes = data.get("classes") or {}
     if not isinstance(raw_classes, dict):
@@ -403,7 +442,7 @@ def parse_catalogue(data: Any, path: str = "<catalogue>") -> Catalogue:
         if sid in seen:
             raise CatalogueError(f"{where}: duplicate id")
         seen.add(sid)
-        sigs.append(_parse_signature(where, s, sid))
+        sigs.append(_parse_signature(where, s, sid, actions))
     for sig in sigs:
         if sig.parent is not None and sig.parent not in seen and sig.parent not in classes:
             raise CatalogueError(f"{path}: signature {sig.id!r}: parent {sig.parent!r} is neither a signature nor a class")
@@ -419,7 +458,7 @@ def parse_catalogue(data: Any, path: str = "<catalogue>") -> Catalogue:
     steady = [k for s in sigs for k in s.keywords] + list(end_kw) + list(EXCEPTION_KEYWORDS)
     scan = _minimal_keywords(steady + [k for f in facts for k in f.keywords])
     return Catalogue(tuple(sigs), secondary, repos, path, scan, _prefilter(scan), facts, classes, end_kw, end_rx,
-                     _prefilter(_minimal_keywords(steady)))
+                     _prefilter(_minimal_keywords(steady)), dict(actions))
 
 
 def _prefilter(keywords: Iterable[str]) -> re.Pattern[str]:
@@ -427,21 +466,16 @@ def _prefilter(keywords: Iterable[str]) -> re.Pattern[str]:
     return re.compile("|".join(re.escape(p) for p in sorted(pieces)))
 
 
-DEFAULT_CATALOGUE_PATH = "data/signatures.yaml"
-
-
 def load_catalogue(path: str | Path | None = None) -> Catalogue:
     """Load a catalogue file (default: the packaged data/signatures.yaml)."""
     if path is None:
-        ref = resources.files("gdn_operator.watch").joinpath(DEFAULT_CATALOGUE_PATH)
-        text = ref.read_text(encoding="utf-8")
-        where = str(ref)
-    else:
-        where = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as e:
-            raise CatalogueError(f"{where}: cannot read catalogue: {e.strerror or e}") from None
+        where, packaged = _packaged()
+        return parse_catalogue(packaged, where)
+    where = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise CatalogueError(f"{where}: cannot read catalogue: {e.strerror or e}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from gdn_operator.rules.versions import parse_version
 
 if TYPE_CHECKING:
-    from gdn_operator.api.models import GDNModelServerSpec
+    from gdn_operator.api.spec import GDNModelServerSpec
     from gdn_operator.watch.catalogue import Attribution
 
 

@@ -10,13 +10,12 @@ recorded one, of a pod that has not died in this incident yet. A pod dying again
 from __future__ import annotations
 
 import datetime as dt
-import os
 from typing import Any
 
 from gdn_operator.render.lws import LABEL_GROUP_INDEX, LABEL_SET_NAME
 
 #: How close (by the containers' finishedAt) the deaths of one group incident are.
-GROUP_INCIDENT_SECONDS = float(os.environ.get("GDN_GROUP_INCIDENT_SECONDS", "20"))
+GROUP_INCIDENT_SECONDS = 20.0
 
 
 

@@ -88,8 +88,10 @@ class ProbeClient:
 
     async def ask(self, url: str, model: str, probe: Probe, pod: str, timeout: float) -> Asked:
         session = self._ensure()
-        assert self._sem is not None
-        async with self._sem:
+        sem = self._sem
+        if sem is None:  # _ensure creates both
+            raise RuntimeError("ProbeClient has a session but no semaphore")
+        async with sem:
             t0 = time.perf_counter()
             error = message = None
             answer = None

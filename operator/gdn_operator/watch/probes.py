@@ -91,7 +91,8 @@ def compare(expected: Answer | None, got: Answer, comparison: tuple[str, int | N
     have: Sequence[Any] | str = got.token_ids if tokens else got.text  # type: ignore[assignment]
     unit = "token" if tokens else "character"
     if kind == "minLength":
-        assert n is not None
+        if n is None:
+            raise ValueError("minLength comparison without a length (Probe.comparison gives one)")
         count = len(got.token_ids) if got.token_ids is not None else len(got.text)
         u = "token" if got.token_ids is not None else "character"
         if count < n:

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gdn_operator.watch.catalogue import Remediation
+from gdn_operator.watch.catalogue import Remedy
 
 
 
@@ -34,7 +34,7 @@ class ClassificationResult:
     root_cause: str | None = None
     root_cause_line: int | None = None
     matched: list[MatchedLine] = field(default_factory=list)
-    remediation: Remediation | None = None
+    remediation: Remedy | None = None
     other_signatures: list[str] = field(default_factory=list)
     context: list[str] = field(default_factory=list)
     lines_scanned: int = 0

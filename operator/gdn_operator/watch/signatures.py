@@ -46,7 +46,7 @@ from gdn_operator.watch.catalogue import (  # noqa: F401 - re-exported: the cata
     Alternative,
     Catalogue,
     CatalogueError,
-    Remediation,
+    Remedy,
     Signature,
     default_catalogue,
     load_catalogue,
@@ -131,7 +131,7 @@ class _Pick:
     bugs: tuple[str, ...]
     priority: int
     confidence: str
-    remediation: Remediation
+    remediation: Remedy
     root_mode: str
     fire: _Fire
 
@@ -443,7 +443,7 @@ class LogClassifier:
             if sig.parent in cat.classes:
                 c = cat.classes[sig.parent]
                 picks.append(_Pick(c.id, c.title, c.kind, False, None, (), sig.bugs, sig.priority, "probable",
-                                   Remediation("investigate", c.hint or sig.remediation.hint), "match", fire))
+                                   Remedy("investigate", c.hint or sig.remediation.hint), "match", fire))
             else:
                 p = _pick(cat.get(sig.parent), fire)  # type: ignore[arg-type]
                 picks.append(p)
@@ -496,7 +496,7 @@ class LogClassifier:
             sid, title, kind, rem = s.id, s.title, s.kind, s.remediation
         elif "engine-error-exit" in cat.classes:
             c = cat.classes["engine-error-exit"]
-            sid, title, kind, rem = c.id, c.title, c.kind, Remediation("investigate", c.hint)
+            sid, title, kind, rem = c.id, c.title, c.kind, Remedy("investigate", c.hint)
         else:
             return ClassificationResult(crashed=False, lines_scanned=self._n, evidence=shown)
         return ClassificationResult(

@@ -6,7 +6,6 @@ Runs against ``control_plane`` (core tier, or the session's full cluster when on
 from __future__ import annotations
 
 import copy
-import time
 import uuid
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from kubernetes.client.rest import ApiException
 
 from gdn_operator import GROUP, KIND, PLURAL, VERSION
 from gdn_operator.api.crd import crd_manifest
+from waiting import poll, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -37,14 +37,12 @@ def _install_crd(api: client.ApiClient, manifest: dict, timeout: float = 30) -> 
     except ApiException as e:
         if e.status != 409:
             raise
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def established():
         crd = ext.read_custom_resource_definition(name)
-        conds = {c.type: c.status for c in (crd.status.conditions or [])}
-        if conds.get("Established") == "True":
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"CRD {name} not Established after {timeout}s: {conds}")
+        return {c.type: c.status for c in (crd.status.conditions or [])}.get("Established") == "True"
+
+    wait_for(established, timeout, 0.2, what=f"CRD {name} Established")
 
 
 @pytest.fixture(scope="module")
@@ -140,15 +138,14 @@ def _limited_sa(kube_api) -> tuple[str, str]:
 
 
 def _wait_allowed(fn, timeout: float = 10.0):
-    # RBAC informers in the apiserver catch up with a fresh RoleBinding within a moment.
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return fn()
-        except ApiException as e:
-            if e.status != 403 or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    # RBAC informers in the apiserver catch up with a fresh RoleBinding within a moment: 403 means "not yet".
+    def forbidden(e: BaseException) -> bool:
+        return isinstance(e, ApiException) and e.status == 403
+
+    value, met = poll(fn, until=lambda _: True, timeout=timeout, interval=0.2, retry=forbidden)
+    if not met:  # still forbidden at the deadline: the real error
+        return fn()
+    return value
 
 
 def test_service_account_token_is_limited_by_rbac(control_plane, kube_api, crd):

@@ -1,7 +1,9 @@
-"""Loading and validating the rule file (data/rules.yaml) — once, cached.
+"""Loading and validating the rule file (data/rules.yaml) into a `RuleSet` — once, cached.
 
 A malformed rule file is a `RuleFileError` listing every problem (one line each) the first time the
-catalogue is loaded (import of the evaluator, or the tests), never a surprise during admission.
+rules are loaded (import of the evaluator, or the tests), never a surprise during admission. (The
+file's `catalogue:` section names the range of vLLM releases the known-issues catalogue,
+../shared/docs/vllm-known-issues.md, was checked against.)
 """
 
 from __future__ import annotations
@@ -10,17 +12,19 @@ import functools
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gdn_operator.api.models import GDNModelServerSpec
+from gdn_operator.api.specpatch import SpecPatch, check_path
 from gdn_operator.rules.predicates import PredicateError, compile_predicate
 from gdn_operator.rules.versions import Version, VersionRange, parse_version
 
-KINDS = ("startup-crash", "runtime-crash", "silent-corruption", "deadlock", "config")
-SEVERITIES = ("critical", "high", "medium", "low", "info")
+#: What a rule is about (not the crash watch's signature kinds, watch/catalogue.py KINDS).
+RuleKind = Literal["startup-crash", "runtime-crash", "silent-corruption", "deadlock", "config"]
+Severity = Literal["critical", "high", "medium", "low", "info"]
+SEVERITIES: tuple[str, ...] = get_args(Severity)
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
 _ID_RE = re.compile(r"^(?:[a-z0-9][a-z0-9_.-]*#\d+|vllm-config/[a-z0-9-]+|gdn-operator/[a-z0-9-]+)$")
@@ -37,33 +41,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
 
-def _spec_field_for(path: str) -> tuple[bool, str]:
-    """Does the camelCase dotted path (relative to spec) name a GDNModelServerSpec field?"""
-    model: Any = GDNModelServerSpec
-    parts = path.split(".")
-    for i, part in enumerate(parts):
-        fields = getattr(model, "model_fields", None)
-        if fields is None:
-            return False, f"{'.'.join(parts[:i])} has no sub-fields"
-        match = None
-        for name, f in fields.items():
-            if (f.alias or name) == part:
-                match = f
-                break
-        if match is None:
-            return False, f"unknown spec field {part!r} in {path!r}"
-        ann = match.annotation
-        model = next((a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)), ann)
-    return True, ""
-
-
 class Rule(_Strict):
     id: str
     aliases: list[str] = Field(default_factory=list)
     bug: str
     title: str = Field(min_length=5)
-    kind: Literal["startup-crash", "runtime-crash", "silent-corruption", "deadlock", "config"]
-    severity: Literal["critical", "high", "medium", "low", "info"]
+    kind: RuleKind
+    severity: Severity
     action: Literal["enforce", "warn"] = "enforce"
     advisory_reason: str | None = None
     escalate_if: dict[str, Any] | None = None
@@ -80,6 +64,8 @@ class Rule(_Strict):
     # compiled at validation time (excluded from the schema)
     compiled_when: Any = Field(default=None, exclude=True)
     compiled_escalate: Any = Field(default=None, exclude=True)
+    #: `mitigation` as the spec change the evaluator applies (None without one)
+    mitigation_patch: SpecPatch | None = Field(default=None, exclude=True)
     range: Any = Field(default=None, exclude=True)
 
     @field_validator("id")
@@ -116,8 +102,8 @@ class Rule(_Strict):
         for p in v:
             if not p.startswith("spec."):
                 raise ValueError(f"field {p!r} must be a spec path such as spec.prefixCaching")
-            ok, why = _spec_field_for(p[len("spec.") :])
-            if not ok:
+            why = check_path(p[len("spec.") :])
+            if why:
                 raise ValueError(why)
         return v
 
@@ -129,8 +115,8 @@ class Rule(_Strict):
         if not v:
             raise ValueError("an empty mitigation does nothing; leave it out")
         for path in v:
-            ok, why = _spec_field_for(path)
-            if not ok:
+            why = check_path(path)
+            if why:
                 raise ValueError(why + " (mitigation keys are camelCase spec paths like speculativeDecoding.numSpeculativeTokens)")
         return v
 
@@ -143,6 +129,7 @@ class Rule(_Strict):
         except PredicateError as e:
             raise ValueError(str(e)) from None
         object.__setattr__(self, "range", VersionRange(self.versions))
+        object.__setattr__(self, "mitigation_patch", SpecPatch.of(self.mitigation) if self.mitigation else None)
         if self.action == "warn" and not self.advisory_reason:
             raise ValueError("a warn-only rule needs advisory_reason (why it is not enforced)")
         if self.action == "enforce" and (self.escalate_if is not None or self.advisory_reason):
@@ -159,8 +146,8 @@ class Rule(_Strict):
 class Builtin(_Strict):
     id: str
     title: str
-    kind: Literal["startup-crash", "runtime-crash", "silent-corruption", "deadlock", "config"]
-    severity: Literal["critical", "high", "medium", "low", "info"]
+    kind: RuleKind
+    severity: Severity
     action: Literal["enforce", "warn"]
     fields: list[str]
     workaround: str
@@ -216,7 +203,7 @@ class RuleFile(_Strict):
         return self
 
 
-class Catalogue:
+class RuleSet:
     """The loaded rule file: rules in file order, patch ids, built-in finding texts, catalogue range."""
 
     def __init__(self, data: RuleFile, source: str):
@@ -239,7 +226,7 @@ class Catalogue:
         return self.by_ref.get(ref)
 
 
-def parse_rule_file(text: str, source: str = "rules.yaml") -> Catalogue:
+def parse_rule_file(text: str, source: str = "rules.yaml") -> RuleSet:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -264,7 +251,7 @@ def parse_rule_file(text: str, source: str = "rules.yaml") -> Catalogue:
                 msg = msg[len("Value error, ") :]
             problems.append(f"{source}: {where or '(file)'}: {msg}")
         raise RuleFileError(problems) from None
-    return Catalogue(data, source)
+    return RuleSet(data, source)
 
 
 def default_rule_file() -> Path:
@@ -272,7 +259,7 @@ def default_rule_file() -> Path:
 
 
 @functools.lru_cache(maxsize=1)
-def load_catalogue() -> Catalogue:
+def load_rules() -> RuleSet:
     """The packaged rule file, parsed and validated once per process."""
     path = default_rule_file()
     return parse_rule_file(path.read_text(encoding="utf-8"), str(path))

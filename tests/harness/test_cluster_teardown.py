@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from controlplane import ControlPlane, ControlPlaneError, ensure_built
+from waiting import poll
 
 pytestmark = pytest.mark.cluster
 
@@ -113,11 +114,7 @@ def test_killed_parent_leaves_no_orphans(core_bins, tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    import time
-
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(p) for p in pids.values()):
-        time.sleep(0.1)
+    poll(lambda: [p for p in pids.values() if _alive(p)], until=lambda alive: not alive, timeout=10, interval=0.1)
     import shutil
 
     for d in tmpdirs:  # the killed child could not clean its tmpfs dir; do it for it

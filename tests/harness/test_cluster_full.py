@@ -6,7 +6,6 @@ Pod IPs are loopback (kwok --cidr 127.42.0.0/16) so stand-in servers can bind th
 from __future__ import annotations
 
 import ipaddress
-import time
 import uuid
 
 import pytest
@@ -19,6 +18,7 @@ from controlplane import (
     CRASH_EXIT_CODE_ANNOTATION,
     GPU_RESOURCE,
 )
+from waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.fullcluster]
 
@@ -35,17 +35,6 @@ def ns(api):
     client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
     yield name
     client.CoreV1Api(api).delete_namespace(name)
-
-
-def _wait(pred, timeout: float = 60.0, every: float = 0.25, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}")
 
 
 def _deployment(name: str, gpus: int, containers: int = 1) -> dict:
@@ -81,7 +70,18 @@ def _running_pod(api, ns: str, app: str) -> client.V1Pod:
         pods = core.list_namespaced_pod(ns, label_selector=f"app={app}").items
         return next((p for p in pods if p.status.phase == "Running" and p.status.pod_ip), None)
 
-    return _wait(running, what=f"a Running pod of {app}")
+    return wait_for(running, what=f"a Running pod of {app}")
+
+
+def test_control_plane_reuses_the_sessions_full_cluster(control_plane, kube_api, full_cluster, tmp_path_factory):
+    """tests/conftest.py: a session that needs the full cluster serves ``control_plane`` from it instead of
+    starting a second (core) control plane."""
+    assert control_plane is full_cluster and control_plane.tier == "full"
+    assert kube_api.configuration.host == full_cluster.server
+    assert all(full_cluster.alive().values()) and "kube-scheduler" in full_cluster.alive()
+    # a core control plane would have made its work dir under the session's base temp dir
+    assert not list(tmp_path_factory.getbasetemp().glob("control-plane*"))
+    assert client.VersionApi(kube_api).get_code().git_version == full_cluster.binaries.k8s_version
 
 
 def test_fake_gpu_nodes_advertise_gpus(full_cluster, api):
@@ -106,7 +106,7 @@ def test_gpu_deployment_pod_runs_on_fake_node_with_loopback_ip(full_cluster, api
     assert pod.status.container_statuses[0].ready is True
     assert pod.status.container_statuses[0].restart_count == 0
 
-    dep = _wait(
+    dep = wait_for(
         lambda: (d := apps.read_namespaced_deployment("one-gpu", ns)).status.ready_replicas == 1 and d,
         what="Deployment readyReplicas=1",
     )
@@ -134,7 +134,7 @@ def test_pod_asking_for_more_gpus_than_any_node_stays_unschedulable(api, ns):
                 return p, c
         return None
 
-    pod, cond = _wait(unschedulable, what="PodScheduled=False/Unschedulable")
+    pod, cond = wait_for(unschedulable, what="PodScheduled=False/Unschedulable")
     assert pod.status.phase == "Pending"
     assert pod.spec.node_name is None
     assert "Insufficient nvidia.com/gpu" in cond.message
@@ -167,7 +167,7 @@ def test_crash_stage_sets_last_state_and_restart_count(api, ns):
             return None
         return check
 
-    p = _wait(restarted(1), what="restartCount=1 and trigger cleared")
+    p = wait_for(restarted(1), what="restartCount=1 and trigger cleared")
     st = {c.name: c for c in p.status.container_statuses}
     term = st["vllm"].last_state.terminated
     assert term.message == msg
@@ -185,7 +185,7 @@ def test_crash_stage_sets_last_state_and_restart_count(api, ns):
     # Re-triggerable: a second crash bumps restartCount and replaces the message.
     msg2 = "RuntimeError: Engine core initialization failed. See root cause above."
     core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": {CRASH_ANNOTATION: msg2}}})
-    p = _wait(restarted(2), what="restartCount=2")
+    p = wait_for(restarted(2), what="restartCount=2")
     term = {c.name: c for c in p.status.container_statuses}["vllm"].last_state.terminated
     assert term.message == msg2
     assert term.exit_code == 1  # default exit code when the annotation is absent
@@ -210,7 +210,7 @@ def test_kwok_chaos_stage_fails_a_bare_pod(api, ns):
                      "containers": [{"name": "vllm", "image": "x"}]},
         },
     )
-    p = _wait(lambda: (x := core.read_namespaced_pod("doomed", ns)).status.phase == "Failed" and x,
+    p = wait_for(lambda: (x := core.read_namespaced_pod("doomed", ns)).status.phase == "Failed" and x,
               what="phase Failed")
     term = p.status.container_statuses[0].state.terminated
     assert term.exit_code == 3
@@ -221,7 +221,7 @@ def test_deleted_pods_go_away(api, ns):
     core = client.CoreV1Api(api)
     core.create_namespaced_pod(ns, {"metadata": {"name": "gone"},
                                     "spec": {"containers": [{"name": "c", "image": "x"}]}})
-    _wait(lambda: core.read_namespaced_pod("gone", ns).status.phase == "Running", what="Running")
+    wait_for(lambda: core.read_namespaced_pod("gone", ns).status.phase == "Running", what="Running")
     core.delete_namespaced_pod("gone", ns)
 
     def gone():
@@ -231,4 +231,4 @@ def test_deleted_pods_go_away(api, ns):
         except ApiException as e:
             return e.status == 404
 
-    _wait(gone, what="pod deleted (kwok pod-delete stage)")
+    wait_for(gone, what="pod deleted (kwok pod-delete stage)")

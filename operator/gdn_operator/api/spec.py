@@ -1,0 +1,285 @@
+"""GDNModelServerSpec: the desired state of a GDNModelServer, and the checks that span its parts
+(parallel sizes vs nodes and GPUs, extraArgs and env against the target vLLM release, size bounds).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from gdn_operator.api import k8s as _k8s
+from gdn_operator.api import vllm_args as _vllm_args
+from gdn_operator.api.base import _Model
+from gdn_operator.api.enums import (
+    AdmissionPolicy,
+    AttentionBackend,
+    CudagraphMode,
+    GDNPrefillBackend,
+    ModelRunner,
+)
+from gdn_operator.api.parts import (
+    EnvVar,
+    ImageSpec,
+    MetricsSpec,
+    ModelSpec,
+    RemediationSpec,
+    ResourcesSpec,
+    SpeculativeDecodingSpec,
+)
+from gdn_operator.api.probes import ProbesSpec
+from gdn_operator.api.scaleout import AutoscalingSpec, RouterSpec
+
+#: Bounds on one spec (a webhook answers 4xx for larger or deeper input; the schema needs depth < 12).
+MAX_SPEC_DEPTH = 32
+MAX_SPEC_BYTES = 512 * 1024
+
+
+def _drop_schema_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+class GDNModelServerSpec(_Model):
+    """Desired state of a GDNModelServer."""
+
+    model: ModelSpec
+    image: ImageSpec
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Engine replicas (one pod each, or one group of `nodes` pods). Default 1; leave unset with autoscaling.",
+        # no schema default: the API server must not store replicas for an autoscaled server (mutually exclusive)
+        json_schema_extra=_drop_schema_default,
+    )
+    tensor_parallel_size: int = Field(default=1, ge=1, le=64, description="GPUs per engine (vLLM -tp).")
+    pipeline_parallel_size: int = Field(
+        default=1, ge=1, le=64, description="Pipeline stages per engine (vLLM --pipeline-parallel-size)."
+    )
+    nodes: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description=(
+            "Nodes one engine spans (vLLM --nnodes, multiprocessing launcher). Above 1 the engine runs as a "
+            "LeaderWorkerSet group: the leader serves the API, the other nodes run headless. "
+            "tensorParallelSize x pipelineParallelSize must divide evenly by nodes."
+        ),
+    )
+    speculative_decoding: SpeculativeDecodingSpec = Field(
+        default_factory=SpeculativeDecodingSpec, description="MTP speculative decoding."
+    )
+    max_model_len: int | None = Field(default=None, ge=16, le=10_000_000, description="vLLM --max-model-len.")
+    max_num_seqs: int | None = Field(default=None, ge=1, le=65536, description="vLLM --max-num-seqs.")
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1, le=10_000_000, description="vLLM --max-num-batched-tokens."
+    )
+    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=0.99, description="vLLM --gpu-memory-utilization.")
+    async_scheduling: bool | None = Field(
+        default=None, description="vLLM async scheduling; unset = vLLM's default (on with MTP)."
+    )
+    prefix_caching: bool | None = Field(
+        default=None, description="vLLM prefix caching; unset = vLLM's default (on for hybrids from 0.26.0)."
+    )
+    chunked_prefill: bool | None = Field(default=None, description="vLLM chunked prefill; unset = vLLM's default.")
+    model_runner: ModelRunner = Field(
+        default=ModelRunner.AUTO, description="auto (vLLM decides), v1 or v2 (VLLM_USE_V2_MODEL_RUNNER)."
+    )
+    attention_backend: AttentionBackend | None = Field(default=None, description="vLLM --attention-backend.")
+    gdn_prefill_backend: GDNPrefillBackend | None = Field(
+        default=None, description="vLLM --gdn-prefill-backend (from 0.18.0)."
+    )
+    cudagraph_mode: CudagraphMode | None = Field(
+        default=None, description="CUDA graph mode (--compilation-config cudagraph_mode)."
+    )
+    enforce_eager: bool = Field(default=False, description="vLLM --enforce-eager (no CUDA graphs).")
+    extra_args: list[Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=list,
+        max_length=128,
+        description=(
+            "Extra vLLM arguments, resolved with the option table of spec.image.vllmVersion the way vLLM's "
+            "parser reads them (abbreviations, aliases, dotted JSON keys): options the operator renders "
+            "or the known-crash rules read, unknown options and --config are refused."
+        ),
+    )
+    allow_unsafe_env: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default_factory=list,
+        max_length=16,
+        description=(
+            "Explicit opt-in for env names that change which code the interpreter or dynamic loader runs "
+            "(LD_PRELOAD, LD_LIBRARY_PATH, PYTHONPATH, PYTHONHOME, PYTHONSTARTUP, PATH, ...), which are "
+            "refused otherwise. Owned and rule-relevant VLLM_* variables cannot be opted in."
+        ),
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=128,
+        description="Extra engine environment (see allowUnsafeEnv; variables the operator owns are refused).",
+    )
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Per-pod compute.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Node selector for engine pods.")
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Tolerations for engine pods.")
+    affinity: dict[str, Any] | None = Field(default=None, description="Affinity for engine pods.")
+    startup_budget_seconds: int = Field(
+        default=1800,
+        ge=60,
+        le=86400,
+        description="How long an engine may take to load before its startup probe fails (default 30 min).",
+    )
+    admission_policy: AdmissionPolicy | None = Field(
+        default=None,
+        description=(
+            "What to do with a known-crash finding: reject, mitigate (apply the rule's mitigation) or warn. "
+            "Unset = the operator-wide default. Silent-corruption rules never just warn."
+        ),
+    )
+    remediation: RemediationSpec = Field(default_factory=RemediationSpec, description="Crash-loop remediation.")
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Acceptance scraping.")
+    probes: ProbesSpec | None = Field(
+        default=None,
+        description="Output probes: known-answer requests to every Ready engine to catch silent corruption (off when unset).",
+    )
+    shutdown_timeout_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=3600,
+        description=(
+            "Seconds vLLM lets in-flight requests finish on SIGTERM (--shutdown-timeout, vLLM 0.18.0+) during "
+            "scale-down and rollouts. Unset: 30 with autoscaling on vLLM 0.18.0+, else vLLM's default (abort)."
+        ),
+    )
+    autoscaling: AutoscalingSpec | None = Field(
+        default=None, description="Scale replicas on vLLM load (KEDA or HPA). Mutually exclusive with replicas."
+    )
+    router: RouterSpec | None = Field(default=None, description="LLM-aware routing (Gateway API Inference Extension).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replicas_or_autoscaling(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("autoscaling") is not None and data.get("replicas") is not None:
+            raise ValueError(
+                "replicas and autoscaling are mutually exclusive: the autoscaler owns the replica count; "
+                "remove spec.replicas (or spec.autoscaling)"
+            )
+        return data
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes_divide(cls, v: int, info: Any) -> int:
+        tp, pp = info.data.get("tensor_parallel_size"), info.data.get("pipeline_parallel_size")
+        if tp is None or pp is None:
+            return v  # reported on their own fields
+        world = tp * pp
+        if world % v:
+            fits = [n for n in range(1, world + 1) if world % n == 0]
+            raise ValueError(
+                f"{v} nodes cannot split tensorParallelSize x pipelineParallelSize = {tp} x {pp} = {world} GPUs evenly "
+                f"(vLLM needs the same GPU count on every node); use nodes in {fits} or change the parallel sizes"
+            )
+        return v
+
+    @field_validator("resources")
+    @classmethod
+    def _gpus_per_node(cls, v: "ResourcesSpec", info: Any) -> "ResourcesSpec":
+        tp, pp, nodes = (info.data.get(k) for k in ("tensor_parallel_size", "pipeline_parallel_size", "nodes"))
+        if v.gpus_per_node is None or None in (tp, pp, nodes):
+            return v
+        if v.gpus_per_node * nodes != tp * pp:
+            raise ValueError(
+                f"gpusPerNode {v.gpus_per_node} x nodes {nodes} = {v.gpus_per_node * nodes} GPUs, but tensorParallelSize x "
+                f"pipelineParallelSize = {tp} x {pp} = {tp * pp}; GPUs per node x nodes must equal TP x PP "
+                f"(e.g. nodes {max(1, (tp * pp) // v.gpus_per_node)} with {v.gpus_per_node} GPUs per node"
+                + ("" if (tp * pp) % v.gpus_per_node == 0 else ", after changing the parallel sizes") + ")"
+            )
+        return v
+
+    @property
+    def gpus_per_pod(self) -> int:
+        """GPUs one engine pod requests: TP x PP spread evenly over the nodes."""
+        return (self.tensor_parallel_size * self.pipeline_parallel_size) // self.nodes
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra_args_resolved(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        image = info.data.get("image")
+        if image is None or not v:
+            return v  # an invalid image is reported on its own field
+        problems = _vllm_args.resolve_extra_args(v, image.vllm_version).problems
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
+
+    @field_validator("node_selector")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not _k8s.label_key(key):
+                raise ValueError(f"key {key!r} is not a valid label key")
+            if not _k8s.label_value(value):
+                raise ValueError(f"value {value!r} of {key!r} is not a valid label value")
+        return v
+
+    @field_validator("tolerations")
+    @classmethod
+    def _tolerations(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if not v:
+            return v
+        # imported here: `gdnctl render` runs on GPU hosts with only the offline vLLM bundle (no k8s client)
+        from kubernetes.client import V1Toleration
+
+        for i, t in enumerate(v):
+            problems = _k8s.check_k8s(V1Toleration, t, f"tolerations[{i}]") or _k8s.toleration_problems(t, f"tolerations[{i}]")
+            if problems:
+                raise ValueError("; ".join(problems))
+        return v
+
+    @field_validator("affinity")
+    @classmethod
+    def _affinity(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            from kubernetes.client import V1Affinity  # see _tolerations
+
+            problems = _k8s.check_k8s(V1Affinity, v, "affinity") or _k8s.affinity_problems(v)
+            if problems:
+                raise ValueError("; ".join(problems))
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_policy(cls, v: list[EnvVar], info: ValidationInfo) -> list[EnvVar]:
+        allowed = info.data.get("allow_unsafe_env") or []
+        seen: set[str] = set()
+        for i, e in enumerate(v):
+            why = _vllm_args.env_refusal(e.name, allowed)
+            if why:
+                raise ValueError(f"env[{i}] {why}")
+            if e.name in seen:
+                raise ValueError(f"env[{i}] {e.name!r} is set twice")
+            seen.add(e.name)
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounded(cls, data: Any) -> Any:
+        """Bounded nesting and size before anything walks the input recursively (webhook 4xx, not 5xx)."""
+        if not isinstance(data, dict):
+            return data
+        where = _k8s.too_deep(data, MAX_SPEC_DEPTH)
+        if where is not None:
+            top = where.split(".")[0].split("[")[0]
+            raise ValueError(f"spec.{top} nests deeper than {MAX_SPEC_DEPTH} levels (at spec.{where[:160]}); "
+                             "no GDNModelServer field needs that")
+        size = len(json.dumps(data, default=str))
+        if size > MAX_SPEC_BYTES:
+            sizes = {k: len(json.dumps(v, default=str)) for k, v in data.items()}
+            biggest = max(sizes, key=lambda k: sizes[k])
+            raise ValueError(f"the spec is {size // 1024} KiB of JSON, more than the {MAX_SPEC_BYTES // 1024} KiB limit; "
+                             f"the largest field is spec.{biggest} ({sizes[biggest] // 1024} KiB)")
+        return data
+
+    @model_validator(mode="after")
+    def _consistency(self) -> "GDNModelServerSpec":
+        if self.cudagraph_mode is not None and self.cudagraph_mode != CudagraphMode.NONE.value and self.enforce_eager:
+            raise ValueError("enforceEager: true disables CUDA graphs; drop cudagraphMode or enforceEager")
+        return self

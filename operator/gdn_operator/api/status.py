@@ -1,0 +1,141 @@
+"""GDNModelServerStatus: what the operator reports (conditions, rule findings, the effective vLLM
+configuration, crashes and remediations, speculative-decoding acceptance, output probes).
+
+Status models tolerate unknown fields (api/base.py `_Status`): a newer operator may have written them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from gdn_operator.api.base import _Status
+from gdn_operator.api.enums import Phase
+from gdn_operator.api.probes import ProbesStatus
+
+
+class Condition(_Status):
+    type: str = Field(description="Validated, Ready, Progressing, Degraded, CrashLooping, Unschedulable, ...")
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(default="", description="CamelCase machine-readable reason.")
+    message: str = Field(default="", description="Human-readable detail.")
+    last_transition_time: str | None = Field(default=None, description="RFC 3339 time of the last status change.")
+    observed_generation: int | None = None
+
+
+class RuleFinding(_Status):
+    """One known-issue rule that matched the effective configuration."""
+
+    rule: str = Field(description="Rule id = upstream reference, e.g. vllm#36917.")
+    title: str = ""
+    kind: str = Field(default="", description="startup-crash, runtime-crash, silent-corruption, deadlock, config.")
+    severity: str = Field(default="", description="critical, high, medium, low, info.")
+    action: str = Field(default="", description="What admission did: rejected, mitigated, warned.")
+    message: str = ""
+    fields: list[str] = Field(default_factory=list, description="Spec fields that trigger the rule.")
+    workaround: str = ""
+    mitigation: dict[str, Any] | None = Field(default=None, description="Spec change the rule applies when mitigating.")
+
+
+class CrashInfo(_Status):
+    """The most recent engine crash the crash watch classified."""
+
+    time: str | None = None
+    pod: str | None = None
+    container: str | None = None
+    group: str | None = Field(default=None, description="Multi-node engines: the LeaderWorkerSet group (<name>/<index>).")
+    incident_pods: list[str] = Field(
+        default_factory=list, max_length=16, description="Multi-node engines: the group's pods that died in this one crash."
+    )
+    signature: str = Field(description="Signature id from the catalogue, or engine-dead for an unknown crash.")
+    upstream: str | None = Field(default=None, description="Upstream issue, e.g. vllm#36917.")
+    kind: str | None = None
+    root_cause: str | None = Field(default=None, description="The root-cause line extracted from the log.")
+    exit_code: int | None = None
+    restart_count: int | None = None
+    count: int | None = Field(default=None, description="Crashes with this signature on this generation.")
+    generation: int | None = Field(default=None, description="Spec generation the crashes were counted on.")
+    remediation_hint: str | None = Field(default=None, description="What the catalogue says to do about it.")
+
+
+class Remediation(_Status):
+    """A change the operator made to stop a deterministic crash loop."""
+
+    time: str | None = None
+    signature: str
+    upstream: str | None = None
+    generation: int | None = Field(default=None, description="Spec generation the remediation was applied on.")
+    action: str = Field(description="What was changed, e.g. asyncScheduling=false.")
+    changes: dict[str, Any] = Field(default_factory=dict, description="Spec fields changed (camelCase path → value).")
+    reason: str = ""
+
+
+class PodAcceptance(_Status):
+    pod: str
+    acceptance_rate: float | None = None
+    mean_accepted_length: float | None = None
+    drafts_per_second: float | None = None
+    error: str | None = Field(default=None, description="Last scrape error: timeout, connect, http, parse.")
+
+
+class AcceptanceFinding(_Status):
+    reason: str = Field(description="SpecAcceptanceNearZero, SpecAcceptanceDrop, EarlyStopShift, ...")
+    severity: str = "Warning"
+    message: str = ""
+    upstream: list[str] = Field(default_factory=list)
+    pods: list[str] = Field(default_factory=list)
+
+
+class AcceptanceStatus(_Status):
+    """Speculative-decoding acceptance over the scrape window (from the engines' /metrics)."""
+
+    state: str | None = Field(
+        default=None, description="NoData, WarmingUp, NotApplicable (spec decode off), NoTraffic, Ok, Degraded."
+    )
+    rate: float | None = Field(default=None, description="Accepted / draft tokens over the window.")
+    rate_display: str | None = Field(default=None, description="Rate as a percentage string, for kubectl.")
+    mean_accepted_length: float | None = Field(default=None, description="1 + accepted / drafts.")
+    per_position: list[float | None] = Field(default_factory=list, description="Acceptance per draft position.")
+    drafts_per_second: float | None = None
+    window_seconds: float | None = None
+    observed_seconds: float | None = None
+    baseline_rate: float | None = Field(default=None, description="Healthy acceptance the drop check compares with.")
+    stop_share: float | None = Field(default=None, description="Share of finished requests that stopped on EOS/stop.")
+    mean_generation_length: float | None = None
+    pods_reporting: int | None = None
+    scrape_errors: int | None = None
+    updated: str | None = None
+    findings: list[AcceptanceFinding] = Field(default_factory=list, max_length=16)
+    pods: list[PodAcceptance] = Field(default_factory=list, max_length=64, description="Per pod (first 64).")
+
+
+class EffectiveConfig(_Status):
+    """vLLM's behaviour after resolving its version-dependent defaults (what the rules evaluated)."""
+
+    vllm_version: str | None = None
+    async_scheduling: bool | None = None
+    prefix_caching: bool | None = None
+    mamba_cache_mode: str | None = None
+    model_runner: str | None = None
+    spec_method: str | None = None
+    architecture: str | None = None
+
+
+class GDNModelServerStatus(_Status):
+    phase: Phase | None = None
+    observed_generation: int | None = None
+    replicas: int | None = None
+    ready_replicas: int | None = None
+    ready: str | None = Field(default=None, description="ready/desired, for kubectl.")
+    workload: str | None = Field(default=None, description="Engine workload kind: Deployment or LeaderWorkerSet (multi-node).")
+    group_size: int | None = Field(
+        default=None, description="Pods per engine group (multi-node); replicas and readyReplicas then count groups."
+    )
+    conditions: list[Condition] = Field(default_factory=list)
+    findings: list[RuleFinding] = Field(default_factory=list, description="Known-issue rules that matched.")
+    effective: EffectiveConfig | None = None
+    last_crash: CrashInfo | None = None
+    remediations: list[Remediation] = Field(default_factory=list, max_length=32)
+    acceptance: AcceptanceStatus | None = None
+    probes: ProbesStatus | None = None

@@ -1,0 +1,171 @@
+"""Every kopf registration of the operator, in one place: decorators and one-line delegations, typed as kopf
+calls them. The bodies live in their modules (below, in the order an object meets them).
+
+| handler | kopf | body |
+| --- | --- | --- |
+| startup / cleanup | on.startup, on.cleanup | startup.configure; runtime.Runtime |
+| reconcile | on.resume/create/update GDNModelServer (spec) | reconcile.reconcile |
+| converge_generation | on.event GDNModelServer | reconcile.converge_generation |
+| track_servers | on.event GDNModelServer | acceptance / probes / quiet-period supervisors |
+| engine_pods | index pods (managed) | workload.engine_pods |
+| pod_event | on.event pods (managed) | workload.pod_event (crash watch, pod status) |
+| deployment_event | on.event deployments (managed) | workload.deployment_event |
+| leader_worker_set_event | on.event LeaderWorkerSets, registered at start-up when GDN_LWS | workload.deployment_event |
+| inference_pool_event | on.event InferencePools, registered at start-up when GDN_INFERENCE_POOL | router.inference_pool_event |
+| mitigate / admission | on.mutate / on.validate, registered at start-up when a webhook server is configured | admission.* |
+
+Why some are registered at start-up, not at import: kopf refuses to run with admission handlers but no
+admission server (kopf/_core/engines/admission.py: "Admission handlers exist, but no admission
+server/tunnel is configured"), and the chart grants RBAC for LeaderWorkerSets and InferencePools only when
+enabled; whether either applies is a setting, known only once the settings are parsed. kopf starts its
+resource observer and webhook server only after the startup handlers finished, so handlers registered
+here are seen like those registered at import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from gdn_operator import GROUP, PLURAL, VERSION
+from gdn_operator.handlers import admission, reconcile as reconciler, router, startup as starter, workload
+from gdn_operator.handlers.runtime import MEMO_KEY, Runtime, runtime_of
+from gdn_operator.handlers.workload import MANAGED
+from gdn_operator.render import lws
+from gdn_operator.render import router as router_render
+from gdn_operator.settings import Settings, SettingsError
+
+#: where __main__ puts the settings it parsed before kopf.run (so they are parsed once)
+SETTINGS_MEMO_KEY = "gdn_settings"
+
+
+# ------------------------------------------------------------------------------ start-up / clean-up ---
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, logger: kopf.Logger, memo: kopf.Memo, **_: Any) -> None:
+    rt = memo.get(MEMO_KEY)
+    if not isinstance(rt, Runtime):
+        try:
+            cfg = memo.get(SETTINGS_MEMO_KEY) or Settings.from_env()  # `kopf run -m gdn_operator.handlers` parses here
+        except SettingsError as e:
+            raise kopf.PermanentError(str(e)) from None
+        rt = Runtime(cfg)
+        memo[MEMO_KEY] = rt
+    server = starter.configure(settings, logger, rt)
+    register_optional(rt, webhook=server is not None)
+    if not rt.tasks or all(t.done() for t in rt.tasks):
+        rt.start_supervisors()
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    runtime_of(memo).stop()
+
+
+def register_optional(rt: Runtime, *, webhook: bool, registry: kopf.OperatorRegistry | None = None) -> list[str]:
+    """Register the handlers that exist only with some settings (once per runtime). Returns their ids."""
+    if rt.optional_handlers:
+        return rt.optional_handlers
+    reg = registry if registry is not None else kopf.get_default_registry()
+    ids = []
+    if rt.settings.lws:  # RBAC for LeaderWorkerSets exists only when the chart enables them
+        kopf.on.event(lws.GROUP, lws.VERSION, lws.PLURAL, labels=MANAGED, registry=reg)(leader_worker_set_event)
+        ids.append("leader_worker_set_event")
+    if rt.settings.inference_pool:  # likewise InferencePools
+        kopf.on.event(router_render.GROUP, router_render.VERSION, router_render.PLURAL, labels=MANAGED,
+                      registry=reg)(inference_pool_event)
+        ids.append("inference_pool_event")
+    if webhook:
+        ids += register_admission(reg)
+    rt.optional_handlers = ids or ["(none)"]
+    return ids
+
+
+def register_admission(registry: kopf.OperatorRegistry) -> list[str]:
+    """The two admission webhooks into `registry` (also what the chart's shipped webhook configurations are
+    checked against: tests/charts/test_chart_webhooks.py). Persistent: a replica that stops (HA hand-over)
+    must not strip the webhooks from the configuration the active replica serves."""
+    kopf.on.mutate(GROUP, VERSION, PLURAL, id="gdn-mitigate", operations=["CREATE", "UPDATE"], persistent=True,
+                   registry=registry)(mitigate)
+    kopf.on.validate(GROUP, VERSION, PLURAL, id="gdn-admission", operations=["CREATE", "UPDATE"], persistent=True,
+                     registry=registry)(validate)
+    return ["gdn-mitigate", "gdn-admission"]
+
+
+# ------------------------------------------------------------------------------------ GDNModelServer ---
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+async def reconcile(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **_: Any) -> None:
+    await reconciler.reconcile(body, logger, runtime_of(memo))
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, id="converge-generation")
+async def converge_generation(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **_: Any) -> None:
+    await reconciler.converge_generation(body, logger, runtime_of(memo))
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, id="acceptance-registry")
+async def track_servers(type: str, body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo,
+                        **kwargs: Any) -> None:
+    rt = runtime_of(memo)
+    rt.acceptance.pods_index = kwargs["engine_pods"]  # kopf passes each index by its name; a live view
+    ns = reconciler.kube.require_namespace(namespace)
+    if type == "DELETED" or body["metadata"].get("deletionTimestamp"):
+        rt.acceptance.forget(ns, name)
+        rt.probes.forget(ns, name)
+        rt.quiet.forget(ns, name)
+        return
+    plain = reconciler.kube.plain(body)
+    rt.acceptance.track(ns, name, plain)
+    rt.quiet.track(ns, name, plain)
+    await rt.probes.track(ns, name, plain)
+
+
+# -------------------------------------------------------------------------------- engine workloads ---
+
+
+@kopf.index("", "v1", "pods", labels=MANAGED, id="engine_pods")
+def engine_pods(body: kopf.Body, namespace: str | None, labels: Mapping[str, str], **_: Any) -> dict[tuple[str, str], Any]:
+    return workload.engine_pods(body, namespace, labels)
+
+
+@kopf.on.event("", "v1", "pods", labels=MANAGED)
+async def pod_event(type: str, body: kopf.Body, namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo,
+                    **kwargs: Any) -> None:
+    await workload.pod_event(runtime_of(memo), type, body, namespace, labels, kwargs["engine_pods"])
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+async def deployment_event(type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, memo: kopf.Memo,
+                           **_: Any) -> None:
+    await workload.deployment_event(runtime_of(memo), type, body, namespace, meta)
+
+
+# registered by register_optional
+async def leader_worker_set_event(type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, memo: kopf.Memo,
+                                  **_: Any) -> None:
+    await workload.deployment_event(runtime_of(memo), type, body, namespace, meta, kind=lws.KIND)
+
+
+async def inference_pool_event(type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, **_: Any) -> None:
+    await router.inference_pool_event(type, body, namespace, meta)
+
+
+# --------------------------------------------------------------------------------------- admission ---
+
+
+# kopf passes `old` (None on CREATE) to admission handlers although its WebhookFn protocol omits it
+def mitigate(spec: kopf.Spec, patch: kopf.Patch, warnings: list[str], namespace: str | None, memo: kopf.Memo,
+             name: str | None = None, old: kopf.Body | None = None, **_: Any) -> None:
+    admission.mitigate(spec, patch, warnings, namespace, name, old, runtime_of(memo).settings.default_policy)
+
+
+def validate(spec: kopf.Spec, warnings: list[str], namespace: str | None, memo: kopf.Memo, name: str | None = None,
+             old: kopf.Body | None = None, **_: Any) -> None:
+    admission.admission(spec, warnings, namespace, name, old, runtime_of(memo).settings.default_policy)

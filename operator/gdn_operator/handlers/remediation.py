@@ -1,0 +1,198 @@
+"""Remediation: the spec change that stops a repeated known crash (or a silent-corruption alarm of the output
+probes), applied once per signature per generation.
+
+When one known signature repeats `spec.remediation.threshold` times on the same spec generation, the
+catalogue's documented workaround is applied to the spec once (one remediation per signature per
+generation; a change that is already in the spec is never re-applied, so it cannot loop; a user edit starts
+a new generation and resets the count). A signature with a `remediation.ladder` (the illegal-address
+signatures under TP >= 2, issue 18) first gets the ladder's settings that keep speculative decoding on, in
+order, each tried once, with the step and its reason in status.remediations[].reason; its own action
+(disable speculative decoding) is the last resort. A crash reported as a generic class because the evidence
+for its upstream issue is missing (issue 16) carries action `investigate`: never remediated automatically.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from gdn_operator import telemetry
+from gdn_operator.api.load import ManifestError, parse_spec
+from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.api.specpatch import SpecPatch
+from gdn_operator.api.specpatch import merge as _merged_spec  # a merge patch applied as the API server does
+from gdn_operator.handlers import kube
+from gdn_operator.handlers import status as st
+from gdn_operator.watch.signatures import ClassificationResult, default_catalogue
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Change:
+    action: str  # human form, e.g. "asyncScheduling=false"
+    patch: dict[str, Any]  # merge patch for .spec
+
+    @classmethod
+    def of(cls, change: SpecPatch | None) -> Change | None:
+        return cls(change.describe(), change.merge_patch()) if change else None
+
+
+def remediation_for(action: str, spec: GDNModelServerSpec) -> Change | None:
+    """The spec change a catalogue remediation action makes (data/signatures.yaml `actions:`), or None when
+    it needs a human (or is already in effect)."""
+    return Change.of(default_catalogue().remedy_patch(action, spec))
+
+
+def _admission_refusal(obj: dict[str, Any], change: Change, policy: str) -> str | None:
+    """Why the workaround would itself not pass admission under the operator's default `policy` (None: it would)."""
+    from gdn_operator.rules import evaluate
+
+    try:
+        new_spec = parse_spec(_merged_spec(obj.get("spec") or {}, change.patch))
+        if not evaluate(new_spec, default_policy=policy).allowed:
+            return f"{change.action} would itself be refused by admission"
+    except ManifestError as e:
+        return f"{change.action} would make the spec invalid: {'; '.join(e.problems)}"
+    return None
+
+
+def choose_remediation(
+    sig: str, result: ClassificationResult, spec: GDNModelServerSpec, obj: dict[str, Any], policy: str
+) -> tuple[Change | None, str | None, str | None]:
+    """(change, refusal, reason) for a repeated crash.
+
+    A signature's `remediation.ladder` (data/signatures.yaml) lists settings that keep speculative decoding on;
+    those that apply at the spec's tensorParallelSize are tried in order, each at most once for this signature
+    (status.remediations remembers what was tried), before the signature's own action (the last resort).
+    A step already in effect, or one admission would refuse, is passed over."""
+    rem = result.remediation
+    action = rem.action if rem else "investigate"
+    steps = [s for s in (rem.ladder if rem else ()) if spec.tensor_parallel_size >= s.min_tp]
+    tried = {r.get("action") for r in (obj.get("status") or {}).get("remediations") or [] if r.get("signature") == sig}
+    refusal = None
+    passed: list[str] = []
+    for i, step in enumerate(steps):
+        change = remediation_for(step.action, spec)
+        if change is None:
+            continue
+        if change.action in tried:
+            passed.append(f"{change.action} (tried before)")
+            continue
+        refusal = _admission_refusal(obj, change, policy)
+        if refusal:
+            passed.append(refusal)
+            continue
+        last = "; ".join(passed)
+        return change, None, (
+            f"step {i + 1} of {len(steps)} that keep speculative decoding on: {change.action} ({step.reason})"
+            + (f"; passed over: {last}" if last else "") + f"; last resort: {action}"
+        )
+    change = remediation_for(action, spec)
+    if change is not None:
+        refusal = _admission_refusal(obj, change, policy)
+        if refusal:
+            return None, refusal, None
+        why = None
+        if steps:
+            why = f"last resort after the settings that keep speculative decoding on ({'; '.join(passed) or 'none applicable'})"
+        return change, None, why
+    return None, refusal, None
+
+
+def maybe_remediate(
+    namespace: str, name: str, obj: dict[str, Any], result: ClassificationResult, count: int, generation: int | None,
+    *, policy: str,
+) -> Change | None:
+    """After a repeated crash: apply the signature's workaround once per generation (spec.remediation.mode auto)."""
+    try:
+        spec = parse_spec(obj.get("spec") or {})
+    except ManifestError:
+        return None
+    if spec.remediation.mode != "auto" or count < spec.remediation.threshold or result.generic:
+        return None
+    sig = result.signature or ""
+    action = result.remediation.action if result.remediation else "investigate"
+    change, refusal, why = choose_remediation(sig, result, spec, obj, policy)
+    hint = result.remediation.hint if result.remediation else "Investigate the engine log."
+    trigger = f"{sig} crashed the engine {count} times on generation {generation}"
+
+    def claimed_crash(status: dict[str, Any]) -> None:
+        if change:
+            st.set_condition(status, st.CRASH_LOOPING, True, "Remediated", f"applied {change.action} after {sig}", generation)
+
+    return remediate_once(
+        namespace, name, obj, signature=sig, upstream=result.upstream, generation=generation, change=change,
+        reason=trigger + (f"; {why}" if change and why else "")
+        + ("" if change else f"; no automatic workaround left ({refusal or action}): {hint}"),
+        not_possible=f"{sig} repeated {count} times; no automatic workaround left ({refusal or action}): {hint}",
+        applied=f"Applied {{action}} to stop repeated {sig}" + (f" ({result.upstream})" if result.upstream else "")
+        + f" after {count} crashes; edit the spec to revert."
+        + (f" {why[0].upper()}{why[1:]}." if why else ""),
+        on_claim=claimed_crash,
+    )
+
+
+def change_from_mitigation(rule: str, mitigation: dict[str, Any] | None, spec: dict[str, Any]) -> Change | None:
+    """A catalogue rule's `mitigation` (camelCase spec paths → value, None = unset) as a merge patch, or
+    None when there is none or it is already in effect."""
+    return Change.of(SpecPatch.of(mitigation).pending(spec))
+
+
+def vet_change(obj: dict[str, Any], change: Change | None, policy: str) -> tuple[Change | None, str | None]:
+    """The change if the patched spec is valid and itself passes admission; else (None, why not)."""
+    if change is None:
+        return None, None
+    refusal = _admission_refusal(obj, change, policy)
+    return (None, refusal) if refusal else (change, None)
+
+
+def remediate_once(
+    namespace: str, name: str, obj: dict[str, Any], *, signature: str, upstream: str | None, generation: int | None,
+    change: Change | None, reason: str, not_possible: str, applied: str,
+    on_claim: Callable[[dict[str, Any]], None] | None = None,
+) -> Change | None:
+    """Record and apply one remediation per `signature` per generation (shared by the crash watch and the
+    output probes). The decision is claimed atomically in status.remediations (resourceVersion), so two
+    triggers at the same moment cannot both act; `change` None records that nothing automatic is left
+    (Event RemediationNotPossible, message `not_possible`). `applied` is the Remediated Event's message,
+    with {action} filled in."""
+    record = {
+        "time": kube.now(),
+        "signature": signature,
+        "upstream": upstream,
+        "generation": generation,
+        "action": change.action if change else "none",
+        "changes": change.patch if change else {},
+        "reason": reason,
+    }
+    claimed: list[bool] = []
+
+    def claim(status: dict[str, Any], _obj: dict[str, Any]) -> None:
+        claimed.clear()
+        rem = list(status.get("remediations") or [])
+        if any(r.get("signature") == signature and r.get("generation") == generation for r in rem):
+            return
+        rem.append({k: v for k, v in record.items() if v is not None})
+        status["remediations"] = rem[-32:]
+        if on_claim is not None:
+            on_claim(status)
+        claimed.append(True)
+
+    kube.update_status(namespace, name, claim)
+    if not claimed:
+        return None
+    if change is None:
+        log.warning("no remediation for %s/%s generation %s: %s", namespace, name, generation, not_possible)
+        kube.emit_event(obj, "RemediationNotPossible", not_possible, "Warning")
+        return None
+    kube.patch_server(
+        namespace,
+        name,
+        {"spec": change.patch, "metadata": {"annotations": {"serving.gdn-operator.io/last-remediation": f"{signature}: {change.action}"}}},
+    )
+    telemetry.REMEDIATIONS.labels(namespace, name, signature, change.action).inc()
+    log.info("remediated %s/%s: %s for %s on generation %s", namespace, name, change.action, signature, generation)
+    kube.emit_event(obj, "Remediated", applied.replace("{action}", change.action), "Warning")
+    return change

@@ -1,0 +1,83 @@
+"""The operator's runtime state: one object, built by the startup handler and carried in kopf's `memo`.
+
+kopf passes `memo` to every handler (a shallow copy per resource object, so this one object is shared);
+handlers/main.py takes the runtime from it and hands it to the handler bodies. Nothing else in handlers/
+or watch/ keeps state between events: tests build their own Runtime instead of resetting globals.
+
+Not here, on purpose: the Prometheus metric objects (gdn_operator/telemetry.py: immutable wiring defined
+once at import, the way prometheus_client is meant to be used; their values are the process's metrics)
+and the Kubernetes API client (kube.api_client: one connection pool per process, created on first use).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Coroutine
+
+import kopf
+
+from gdn_operator.handlers.acceptance import AcceptanceSupervisor
+from gdn_operator.handlers.crashwatch import SeenDeaths
+from gdn_operator.handlers.kube import CrdCache
+from gdn_operator.handlers.logfollow import LogFollowers, StreamedResults
+from gdn_operator.handlers.probes import ProbeSupervisor
+from gdn_operator.handlers.quiet import QuietPeriod
+from gdn_operator.settings import Settings
+from gdn_operator.watch.acceptance import AcceptanceTracker
+from gdn_operator.watch.scraper import Scraper
+
+MEMO_KEY = "gdn_runtime"
+
+
+class Runtime:
+    """Settings plus everything the operator remembers while it runs."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        #: which optional CRDs (PodMonitor, LeaderWorkerSet, KEDA, InferencePool) the cluster serves
+        self.crds = CrdCache()
+        # crash watch
+        self.seen_deaths = SeenDeaths()  # deaths already handled, so re-delivered pod events count once
+        self.streamed = StreamedResults()  # crash diagnoses from log streams, until the death is handled
+        self.log_pool = ThreadPoolExecutor(max_workers=settings.max_log_streams, thread_name_prefix="gdn-log")
+        self.followers = LogFollowers(self.log_pool, self.streamed)
+        self.quiet = QuietPeriod(self)
+        # acceptance and output probes
+        self.acceptance = AcceptanceSupervisor(
+            AcceptanceTracker(window=settings.acceptance_window),
+            Scraper(timeout=settings.scrape_timeout, concurrency=settings.scrape_concurrency),
+            concurrency=settings.scrape_servers_concurrency,
+        )
+        self.probes = ProbeSupervisor(self.acceptance.pods, concurrency=settings.probe_concurrency, rt=self)
+        # start-up
+        self.webhook_renewal: dict[str, Any] = {}  # where the operator-managed webhook certificate lives
+        self.metrics_started = False
+        self.optional_handlers: list[str] = []  # registered at start-up from the settings (main.register_optional)
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def start(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """A background task of this runtime (cancelled by `stop`)."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self.tasks.append(task)
+        return task
+
+    def start_supervisors(self) -> None:
+        self.acceptance.task = self.start(self.acceptance.run(), "acceptance-supervisor")
+        self.probes.task = self.start(self.probes.run(), "probe-supervisor")
+        self.quiet.task = self.start(self.quiet.run(), "crash-quiet-period")
+
+    def stop(self) -> None:
+        self.followers.stop_all()
+        for task in self.tasks:
+            task.cancel()
+        self.tasks.clear()
+        self.log_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def runtime_of(memo: Any) -> Runtime:
+    """The runtime the startup handler put into kopf's memo."""
+    rt = memo.get(MEMO_KEY) if hasattr(memo, "get") else None
+    if not isinstance(rt, Runtime):
+        raise kopf.PermanentError("no operator runtime in kopf's memo: the startup handler (handlers/main.py) did not run")
+    return rt

@@ -1,0 +1,96 @@
+"""Every kopf registration lives in handlers/main.py; the optional ones are registered from start-up."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import kopf
+import pytest
+from runtime_helpers import make_runtime
+
+from gdn_operator.handlers import main
+from gdn_operator.handlers.runtime import MEMO_KEY, Runtime, runtime_of
+
+HANDLERS = Path(main.__file__).parent
+
+
+def _ids(registry: kopf.OperatorRegistry) -> dict[str, set[str]]:
+    return {
+        "webhooks": {h.id for h in registry._webhooks.get_all_handlers()},
+        "watching": {h.id for h in registry._watching.get_all_handlers()},
+    }
+
+
+def test_no_module_but_main_registers_a_kopf_handler():
+    offenders = []
+    for path in (HANDLERS.parent).rglob("*.py"):
+        if path.name == "main.py" and path.parent == HANDLERS:
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"kopf\.(on\.\w+|index|daemon|timer)\(", line):
+                offenders.append(f"{path.name}:{i}: {line.strip()}")
+    assert not offenders, offenders
+
+
+def test_import_registers_no_admission_handler():
+    ids = _ids(kopf.get_default_registry())
+    assert not {"gdn-mitigate", "gdn-admission"} & ids["webhooks"]  # only from start-up, with a server
+    assert {"converge-generation", "acceptance-registry", "pod_event", "deployment_event"} <= ids["watching"]
+
+
+@pytest.mark.parametrize("settings, webhook, expected", [
+    ({}, True, {"leader_worker_set_event", "inference_pool_event", "gdn-mitigate", "gdn-admission"}),
+    ({"lws": False, "inference_pool": False}, False, set()),
+    ({"inference_pool": False}, False, {"leader_worker_set_event"}),
+])
+def test_optional_handlers_follow_the_settings(settings, webhook, expected):
+    registry = kopf.OperatorRegistry()
+    rt = make_runtime(**settings)
+    assert set(main.register_optional(rt, webhook=webhook, registry=registry)) == expected
+    ids = _ids(registry)
+    assert ids["webhooks"] | ids["watching"] == expected
+    main.register_optional(rt, webhook=webhook, registry=registry)  # a retried startup handler: no duplicates
+    assert len(registry._webhooks.get_all_handlers()) + len(registry._watching.get_all_handlers()) == len(expected)
+
+
+def test_the_runtime_travels_in_kopfs_memo():
+    memo = kopf.Memo()
+    with pytest.raises(kopf.PermanentError, match="startup handler"):
+        runtime_of(memo)
+    rt = make_runtime()
+    memo[MEMO_KEY] = rt
+    assert runtime_of(memo) is rt
+    rt.log_pool.shutdown(wait=False)
+
+
+def test_startup_builds_the_runtime_from_the_settings_main_parsed(monkeypatch):
+    from gdn_operator.handlers import startup
+    from gdn_operator.settings import Settings
+
+    monkeypatch.setattr(startup, "start_http_server", lambda *a, **k: None)
+    registry = kopf.OperatorRegistry()
+    monkeypatch.setattr(kopf, "get_default_registry", lambda: registry)
+    cfg = Settings(default_policy="warn", lws=False, inference_pool=False, metrics_port=0)
+    memo = kopf.Memo({main.SETTINGS_MEMO_KEY: cfg})
+
+    async def run() -> Runtime:
+        await main.startup(settings=kopf.OperatorSettings(), logger=kopf.LocalObjectLogger(body={}, settings=kopf.OperatorSettings()),
+                           memo=memo)
+        rt = runtime_of(memo)
+        names = sorted(t.get_name() for t in rt.tasks)
+        rt.stop()
+        await asyncio.sleep(0)
+        assert names == ["acceptance-supervisor", "crash-quiet-period", "probe-supervisor"]
+        return rt
+
+    rt = asyncio.run(run())
+    assert rt.settings is cfg and not registry._webhooks.get_all_handlers()
+
+
+def test_startup_under_kopf_run_parses_the_environment_and_stops_on_a_bad_value(monkeypatch):
+    """`kopf run -m gdn_operator.handlers` (hack/dev.py) passes no settings: the startup handler parses them."""
+    monkeypatch.setenv("GDN_WEBHOOK_MODE", "remote")
+    with pytest.raises(kopf.PermanentError, match=r"GDN_WEBHOOK_MODE='remote': not a valid value; set one of"):
+        asyncio.run(main.startup(settings=kopf.OperatorSettings(), logger=None, memo=kopf.Memo()))

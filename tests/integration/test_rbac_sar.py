@@ -1,0 +1,240 @@
+"""The chart's RBAC, effective on the real API server (issue 11 part 6).
+
+The chart's RBAC objects (real `helm template`) are applied to the test control plane, once with the
+default values (all namespaces) and once with `operator.watchNamespaces`; SubjectAccessReviews for the
+operator's ServiceAccount (user system:serviceaccount:<ns>:<sa> with its groups) then assert what it may
+and may not do. Finally the operator's webhook publishing (handlers/webhookconfigs.point_webhooks) runs
+with the ServiceAccount's own token against the chart's shipped webhook configurations: get + patch on
+those two names is all it needs, and any other name is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import kopf
+import kubernetes
+import pytest
+import yaml
+from kubernetes.client.rest import ApiException
+
+from operator_harness import wait_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "charts"))
+from _chart_helpers import ToolError, docs, render_text, tools  # noqa: E402
+
+from gdn_operator.handlers import certs, main, webhookconfigs  # noqa: E402
+
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+WEBHOOK_KINDS = (webhookconfigs.VALIDATING, webhookconfigs.MUTATING)
+ADM = "admissionregistration.k8s.io"
+VWC, MWC = "validatingwebhookconfigurations", "mutatingwebhookconfigurations"
+
+
+class Install:
+    """The chart's RBAC (and optionally its webhook configurations) applied as one release."""
+
+    def __init__(self, cp, api: kubernetes.client.ApiClient, *, watched: list[str], webhooks: bool):
+        s = uuid.uuid4().hex[:6]
+        self.cp, self.api = cp, api
+        self.release, self.namespace = f"rbac{s}", f"rbac-rel-{s}"
+        self.watched = [f"{w}-{s}" for w in watched]
+        self.config_name = f"rbac-{s}.serving.gdn-operator.io"
+        sets: dict[str, Any] = {"webhook.configName": self.config_name}
+        if self.watched:
+            sets["operator.watchNamespaces"] = self.watched
+        self.objs = docs(render_text(sets=sets, namespace=self.namespace, release=self.release))
+        kinds = RBAC_KINDS + (WEBHOOK_KINDS if webhooks else ())
+        self.applied = [o for o in self.objs if o["kind"] in kinds]
+        dep = next(o for o in self.objs if o["kind"] == "Deployment")
+        (c,) = dep["spec"]["template"]["spec"]["containers"]
+        self.env = {e["name"]: e.get("value") for e in c["env"]}
+        self.sa = dep["spec"]["template"]["spec"]["serviceAccountName"]
+        self.user = f"system:serviceaccount:{self.namespace}:{self.sa}"
+        self.groups = ["system:serviceaccounts", f"system:serviceaccounts:{self.namespace}", "system:authenticated"]
+
+    def kubectl(self, *args: str, input: str) -> None:
+        res = subprocess.run([tools()["kubectl"], "--kubeconfig", str(self.cp.kubeconfig), *args],
+                             input=input, capture_output=True, text=True)
+        assert res.returncode == 0, f"kubectl {' '.join(args)}:\n{res.stdout}\n{res.stderr}"
+
+    def __enter__(self) -> "Install":
+        core = kubernetes.client.CoreV1Api(self.api)
+        for ns in [self.namespace, *self.watched]:
+            core.create_namespace({"metadata": {"name": ns}})
+        self.kubectl("apply", "--server-side", "--field-manager", "helm", "-f", "-", input=yaml.safe_dump_all(self.applied))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        cluster_scoped = [o for o in self.applied if "namespace" not in o["metadata"]]
+        self.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-", input=yaml.safe_dump_all(cluster_scoped))
+        core = kubernetes.client.CoreV1Api(self.api)
+        for ns in [self.namespace, *self.watched]:
+            try:
+                core.delete_namespace(ns)
+            except ApiException:
+                pass
+
+    def can(self, verb: str, resource: str, group: str = "", ns: str | None = None, name: str | None = None,
+            sub: str | None = None) -> bool:
+        attrs = {"verb": verb, "resource": resource, "group": group, "namespace": ns, "name": name, "subresource": sub}
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                  "spec": {"user": self.user, "groups": self.groups,
+                           "resourceAttributes": {k: v for k, v in attrs.items() if v is not None}}}
+        return bool(kubernetes.client.AuthorizationV1Api(self.api).create_subject_access_review(review).status.allowed)
+
+    def check(self, allowed: list[tuple], denied: list[tuple]) -> None:
+        """Wait until every allowed request is allowed (bindings reach the authorizer's cache), then
+        require every denied one to be denied."""
+        for a in allowed:
+            wait_for(lambda a=a: self.can(*a), 30, what=f"{self.user} allowed to {a}")
+        wrongly = [d for d in denied if self.can(*d)]
+        assert not wrongly, f"{self.user} may: {wrongly}"
+
+
+@pytest.fixture(scope="module")
+def helm_tools():
+    try:
+        return tools()
+    except ToolError as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+def common_denials(i: Install, ns: str) -> list[tuple]:
+    secret = i.env["GDN_WEBHOOK_SECRET"]
+    return [
+        # webhook configurations: nothing but get/patch of the chart's two by name
+        ("create", VWC, ADM), ("create", MWC, ADM),
+        ("list", VWC, ADM), ("watch", VWC, ADM),
+        ("get", VWC, ADM, None, "some-other-webhook"), ("patch", VWC, ADM, None, "some-other-webhook"),
+        ("patch", MWC, ADM, None, "some-other-webhook"),
+        ("update", VWC, ADM, None, i.config_name), ("delete", VWC, ADM, None, i.config_name),
+        ("delete", MWC, ADM, None, i.config_name),
+        # Secrets: only its own webhook Secret, in its own namespace
+        ("get", "secrets", "", ns), ("list", "secrets", "", i.namespace),
+        ("get", "secrets", "", i.namespace, "someone-elses"), ("update", "secrets", "", i.namespace, "someone-elses"),
+        ("get", "secrets", "", "kube-system", secret),
+        # no deletes, no pods of its own, no spec writes beyond patch
+        ("delete", "deployments", "apps", ns), ("create", "pods", "", ns), ("delete", "pods", "", ns),
+        ("update", "gdnmodelservers", "serving.gdn-operator.io", ns),
+        ("delete", "gdnmodelservers", "serving.gdn-operator.io", ns),
+        ("create", "pods", "", ns, None, "exec"),
+        # nothing on nodes or RBAC itself
+        ("get", "nodes"), ("list", "nodes"),
+        ("create", "clusterroles", "rbac.authorization.k8s.io"), ("bind", "clusterroles", "rbac.authorization.k8s.io"),
+        ("escalate", "clusterroles", "rbac.authorization.k8s.io"), ("create", "rolebindings", "rbac.authorization.k8s.io", ns),
+        ("create", "namespaces"), ("delete", "namespaces", "", None, ns),
+    ]
+
+
+def test_namespaced_install_grants_only_the_watched_namespaces(kube_api, control_plane, helm_tools):
+    with Install(control_plane, kube_api, watched=["rbac-a", "rbac-b"], webhooks=False) as i:
+        a, b = i.watched
+        secret = i.env["GDN_WEBHOOK_SECRET"]
+        peering = i.env["GDN_PEERING"]
+        allowed = [
+            *[(v, "deployments", "apps", ns) for ns in (a, b) for v in ("get", "list", "watch", "create", "patch")],
+            ("create", "services", "", a), ("patch", "services", "", b),
+            ("get", "pods", "", a), ("list", "pods", "", b), ("get", "pods", "", a, None, "log"),
+            ("create", "events", "", b),
+            ("patch", "gdnmodelservers", "serving.gdn-operator.io", a),
+            ("update", "gdnmodelservers", "serving.gdn-operator.io", a, None, "status"),
+            ("list", "kopfpeerings", "kopf.dev", a), ("patch", "kopfpeerings", "kopf.dev", b, peering),
+            ("get", VWC, ADM, None, i.config_name), ("patch", VWC, ADM, None, i.config_name),
+            ("get", MWC, ADM, None, i.config_name), ("patch", MWC, ADM, None, i.config_name),
+            ("list", "customresourcedefinitions", "apiextensions.k8s.io"),
+            ("list", "namespaces"), ("watch", "namespaces"),
+            ("get", "secrets", "", i.namespace, secret), ("update", "secrets", "", i.namespace, secret),
+            ("create", "secrets", "", i.namespace),
+        ]
+        denied = [
+            # outside the watched namespaces: kube-system (coredns), default, its own release namespace
+            ("patch", "deployments", "apps", "kube-system", "coredns"), ("create", "deployments", "apps", "kube-system"),
+            ("patch", "services", "", "kube-system", "kube-dns"), ("create", "deployments", "apps", "default"),
+            ("get", "pods", "", "kube-system", None, "log"), ("get", "pods", "", "default", None, "log"),
+            ("get", "pods", "", i.namespace, None, "log"), ("create", "events", "", "kube-system"),
+            ("patch", "gdnmodelservers", "serving.gdn-operator.io", "default"),
+            # nothing across all namespaces at once
+            ("list", "deployments", "apps"), ("list", "pods"), ("get", "pods", "", None, None, "log"),
+            ("patch", "kopfpeerings", "kopf.dev", a, "someone-elses-peering"), ("list", "clusterkopfpeerings", "kopf.dev"),
+            ("create", "secrets", "", a),
+            *common_denials(i, a),
+        ]
+        i.check(allowed, denied)
+
+
+def test_cluster_wide_install_keeps_webhooks_and_secrets_narrow(kube_api, control_plane, helm_tools):
+    """Default values: engines in every namespace (what all-namespaces means, and why the chart README
+    recommends watchNamespaces), but still no webhook configuration or Secret beyond its own."""
+    with Install(control_plane, kube_api, watched=[], webhooks=False) as i:
+        ns = f"anywhere-{uuid.uuid4().hex[:4]}"  # need not exist for a review
+        allowed = [
+            ("patch", "deployments", "apps", ns), ("list", "deployments", "apps"),
+            ("get", "pods", "", ns, None, "log"), ("patch", "clusterkopfpeerings", "kopf.dev", None, i.env["GDN_PEERING"]),
+            ("get", VWC, ADM, None, i.config_name), ("patch", MWC, ADM, None, i.config_name),
+            ("get", "secrets", "", i.namespace, i.env["GDN_WEBHOOK_SECRET"]),
+        ]
+        denied = [("list", "namespaces"), ("patch", "clusterkopfpeerings", "kopf.dev", None, "someone-elses-peering"),
+                  *common_denials(i, ns)]
+        i.check(allowed, denied)
+
+
+def test_operator_points_the_shipped_webhooks_with_only_its_rbac(kube_api, control_plane, helm_tools, tmp_path):
+    """point_webhooks as the ServiceAccount (its own token): the chart's two configurations get the CA
+    and keep every other field; a configuration of another name is out of reach."""
+    with Install(control_plane, kube_api, watched=["rbac-w"], webhooks=True) as i:
+        token = control_plane.create_token(i.namespace, i.sa)
+        sa_api = control_plane.api_client(token=token)
+        adm = kubernetes.client.AdmissionregistrationV1Api(kube_api)
+        read = {webhookconfigs.VALIDATING: adm.read_validating_webhook_configuration,
+                webhookconfigs.MUTATING: adm.read_mutating_webhook_configuration}
+        shipped = {o["kind"]: o for o in i.applied if o["kind"] in WEBHOOK_KINDS}
+        ca = certs.new_bundle(["x"]).ca_pem
+        bundle = base64.b64encode(ca).decode()
+        served = webhookconfigs.service_client_config(i.env["GDN_WEBHOOK_SERVICE"], i.namespace, 443, None, bundle)
+        desired = webhookconfigs.desired_webhooks(webhookconfigs.registered_handlers(_registry()), i.config_name, served,
+                                                  i.watched)
+        wait_for(lambda: i.can("patch", MWC, ADM, None, i.config_name), 30, what="the SA's webhook RBAC")
+        try:
+            drift = webhookconfigs.point_webhooks(sa_api, i.config_name, desired)
+            assert drift == []
+            for kind in WEBHOOK_KINDS:
+                live = kube_api.sanitize_for_serialization(read[kind](i.config_name))
+                assert [h["clientConfig"].get("caBundle") for h in live["webhooks"]] == [bundle]
+                for have, chart in zip(live["webhooks"], shipped[kind]["webhooks"], strict=True):
+                    for f in ("name", "rules", "failurePolicy", "sideEffects", "namespaceSelector", "matchPolicy"):
+                        assert have[f] == chart[f], f"{kind} {f} changed by the operator"
+                    assert have["clientConfig"]["service"] == chart["clientConfig"]["service"]
+            # a second pass finds nothing to do (no write on every replica restart)
+            rv = {k: read[k](i.config_name).metadata.resource_version for k in WEBHOOK_KINDS}
+            webhookconfigs.point_webhooks(sa_api, i.config_name, desired)
+            assert {k: read[k](i.config_name).metadata.resource_version for k in WEBHOOK_KINDS} == rv
+
+            # another configuration (admin-made, same content): the SA can neither read nor patch it
+            other = {**shipped[webhookconfigs.VALIDATING], "metadata": {"name": f"other-{i.config_name}"}}
+            other["webhooks"] = [{**h, "name": h["name"].replace(i.config_name, other["metadata"]["name"])}
+                                 for h in other["webhooks"]]
+            adm.create_validating_webhook_configuration(other)
+            try:
+                theirs = {webhookconfigs.VALIDATING: webhookconfigs.desired_webhooks(
+                    webhookconfigs.registered_handlers(_registry()), other["metadata"]["name"], served,
+                    i.watched)[webhookconfigs.VALIDATING]}
+                with pytest.raises(webhookconfigs.ConfigurationProblem, match="not allowed to read"):
+                    webhookconfigs.point_webhooks(sa_api, other["metadata"]["name"], theirs)
+                assert not adm.read_validating_webhook_configuration(other["metadata"]["name"]).webhooks[0].client_config.ca_bundle
+            finally:
+                adm.delete_validating_webhook_configuration(other["metadata"]["name"])
+        finally:
+            sa_api.close()
+
+
+def _registry() -> kopf.OperatorRegistry:
+    """A kopf registry with the operator's admission handlers, registered as the operator does."""
+    reg = kopf.OperatorRegistry()
+    main.register_admission(reg)
+    return reg
