@@ -64,21 +64,47 @@ COMPILED = {
 }
 
 
+def _without(argv: list[str], flag: str) -> list[str]:
+    """argv with every `flag VALUE` pair removed."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == flag:
+            skip = True
+        else:
+            out.append(a)
+    return out
+
+
 def render(name: str, tp: int) -> tuple[harness.Rendered, dict]:
+    """`gdnctl render` of the configuration (policy mitigate). `base` is what the operator renders; every other
+    configuration exists to reproduce a bug the rules refuse (vllm#45100, G1), so after rendering the refused
+    setting is put back the way tests/gpu/harness.flip does it (the operator never renders them at 0.22.0),
+    each change noted in the result, and the argv is checked to carry exactly what was asked."""
     mtp, async_on, over, env = {**CONFIGS, **COMPILED}[name]
-    kw = dict(tensor_parallel_size=tp, gpu_memory_utilization=0.12, kv_cache_memory="2G",
-              eager=over.get("eager", True))
-    if mtp and async_on:
-        r = harness.flip(harness.render(harness.adapted_manifest(mtp=True, **kw)), "--no-async-scheduling",
-                         "--async-scheduling")
-    else:
-        m = harness.adapted_manifest(mtp=mtp, async_scheduling=async_on, **kw)
-        if "cudagraphMode" in over:
-            m["spec"]["cudagraphMode"] = over["cudagraphMode"]
-        r = harness.render(m)
+    eager = over.get("eager", True)
+    m = harness.adapted_manifest(mtp=mtp, async_scheduling=async_on, tensor_parallel_size=tp,
+                                 gpu_memory_utilization=0.12, kv_cache_memory="2G", eager=eager)
     if "attentionBackend" in over:
-        r = harness.Rendered(r.argv + ["--attention-backend", over["attentionBackend"]], r.env, r.notes)
-    return r, env
+        m["spec"]["attentionBackend"] = over["attentionBackend"]
+    r = harness.render(m)
+    argv, notes = list(r.argv), list(r.notes)
+    if async_on and "--no-async-scheduling" in argv:
+        argv[argv.index("--no-async-scheduling")] = "--async-scheduling"
+        notes.append("# forced --async-scheduling after rendering (refused by vllm#45100 at 0.22.0)")
+    if not eager and "--compilation-config" in argv and "cudagraphMode" not in over:
+        argv = _without(argv, "--compilation-config")
+        notes.append("# removed the rendered --compilation-config: vLLM's default CUDA-graph mode (refused by G1)")
+    if "cudagraphMode" in over:
+        argv = _without(argv, "--compilation-config") + [
+            "--compilation-config", json.dumps({"cudagraph_mode": over["cudagraphMode"]}, separators=(",", ":"))]
+    want = ["--async-scheduling" if async_on else "--no-async-scheduling"] + (["--enforce-eager"] if eager else [])
+    want += [over["attentionBackend"]] if "attentionBackend" in over else []
+    missing = [w for w in want if w not in argv]
+    if missing or (eager and "--compilation-config" in argv):
+        raise RuntimeError(f"{name}: the argv does not carry what was asked ({missing}): {argv}")
+    return harness.Rendered(argv, r.env, notes), env
 
 
 def requests(seed: int):
@@ -167,7 +193,8 @@ def classify(log_text: str) -> dict:
 def run_one(name: str, args: argparse.Namespace, logdir: Path, seed: int) -> dict:
     rendered, env = render(name, args.tp)
     eng = harness.start(name, rendered, logdir, extra_env=env)
-    out: dict = {"config": name, "argv": eng.argv, "env": {**rendered.env, **env}}
+    out: dict = {"config": name, "argv": eng.argv, "env": {**rendered.env, **env},
+                 "changed_after_render": [n for n in rendered.notes if n.startswith(("# forced", "# removed"))]}
     try:
         try:
             out["ready_s"] = round(harness.wait_ready(eng), 1)
