@@ -21,6 +21,9 @@ for an older release) in STRICT mode: options must be spelled in full as that ta
 abbreviations, whose meaning can change when a release adds an option); unknown options are refused. An
 unparseable `vllmVersion` admits no extraArgs. Regenerate a table per release you run (see the
 generator's docstring).
+
+Size (~515 lines): the mirror of one parser (type converters, preprocessing, classification, refusal text)
+that must change together when vLLM's FlexibleArgumentParser changes.
 """
 
 from __future__ import annotations

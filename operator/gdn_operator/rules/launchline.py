@@ -17,6 +17,9 @@ release's own table an unknown option or an ambiguous abbreviation is an error (
 with the nearest older release's table it is a note. tests/rules/test_rules_launchline_oracle.py checks
 this against vLLM's real parser. Flags the rules do not need are ignored with a note. Bad input is a
 ManifestError naming the flag.
+
+Size (~520 lines): one reader, from a launch line to a spec, whose flag table and error messages belong
+together; the option resolution itself lives in api/vllm_args.py.
 """
 
 from __future__ import annotations

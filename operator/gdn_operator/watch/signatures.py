@@ -22,6 +22,9 @@ Modules: catalogue.py (schema, validation), prefixes.py (line prefixes), evidenc
 attribution), result.py (ClassificationResult); this module keeps the matching core and re-exports their
 public names.
 
+Size (~540 lines): the matching core is one incremental state machine (LogClassifier) whose steps share its
+per-line state; the schema, prefixes, evidence and result types already live in their own modules.
+
 Speed: a raw line is only looked at further when it contains a 4-character piece of one of the
 catalogue's literal keywords; one precompiled regex scans whole blocks of text for those pieces, so the
 noise lines never reach Python code (bench/bench_classifier.py).
@@ -421,7 +424,8 @@ class LogClassifier:
         notes: list[str] = []
         for st in fired:
             sig, fire = st.sig, st.fire
-            assert fire is not None
+            if fire is None:  # `fired` holds only states that fired; this narrows the type
+                continue
             if sig.attribution is None:
                 picks.append(_pick(sig, fire))
                 continue
