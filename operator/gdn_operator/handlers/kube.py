@@ -290,29 +290,42 @@ _DERIVED_FROM = ("conditions", "readyReplicas")
 def status_patch(old: dict[str, Any] | None, new: dict[str, Any], resource_version: str) -> list[dict[str, Any]]:
     """A JSON patch (RFC 6902) that turns status `old` into `new`, guarded by `test` operations.
 
-    Only the keys that changed are written, so writers of different keys never conflict (kopf's own
+    Only the keys that changed are written, so writers of different keys need not conflict (kopf's own
     annotation patches, the workload's replica counts, the acceptance figures). Each changed key, and what the
     phase derives from when a condition changes, must still hold the value this write was computed from
-    (a concurrent change of the same key fails the patch instead of being overwritten). A key this write
-    adds that was absent cannot be tested for absence in JSON patch: then the whole object's resourceVersion
-    is the precondition instead (first writes only)."""
+    (a concurrent change of the same key fails the patch instead of being overwritten). The whole object's
+    resourceVersion is the precondition instead when a guarded key is absent (JSON patch cannot test for
+    absence) or holds a value kube-apiserver would not compare equal (`_comparable`)."""
+    by_version = [{"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}]
     if not old:
-        return [{"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
-                {"op": "add", "path": "/status", "value": new}]
+        return by_version + [{"op": "add", "path": "/status", "value": new}]
     changed = [k for k in sorted(set(old) | set(new)) if old.get(k, _ABSENT) != new.get(k, _ABSENT)]
     guarded = set(changed)
     if guarded & {"conditions", "phase"}:
-        guarded.update(_DERIVED_FROM)
+        guarded.update(k for k in _DERIVED_FROM if k in old)
     tests: list[dict[str, Any]] = []
     for k in sorted(guarded):
-        if k in old:
-            tests.append({"op": "test", "path": _pointer(k), "value": old[k]})
-        elif k in changed:  # added now: no test of absence exists, so the object must be the one read
-            tests = [{"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}]
+        if k not in old or not _comparable(old[k]):
+            tests = by_version
             break
+        tests.append({"op": "test", "path": _pointer(k), "value": old[k]})
     writes = [{"op": "add", "path": _pointer(k), "value": new[k]} if k in new else {"op": "remove", "path": _pointer(k)}
               for k in changed]
     return tests + writes
+
+
+def _comparable(value: Any) -> bool:
+    """Whether kube-apiserver's JSON patch `test` finds this value equal to itself as stored. It compares
+    strings and numbers by their JSON text (evanphx/json-patch, compacted), and it writes the stored object
+    with Go's encoder: non-ASCII raw, <, > and & escaped, floats in Go's format. Plain ASCII strings,
+    integers, booleans and null read the same either way."""
+    if isinstance(value, dict):
+        return all(_comparable(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_comparable(v) for v in value)
+    if isinstance(value, str):
+        return all(" " <= c <= "~" and c not in "<>&" for c in value)
+    return value is None or isinstance(value, (bool, int))
 
 
 _ABSENT = object()
@@ -385,7 +398,9 @@ def update_status(
             if fresh is None:
                 return None
             if e.status == 422 and _holds(ops, fresh):
-                raise  # refused for what it writes (the CRD's schema), not because the status moved
+                # refused for what it writes (the CRD's schema), not because the status moved
+                log.warning("status patch of %s/%s refused: %s; patch: %s", namespace, name, e.body, json.dumps(ops)[:4000])
+                raise
             log.debug("status of %s/%s changed since read (attempt %d): read again", namespace, name, attempt + 1)
             obj = fresh
             time.sleep(0.05 * attempt)
