@@ -132,6 +132,10 @@ class GDNModelServerStatus(_Status):
     group_size: int | None = Field(
         default=None, description="Pods per engine group (multi-node); replicas and readyReplicas then count groups."
     )
+    owned_kinds: list[str] | None = Field(
+        default=None, max_length=16,
+        description="Optional kinds (Deployment, LeaderWorkerSet, HorizontalPodAutoscaler, ScaledObject, InferencePool) "
+        "this server may own: the reconciler deletes those its spec stops rendering.")
     conditions: list[Condition] = Field(default_factory=list)
     findings: list[RuleFinding] = Field(default_factory=list, description="Known-issue rules that matched.")
     effective: EffectiveConfig | None = None

@@ -1,11 +1,13 @@
 """Thin synchronous Kubernetes helpers (run from async handlers via asyncio.to_thread).
 
-Server-side apply with one field manager, status writes with optimistic concurrency, Events.
+Server-side apply with one field manager, status writes as guarded JSON patches of what changed, Events.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import email.utils
 import functools
 import json
 import logging
@@ -110,6 +112,12 @@ def now() -> str:
 
 def apply(obj: dict[str, Any]) -> dict[str, Any]:
     """Server-side apply of a Deployment, Service or PodMonitor (force: the operator owns these fields)."""
+    return apply_changed(obj)[0]
+
+
+def apply_changed(obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Server-side apply; also whether it changed anything (`changed_by_apply`), from the response alone:
+    no read of the object before."""
     c = api_client()
     kind, ns, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
     kw: dict[str, Any] = dict(field_manager=FIELD_MANAGER, force=True, _content_type=APPLY, _preload_content=False)
@@ -130,7 +138,27 @@ def apply(obj: dict[str, Any]) -> dict[str, Any]:
         r = kubernetes.client.AutoscalingV2Api(c).patch_namespaced_horizontal_pod_autoscaler(name, ns, obj, **kw)
     else:  # pragma: no cover - render only produces the kinds above
         raise ValueError(f"cannot apply kind {kind}")
-    return _json(r)
+    date = r.headers.get("Date") if hasattr(r, "headers") else None
+    out = _json(r)
+    return out, changed_by_apply(out, date)
+
+
+def changed_by_apply(obj: dict[str, Any], date: str | None) -> bool:
+    """Whether the apply that answered `obj` (at `date`, the response's HTTP Date: the API server's clock)
+    changed the object. The API server moves our field manager's managedFields `time` only when an apply
+    adds, changes or removes one of its fields (a no-op apply writes nothing), so the apply changed the object
+    iff that time is not older than the response (both in whole seconds: one second of slack). Unknown
+    (no Date, no entry): True, which at worst repeats an "Applied" Event."""
+    entry = next((m for m in (obj.get("metadata") or {}).get("managedFields") or []
+                  if m.get("manager") == FIELD_MANAGER and m.get("operation") == "Apply"), None)
+    if not date or entry is None or not entry.get("time"):
+        return True
+    try:
+        at = email.utils.parsedate_to_datetime(date)
+        written = dt.datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00"))
+    except (TypeError, ValueError):
+        return True
+    return (at - written).total_seconds() <= 1.0
 
 
 #: Custom resources the scale-out renderers produce: kind → (group, version, plural).
@@ -254,6 +282,77 @@ def patch_server(namespace: str, name: str, patch: dict[str, Any]) -> dict[str, 
     ))
 
 
+#: Status keys other status keys are derived from: a write that changes the phase or a condition also
+#: requires these to be as it read them (status.derive_phase / refresh_degraded read them).
+_DERIVED_FROM = ("conditions", "readyReplicas")
+
+
+def status_patch(old: dict[str, Any] | None, new: dict[str, Any], resource_version: str) -> list[dict[str, Any]]:
+    """A JSON patch (RFC 6902) that turns status `old` into `new`, guarded by `test` operations.
+
+    Only the keys that changed are written, so writers of different keys need not conflict (kopf's own
+    annotation patches, the workload's replica counts, the acceptance figures). Each changed key, and what the
+    phase derives from when a condition changes, must still hold the value this write was computed from
+    (a concurrent change of the same key fails the patch instead of being overwritten). The whole object's
+    resourceVersion is the precondition instead when a guarded key is absent (JSON patch cannot test for
+    absence) or holds a value kube-apiserver would not compare equal (`_comparable`)."""
+    by_version = [{"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}]
+    if not old:
+        return by_version + [{"op": "add", "path": "/status", "value": new}]
+    changed = [k for k in sorted(set(old) | set(new)) if old.get(k, _ABSENT) != new.get(k, _ABSENT)]
+    guarded = set(changed)
+    if guarded & {"conditions", "phase"}:
+        guarded.update(k for k in _DERIVED_FROM if k in old)
+    tests: list[dict[str, Any]] = []
+    for k in sorted(guarded):
+        if k not in old or not _comparable(old[k]):
+            tests = by_version
+            break
+        tests.append({"op": "test", "path": _pointer(k), "value": old[k]})
+    writes = [{"op": "add", "path": _pointer(k), "value": new[k]} if k in new else {"op": "remove", "path": _pointer(k)}
+              for k in changed]
+    return tests + writes
+
+
+def _comparable(value: Any) -> bool:
+    """Whether kube-apiserver's JSON patch `test` finds this value equal to itself as stored. It compares
+    strings and numbers by their JSON text (evanphx/json-patch, compacted), and it writes the stored object
+    with Go's encoder: non-ASCII raw, <, > and & escaped, floats in Go's format. Plain ASCII strings,
+    integers, booleans and null read the same either way."""
+    if isinstance(value, dict):
+        return all(_comparable(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_comparable(v) for v in value)
+    if isinstance(value, str):
+        return all(" " <= c <= "~" and c not in "<>&" for c in value)
+    return value is None or isinstance(value, (bool, int))
+
+
+_ABSENT = object()
+
+
+def _pointer(key: str) -> str:
+    return "/status/" + key.replace("~", "~0").replace("/", "~1")
+
+
+def _holds(ops: list[dict[str, Any]], obj: dict[str, Any]) -> bool:
+    """Whether every `test` of a JSON patch holds on `obj`. kube-apiserver answers a failed `test` with a bare
+    422 Invalid, like a status its schema refuses: a patch whose tests still hold was refused for what it
+    writes, not for a concurrent change."""
+    for op in ops:
+        if op["op"] != "test":
+            continue
+        node: Any = obj
+        for part in op["path"].strip("/").split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        if node != op["value"]:
+            return False
+    return True
+
+
 def update_status(
     namespace: str,
     name: str,
@@ -261,37 +360,50 @@ def update_status(
     retries: int = 8,
     obj: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    """Read-modify-write of .status with optimistic concurrency (resourceVersion), retried on conflict.
+    """Read-modify-write of .status as one guarded JSON patch of the changed keys (status_patch).
 
-    `mutate(status, obj)` edits the status dict in place. Returns the updated object, or None when the
-    object is gone.
+    `mutate(status, obj)` edits the status dict in place. With `obj` (the body an event delivered) nothing is
+    read: one request per write. Only when the status changed meanwhile (a precondition failed) is the
+    object read again and `mutate` re-run; from the third attempt on, the whole object's resourceVersion is
+    the precondition. Returns the updated object, or None when the object is gone.
     """
     api = kubernetes.client.CustomObjectsApi(api_client())
     for attempt in range(retries):
-        if obj is None or attempt > 0:
+        if obj is None:
             obj = get_server(namespace, name)
         if obj is None:
             return None
-        status = dict(obj.get("status") or {})
-        before = repr(status)
+        old = obj.get("status") or {}
+        status = copy.deepcopy(old)
         conditions_before = _condition_states(status)
         mutate(status, obj)
-        if repr(status) == before:
+        if status == old:
             return obj
-        body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": status}
+        rv = obj["metadata"]["resourceVersion"]
+        ops = status_patch(old, status, rv)
+        if attempt >= 2:
+            ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}] + [o for o in ops if o["op"] != "test"]
         try:
-            out = cast(dict[str, Any], api.replace_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, PLURAL, name, {**obj, **body, "metadata": {**obj["metadata"], **body["metadata"]}}
-            ))
+            out = _json(api.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, ops, _content_type="application/json-patch+json",
+                _preload_content=False))
             _log_status_written(namespace, name, obj["metadata"].get("generation"), conditions_before, status)
-            return out
+            return cast(dict[str, Any], out)
         except ApiException as e:
-            if e.status == 409 and attempt + 1 < retries:
-                time.sleep(0.05 * (attempt + 1))
-                continue
             if e.status == 404:
                 return None
-            raise
+            if e.status not in (409, 422) or attempt + 1 >= retries:
+                raise
+            fresh = get_server(namespace, name)
+            if fresh is None:
+                return None
+            if e.status == 422 and _holds(ops, fresh):
+                # refused for what it writes (the CRD's schema), not because the status moved
+                log.warning("status patch of %s/%s refused: %s; patch: %s", namespace, name, e.body, json.dumps(ops)[:4000])
+                raise
+            log.debug("status of %s/%s changed since read (attempt %d): read again", namespace, name, attempt + 1)
+            obj = fresh
+            time.sleep(0.05 * attempt)
     return None
 
 

@@ -244,7 +244,10 @@ class ProbeSupervisor:
                      f", reference of generation {s.ref_meta.get('generation')} kept" if s.reference else "")
         self.servers[key] = s
         if s.spec is None and body is not None:
-            cond = st.get_condition(body.get("status") or {}, st.OUTPUT_CONSISTENT)
+            status = body.get("status") or {}
+            if status.get("observedGeneration") != body["metadata"].get("generation"):
+                return  # the reconcile of this generation writes the same in its status write (reconcile.py)
+            cond = st.get_condition(status, st.OUTPUT_CONSISTENT)
             if cond is None or cond.get("status") != "Unknown" or cond.get("reason") != "ProbesDisabled":
                 self._clear_metrics(namespace, name)
                 s.task = asyncio.get_running_loop().create_task(asyncio.to_thread(mark_disabled, namespace, name))
@@ -337,12 +340,13 @@ class ProbeSupervisor:
             telemetry.PROBE_DURATION.observe(o.duration)
 
 
+def probes_disabled(status: dict[str, Any], generation: int | None) -> None:
+    """No probes for this generation: OutputConsistent is Unknown, and an earlier probe alarm no longer holds
+    (also written by the reconciler, in its status write of the generation)."""
+    status.pop("probes", None)
+    st.set_condition(status, st.OUTPUT_CONSISTENT, None, "ProbesDisabled", "spec.probes is not set (or not enabled)", generation)
+
+
 def mark_disabled(namespace: str, name: str) -> None:
-    """No probes configured: OutputConsistent is Unknown, and an earlier probe alarm no longer holds."""
-
-    def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
-        gen = obj["metadata"].get("generation")
-        status.pop("probes", None)
-        st.set_condition(status, st.OUTPUT_CONSISTENT, None, "ProbesDisabled", "spec.probes is not set (or not enabled)", gen)
-
-    kube.update_status(namespace, name, mutate)
+    """probes_disabled as a status write of its own (a server the reconciler has already recorded)."""
+    kube.update_status(namespace, name, lambda status, obj: probes_disabled(status, obj["metadata"].get("generation")))

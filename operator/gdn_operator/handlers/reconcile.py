@@ -19,6 +19,7 @@ from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
+from gdn_operator.handlers.probes import probes_disabled
 from gdn_operator.render import autoscale, lws, router
 from gdn_operator.render.engine import RenderError, render_all
 from gdn_operator.render.scaleout import MANAGED_KINDS, ScaleOutOptions
@@ -131,22 +132,38 @@ def scaleout_options(body: dict[str, Any], spec: GDNModelServerSpec, rt: Runtime
     )
 
 
-def prune(body: dict[str, Any], objects: list[dict[str, Any]], rt: Runtime) -> list[str]:
+#: status key: the optional kinds (MANAGED_KINDS) this server may own, so that prune asks only about those
+OWNED_KINDS = "ownedKinds"
+
+
+def prune_candidates(body: dict[str, Any], objects: list[dict[str, Any]], rt: Runtime) -> list[str]:
+    """The managed kinds a server may still own but its spec no longer renders: those its status records
+    (status.ownedKinds, written by every reconcile), or, for a server no reconcile recorded them for yet
+    (one an older operator reconciled), every kind the operator may manage. A new server owns nothing."""
+    status = body.get("status") or {}
+    kept = {kind for _, kind in _managed(objects)}
+    recorded = status.get(OWNED_KINDS)
+    if recorded is None and not status.get("observedGeneration"):
+        recorded = []  # never reconciled: nothing was created for it
+    if recorded is None:
+        cfg = rt.settings
+        # only kinds the operator may manage (the chart grants RBAC per enabled feature): never a forbidden call
+        enabled = {"Deployment": True, lws.KIND: cfg.lws, "InferencePool": cfg.inference_pool,
+                   "HorizontalPodAutoscaler": cfg.hpa, "ScaledObject": bool(cfg.keda_prometheus_address)}
+        recorded = [kind for _, kind in MANAGED_KINDS if enabled.get(kind)]
+    return sorted({str(k) for k in recorded} - kept)
+
+
+def _managed(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(o["apiVersion"], o["kind"]) for o in objects if (o["apiVersion"], o["kind"]) in MANAGED_KINDS]
+
+
+def prune(body: dict[str, Any], candidates: list[str], rt: Runtime) -> list[str]:
     """Delete the optional objects this server owns but its spec no longer renders (a Deployment after a
-    switch to a LeaderWorkerSet, an HPA replaced by a ScaledObject, a dropped InferencePool)."""
+    switch to a LeaderWorkerSet, an HPA replaced by a ScaledObject, a dropped InferencePool): one read per
+    candidate kind (prune_candidates), none for a server whose kinds did not change."""
     meta = body["metadata"]
-    cfg = rt.settings
-    kept = {(o["apiVersion"], o["kind"]) for o in objects}
-    # only kinds the operator may manage (the chart grants RBAC per enabled feature): never a forbidden call
-    enabled = {"Deployment": True, lws.KIND: cfg.lws, "InferencePool": cfg.inference_pool,
-               "HorizontalPodAutoscaler": cfg.hpa, "ScaledObject": bool(cfg.keda_prometheus_address)}
-    disabled = {k for k, on in enabled.items() if not on}
-    gone = []
-    for api_version, kind in MANAGED_KINDS:
-        if (api_version, kind) in kept or kind in disabled:
-            continue
-        if kube.delete_owned(kind, meta["namespace"], meta["name"], meta.get("uid"), rt.crds):
-            gone.append(kind)
+    gone = [kind for kind in candidates if kube.delete_owned(kind, meta["namespace"], meta["name"], meta.get("uid"), rt.crds)]
     if gone:
         log.info("%s/%s: deleted %s no longer in the spec", meta["namespace"], meta["name"], ", ".join(gone))
     return gone
@@ -159,13 +176,16 @@ def expected_objects(body: dict[str, Any], rt: Runtime) -> list[dict[str, Any]] 
 
 def _not_validated(body: dict[str, Any], reason: str, event: str, msg: str, ev: Evaluation | None = None) -> None:
     """Record why nothing (new) is applied: Validated=False with the reason, findings, and an Event when
-    that is news (a retry, a resumed handler or an operator restart repeats no Event)."""
+    that is news (a retry, a resumed handler or an operator restart repeats no Event). One status write,
+    from the body the event delivered (read again only if the status changed meanwhile)."""
     meta = body["metadata"]
     gen = meta.get("generation")
     news = {"changed": False}
 
     def mutate(status: dict[str, Any], _obj: dict[str, Any]) -> None:
         news["changed"] = status.get("observedGeneration") != gen
+        if OWNED_KINDS not in status and not status.get("observedGeneration"):
+            status[OWNED_KINDS] = []  # nothing was ever created for it
         status["observedGeneration"] = gen
         if ev is not None:
             status["findings"] = [f.model_dump(by_alias=True, exclude_none=True, mode="json") for f in ev.findings]
@@ -174,15 +194,25 @@ def _not_validated(body: dict[str, Any], reason: str, event: str, msg: str, ev: 
             news["changed"] = True
         if st.is_true(status, st.PROGRESSING):
             st.set_condition(status, st.PROGRESSING, False, reason, "Nothing is applied for this generation: " + msg, gen)
+        probes_disabled(status, gen)  # nothing runs: nothing to probe (handlers/probes.py would write the same)
 
-    kube.update_status(meta["namespace"], meta["name"], mutate)
+    kube.update_status(meta["namespace"], meta["name"], mutate, obj=body)
     if news["changed"]:
         log.info("not applied %s/%s generation %s: %s: %s", meta["namespace"], meta["name"], gen, reason, msg[:300])
         kube.emit_event(body, event, msg, "Warning")
 
 
+def _probes_off(body: dict[str, Any]) -> bool:
+    raw = (body.get("spec") or {}).get("probes")
+    return not raw or raw.get("enabled") is False
+
+
 def reconcile_sync(body: dict[str, Any], rt: Runtime) -> str:
-    """Bring the cluster to the object's spec. Returns a short outcome word (for logs and tests)."""
+    """Bring the cluster to the object's spec. Returns a short outcome word (for logs and tests).
+
+    Requests per reconcile of a server whose kinds do not change: one status write (a JSON patch from the
+    body kopf delivered: no read), one server-side apply per object, at most one Event; reads only to
+    prune kinds the spec dropped (prune_candidates) and when the status changed under the write."""
     cfg = rt.settings
     meta = body["metadata"]
     ns, name, gen = meta["namespace"], meta["name"], meta.get("generation")
@@ -217,6 +247,10 @@ def reconcile_sync(body: dict[str, Any], rt: Runtime) -> str:
         "AdmittedWithWarnings": "Admitted; known issues to watch: " + ", ".join(f.rule for f in warned),
         "Admitted": "No known crash or corruption rule matches this configuration.",
     }[reason]
+    workload = next((o for o in objects if o["kind"] in ("Deployment", lws.KIND)), None)
+    candidates = prune_candidates(body, objects, rt)
+    owned = sorted({kind for _, kind in _managed(objects)} | set(candidates))  # until pruned
+    probes_off = _probes_off(body)
 
     news = {"changed": False}
 
@@ -225,6 +259,9 @@ def reconcile_sync(body: dict[str, Any], rt: Runtime) -> str:
         status["observedGeneration"] = gen
         status["findings"] = findings
         status["effective"] = effective
+        status[OWNED_KINDS] = owned
+        if workload is not None and "workload" not in status:
+            status["workload"] = workload["kind"]  # handlers/workload.py keeps it from the workload's events
         if st.set_condition(status, st.VALIDATED, True, reason, vmsg, gen):
             news["changed"] = True
         ready = int(status.get("readyReplicas") or 0)
@@ -232,31 +269,20 @@ def reconcile_sync(body: dict[str, Any], rt: Runtime) -> str:
         st.set_replicas(status, desired, ready, gen)
         if ready < desired or not st.is_true(status, st.READY):
             st.set_condition(status, st.PROGRESSING, True, "Applying", "Applying the engine Deployment for this generation; waiting for pods.", gen)
+        if probes_off:  # what handlers/probes.py writes for a server without probes, in this same write
+            probes_disabled(status, gen)
 
-    kube.update_status(ns, name, applied)
-    if news["changed"]:  # Events on transitions only: a resumed handler or a retry repeats none
+    # The status says which generation this is and why it was admitted before the workload is applied, so a
+    # client never sees Ready (from the Deployment) without observedGeneration.
+    kube.update_status(ns, name, applied, obj=body)
+    if news["changed"]:
         log.info("%s %s/%s generation %s (policy %s)%s", reason.lower(), ns, name, gen, policy,
                  ": " + ", ".join(f"{f.rule} {f.action}" for f in mitigated + warned) if mitigated or warned else "")
-        if mitigated:
-            kube.emit_event(body, "Mitigated", "; ".join(f"{f.rule}: {f.message}" for f in mitigated), "Warning")
-        if warned:
-            kube.emit_event(
-                body,
-                "KnownIssueWarning",
-                f"{len(warned)} known issue(s) to watch: " + "; ".join(f"{f.rule} ({f.kind})" for f in warned)
-                + ". Details in status.findings.",
-                "Warning",
-            )
-    workload = next((o for o in objects if o["kind"] in ("Deployment", lws.KIND)), None)
-    before = kube.get_object(workload["kind"], ns, name) if workload is not None else None
-    # The status above already says which generation this is and why it was admitted, so a client never
-    # sees Ready (from the Deployment) without observedGeneration; now make the cluster match it.
-    after: dict[str, Any] | None = None
+    changed = False
     try:
         for obj in objects:
-            out = kube.apply(obj)
-            if obj is workload:
-                after = out
+            _out, obj_changed = kube.apply_changed(obj)
+            changed = changed or (obj is workload and obj_changed)
     except ApiException as e:
         if e.status != 403 and not refused_as_invalid(e):
             raise  # transient (5xx, timeouts): kopf retries
@@ -270,18 +296,40 @@ def reconcile_sync(body: dict[str, Any], rt: Runtime) -> str:
         return "refused"
     if p.monitoring and not run_spec.metrics.enabled:
         kube.delete_pod_monitor(ns, name)
-    prune(body, objects, rt)
+    if candidates:
+        prune(body, candidates, rt)
+        final = sorted(kind for _, kind in _managed(objects))
+        kube.update_status(ns, name, lambda status, _obj: status.__setitem__(OWNED_KINDS, final))
 
-    if before is None or _rv(before) != _rv(after):  # the workload changed (a no-op apply writes nothing)
-        kinds = [o["kind"] for o in objects]
-        kube.emit_event(body, "Applied", f"{', '.join(kinds[:-1])} and {kinds[-1]} applied for generation {gen}.")
-        log.info("applied %s/%s generation %s: %s", ns, name, gen, ", ".join(kinds))
+    event = transition_event(objects, gen, mitigated, warned, workload_changed=changed, news=news["changed"])
+    if event is not None:
+        kube.emit_event(body, *event)
+    if changed:  # the workload changed (a no-op apply writes nothing)
+        log.info("applied %s/%s generation %s: %s", ns, name, gen, ", ".join(o["kind"] for o in objects))
         return "applied"
     return "unchanged"
 
 
-def _rv(obj: dict[str, Any] | None) -> str | None:
-    return ((obj or {}).get("metadata") or {}).get("resourceVersion")
+def transition_event(objects: list[dict[str, Any]], gen: Any, mitigated: list[Any], warned: list[Any], *,
+                     workload_changed: bool, news: bool) -> tuple[str, str, str] | None:
+    """The one Event of a reconcile, (reason, message, type), or None: "Applied" when the workload changed
+    (its message names the mitigations and known issues of the generation, and it is a Warning when there
+    are any); otherwise, when the generation is news but the workload did not change, "Mitigated" or
+    "KnownIssueWarning" if the generation has findings; nothing on a retry, a resumed handler or a restart."""
+    notes = []
+    if mitigated:
+        notes.append("Mitigated: " + "; ".join(f"{f.rule}: {f.message}" for f in mitigated))
+    if warned:
+        notes.append(f"{len(warned)} known issue(s) to watch: " + "; ".join(f"{f.rule} ({f.kind})" for f in warned)
+                     + ". Details in status.findings.")
+    type_ = "Warning" if notes else "Normal"
+    if workload_changed:
+        kinds = [o["kind"] for o in objects]
+        msg = f"{', '.join(kinds[:-1])} and {kinds[-1]} applied for generation {gen}." if len(kinds) > 1 else f"{kinds[0]} applied for generation {gen}."
+        return "Applied", " ".join([msg, *notes]), type_
+    if news and notes:
+        return ("Mitigated" if mitigated else "KnownIssueWarning"), " ".join(notes), type_
+    return None
 
 
 #: kopf's record of the last spec its handlers completed (the same storage main.configure installs)
