@@ -32,7 +32,7 @@ from _chart_helpers import (
 #   itself (resource/namespace observers, peering keep-alives, event posting).
 ALLOWED: dict[tuple[str, str], set[str]] = {
     ("serving.gdn-operator.io", "gdnmodelservers"): {"get", "list", "watch", "patch"},
-    ("serving.gdn-operator.io", "gdnmodelservers/status"): {"update"},
+    ("serving.gdn-operator.io", "gdnmodelservers/status"): {"patch"},
     ("serving.gdn-operator.io", "gdnmodelservers/finalizers"): {"update"},  # blockOwnerDeletion
     ("apps", "deployments"): {"get", "list", "watch", "create", "patch"},
     ("", "services"): {"create", "patch"},

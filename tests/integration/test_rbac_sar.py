@@ -143,7 +143,7 @@ def test_namespaced_install_grants_only_the_watched_namespaces(kube_api, control
             ("get", "pods", "", a), ("list", "pods", "", b), ("get", "pods", "", a, None, "log"),
             ("create", "events", "", b),
             ("patch", "gdnmodelservers", "serving.gdn-operator.io", a),
-            ("update", "gdnmodelservers", "serving.gdn-operator.io", a, None, "status"),
+            ("patch", "gdnmodelservers", "serving.gdn-operator.io", a, None, "status"),
             ("list", "kopfpeerings", "kopf.dev", a), ("patch", "kopfpeerings", "kopf.dev", b, peering),
             ("get", VWC, ADM, None, i.config_name), ("patch", VWC, ADM, None, i.config_name),
             ("get", MWC, ADM, None, i.config_name), ("patch", MWC, ADM, None, i.config_name),
@@ -159,6 +159,8 @@ def test_namespaced_install_grants_only_the_watched_namespaces(kube_api, control
             ("get", "pods", "", "kube-system", None, "log"), ("get", "pods", "", "default", None, "log"),
             ("get", "pods", "", i.namespace, None, "log"), ("create", "events", "", "kube-system"),
             ("patch", "gdnmodelservers", "serving.gdn-operator.io", "default"),
+            # status is written as a guarded JSON patch only: no whole-object replace
+            ("update", "gdnmodelservers", "serving.gdn-operator.io", a, None, "status"),
             # nothing across all namespaces at once
             ("list", "deployments", "apps"), ("list", "pods"), ("get", "pods", "", None, None, "log"),
             ("patch", "kopfpeerings", "kopf.dev", a, "someone-elses-peering"), ("list", "clusterkopfpeerings", "kopf.dev"),

@@ -288,6 +288,12 @@ def test_group_crash_loop_is_remediated_once_per_generation(op, k, ns, addons):
 def test_deleted_leader_worker_set_is_restored(op, k, ns, addons):
     k.create(ns, small("drift", tensorParallelSize=2, nodes=2))
     ready(k, ns, "drift")
+    # the engine Service is ours, and LWS's per-group headless Service (named after the leader pod) exists
+    # beside it: with LWS's Shared subdomain both wanted the name "drift" (two controller owners, apply refused)
+    group_svc = wait_for(lambda: _svc_or_none(k, ns, "drift-0"), 60, what="LWS headless Service drift-0")
+    assert group_svc.spec.cluster_ip == "None"
+    assert [(r.kind, r.controller) for r in k.core.read_namespaced_service("drift", ns).metadata.owner_references] \
+        == [("GDNModelServer", True)]
     uid = lws_obj(k, ns, "drift")["metadata"]["uid"]
     k.co.delete_namespaced_custom_object(*LWS[:2], ns, LWS[2], "drift")
     wait_for(lambda: (o := _lws_or_none(k, ns, "drift")) is not None and o["metadata"]["uid"] != uid, 60,
@@ -295,6 +301,16 @@ def test_deleted_leader_worker_set_is_restored(op, k, ns, addons):
     ev = wait_for(lambda: k.events(ns, "drift", "DriftCorrected"), 30, what="DriftCorrected event")
     assert "Engine LeaderWorkerSet was deleted" in ev[0].message
     ready(k, ns, "drift")
+    assert not k.events(ns, "drift", "ApplyRefused"), "an apply was refused"
+
+
+def _svc_or_none(k, ns, name):
+    try:
+        return k.core.read_namespaced_service(name, ns)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
 
 
 def _lws_or_none(k, ns, name):

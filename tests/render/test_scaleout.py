@@ -43,6 +43,10 @@ def test_two_node_engine_is_a_leader_worker_set_with_mp_launcher_wiring():
     assert t["restartPolicy"] == "None"
     # LeaderReady would deadlock: the leader is Ready only once every rank joined
     assert lw["spec"]["startupPolicy"] == "LeaderCreated"
+    # LWS's default (Shared) makes a headless Service named like the LWS, i.e. like our engine Service "q":
+    # per replica, LWS names each group's headless Service after its leader pod ("q-0")
+    assert lw["spec"]["networkConfig"] == {"subdomainPolicy": "UniquePerReplica"}
+    assert objs["Service"]["metadata"]["name"] == lw["metadata"]["name"] == "q"
     leader, worker = (t[k]["spec"]["containers"][0] for k in ("leaderTemplate", "workerTemplate"))
     for c in (leader, worker):
         a = c["args"]

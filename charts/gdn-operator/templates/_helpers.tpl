@@ -89,10 +89,10 @@ tests/charts/test_chart_render.py holds the same table and fails on any extra re
 - apiGroups: ["serving.gdn-operator.io"]
   resources: ["gdnmodelservers"]
   verbs: ["get", "list", "watch", "patch"]
-# kube.update_status: read-modify-write of the status subresource (replace = update).
+# kube.update_status: one JSON patch of the changed status keys, guarded by `test` ops (no replace).
 - apiGroups: ["serving.gdn-operator.io"]
   resources: ["gdnmodelservers/status"]
-  verbs: ["update"]
+  verbs: ["patch"]
 # Engine objects carry ownerReferences with blockOwnerDeletion: true; clusters running the
 # OwnerReferencesPermissionEnforcement admission plugin (e.g. OpenShift) require update on finalizers.
 - apiGroups: ["serving.gdn-operator.io"]

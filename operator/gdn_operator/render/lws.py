@@ -17,6 +17,11 @@ Choices (and why):
   every rank has joined (MultiprocExecutor waits for the remote workers' queues before the API server
   starts), so with LeaderReady the workers would never be created: a deadlock.
 - rollout maxSurge 1 / maxUnavailable 0, like the Deployment: a new group comes up before an old one goes.
+- networkConfig.subdomainPolicy UniquePerReplica. With LWS's default (Shared) the LWS controller makes a
+  headless Service named after the LeaderWorkerSet — the server's name, which is also the name of the engine
+  Service clients use. Whichever comes first wins: if ours, no per-pod DNS records exist and the workers cannot
+  resolve LWS_LEADER_ADDRESS; if LWS's, our apply is refused (two controller owners). Per replica, LWS names
+  each group's headless Service after its leader pod (`<name>-<group>`) and points the group's subdomain there.
 """
 
 from __future__ import annotations
@@ -75,6 +80,10 @@ def _worker_template(name: str, spec: GDNModelServerSpec) -> dict[str, Any]:
     return tpl
 
 
+#: one headless Service per group, named after the leader pod: never the server's (engine Service's) name
+SUBDOMAIN_POLICY = "UniquePerReplica"
+
+
 def leader_worker_set(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any]:
     check_names(name)
     leader = pod_template(name, spec, multinode_args(name, spec, leader=True))
@@ -86,6 +95,7 @@ def leader_worker_set(name: str, namespace: str, spec: GDNModelServerSpec, uid: 
         "spec": {
             "replicas": spec.replicas,
             "startupPolicy": STARTUP_POLICY,
+            "networkConfig": {"subdomainPolicy": SUBDOMAIN_POLICY},
             "rolloutStrategy": {
                 "type": "RollingUpdate",
                 "rollingUpdateConfiguration": {"maxSurge": 1, "maxUnavailable": 0},
