@@ -89,10 +89,9 @@ def render(name: str, tp: int) -> tuple[harness.Rendered, dict]:
     if "attentionBackend" in over:
         m["spec"]["attentionBackend"] = over["attentionBackend"]
     r = harness.render(m)
+    if async_on and "--no-async-scheduling" in r.argv:  # refused by vllm#45100 at 0.22.0
+        r = harness.flip(r, "--no-async-scheduling", "--async-scheduling")
     argv, notes = list(r.argv), list(r.notes)
-    if async_on and "--no-async-scheduling" in argv:
-        argv[argv.index("--no-async-scheduling")] = "--async-scheduling"
-        notes.append("# forced --async-scheduling after rendering (refused by vllm#45100 at 0.22.0)")
     if not eager and "--compilation-config" in argv and "cudagraphMode" not in over:
         argv = _without(argv, "--compilation-config")
         notes.append("# removed the rendered --compilation-config: vLLM's default CUDA-graph mode (refused by G1)")
@@ -194,7 +193,7 @@ def run_one(name: str, args: argparse.Namespace, logdir: Path, seed: int) -> dic
     rendered, env = render(name, args.tp)
     eng = harness.start(name, rendered, logdir, extra_env=env)
     out: dict = {"config": name, "argv": eng.argv, "env": {**rendered.env, **env},
-                 "changed_after_render": [n for n in rendered.notes if n.startswith(("# forced", "# removed"))]}
+                 "changed_after_render": [n for n in rendered.notes if n.startswith(("# flipped", "# removed"))]}
     try:
         try:
             out["ready_s"] = round(harness.wait_ready(eng), 1)

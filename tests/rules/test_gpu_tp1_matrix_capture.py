@@ -20,6 +20,7 @@ import json
 import pytest
 from rules_helpers import rules_of
 
+from gdn_operator.api.enums import CudagraphMode
 from gdn_operator.rules import evaluate
 from gdn_operator.rules.launchline import parse_launch_line
 from gdn_operator.watch.signatures import classify_text
@@ -78,7 +79,7 @@ def test_the_mitigation_was_measured_exact_and_keeps_mtp():
     ev = evaluate(line.spec, overrides=line.overrides, policy="mitigate")
     assert ev.allowed and G1 in rules_of(ev, "mitigated")
     mitigated = ev.mitigated_spec
-    assert mitigated is not None and str(mitigated.cudagraph_mode) in ("PIECEWISE", "CudagraphMode.PIECEWISE")
+    assert mitigated is not None and mitigated.cudagraph_mode == CudagraphMode.PIECEWISE
     assert mitigated.speculative_decoding.enabled
     good = next(r for r in RESULTS if r["config"] == "base-cg-piecewise")
     good_line, _ = _evaluate(good)
