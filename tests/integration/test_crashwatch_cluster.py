@@ -82,7 +82,7 @@ def test_known_crash_reported_in_status_event_and_metric(op, k, ns):
     assert deg["status"] == "True" and deg["reason"] == "EngineCrashed"
     ev = wait_for(lambda: k.events(ns, "b1", "EngineCrashed"), 15, what="EngineCrashed event")
     assert "vllm#36917" in ev[0].message
-    metric = 'gdn_engine_crashes_total{name="b1",namespace="%s",signature="gdn-mixed-spec-decode-assert",upstream="vllm#36917"} 1.0' % ns
+    metric = 'gdn_engine_crashes_total{namespace="%s",server="b1",signature="gdn-mixed-spec-decode-assert",upstream="vllm#36917"} 1.0' % ns
     assert metric in op.metrics()
     print(f"detection latency (annotation → restart → status): {detect:.2f}s")
 
@@ -117,7 +117,7 @@ def test_repeated_known_crash_is_remediated_exactly_once(op, k, ns):
     assert rem[0]["action"] == "asyncScheduling=false" and rem[0]["generation"] == 1
     assert obj["metadata"]["generation"] == 2
     assert k.events(ns, "b9", "Remediated")
-    assert 'gdn_remediations_total{action="asyncScheduling=false",name="b9",namespace="%s",signature="spec-decode-negative-repeat"} 1.0' % ns in op.metrics()
+    assert 'gdn_remediations_total{action="asyncScheduling=false",namespace="%s",server="b9",signature="spec-decode-negative-repeat"} 1.0' % ns in op.metrics()
     # The rolled-out engine carries the change.
     wait_for(lambda: "--no-async-scheduling" in k.deployment(ns, "b9").spec.template.spec.containers[0].args, 30)
 

@@ -10,7 +10,7 @@ import hashlib
 import json
 import math
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from gdn_operator import API_VERSION, KIND
 from gdn_operator.api import k8s
@@ -298,15 +298,30 @@ def service(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None
     }
 
 
-def pod_monitor(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any]:
+#: the label that names the GDNModelServer in every series: the operator's own (telemetry.py) and,
+#: through the PodMonitor relabeling below, the engines' vLLM series
+SERVER_METRIC_LABEL = "server"
+
+
+def pod_monitor(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None,
+                labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The engines' PodMonitor. ``labels`` (GDN_POD_MONITOR_LABELS) are added to its metadata so that a
+    Prometheus selecting PodMonitors by label (kube-prometheus-stack: ``release: <name>``) picks it up;
+    the operator's own labels win on a clash. No ``honorLabels``: vLLM's series carry no namespace/pod
+    labels of their own, and a scraped workload must not overwrite the target's labels. The server's
+    name is added as ``server``, the label the operator's gdn_* series use, so one dashboard variable
+    selects both."""
+    meta = _meta(name, namespace, uid, spec)
+    meta["labels"] = {**dict(labels or {}), **meta["labels"]}
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
-        "metadata": _meta(name, namespace, uid, spec),
+        "metadata": meta,
         "spec": {
             "selector": {"matchLabels": api_selector(name, spec)},
             "podMetricsEndpoints": [
-                {"port": "http", "path": "/metrics", "interval": f"{spec.metrics.scrape_interval_seconds}s"}
+                {"port": "http", "path": "/metrics", "interval": f"{spec.metrics.scrape_interval_seconds}s",
+                 "relabelings": [{"action": "replace", "targetLabel": SERVER_METRIC_LABEL, "replacement": name}]}
             ],
         },
     }
@@ -320,12 +335,13 @@ def render_all(
     *,
     with_monitoring: bool = True,
     scaleout: "ScaleOutOptions | None" = None,
+    monitor_labels: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     from gdn_operator.render import scaleout as so
 
     objs = [so.workload(name, namespace, spec, uid), service(name, namespace, spec, uid)]
     if with_monitoring and spec.metrics.enabled:
-        objs.append(pod_monitor(name, namespace, spec, uid))
+        objs.append(pod_monitor(name, namespace, spec, uid, monitor_labels))
     objs += so.extra_objects(name, namespace, spec, uid, scaleout or so.ScaleOutOptions())
     return objs
 
