@@ -165,6 +165,8 @@ build_promop() {
   if version_ok "$b" "version ${PROMOP_VERSION#v}" --version; then
     log "prometheus-operator $PROMOP_VERSION: cached ($b)"; return 0
   fi
+  grep -q "github.com/prometheus-operator/prometheus-operator $PROMOP_VERSION" "$HERE/promop/go.mod" \
+    || { log "tests/cluster/promop/go.mod does not pin $PROMOP_VERSION: run go get ...@$PROMOP_VERSION there (and its two submodules)"; exit 1; }
   log "prometheus-operator $PROMOP_VERSION: building github.com/prometheus-operator/prometheus-operator/cmd/operator -> $b"
   t0=$SECONDS; mkdir -p "$dir"
   (cd "$HERE/promop" && go build -p 2 -ldflags "-s -w -X $pc.Version=${PROMOP_VERSION#v} -X $pc.Branch=module-proxy -X $pc.Revision=$PROMOP_VERSION" \
