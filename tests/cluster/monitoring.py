@@ -1,7 +1,8 @@
 """A real monitoring stack on the test control plane (issue 28): the Prometheus Operator built from the
 Go module proxy (tests/cluster/build.sh `promop`), its real CRDs from the same module, and the real
-Prometheus server (Debian's `prometheus` package, installed by hack/tools.sh with promtool) running the
-configuration the Prometheus Operator generated.
+Prometheus server (github.com/prometheus/prometheus cmd/prometheus, build.sh `prometheus`: Debian's package,
+which gives the tests promtool, is built without Kubernetes service discovery) running the configuration
+the Prometheus Operator generated.
 
 In a cluster the Prometheus Operator writes the configuration into the Secret ``prometheus-<name>``
 (``prometheus.yaml.gz``) and the rules into ConfigMaps ``prometheus-<name>-rulefiles-<n>``; the kubelet
@@ -51,23 +52,24 @@ class MonitoringPaths:
 
 
 def find_monitoring(build: bool = True) -> MonitoringPaths:
-    """Paths from build.sh (building the Prometheus Operator if needed) and hack/tools.sh (prometheus)."""
+    """Paths from build.sh; with build=True, build the Prometheus Operator and Prometheus if needed."""
     if build:
-        res = subprocess.run(["bash", str(BUILD_SH), "promop"], capture_output=True, text=True)
+        res = subprocess.run(["bash", str(BUILD_SH), "monitoring"], capture_output=True, text=True)
         if res.returncode != 0:
-            raise ControlPlaneError(f"build.sh promop failed:\n{res.stderr[-3000:]}")
+            raise ControlPlaneError(f"build.sh monitoring failed:\n{res.stderr[-3000:]}")
     out = subprocess.run(["bash", str(BUILD_SH), "paths"], capture_output=True, text=True, check=True).stdout
     kv = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    prom = shutil.which("prometheus")
-    if not prom:
-        raise ControlPlaneError("prometheus not found: hack/tools.sh installs Debian's `prometheus` package (with promtool)")
-    return MonitoringPaths(Path(kv["PROMETHEUS_OPERATOR"]), Path(kv["PROMOP_SRC"]) if kv.get("PROMOP_SRC") else None,
-                           kv["PROMOP_VERSION"], Path(prom))
+    paths = MonitoringPaths(Path(kv["PROMETHEUS_OPERATOR"]), Path(kv["PROMOP_SRC"]) if kv.get("PROMOP_SRC") else None,
+                            kv["PROMOP_VERSION"], Path(kv["PROMETHEUS"]))
+    for p in (paths.operator, paths.prometheus):
+        if not p.is_file():
+            raise ControlPlaneError(f"{p} missing; run {BUILD_SH} monitoring")
+    return paths
 
 
 def prometheus_version(binary: Path) -> str:
     out = subprocess.run([str(binary), "--version"], capture_output=True, text=True).stdout
-    return "v" + out.split("version ", 1)[1].split()[0].split("+")[0]
+    return "v" + out.split("version ", 1)[1].split()[0]
 
 
 def _stop(proc: subprocess.Popen | None) -> None:

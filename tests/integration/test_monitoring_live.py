@@ -1,8 +1,8 @@
 """The chart's monitoring in a REAL monitoring stack (issue 28): the Prometheus Operator (built from the Go
 module proxy, tests/cluster/build.sh promop) selects the chart's ServiceMonitor and the operator's
 per-server PodMonitors the way kube-prometheus-stack does by default (`release: <its release>` on
-ServiceMonitors, PodMonitors and PrometheusRules, any namespace); the real Prometheus server (Debian's
-package) runs the configuration it generated (tests/cluster/monitoring.py: the one change is
+ServiceMonitors, PodMonitors and PrometheusRules, any namespace); the real Prometheus server (also from
+the Go module proxy, build.sh prometheus) runs the configuration it generated (tests/cluster/monitoring.py: the one change is
 `kubeconfig_file` for service discovery) and scrapes
 
 - the operator, run locally with the environment of the chart's Deployment, listening on the IP of the
@@ -107,7 +107,7 @@ def _pod(k: Kube, ns: str, name: str):
 @pytest.fixture(scope="module")
 def stack(full_cluster, kube_api, tmp_path_factory):
     cp = full_cluster
-    tools()  # helm, and the prometheus server beside promtool (hack/tools.sh)
+    tools()  # helm (hack/tools.sh)
     work = tmp_path_factory.mktemp("monitoring-live")
     python = require_engine_python()
     paths = find_monitoring(build=True)
