@@ -499,13 +499,14 @@ class LogClassifier:
         if version:
             shown["vllm_version"] = f"{version} ({sources['vllm_version']})"
         fired = [st for st in self._states if st.fire is not None]
+        conflicts = _ev.contradictions(self._facts, ev)
         if not fired:
-            return self._exit_result(shown)
+            return self._exit_result(shown, conflicts)
         fired_ids = {st.sig.id for st in fired}
         cat = self.catalogue
         picks: list[_Pick] = []
         candidates: list[str] = []
-        notes: list[str] = []
+        notes: list[str] = list(conflicts)
         for st in fired:
             sig, fire = st.sig, st.fire
             if fire is None:  # `fired` holds only states that fired; this narrows the type
@@ -575,7 +576,7 @@ class LogClassifier:
             evidence=shown,
         )
 
-    def _exit_result(self, shown: dict[str, str]) -> ClassificationResult:
+    def _exit_result(self, shown: dict[str, str], conflicts: list[str]) -> ClassificationResult:
         le = self._pending_exit()
         if le is None:
             return ClassificationResult(crashed=False, lines_scanned=self._n, evidence=shown)
@@ -603,6 +604,7 @@ class LogClassifier:
             remediation=rem,
             context=[strip_prefixes(c)[1] for c in le.context + [_cap(le.text, CONTEXT_LINE_CHARS)]],
             lines_scanned=self._n,
+            attribution=conflicts,
             evidence=shown,
         )
 
