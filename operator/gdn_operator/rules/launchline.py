@@ -18,8 +18,12 @@ with the nearest older release's table it is a note. tests/rules/test_rules_laun
 this against vLLM's real parser. Flags the rules do not need are ignored with a note. Bad input is a
 ManifestError naming the flag.
 
-Size (~520 lines): one reader, from a launch line to a spec, whose flag table and error messages belong
-together; the option resolution itself lives in api/vllm_args.py.
+The spec <-> flag mapping is api/flags.py's table (shared with the renderer); the model family is decided by
+rules/family.py from every source the line has. The reader is in parts: the command (`_command`), the flag
+loop (`_read_flags` with `_table_flag` / `_json_flag` / `_other_flag`), then one step per JSON-carried setting.
+
+Size (~540 lines): one reader, from a launch line to a spec, whose steps and error messages belong together;
+the option resolution itself lives in api/vllm_args.py.
 """
 
 from __future__ import annotations
