@@ -21,6 +21,7 @@ from gdn_operator.api.load import ManifestError, load_file
 from gdn_operator.api.enums import Architecture
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.rules.evaluator import Evaluation, evaluate
+from gdn_operator.rules.launchline import evaluate_launch
 
 CLI_DEFAULT_POLICY = "reject"
 
@@ -99,8 +100,6 @@ def run_validate(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     evs: list[Evaluation] = []
     if launch:
-        from gdn_operator.rules.launchline import evaluate_launch
-
         line, ev = evaluate_launch(
             launch, vllm_version=args.vllm_version, architecture=getattr(args, "architecture", None),
             patches=list(getattr(args, "patch", None) or []),
