@@ -28,7 +28,7 @@ from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.vllm_args import resolve_extra_args
 from gdn_operator.api.status import EffectiveConfig as EffectiveConfigStatus
 from gdn_operator.rules.family import infer_architecture
-from gdn_operator.rules.versions import Version, parse_version, require_version
+from gdn_operator.versions import Version, parse_version, require_version
 
 GDN_ARCHITECTURES = frozenset(a.value for a in Architecture)
 

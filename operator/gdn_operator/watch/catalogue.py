@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import yaml
 
 from gdn_operator.api.specpatch import SpecPatch
-from gdn_operator.rules.versions import VersionRange
+from gdn_operator.versions import VersionRange
 from gdn_operator.watch.remedies import Action, ActionError, action_patch, parse_actions
 
 if TYPE_CHECKING:

@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gdn_operator.rules.versions import parse_version
+from gdn_operator.api.load import load_file
+from gdn_operator.rules.effective import effective_config
+from gdn_operator.versions import parse_version
 
 if TYPE_CHECKING:
     from gdn_operator.api.spec import GDNModelServerSpec
@@ -34,8 +36,6 @@ class Evidence:
     @classmethod
     def from_spec(cls, spec: "GDNModelServerSpec", vllm_version: str | None = None) -> "Evidence":
         """Facts the operator knows from a spec (model family, speculative decoding, GDN prefill backend)."""
-        from gdn_operator.rules.effective import effective_config
-
         v = effective_config(spec, vllm_version).values
         facts: dict[str, str] = {}
         if v.get("gdn_hybrid"):
@@ -51,8 +51,6 @@ class Evidence:
     @classmethod
     def from_manifest(cls, path: str, vllm_version: str | None = None) -> "Evidence":
         """Evidence from the first GDNModelServer document of a manifest file (ManifestError if invalid)."""
-        from gdn_operator.api.load import load_file
-
         return cls.from_spec(load_file(path)[0].spec, vllm_version)
 
     @classmethod
