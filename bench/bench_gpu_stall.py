@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--request-cap", type=float, default=150.0, help="longest wait for one request (s)")
     ap.add_argument("--stall-seconds", type=float, default=None, help="detector threshold (default: the operator's)")
+    ap.add_argument("--also-stall-seconds", default="60", help="comma list: further detectors on the same scrapes")
     ap.add_argument("--interval", type=float, default=3.0, help="seconds between /metrics polls")
     ap.add_argument("--until", type=float, default=None, help="hard deadline, epoch seconds (default: now + 540)")
     ap.add_argument("--seed", type=int, default=24)
@@ -128,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     until = args.until or time.time() + 540.0
     stall_s = args.stall_seconds if args.stall_seconds is not None else default_stall_seconds()
+    also = tuple(float(x) for x in args.also_stall_seconds.split(",") if x)
     names = [n for n in args.configs.split(",") if n]
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -144,13 +146,15 @@ def main(argv: list[str] | None = None) -> int:
             engines[n] = harness.start(n, rendered, logdir, extra_env=env)
             result["engines"][n] = {"argv": engines[n].argv, "env": {**rendered.env, **env},
                                     "changed_after_render": [x for x in rendered.notes if x.startswith(("# flipped", "# removed"))]}
-        startup_limit = until - time.time() - args.load_seconds - stall_s - 2 * args.interval - TEARDOWN_S
+        # leave room for the load and the quickest detector's window (the series is kept whatever happens)
+        startup_limit = until - time.time() - args.load_seconds - min((stall_s, *also)) - 2 * args.interval - TEARDOWN_S
         with concurrent.futures.ThreadPoolExecutor(len(engines)) as ex:
             futs = {n: ex.submit(harness.wait_ready, e, max(30.0, startup_limit)) for n, e in engines.items()}
             for n, f in futs.items():
                 try:
                     result["engines"][n]["ready_s"] = round(f.result(), 1)
-                    watches[n] = metricswatch.Watch(n, engines[n].url, stall_s, args.interval, t_ref=t0).start()
+                    watches[n] = metricswatch.Watch(n, engines[n].url, stall_s, args.interval, t_ref=t0,
+                                                     also_seconds=also).start()
                 except RuntimeError as e:
                     result["engines"][n].update(started=False, error=str(e)[-1500:])
         if not watches:
@@ -193,9 +197,12 @@ def main(argv: list[str] | None = None) -> int:
             st["exact_recall_rate"] = round(st["recall_exact"] / st["recall"], 4) if st["recall"] else None
             first = s["first_stalled_t"]
             flagged_t = [r for r in w.lines if r.get("verdict", {}).get("stalled")]
+            also_first = {k: (round(v - load_start, 1) if v is not None else None)
+                          for k, v in s["also_first_stalled_t"].items()}
             result["engines"][n].update(
                 started=True, load=st, watch=s,
                 flagged=first is not None,
+                also_detect_s_from_load_start=also_first,
                 detect_s_from_load_start=round(first - load_start, 1) if first is not None else None,
                 detect_s_from_load_end=round(first - load_end, 1) if first is not None else None,
                 drained_s_after_load_end=round(idle_since[n] - load_end, 1) if idle_since[n] is not None else None,

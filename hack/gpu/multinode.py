@@ -186,7 +186,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             res["error"] = str(e)[-1500:]
             res["worker_alive_at_failure"] = worker.proc.poll() is None
             return res
-        watch = metricswatch.Watch("leader", leader.url, args.stall_seconds, args.interval, t_ref=t0).start()
+        watch = metricswatch.Watch("leader", leader.url, args.stall_seconds, args.interval, t_ref=t0,
+                                   also_seconds=(60.0,)).start()
         # recall load: exact answers and acceptance
         items = harness.heldout(args.requests)
         watch.mark("load_start")
@@ -233,6 +234,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "health_codes": watch.health_codes(since=t_kill),
             "stall_flagged_s_after_kill": (round(watch.first_stalled_t - t_kill, 1)
                                            if watch.first_stalled_t is not None and watch.first_stalled_t >= t_kill else None),
+            "stall_flagged_60s_detector_s_after_kill": next((round(t - t_kill, 1) for t in
+                                                             [watch.also_first_stalled_t.get("60")] if t is not None and t >= t_kill), None),
         }
         deaths = [{"pod": "tiny-recall-0-1", "finished": _iso(kill_t), "log": worker.log_text()}]
         if leader_exit_t:
@@ -287,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--until", type=float, default=None, help="hard deadline, epoch seconds (default now + 540)")
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--stall-seconds", type=float, default=60.0)
+    ap.add_argument("--stall-seconds", type=float, default=120.0, help="the detector's threshold (the operator's default)")
     ap.add_argument("--interval", type=float, default=3.0)
     ap.add_argument("--healthy-watch", type=float, default=15.0, help="idle seconds watched before the kill")
     ap.add_argument("--compiled", action="store_true", help="leave enforceEager unset (CUDA graphs; cold compile)")

@@ -5,9 +5,11 @@ Used by ``bench/bench_gpu_tp.py --stall`` and ``hack/gpu/multinode.py``. Each po
 code the operator runs in its scrape loop — and records one sample line:
 
     {"t": seconds since the watch's reference time, "health": HTTP code, "set": {series: value, ...},
-     "verdict": {"stalled": ..., "seconds_without_progress": ..., "running": ..., "waiting": ..., "reason": ...}}
+     "verdict": {"stalled": ..., "seconds_without_progress": ..., "running": ..., "waiting": ..., "reason": ...,
+                 "rate": ..., "steps": ...}, "also": {"60": false}}
 
-``set`` holds only the series whose value changed since the previous sample (the first sample holds all of
+``also`` gives, per further threshold in ``also_seconds`` (a second detector on the same text), whether it
+flags. ``set`` holds only the series whose value changed since the previous sample (the first sample holds all of
 them), so a series of several minutes stays small. Series kept: every ``vllm:`` sample except histogram
 buckets (``_bucket``; their ``_count``/``_sum`` stay: ``vllm:iteration_tokens_total_count`` counts engine
 steps), plus ``process_start_time_seconds``. ``replay()`` turns the lines back into exposition text.
@@ -84,20 +86,25 @@ class Watch:
     interval: float = 2.0
     t_ref: float = field(default_factory=time.monotonic)
     lines: list[dict[str, Any]] = field(default_factory=list)
+    also_seconds: tuple[float, ...] = ()
     first_stalled_t: float | None = None
+    also_first_stalled_t: dict[str, float | None] = field(default_factory=dict)
     flagged_samples: int = 0
     max_seconds_without_progress: float = 0.0
     _prev: dict[str, float] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     detector: Any = None
+    also: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from gdn_operator.watch.stall import StallDetector  # the operator's own detector
 
         self.detector = StallDetector(self.stall_seconds)
+        self.also = {f"{s:g}": StallDetector(s) for s in self.also_seconds}
+        self.also_first_stalled_t = {k: None for k in self.also}
         self.lines.append({"engine": self.name, "interval_s": self.interval, "stall_seconds": self.stall_seconds,
-                           "wall_clock_at_t0": time.time() - (time.monotonic() - self.t_ref)})
+                           "also_stall_seconds": list(self.also), "wall_clock_at_t0": time.time() - (time.monotonic() - self.t_ref)})
 
     def mark(self, label: str) -> float:
         t = round(time.monotonic() - self.t_ref, 2)
@@ -118,7 +125,13 @@ class Watch:
             self._prev = cur
             v = self.detector.observe_text(now, text)
             rec["verdict"] = {"stalled": bool(v.stalled), "seconds_without_progress": round(float(v.seconds_without_progress or 0.0), 1),
-                              "running": v.running, "waiting": v.waiting, "reason": v.reason}
+                              "running": v.running, "waiting": v.waiting, "reason": v.reason,
+                              "rate": getattr(v, "rate", None), "steps": getattr(v, "steps", None)}
+            if self.also:
+                rec["also"] = {k: bool(d.observe_text(now, text).stalled) for k, d in self.also.items()}
+                for k, flagged in rec["also"].items():
+                    if flagged and self.also_first_stalled_t[k] is None:
+                        self.also_first_stalled_t[k] = rec["t"]
             self.max_seconds_without_progress = max(self.max_seconds_without_progress, rec["verdict"]["seconds_without_progress"])
             if v.stalled:
                 self.flagged_samples += 1
@@ -168,5 +181,6 @@ class Watch:
     def summary(self) -> dict[str, Any]:
         return {"samples": sum(1 for r in self.lines if "t" in r and "mark" not in r),
                 "flagged_samples": self.flagged_samples, "first_stalled_t": self.first_stalled_t,
+                "also_first_stalled_t": dict(self.also_first_stalled_t),
                 "max_seconds_without_progress": self.max_seconds_without_progress,
                 "last_verdict": self.last_verdict()}
