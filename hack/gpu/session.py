@@ -10,9 +10,6 @@ $GDN_GPU_SITE; two GPUs of one host for stall and multinode):
              under the mixed load, the operator's stall detector fed from /metrics (issue 24 item 5)
   multinode  hack/gpu/multinode.py: the LeaderWorkerSet leader + worker argv as two processes, one GPU
              each; recall, acceptance, stall detector, worker killed, logs classified (issue 25 item 5)
-  prodmodel  tests/models/train_recall.py --preset prod on one GPU into ~/.cache (checksum logged), the
-             offline held-out check, then (bundle installed) vLLM eager MTP k=2: exact answers, acceptance
-             (issue 25 item 1)
   check      no GPU: render both multi-node launch lines and import every step's code (a dry run)
 
 Deadline: ``--until`` (epoch seconds) or now + ``--budget`` (default 560). The step gets ``--until`` 10 s
@@ -81,15 +78,12 @@ def step_cmd(step: str, work: Path, until: float, extra: list[str]) -> tuple[lis
         cmd = _py("hack/gpu/multinode.py", "--out", str(work), "--until", u, *extra)
         keep = {n: n for n in ("multinode.json", "multinode-leader.log", "multinode-worker.log",
                                "multinode-leader.metrics.jsonl")}
-    elif step == "prodmodel":
-        cmd = _py("hack/gpu/prodmodel.py", "--out", str(work), "--until", u, *extra)
-        keep = {n: n for n in ("prodmodel.json", "prodmodel-train.log", "prodmodel-serve.log")}
     elif step == "check":
         cmd = [sys.executable, "-c", "import runpy, sys; sys.argv=['multinode.py', '--dry-run']; "
                f"runpy.run_path({str(REPO / 'hack/gpu/multinode.py')!r}, run_name='__main__')"]
         keep = {}
     else:
-        raise SystemExit(f"session: unknown step {step!r} (stall, multinode, prodmodel, check)")
+        raise SystemExit(f"session: unknown step {step!r} (stall, multinode, check)")
     return cmd, keep
 
 

@@ -56,8 +56,8 @@ def replay(lines: list[dict[str, Any]]) -> list[tuple[float, str]]:
     state: dict[str, float] = {}
     out = []
     for rec in lines:
-        if "t" not in rec:
-            continue  # header
+        if "t" not in rec or "mark" in rec:
+            continue  # header, or a marker (load start, ...)
         if rec.get("set") is None:
             out.append((rec["t"], ""))
             continue
