@@ -6,7 +6,8 @@ the Prometheus Operator generated.
 
 In a cluster the Prometheus Operator writes the configuration into the Secret ``prometheus-<name>``
 (``prometheus.yaml.gz``) and the rules into ConfigMaps ``prometheus-<name>-rulefiles-<n>``; the kubelet
-mounts them into the Prometheus pod and the config-reloader sidecar expands ``$(POD_NAME)``. Outside the
+mounts them into the Prometheus pod and the config-reloader sidecar expands ``$(POD_NAME)`` and
+``$(SHARD)`` (the sharding `keep` rule drops every target until it is expanded). Outside the
 cluster, `localize()` does what those mounts do, and makes ONE change to the configuration itself:
 every ``kubernetes_sd_configs`` entry gets ``kubeconfig_file`` (the test API server's admin kubeconfig),
 because in-cluster service discovery reads the pod's service-account token and KUBERNETES_SERVICE_HOST,
@@ -143,16 +144,15 @@ def generated_config(api: Any, namespace: str, name: str) -> tuple[dict[str, Any
 
 def localize(cfg: dict[str, Any], rules: dict[str, str], kubeconfig: Path, workdir: Path, pod_name: str) -> Path:
     """Write `cfg` for a Prometheus outside the cluster; returns the config file path (see module doc)."""
-    cfg = json.loads(json.dumps(cfg))
+    # what the config-reloader does: expand $(POD_NAME) and $(SHARD) (shard 0 of 1) in the whole file
+    text = json.dumps(cfg).replace("$(POD_NAME)", pod_name).replace("$(SHARD)", "0")
+    cfg = json.loads(text)
     rule_dir = workdir / "rules"
     shutil.rmtree(rule_dir, ignore_errors=True)
     for rel, text in rules.items():  # what the kubelet mounts from the rulefiles ConfigMaps
         (rule_dir / rel).parent.mkdir(parents=True, exist_ok=True)
         (rule_dir / rel).write_text(text)
     cfg["rule_files"] = [f.replace(IN_CLUSTER_RULES, f"{rule_dir}/") for f in cfg.get("rule_files") or []]
-    labels = (cfg.get("global") or {}).get("external_labels") or {}
-    for k, v in labels.items():  # what the config-reloader expands
-        labels[k] = str(v).replace("$(POD_NAME)", pod_name)
     for job in cfg.get("scrape_configs") or []:
         for sd in job.get("kubernetes_sd_configs") or []:
             sd["kubeconfig_file"] = str(kubeconfig)  # THE change: SD against the test API server
@@ -198,7 +198,7 @@ class PrometheusServer:
 
     def api(self, path: str, **params: str) -> Any:
         q = f"?{urllib.parse.urlencode(params)}" if params else ""
-        with urllib.request.urlopen(f"{self.url}/api/v1/{path}{q}", timeout=30) as r:
+        with urllib.request.urlopen(f"{self.url}/api/v1/{path}{q}", timeout=120) as r:
             body = json.loads(r.read())
         if body.get("status") != "success":
             raise ControlPlaneError(f"prometheus {path} {params}: {body}")
