@@ -110,6 +110,14 @@ class AcceptanceStatus(_Status):
     pods: list[PodAcceptance] = Field(default_factory=list, max_length=64, description="Per pod (first 64).")
 
 
+class DefaultedField(_Status):
+    """An unset spec field the operator set to the value a known-issue rule accepts (unset means safe)."""
+
+    field: str = Field(description="camelCase spec path, e.g. prefixCaching.")
+    value: Any = Field(default=None, description="The value rendered for it.")
+    rule: str = Field(default="", description="The rule whose mitigation the value is, e.g. vllm#43559.")
+
+
 class EffectiveConfig(_Status):
     """vLLM's behaviour after resolving its version-dependent defaults (what the rules evaluated)."""
 
@@ -120,6 +128,11 @@ class EffectiveConfig(_Status):
     model_runner: str | None = None
     spec_method: str | None = None
     architecture: str | None = None
+    gdn_prefill_backend: str | None = None
+    cudagraph_mode: str | None = None
+    defaults: list[DefaultedField] = Field(
+        default_factory=list, max_length=32,
+        description="Unset fields set to the value the rules accept for this vLLM version, each with its rule.")
 
 
 class GDNModelServerStatus(_Status):

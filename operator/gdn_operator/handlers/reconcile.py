@@ -81,7 +81,7 @@ class Plan:
 
     @property
     def run_spec(self) -> GDNModelServerSpec | None:
-        return (self.ev.mitigated_spec if self.ev else None) or self.spec
+        return (self.ev.run_spec if self.ev else None) or self.spec
 
 
 def plan(body: dict[str, Any], rt: Runtime) -> Plan:
@@ -95,7 +95,7 @@ def plan(body: dict[str, Any], rt: Runtime) -> Plan:
     if not ev.allowed:
         return Plan(spec, ev, problem=ev.denial_message())
     out = Plan(spec, ev, monitoring=cfg.pod_monitors and rt.crds.exists(PODMONITOR_CRD))
-    run_spec = ev.mitigated_spec or spec  # = out.run_spec, never None here: the spec parsed and is allowed
+    run_spec = ev.run_spec or spec  # = out.run_spec: safe defaults filled in, mitigations applied
     missing = missing_apis(run_spec, rt)
     if missing:
         out.problem = missing

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from gdn_operator.api.enums import Architecture
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.vllm_args import resolve_extra_args
-from gdn_operator.api.status import EffectiveConfig as EffectiveConfigStatus
+from gdn_operator.api.status import DefaultedField, EffectiveConfig as EffectiveConfigStatus
 from gdn_operator.rules.versions import Version, parse_version, require_version
 
 GDN_ARCHITECTURES = frozenset(a.value for a in Architecture)
@@ -99,9 +99,10 @@ class Effective:
         except KeyError:
             raise AttributeError(name) from None
 
-    def to_status(self) -> EffectiveConfigStatus:
+    def to_status(self, defaults: Sequence[Any] = ()) -> EffectiveConfigStatus:
+        """The status view; `defaults` are rules.defaults.Default records (field, value, rule)."""
         v = self.values
-        return EffectiveConfigStatus(
+        return EffectiveConfigStatus.model_construct(
             vllm_version=v["vllm_version"],
             async_scheduling=v["async_scheduling"],
             prefix_caching=v["prefix_caching"],
@@ -109,6 +110,9 @@ class Effective:
             model_runner=v["model_runner"],
             spec_method=v["spec_method"] if v["spec_enabled"] else None,
             architecture=v["architecture"],
+            gdn_prefill_backend=v["gdn_prefill_backend"],
+            cudagraph_mode=v["cudagraph_mode"],
+            defaults=[DefaultedField.model_construct(field=d.field, value=d.value, rule=d.rule) for d in defaults],
         )
 
     def as_dict(self) -> dict[str, Any]:
