@@ -3,7 +3,8 @@ engine pods that runs the current spec, judge the answers (watch/probes.py), and
 the OutputConsistent condition (Degraded while it is False), an Event per transition, and the
 gdn_probe_* metrics. On a failure that matches a silent-corruption rule the admission let through with a
 warning, the diagnosis names the rule, and with `spec.remediation.mode: auto` the rule's mitigation is
-applied once per generation (remediation.remediate_once); the new generation re-learns and re-probes.
+recorded once per revision as an operator override (remediation.remediate_once) and rendered (overrides.reapply);
+the spec and its generation do not change (re-learning after an override: see issue 23 report, open).
 
 Runtime state lives in one ProbeSupervisor, held by the runtime (handlers/runtime.py); handlers/main.py
 feeds it GDNModelServer events, and it reads pods from the acceptance supervisor's view of kopf's index.
