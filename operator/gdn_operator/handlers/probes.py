@@ -4,7 +4,7 @@ the OutputConsistent condition (Degraded while it is False), an Event per transi
 gdn_probe_* metrics. On a failure that matches a silent-corruption rule the admission let through with a
 warning, the diagnosis names the rule, and with `spec.remediation.mode: auto` the rule's mitigation is
 recorded once per revision as an operator override (remediation.remediate_once) and rendered (overrides.reapply);
-the spec and its generation do not change (re-learning after an override: see issue 23 report, open).
+the spec and its generation do not change (the probes still re-learn per generation, not per override: open).
 
 Runtime state lives in one ProbeSupervisor, held by the runtime (handlers/runtime.py); handlers/main.py
 feeds it GDNModelServer events, and it reads pods from the acceptance supervisor's view of kopf's index.
