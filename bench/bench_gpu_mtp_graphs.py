@@ -125,15 +125,20 @@ def start_standin(name: str, rendered: harness.Rendered, logdir: Path, gpu: str,
     return harness.Engine(name, argv, port, log, proc, time.monotonic())
 
 
-def renders() -> dict[str, harness.Rendered]:
-    """(a) as rendered (checked: PIECEWISE, async off), (b) and (c) via bench_gpu_tp.render (checked there)."""
+def renders(kv_cache_memory: str) -> dict[str, harness.Rendered]:
+    """(a) as rendered (checked: PIECEWISE, async off), (b) and (c) via bench_gpu_tp.render (checked there).
+
+    The KV pool is fixed (``--kv-cache-memory-bytes``) and large: on a hybrid model every running request holds a
+    Mamba-style state block (here 32 value heads x 128 x 128 per GDN layer), and vLLM refuses to start when
+    max_num_seqs (1024 by default on an 80 GB card) exceeds the blocks the pool holds (vllm#49064) — 2G, enough
+    for the tiny model, is not for these shapes."""
     a = harness.config_rendered(mtp=True, async_scheduling=None, eager=False, gpu_memory_utilization=0.12,
-                                kv_cache_memory="2G")
+                                kv_cache_memory=kv_cache_memory)
     cc = a.argv[a.argv.index("--compilation-config") + 1] if "--compilation-config" in a.argv else ""
     if '"PIECEWISE"' not in cc or "--no-async-scheduling" not in a.argv or "--enforce-eager" in a.argv:
         raise RuntimeError(f"(a) is not what the operator renders at 0.22.0 (PIECEWISE, async off, compiled): {a.argv}")
-    b, _ = tp.render("nomtp-cudagraph", 1)
-    c, _ = tp.render("base-cudagraph", 1)
+    b, _ = tp.render("nomtp-cudagraph", 1, kv_cache_memory=kv_cache_memory)
+    c, _ = tp.render("base-cudagraph", 1, kv_cache_memory=kv_cache_memory)
     return {"mtp": a, "nomtp": b, "mtp-full": c}
 
 
@@ -150,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--request-cap", type=float, default=60.0, help="longest wait for one request (s)")
     ap.add_argument("--phase-min", type=float, default=12.0, help="a phase starts only with this many s left")
     ap.add_argument("--seed", type=int, default=25)
+    ap.add_argument("--kv-cache-memory", default="24G", help="--kv-cache-memory-bytes of every engine (see renders())")
     ap.add_argument("--dry-run", action="store_true", help="stand-in engines instead of vLLM (no GPU)")
     ap.add_argument("--standin-ready", type=float, default=3.0, help="--dry-run: stand-in start-up seconds")
     args = ap.parse_args(argv)
@@ -171,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                    "num_experts_per_tok", "linear_num_key_heads",
                                                                    "linear_num_value_heads", "num_attention_heads",
                                                                    "num_key_value_heads", "head_dim", "layer_types")}},
-                    "length": args.length, "request_cap_s": args.request_cap, "engines": {}, "throughput": {},
+                    "length": args.length, "kv_cache_memory": args.kv_cache_memory, "request_cap_s": args.request_cap, "engines": {}, "throughput": {},
                     "heldout": {}, "ratios": {}, "skipped": [], "errors": []}
 
     def save() -> None:
@@ -181,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     def left() -> float:
         return stop_at - time.time()
 
-    rendered = renders()
+    rendered = renders(args.kv_cache_memory)
     gpu_of = {"mtp": gpus[0], "nomtp": gpus[-1], "mtp-full": gpus[-1]}
     engines: dict[str, harness.Engine] = {}
 

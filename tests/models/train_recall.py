@@ -36,8 +36,13 @@ committed model took 282 s on one H100 (MODEL_CARD.md). CPU is the default devic
 ``--steps``/``--n-max``/``--max-minutes`` for a shorter CPU run. Deterministic for a given seed, torch
 build, device and thread count (``--threads``).
 
-One file of ~500 lines on purpose: task, tokenizer, model, checkpoint export and trainer travel together
-to a GPU host as a single script.
+``--preset prod`` (issue 25 item 1) trains the production-geometry oracle model of tests/models/prod-geometry/
+(config and settings read from there; 277 M parameters, 32k vocabulary) inside a deadline: ``--until EPOCH``
+stops training ``--reserve`` seconds before it, the LR schedule and curriculum follow the elapsed share of that
+budget, the checkpoint is written first and the held-out evaluation after (hack/gpu/session.sh prodmodel-train).
+
+One file past ~500 lines on purpose: task, tokenizer, model, checkpoint export and trainer (both presets) travel
+together to a GPU host as a single script that needs only torch + transformers + safetensors + tokenizers.
 """
 
 from __future__ import annotations
@@ -108,33 +113,19 @@ CONFIG = {
 #: checkpoint — GDN 16 key / 32 value heads of dim 128, gated attention 16 q / 2 kv heads of dim 256, 3 GDN : 1
 #: attention, 64 experts top-8, a 32768-entry vocabulary (the copy task uses ids 0..65; the rest are unused rows
 #: with tokenizer entries), hidden 1024; shallow (4 layers + one MTP layer) so it trains in minutes on one H100.
-#: Committed as tests/models/prod-geometry/config.json; the weights are trained by the GPU tier (not committed).
-PROD_CONFIG = {
-    **CONFIG,
-    "vocab_size": 32768,
-    "hidden_size": 1024,
-    "intermediate_size": 2048,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 2,
-    "head_dim": 256,
-    "linear_num_key_heads": 16,
-    "linear_num_value_heads": 32,
-    "full_attention_interval": 4,
-    "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"],
-    "moe_intermediate_size": 128,
-    "shared_expert_intermediate_size": 256,
-    "num_experts_per_tok": 8,
-    "num_experts": 64,
-}
+#: Its one home is tests/models/prod-geometry/ (config.json + training-settings.json, read here; README.md).
+#: The weights are trained by the GPU tier (hack/gpu/session.sh prodmodel-train), not committed.
+PROD_DIR = Path(__file__).resolve().parent / "prod-geometry"
+PROD_CONFIG = json.loads((PROD_DIR / "config.json").read_text())
+_PROD_SETTINGS = json.loads((PROD_DIR / "training-settings.json").read_text())
 
 #: Trainer settings per preset (command-line flags override). prod: sized for ~4.5 min on one H100 (time-budgeted
 #: with --until; the LR schedule and the curriculum follow the elapsed share of the budget), strings up to 128.
 PRESETS = {
     "tiny": {"config": CONFIG, "steps": 3000, "batch": 32, "n_max": 250, "lr": 2e-3, "p_runs": 0.25,
              "warmup": 50, "heldout_long_max": 250},
-    "prod": {"config": PROD_CONFIG, "steps": 3000, "batch": 32, "n_max": 128, "lr": 1e-3, "p_runs": 0.1,
-             "warmup": 30, "heldout_long_max": 128},
+    "prod": {"config": PROD_CONFIG, **{k: _PROD_SETTINGS[k] for k in ("steps", "batch", "n_max", "lr", "p_runs",
+                                                                       "warmup", "heldout_long_max")}},
 }
 _ACTIVE = {"config": CONFIG}  # the preset build()/save() use (set once by main())
 
