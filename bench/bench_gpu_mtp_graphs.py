@@ -276,10 +276,10 @@ def main(argv: list[str] | None = None) -> int:
             ok.update(zip(("mtp", "nomtp"), ex.map(wait, ("mtp", "nomtp"))))
         # (a) and (b) one at a time, interleaved per phase (the ratios first, the held-out set after)
         ab = [n for n in ("mtp", "nomtp") if ok[n]]
-        if "nomtp" in ab:  # (c) shares (b)'s GPU: was it still compiling / capturing graphs while (b) was measured?
-            result["engines"]["nomtp"]["mtp_full_ready_before_measured"] = (
-                None if c_wait is None else bool(c_wait.done() and c_wait.result()))
         for n in ab:
+            if n == "nomtp":  # (c) shares (b)'s GPU: was it still compiling / capturing graphs while (b) was measured?
+                result["engines"]["nomtp"]["mtp_full_ready_before_measured"] = (
+                    None if c_wait is None else bool(c_wait.done() and c_wait.result()))
             warmup(n)
         for conc, k in levels:
             for n in ab:

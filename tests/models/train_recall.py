@@ -175,8 +175,9 @@ def write_tokenizer(out: Path) -> None:
     for i, ch in enumerate(ALPHABET):
         vocab[ch] = FIRST_SYMBOL + i
     # unused rows get entries too (a real tokenizer covers its whole vocabulary); with no merges no text maps to them
-    for i in range(FIRST_SYMBOL + len(ALPHABET), _ACTIVE["config"]["vocab_size"]):
-        if i >= VOCAB_SIZE:
+    # (the tiny model's committed tokenizer predates this and keeps its 66 entries)
+    if _ACTIVE["config"]["vocab_size"] > VOCAB_SIZE:
+        for i in range(FIRST_SYMBOL + len(ALPHABET), _ACTIVE["config"]["vocab_size"]):
             vocab[f"<|unused_{i}|>"] = i
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
     tok.decoder = decoders.Fuse()
