@@ -151,6 +151,7 @@ PRINTER_COLUMNS = [
         "jsonPath": ".status.acceptance.rateDisplay",
         "description": "Speculative-decoding acceptance rate over the scrape window.",
     },
+    {"name": "URL", "type": "string", "jsonPath": ".status.url", "description": "In-cluster OpenAI endpoint."},
     {"name": "vLLM", "type": "string", "jsonPath": ".spec.image.vllmVersion", "priority": 1},
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.uri", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
