@@ -134,6 +134,10 @@ class Settings:
         "GDN_ALLOW_UNSAFE", (), _opt_ins,
         "comma-separated opt-ins for engine pod settings refused by default: " + ", ".join(UNSAFE_OPT_INS),
         "operator.allowUnsafe")
+    missing_api_policy: str = _setting(
+        "GDN_MISSING_API_POLICY", "warn", _choice("warn", "reject"),
+        "admission of a server needing an API the cluster lacks (LeaderWorkerSet, Inference Extension): warn or reject",
+        "operator.missingApiPolicy")
     namespaces: tuple[str, ...] = _setting(
         "GDN_WATCH_NAMESPACES", (), _namespaces, "comma-separated namespaces to watch; empty = all", "operator.watchNamespaces")
     # process

@@ -49,12 +49,15 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("kopf.dev", "clusterkopfpeerings"): {"list", "watch", "patch"},
     ("kopf.dev", "kopfpeerings"): {"list", "watch", "patch"},
     ("", "secrets"): {"get", "create", "update"},
+    # the engine PodDisruptionBudget and the owned model-cache claim (issue 29): apply, prune
+    ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
+    ("", "persistentvolumeclaims"): {"get", "create", "patch", "delete"},
 }
 NAMESPACED_RESOURCES = {
     ("serving.gdn-operator.io", "gdnmodelservers"), ("serving.gdn-operator.io", "gdnmodelservers/status"),
     ("serving.gdn-operator.io", "gdnmodelservers/finalizers"),
     ("apps", "deployments"), ("", "services"), ("", "pods"), ("", "pods/log"), ("", "events"),
-    ("monitoring.coreos.com", "podmonitors"),
+    ("monitoring.coreos.com", "podmonitors"), ("policy", "poddisruptionbudgets"), ("", "persistentvolumeclaims"),
 }
 #: Verbs that must be limited to one object by resourceNames (the API allows it for them).
 NAME_RESTRICTED = {

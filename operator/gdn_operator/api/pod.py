@@ -92,6 +92,8 @@ class LocalObjectReference(_Model):
 
 
 def _check_list(model_name: str, items: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
+    if not items:
+        return items
     import kubernetes.client as kc  # the client's strict models (see api/k8s.py); gdnctl render may lack it
 
     model = getattr(kc, model_name)

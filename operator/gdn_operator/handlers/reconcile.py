@@ -16,13 +16,14 @@ import kopf
 from kubernetes.client.rest import ApiException
 
 from gdn_operator.api.load import ManifestError, parse_spec
+from gdn_operator.api.pod import unsafe_refusals
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import status as st
 from gdn_operator.handlers.probes import probes_disabled
-from gdn_operator.render import autoscale, lws, router
-from gdn_operator.render.engine import RenderError, render_all
-from gdn_operator.render.scaleout import MANAGED_KINDS, ScaleOutOptions
+from gdn_operator.render import autoscale, lws, podparts, router
+from gdn_operator.render.engine import ENGINE_PORT, RenderError, render_all
+from gdn_operator.render.scaleout import MANAGED_KINDS, ScaleOutOptions, owned_name
 from gdn_operator.rules import Evaluation, evaluate
 
 if TYPE_CHECKING:
@@ -96,6 +97,10 @@ def plan(body: dict[str, Any], rt: Runtime) -> Plan:
         return Plan(spec, ev, problem=ev.denial_message())
     out = Plan(spec, ev, monitoring=cfg.pod_monitors and rt.crds.exists(PODMONITOR_CRD))
     run_spec = ev.mitigated_spec or spec  # = out.run_spec, never None here: the spec parsed and is allowed
+    unsafe = unsafe_refusals(run_spec, cfg.allow_unsafe)  # also at admission; here for servers admitted without it
+    if unsafe:
+        out.problem = "; ".join(unsafe)
+        return out
     missing = missing_apis(run_spec, rt)
     if missing:
         out.problem = missing
@@ -109,7 +114,15 @@ def plan(body: dict[str, Any], rt: Runtime) -> Plan:
 
 
 def missing_apis(spec: GDNModelServerSpec, rt: Runtime) -> str:
-    """Why the cluster cannot run this spec (an API it needs is not installed), or ""."""
+    """Why the cluster cannot run this spec (an API it needs is not installed, or the operator may not manage
+    it), or ""."""
+    cfg = rt.settings
+    if spec.nodes > 1 and not cfg.lws:
+        return (f"spec.nodes {spec.nodes} needs LeaderWorkerSets, which this operator does not manage; set the chart "
+                "value scaleOut.leaderWorkerSet.enabled=true (GDN_LWS) or set spec.nodes to 1")
+    if spec.router is not None and spec.router.inference_pool is not None and not cfg.inference_pool:
+        return ("spec.router.inferencePool needs InferencePools, which this operator does not manage; set the chart value "
+                "scaleOut.inferencePool.enabled=true (GDN_INFERENCE_POOL) or remove spec.router.inferencePool")
     if spec.nodes > 1 and not rt.crds.exists(lws.CRD):
         return (f"spec.nodes {spec.nodes} needs the LeaderWorkerSet API ({lws.CRD}), which is not installed; "
                 "install LeaderWorkerSet (sigs.k8s.io/lws) or set spec.nodes to 1")
@@ -148,7 +161,8 @@ def prune_candidates(body: dict[str, Any], objects: list[dict[str, Any]], rt: Ru
     if recorded is None:
         cfg = rt.settings
         # only kinds the operator may manage (the chart grants RBAC per enabled feature): never a forbidden call
-        enabled = {"Deployment": True, lws.KIND: cfg.lws, "InferencePool": cfg.inference_pool,
+        enabled = {"Deployment": True, "PodDisruptionBudget": True, "PersistentVolumeClaim": True,
+                   lws.KIND: cfg.lws, "InferencePool": cfg.inference_pool,
                    "HorizontalPodAutoscaler": cfg.hpa, "ScaledObject": bool(cfg.keda_prometheus_address)}
         recorded = [kind for _, kind in MANAGED_KINDS if enabled.get(kind)]
     return sorted({str(k) for k in recorded} - kept)
@@ -163,7 +177,8 @@ def prune(body: dict[str, Any], candidates: list[str], rt: Runtime) -> list[str]
     switch to a LeaderWorkerSet, an HPA replaced by a ScaledObject, a dropped InferencePool): one read per
     candidate kind (prune_candidates), none for a server whose kinds did not change."""
     meta = body["metadata"]
-    gone = [kind for kind in candidates if kube.delete_owned(kind, meta["namespace"], meta["name"], meta.get("uid"), rt.crds)]
+    gone = [kind for kind in candidates
+            if kube.delete_owned(kind, meta["namespace"], owned_name(kind, meta["name"]), meta.get("uid"), rt.crds)]
     if gone:
         log.info("%s/%s: deleted %s no longer in the spec", meta["namespace"], meta["name"], ", ".join(gone))
     return gone
@@ -260,6 +275,7 @@ def reconcile_sync(body: dict[str, Any], rt: Runtime) -> str:
         status["findings"] = findings
         status["effective"] = effective
         status[OWNED_KINDS] = owned
+        status["url"] = podparts.url(name, ns, ENGINE_PORT)  # the engine Service is applied below
         if workload is not None and "workload" not in status:
             status["workload"] = workload["kind"]  # handlers/workload.py keeps it from the workload's events
         if st.set_condition(status, st.VALIDATED, True, reason, vmsg, gen):
