@@ -7,7 +7,8 @@ import pytest
 
 from gdn_operator.api.load import parse_spec
 from gdn_operator.render import podparts
-from gdn_operator.render.engine import deployment, render_all
+from gdn_operator.render.engine import deployment
+from gdn_operator.render.objects import render_all
 from gdn_operator.render.lws import leader_worker_set
 
 BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.32.0", "vllmVersion": "0.32.0"}}

@@ -17,7 +17,7 @@ from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.api.pod import unsafe_refusals
 from gdn_operator.handlers.kube import plain
-from gdn_operator.handlers.reconcile import MITIGATIONS_ANNOTATION, missing_apis, mitigations_note
+from gdn_operator.handlers.plan import MITIGATIONS_ANNOTATION, missing_apis, mitigations_note
 from gdn_operator.render.engine import RenderError, check_names
 from gdn_operator.rules import evaluate
 
