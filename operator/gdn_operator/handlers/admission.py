@@ -9,7 +9,7 @@ object was created can never wedge that object.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import kopf
 
@@ -17,12 +17,9 @@ from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.api.pod import unsafe_refusals
 from gdn_operator.handlers.kube import plain
-from gdn_operator.handlers.plan import MITIGATIONS_ANNOTATION, missing_apis, mitigations_note
+from gdn_operator.handlers.plan import MITIGATIONS_ANNOTATION, PlanInputs, missing_apis, mitigations_note
 from gdn_operator.render.engine import RenderError, check_names
 from gdn_operator.rules import evaluate
-
-if TYPE_CHECKING:  # pragma: no cover
-    from gdn_operator.handlers.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +60,7 @@ def mitigate(spec: kopf.Spec, patch: kopf.Patch, warnings: list[str], namespace:
 
 
 def admission(spec: kopf.Spec, warnings: list[str], namespace: str | None, name: str | None, old: kopf.Body | None,
-              rt: "Runtime") -> None:
+              rt: PlanInputs) -> None:
     """The validating webhook: the rules' verdict, the pod-isolation opt-ins and the cluster's optional APIs
     (AdmissionError when refused)."""
     cfg = rt.settings
