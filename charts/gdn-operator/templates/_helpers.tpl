@@ -116,6 +116,13 @@ tests/charts/test_chart_render.py holds the same table and fails on any extra re
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "create", "patch", "delete"]
+{{- if .Values.operator.readApiKeySecrets }}
+# operator.readApiKeySecrets: output probes of a server with spec.apiKeySecret send its key
+# (handlers/probes.py reads the one Secret the spec names; get only: no list or watch).
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end }}
 # kopf index + event handlers over the engine pods (status, restarts, unschedulable, crash watch);
 # get: the crash watch checks whether a container instance still runs before re-following its log.
 - apiGroups: [""]

@@ -5,6 +5,7 @@ Server-side apply with one field manager, status writes as guarded JSON patches 
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime as dt
 import email.utils
@@ -283,6 +284,23 @@ def get_deployment(namespace: str, name: str) -> dict[str, Any] | None:
             return None
         raise
     return _json(r)
+
+
+def read_secret_key(namespace: str, name: str, key: str) -> tuple[str | None, str]:
+    """One key of a Secret, decoded, and "" — or None and why not (absent, no such key, or the operator may
+    not read Secrets: chart value operator.readApiKeySecrets)."""
+    try:
+        secret = kubernetes.client.CoreV1Api(api_client()).read_namespaced_secret(name, namespace)
+    except ApiException as e:
+        if e.status == 403:
+            return None, "the operator may not read Secrets here; set the chart value operator.readApiKeySecrets=true"
+        if e.status == 404:
+            return None, "no such Secret"
+        raise
+    raw = (secret.data or {}).get(key)
+    if raw is None:
+        return None, f"the Secret has no key {key!r}"
+    return base64.b64decode(raw).decode("utf-8", "replace"), ""  # as the engine reads VLLM_API_KEY: not stripped
 
 
 def get_server(namespace: str, name: str) -> dict[str, Any] | None:
