@@ -347,3 +347,24 @@ def test_every_object_is_namespaced_correctly(chart_tools, name):
             assert "namespace" not in o["metadata"], o["kind"]
         else:
             assert o["metadata"].get("namespace"), f"{o['kind']} {o['metadata']['name']} has no namespace"
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_helm_test_hook_can_only_dry_run_a_server_in_one_watched_namespace(chart_tools, name):
+    """`helm test`'s pod (templates/tests/) proves the webhook refuses a known-bad manifest; its account may
+    create GDNModelServers (a dry run) in one namespace the webhook covers, nothing else."""
+    objs = render_set(name, hooks=True)
+    hooks = [o for o in objs if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]
+    if not by_kind(objs, "ValidatingWebhookConfiguration"):
+        assert hooks == []
+        return
+    assert {o["kind"] for o in hooks} == {"ServiceAccount", "Role", "RoleBinding", "Pod"}
+    assert all(o["metadata"]["annotations"]["helm.sh/hook"] == "test" for o in hooks)
+    watched = [n for n in env_of(objs)["GDN_WATCH_NAMESPACES"].split(",") if n] or [NAMESPACE]
+    assert {o["metadata"]["namespace"] for o in hooks} == {watched[0]}
+    role = one(hooks, "Role")
+    assert role["rules"] == [{"apiGroups": ["serving.gdn-operator.io"], "resources": ["gdnmodelservers"], "verbs": ["create"]}]
+    pod = one(hooks, "Pod")
+    script = pod["spec"]["containers"][0]["args"][0]
+    assert 'dry_run="All"' in script and "NVIDIA_VISIBLE_DEVICES" in script
+    assert pod["spec"]["serviceAccountName"] == one(hooks, "ServiceAccount")["metadata"]["name"]

@@ -131,3 +131,30 @@ def _get(read, name, ns):
         if e.status == 404:
             return None
         raise
+
+
+def test_helm_test_hook_passes_only_while_the_webhook_refuses(op, k, ns, full_cluster, tmp_path):
+    """The chart's `helm test` pod script (templates/tests/), run here as a process with the cluster's
+    credentials instead of in-cluster ones: against the serving webhook it passes, having seen the 403 that
+    names NVIDIA_VISIBLE_DEVICES (its dry-run stores nothing)."""
+    import subprocess
+    import sys as _sys
+    from pathlib import Path
+
+    sys_path = str(Path(__file__).resolve().parents[1] / "charts")
+    _sys.path.insert(0, sys_path)
+    from _chart_helpers import docs, render_text
+
+    pods = [d for d in docs(render_text()) if d["kind"] == "Pod" and "test" in d["metadata"]["annotations"]["helm.sh/hook"]]
+    [pod] = pods
+    script = pod["spec"]["containers"][0]["args"][0]
+    shim = ("import kubernetes, os; kubernetes.config.load_incluster_config = "
+            "lambda: kubernetes.config.load_kube_config(os.environ['KUBECONFIG'])\n")
+    env = {**full_cluster.env(), "KUBECONFIG": str(full_cluster.kubeconfig), "TEST_NAMESPACE": ns}
+    create_until_webhook_answers(k, ns, gms("warm-up"))  # the webhook answers from here on
+    run = subprocess.run([_sys.executable, "-c", shim + script], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and "ok: the webhook refused" in run.stdout, run.stdout + run.stderr
+    assert "NVIDIA_VISIBLE_DEVICES" in run.stdout
+    with pytest.raises(ApiException) as ei:
+        k.get(ns, "helm-test-all-gpus")
+    assert ei.value.status == 404
