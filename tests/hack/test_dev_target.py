@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "hack"))
 from dev_engine import Candidate, api_serving_pod, choose_target, order_candidates  # noqa: E402
@@ -96,6 +98,7 @@ def test_api_serving_pod_is_a_group_leader_with_an_ip():
     assert api_serving_pod([_pod("w", "127.0.0.3", "1")]) == ("", "")
 
 
+@pytest.mark.readme("hack/dev.sh --help")
 def test_help_documents_sigterm_and_the_flags():
     """`hack/dev.sh --help` answers without building anything and says how to stop a background run."""
     res = subprocess.run(["bash", str(REPO / "hack" / "dev.sh"), "--help"], capture_output=True, text=True, timeout=120)
