@@ -254,7 +254,8 @@ def print_status(cp: ControlPlane, applied: list[Applied], wait: float) -> None:
     say("examples:")
     for a in applied:
         if a.refused:
-            say(f"  {a.path.name}: {a.kind} {a.namespace}/{a.name} refused at admission (on purpose for denied-*)")
+            say(f"  {a.path.name}: {a.kind} {a.namespace}/{a.name} refused at admission"
+                + (" (on purpose)" if a.path.name.startswith("denied-") else ""))
     for a, st in rows:
         v, r = _cond(st, "Validated"), _cond(st, "Ready")
         say(f"  {a.path.name}: {a.namespace}/{a.name} phase={st.get('phase', '(no status yet)')} "

@@ -54,7 +54,7 @@ class Candidate:
 def skip_reason(c: Candidate, pod_wait: float) -> str:
     """Why ``c`` cannot carry the real engine, or "" if it can (admitted, an engine pod with an IP)."""
     if c.refused:
-        return f"refused at admission: {c.refused}"
+        return f"refused at admission: {' '.join(c.refused.split())}"
     v = c.validated
     if v is None:
         return "not admitted: no Validated condition yet (is the operator running?)"

@@ -26,6 +26,7 @@ from waiting import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 FLAGSHIP = ROOT / "examples" / "qwen3.5-27b-mtp.yaml"
+ONE_MESSAGE = r"(?:(?!\n\[dev\]).)*?"  # (re.S) within one message, which may span lines, up to the next [dev] line
 
 pytestmark = [pytest.mark.cluster, pytest.mark.fullcluster, pytest.mark.tools]
 
@@ -138,7 +139,7 @@ def _assert_clean_exit(dev: Dev, rc: int) -> None:
 @pytest.mark.readme("hack/dev.sh")
 @pytest.mark.readme("kubectl get gms")
 def test_dev_sh_runs_every_example(dev_factory):
-    dev = dev_factory("--exit-after", "60")
+    dev = dev_factory("--exit-after", "30")
     up = dev.wait_up(480)
     out = dev.text()
     assert re.search(r"LeaderWorkerSet controller v\S+ running", out), dev.tail()
@@ -147,7 +148,8 @@ def test_dev_sh_runs_every_example(dev_factory):
     for path in EXAMPLES:
         name = _name(path)
         if path.name.startswith("denied-"):  # refused on purpose, with the upstream issue and the fix
-            assert re.search(rf"REFUSED {re.escape(path.name)}: GDNModelServer default/{name}: .*vllm#\d+", out), out
+            assert re.search(rf"REFUSED {re.escape(path.name)}: GDNModelServer default/{name}: {ONE_MESSAGE}vllm#\d+",
+                             out, re.S), out
             assert name not in rows
             continue
         v, r = dev.condition(name, "Validated"), dev.condition(name, "Ready")
