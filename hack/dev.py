@@ -59,6 +59,8 @@ FLAGSHIP = ROOT / "examples" / "qwen3.5-27b-mtp.yaml"
 # Each fake node is sized like an 8 x H100 server (DGX H100: 2 x 56 cores / 224 threads, 2 TiB), so
 # the 2-node example's pods (64 CPUs, 1 TiB each) fit next to the operator's other samples.
 NODE_CPU, NODE_MEMORY = "224", "2Ti"
+# kwok gives pods loopback IPs from this range; the real engine listens on its pod's IP (port 8000).
+DEV_POD_CIDR = "127.43.0.0/16"
 
 
 def say(msg: str) -> None:
@@ -327,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-nodes", type=int, default=4,
                     help="fake 8-GPU nodes (default 4: the 2-node example takes two whole nodes)")
     ap.add_argument("--gpus-per-node", type=int, default=8)
+    ap.add_argument("--pod-cidr", default=DEV_POD_CIDR,
+                    help=f"kwok's pod IPs (default {DEV_POD_CIDR}; the test clusters use another range, so a "
+                         "test session and dev mode on one machine never give two engines the same address)")
     ap.add_argument("--examples", type=Path, nargs="*", default=None,
                     help="manifests to apply (default: examples/*.yaml)")
     ap.add_argument("--no-operator", action="store_true", help="do not start kopf")
@@ -364,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gdn-dev-"))
     cp = ControlPlane(workdir, tier="full", gpu_nodes=args.gpu_nodes, gpus_per_node=args.gpus_per_node,
-                      binaries=bins, node_cpu=NODE_CPU, node_memory=NODE_MEMORY)
+                      binaries=bins, node_cpu=NODE_CPU, node_memory=NODE_MEMORY, pod_cidr=args.pod_cidr)
     operator = None
     lws = None
     real_engine = None

@@ -10,6 +10,7 @@ operator raises SpecAcceptanceNearZero).
 
 from __future__ import annotations
 
+import socket
 import sys
 import threading
 from dataclasses import dataclass
@@ -168,6 +169,13 @@ class RealEngine:
         if python is None:
             raise RuntimeError("vLLM CPU engine venv missing: run hack/vllm-cpu-env.sh")
         self.pod, self.say = pod, say
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:  # say so now, not as a vLLM traceback
+            try:
+                probe.bind((ip, ENGINE_PORT))
+            except OSError as e:
+                raise RuntimeError(f"{ip}:{ENGINE_PORT} (pod {pod}'s address) is taken by another process on this "
+                                   f"machine ({e.strerror}); another dev mode or test cluster uses the same pod IPs: "
+                                   "stop it, or pass --pod-cidr with another 127.x.0.0/16 range") from None
         model = recall.BROKEN_MTP_DIR if broken_mtp else recall.MODEL_DIR
         workdir.mkdir(parents=True, exist_ok=True)
         say(f"starting vllm-cpu (model {model.name}, MTP k=2) on {ip}:{ENGINE_PORT} behind pod {pod} "

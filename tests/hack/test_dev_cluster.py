@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -51,7 +52,10 @@ class Dev:
         self.t0 = time.monotonic()
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
         with open(self.out, "wb") as f:
-            self.proc = subprocess.Popen(["bash", "hack/dev.sh", *args, "--workdir", str(tmp_path / "dev")],
+            # a pod IP range of its own: engines (and stand-ins) of other clusters on this machine listen on theirs
+            cidr = f"127.{random.randrange(100, 250)}.0.0/16"
+            self.proc = subprocess.Popen(["bash", "hack/dev.sh", *args, "--workdir", str(tmp_path / "dev"),
+                                          "--pod-cidr", cidr],
                                          cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True, env=env)
         self.kubectl_bin = _kubectl_bin()
