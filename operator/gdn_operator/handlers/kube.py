@@ -106,6 +106,14 @@ def plain(obj: Any) -> Any:
     return obj
 
 
+def owner_name(meta: dict[str, Any]) -> str | None:
+    """The GDNModelServer that controls an object (its engine workload, InferencePool), from its metadata."""
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == KIND and ref.get("controller"):
+            return ref.get("name")
+    return None
+
+
 def now() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
@@ -283,7 +291,7 @@ def patch_server(namespace: str, name: str, patch: dict[str, Any]) -> dict[str, 
 
 
 #: Status keys other status keys are derived from: a write that changes the phase or a condition also
-#: requires these to be as it read them (status.derive_phase / refresh_degraded read them).
+#: requires these to be as it read them (conditions.derive_phase / refresh_degraded read them).
 _DERIVED_FROM = ("conditions", "readyReplicas")
 
 
