@@ -5,6 +5,7 @@ nothing is rebuilt or downloaded a second time (issue 27)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -16,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _run(*argv: str) -> str:
     res = subprocess.run(["bash", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    return res.stdout + res.stderr
+    return res.stdout.rstrip("\n") + "\n" + res.stderr
 
 
 @pytest.mark.readme("hack/bootstrap.sh")
@@ -42,7 +43,7 @@ def test_build_sh_full_is_cached():
 def test_tools_sh_is_idempotent():
     out = _run("hack/tools.sh")
     assert "present" in out and "downloading" not in out, out
-    kv = dict(ln.split("=", 1) for ln in out.splitlines() if "=" in ln and not ln.startswith("["))
+    kv = dict(ln.split("=", 1) for ln in out.splitlines() if re.match(r"[A-Z]+=/", ln))
     assert {"HELM", "KUBECTL", "PROMTOOL"} <= set(kv) and all(Path(v).is_file() for v in kv.values()), kv
 
 
