@@ -138,6 +138,9 @@ class Settings:
         "GDN_MISSING_API_POLICY", "warn", _choice("warn", "reject"),
         "admission of a server needing an API the cluster lacks (LeaderWorkerSet, Inference Extension): warn or reject",
         "operator.missingApiPolicy")
+    mutate_spec: bool = _setting(
+        "GDN_MUTATE_SPEC", False, _bool, "opt-in: the mutating webhook writes `mitigate` policy changes into the submitted "
+        "spec (off: they are operator-owned status.overrides and the spec stays as written)", "operator.mutateSpec")
     namespaces: tuple[str, ...] = _setting(
         "GDN_WATCH_NAMESPACES", (), _namespaces, "comma-separated namespaces to watch; empty = all", "operator.watchNamespaces")
     # process
