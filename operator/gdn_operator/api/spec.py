@@ -12,6 +12,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from gdn_operator.api import k8s as _k8s
 from gdn_operator.api import vllm_args as _vllm_args
 from gdn_operator.api.base import _Model
+from gdn_operator.api.cache import SHARED_MODES
 from gdn_operator.api.enums import (
     AdmissionPolicy,
     AttentionBackend,
@@ -26,9 +27,12 @@ from gdn_operator.api.parts import (
     ModelSpec,
     RemediationSpec,
     ResourcesSpec,
+    SecretKeyRef,
     SpeculativeDecodingSpec,
 )
+from gdn_operator.api.pod import PodSettings
 from gdn_operator.api.probes import ProbesSpec
+from gdn_operator.api.rollout import DisruptionBudgetSpec, RolloutSpec
 from gdn_operator.api.scaleout import AutoscalingSpec, RouterSpec
 
 #: Bounds on one spec (a webhook answers 4xx for larger or deeper input; the schema needs depth < 12).
@@ -77,21 +81,21 @@ class GDNModelServerSpec(_Model):
     )
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=0.99, description="vLLM --gpu-memory-utilization.")
     async_scheduling: bool | None = Field(
-        default=None, description="vLLM async scheduling; unset = vLLM's default (on with MTP)."
+        default=None, description="vLLM async scheduling; unset = the value the known-issue rules accept for this vLLM version (status.effective.defaults), else vLLM's default (on with MTP)."
     )
     prefix_caching: bool | None = Field(
-        default=None, description="vLLM prefix caching; unset = vLLM's default (on for hybrids from 0.26.0)."
+        default=None, description="vLLM prefix caching; unset = the value the rules accept (off with MTP, vllm#43559), else vLLM's default (on for hybrids from 0.26.0)."
     )
-    chunked_prefill: bool | None = Field(default=None, description="vLLM chunked prefill; unset = vLLM's default.")
+    chunked_prefill: bool | None = Field(default=None, description="vLLM chunked prefill; unset = the value the rules accept, else vLLM's default.")
     model_runner: ModelRunner = Field(
         default=ModelRunner.AUTO, description="auto (vLLM decides), v1 or v2 (VLLM_USE_V2_MODEL_RUNNER)."
     )
     attention_backend: AttentionBackend | None = Field(default=None, description="vLLM --attention-backend.")
     gdn_prefill_backend: GDNPrefillBackend | None = Field(
-        default=None, description="vLLM --gdn-prefill-backend (from 0.18.0)."
+        default=None, description="vLLM --gdn-prefill-backend (from 0.18.0); unset = the value the rules accept, else vLLM's choice."
     )
     cudagraph_mode: CudagraphMode | None = Field(
-        default=None, description="CUDA graph mode (--compilation-config cudagraph_mode)."
+        default=None, description="CUDA graph mode (--compilation-config cudagraph_mode); unset = the value the rules accept, else vLLM's default."
     )
     enforce_eager: bool = Field(default=False, description="vLLM --enforce-eager (no CUDA graphs).")
     extra_args: list[Annotated[str, Field(max_length=4096)]] = Field(
@@ -153,6 +157,20 @@ class GDNModelServerSpec(_Model):
         default=None, description="Scale replicas on vLLM load (KEDA or HPA). Mutually exclusive with replicas."
     )
     router: RouterSpec | None = Field(default=None, description="LLM-aware routing (Gateway API Inference Extension).")
+    pod: PodSettings = Field(
+        default_factory=PodSettings,
+        description=("Ordinary pod settings of every engine pod (pull secrets, service account, runtime/priority class, "
+                     "labels, annotations, volumes, securityContext). Scheduling: spec.nodeSelector/tolerations/affinity."),
+    )
+    api_key_secret: SecretKeyRef | None = Field(
+        default=None,
+        description=("Secret key holding the API key clients must send (Authorization: Bearer) to /v1/*; the engine "
+                     "reads it as VLLM_API_KEY, the operator's output probes send it. /health and /metrics stay open."),
+    )
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How a new generation replaces the engines.")
+    disruption_budget: DisruptionBudgetSpec = Field(
+        default_factory=DisruptionBudgetSpec, description="The engine PodDisruptionBudget (node drains)."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -282,4 +300,15 @@ class GDNModelServerSpec(_Model):
     def _consistency(self) -> "GDNModelServerSpec":
         if self.cudagraph_mode is not None and self.cudagraph_mode != CudagraphMode.NONE.value and self.enforce_eager:
             raise ValueError("enforceEager: true disables CUDA graphs; drop cudagraphMode or enforceEager")
+        claim = self.model.cache.persistent_volume_claim
+        if claim is not None and claim.access_mode not in SHARED_MODES:
+            several = [what for what, yes in (
+                (f"replicas {self.replicas}", self.replicas > 1 and self.autoscaling is None),
+                ("autoscaling", self.autoscaling is not None and self.autoscaling.max_replicas > 1),
+                (f"nodes {self.nodes}", self.nodes > 1)) if yes]
+            if several:
+                raise ValueError(
+                    f"spec.model.cache.persistentVolumeClaim.accessMode {claim.access_mode} lets one node (or pod) mount the "
+                    f"claim, but {' and '.join(several)} put engine pods on several nodes: they would wait for the volume "
+                    "forever; use accessMode ReadWriteMany (a claim all pods share) or spec.model.cache.emptyDir (a cache per pod)")
         return self
