@@ -56,7 +56,8 @@ from kubernetes.client.rest import ApiException  # noqa: E402
 from controlplane import ControlPlane, ensure_built  # noqa: E402
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
 from gdn_operator.api.load import parse_spec  # noqa: E402
-from gdn_operator.render.engine import LABEL_MANAGED_BY, MANAGED_BY, render_all  # noqa: E402
+from gdn_operator.labels import LABEL_MANAGED_BY, MANAGED_BY  # noqa: E402
+from gdn_operator.render.objects import render_all  # noqa: E402
 from gdn_operator.render.scaleout import engine_args, workload_of  # noqa: E402
 from gdn_operator.rules import evaluate  # noqa: E402
 from operator_harness import Kube, OperatorProcess, gms, install_crd  # noqa: E402

@@ -23,7 +23,8 @@ for _p in ("tests", "tests/models", "operator"):
 import recall  # noqa: E402
 from engine_fixtures import engine_python, start_engine, stop_engine  # noqa: E402
 
-from gdn_operator.render.engine import ENGINE_PORT, LABEL_SERVER, safe_label_value  # noqa: E402
+from gdn_operator.labels import LABEL_SERVER  # noqa: E402
+from gdn_operator.render.engine import ENGINE_PORT, safe_label_value  # noqa: E402
 
 
 def engine_pod_ip(api_client, namespace: str, name: str, timeout: float = 60) -> tuple[str, str]:

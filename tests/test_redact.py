@@ -2,7 +2,7 @@
 
 import pytest
 
-from gdn_operator.handlers import status as st
+from gdn_operator.handlers import conditions as st
 from gdn_operator.redact import MASK, redact
 from gdn_operator.rules import evaluate
 from gdn_operator.api.load import parse_spec

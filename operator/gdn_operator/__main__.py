@@ -10,19 +10,18 @@ from __future__ import annotations
 import logging
 import sys
 
+import kopf
+
+from gdn_operator.handlers.main import SETTINGS_MEMO_KEY  # importing it registers every kopf handler
+from gdn_operator.settings import Settings, SettingsError
+
 
 def main() -> int:
-    import kopf
-
-    from gdn_operator.settings import Settings, SettingsError
-
     try:
         cfg = Settings.from_env()
     except SettingsError as e:
         print(f"gdn-operator: {e}", file=sys.stderr)
         return 2
-    from gdn_operator.handlers.main import SETTINGS_MEMO_KEY  # registers the handlers
-
     logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
     kopf.run(
         clusterwide=not cfg.namespaces,

@@ -14,9 +14,11 @@ import sys
 from typing import Sequence
 
 from gdn_operator import __version__
-
-
+from gdn_operator.api.crd import crd_yaml
 from gdn_operator.api.load import ManifestError
+from gdn_operator.render.cli import run_render
+from gdn_operator.rules.cli import run_validate
+from gdn_operator.watch.cli import run_classify_log
 
 #: A problem with the input the user gave us; printed as one line per problem, exit 2.
 UsageError = ManifestError
@@ -28,27 +30,19 @@ def _cmd_version(args: argparse.Namespace) -> int:
 
 
 def _cmd_crd(args: argparse.Namespace) -> int:
-    from gdn_operator.api.crd import crd_yaml
-
     sys.stdout.write(crd_yaml())
     return 0
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    from gdn_operator.render.cli import run_render
-
     return run_render(args)
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from gdn_operator.rules.cli import run_validate
-
     return run_validate(args)
 
 
 def _cmd_classify_log(args: argparse.Namespace) -> int:
-    from gdn_operator.watch.cli import run_classify_log
-
     return run_classify_log(args)
 
 

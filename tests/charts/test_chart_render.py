@@ -172,7 +172,7 @@ def test_engine_pod_monitor_mode_controls_operator_and_rbac(chart_tools):
 def test_engine_pod_monitor_selects_what_the_renderer_labels():
     """The global PodMonitor's selector and port must match the engine pods the operator renders."""
     from gdn_operator.api.load import parse_spec
-    from gdn_operator.render.engine import render_all
+    from gdn_operator.render.objects import render_all
 
     spec = parse_spec(yaml.safe_load((Path(CHART).parents[1] / "examples" / "qwen3.5-27b-mtp.yaml").read_text())["spec"])
     dep = next(o for o in render_all("q", "team-a", spec) if o["kind"] == "Deployment")

@@ -3,7 +3,7 @@
 import json
 
 from gdn_operator.handlers.admission import mitigation_patch
-from gdn_operator.handlers.reconcile import MITIGATIONS_ANNOTATION
+from gdn_operator.handlers.plan import MITIGATIONS_ANNOTATION
 
 SPEC = {
     "model": {"uri": "hf://Qwen/Qwen3.6-35B-A3B"},

@@ -235,7 +235,7 @@ def test_generic_class_without_evidence_is_never_remediated(monkeypatch):
 
 def test_one_crash_degrades_until_the_quiet_period_clears_it(server, rt):
     from gdn_operator.handlers import crashwatch, quiet
-    from gdn_operator.handlers import status as st
+    from gdn_operator.handlers import conditions as st
 
     crashwatch.handle_death(rt, "ns", "s", death("a", 1, "2026-11-22T10:00:01Z"))
     status = server.obj["status"]

@@ -220,8 +220,8 @@ def no_api(rt):
 
 def test_server_from_body_renders_the_engine_identity_pods_are_matched_with(no_api):
     from gdn_operator.handlers.probes import server_from_body
-    from gdn_operator.handlers.reconcile import expected_objects
-    from gdn_operator.handlers.workload import pod_summary
+    from gdn_operator.handlers.plan import expected_objects
+    from gdn_operator.handlers.pods import pod_summary
 
     s = server_from_body(body(3), no_api)
     assert s.spec is not None and s.generation == 3 and s.model == "srv"

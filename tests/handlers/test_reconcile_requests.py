@@ -16,7 +16,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from gdn_operator.handlers import kube, reconcile
-from gdn_operator.handlers import status as st
+from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers.kube import changed_by_apply, status_patch
 from runtime_helpers import make_runtime
 

@@ -119,40 +119,40 @@ def test_a_pod_of_the_incident_dying_again_is_a_new_crash(fake, rt):
 
 
 def test_missing_apis_are_refused_with_the_field_and_the_fix(rt):
-    from gdn_operator.handlers import reconcile
+    from gdn_operator.handlers import plan
 
     body = {"metadata": {"name": "s", "namespace": "ns", "uid": "u"},
             "spec": {**BASE, "tensorParallelSize": 2, "nodes": 2, "prefixCaching": False}}
-    p = reconcile.plan(body, rt)  # rt: no optional CRD installed
+    p = plan.plan(body, rt)  # rt: no optional CRD installed
     assert p.objects is None
     assert p.problem.startswith("spec.nodes 2 needs the LeaderWorkerSet API") and "set spec.nodes to 1" in p.problem
     body["spec"] = {**BASE, "prefixCaching": False, "router": {"inferencePool": {"endpointPicker": {"name": "epp"}}}}
-    assert reconcile.plan(body, rt).problem.startswith("spec.router.inferencePool needs the Gateway API Inference Extension")
+    assert plan.plan(body, rt).problem.startswith("spec.router.inferencePool needs the Gateway API Inference Extension")
 
 
 def test_keda_only_with_a_prometheus_address_and_its_crd():
     from runtime_helpers import FakeCrds, make_runtime
-    from gdn_operator.handlers import reconcile
+    from gdn_operator.handlers import plan
 
     spec_body = {"metadata": {"name": "s", "namespace": "ns"}, "status": {},
                  "spec": {**BASE, "prefixCaching": False, "autoscaling": {"maxReplicas": 3, "target": 2}}}
     hpa_only = make_runtime()
     hpa_only.crds = FakeCrds(all=True)
-    kinds = [o["kind"] for o in reconcile.plan(spec_body, hpa_only).objects]
+    kinds = [o["kind"] for o in plan.plan(spec_body, hpa_only).objects]
     assert "HorizontalPodAutoscaler" in kinds and "ScaledObject" not in kinds
     keda = make_runtime(keda_prometheus_address="http://prom:9090")
     keda.crds = FakeCrds(all=True)
-    kinds = [o["kind"] for o in reconcile.plan(spec_body, keda).objects]
+    kinds = [o["kind"] for o in plan.plan(spec_body, keda).objects]
     assert "ScaledObject" in kinds and "HorizontalPodAutoscaler" not in kinds
     spec_body["status"] = {"conditions": [{"type": "CrashLooping", "status": "True"}]}
-    so = next(o for o in reconcile.plan(spec_body, keda).objects if o["kind"] == "ScaledObject")
+    so = next(o for o in plan.plan(spec_body, keda).objects if o["kind"] == "ScaledObject")
     from gdn_operator.render.autoscale import scale_up_paused
 
     assert scale_up_paused(so)
 
 
 def test_only_group_leaders_are_scraped():
-    from gdn_operator.handlers.workload import api_pods, pod_summary
+    from gdn_operator.handlers.pods import api_pods, pod_summary
 
     def p(name, labels):
         return pod_summary({"metadata": {"name": name, "labels": labels}, "status": {}})

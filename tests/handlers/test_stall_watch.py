@@ -13,7 +13,7 @@ from stall_replay import exposition
 
 from gdn_operator import telemetry
 from gdn_operator.handlers import kube, stall
-from gdn_operator.handlers import status as st
+from gdn_operator.handlers import conditions as st
 from gdn_operator.watch.acceptance import parse_exposition
 from gdn_operator.watch.scraper import ScrapeResult, Target
 

@@ -2,7 +2,9 @@
 
 import pytest
 
-from gdn_operator.handlers.workload import is_subset, owner_name, pod_summary
+from gdn_operator.handlers.kube import owner_name
+from gdn_operator.handlers.pods import pod_summary
+from gdn_operator.handlers.workload import is_subset
 
 
 def test_subset_ignores_server_defaults_but_sees_edits():

@@ -239,7 +239,7 @@ def test_inference_pool_applied_and_its_conditions_mirrored(op, k, ns, addons):
 def test_keda_scaled_object_is_accepted_by_the_real_crd(k, ns, addons):
     """The KEDA path against KEDA's own CRD (server-side apply; no KEDA controller runs here)."""
     from gdn_operator.api.load import parse_spec
-    from gdn_operator.render.engine import render_all
+    from gdn_operator.render.objects import render_all
     from gdn_operator.render.scaleout import ScaleOutOptions
 
     spec = parse_spec(gms("k", autoscaling={"minReplicas": 1, "maxReplicas": 4, "target": 4})["spec"])

@@ -11,7 +11,7 @@ import kubernetes
 import pytest
 
 from gdn_operator.handlers import kube
-from gdn_operator.handlers import status as st
+from gdn_operator.handlers import conditions as st
 from operator_harness import Kube, gms, install_crd
 
 

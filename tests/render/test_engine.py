@@ -5,14 +5,8 @@ import json
 import pytest
 
 from gdn_operator.api.load import parse_spec
-from gdn_operator.render.engine import (
-    RenderError,
-    deployment,
-    safe_label_value,
-    render_all,
-    service,
-    vllm_args,
-)
+from gdn_operator.render.engine import RenderError, deployment, safe_label_value, service, vllm_args
+from gdn_operator.render.objects import render_all
 
 BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}
 

@@ -7,8 +7,10 @@ import pytest
 import yaml
 
 from gdn_operator.api.load import parse_spec
-from gdn_operator.render import autoscale, lws, shutdown
-from gdn_operator.render.engine import ENGINE_PORT, render_all
+from gdn_operator.labels import LABEL_WORKER_INDEX
+from gdn_operator.render import autoscale, shutdown
+from gdn_operator.render.engine import ENGINE_PORT
+from gdn_operator.render.objects import render_all
 from gdn_operator.render.scaleout import ScaleOutOptions, engine_args, workload_of
 
 BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-397B-A17B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}
@@ -66,9 +68,9 @@ def test_api_objects_select_group_leaders_only():
     objs = by_kind(render_all("q", "ns", parse_spec({**TWO_NODES, "router": {"inferencePool": {"endpointPicker": {"name": "epp"}}}})))
     for sel in (objs["Service"]["spec"]["selector"], objs["PodMonitor"]["spec"]["selector"]["matchLabels"],
                 objs["InferencePool"]["spec"]["selector"]["matchLabels"]):
-        assert sel[lws.LABEL_WORKER_INDEX] == "0"
+        assert sel[LABEL_WORKER_INDEX] == "0"
     single = by_kind(render_all("s", "ns", spec()))
-    assert lws.LABEL_WORKER_INDEX not in single["Service"]["spec"]["selector"]
+    assert LABEL_WORKER_INDEX not in single["Service"]["spec"]["selector"]
 
 
 def test_inference_pool_targets_the_engine_port_and_the_epp():

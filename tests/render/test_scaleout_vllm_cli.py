@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gdn_operator.api.load import parse_spec
-from gdn_operator.render.engine import render_all
+from gdn_operator.render.objects import render_all
 from gdn_operator.render.lws import MASTER_PORT
 
 pytestmark = pytest.mark.engine

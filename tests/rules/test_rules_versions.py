@@ -2,7 +2,7 @@
 
 import pytest
 
-from gdn_operator.rules.versions import VersionRange, parse_version, require_version
+from gdn_operator.versions import VersionRange, parse_version, require_version
 
 
 @pytest.mark.parametrize(

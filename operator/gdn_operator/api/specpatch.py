@@ -23,6 +23,10 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from pydantic import BaseModel
+
+from gdn_operator.api.spec import GDNModelServerSpec
+
 
 def get_path(d: Mapping[str, Any], path: str) -> tuple[bool, Any]:
     """(present, value) of a dotted path in a nested dict."""
@@ -69,10 +73,6 @@ def merge(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]
 
 def check_path(path: str) -> str | None:
     """Why the camelCase dotted path (relative to spec) names no GDNModelServerSpec field; None if it does."""
-    from pydantic import BaseModel
-
-    from gdn_operator.api.spec import GDNModelServerSpec  # lazy: the spec models import the whole API
-
     model: Any = GDNModelServerSpec
     parts = path.split(".")
     for i, part in enumerate(parts):

@@ -38,6 +38,9 @@ from typing import Any, NoReturn, Sequence
 
 import yaml
 
+from gdn_operator.redact import redact
+from gdn_operator.versions import parse_version, require_version
+
 _DATA = Path(__file__).resolve().parent / "data"
 _TABLES = _DATA / "vllm-options"
 _KNOWN_PREPROCESSING = frozenset({"underscore_to_dash", "dotted_json_keys", "o_level_shorthand", "config_file"})
@@ -236,8 +239,6 @@ def load_table(version: str) -> OptionTable:
 
 def select_table(vllm_version: str) -> tuple[OptionTable | None, bool]:
     """(table, exact) for a target release; (None, False) when the version is not a version."""
-    from gdn_operator.rules.versions import parse_version, require_version  # lazy: rules imports the api models
-
     target = parse_version(vllm_version)
     versions = table_versions()
     if target is None or not versions:
@@ -254,8 +255,6 @@ def select_table(vllm_version: str) -> tuple[OptionTable | None, bool]:
 
 
 def _show(token: str) -> str:
-    from gdn_operator.redact import redact
-
     shown = redact(token)
     return repr(shown if len(shown) <= _SHOW else shown[: _SHOW - 3] + "...")
 

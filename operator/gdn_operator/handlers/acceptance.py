@@ -18,9 +18,10 @@ import time
 from typing import Any
 
 from gdn_operator import telemetry
+from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import stall as stall_watch
-from gdn_operator.handlers import status as st
+from gdn_operator.handlers.pods import api_pods, pods_of
 from gdn_operator.render.engine import ENGINE_PORT
 from gdn_operator.watch.acceptance import AcceptanceTracker
 from gdn_operator.watch.scraper import Scraper, Target
@@ -100,7 +101,7 @@ def write_acceptance(namespace: str, name: str, acceptance: dict[str, Any], targ
                 st.set_condition(status, st.METRICS_AVAILABLE, True, "Scraped", msg, gen)
         prev = st.get_condition(status, st.ACCEPTANCE) or {}
         state = acceptance.get("state")
-        if findings:  # AcceptanceHealthy False degrades the server (status.refresh_degraded)
+        if findings:  # AcceptanceHealthy False degrades the server (conditions.refresh_degraded)
             f = findings[0]
             reason = f["reason"]
             if st.set_condition(status, st.ACCEPTANCE, False, reason, f["message"], gen) and prev.get("reason") != reason:
@@ -146,15 +147,13 @@ class AcceptanceSupervisor:
         self.probe_timeouts_of: Any = lambda namespace, name, pod: 0
         self.concurrency = concurrency  # servers whose round runs at once
         self.servers: dict[tuple[str, str], dict[str, Any]] = {}
-        self.pods_index: Any = None  # kopf's live engine_pods index (handlers/workload.py), set by the first event
+        self.pods_index: Any = None  # kopf's live engine_pods index (handlers/pods.py), set by the first event
         #: what was last written per resource (without the timestamp): unchanged figures are not rewritten, so
         #: idle or pod-less servers cost no API calls per round
         self.last_written: dict[tuple[str, str], str] = {}
         self.task: asyncio.Task[None] | None = None
 
     def pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        from gdn_operator.handlers.workload import pods_of
-
         return pods_of(self.pods_index, namespace, name) if self.pods_index is not None else []
 
     def track(self, namespace: str, name: str, body: dict[str, Any]) -> None:
@@ -215,8 +214,6 @@ class AcceptanceSupervisor:
         clear_acceptance(namespace, name)
 
     async def run(self) -> None:
-        from gdn_operator.handlers.workload import api_pods
-
         sem = asyncio.Semaphore(self.concurrency)
 
         async def one(ns: str, name: str) -> None:

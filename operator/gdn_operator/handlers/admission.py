@@ -16,7 +16,7 @@ import kopf
 from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.handlers.kube import plain
-from gdn_operator.handlers.reconcile import MITIGATIONS_ANNOTATION, mitigations_note
+from gdn_operator.handlers.plan import MITIGATIONS_ANNOTATION, mitigations_note
 from gdn_operator.render.engine import RenderError, check_names
 from gdn_operator.rules import evaluate
 

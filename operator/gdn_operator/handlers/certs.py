@@ -14,10 +14,14 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import kubernetes
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
 from cryptography.x509.oid import NameOID
+from kubernetes.client.rest import ApiException
+
+from gdn_operator.handlers.kube import api_client
 
 log = logging.getLogger(__name__)
 
@@ -135,11 +139,6 @@ def new_bundle(sans: list[str]) -> TLSBundle:
 
 def ensure_secret_bundle(namespace: str, secret: str, sans: list[str]) -> TLSBundle:
     """Load the bundle from the Secret, creating or renewing it as needed (races resolved by the API)."""
-    import kubernetes
-    from kubernetes.client.rest import ApiException
-
-    from gdn_operator.handlers.kube import api_client
-
     core = kubernetes.client.CoreV1Api(api_client())
     for _ in range(5):
         try:

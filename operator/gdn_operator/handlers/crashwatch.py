@@ -8,7 +8,7 @@ Each container death (pod uid, container, restart count) is handled once, also a
 
 The rest of the crash watch: handlers/remediation.py (the spec change for a repeated crash),
 handlers/quiet.py (clearing the crash conditions after a quiet period), handlers/patchset.py (the
-gdn-guard patch-set check).
+gdn-guard patch-set check), handlers/autoscaler.py (scale-up paused while CrashLooping).
 """
 
 from __future__ import annotations
@@ -18,21 +18,20 @@ import collections
 import logging
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from gdn_operator import telemetry
-from gdn_operator.api.load import parse_spec
+from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
-from gdn_operator.handlers import status as st
+from gdn_operator.handlers.autoscaler import sync_scale_up
+from gdn_operator.handlers.logfollow import LogFollowers, StreamedResults, evidence_for
+from gdn_operator.handlers.plan import PlanInputs, expected_objects
 from gdn_operator.handlers.remediation import maybe_remediate
 from gdn_operator.redact import redact
 from gdn_operator.render.engine import CONTAINER
-from gdn_operator.watch.evidence import Evidence
+from gdn_operator.render.scaleout import engine_args
 from gdn_operator.watch.groups import group_of, incident_members, same_incident
 from gdn_operator.watch.signatures import ClassificationResult, best_result, classify_termination_message
-
-if TYPE_CHECKING:
-    from gdn_operator.handlers.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -108,31 +107,29 @@ class SeenDeaths:
             return True
 
 
-def _current_args(obj: dict[str, Any], rt: Runtime) -> set[tuple[str, ...]] | None:
+class CrashWatchState(PlanInputs, Protocol):
+    """What the crash watch reads and keeps besides the plan's inputs (the runtime provides all of it)."""
+
+    @property
+    def seen_deaths(self) -> SeenDeaths: ...
+
+    @property
+    def streamed(self) -> StreamedResults: ...
+
+    @property
+    def followers(self) -> LogFollowers: ...
+
+
+def _current_args(obj: dict[str, Any], rt: PlanInputs) -> set[tuple[str, ...]] | None:
     """The engine argvs the operator renders for the object's current spec: one for a Deployment, the
     leader's and the workers' for a LeaderWorkerSet (None: cannot tell)."""
-    from gdn_operator.handlers.reconcile import expected_objects
-    from gdn_operator.render.scaleout import engine_args
-
     objs = expected_objects(obj, rt)
     if not objs:
         return None
     return engine_args(objs)
 
 
-def evidence_for(namespace: str, name: str) -> Evidence | None:
-    """What the operator knows about a server from the spec it rendered (model family, speculative decoding,
-    GDN prefill backend, vLLM version): the classifier names an upstream issue only with that evidence
-    (or the log's). None when the server cannot be read or its spec is invalid."""
-    try:
-        obj = kube.get_server(namespace, name)
-        return Evidence.from_spec(parse_spec((obj or {}).get("spec") or {})) if obj else None
-    except Exception as e:  # noqa: BLE001 - evidence is optional: classify without it
-        log.debug("no spec evidence for %s/%s: %s", namespace, name, e)
-        return None
-
-
-def handle_death(rt: Runtime, namespace: str, name: str, death: Death) -> dict[str, Any] | None:
+def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -> dict[str, Any] | None:
     """Classify one container death and record it. Returns the CR status after the update."""
     if not rt.seen_deaths.add((death.pod_uid, death.restart_count)):
         return None
@@ -243,19 +240,9 @@ def handle_death(rt: Runtime, namespace: str, name: str, death: Death) -> dict[s
     return obj.get("status")
 
 
-def sync_scale_up(namespace: str, name: str, obj: dict[str, Any], rt: Runtime) -> None:
-    """An autoscaled server pauses scale-up while CrashLooping (and resumes when it clears): re-apply its
-    autoscaler, which the renderer gives scaleUp.selectPolicy Disabled while the condition is True."""
-    if not (obj.get("spec") or {}).get("autoscaling"):
-        return
-    from gdn_operator.handlers.reconcile import apply_autoscaler
-
-    apply_autoscaler(namespace, name, rt)
-
-
-async def on_pod_event(rt: Runtime, type: str, namespace: str, server: str, pod: dict[str, Any]) -> None:
-    """The crash watch's part of an engine pod event (called by workload.pod_event, which owns the one
-    kopf handler for engine pods): classify deaths, and keep one log follower per running container."""
+async def on_pod_event(rt: CrashWatchState, type: str, namespace: str, server: str, pod: dict[str, Any]) -> None:
+    """The crash watch's part of an engine pod event (handlers/main.py fans each out here, then to the
+    workload's status): classify deaths, and keep one log follower per running container."""
     if rt.settings.stream_logs:
         if type == "DELETED":
             rt.followers.stop(pod["metadata"].get("uid", ""))

@@ -106,6 +106,14 @@ def plain(obj: Any) -> Any:
     return obj
 
 
+def owner_name(meta: dict[str, Any]) -> str | None:
+    """The GDNModelServer that controls an object (its engine workload, InferencePool), from its metadata."""
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == KIND and ref.get("controller"):
+            return ref.get("name")
+    return None
+
+
 def now() -> str:
     return iso(None)
 
@@ -302,7 +310,7 @@ def delete_pod(namespace: str, name: str, uid: str | None) -> bool:
 
 
 #: Status keys other status keys are derived from: a write that changes the phase or a condition also
-#: requires these to be as it read them (status.derive_phase / refresh_degraded read them).
+#: requires these to be as it read them (conditions.derive_phase / refresh_degraded read them).
 _DERIVED_FROM = ("conditions", "readyReplicas")
 
 

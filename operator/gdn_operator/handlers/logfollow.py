@@ -20,10 +20,12 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from gdn_operator.api.load import parse_spec
 from gdn_operator.handlers import kube
-from gdn_operator.handlers.crashwatch import evidence_for
 from gdn_operator.handlers.patchset import report_patch_check
-from gdn_operator.render.engine import CONTAINER, LABEL_SERVER
+from gdn_operator.labels import LABEL_SERVER
+from gdn_operator.render.engine import CONTAINER
+from gdn_operator.watch.evidence import Evidence
 from gdn_operator.watch.guardline import SEARCH_BYTES as GUARD_SEARCH_BYTES
 from gdn_operator.watch.guardline import GuardLine, parse_guard_line
 from gdn_operator.watch.logstream import StreamClassifier
@@ -49,6 +51,18 @@ class StreamedResults:
     def take(self, pod_uid: str, restart_count: int) -> ClassificationResult | None:
         with self._lock:
             return self._d.pop((pod_uid, restart_count), None)
+
+
+def evidence_for(namespace: str, name: str) -> Evidence | None:
+    """What the operator knows about a server from the spec it rendered (model family, speculative decoding,
+    GDN prefill backend, vLLM version): the classifier names an upstream issue only with that evidence
+    (or the log's). None when the server cannot be read or its spec is invalid."""
+    try:
+        obj = kube.get_server(namespace, name)
+        return Evidence.from_spec(parse_spec((obj or {}).get("spec") or {})) if obj else None
+    except Exception as e:  # noqa: BLE001 - evidence is optional: classify without it
+        log.debug("no spec evidence for %s/%s: %s", namespace, name, e)
+        return None
 
 
 @dataclass

@@ -7,8 +7,8 @@ calls them. The bodies live in their modules (below, in the order an object meet
 | reconcile | on.resume/create/update GDNModelServer (spec) | reconcile.reconcile |
 | converge_generation | on.event GDNModelServer | reconcile.converge_generation |
 | track_servers | on.event GDNModelServer | acceptance / probes / quiet-period supervisors |
-| engine_pods | index pods (managed) | workload.engine_pods |
-| pod_event | on.event pods (managed) | workload.pod_event (crash watch, pod status) |
+| engine_pods | index pods (managed) | pods.engine_pods |
+| pod_event | on.event pods (managed) | crashwatch.on_pod_event, then workload.pod_event (pod status) |
 | deployment_event | on.event deployments (managed) | workload.deployment_event |
 | leader_worker_set_event | on.event LeaderWorkerSets, registered at start-up when GDN_LWS | workload.deployment_event |
 | inference_pool_event | on.event InferencePools, registered at start-up when GDN_INFERENCE_POOL | router.inference_pool_event |
@@ -30,9 +30,11 @@ from typing import Any
 import kopf
 
 from gdn_operator import GROUP, PLURAL, VERSION
-from gdn_operator.handlers import admission, reconcile as reconciler, router, startup as starter, workload
+from gdn_operator.handlers import admission, crashwatch, kube, pods, router, workload
+from gdn_operator.handlers import reconcile as reconciler
+from gdn_operator.handlers import startup as starter
 from gdn_operator.handlers.runtime import MEMO_KEY, Runtime, runtime_of
-from gdn_operator.handlers.workload import MANAGED
+from gdn_operator.labels import LABEL_SERVER, MANAGED
 from gdn_operator.render import lws
 from gdn_operator.render import router as router_render
 from gdn_operator.settings import Settings, SettingsError
@@ -115,13 +117,13 @@ async def track_servers(type: str, body: kopf.Body, namespace: str | None, name:
                         **kwargs: Any) -> None:
     rt = runtime_of(memo)
     rt.acceptance.pods_index = kwargs["engine_pods"]  # kopf passes each index by its name; a live view
-    ns = reconciler.kube.require_namespace(namespace)
+    ns = kube.require_namespace(namespace)
     if type == "DELETED" or body["metadata"].get("deletionTimestamp"):
         rt.acceptance.forget(ns, name)
         rt.probes.forget(ns, name)
         rt.quiet.forget(ns, name)
         return
-    plain = reconciler.kube.plain(body)
+    plain = kube.plain(body)
     rt.acceptance.track(ns, name, plain)
     rt.quiet.track(ns, name, plain)
     await rt.probes.track(ns, name, plain)
@@ -132,13 +134,21 @@ async def track_servers(type: str, body: kopf.Body, namespace: str | None, name:
 
 @kopf.index("", "v1", "pods", labels=MANAGED, id="engine_pods")
 def engine_pods(body: kopf.Body, namespace: str | None, labels: Mapping[str, str], **_: Any) -> dict[tuple[str, str], Any]:
-    return workload.engine_pods(body, namespace, labels)
+    return pods.engine_pods(body, namespace, labels)
 
 
 @kopf.on.event("", "v1", "pods", labels=MANAGED)
 async def pod_event(type: str, body: kopf.Body, namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo,
                     **kwargs: Any) -> None:
-    await workload.pod_event(runtime_of(memo), type, body, namespace, labels, kwargs["engine_pods"])
+    """The one handler for engine pod events, fanned out: the crash watch's part, then the server's
+    pod-derived status (from all of its pods in kopf's index, also when the crash watch failed)."""
+    ns, name = kube.require_namespace(namespace), labels.get(LABEL_SERVER)
+    if not name:
+        return
+    try:
+        await crashwatch.on_pod_event(runtime_of(memo), type, ns, name, kube.plain(body))
+    finally:
+        await workload.pod_event(ns, name, pods.pods_of(kwargs["engine_pods"], ns, name))
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)

@@ -9,7 +9,7 @@ import logging
 from typing import Any
 
 from gdn_operator.handlers import kube
-from gdn_operator.handlers import status as st
+from gdn_operator.handlers import conditions as st
 from gdn_operator.watch.guardline import GuardLine, check_patch_set
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ def report_patch_check(namespace: str, name: str, pod: str, line: GuardLine | No
             return  # nothing declared, no plugin: nothing to say
         gen = obj["metadata"].get("generation")
         msg = f"pod {pod}: {check.message}"
-        # False degrades the server (status.refresh_degraded)
+        # False degrades the server (conditions.refresh_degraded)
         if st.set_condition(status, st.PATCH_SET, check.ok, check.reason, msg, gen) and not check.ok:
             events.append((check.reason, msg))
 

@@ -22,12 +22,15 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from gdn_operator import telemetry
 from gdn_operator.api.probes import ProbesSpec
+from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
-from gdn_operator.handlers import status as st
+from gdn_operator.handlers.plan import PlanInputs, plan
+from gdn_operator.handlers.pods import engine_fingerprint
+from gdn_operator.handlers.remediation import change_from_mitigation, remediate_once, vet_change
 from gdn_operator.render.engine import CONTAINER, ENGINE_PORT
 from gdn_operator.watch.probe_client import ProbeClient, completions_url
 from gdn_operator.watch.probes import (
@@ -41,9 +44,6 @@ from gdn_operator.watch.probes import (
     ProbeBook,
     judge_round,
 )
-
-if TYPE_CHECKING:
-    from gdn_operator.handlers.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +81,8 @@ def _warned_rules(ev: Any) -> list[dict[str, Any]]:
     ]
 
 
-def server_from_body(body: dict[str, Any], rt: Runtime) -> ServerProbes:
+def server_from_body(body: dict[str, Any], rt: PlanInputs) -> ServerProbes:
     """Parse a GDNModelServer into the probe configuration of its current generation (blocking: renders)."""
-    from gdn_operator.handlers.reconcile import plan
-    from gdn_operator.handlers.workload import engine_fingerprint
 
     meta = body["metadata"]
     gen = meta.get("generation")
@@ -164,7 +162,7 @@ def write_status(namespace: str, name: str, s: ServerProbes, body: dict[str, Any
         changed = st.set_condition(status, st.OUTPUT_CONSISTENT, cond.value, cond.reason, msg, gen)
         new_status = "Unknown" if cond.value is None else str(cond.value)
         transition = changed and (prev.get("status") != new_status or prev.get("reason") != cond.reason)
-        if cond.value is False:  # degrades the server (status.refresh_degraded)
+        if cond.value is False:  # degrades the server (conditions.refresh_degraded)
             if transition:
                 events.append(("Warning", cond.reason, msg))
         else:
@@ -180,8 +178,6 @@ def write_status(namespace: str, name: str, s: ServerProbes, body: dict[str, Any
 
 def remediate(namespace: str, name: str, s: ServerProbes, cond: Condition, obj: dict[str, Any]) -> None:
     """Apply the mitigation of the first warned silent-corruption rule with one, once per generation."""
-    from gdn_operator.handlers.remediation import change_from_mitigation, remediate_once, vet_change
-
     if not s.warned:
         return
     spec = obj.get("spec") or {}
@@ -209,7 +205,7 @@ class ProbeSupervisor:
                  writer: Callable[..., dict[str, Any] | None] = write_status,
                  remediator: Callable[..., None] = remediate,
                  concurrency: int = 64, seed: int | None = None, port: int = ENGINE_PORT,
-                 rt: Runtime | None = None) -> None:
+                 rt: PlanInputs | None = None) -> None:
         self.pods_of = pods_of
         self.port = port
         self.writer = writer

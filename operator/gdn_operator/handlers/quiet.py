@@ -12,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
-from gdn_operator.handlers import status as st
-
-if TYPE_CHECKING:
-    from gdn_operator.handlers.runtime import Runtime
+from gdn_operator.handlers.autoscaler import sync_scale_up
+from gdn_operator.handlers.plan import PlanInputs
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +47,7 @@ def clear_crash_conditions(namespace: str, name: str, quiet_seconds: float) -> d
             return
         if not st.is_true(status, st.READY):
             return
-        if st.crash_recent(status):  # Degraded (EngineCrashed) follows (status.refresh_degraded)
+        if st.crash_recent(status):  # Degraded (EngineCrashed) follows (conditions.refresh_degraded)
             st.set_condition(status, st.CRASH_LOOPING, False, "EnginesRunning", "engines are running", gen)
             cleared.append(True)
 
@@ -63,8 +62,8 @@ def clear_crash_conditions(namespace: str, name: str, quiet_seconds: float) -> d
 class QuietPeriod:
     """The servers whose status shows crash conditions, and the timer that clears them."""
 
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+    def __init__(self, inputs: PlanInputs) -> None:
+        self.inputs = inputs  # the settings (quiet seconds) and what re-planning the autoscaler reads
         self.flagged: set[tuple[str, str]] = set()
         self.task: asyncio.Task[None] | None = None
 
@@ -80,11 +79,9 @@ class QuietPeriod:
 
     def check(self, namespace: str, name: str) -> None:
         """One server (blocking: runs in a worker thread)."""
-        from gdn_operator.handlers.crashwatch import sync_scale_up
-
-        obj = clear_crash_conditions(namespace, name, self.rt.settings.crash_quiet_seconds)
+        obj = clear_crash_conditions(namespace, name, self.inputs.settings.crash_quiet_seconds)
         if obj is not None:
-            sync_scale_up(namespace, name, obj, self.rt)
+            sync_scale_up(namespace, name, obj, self.inputs)
 
     async def run(self) -> None:
         while True:

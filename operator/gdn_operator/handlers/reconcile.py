@@ -1,7 +1,8 @@
 """Reconciler: GDNModelServer → Deployment + Service (+ PodMonitor), gated by the known-crash rules.
 
 `reconcile_sync` is plain code (runs in a worker thread; handlers/main.py registers the kopf handlers
-that call it) so it can be driven directly by tests and by the drift corrector.
+that call it) so it can be driven directly by tests. What to apply is decided by handlers/plan.py (shared
+with the drift corrector, the crash watch and the probes); this module applies it and writes the status.
 """
 
 from __future__ import annotations
@@ -9,30 +10,22 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import kopf
 from kubernetes.client.rest import ApiException
 
-from gdn_operator.api.load import ManifestError, parse_spec
-from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
-from gdn_operator.handlers import status as st
+from gdn_operator.handlers.plan import MITIGATIONS_ANNOTATION, PlanInputs, mitigations_note, plan
 from gdn_operator.handlers.probes import probes_disabled
-from gdn_operator.render import autoscale, lws, router
-from gdn_operator.render.engine import RenderError, render_all
-from gdn_operator.render.scaleout import MANAGED_KINDS, ScaleOutOptions
-from gdn_operator.rules import Evaluation, evaluate
-
-if TYPE_CHECKING:
-    from gdn_operator.handlers.runtime import Runtime
+from gdn_operator.render import lws
+from gdn_operator.render.scaleout import MANAGED_KINDS
+from gdn_operator.rules import Evaluation
 
 log = logging.getLogger(__name__)
 
-PODMONITOR_CRD = "podmonitors.monitoring.coreos.com"
 ANNOTATION_PREFIX = "kopf.serving.gdn-operator.io"
-MITIGATIONS_ANNOTATION = "serving.gdn-operator.io/mitigations"
 
 
 def _api_message(e: ApiException) -> str:
@@ -61,82 +54,11 @@ def refused_as_invalid(e: ApiException) -> bool:
     return (isinstance(body, dict) and body.get("reason") == "Invalid") or any(m in text for m in _INVALID_500)
 
 
-def mitigations_note(findings: list[Any]) -> str:
-    """The value of the mitigations annotation: rule id → the spec change applied for it."""
-    return json.dumps(
-        {f.rule: f.mitigation for f in findings if f.action == "mitigated"}, sort_keys=True, separators=(",", ":")
-    )
-
-
-@dataclass
-class Plan:
-    """What the operator decides for an object: one computation shared by the reconciler, the drift
-    corrector and the crash watch, so they can never disagree."""
-
-    spec: GDNModelServerSpec | None = None
-    ev: Evaluation | None = None
-    objects: list[dict[str, Any]] | None = None  # None: nothing to apply (invalid or rejected)
-    problem: str = ""  # why there is nothing to apply
-    monitoring: bool = False  # PodMonitors are managed (configured, and the CRD exists)
-
-    @property
-    def run_spec(self) -> GDNModelServerSpec | None:
-        return (self.ev.mitigated_spec if self.ev else None) or self.spec
-
-
-def plan(body: dict[str, Any], rt: Runtime) -> Plan:
-    cfg = rt.settings
-    meta = body["metadata"]
-    try:
-        spec = parse_spec(body.get("spec") or {})
-    except ManifestError as e:
-        return Plan(problem="; ".join(e.problems))
-    ev = evaluate(spec, default_policy=cfg.default_policy)
-    if not ev.allowed:
-        return Plan(spec, ev, problem=ev.denial_message())
-    out = Plan(spec, ev, monitoring=cfg.pod_monitors and rt.crds.exists(PODMONITOR_CRD))
-    run_spec = ev.mitigated_spec or spec  # = out.run_spec, never None here: the spec parsed and is allowed
-    missing = missing_apis(run_spec, rt)
-    if missing:
-        out.problem = missing
-        return out
-    try:
-        out.objects = render_all(meta["name"], meta["namespace"], run_spec, meta.get("uid"), with_monitoring=out.monitoring,
-                                 scaleout=scaleout_options(body, run_spec, rt))
-    except RenderError as e:
-        out.problem = str(e)
-    return out
-
-
-def missing_apis(spec: GDNModelServerSpec, rt: Runtime) -> str:
-    """Why the cluster cannot run this spec (an API it needs is not installed), or ""."""
-    if spec.nodes > 1 and not rt.crds.exists(lws.CRD):
-        return (f"spec.nodes {spec.nodes} needs the LeaderWorkerSet API ({lws.CRD}), which is not installed; "
-                "install LeaderWorkerSet (sigs.k8s.io/lws) or set spec.nodes to 1")
-    if spec.router is not None and spec.router.inference_pool is not None and not rt.crds.exists(router.CRD):
-        return (f"spec.router.inferencePool needs the Gateway API Inference Extension ({router.CRD}), which is not "
-                "installed; install its CRDs or remove spec.router.inferencePool")
-    return ""
-
-
-def scaleout_options(body: dict[str, Any], spec: GDNModelServerSpec, rt: Runtime) -> ScaleOutOptions:
-    """Cluster facts for the scale-out renderers: KEDA or HPA, and whether scale-up is paused (CrashLooping)."""
-    if spec.autoscaling is None:
-        return ScaleOutOptions()
-    cfg = rt.settings
-    keda = bool(cfg.keda_prometheus_address) and rt.crds.exists(autoscale.KEDA_CRD)
-    return ScaleOutOptions(
-        keda=keda,
-        prometheus_address=cfg.keda_prometheus_address,
-        scale_up_paused=st.is_true(body.get("status") or {}, st.CRASH_LOOPING),
-    )
-
-
 #: status key: the optional kinds (MANAGED_KINDS) this server may own, so that prune asks only about those
 OWNED_KINDS = "ownedKinds"
 
 
-def prune_candidates(body: dict[str, Any], objects: list[dict[str, Any]], rt: Runtime) -> list[str]:
+def prune_candidates(body: dict[str, Any], objects: list[dict[str, Any]], rt: PlanInputs) -> list[str]:
     """The managed kinds a server may still own but its spec no longer renders: those its status records
     (status.ownedKinds, written by every reconcile), or, for a server no reconcile recorded them for yet
     (one an older operator reconciled), every kind the operator may manage. A new server owns nothing."""
@@ -158,7 +80,7 @@ def _managed(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(o["apiVersion"], o["kind"]) for o in objects if (o["apiVersion"], o["kind"]) in MANAGED_KINDS]
 
 
-def prune(body: dict[str, Any], candidates: list[str], rt: Runtime) -> list[str]:
+def prune(body: dict[str, Any], candidates: list[str], rt: PlanInputs) -> list[str]:
     """Delete the optional objects this server owns but its spec no longer renders (a Deployment after a
     switch to a LeaderWorkerSet, an HPA replaced by a ScaledObject, a dropped InferencePool): one read per
     candidate kind (prune_candidates), none for a server whose kinds did not change."""
@@ -167,11 +89,6 @@ def prune(body: dict[str, Any], candidates: list[str], rt: Runtime) -> list[str]
     if gone:
         log.info("%s/%s: deleted %s no longer in the spec", meta["namespace"], meta["name"], ", ".join(gone))
     return gone
-
-
-def expected_objects(body: dict[str, Any], rt: Runtime) -> list[dict[str, Any]] | None:
-    """What the operator would have applied for this object now (None: invalid or rejected)."""
-    return plan(body, rt).objects
 
 
 def _not_validated(body: dict[str, Any], reason: str, event: str, msg: str, ev: Evaluation | None = None) -> None:
@@ -207,7 +124,7 @@ def _probes_off(body: dict[str, Any]) -> bool:
     return not raw or raw.get("enabled") is False
 
 
-def reconcile_sync(body: dict[str, Any], rt: Runtime) -> str:
+def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     """Bring the cluster to the object's spec. Returns a short outcome word (for logs and tests).
 
     Requests per reconcile of a server whose kinds do not change: one status write (a JSON patch from the
@@ -336,13 +253,13 @@ def transition_event(objects: list[dict[str, Any]], gen: Any, mitigated: list[An
 DIFFBASE = kopf.AnnotationsDiffBaseStorage(prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
 
 
-async def reconcile(body: kopf.Body, logger: kopf.Logger, rt: Runtime) -> None:
+async def reconcile(body: kopf.Body, logger: kopf.Logger, rt: PlanInputs) -> None:
     """kopf's create/update/resume handler (handlers/main.py): reconcile in a worker thread."""
     outcome = await asyncio.to_thread(reconcile_sync, kube.plain(body), rt)
     logger.info("reconciled: %s", outcome)
 
 
-async def converge_generation(body: kopf.Body, logger: kopf.Logger, rt: Runtime) -> None:
+async def converge_generation(body: kopf.Body, logger: kopf.Logger, rt: PlanInputs) -> None:
     """status.observedGeneration reaches metadata.generation whatever kopf coalesces.
 
     kopf calls the update handler only when the spec differs from the last one it handled; patches
@@ -359,32 +276,3 @@ async def converge_generation(body: kopf.Body, logger: kopf.Logger, rt: Runtime)
     outcome = await asyncio.to_thread(reconcile_sync, kube.plain(body), rt)
     logger.info("generation %s carries the spec already handled; status converged (%s)", gen, outcome)
 
-
-def apply_autoscaler(namespace: str, name: str, rt: Runtime) -> str | None:
-    """Re-apply only the server's autoscaler (after CrashLooping changed). Returns "paused"/"resumed"
-    when the scale-up policy changed, None otherwise."""
-    body = kube.get_server(namespace, name)
-    if body is None:
-        return None
-    p = plan(body, rt)
-    scaler = next((o for o in p.objects or [] if o["kind"] in ("ScaledObject", "HorizontalPodAutoscaler")), None)
-    if scaler is None:
-        return None
-    current = kube.get_object(scaler["kind"], namespace, name)
-    paused = autoscale.scale_up_paused(scaler)
-    was_paused = current is not None and autoscale.scale_up_paused(current)
-    if current is not None and paused == was_paused:
-        return None
-    try:
-        kube.apply(scaler)
-    except ApiException as e:
-        if e.status != 403:
-            raise
-        log.warning("%s/%s: cannot update the %s (RBAC: enable it in the chart's scaleOut values)", namespace, name, scaler["kind"])
-        return None
-    word = "paused" if paused else "resumed"
-    log.info("%s/%s: scale-up %s (%s)", namespace, name, word, "CrashLooping" if paused else "crash loop over")
-    kube.emit_event(body, "ScaleUpPaused" if paused else "ScaleUpResumed",
-                    f"{scaler['kind']} scale-up {word}: " + ("the engines are crash-looping; more replicas would only multiply the crash"
-                                                             if paused else "the engines run again"), "Warning" if paused else "Normal")
-    return word

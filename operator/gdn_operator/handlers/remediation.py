@@ -22,8 +22,9 @@ from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.api.specpatch import merge as _merged_spec  # a merge patch applied as the API server does
+from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
-from gdn_operator.handlers import status as st
+from gdn_operator.rules import evaluate
 from gdn_operator.watch.signatures import ClassificationResult, default_catalogue
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,6 @@ def remediation_for(action: str, spec: GDNModelServerSpec) -> Change | None:
 
 def _admission_refusal(obj: dict[str, Any], change: Change, policy: str) -> str | None:
     """Why the workaround would itself not pass admission under the operator's default `policy` (None: it would)."""
-    from gdn_operator.rules import evaluate
-
     try:
         new_spec = parse_spec(_merged_spec(obj.get("spec") or {}, change.patch))
         if not evaluate(new_spec, default_policy=policy).allowed:

@@ -13,9 +13,8 @@ from typing import Any
 
 import kopf
 
+from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
-from gdn_operator.handlers import status as st
-from gdn_operator.handlers.workload import owner_name
 
 #: InferencePool condition type → the GDNModelServer condition that mirrors it.
 MIRRORED = {"Accepted": st.INFERENCE_POOL_ACCEPTED, "ResolvedRefs": st.INFERENCE_POOL_RESOLVED_REFS}
@@ -54,7 +53,7 @@ def mirror(namespace: str, name: str, pool: dict[str, Any] | None) -> None:
 
 async def inference_pool_event(type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, **_: Any) -> None:
     namespace = kube.require_namespace(namespace)
-    name = owner_name(kube.plain(meta))
+    name = kube.owner_name(kube.plain(meta))
     if not name:
         return
     await asyncio.to_thread(mirror, namespace, name, None if type == "DELETED" else kube.plain(body))

@@ -4,6 +4,11 @@ kopf passes `memo` to every handler (a shallow copy per resource object, so this
 handlers/main.py takes the runtime from it and hands it to the handler bodies. Nothing else in handlers/
 or watch/ keeps state between events: tests build their own Runtime instead of resetting globals.
 
+The composition root: only handlers/main.py imports this module. The feature modules declare what they
+read of it as a Protocol (plan.PlanInputs: settings and the CRD cache; crashwatch.CrashWatchState;
+startup.Host) and never import it, so the imports in handlers/ only go down (the import-linter contract
+in pyproject.toml).
+
 Not here, on purpose: the Prometheus metric objects (gdn_operator/telemetry.py: immutable wiring defined
 once at import, the way prometheus_client is meant to be used; their values are the process's metrics)
 and the Kubernetes API client (kube.api_client: one connection pool per process, created on first use).

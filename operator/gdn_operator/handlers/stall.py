@@ -28,7 +28,7 @@ from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.handlers import kube
-from gdn_operator.handlers import status as st
+from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers.remediation import remediate_once
 from gdn_operator.rules import effective_config, load_rules
 from gdn_operator.watch.stall import DEFAULT_STALL_SECONDS, StallDetector, StallVerdict

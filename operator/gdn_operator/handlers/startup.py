@@ -11,7 +11,7 @@ import logging
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any, AsyncIterator, Coroutine, Protocol
 
 import kopf
 from prometheus_client import start_http_server
@@ -22,8 +22,17 @@ from gdn_operator.handlers.reconcile import ANNOTATION_PREFIX, DIFFBASE
 from gdn_operator.handlers.webhook_limits import BoundedWebhookServer
 from gdn_operator.settings import Settings
 
-if TYPE_CHECKING:
-    from gdn_operator.handlers.runtime import Runtime
+
+class Host(Protocol):
+    """What start-up reads and records on the runtime (handlers/runtime.py)."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    webhook_renewal: dict[str, Any]
+    metrics_started: bool
+
+    def start(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]: ...
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +115,7 @@ async def renew_webhook_certificate_forever(renewal: dict[str, Any]) -> None:
             log.warning("webhook certificate renewal check failed: %s", e)
 
 
-def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, rt: Runtime) -> kopf.WebhookServer | None:
+def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, rt: Host) -> kopf.WebhookServer | None:
     """kopf's settings, the thread pool and the metrics endpoint; returns the webhook server (None: off)."""
     cfg = rt.settings
     # Keep kopf's bookkeeping in annotations so the status schema stays strict and ours.

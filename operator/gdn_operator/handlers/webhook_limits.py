@@ -20,7 +20,7 @@ import aiohttp.web
 import kopf
 
 from gdn_operator.api.k8s import too_deep
-from kopf._core.engines import admission as kopf_admission  # the error types kopf's own _serve maps
+from gdn_operator.handlers.kopfcompat import AmbiguousResourceError, UnknownResourceError, WebhookError
 
 log = logging.getLogger(__name__)
 
@@ -128,10 +128,10 @@ class BoundedWebhookServer(kopf.WebhookServer):
             return deny
         try:
             response = await fn(review, webhook=request.match_info.get("id"), sslpeer=sslpeer, headers=headers)
-        except kopf_admission.AmbiguousResourceError as e:
+        except AmbiguousResourceError as e:
             raise aiohttp.web.HTTPConflict(reason=str(e) or None)
-        except kopf_admission.UnknownResourceError as e:
+        except UnknownResourceError as e:
             raise aiohttp.web.HTTPNotFound(reason=str(e) or None)
-        except kopf_admission.WebhookError as e:
+        except WebhookError as e:
             raise aiohttp.web.HTTPBadRequest(reason=str(e) or None)
         return aiohttp.web.json_response(response)

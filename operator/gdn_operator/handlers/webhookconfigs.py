@@ -30,20 +30,17 @@ from typing import Any, AsyncIterator, Collection, Iterable
 
 import kopf
 import kubernetes
-from kopf._cogs.structs import references, reviews
-from kopf._core.engines.admission import build_webhooks
-from kopf._core.intents import causes
-from kopf._core.intents.handlers import WebhookHandler
 from kubernetes.client.rest import ApiException
 
 from gdn_operator import GROUP, PLURAL, VERSION
+from gdn_operator.handlers.kopfcompat import WebhookHandler, WebhookType, build_webhooks, webhook_handlers
 from gdn_operator.handlers.kube import _json, api_client
 
 log = logging.getLogger(__name__)
 
 VALIDATING = "ValidatingWebhookConfiguration"
 MUTATING = "MutatingWebhookConfiguration"
-_KIND_OF_REASON = {causes.WebhookType.VALIDATING: VALIDATING, causes.WebhookType.MUTATING: MUTATING}
+_KIND_OF_REASON = {WebhookType.VALIDATING: VALIDATING, WebhookType.MUTATING: MUTATING}
 #: label the chart's namespaceSelector matches (set by the API server on every namespace)
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 #: webhook fields the chart owns; compared with what this operator serves, never overwritten
@@ -58,10 +55,10 @@ class ConfigurationProblem(RuntimeError):
 
 
 def service_client_config(name: str, namespace: str, port: int, path: str | None,
-                          ca_bundle: str | None = None) -> reviews.WebhookClientConfig:
+                          ca_bundle: str | None = None) -> kopf.WebhookClientConfig:
     """The clientConfig of a webhook served behind a Service (before kopf appends the handler id)."""
-    out = reviews.WebhookClientConfig(
-        service=reviews.WebhookClientConfigService(name=name, namespace=namespace, port=port, path=(path or "").rstrip("/"))
+    out = kopf.WebhookClientConfig(
+        service=kopf.WebhookClientConfigService(name=name, namespace=namespace, port=port, path=(path or "").rstrip("/"))
     )
     if ca_bundle is not None:
         out["caBundle"] = ca_bundle
@@ -78,15 +75,15 @@ def namespace_selector(namespaces: Collection[str]) -> dict[str, Any] | None:
 def registered_handlers(registry: kopf.OperatorRegistry | None = None) -> list[WebhookHandler]:
     """The admission handlers registered with kopf (the default registry unless one is given)."""
     reg = registry if registry is not None else kopf.get_default_registry()
-    return list(reg._webhooks.get_all_handlers())
+    return webhook_handlers(reg)
 
 
-def desired_webhooks(handlers: Iterable[WebhookHandler], config_name: str, client_config: reviews.WebhookClientConfig,
+def desired_webhooks(handlers: Iterable[WebhookHandler], config_name: str, client_config: kopf.WebhookClientConfig,
                      namespaces: Collection[str] = ()) -> dict[str, list[dict[str, Any]]]:
     """Kind -> the webhooks kopf would write for `handlers` (its own build_webhooks, the same function its
     configuration manager uses), plus the namespaceSelector of the watch scope; None-valued fields
     dropped, as a manifest would leave them out."""
-    resource = references.Resource(GROUP, VERSION, PLURAL, namespaced=True)
+    resource = kopf.Resource(GROUP, VERSION, PLURAL, namespaced=True)
     selector = namespace_selector(namespaces)
     out: dict[str, list[dict[str, Any]]] = {}
     for reason, kind in _KIND_OF_REASON.items():
@@ -101,7 +98,7 @@ def desired_webhooks(handlers: Iterable[WebhookHandler], config_name: str, clien
     return out
 
 
-def describe(client_config: reviews.WebhookClientConfig | dict[str, Any]) -> str:
+def describe(client_config: kopf.WebhookClientConfig | dict[str, Any]) -> str:
     svc = client_config.get("service")
     target = (f"service {svc.get('namespace')}/{svc.get('name')}:{svc.get('port', 443)}" if svc
               else str(client_config.get("url")))
@@ -208,7 +205,7 @@ class ShippedConfigurations:
     certificate files change) is written into the shipped configurations' clientConfigs, retried with
     backoff until it lands. Used instead of kopf's ``settings.admission.managed``."""
 
-    def __init__(self, server: reviews.WebhookServerProtocol, *, config_name: str, namespaces: Collection[str] = (),
+    def __init__(self, server: kopf.WebhookServerProtocol, *, config_name: str, namespaces: Collection[str] = (),
                  registry: kopf.OperatorRegistry | None = None, api: kubernetes.client.ApiClient | None = None):
         self.server = server
         self.config_name = config_name
@@ -233,7 +230,7 @@ class ShippedConfigurations:
             self._task.cancel()
             self._task = None
 
-    async def __call__(self, fn: reviews.WebhookFn) -> AsyncIterator[reviews.WebhookClientConfig]:
+    async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
         try:
             async for client_config in self.server(fn):
                 self._cancel()
@@ -243,7 +240,7 @@ class ShippedConfigurations:
         finally:
             self._cancel()
 
-    async def publish(self, client_config: reviews.WebhookClientConfig) -> None:
+    async def publish(self, client_config: kopf.WebhookClientConfig) -> None:
         desired = desired_webhooks(registered_handlers(self.registry), self.config_name, client_config, self.namespaces)
         if not desired:  # handlers registered elsewhere than the registry given (or kopf's default)
             log.error("no admission handlers in the kopf registry: webhook configurations %s not pointed at this "

@@ -1,41 +1,26 @@
-"""Workload status and drift: Deployment and pod events → GDNModelServer status; edits undone.
+"""Workload status and drift: Deployment (or LeaderWorkerSet) and pod events → GDNModelServer status;
+edits undone.
 
-Pods are kept in a kopf index keyed by (namespace, server) so status is computed from all of a
-server's pods at once (Ready, Unschedulable), never from a single event.
+Pod-derived status is computed from all of a server's pods at once (handlers/pods.py: kopf's index),
+never from a single event.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import kopf
 
 from gdn_operator import telemetry
+from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
-from gdn_operator.handlers import status as st
+from gdn_operator.handlers.plan import PlanInputs, expected_objects
 from gdn_operator.render import lws
-from gdn_operator.render.engine import CONTAINER, LABEL_MANAGED_BY, LABEL_SERVER, MANAGED_BY
-from gdn_operator.render.lws import LABEL_GROUP_INDEX, is_leader
 from gdn_operator.render.scaleout import workload_of
 
-if TYPE_CHECKING:
-    from gdn_operator.handlers.runtime import Runtime
-
 log = logging.getLogger(__name__)
-
-MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
-
-
-def owner_name(meta: dict[str, Any]) -> str | None:
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == "GDNModelServer" and ref.get("controller"):
-            return ref.get("name")
-    return None
 
 
 def _same_quantity(a: Any, b: Any) -> bool:
@@ -70,60 +55,6 @@ def is_subset(want: Any, have: Any) -> bool:
     return False
 
 
-def engine_fingerprint(container: dict[str, Any] | None) -> str:
-    """Identity of what an engine container runs (image + argv): equal for a pod and the Deployment
-    template rendered from the spec it runs, so a pod of a previous spec is recognised (output probes)."""
-    if not container:
-        return ""
-    raw = json.dumps([container.get("image"), container.get("args") or [], container.get("command") or []])
-    return hashlib.sha256(raw.encode()).hexdigest()[:16]
-
-
-def pod_summary(body: dict[str, Any]) -> dict[str, Any]:
-    status = body.get("status") or {}
-    conds = {c.get("type"): c for c in status.get("conditions") or []}
-    sched = conds.get("PodScheduled") or {}
-    ready = conds.get("Ready") or {}
-    restarts = sum(int(cs.get("restartCount") or 0) for cs in status.get("containerStatuses") or [])
-    labels = body["metadata"].get("labels") or {}
-    return {
-        "name": body["metadata"]["name"],
-        "uid": body["metadata"].get("uid"),
-        "ip": status.get("podIP"),
-        "phase": status.get("phase"),
-        "ready": ready.get("status") == "True",
-        "unschedulable": sched.get("status") == "False" and sched.get("reason") == "Unschedulable",
-        "unschedulable_message": sched.get("message", ""),
-        "restarts": restarts,
-        "deleting": bool(body["metadata"].get("deletionTimestamp")),
-        "engine": engine_fingerprint(next((c for c in (body.get("spec") or {}).get("containers") or [] if c.get("name") == CONTAINER), None)),
-        # multi-node engines: which LeaderWorkerSet group, and whether this pod serves the API (the leader)
-        "group": labels.get(LABEL_GROUP_INDEX),
-        "leader": is_leader(labels),
-    }
-
-
-def engine_pods(
-    body: kopf.Body, namespace: str | None, labels: Mapping[str, str], **_: Any
-) -> dict[tuple[str, str], dict[str, Any]]:
-    namespace = kube.require_namespace(namespace)
-    server = labels.get(LABEL_SERVER)
-    if not server:
-        return {}
-    return {(namespace, server): pod_summary(kube.plain(body))}
-
-
-def pods_of(index: kopf.Index, namespace: str, name: str) -> list[dict[str, Any]]:
-    """The server's engine pods in kopf's index that are not being deleted (none yet for a server kopf has not
-    indexed a pod of)."""
-    return [p for p in index.get((namespace, name), []) if not p["deleting"]]
-
-
-def api_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The pods that serve the API and /metrics (headless workers of a multi-node group do not)."""
-    return [p for p in pods if p.get("leader") is not False]
-
-
 def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]]) -> None:
     unsched = [p for p in pods if p["unschedulable"]]
     restarts = sum(p["restarts"] for p in pods)
@@ -149,20 +80,10 @@ def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]]) -> N
     telemetry.ENGINE_RESTARTS.labels(namespace, name).set(restarts)
 
 
-async def pod_event(
-    rt: Runtime, type: str, body: kopf.Body, namespace: str | None, labels: Mapping[str, str], engine_pods: kopf.Index
-) -> None:
-    """The one handler for engine pod events: the crash watch's part, then the server's pod-derived status."""
-    namespace = kube.require_namespace(namespace)
-    from gdn_operator.handlers.crashwatch import on_pod_event
-
-    name = labels.get(LABEL_SERVER)
-    if not name:
-        return
-    try:
-        await on_pod_event(rt, type, namespace, name, kube.plain(body))
-    finally:
-        await asyncio.to_thread(update_from_pods, namespace, name, pods_of(engine_pods, namespace, name))
+async def pod_event(namespace: str, name: str, pods: list[dict[str, Any]]) -> None:
+    """The workload's part of an engine pod event (handlers/main.py fans each out to the crash watch, then
+    here): the server's pod-derived status, from all of its pods in kopf's index."""
+    await asyncio.to_thread(update_from_pods, namespace, name, pods)
 
 
 def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: dict[str, Any] | None = None) -> None:
@@ -204,16 +125,14 @@ def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: di
             st.set_condition(
                 status, st.PROGRESSING, True, "RollingOut", f"{updated}/{desired} updated, {ready}/{desired} ready.", gen
             )
-        # 0 < ready < desired: Degraded PartiallyReady, derived from Ready (status.refresh_degraded)
+        # 0 < ready < desired: Degraded PartiallyReady, derived from Ready (conditions.refresh_degraded)
 
     kube.update_status(namespace, name, mutate, obj=server)
 
 
-def correct_drift(rt: Runtime, namespace: str, name: str, dep: dict[str, Any] | None, server: dict[str, Any] | None = None,
+def correct_drift(rt: PlanInputs, namespace: str, name: str, dep: dict[str, Any] | None, server: dict[str, Any] | None = None,
                   kind: str = "Deployment") -> bool:
     """Re-apply the rendered Deployment if someone changed or deleted it. Returns True if corrected."""
-    from gdn_operator.handlers.reconcile import expected_objects
-
     if server is None:
         server = kube.get_server(namespace, name)
     if server is None or server["metadata"].get("deletionTimestamp"):
@@ -238,11 +157,11 @@ def correct_drift(rt: Runtime, namespace: str, name: str, dep: dict[str, Any] | 
     return True
 
 
-async def deployment_event(rt: Runtime, type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta,
+async def deployment_event(rt: PlanInputs, type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta,
                            kind: str = "Deployment") -> None:
     """A Deployment or (multi-node engines) LeaderWorkerSet event: status and drift, the same for both."""
     namespace = kube.require_namespace(namespace)
-    name = owner_name(kube.plain(meta))
+    name = kube.owner_name(kube.plain(meta))
     if not name:
         return
     obj = kube.plain(body)
@@ -254,7 +173,7 @@ def current_workload_kind(server: dict[str, Any]) -> str:
     return lws.KIND if int((server.get("spec") or {}).get("nodes") or 1) > 1 else "Deployment"
 
 
-def on_deployment(rt: Runtime, namespace: str, name: str, dep: dict[str, Any] | None, kind: str = "Deployment") -> None:
+def on_deployment(rt: PlanInputs, namespace: str, name: str, dep: dict[str, Any] | None, kind: str = "Deployment") -> None:
     server = kube.get_server(namespace, name)
     if server is None:
         return

@@ -1,1 +1,2 @@
-from gdn_operator.render.engine import RenderError, render_all, vllm_args  # noqa: F401
+"""Pure rendering: GDNModelServer spec → vLLM argv and Kubernetes objects (entry point: render/objects.py's
+`render_all`; floors: engine.py, the lowest builders, then lws / autoscale / router, then scaleout)."""

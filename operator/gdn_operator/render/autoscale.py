@@ -21,7 +21,7 @@ from typing import Any
 
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.scaleout import METRICS, AutoscalingSpec
-from gdn_operator.render.engine import _meta
+from gdn_operator.render.engine import object_meta
 
 KEDA_GROUP = "keda.sh"
 KEDA_VERSION = "v1alpha1"
@@ -73,7 +73,7 @@ def scaled_object(
     return {
         "apiVersion": f"{KEDA_GROUP}/{KEDA_VERSION}",
         "kind": "ScaledObject",
-        "metadata": _meta(name, namespace, uid, spec),
+        "metadata": object_meta(name, namespace, uid, spec),
         "spec": {
             "scaleTargetRef": target_ref,
             "minReplicaCount": a.min_replicas,
@@ -103,7 +103,7 @@ def horizontal_pod_autoscaler(
     return {
         "apiVersion": HPA_API_VERSION,
         "kind": "HorizontalPodAutoscaler",
-        "metadata": _meta(name, namespace, uid, spec),
+        "metadata": object_meta(name, namespace, uid, spec),
         "spec": {
             "scaleTargetRef": target_ref,
             "minReplicas": a.min_replicas,

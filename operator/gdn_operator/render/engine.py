@@ -1,4 +1,6 @@
-"""Pure functions: GDNModelServer spec → vLLM argv and Kubernetes objects.
+"""Pure functions: GDNModelServer spec → vLLM argv and Kubernetes objects — the lowest floor of render/ (the
+engine container, its pod template, Deployment, Service and PodMonitor, labels and object metadata); the
+multi-node and scale-out builders use these, and render/objects.py's `render_all` puts a server together.
 
 Nothing here talks to the API server; the reconciler applies what these functions return with
 server-side apply, and `gdnctl render` prints it.
@@ -10,11 +12,22 @@ import hashlib
 import json
 import math
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gdn_operator import API_VERSION, KIND
 from gdn_operator.api import k8s
 from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.labels import (
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_PART_OF,
+    LABEL_SERVER,
+    LABEL_VERSION,
+    LEADER_SELECTOR,
+    MANAGED_BY,
+)
 from gdn_operator.render import shutdown
 
 ENGINE_PORT = 8000
@@ -23,20 +36,8 @@ MODEL_MOUNT = "/models"
 CACHE_MOUNT = "/cache"
 CONTAINER = "vllm"
 
-LABEL_NAME = "app.kubernetes.io/name"
-LABEL_INSTANCE = "app.kubernetes.io/instance"
-LABEL_COMPONENT = "app.kubernetes.io/component"
-LABEL_PART_OF = "app.kubernetes.io/part-of"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_VERSION = "app.kubernetes.io/version"
-LABEL_SERVER = "serving.gdn-operator.io/server"
-MANAGED_BY = "gdn-operator"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-
-if TYPE_CHECKING:  # pragma: no cover
-    from gdn_operator.render.scaleout import ScaleOutOptions
-
 
 class RenderError(ValueError):
     """The object cannot be turned into a workload; the message names the field and the fix."""
@@ -60,8 +61,6 @@ def api_selector(name: str, spec: GDNModelServerSpec) -> dict[str, str]:
     leaders of a multi-node engine (workers run headless)."""
     labels = selector_labels(name)
     if spec.nodes > 1:
-        from gdn_operator.render.lws import LEADER_SELECTOR
-
         labels.update(LEADER_SELECTOR)
     return labels
 
@@ -178,7 +177,7 @@ def owner_reference(name: str, uid: str) -> dict[str, Any]:
     }
 
 
-def _meta(name: str, namespace: str, uid: str | None, spec: GDNModelServerSpec) -> dict[str, Any]:
+def object_meta(name: str, namespace: str, uid: str | None, spec: GDNModelServerSpec) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": common_labels(name, spec)}
     if uid:
         meta["ownerReferences"] = [owner_reference(name, uid)]
@@ -264,7 +263,7 @@ def deployment(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | N
     out: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(name, namespace, uid, spec),
+        "metadata": object_meta(name, namespace, uid, spec),
         "spec": {
             "replicas": spec.replicas,
             "selector": {"matchLabels": selector_labels(name)},
@@ -286,7 +285,7 @@ def service(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(name, namespace, uid, spec),
+        "metadata": object_meta(name, namespace, uid, spec),
         "spec": {
             "type": "ClusterIP",
             "selector": api_selector(name, spec),
@@ -302,7 +301,7 @@ def pod_monitor(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | 
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
-        "metadata": _meta(name, namespace, uid, spec),
+        "metadata": object_meta(name, namespace, uid, spec),
         "spec": {
             "selector": {"matchLabels": api_selector(name, spec)},
             "podMetricsEndpoints": [
@@ -310,22 +309,4 @@ def pod_monitor(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | 
             ],
         },
     }
-
-
-def render_all(
-    name: str,
-    namespace: str,
-    spec: GDNModelServerSpec,
-    uid: str | None = None,
-    *,
-    with_monitoring: bool = True,
-    scaleout: "ScaleOutOptions | None" = None,
-) -> list[dict[str, Any]]:
-    from gdn_operator.render import scaleout as so
-
-    objs = [so.workload(name, namespace, spec, uid), service(name, namespace, spec, uid)]
-    if with_monitoring and spec.metrics.enabled:
-        objs.append(pod_monitor(name, namespace, spec, uid))
-    objs += so.extra_objects(name, namespace, spec, uid, scaleout or so.ScaleOutOptions())
-    return objs
 

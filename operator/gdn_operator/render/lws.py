@@ -29,7 +29,8 @@ from __future__ import annotations
 from typing import Any
 
 from gdn_operator.api.spec import GDNModelServerSpec
-from gdn_operator.render.engine import _meta, check_names, pod_template, vllm_args
+from gdn_operator.labels import LABEL_WORKER_INDEX
+from gdn_operator.render.engine import check_names, object_meta, pod_template, vllm_args
 
 GROUP = "leaderworkerset.x-k8s.io"
 VERSION = "v1"
@@ -37,13 +38,6 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "LeaderWorkerSet"
 PLURAL = "leaderworkersets"
 CRD = f"{PLURAL}.{GROUP}"
-
-LABEL_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
-LABEL_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
-LABEL_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
-LABEL_SET_NAME = "leaderworkerset.sigs.k8s.io/name"
-#: Pods that serve the API in a group (LWS gives the leader worker index 0).
-LEADER_SELECTOR = {LABEL_WORKER_INDEX: "0"}
 
 #: torch.distributed rendezvous port on the leader (vLLM's --master-port default, rendered explicitly).
 MASTER_PORT = 29501
@@ -91,7 +85,7 @@ def leader_worker_set(name: str, namespace: str, spec: GDNModelServerSpec, uid: 
     out: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": _meta(name, namespace, uid, spec),
+        "metadata": object_meta(name, namespace, uid, spec),
         "spec": {
             "replicas": spec.replicas,
             "startupPolicy": STARTUP_POLICY,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gdn_operator.api.spec import GDNModelServerSpec
-from gdn_operator.render.engine import ENGINE_PORT, _meta, api_selector
+from gdn_operator.render.engine import ENGINE_PORT, api_selector, object_meta
 
 GROUP = "inference.networking.k8s.io"
 VERSION = "v1"
@@ -26,7 +26,7 @@ def inference_pool(name: str, namespace: str, spec: GDNModelServerSpec, uid: str
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "InferencePool",
-        "metadata": _meta(name, namespace, uid, spec),
+        "metadata": object_meta(name, namespace, uid, spec),
         "spec": {
             "selector": {"matchLabels": api_selector(name, spec)},
             "targetPorts": [{"number": ENGINE_PORT}],

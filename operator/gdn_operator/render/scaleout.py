@@ -1,4 +1,4 @@
-"""Which workload and which scale-out objects a spec gets (the hooks render/engine.render_all calls).
+"""Which workload and which scale-out objects a spec gets (what render/objects.render_all adds to the Service).
 
 - workload: a Deployment (one pod per engine), or a LeaderWorkerSet when spec.nodes > 1 (render/lws.py);
 - autoscaler: KEDA ScaledObject or HPA when spec.autoscaling is set (render/autoscale.py);

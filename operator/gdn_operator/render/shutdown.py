@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.versions import parse_version
 
 #: Seconds the preStop hook waits for endpoint removal before vLLM sees SIGTERM.
 PRESTOP_SECONDS = 5
@@ -35,8 +36,6 @@ def features() -> dict[str, Any]:
 
 def supports(spec: GDNModelServerSpec, feature: str) -> bool:
     """True when spec.image.vllmVersion is at least the feature's first release (unparseable: False)."""
-    from gdn_operator.rules.versions import parse_version
-
     ver, since = parse_version(spec.image.vllm_version), parse_version(features()[feature]["since"])
     return ver is not None and since is not None and ver >= since
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from gdn_operator.rules.effective import FIELDS
-from gdn_operator.rules.versions import VersionRange
+from gdn_operator.versions import VersionRange
 
 #: A compiled predicate: (effective values, version key or None) -> bool
 Compiled = Callable[[dict[str, Any], "tuple | None"], bool]
@@ -168,13 +168,9 @@ def compile_predicate(pred: Any, where: str = "when") -> Compiled:
             rng = VersionRange(arg)
         except ValueError as e:
             raise PredicateError(f"{here}: {e}") from None
-        clauses = tuple((o, b.key) for o, b in rng.clauses)
-        from gdn_operator.rules.versions import _OPS
 
         def version(v: dict[str, Any], ver: Any) -> bool:
-            if ver is None:
-                return False
-            return all(_OPS[o](ver, b) for o, b in clauses)
+            return ver is not None and rng.contains_key(ver)
 
         return version
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gdn_operator.api.specpatch import SpecPatch, check_path
 from gdn_operator.rules.predicates import PredicateError, compile_predicate
-from gdn_operator.rules.versions import Version, VersionRange, parse_version
+from gdn_operator.versions import Version, VersionRange, parse_version
 
 #: What a rule is about (not the crash watch's signature kinds, watch/catalogue.py KINDS).
 RuleKind = Literal["startup-crash", "runtime-crash", "silent-corruption", "deadlock", "config"]

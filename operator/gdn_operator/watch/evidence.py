@@ -4,7 +4,10 @@ A signature may name an upstream issue only when its `attribution` holds (data/s
 `needs` fact is known to have the stated value, no `excludes` fact is known to have its value, and a known
 vLLM version lies in `versions`. Facts come from the log (`facts:` in the catalogue: `Resolved
 architecture: Qwen3_5ForConditionalGeneration`, `Using FlashInfer GDN prefill kernel`, ...) and from
-the spec (`Evidence.from_spec`); where both say something, the spec wins (it is what was deployed).
+the spec (`Evidence.from_spec`); where both say something, the spec wins (it is what was deployed), and a
+disagreement is reported (`contradictions`), never dropped silently. The log's family evidence is its
+resolved-architecture line and the model's own frames (qwen3_next.py / qwen3_5.py); see rules/family.py for the
+order of the launch line's sources.
 `gdnctl classify-log --spec manifest.yaml --vllm-version X` passes the same evidence offline.
 """
 
@@ -13,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gdn_operator.rules.versions import parse_version
+from gdn_operator.api.load import load_file
+from gdn_operator.rules.effective import effective_config
+from gdn_operator.versions import parse_version
 
 if TYPE_CHECKING:
     from gdn_operator.api.spec import GDNModelServerSpec
@@ -31,8 +36,6 @@ class Evidence:
     @classmethod
     def from_spec(cls, spec: "GDNModelServerSpec", vllm_version: str | None = None) -> "Evidence":
         """Facts the operator knows from a spec (model family, speculative decoding, GDN prefill backend)."""
-        from gdn_operator.rules.effective import effective_config
-
         v = effective_config(spec, vllm_version).values
         facts: dict[str, str] = {}
         if v.get("gdn_hybrid"):
@@ -48,8 +51,6 @@ class Evidence:
     @classmethod
     def from_manifest(cls, path: str, vllm_version: str | None = None) -> "Evidence":
         """Evidence from the first GDNModelServer document of a manifest file (ManifestError if invalid)."""
-        from gdn_operator.api.load import load_file
-
         return cls.from_spec(load_file(path)[0].spec, vllm_version)
 
     @classmethod
@@ -71,6 +72,18 @@ def merge(log_facts: dict[str, str], log_version: str | None, evidence: Evidence
     if version:
         sources["vllm_version"] = evidence.source if evidence is not None and evidence.vllm_version else "log"
     return facts, version, sources
+
+
+def contradictions(log_facts: dict[str, str], evidence: Evidence | None) -> list[str]:
+    """Facts the log and the spec state differently (issue 26: reported, not silently resolved). The spec's
+    value is the one used (it is what was deployed); the log's is shown beside it."""
+    if evidence is None:
+        return []
+    return [
+        f"{k}: the log says {log_facts[k]}, the {evidence.source} says {v}; the {evidence.source}'s value is used"
+        for k, v in sorted(evidence.facts.items())
+        if k in log_facts and log_facts[k] != v
+    ]
 
 
 def check(attr: "Attribution", facts: dict[str, str], version: str | None) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from gdn_operator.render.lws import LABEL_GROUP_INDEX, LABEL_SET_NAME
+from gdn_operator.labels import LABEL_GROUP_INDEX, LABEL_SET_NAME
 
 #: How close (by the containers' finishedAt) the deaths of one group incident are.
 GROUP_INCIDENT_SECONDS = 20.0

@@ -1,5 +1,6 @@
-"""Pure status logic: the condition types, who writes each, conditions with transition times, and what is
-derived from them (the phase, and Degraded).
+"""The conditions of a GDNModelServer's status: the condition types, who writes each, conditions with
+transition times, and what is derived from them (the phase, and Degraded). Plain functions over the status
+dict; the status schema itself is api/status.py.
 
 Every writer of status goes through `set_condition`, so the phase can never disagree with the conditions
 (truthful status). `Degraded` has no writer of its own: it is derived from the conditions of the components
@@ -45,7 +46,7 @@ CONDITIONS: dict[str, tuple[str, str]] = {
               "stuck, seconds without progress); False once none is"),
     INFERENCE_POOL_ACCEPTED: ("handlers/router.py", "mirrors the InferencePool's Accepted (all parent gateways)"),
     INFERENCE_POOL_RESOLVED_REFS: ("handlers/router.py", "mirrors the InferencePool's ResolvedRefs"),
-    DEGRADED: ("handlers/status.py (derived)", "one or more causes below hold; reason = the first, message lists all"),
+    DEGRADED: ("handlers/conditions.py (derived)", "one or more causes below hold; reason = the first, message lists all"),
 }
 
 #: CrashLooping reasons while a crash is recent (not yet cleared by the quiet period).

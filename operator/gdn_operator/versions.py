@@ -1,4 +1,5 @@
-"""vLLM version parsing and version ranges for the known-crash rules.
+"""vLLM version parsing and version ranges: the known-crash rules, the option tables (api/vllm_args.py),
+the renderer's version-gated features and the crash catalogue all compare versions with these.
 
 Versions follow PEP 440 ordering, written here (no dependency): ``0.19.2rc1.dev226+g53b9640fb`` is a
 pre-release of 0.19.2 and sorts before 0.19.2rc1, which sorts before 0.19.2. A leading ``v`` (image tags
@@ -175,11 +176,11 @@ class VersionRange:
         return not any(op in ("<", "<=", "==") for op, _ in self.clauses)
 
     def contains(self, v: Version) -> bool:
-        k = v.key
-        for op, bound in self.clauses:
-            if not _OPS[op](k, bound.key):
-                return False
-        return True
+        return self.contains_key(v.key)
+
+    def contains_key(self, key: tuple) -> bool:
+        """`contains` for a version's sort key (Version.key), as the rule predicates carry it."""
+        return all(_OPS[op](key, bound.key) for op, bound in self.clauses)
 
     def __str__(self) -> str:
         return self.text or "*"

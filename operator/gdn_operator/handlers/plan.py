@@ -1,0 +1,112 @@
+"""The decision for one GDNModelServer: its spec parsed, judged by the known-crash rules, and rendered for
+this cluster — or why nothing can be applied.
+
+One computation shared by the reconciler, the drift corrector, the crash watch, the output probes and the
+autoscaler's scale-up pause, so they can never disagree. It reads the operator's settings and which
+optional APIs the cluster serves (`PlanInputs`: the runtime provides both), and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gdn_operator.api.load import ManifestError, parse_spec
+from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.handlers import conditions as st
+from gdn_operator.handlers.kube import CrdCache
+from gdn_operator.render import autoscale, lws, router
+from gdn_operator.render.engine import RenderError
+from gdn_operator.render.objects import render_all
+from gdn_operator.render.scaleout import ScaleOutOptions
+from gdn_operator.rules import Evaluation, evaluate
+from gdn_operator.settings import Settings
+
+PODMONITOR_CRD = "podmonitors.monitoring.coreos.com"
+MITIGATIONS_ANNOTATION = "serving.gdn-operator.io/mitigations"
+
+
+class PlanInputs(Protocol):
+    """What a plan reads besides the object: the settings, and which optional CRDs the cluster serves."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def crds(self) -> CrdCache: ...
+
+
+def mitigations_note(findings: list[Any]) -> str:
+    """The value of the mitigations annotation: rule id → the spec change applied for it."""
+    return json.dumps(
+        {f.rule: f.mitigation for f in findings if f.action == "mitigated"}, sort_keys=True, separators=(",", ":")
+    )
+
+
+@dataclass
+class Plan:
+    """What the operator decides for an object."""
+
+    spec: GDNModelServerSpec | None = None
+    ev: Evaluation | None = None
+    objects: list[dict[str, Any]] | None = None  # None: nothing to apply (invalid or rejected)
+    problem: str = ""  # why there is nothing to apply
+    monitoring: bool = False  # PodMonitors are managed (configured, and the CRD exists)
+
+    @property
+    def run_spec(self) -> GDNModelServerSpec | None:
+        return (self.ev.mitigated_spec if self.ev else None) or self.spec
+
+
+def plan(body: dict[str, Any], inputs: PlanInputs) -> Plan:
+    cfg = inputs.settings
+    meta = body["metadata"]
+    try:
+        spec = parse_spec(body.get("spec") or {})
+    except ManifestError as e:
+        return Plan(problem="; ".join(e.problems))
+    ev = evaluate(spec, default_policy=cfg.default_policy)
+    if not ev.allowed:
+        return Plan(spec, ev, problem=ev.denial_message())
+    out = Plan(spec, ev, monitoring=cfg.pod_monitors and inputs.crds.exists(PODMONITOR_CRD))
+    run_spec = ev.mitigated_spec or spec  # = out.run_spec, never None here: the spec parsed and is allowed
+    missing = missing_apis(run_spec, inputs.crds)
+    if missing:
+        out.problem = missing
+        return out
+    try:
+        out.objects = render_all(meta["name"], meta["namespace"], run_spec, meta.get("uid"), with_monitoring=out.monitoring,
+                                 scaleout=scaleout_options(body, run_spec, inputs))
+    except RenderError as e:
+        out.problem = str(e)
+    return out
+
+
+def expected_objects(body: dict[str, Any], inputs: PlanInputs) -> list[dict[str, Any]] | None:
+    """What the operator would have applied for this object now (None: invalid or rejected)."""
+    return plan(body, inputs).objects
+
+
+def missing_apis(spec: GDNModelServerSpec, crds: CrdCache) -> str:
+    """Why the cluster cannot run this spec (an API it needs is not installed), or ""."""
+    if spec.nodes > 1 and not crds.exists(lws.CRD):
+        return (f"spec.nodes {spec.nodes} needs the LeaderWorkerSet API ({lws.CRD}), which is not installed; "
+                "install LeaderWorkerSet (sigs.k8s.io/lws) or set spec.nodes to 1")
+    if spec.router is not None and spec.router.inference_pool is not None and not crds.exists(router.CRD):
+        return (f"spec.router.inferencePool needs the Gateway API Inference Extension ({router.CRD}), which is not "
+                "installed; install its CRDs or remove spec.router.inferencePool")
+    return ""
+
+
+def scaleout_options(body: dict[str, Any], spec: GDNModelServerSpec, inputs: PlanInputs) -> ScaleOutOptions:
+    """Cluster facts for the scale-out renderers: KEDA or HPA, and whether scale-up is paused (CrashLooping)."""
+    if spec.autoscaling is None:
+        return ScaleOutOptions()
+    cfg = inputs.settings
+    keda = bool(cfg.keda_prometheus_address) and inputs.crds.exists(autoscale.KEDA_CRD)
+    return ScaleOutOptions(
+        keda=keda,
+        prometheus_address=cfg.keda_prometheus_address,
+        scale_up_paused=st.is_true(body.get("status") or {}, st.CRASH_LOOPING),
+    )

@@ -1,0 +1,30 @@
+"""The entry point of rendering: every object of one GDNModelServer, in apply order.
+
+The engine workload (render/scaleout.py picks a Deployment or a LeaderWorkerSet), its Service, the
+PodMonitor when metrics are on, then the scale-out objects (autoscaler, InferencePool). The reconciler
+applies the list; `gdnctl render` prints it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.render.engine import pod_monitor, service
+from gdn_operator.render.scaleout import ScaleOutOptions, extra_objects, workload
+
+
+def render_all(
+    name: str,
+    namespace: str,
+    spec: GDNModelServerSpec,
+    uid: str | None = None,
+    *,
+    with_monitoring: bool = True,
+    scaleout: ScaleOutOptions | None = None,
+) -> list[dict[str, Any]]:
+    objs = [workload(name, namespace, spec, uid), service(name, namespace, spec, uid)]
+    if with_monitoring and spec.metrics.enabled:
+        objs.append(pod_monitor(name, namespace, spec, uid))
+    objs += extra_objects(name, namespace, spec, uid, scaleout or ScaleOutOptions())
+    return objs
