@@ -152,7 +152,7 @@ def exposition(point: dict[str, Any], start: float = 1.7954433530e9) -> str:
 
 class MetricsStandIn:
     """A stand-in vLLM engine for the stall tests: GET /metrics answers the exposition of a replayed series at
-    ``offset + speed x (seconds since start or the last switch)`` (the last point once past its end), bound
+    ``offset + speed x (seconds since start or the last switch)`` (past its end: the last counters, idle), bound
     to ``ip:port`` (a kwok pod IP in the cluster tests); GET /health answers 200 throughout, like the stalled
     engines did. ``served_after_end`` counts the scrapes answered past the series' end (positive evidence
     that a whole series was seen)."""
@@ -198,8 +198,9 @@ class MetricsStandIn:
     def render(self) -> str:
         with self.lock:
             t = self.offset + self.speed * (time.monotonic() - self.started)
-            if t > self.points[-1]["t"]:
+            if t > self.points[-1]["t"]:  # the replay is over: its requests are done, the engine idles
                 self.served_after_end += 1
+                return exposition(dict(self.points[-1], running=0, waiting=0))
             return exposition(point_at(self.points, t))
 
     def close(self) -> None:

@@ -129,7 +129,10 @@ def test_healthy_idle_prefill_slow_restarting_never_flagged(op, kube_api):
             engines[name] = MetricsStandIn(ip, PORT, series, speed=SPEED)
         # positive evidence that each whole series was served and scraped past its end
         for name, eng in engines.items():
-            wait_for(lambda e=eng: e.served_after_end >= 3, 180, interval=1, what=f"{name}: series replayed to its end")
+            try:
+                wait_for(lambda e=eng: e.served_after_end >= 3, 180, interval=1, what=f"{name}: series replayed to its end")
+            except AssertionError as e:
+                raise AssertionError(f"{e}\nstatus: {k.status(ns, name)}\noperator log:\n{op.log_tail(80)}") from None
             wait_for(lambda n=name: k.condition(ns, n, "MetricsAvailable"), 30, what=f"{name} scraped")
         text = op.metrics()
         for series, name in names.items():
