@@ -12,10 +12,13 @@ LWS pod webhook injects (``LWS_LEADER_ADDRESS=127.0.0.1``, ``LWS_WORKER_INDEX``,
 
 Substituted (each listed in the result under ``substitutions``): the leader's ``--host``/``--port``
 (harness.launch_argv: 127.0.0.1 and a free port instead of the pod's 0.0.0.0:8000); ``HF_HOME`` (the pod's
-/cache volume does not exist here); ``CUDA_VISIBLE_DEVICES`` (the device plugin's part: the leader sees
-GPU 0 first, the worker GPU 1 first — each "node" uses its local rank 0 on its own GPU; both stay visible
-so NCCL and vLLM's custom all-reduce see one host, as they do, instead of failing on a GPU the process
-cannot see). The model path comes from the manifest (``file://`` the checkout's model), not from an edit.
+/cache volume does not exist here); ``CUDA_VISIBLE_DEVICES`` (the device plugin's part: each "node" sees
+only its own GPU, as a one-GPU pod does — vLLM 0.22.0 decides "same node" from the local device count, so
+with both GPUs visible the leader waited for a local reader that never came: AssertionError at
+multiproc_executor.py:218, first GPU run). What makes two processes of one host look like two nodes: the
+worker runs in its own IPC and mount namespace with a private /dev/shm (``unshare``; vLLM's shared-memory
+same-node test then fails, as across hosts), and each side has its own ``NCCL_HOSTID`` with
+``NCCL_SOCKET_IFNAME=lo`` (NCCL takes them for two hosts and talks over sockets). The model path comes from the manifest (``file://`` the checkout's model), not from an edit.
 ``--nnodes/--node-rank/--master-addr/--master-port/--headless`` stay as rendered.
 
 Steps, all inside ``--until`` (epoch seconds): start both, wait for the leader's /health and model list;
@@ -38,6 +41,7 @@ Writes ``multinode.json``, ``multinode-leader.log``, ``multinode-worker.log``,
 from __future__ import annotations
 
 import argparse
+import shutil
 import datetime as dt
 import json
 import os
@@ -154,9 +158,16 @@ def _iso(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _start(name: str, p: dict, logdir: Path, cvd: str, listen: bool) -> harness.Engine:
+ISOLATE = ["unshare", "--ipc", "--mount", "--propagation", "private", "--", "sh", "-c",
+           'mount -t tmpfs -o size=16g tmpfs /dev/shm && exec "$0" "$@"']
+
+
+def _start(name: str, p: dict, logdir: Path, cvd: str, listen: bool, node: int) -> harness.Engine:
     r = harness.Rendered(list(p["args"]), dict(p["env"]), [])
-    return harness.start(name, r, logdir, extra_env={"CUDA_VISIBLE_DEVICES": cvd}, listen=listen)
+    env = {"CUDA_VISIBLE_DEVICES": cvd, "NCCL_HOSTID": f"gdn-node-{node}", "NCCL_SOCKET_IFNAME": "lo",
+           "GLOO_SOCKET_IFNAME": "lo"}
+    wrap = ISOLATE if node and shutil.which("unshare") else []
+    return harness.start(name, r, logdir, extra_env=env, listen=listen, wrap=wrap)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -173,11 +184,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                            "launch": lines, "substitutions": [
                                "leader --host 0.0.0.0 -> 127.0.0.1, --port 8000 -> a free port (harness.launch_argv)",
                                "HF_HOME /cache/huggingface -> <out>/mn-logs/hf-home (no pod volume)",
-                               "CUDA_VISIBLE_DEVICES leader 0,1 / worker 1,0 (device plugin's part)",
+                               "CUDA_VISIBLE_DEVICES leader 0 / worker 1 (device plugin's part: one GPU per node)",
+                               "worker in its own IPC+mount namespace with a private /dev/shm; NCCL_HOSTID per node, "
+                               "NCCL_SOCKET_IFNAME=GLOO_SOCKET_IFNAME=lo (two processes of one host as two nodes)",
                                "LWS_LEADER_ADDRESS=127.0.0.1, LWS_WORKER_INDEX, LWS_GROUP_SIZE (LWS webhook's part)"]}
     t0 = time.monotonic()
-    leader = _start("leader", lines["leader"], logdir, "0,1", listen=True)
-    worker = _start("worker", lines["worker"], logdir, "1,0", listen=False)
+    leader = _start("leader", lines["leader"], logdir, "0", listen=True, node=0)
+    worker = _start("worker", lines["worker"], logdir, "1", listen=False, node=1)
     watch = None
     try:
         try:

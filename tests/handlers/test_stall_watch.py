@@ -148,33 +148,39 @@ def _stalled(pod: str = "p0", uid: str = "u0") -> list[stall.PodVerdict]:
     return [stall.PodVerdict(pod, uid, None, StallVerdict(True, 130, 8, 0, "Stalled"), 0.0)]
 
 
-def test_ladder_restarts_once_per_generation_then_advises_piecewise(monkeypatch):
-    obj = {"metadata": {"name": "srv", "namespace": "ns", "generation": 4}, "spec": _spec(), "status": {}}
+def test_ladder_restarts_once_then_piecewise_as_an_override(monkeypatch):
+    # vLLM 0.33.0: G1 is known only on 0.22.0, its trigger (MTP + the default FULL_AND_PIECEWISE graphs) holds
+    spec = _spec(image={"tag": "v0.33.0", "vllmVersion": "0.33.0"})
+    obj = {"metadata": {"name": "srv", "namespace": "ns", "generation": 4}, "spec": spec, "status": {}}
     k = FakeKube(monkeypatch, obj)
     restarted: set[str] = set()
-    assert stall.end_stall("ns", "srv", obj, _stalled(), "m", restarted) == "restart p0"
+    assert stall.end_stall("ns", "srv", obj, _stalled(), "m", restarted, None) == "restart p0"
     assert k.deleted == [("p0", "u0")] and restarted == {"u0"}
     rec = obj["status"]["remediations"][-1]
     assert (rec["signature"], rec["generation"], rec["action"]) == ("engine-stall", 4, "restart p0")
     assert [e[0] for e in k.events] == ["Remediated"]
     # the same pod, still listed while it terminates: not a new stall
-    assert stall.end_stall("ns", "srv", obj, _stalled(), "m", restarted) is None
-    # its replacement stalls too: G1's trigger holds (default graphs + MTP): the PIECEWISE advice, once
-    assert stall.end_stall("ns", "srv", obj, _stalled("p9", "u9"), "m", restarted) == "advice"
-    assert k.deleted == [("p0", "u0")] and not k.patched  # the user's spec is never written
-    assert k.events[-1][0] == "RemediationNotPossible" and "spec.cudagraphMode: PIECEWISE" in k.events[-1][1]
-    assert stall.end_stall("ns", "srv", obj, _stalled("p8", "u8"), "m", restarted) is None
-    assert len(obj["status"]["remediations"]) == 2
-    # a new generation starts the ladder again
-    obj["metadata"]["generation"] = 5
-    assert stall.end_stall("ns", "srv", obj, _stalled("p7", "u7"), "m", restarted) == "restart p7"
+    assert stall.end_stall("ns", "srv", obj, _stalled(), "m", restarted, None) is None
+    # its replacement stalls too: G1's mitigation PIECEWISE as an operator-owned override (MTP stays on)
+    assert stall.end_stall("ns", "srv", obj, _stalled("p9", "u9"), "m", restarted, None) == "cudagraphMode=PIECEWISE"
+    assert k.deleted == [("p0", "u0")] and not k.patched and obj["spec"] == spec  # the user's spec is never written
+    (ov,) = obj["status"]["overrides"]
+    assert (ov["path"], ov["value"], ov["reason"], ov["source"]) == ("cudagraphMode", "PIECEWISE", "engine-stall/cudagraph", "remediation")
+    assert k.events[-1][0] == "Remediated" and "keeps MTP on" in k.events[-1][1]
+    # a new revision (the override): a stall of it starts the ladder again, with a restart
+    assert stall.end_stall("ns", "srv", obj, _stalled("p8", "u8"), "m", restarted, None) == "restart p8"
+    assert len(obj["status"]["remediations"]) == 3
+    # and once PIECEWISE runs, nothing automatic is left on that revision
+    assert stall.end_stall("ns", "srv", obj, _stalled("p7", "u7"), "m", restarted, None) == "advice"
+    assert k.events[-1][0] == "RemediationNotPossible" and "last resort" in k.events[-1][1]
+    assert stall.end_stall("ns", "srv", obj, _stalled("p6", "u6"), "m", restarted, None) is None
 
 
 def test_ladder_without_g1_trigger_says_nothing_automatic_is_left(monkeypatch):
     obj = {"metadata": {"name": "srv", "namespace": "ns", "generation": 1}, "spec": _spec(cudagraphMode="PIECEWISE"),
            "status": {"remediations": [{"signature": "engine-stall", "generation": 1, "action": "restart p0"}]}}
     k = FakeKube(monkeypatch, obj)
-    assert stall.end_stall("ns", "srv", obj, _stalled("p1", "u1"), "m", set()) == "advice"
+    assert stall.end_stall("ns", "srv", obj, _stalled("p1", "u1"), "m", set(), None) == "advice"
     assert "no automatic step is left" in k.events[-1][1] and not k.deleted
 
 
@@ -182,5 +188,5 @@ def test_remediation_mode_none_only_reports(monkeypatch):
     obj = {"metadata": {"name": "srv", "namespace": "ns", "generation": 1},
            "spec": _spec(remediation={"mode": "none"}), "status": {}}
     k = FakeKube(monkeypatch, obj)
-    assert stall.end_stall("ns", "srv", obj, _stalled(), "m", set()) is None
+    assert stall.end_stall("ns", "srv", obj, _stalled(), "m", set(), None) is None
     assert not k.deleted and not k.events and "remediations" not in obj["status"]

@@ -145,6 +145,7 @@ class AcceptanceSupervisor:
         #: crash watch's log followers) and output-probe timeouts (the probe supervisor); set by the runtime
         self.hang_of: Any = lambda namespace, pod: ""
         self.probe_timeouts_of: Any = lambda namespace, name, pod: 0
+        self.plan_inputs: Any = None  # the runtime (settings, CRDs): renders the stall ladder's override at once
         self.concurrency = concurrency  # servers whose round runs at once
         self.servers: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods_index: Any = None  # kopf's live engine_pods index (handlers/pods.py), set by the first event
@@ -204,7 +205,7 @@ class AcceptanceSupervisor:
         if obj is not None and stall is not None:
             stalled = [pv for pv in verdicts if pv.verdict.stalled]
             await asyncio.to_thread(stall_watch.end_stall, namespace, name, obj, stalled,
-                                    stall_watch.condition_message(stall), self.stall.restarted)
+                                    stall_watch.condition_message(stall), self.stall.restarted, self.plan_inputs)
 
     def clear(self, namespace: str, name: str) -> None:
         """Metrics turned off: acceptance figures and their conditions no longer say anything."""

@@ -7,19 +7,21 @@ group's, and restarting the leader makes the LeaderWorkerSet recreate the group)
 pod failed keeps that pod's last known verdict (MetricsAvailable says the scrape failed; a missing scrape never
 starts or ends a stall).
 
-The ladder (status.remediations, the crash watch's record; spec.remediation.mode auto only):
+The ladder (status.remediations, the crash watch's record, once per configuration revision — the generation
+plus the remediation overrides in force; spec.remediation.mode auto only):
 
-1. ``engine-stall``: delete the stalled pod (its workload controller replaces it), once per generation;
-2. ``engine-stall/cudagraph``: stalled again on the same generation, with MTP and FULL decode CUDA graphs in the
-   effective configuration (the trigger of rule gdn-operator/mtp-full-decode-cudagraph, G1, whose evidence
-   includes these stalls): G1's mitigation, CUDA-graph mode PIECEWISE, keeps MTP on. It is recorded and
-   announced (Event RemediationNotPossible naming the setting): the operator does not write the user's spec;
-3. otherwise nothing automatic is left (disabling speculative decoding is the last resort, a human decides).
+1. ``engine-stall``: delete the stalled pod(s) (the workload controller replaces them);
+2. ``engine-stall/cudagraph``: stalled again on the same revision, with MTP and FULL decode CUDA graphs in the
+   configuration that runs (the trigger of rule gdn-operator/mtp-full-decode-cudagraph, G1, whose evidence
+   includes these stalls): G1's mitigation, CUDA-graph mode PIECEWISE (remedies data action
+   ``cudagraph-piecewise``), as an operator-owned override (status.overrides; the spec is never written),
+   rendered at once. It keeps MTP on, and makes a new revision: a stall after it starts the ladder again;
+3. otherwise nothing automatic is left (Event RemediationNotPossible; disabling speculative decoding is the last
+   resort, for a human).
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -29,19 +31,23 @@ from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import conditions as st
-from gdn_operator.handlers.remediation import remediate_once
+from gdn_operator.api.overrides import live_overrides, revision
+from gdn_operator.handlers.overrides import reapply
+from gdn_operator.handlers.plan import PlanInputs
+from gdn_operator.handlers.remediation import remediate_once, remediation_for, running_spec, vet_change
 from gdn_operator.rules import effective_config, load_rules
+from gdn_operator.settings import Settings
 from gdn_operator.watch.stall import DEFAULT_STALL_SECONDS, StallDetector, StallVerdict
 
 __all__ = ["DEFAULT_STALL_SECONDS", "PodVerdict", "StallWatch", "apply_condition", "end_stall", "g1_trigger",
            "stall_status"]
 
-log = logging.getLogger(__name__)
-
 SIGNATURE = "engine-stall"
 SIGNATURE_CUDAGRAPH = "engine-stall/cudagraph"
 #: the rule whose trigger (MTP + FULL decode CUDA graphs) and mitigation (PIECEWISE) the ladder's second step uses
 G1 = "gdn-operator/mtp-full-decode-cudagraph"
+#: the remedies-data action (watch/data/signatures.yaml `actions:`) of the second step
+PIECEWISE_ACTION = "cudagraph-piecewise"
 
 
 @dataclass(frozen=True)
@@ -166,7 +172,7 @@ def apply_condition(status: dict[str, Any], stall: dict[str, Any] | None, genera
 
 
 def g1_trigger(spec: GDNModelServerSpec) -> bool:
-    """MTP with FULL decode CUDA graphs in the effective configuration (G1's `when`, at any version)."""
+    """MTP with FULL decode CUDA graphs in the configuration that runs (G1's `when`, at any version)."""
     rule = load_rules().rule(G1)
     if rule is None:
         return False
@@ -175,9 +181,10 @@ def g1_trigger(spec: GDNModelServerSpec) -> bool:
 
 
 def end_stall(namespace: str, name: str, obj: dict[str, Any], stalled: list[PodVerdict], message: str,
-              restarted: set[str]) -> str | None:
+              restarted: set[str], inputs: PlanInputs | None) -> str | None:
     """The ladder's next step for the pods stalled this round (module docstring); returns what was done.
-    `restarted`: uids of pods this operator deleted (runtime state): a pod on its way out is not a new stall."""
+    `restarted`: uids of pods this operator deleted (runtime state): a pod on its way out is not a new stall.
+    `inputs` (the runtime) renders an override now; None: it is recorded and rendered by the next reconcile."""
     stalled = [pv for pv in stalled if pv.uid not in restarted]
     if not stalled:
         return None
@@ -187,10 +194,14 @@ def end_stall(namespace: str, name: str, obj: dict[str, Any], stalled: list[PodV
         return None
     if spec.remediation.mode != "auto":
         return None
+    policy = inputs.settings.default_policy if inputs is not None else Settings().default_policy
     gen = obj["metadata"].get("generation")
-    done = {(r.get("signature"), r.get("generation")) for r in (obj.get("status") or {}).get("remediations") or []}
+    status = obj.get("status") or {}
+    rev = revision(gen, live_overrides(status, obj.get("spec") or {}, (obj.get("metadata") or {}).get("annotations"))[0])
+    done = {r.get("signature") for r in status.get("remediations") or []
+            if r.get("generation") == gen and r.get("revision", str(gen)) == rev}
     where = ", ".join(pv.pod + (f" (group {pv.group})" if pv.group else "") for pv in stalled)
-    if (SIGNATURE, gen) not in done:
+    if SIGNATURE not in done:
         action = "restart " + ", ".join(pv.pod for pv in stalled)
 
         def restart() -> bool:
@@ -208,15 +219,26 @@ def end_stall(namespace: str, name: str, obj: dict[str, Any], stalled: list[PodV
             act=(action, restart),
         )
         return action
-    if (SIGNATURE_CUDAGRAPH, gen) in done:
+    if SIGNATURE_CUDAGRAPH in done:
         return None
-    if g1_trigger(spec):
-        advice = (f"{where} stalled again after the restart on generation {gen} ({message}). MTP with FULL decode "
-                  f"CUDA graphs is the trigger of rule {G1}; its mitigation keeps MTP on: set spec.cudagraphMode: "
-                  f"PIECEWISE (the operator does not write the spec). Disabling speculative decoding is the last resort.")
-    else:
-        advice = (f"{where} stalled again after the restart on generation {gen} ({message}); no automatic step is "
-                  f"left: collect the engine log, and disable speculative decoding only as the last resort.")
+    running = running_spec(obj, policy)
+    change, refusal = (None, None)
+    if g1_trigger(running):
+        change, refusal = vet_change(obj, remediation_for(PIECEWISE_ACTION, running), policy)
+    if change is not None:
+        remediate_once(
+            namespace, name, obj, signature=SIGNATURE_CUDAGRAPH, upstream=G1, generation=gen, change=change,
+            reason=(f"{where} stalled again after the restart ({message}); MTP with FULL decode CUDA graphs is the "
+                    f"trigger of rule {G1}, whose mitigation keeps MTP on"),
+            not_possible="", applied=(f"Applied {{action}} (rule {G1}, keeps MTP on) as an operator override: {where} "
+                                      f"stalled again after its restart ({message}). Edit the spec to revert."),
+        )
+        if inputs is not None:
+            reapply(namespace, name, inputs)  # the override is in status; render and apply it now
+        return change.action
+    advice = (f"{where} stalled again after the restart on generation {gen} ({message}); no automatic step is left"
+              + (f" ({refusal})" if refusal else "")
+              + ": collect the engine log; disabling speculative decoding is the last resort, for a human.")
     remediate_once(
         namespace, name, obj, signature=SIGNATURE_CUDAGRAPH, upstream=None, generation=gen, change=None,
         reason=advice, not_possible=advice, applied="",
