@@ -36,7 +36,8 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("serving.gdn-operator.io", "gdnmodelservers/finalizers"): {"update"},  # blockOwnerDeletion
     ("apps", "deployments"): {"get", "list", "watch", "create", "patch"},
     ("", "services"): {"create", "patch"},
-    ("", "pods"): {"get", "list", "watch"},  # kopf index + event handlers; get: crash-watch log re-follow
+    # kopf index + event handlers; get: crash-watch log re-follow; delete: the stall watch's restart (handlers/stall.py)
+    ("", "pods"): {"get", "list", "watch", "delete"},
     ("", "pods/log"): {"get"},
     ("", "events"): {"create"},
     ("monitoring.coreos.com", "podmonitors"): {"create", "patch", "delete"},

@@ -116,7 +116,13 @@ def owner_name(meta: dict[str, Any]) -> str | None:
 
 
 def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return iso(None)
+
+
+def iso(epoch: float | None) -> str:
+    """RFC 3339 UTC, whole seconds (None: now)."""
+    t = dt.datetime.now(dt.timezone.utc) if epoch is None else dt.datetime.fromtimestamp(epoch, dt.timezone.utc)
+    return t.replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def apply(obj: dict[str, Any]) -> dict[str, Any]:
@@ -320,6 +326,19 @@ def patch_server(namespace: str, name: str, patch: dict[str, Any]) -> dict[str, 
     return cast(dict[str, Any], kubernetes.client.CustomObjectsApi(api_client()).patch_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, name, patch, _content_type="application/merge-patch+json"
     ))
+
+
+def delete_pod(namespace: str, name: str, uid: str | None) -> bool:
+    """Delete one pod instance (uid precondition: never a replacement that took the same name, as LWS pods
+    do). False when it is already gone or was replaced."""
+    body = kubernetes.client.V1DeleteOptions.model_validate({"preconditions": {"uid": uid}} if uid else {})
+    try:
+        kubernetes.client.CoreV1Api(api_client()).delete_namespaced_pod(name, namespace, body=body, _preload_content=False)
+    except ApiException as e:
+        if e.status in (404, 409):
+            return False
+        raise
+    return True
 
 
 #: Status keys other status keys are derived from: a write that changes the phase or a condition also

@@ -150,6 +150,13 @@ class LogFollowers:
         self.pool = pool  # log streams hold a thread while the engine runs: never the pool status writes use
         self.streamed = streamed
         self.tasks: dict[str, tuple[int, asyncio.Task[None]]] = {}
+        #: the log classifier of each followed pod's current container instance, by (namespace, pod)
+        self.classifiers: dict[tuple[str, str], StreamClassifier] = {}
+
+    def hang_summary(self, namespace: str, pod: str) -> str:
+        """Hang wording seen in the pod's current log (watch/hang.py): a stall's supporting evidence."""
+        sc = self.classifiers.get((namespace, pod))
+        return sc.hang.summary() if sc is not None else ""
 
     def ensure(self, namespace: str, pod: dict[str, Any]) -> None:
         uid = pod["metadata"].get("uid", "")
@@ -190,6 +197,7 @@ class LogFollowers:
         loop = asyncio.get_running_loop()
         evidence = await loop.run_in_executor(self.pool, evidence_for, namespace, server) if server else None
         state = StreamState(StreamClassifier(evidence=evidence), lambda result: self.streamed.remember(uid, restart + 1, result))
+        self.classifiers[(namespace, pod)] = state.classifier
         try:
             while True:  # until this container instance ends; a restart starts a new task
                 try:
@@ -216,3 +224,5 @@ class LogFollowers:
                 backoff = min(backoff * 2, 120.0)
         finally:
             stop.set()
+            if self.classifiers.get((namespace, pod)) is state.classifier:
+                del self.classifiers[(namespace, pod)]

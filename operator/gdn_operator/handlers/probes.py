@@ -232,6 +232,12 @@ class ProbeSupervisor:
         self.rng = random.Random(seed)
         self.task: asyncio.Task[None] | None = None
         self.tick = 0.25
+        #: consecutive rounds whose probes of a pod timed out, by (namespace, server, pod): supporting evidence
+        #: of a stall (handlers/stall.py), never a trigger
+        self.timeouts: dict[tuple[str, str, str], int] = {}
+
+    def timeouts_of(self, namespace: str, name: str, pod: str) -> int:
+        return self.timeouts.get((namespace, name, pod), 0)
 
     # ------------------------------------------------------------------ configuration (from events) --
 
@@ -265,6 +271,8 @@ class ProbeSupervisor:
                 s.task = asyncio.get_running_loop().create_task(asyncio.to_thread(mark_disabled, namespace, name))
 
     def forget(self, namespace: str, name: str) -> None:
+        for key in [k for k in self.timeouts if k[:2] == (namespace, name)]:
+            del self.timeouts[key]
         s = self.servers.pop((namespace, name), None)
         if s is not None and s.task is not None and not s.task.done():
             s.task.cancel()
@@ -317,6 +325,12 @@ class ProbeSupervisor:
             for p in current
         ))
         asked: list[Asked] = [a for pod in per_pod for a in pod]
+        for p in current:
+            key = (namespace, name, p["name"])
+            if any(a.error == "timeout" for a in asked if a.pod == p["name"]):
+                self.timeouts[key] = self.timeouts.get(key, 0) + 1
+            else:
+                self.timeouts.pop(key, None)
         outcomes, learned = judge_round(s.spec.prompts, s.reference, asked)
         now = kube.now()
         if learned:

@@ -55,6 +55,10 @@ class Runtime:
             concurrency=settings.scrape_servers_concurrency,
         )
         self.probes = ProbeSupervisor(self.acceptance.pods, concurrency=settings.probe_concurrency, rt=self)
+        # a stall's supporting evidence: hang wording from the crash watch's log streams, output-probe timeouts
+        self.acceptance.hang_of = self.followers.hang_summary
+        self.acceptance.probe_timeouts_of = self.probes.timeouts_of
+        self.acceptance.plan_inputs = self
         # start-up
         self.webhook_renewal: dict[str, Any] = {}  # where the operator-managed webhook certificate lives
         self.metrics_started = False
