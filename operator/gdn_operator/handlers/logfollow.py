@@ -20,6 +20,9 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import kubernetes
+from kubernetes.client.rest import ApiException
+
 from gdn_operator.api.load import parse_spec
 from gdn_operator.handlers import kube
 from gdn_operator.handlers.patchset import report_patch_check
@@ -83,8 +86,6 @@ def _stream_once(
     namespace: str, pod: str, stop: Callable[[], bool], on_guard: Callable[[GuardLine | None], None], state: StreamState,
 ) -> str:
     """Follow one container instance's log until the stream ends. Returns why it ended."""
-    import kubernetes
-
     core = kubernetes.client.CoreV1Api(kube.api_client())
     kw: dict[str, Any] = {}
     if state.last_read is not None:  # reconnect: do not read the whole log again
@@ -118,9 +119,6 @@ def _stream_once(
 
 def _instance_running(namespace: str, pod: str, uid: str, restart: int) -> bool | None:
     """Whether this container instance still runs; None when the API server cannot say (outage)."""
-    import kubernetes
-    from kubernetes.client.rest import ApiException
-
     p: Any  # the raw HTTP response (_preload_content=False)
     try:
         p = kubernetes.client.CoreV1Api(kube.api_client()).read_namespaced_pod(pod, namespace, _preload_content=False)

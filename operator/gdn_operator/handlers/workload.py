@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 import kopf
+from kubernetes.utils import parse_quantity
 
 from gdn_operator import telemetry
 from gdn_operator.handlers import conditions as st
@@ -24,8 +25,6 @@ log = logging.getLogger(__name__)
 
 
 def _same_quantity(a: Any, b: Any) -> bool:
-    from kubernetes.utils import parse_quantity
-
     try:
         return parse_quantity(a) == parse_quantity(b)
     except (ValueError, TypeError):
