@@ -11,6 +11,7 @@ import yaml
 from gdn_operator.rules import load_rules
 from gdn_operator.rules.rulefile import RuleFileError, default_rule_file, parse_rule_file
 from gdn_operator.rules.predicates import PredicateError, compile_predicate
+from gdn_operator.watch.signatures import default_catalogue
 
 
 def _raw():
@@ -118,3 +119,12 @@ def test_version_predicate_false_for_unparseable_version():
 def test_bad_predicates(bad):
     with pytest.raises(PredicateError):
         compile_predicate(bad)
+
+
+def test_b12_fix_prs_that_name_the_same_index_are_aliases_issue_26():
+    # PR #48475, PR #50021 and PR #56518 all bound `num_accepted_tokens - 1 = -1` (B12, PR #51508): a finding or
+    # a crash naming any of them is the same defect, and the crash watch lists them beside vllm#51508.
+    rule = next(r for r in load_rules().rules if r.id == "vllm#51508")
+    assert set(rule.aliases) >= {"vllm#48475", "vllm#50021", "vllm#56518"}
+    sig = next(s for s in default_catalogue().signatures if s.upstream == "vllm#51508")
+    assert set(sig.related) >= {"vllm#48475", "vllm#50021", "vllm#56518"}

@@ -9,11 +9,18 @@ Each log's source (issue / PR number) and the verdict a careful reader gives it 
 Thresholds (issue 16): 100 % precision of upstream attribution (no wrong issue named, ever), >= 90 %
 recall of catalogued crashes, >= 90 % of other crashes detected with the right root-cause line, 0 false
 crashes on healthy logs. The score table is printed (also: `python tests/watch/test_upstream_corpus.py`).
+
+launchlines.tsv (issue 26): real launch lines from upstream threads and the model family `gdnctl validate`
+decides for each, with the source that decides it (rules/family.py's order); a line whose family no source
+reveals stays "cannot tell" (exit 2), never guessed.
 """
 
 from __future__ import annotations
 
 import csv
+import json
+import shlex
+import subprocess
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -26,6 +33,7 @@ if __name__ == "__main__":  # pragma: no cover - script mode
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operator"))
 
 from gdn_operator.watch.evidence import Evidence  # noqa: E402
+from paths import gdnctl  # noqa: E402
 from gdn_operator.watch.signatures import ClassificationResult, classify_text  # noqa: E402
 
 
@@ -155,6 +163,39 @@ def test_root_cause_line_points_into_the_log() -> None:
             continue
         lines = (CORPUS / row.file).read_text(encoding="utf-8").split("\n")
         assert r.root_cause.split()[0] in lines[r.root_cause_line - 1], row.file
+
+
+def load_launch_lines() -> list[dict[str, str]]:
+    with open(CORPUS / "launchlines.tsv", encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader((ln for ln in fh if not ln.startswith("#")), delimiter="\t"))
+
+
+LAUNCH_LINES = load_launch_lines()
+
+
+@pytest.mark.parametrize("row", LAUNCH_LINES, ids=[f"{r['source'].split()[0]}-{i}" for i, r in enumerate(LAUNCH_LINES)])
+def test_validate_decides_the_family_of_real_launch_lines(row: dict[str, str], tmp_path: Path) -> None:
+    assert "#" in row["source"]
+    line = row["line"]
+    if row["config"] != "-":
+        model_dir = tmp_path / "checkpoint"
+        model_dir.mkdir()
+        (model_dir / "config.json").write_text(json.dumps({"architectures": [row["config"]]}), encoding="utf-8")
+        line = line.replace("MODEL_DIR", str(model_dir))
+    p = subprocess.run(
+        [gdnctl(), "validate", "--vllm-version", row["vllm_version"], "--output", "json",
+         "--", *shlex.split(line)],
+        capture_output=True, text=True, timeout=120,
+    )
+    if row["family"] == "cannot-tell":
+        assert p.returncode == 2 and p.stderr.startswith("error: cannot tell:"), (p.returncode, p.stderr)
+        return
+    assert p.returncode in (0, 1), p.stderr
+    effective = json.loads(p.stdout)["results"][0]["effectiveDetail"]
+    assert effective["architecture"] == row["family"], effective
+    assert effective["sources"]["architecture"].startswith(
+        {"model name": "inferred from model name", "config.json": "config.json at"}.get(row["decided_by"], row["decided_by"])
+    ), effective["sources"]
 
 
 if __name__ == "__main__":  # pragma: no cover

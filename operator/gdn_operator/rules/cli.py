@@ -5,7 +5,10 @@
 
 Exit codes: 0 admitted unchanged (warnings allowed); 1 rejected, or changed by a mitigation;
 2 malformed input (ManifestError, printed by gdnctl's main as one line per problem), or a launch line whose
-model name does not reveal the model family ("cannot tell: pass --architecture ...").
+model family no source reveals ("cannot tell: pass --architecture ...") or is known not to be a GDN hybrid.
+The family of a launch line is decided by rules/family.py from every source the line has (--architecture,
+--hf-overrides / --additional-config, a readable local config.json, published checkpoints, the model name,
+--served-model-name); sources that disagree are reported as notes.
 A manifest is evaluated with its spec.admissionPolicy (default: reject, the operator's default);
 a launch line always with policy reject. Every document of a multi-document file is evaluated.
 """
@@ -21,7 +24,7 @@ from gdn_operator.api.load import ManifestError, load_file
 from gdn_operator.api.enums import Architecture
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.rules.evaluator import Evaluation, evaluate
-from gdn_operator.rules.launchline import evaluate_launch
+from gdn_operator.rules.launchline import LaunchLine, evaluate_launch
 
 CLI_DEFAULT_POLICY = "reject"
 
@@ -87,6 +90,21 @@ def _text(results: list[dict[str, Any]], evs: list[Evaluation]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _no_family(line: LaunchLine) -> str:
+    """Why the rules cannot be evaluated for a launch line: a config names another family, or no source tells."""
+    classes = ", ".join(a.value for a in Architecture)
+    if line.overrides.not_gdn is not None:
+        return (
+            f"not a Gated DeltaNet hybrid: {line.overrides.architecture_source} names {line.overrides.not_gdn!r} "
+            f"(the known-crash rules are for {classes}); if the checkpoint is one of them, pass --architecture ARCH"
+        )
+    return (
+        f"cannot tell: the model name {line.model!r} does not reveal the model family, so the known-crash "
+        f"rules cannot be evaluated; pass --architecture ARCH (the checkpoint's HF architecture class, one of "
+        f"{classes}), --hf-overrides '{{\"architectures\": [ARCH]}}', or a local model path with its config.json"
+    )
+
+
 def run_validate(args: argparse.Namespace) -> int:
     launch = list(getattr(args, "launch", None) or [])
     if launch and launch[0] == "--":
@@ -106,11 +124,7 @@ def run_validate(args: argparse.Namespace) -> int:
         )
         if not ev.detail.values.get("gdn_hybrid"):
             # not a known-crash finding: the rules cannot be evaluated at all without the model family
-            raise ManifestError(
-                f"cannot tell: the model name {line.model!r} does not reveal the model family, so the known-crash "
-                f"rules cannot be evaluated; pass --architecture ARCH (the checkpoint's HF architecture class, one of "
-                f"{', '.join(a.value for a in Architecture)})"
-            )
+            raise ManifestError(_no_family(line))
         res = {"source": "launch line", "name": None, "namespace": None, "model": line.model, "argv": line.argv}
         res.update(ev.to_dict())
         results.append(res)

@@ -14,13 +14,12 @@ shared/docs/vllm-known-issues.md (beside the checkout) §2 (checked in the relea
   0.29.0. ``v1``/``v2`` set ``VLLM_USE_V2_MODEL_RUNNER=0/1``, which vLLM parses with ``int()``;
 * speculative method: ``qwen3_next_mtp`` and ``qwen3_5_mtp`` (any ``*_mtp``) are rewritten to ``mtp``.
 
-The architecture comes from ``spec.model.architecture`` or is inferred from the model name
-(Qwen3-Next / Qwen3.5 / Qwen3.6 / Qwen3.8); anything else is *unrecognised*, never guessed.
+The architecture comes from ``spec.model.architecture`` or is inferred from the model name (the published
+checkpoints and name patterns of rules/family.py); anything else is *unrecognised*, never guessed.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +27,7 @@ from gdn_operator.api.enums import Architecture
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.vllm_args import resolve_extra_args
 from gdn_operator.api.status import EffectiveConfig as EffectiveConfigStatus
+from gdn_operator.rules.family import infer_architecture
 from gdn_operator.versions import Version, parse_version, require_version
 
 GDN_ARCHITECTURES = frozenset(a.value for a in Architecture)
@@ -48,28 +48,6 @@ V2_ENV_TRISTATE_FROM = require_version("0.22.0")
 DEFAULT_MAX_NUM_SEQS = 256
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 
-_SEP = r"[-_. ]?"
-_FAMILY_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"qwen3" + _SEP + r"next(?![a-z])"), "qwen3-next"),
-    # Qwen3.5 / 3.6 / 3.8 need a '.' or '_' separator: "Qwen3-8B" is the dense Qwen3, not a hybrid.
-    (re.compile(r"qwen3[._]([568])(?![0-9])"), "qwen3.5"),
-]
-_MOE_RE = re.compile(r"(?:^|[-_./])a\d+(?:\.\d+)?b(?:$|[-_./])|moe")
-
-
-def infer_architecture(model_name: str) -> str | None:
-    """HF architecture class from a marketing/model name, or None when the family is not recognised."""
-    name = model_name.lower()
-    for pat, family in _FAMILY_PATTERNS:
-        if pat.search(name):
-            if family == "qwen3-next":
-                return Architecture.QWEN3_NEXT.value
-            if _MOE_RE.search(name):
-                return Architecture.QWEN3_5_MOE.value
-            return Architecture.QWEN3_5.value
-    return None
-
-
 @dataclass
 class LaunchOverrides:
     """What a raw `vllm serve` line says that a GDNModelServerSpec cannot hold (see launchline.py)."""
@@ -80,6 +58,7 @@ class LaunchOverrides:
     parallel_drafting: bool | None = None
     mamba_cache_mode: str | None = None
     architecture_source: str | None = None
+    not_gdn: str | None = None  # a config names this non-GDN class (rules/family.py): never inferred from the name
 
 
 class Effective:
@@ -182,6 +161,8 @@ def effective_config(
     arch: str | None = spec.model.architecture  # Architecture is a str enum
     if arch is not None:
         sources["architecture"] = ov.architecture_source or "spec.model.architecture"
+    elif ov.not_gdn is not None:
+        sources["architecture"] = f"{ov.architecture_source} names {ov.not_gdn} (not a GDN hybrid)"
     else:
         arch = infer_architecture(spec.model.name_for_inference)
         if arch is not None:

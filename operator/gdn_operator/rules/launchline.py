@@ -18,8 +18,12 @@ with the nearest older release's table it is a note. tests/rules/test_rules_laun
 this against vLLM's real parser. Flags the rules do not need are ignored with a note. Bad input is a
 ManifestError naming the flag.
 
-Size (~520 lines): one reader, from a launch line to a spec, whose flag table and error messages belong
-together; the option resolution itself lives in api/vllm_args.py.
+The spec <-> flag mapping is api/flags.py's table (shared with the renderer); the model family is decided by
+rules/family.py from every source the line has. The reader is in parts: the command (`_command`), the flag
+loop (`_read_flags` with `_table_flag` / `_json_flag` / `_other_flag`), then one step per JSON-carried setting.
+
+Size (~540 lines): one reader, from a launch line to a spec, whose steps and error messages belong together;
+the option resolution itself lives in api/vllm_args.py.
 """
 
 from __future__ import annotations
@@ -32,19 +36,19 @@ from typing import Any, Sequence
 
 from pydantic import ValidationError
 
-from gdn_operator.api import vllm_args
+from gdn_operator.api import flags, vllm_args
 from gdn_operator.api.load import ManifestError
-from gdn_operator.api.enums import Architecture, AttentionBackend, CudagraphMode, GDNPrefillBackend, SpecMethod
+from gdn_operator.api.enums import Architecture, CudagraphMode, GDNPrefillBackend, SpecMethod
 from gdn_operator.api.parts import OPERATOR_OWNED_ENV
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.rules.effective import LaunchOverrides
+from gdn_operator.rules import family
 from gdn_operator.rules.evaluator import Evaluation, evaluate
 
+_DOTTED = flags.DOTTED_JSON_PREFIXES
 _ENV_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 _MTP_METHODS = frozenset(m.value for m in SpecMethod)
-#: JSON-valued flags whose keys may be given one by one (`--speculative-config.method mtp`)
-_DOTTED_JSON_FLAGS = ("--speculative-config.", "--compilation-config.", "--additional-config.", "--hf-overrides.")
 
 #: flags that take a value but do not matter to the rules (consumed quietly)
 _QUIET_VALUE = frozenset({
@@ -52,7 +56,8 @@ _QUIET_VALUE = frozenset({
     "--uvicorn-log-level", "--tool-call-parser", "--reasoning-parser", "--kv-cache-dtype", "--seed",
     "--swap-space", "--max-logprobs", "--chat-template", "--limit-mm-per-prompt", "--generation-config",
     "--load-format", "--revision", "--tokenizer-mode", "--root-path", "--ssl-keyfile",
-    "--ssl-certfile", "--allowed-origins", "--middleware", "--served-model-name", "--optimization-level",
+    "--ssl-certfile", "--allowed-origins", "--middleware", "--optimization-level",
+    *flags.PIPELINE_PARALLEL.spellings, "-dp", "--data-parallel-size",
 })
 #: boolean flags that do not matter to the rules
 _QUIET_BOOL = frozenset({
@@ -60,29 +65,19 @@ _QUIET_BOOL = frozenset({
     "--enable-log-requests", "--no-enable-log-requests", "--language-model-only", "--disable-fastapi-docs",
     "--enable-prompt-tokens-details", "--disable-frontend-multiprocessing", "--enable-expert-parallel",
 })
-
-_INT_FLAGS = {
-    "--tensor-parallel-size": "tensorParallelSize",
-    "-tp": "tensorParallelSize",
-    "--max-num-seqs": "maxNumSeqs",
-    "--max-num-batched-tokens": "maxNumBatchedTokens",
-    "--max-model-len": "maxModelLen",
+#: spelling -> (table entry, the value a bool spelling sets)
+_TABLE: dict[str, tuple[flags.Flag, bool | None]] = {
+    **{sp: (f, None) for f in flags.READ_FLAGS if f.kind != "bool" for sp in (f.flag, *f.aliases)},
+    **{f.flag: (f, True) for f in flags.READ_FLAGS if f.kind == "bool"},
+    **{f.off: (f, False) for f in flags.READ_FLAGS if f.kind == "bool" and f.off},
 }
-#: options the flag loop below reads, besides the tables above
+_SPEC_JSON = (flags.SPECULATIVE_CONFIG, *flags.SPECULATIVE_SHORT)
+_CC_JSON = (flags.COMPILATION_CONFIG, *flags.COMPILATION_SHORT)
+#: options the flag loop reads, besides the tables above
 _READ_FLAGS = frozenset({
-    "--model", "--speculative-config", "-sc", "--spec-method", "--spec-tokens", "--compilation-config", "-cc",
-    "--additional-config", "--hf-overrides", "--mamba-cache-mode", "--attention-backend", "--gdn-prefill-backend",
-    "--gpu-memory-utilization", "-pp", "--pipeline-parallel-size", "-dp", "--data-parallel-size",
+    "--model", *_SPEC_JSON, "--spec-method", "--spec-tokens", *_CC_JSON, flags.ADDITIONAL_CONFIG,
+    flags.HF_OVERRIDES, flags.HF_CONFIG_PATH, flags.SERVED_NAME.flag, "--mamba-cache-mode",
 })
-_BOOL_FLAGS = {
-    "--async-scheduling": ("asyncScheduling", True),
-    "--no-async-scheduling": ("asyncScheduling", False),
-    "--enable-prefix-caching": ("prefixCaching", True),
-    "--no-enable-prefix-caching": ("prefixCaching", False),
-    "--enable-chunked-prefill": ("chunkedPrefill", True),
-    "--no-enable-chunked-prefill": ("chunkedPrefill", False),
-    "--enforce-eager": ("enforceEager", True),
-}
 
 
 def _short(text: str, limit: int = 160) -> str:
@@ -90,7 +85,7 @@ def _short(text: str, limit: int = 160) -> str:
 
 
 def _spellings_read() -> frozenset[str]:
-    return _READ_FLAGS | frozenset(_INT_FLAGS) | frozenset(_BOOL_FLAGS) | _QUIET_VALUE | _QUIET_BOOL
+    return _READ_FLAGS | frozenset(_TABLE) | _QUIET_VALUE | _QUIET_BOOL
 
 
 def _canonical_flags(rest: Sequence[str], vllm_version: str, notes: list[str]) -> list[str]:
@@ -117,7 +112,7 @@ def _canonical_flags(rest: Sequence[str], vllm_version: str, notes: list[str]) -
     for tok in rest:
         flag, eq, inline = tok.partition("=")
         if (not tok.startswith("-") or tok == "-" or re.fullmatch(r"-\d.*|-O.*", tok)
-                or flag.startswith(_DOTTED_JSON_FLAGS) or flag.startswith("-cc.")):
+                or flag.startswith(_DOTTED) or flag.startswith("-cc.")):
             out.append(tok)
             continue
         lookup = flag.replace("_", "-") if flag.startswith("--") else flag
@@ -205,6 +200,304 @@ def _coerce_scalar(text: str) -> Any:
         return text
 
 
+@dataclass
+class _Read:
+    """What the flag loop read from a launch line, before it becomes a spec."""
+
+    rest: list[str]
+    notes: list[str]
+    model: str | None = None
+    spec: dict[str, Any] = field(default_factory=dict)
+    origin: dict[str, str] = field(default_factory=dict)  # spec key -> flag, for error messages
+    sd: dict[str, Any] = field(default_factory=dict)  # --speculative-config
+    sd_short: dict[str, Any] = field(default_factory=dict)  # --spec-method / --spec-tokens
+    cc: dict[str, Any] = field(default_factory=dict)  # --compilation-config
+    extra: dict[str, Any] = field(default_factory=dict)  # --additional-config
+    hf: dict[str, Any] = field(default_factory=dict)  # --hf-overrides
+    served: list[str] = field(default_factory=list)  # --served-model-name
+    hf_config_path: str | None = None
+    ov: LaunchOverrides = field(default_factory=LaunchOverrides)
+    j: int = 0
+
+    def value(self, flag: str, inline: str | None) -> str:
+        """The flag's value: `--flag=value`, or the next token."""
+        if inline is not None:
+            return inline
+        if self.j + 1 >= len(self.rest):
+            raise ManifestError(f"{flag}: missing value")
+        self.j += 1
+        return self.rest[self.j]
+
+
+def _command(args: list[str], notes: list[str]) -> tuple[int, dict[str, str]]:
+    """(index of the first argument after the command, leading environment assignments)."""
+    env: dict[str, str] = {}
+    i = 1 if args[0] == "env" else 0
+    while i < len(args) and (m := _ENV_ASSIGN.match(args[i])):
+        env[m.group(1)] = m.group(2)
+        i += 1
+    if i >= len(args):
+        raise ManifestError("launch line has only environment assignments; expected `vllm serve MODEL ...`")
+    cmd = args[i]
+    if cmd.rsplit("/", 1)[-1] == "vllm":
+        if i + 1 >= len(args) or args[i + 1] != "serve":
+            raise ManifestError(f"launch line: expected `vllm serve MODEL ...`, got `{' '.join(args[i:i + 2])}`")
+        return i + 2, env
+    if re.fullmatch(r"(?:.*/)?python(?:3(?:\.\d+)?)?", cmd):
+        if len(args) > i + 2 and args[i + 1] == "-m" and args[i + 2] in _API_SERVER_MODULES:
+            return i + 3, env
+        raise ManifestError("launch line: expected `python -m vllm.entrypoints.openai.api_server --model MODEL ...`")
+    if cmd == "serve":
+        return i + 1, env
+    if cmd.startswith("-"):
+        notes.append("launch line starts with flags; treated as the arguments of `vllm serve`")
+        return i, env
+    raise ManifestError(
+        f"launch line: unknown command {cmd!r}; expected `vllm serve MODEL ...` or "
+        "`python -m vllm.entrypoints.openai.api_server --model MODEL ...`"
+    )
+
+
+def _table_flag(r: _Read, flag: str, inline: str | None) -> None:
+    """A flag of api/flags.py's table: its value onto the spec key."""
+    f, on = _TABLE[flag]
+    if f.kind == "bool":
+        if inline is not None:
+            raise ManifestError(f"{flag}: takes no value (got {flag}={inline})")
+        r.spec[f.key], r.origin[f.key] = on, flag
+        return
+    value = r.value(flag, inline)
+    if f.kind == "int":
+        r.spec[f.key] = _parse_int(flag, value)
+    elif f.kind == "float":
+        try:
+            r.spec[f.key] = float(value)
+        except ValueError:
+            raise ManifestError(f"{flag}: expected a number, got {value!r}") from None
+    else:
+        choice = f.choice(value)
+        if choice is None and f.strict:
+            raise ManifestError(
+                f"{flag}: unknown backend {value!r} (vLLM has {', '.join(c.value for c in f.choices or ())})"
+            )
+        if choice is None:
+            r.notes.append(f"{flag} {value}: backend not modelled by the rules; ignored")
+            return
+        r.spec[f.key] = choice
+    r.origin[f.key] = flag
+
+
+def _json_flag(r: _Read, flag: str, inline: str | None) -> bool:
+    """A JSON option, whole or one dotted key at a time (argparse: the last whole value wins)."""
+    if flag in _SPEC_JSON:
+        r.sd = _parse_json_obj(flag, r.value(flag, inline))
+    elif flag in _CC_JSON:
+        value = r.value(flag, inline)
+        if value.strip().lstrip("-").isdigit():
+            r.notes.append(f"{flag} {value}: optimization level form; cudagraph mode left to vLLM")
+        else:
+            r.cc = _parse_json_obj(flag, value)
+    elif flag == flags.ADDITIONAL_CONFIG:
+        r.extra = _parse_json_obj(flag, r.value(flag, inline))
+    elif flag == flags.HF_OVERRIDES:
+        r.hf = _parse_json_obj(flag, r.value(flag, inline))
+    elif flag.startswith(_DOTTED) or flag.startswith("-cc."):
+        target = {"--speculative-config": r.sd, "--compilation-config": r.cc, "-cc": r.cc,
+                  "--additional-config": r.extra, "--hf-overrides": r.hf}[flag.split(".", 1)[0]]
+        target[flag.split(".", 1)[1]] = _coerce_scalar(r.value(flag, inline))
+    else:
+        return False
+    return True
+
+
+def _other_flag(r: _Read, tok: str, flag: str, inline: str | None) -> None:
+    """Flags outside the table and the JSON options: read, consumed quietly, or ignored with a note."""
+    if flag == "--model":
+        r.model = r.value(flag, inline)
+    elif flag == "--spec-method":
+        r.sd_short["method"] = r.value(flag, inline)
+    elif flag == "--spec-tokens":
+        r.sd_short["num_speculative_tokens"] = _parse_int(flag, r.value(flag, inline))
+    elif flag == flags.SERVED_NAME.flag:
+        r.served.append(r.value(flag, inline))
+    elif flag == flags.HF_CONFIG_PATH:
+        r.hf_config_path = r.value(flag, inline)
+    elif flag == "--mamba-cache-mode":
+        value = r.value(flag, inline)
+        if value not in ("align", "none", "all"):
+            raise ManifestError(f"--mamba-cache-mode: expected align, none or all, got {value!r}")
+        r.ov.mamba_cache_mode = value
+    elif flag in _QUIET_VALUE:
+        r.value(flag, inline)
+    elif flag in _QUIET_BOOL:
+        pass
+    elif flag == "-O" or re.fullmatch(r"-O\d", flag):
+        if flag == "-O" and inline is None and r.j + 1 < len(r.rest) and not r.rest[r.j + 1].startswith("-"):
+            r.j += 1
+    elif inline is None and r.j + 1 < len(r.rest) and not r.rest[r.j + 1].startswith("-"):
+        # unknown flag: `--flag=value`, `--flag value` or a boolean switch
+        r.notes.append(f"ignored unknown flag {flag} {r.rest[r.j + 1]}")
+        r.j += 1
+    else:
+        r.notes.append(f"ignored unknown flag {tok}")
+
+
+def _read_flags(rest: list[str], notes: list[str]) -> _Read:
+    r = _Read(rest, notes)
+    while r.j < len(rest):
+        tok = rest[r.j]
+        if not tok.startswith("-") or tok == "-":
+            if r.model is None:
+                r.model = tok
+            else:
+                notes.append(f"ignored extra positional argument {tok!r}")
+            r.j += 1
+            continue
+        flag, eq, value = tok.partition("=")
+        inline = value if eq else None
+        if flag.startswith("--") and "_" in flag and not flag.startswith(_DOTTED):
+            flag = flag.replace("_", "-")  # vLLM accepts --max_num_seqs as --max-num-seqs
+        if flag in _TABLE:
+            _table_flag(r, flag, inline)
+        elif not _json_flag(r, flag, inline):
+            _other_flag(r, tok, flag, inline)
+        r.j += 1
+    return r
+
+
+def _additional_config(r: _Read) -> None:
+    """--additional-config: vLLM stores --gdn-prefill-backend there, so both spellings mean the same."""
+    key = flags.GDN_PREFILL_BACKEND.key
+    if "gdn_prefill_backend" in r.extra:
+        value = r.extra["gdn_prefill_backend"]
+        known = {b.value for b in GDNPrefillBackend}
+        if not isinstance(value, str) or value.lower() not in known:
+            raise ManifestError(
+                f"--additional-config: gdn_prefill_backend {value!r} is not a GDN prefill backend "
+                f"(vLLM has {', '.join(sorted(known))})"
+            )
+        if key in r.spec and r.spec[key] != value.lower():
+            r.notes.append(
+                f"--gdn-prefill-backend {r.spec[key]} and --additional-config gdn_prefill_backend "
+                f"{value} disagree; the flag is used"
+            )
+        else:
+            r.spec[key] = value.lower()
+            r.origin[key] = "--additional-config"
+    for k in sorted(set(r.extra) - {"gdn_prefill_backend", "architectures"}):
+        r.notes.append(f"--additional-config key {k!r} not used by the rules")
+
+
+def _speculative(r: _Read) -> None:
+    sd = r.sd
+    for key, value in r.sd_short.items():
+        # vLLM's EngineArgs.create_speculative_config refuses a key given both ways (the engine exits)
+        if key in sd:
+            flag = "--spec-method" if key == "method" else "--spec-tokens"
+            raise ManifestError(
+                f"{flag} and --speculative-config['{key}'] are mutually exclusive (vLLM exits at start); give one"
+            )
+        sd[key] = value
+    if not sd:
+        r.spec["speculativeDecoding"] = {"enabled": False}
+        r.notes.append("no --speculative-config: speculative decoding (MTP) is off")
+        return
+    method = sd.get("method")
+    k = sd.get("num_speculative_tokens")
+    if method is None:
+        raise ManifestError(
+            "--speculative-config: 'method' is missing (use \"mtp\" for the Qwen3.5 / Qwen3-Next MTP head)"
+        )
+    if not isinstance(method, str):
+        raise ManifestError(f"--speculative-config: 'method' must be a string, got {method!r}")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ManifestError(f"--speculative-config: num_speculative_tokens must be a positive integer, got {k!r}")
+    for key in sorted(set(sd) - {"method", "num_speculative_tokens", "parallel_drafting", "model"}):
+        r.notes.append(f"--speculative-config key {key!r} not used by the rules")
+    if sd.get("parallel_drafting") is True:
+        r.ov.parallel_drafting = True
+    if method in _MTP_METHODS and (k is None or k <= 16):
+        r.spec["speculativeDecoding"] = {"enabled": True, "method": method, **({"numSpeculativeTokens": k} if k else {})}
+        return
+    r.spec["speculativeDecoding"] = {"enabled": False}
+    r.ov.spec_method = method
+    r.ov.num_speculative_tokens = k if k is not None else 1
+    if method not in _MTP_METHODS and not method.endswith("_mtp"):
+        r.notes.append(f"speculative method {method!r} is not MTP; only rules for any spec decode apply")
+
+
+def _compilation(r: _Read) -> None:
+    mode = r.cc.get("cudagraph_mode")
+    if mode is None:
+        return
+    if str(mode).upper() not in {m.value for m in CudagraphMode}:
+        r.notes.append(f"--compilation-config cudagraph_mode {mode!r} not recognised; ignored")
+    elif r.spec.get(flags.ENFORCE_EAGER.key):
+        r.notes.append("--enforce-eager overrides cudagraph_mode (no CUDA graphs)")
+    else:
+        r.spec["cudagraphMode"] = str(mode).upper()
+        r.origin["cudagraphMode"] = "--compilation-config"
+
+
+def _environment(r: _Read, env: dict[str, str]) -> None:
+    env_list = []
+    for name, value in env.items():
+        r.ov.env[name] = value
+        if name == "VLLM_USE_V2_MODEL_RUNNER":
+            try:
+                r.spec["modelRunner"] = "v2" if int(value.strip()) else "v1"
+            except ValueError:
+                pass  # the rule vllm-config/v2-runner-env-not-integer reports it
+        elif name not in OPERATOR_OWNED_ENV:
+            env_list.append({"name": name, "value": value})
+    if env_list:
+        r.spec["env"] = env_list
+
+
+def _model_and_family(r: _Read, model: str, architecture: str | None) -> None:
+    """spec.model: the URI, and the family decided from every source (rules/family.py)."""
+    if architecture and architecture.lower() not in family.GDN_CLASSES:
+        raise ManifestError(
+            f"--architecture: unknown architecture {architecture!r}; use one of {', '.join(a.value for a in Architecture)}"
+        )
+    if "://" in model:
+        uri = model
+    elif model.startswith(("/", "./", "../", "~")):
+        uri = "file://" + model
+    else:
+        uri = "hf://" + model
+    r.spec["model"] = {"uri": uri}
+    d = family.decide_family(
+        explicit=architecture, overrides=r.hf, additional=r.extra, model=model,
+        hf_config_path=r.hf_config_path, served_names=tuple(r.served),
+    )
+    r.notes.extend(d.conflicts)
+    if d.not_gdn is not None:
+        r.notes.append(f"{d.source} names {d.not_gdn!r}: not a GDN hybrid class the rules know")
+        r.ov.architecture_source = d.source
+        r.ov.not_gdn = d.not_gdn
+    elif d.architecture is not None:
+        r.spec["model"]["architecture"] = d.architecture
+        r.ov.architecture_source = d.source
+
+
+def _validate(r: _Read) -> GDNModelServerSpec:
+    try:
+        return GDNModelServerSpec.model_validate(r.spec)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors(include_url=False):
+            loc = [str(p) for p in err.get("loc", ())]
+            key = loc[0] if loc else ""
+            where = r.origin.get(key) or {
+                "model": "model", "image": "--vllm-version/--patch", "speculativeDecoding": "--speculative-config",
+                "env": "environment",
+            }.get(key, ".".join(loc))
+            msg = err.get("msg", "invalid").removeprefix("Value error, ")
+            problems.append(f"{where}: {msg} (got {err.get('input')!r})")
+        raise ManifestError(problems) from None
+
+
 def parse_launch_line(
     argv: Sequence[str],
     *,
@@ -221,289 +514,17 @@ def parse_launch_line(
     if not args:
         raise ManifestError("launch line is empty; give e.g. -- vllm serve Qwen/Qwen3.5-27B --speculative-config '{...}'")
     notes: list[str] = []
-    env: dict[str, str] = {}
-
-    # --- leading environment assignments and the command itself ------------------------------
-    i = 0
-    if args[i] == "env":
-        i += 1
-    while i < len(args) and _ENV_ASSIGN.match(args[i]):
-        name, value = _ENV_ASSIGN.match(args[i]).groups()  # type: ignore[union-attr]
-        env[name] = value
-        i += 1
-    if i >= len(args):
-        raise ManifestError("launch line has only environment assignments; expected `vllm serve MODEL ...`")
-    cmd = args[i]
-    model: str | None = None
-    if cmd.rsplit("/", 1)[-1] == "vllm":
-        if i + 1 >= len(args) or args[i + 1] != "serve":
-            raise ManifestError(f"launch line: expected `vllm serve MODEL ...`, got `{' '.join(args[i:i + 2])}`")
-        i += 2
-    elif re.fullmatch(r"(?:.*/)?python(?:3(?:\.\d+)?)?", cmd):
-        if len(args) > i + 2 and args[i + 1] == "-m" and args[i + 2] in _API_SERVER_MODULES:
-            i += 3
-        else:
-            raise ManifestError(
-                "launch line: expected `python -m vllm.entrypoints.openai.api_server --model MODEL ...`"
-            )
-    elif cmd == "serve":
-        i += 1
-    elif cmd.startswith("-"):
-        notes.append("launch line starts with flags; treated as the arguments of `vllm serve`")
-    else:
-        raise ManifestError(
-            f"launch line: unknown command {cmd!r}; expected `vllm serve MODEL ...` or "
-            "`python -m vllm.entrypoints.openai.api_server --model MODEL ...`"
-        )
-
-    # --- flags ---------------------------------------------------------------------------------
-    spec: dict[str, Any] = {}
-    origin: dict[str, str] = {}  # spec key -> flag, for error messages
-    sd: dict[str, Any] = {}
-    sd_short: dict[str, Any] = {}  # --spec-method / --spec-tokens
-    ov = LaunchOverrides()
-    cc: dict[str, Any] = {}
-    extra: dict[str, Any] = {}  # --additional-config
-    hf: dict[str, Any] = {}  # --hf-overrides
-    rest = _canonical_flags(args[i:], vllm_version, notes)
-    j = 0
-
-    def take_value(flag: str, inline: str | None) -> str:
-        nonlocal j
-        if inline is not None:
-            return inline
-        if j + 1 >= len(rest):
-            raise ManifestError(f"{flag}: missing value")
-        j += 1
-        return rest[j]
-
-    while j < len(rest):
-        tok = rest[j]
-        if not tok.startswith("-") or tok == "-":
-            if model is None:
-                model = tok
-            else:
-                notes.append(f"ignored extra positional argument {tok!r}")
-            j += 1
-            continue
-        inline: str | None = None
-        flag = tok
-        if "=" in tok:
-            flag, inline = tok.split("=", 1)
-        if flag.startswith("--") and "_" in flag and not flag.startswith(_DOTTED_JSON_FLAGS):
-            flag = flag.replace("_", "-")  # vLLM accepts --max_num_seqs as --max-num-seqs
-
-        if flag == "--model":
-            model = take_value(flag, inline)
-        elif flag in _INT_FLAGS:
-            key = _INT_FLAGS[flag]
-            spec[key] = _parse_int(flag, take_value(flag, inline))
-            origin[key] = flag
-        elif flag in _BOOL_FLAGS:
-            if inline is not None:
-                raise ManifestError(f"{flag}: takes no value (got {flag}={inline})")
-            key, val = _BOOL_FLAGS[flag]
-            spec[key] = val
-            origin[key] = flag
-        elif flag in ("--speculative-config", "-sc"):
-            sd = _parse_json_obj(flag, take_value(flag, inline))  # argparse: the last value wins whole
-        elif flag == "--spec-method":
-            sd_short["method"] = take_value(flag, inline)
-        elif flag == "--spec-tokens":
-            sd_short["num_speculative_tokens"] = _parse_int(flag, take_value(flag, inline))
-        elif flag.startswith("--speculative-config."):
-            sd[flag[len("--speculative-config."):]] = _coerce_scalar(take_value(flag, inline))
-        elif flag in ("--compilation-config", "-cc"):
-            value = take_value(flag, inline)
-            if value.strip().lstrip("-").isdigit():
-                notes.append(f"{flag} {value}: optimization level form; cudagraph mode left to vLLM")
-            else:
-                cc = _parse_json_obj(flag, value)
-        elif flag.startswith(("--compilation-config.", "-cc.")):
-            cc[flag.split(".", 1)[1]] = _coerce_scalar(take_value(flag, inline))
-        elif flag == "--additional-config":
-            extra = _parse_json_obj(flag, take_value(flag, inline))
-        elif flag.startswith("--additional-config."):
-            extra[flag.split(".", 1)[1]] = _coerce_scalar(take_value(flag, inline))
-        elif flag == "--hf-overrides":
-            hf = _parse_json_obj(flag, take_value(flag, inline))
-        elif flag.startswith("--hf-overrides."):
-            hf[flag.split(".", 1)[1]] = _coerce_scalar(take_value(flag, inline))
-        elif flag == "--mamba-cache-mode":
-            value = take_value(flag, inline)
-            if value not in ("align", "none", "all"):
-                raise ManifestError(f"--mamba-cache-mode: expected align, none or all, got {value!r}")
-            ov.mamba_cache_mode = value
-        elif flag == "--attention-backend":
-            value = take_value(flag, inline)
-            if value.upper() in {b.value for b in AttentionBackend}:
-                spec["attentionBackend"] = value.upper()
-                origin["attentionBackend"] = flag
-            else:
-                notes.append(f"--attention-backend {value}: backend not modelled by the rules; ignored")
-        elif flag == "--gdn-prefill-backend":
-            value = take_value(flag, inline)
-            if value.lower() in {b.value for b in GDNPrefillBackend}:
-                spec["gdnPrefillBackend"] = value.lower()
-                origin["gdnPrefillBackend"] = flag
-            else:
-                raise ManifestError(
-                    f"--gdn-prefill-backend: unknown backend {value!r} "
-                    f"(vLLM has {', '.join(b.value for b in GDNPrefillBackend)})"
-                )
-        elif flag == "--gpu-memory-utilization":
-            value = take_value(flag, inline)
-            try:
-                spec["gpuMemoryUtilization"] = float(value)
-            except ValueError:
-                raise ManifestError(f"--gpu-memory-utilization: expected a number, got {value!r}") from None
-            origin["gpuMemoryUtilization"] = flag
-        elif flag in _QUIET_VALUE or flag in ("-pp", "--pipeline-parallel-size", "-dp", "--data-parallel-size"):
-            take_value(flag, inline)
-        elif flag in _QUIET_BOOL:
-            pass
-        elif flag in ("-O",) or re.fullmatch(r"-O\d", flag):
-            if flag == "-O" and inline is None and j + 1 < len(rest) and not rest[j + 1].startswith("-"):
-                j += 1
-        else:
-            # unknown flag: `--flag=value`, `--flag value` or a boolean switch
-            if inline is None and j + 1 < len(rest) and not rest[j + 1].startswith("-"):
-                notes.append(f"ignored unknown flag {flag} {rest[j + 1]}")
-                j += 1
-            else:
-                notes.append(f"ignored unknown flag {tok}")
-        j += 1
-
-    if model is None:
+    i, env = _command(args, notes)
+    r = _read_flags(_canonical_flags(args[i:], vllm_version, notes), notes)
+    if r.model is None:
         raise ManifestError("launch line has no model (vllm serve MODEL ... or --model MODEL)")
-
-    # --- JSON-carried settings: --additional-config, --hf-overrides ----------------------------
-    if "gdn_prefill_backend" in extra:
-        value = extra["gdn_prefill_backend"]
-        known = {b.value for b in GDNPrefillBackend}
-        if not isinstance(value, str) or value.lower() not in known:
-            raise ManifestError(
-                f"--additional-config: gdn_prefill_backend {value!r} is not a GDN prefill backend "
-                f"(vLLM has {', '.join(sorted(known))})"
-            )
-        if "gdnPrefillBackend" in spec and spec["gdnPrefillBackend"] != value.lower():
-            notes.append(
-                f"--gdn-prefill-backend {spec['gdnPrefillBackend']} and --additional-config gdn_prefill_backend "
-                f"{value} disagree; the flag is used"
-            )
-        else:
-            spec["gdnPrefillBackend"] = value.lower()
-            origin["gdnPrefillBackend"] = "--additional-config"
-    for key in sorted(set(extra) - {"gdn_prefill_backend"}):
-        notes.append(f"--additional-config key {key!r} not used by the rules")
-    hf_arch = None
-    archs = hf.get("architectures")
-    if isinstance(archs, list) and archs and isinstance(archs[0], str):
-        hf_arch = archs[0]
-
-    # --- speculative config ------------------------------------------------------------------
-    for key, value in sd_short.items():
-        # vLLM's EngineArgs.create_speculative_config refuses a key given both ways (the engine exits)
-        if key in sd:
-            flag = "--spec-method" if key == "method" else "--spec-tokens"
-            raise ManifestError(
-                f"{flag} and --speculative-config['{key}'] are mutually exclusive (vLLM exits at start); give one"
-            )
-        sd[key] = value
-    if sd:
-        method = sd.get("method")
-        k = sd.get("num_speculative_tokens")
-        if method is None:
-            raise ManifestError(
-                "--speculative-config: 'method' is missing (use \"mtp\" for the Qwen3.5 / Qwen3-Next MTP head)"
-            )
-        if not isinstance(method, str):
-            raise ManifestError(f"--speculative-config: 'method' must be a string, got {method!r}")
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            raise ManifestError(f"--speculative-config: num_speculative_tokens must be a positive integer, got {k!r}")
-        for key in sorted(set(sd) - {"method", "num_speculative_tokens", "parallel_drafting", "model"}):
-            notes.append(f"--speculative-config key {key!r} not used by the rules")
-        if sd.get("parallel_drafting") is True:
-            ov.parallel_drafting = True
-        if method in _MTP_METHODS and (k is None or k <= 16):
-            spec["speculativeDecoding"] = {"enabled": True, "method": method, **({"numSpeculativeTokens": k} if k else {})}
-        else:
-            spec["speculativeDecoding"] = {"enabled": False}
-            ov.spec_method = method
-            ov.num_speculative_tokens = k if k is not None else 1
-            if method not in _MTP_METHODS and not method.endswith("_mtp"):
-                notes.append(f"speculative method {method!r} is not MTP; only rules for any spec decode apply")
-    else:
-        spec["speculativeDecoding"] = {"enabled": False}
-        notes.append("no --speculative-config: speculative decoding (MTP) is off")
-
-    # --- compilation config ------------------------------------------------------------------
-    mode = cc.get("cudagraph_mode")
-    if mode is not None:
-        if str(mode).upper() in {m.value for m in CudagraphMode}:
-            if spec.get("enforceEager"):
-                notes.append("--enforce-eager overrides cudagraph_mode (no CUDA graphs)")
-            else:
-                spec["cudagraphMode"] = str(mode).upper()
-                origin["cudagraphMode"] = "--compilation-config"
-        else:
-            notes.append(f"--compilation-config cudagraph_mode {mode!r} not recognised; ignored")
-
-    # --- environment ---------------------------------------------------------------------------
-    env_list = []
-    for name, value in env.items():
-        ov.env[name] = value
-        if name == "VLLM_USE_V2_MODEL_RUNNER":
-            try:
-                spec["modelRunner"] = "v2" if int(value.strip()) else "v1"
-            except ValueError:
-                pass  # the rule vllm-config/v2-runner-env-not-integer reports it
-        elif name not in OPERATOR_OWNED_ENV:
-            env_list.append({"name": name, "value": value})
-    if env_list:
-        spec["env"] = env_list
-
-    # --- model, architecture, image ----------------------------------------------------------
-    if "://" in model:
-        uri = model
-    elif model.startswith(("/", "./", "../", "~")):
-        uri = "file://" + model
-    else:
-        uri = "hf://" + model
-    spec["model"] = {"uri": uri}
-    if not architecture and hf_arch:
-        if hf_arch.lower() in {a.value.lower() for a in Architecture}:
-            architecture = hf_arch
-            ov.architecture_source = "--hf-overrides architectures"
-        else:
-            notes.append(f"--hf-overrides architectures {hf_arch!r} is not a GDN hybrid class the rules know")
-    if architecture:
-        valid = {a.value.lower(): a.value for a in Architecture}
-        arch = valid.get(architecture.lower())
-        if arch is None:
-            raise ManifestError(
-                f"--architecture: unknown architecture {architecture!r}; use one of {', '.join(a.value for a in Architecture)}"
-            )
-        spec["model"]["architecture"] = arch
-        ov.architecture_source = ov.architecture_source or "--architecture"
-    spec["image"] = {"tag": f"v{vllm_version}"[:128], "vllmVersion": vllm_version, "patches": list(patches)}
-
-    try:
-        parsed = GDNModelServerSpec.model_validate(spec)
-    except ValidationError as e:
-        problems = []
-        for err in e.errors(include_url=False):
-            loc = [str(p) for p in err.get("loc", ())]
-            key = loc[0] if loc else ""
-            where = origin.get(key) or {
-                "model": "model", "image": "--vllm-version/--patch", "speculativeDecoding": "--speculative-config",
-                "env": "environment",
-            }.get(key, ".".join(loc))
-            msg = err.get("msg", "invalid").removeprefix("Value error, ")
-            problems.append(f"{where}: {msg} (got {err.get('input')!r})")
-        raise ManifestError(problems) from None
-    return LaunchLine(argv=args, model=model, spec=parsed, overrides=ov, notes=notes)
-
+    _additional_config(r)
+    _speculative(r)
+    _compilation(r)
+    _environment(r, env)
+    _model_and_family(r, r.model, architecture)
+    r.spec["image"] = {"tag": f"v{vllm_version}"[:128], "vllmVersion": vllm_version, "patches": list(patches)}
+    return LaunchLine(argv=args, model=r.model, spec=_validate(r), overrides=r.ov, notes=notes)
 
 def evaluate_launch(
     argv: Sequence[str],

@@ -39,6 +39,9 @@ FACTS = {
 }
 #: Literals every exception line ("SomeError: msg") contains; part of the prefilter.
 EXCEPTION_KEYWORDS = ("Error", "Exception", "Fault")
+#: Literals of Python's chained-exception lines ("The above exception was the direct cause of the following
+#: exception:", "During handling of the above exception, another exception occurred:"); part of the prefilter.
+CHAIN_KEYWORDS = ("above exception",)
 DEFAULT_REPOS = {"vllm": "vllm-project/vllm", "flashinfer": "flashinfer-ai/flashinfer"}
 
 
@@ -455,7 +458,7 @@ def parse_catalogue(data: Any, path: str = "<catalogue>") -> Catalogue:
         _compile(f"{path}: end_markers.patterns[{i}]", rx)
     end_rx = re.compile("|".join(f"(?:{rx})" for rx in end_pats) or r"(?!)")
 
-    steady = [k for s in sigs for k in s.keywords] + list(end_kw) + list(EXCEPTION_KEYWORDS)
+    steady = [k for s in sigs for k in s.keywords] + list(end_kw) + list(EXCEPTION_KEYWORDS) + list(CHAIN_KEYWORDS)
     scan = _minimal_keywords(steady + [k for f in facts for k in f.keywords])
     return Catalogue(tuple(sigs), secondary, repos, path, scan, _prefilter(scan), facts, classes, end_kw, end_rx,
                      _prefilter(_minimal_keywords(steady)), dict(actions))

@@ -4,7 +4,10 @@ A signature may name an upstream issue only when its `attribution` holds (data/s
 `needs` fact is known to have the stated value, no `excludes` fact is known to have its value, and a known
 vLLM version lies in `versions`. Facts come from the log (`facts:` in the catalogue: `Resolved
 architecture: Qwen3_5ForConditionalGeneration`, `Using FlashInfer GDN prefill kernel`, ...) and from
-the spec (`Evidence.from_spec`); where both say something, the spec wins (it is what was deployed).
+the spec (`Evidence.from_spec`); where both say something, the spec wins (it is what was deployed), and a
+disagreement is reported (`contradictions`), never dropped silently. The log's family evidence is its
+resolved-architecture line and the model's own frames (qwen3_next.py / qwen3_5.py); see rules/family.py for the
+order of the launch line's sources.
 `gdnctl classify-log --spec manifest.yaml --vllm-version X` passes the same evidence offline.
 """
 
@@ -69,6 +72,18 @@ def merge(log_facts: dict[str, str], log_version: str | None, evidence: Evidence
     if version:
         sources["vllm_version"] = evidence.source if evidence is not None and evidence.vllm_version else "log"
     return facts, version, sources
+
+
+def contradictions(log_facts: dict[str, str], evidence: Evidence | None) -> list[str]:
+    """Facts the log and the spec state differently (issue 26: reported, not silently resolved). The spec's
+    value is the one used (it is what was deployed); the log's is shown beside it."""
+    if evidence is None:
+        return []
+    return [
+        f"{k}: the log says {log_facts[k]}, the {evidence.source} says {v}; the {evidence.source}'s value is used"
+        for k, v in sorted(evidence.facts.items())
+        if k in log_facts and log_facts[k] != v
+    ]
 
 
 def check(attr: "Attribution", facts: dict[str, str], version: str | None) -> str | None:

@@ -9,7 +9,9 @@ Handled, in any combination (each form is one seen in real upstream logs; tests/
   * kubelet CRI / `kubectl logs --timestamps` / docker timestamps, `2025-05-30 18:28:27.890 | ` (log
     viewers), docker-compose `svc  | `, `  | ` and `│ ... │` frames (k9s, `kubectl describe`, tables);
   * vLLM process prefixes, repeated: `(Worker pid=357) (Worker_TP0 pid=357) `, `(VllmWorker rank=0 pid=1)`,
-    `[1/8,TP1][pid=5510] `;
+    `[1/8,TP1][pid=5510] `, and a vLLM process name without its pid (`(Worker_TP1) ERROR [...]`, `(EngineCore_DP0)`),
+    which may be followed by a bare level (`(Worker_TP1) ERROR RuntimeError: ...`);
+  * a leading backtick (and its closing one) left by text pasted through Markdown;
   * logger headers: vLLM `ERROR 11-12 10:00:01 [core.py:1100] `, the older `ERROR 11-18 18:07:28
     engine.py:366] ` (no bracket), `ERROR [multiproc_executor.py:949] ` (no timestamp), custom
     `2024-12-19 21:40:35 ERROR 56542 [async_llm_engine.py:64] `, glog / c10 `[rank0]:[E1122 13:17:04.1
@@ -39,6 +41,10 @@ _COMPOSE = re.compile(r"^[A-Za-z0-9][\w.-]{0,62}\s+\|\s")
 _FRAME = re.compile(r"^\s{0,8}[│|]\s?")
 _FRAME_END = re.compile(r"\s*│$")
 _PROC = re.compile(r"^\((?P<p>[^()\s]{1,80}(?: [^()]{0,80}?)? ?pid=\d+[^()]{0,80})\)\s?|^\[\d+/\d+,(?P<r>[^\]]{1,20})\]\[pid=\d+\]\s?")
+#: a vLLM process name without `pid=` (hand-trimmed or re-logged lines)
+_PROC_NAME = re.compile(r"^\((?P<n>(?:Worker|VllmWorker|EngineCore|APIServer|ApiServer)[\w-]{0,40})\)\s?")
+#: a bare level right after a process prefix (no timestamp, no logger source)
+_BARE_LEVEL = re.compile(r"^(?P<v>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?=\S)")
 _RAY = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (?P<g>[DIWEF]) \d+ \d+\] ")
 _HDR = re.compile(
     r"^(?:(?P<v>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?:\d\d-\d\d [\d:.]+ )?"
@@ -77,6 +83,10 @@ def parse_line(line: str) -> Line:
     line = line.rstrip()
     if line.endswith("^M"):
         line = line[:-2].rstrip()
+    if line[:1] == "`":
+        line = line.lstrip("`")
+        if line.endswith("`"):
+            line = line.rstrip("`").rstrip()
     if not line:
         return Line(None, line, None, None)
     level = src = proc = None
@@ -105,10 +115,10 @@ def parse_line(line: str) -> Line:
     for _ in range(3):
         if line[:1] not in ("(", "["):
             break
-        m = _PROC.match(line)
+        m = _PROC.match(line) or _PROC_NAME.match(line)
         if not m:
             break
-        proc = m.group("p") or m.group("r")
+        proc = m.group("n") if "n" in m.re.groupindex else m.group("p") or m.group("r")
         line = line[m.end() :]
         if line[:2] in (" [", " ("):
             line = line[1:]
@@ -128,6 +138,11 @@ def parse_line(line: str) -> Line:
                 m = _RAY.match(line)
                 if m:
                     level = _GLOG_LEVELS[m.group("g")]
+                    line = line[m.end() :]
+            elif proc is not None:
+                m = _BARE_LEVEL.match(line)
+                if m:
+                    level = m.group("v")
                     line = line[m.end() :]
     return Line(level, line, proc, src)
 

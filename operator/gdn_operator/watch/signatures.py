@@ -84,6 +84,21 @@ END_WINDOW = 1000
 #: An unlevelled exception this close after a handled-request marker belongs to that request.
 HANDLED_WINDOW = 400
 _HANDLED = re.compile(r"Exception in ASGI application|Exception in callback|Task exception was never retrieved")
+#: Python's chained-exception lines: the exception above them is the cause of the one below.
+_CHAIN = re.compile(
+    r"^(?:The above exception was the direct cause of the following exception"
+    r"|During handling of the above exception, another exception occurred):?\s*$"
+)
+#: An exception chain is one traceback block: a cause further above than this is another crash's.
+CHAIN_WINDOW = 400
+#: pydantic's header line: the message that says what is wrong is on a following line.
+_PYDANTIC_HEADER = re.compile(r"ValidationError: \d+ validation errors? for \w+")
+_PYDANTIC_FIELD = re.compile(r"[\w.\[\]-]+")
+_PYDANTIC_TAIL = re.compile(r"\s*\[type=[^\]]*(?:\]|$).*$")
+#: an exception line without its message (`RuntimeError:`): the message is on the next line
+_EMPTY_MESSAGE = re.compile(r"^(?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Fault):\s*$")
+#: refined root causes kept (original line -> refined), oldest dropped first
+MAX_REFINED = 64
 
 
 # ------------------------------------------------------------------------------------------------
@@ -114,11 +129,16 @@ class _SigState:
 
 
 class _Exc:
-    __slots__ = ("line", "text", "context", "level", "where", "handled")
+    __slots__ = ("line", "text", "context", "level", "where", "handled", "cause")
 
     def __init__(self, line: int, text: str, context: list[str], level: str | None, where: str, handled: bool):
         self.line, self.text, self.context = line, text, context
         self.level, self.where, self.handled = level, where, handled
+        self.cause: _Exc | None = None  # the first exception of a chain (`The above exception was ...`)
+
+    @property
+    def root(self) -> "_Exc":
+        return self.cause or self
 
 
 @dataclass
@@ -178,6 +198,13 @@ class LogClassifier:
         self._version: str | None = None
         self._handled_line = -(10**12)
         self._last_end = -(10**12)
+        # multi-line exception messages (issue 26): the exception whose message is on the next lines
+        self._pending: _Exc | None = None
+        self._pending_pydantic = False
+        self._pending_left = 0
+        self._refined: dict[int, tuple[int, str]] = {}
+        self._chain_cause: _Exc | None = None
+        self._chain_at = -(10**12)
 
     # -- feeding --------------------------------------------------------------------------------
     @property
@@ -191,6 +218,8 @@ class LogClassifier:
         if len(line) > self.max_line_chars:
             line = line[: self.max_line_chars]
         self._n += 1
+        if self._pending is not None:
+            self._continue(line, self._n)
         if self._search(line) is not None:
             tail = list(self._tail)
             self._process(line, self._n, lambda: tail)
@@ -223,6 +252,8 @@ class LogClassifier:
         search = self._scan_rx.search
         find = text.find
         base = self._n
+        if self._pending is not None:
+            self._peek(text, 0, base + 1)
         lineno = base
         last = 0
         cap = self.max_line_chars
@@ -246,6 +277,8 @@ class LogClassifier:
                 continue
             line = text[ls : min(le, ls + cap)]
             self._process(line, lineno + 1, functools.partial(self._context_in, text, ls))
+            if self._pending is not None:
+                self._peek(text, le + 1, lineno + 2)
             if not self._steady and self._facts_done():
                 self._go_steady()  # nothing a fact-only line could change any more
                 search = self._scan_rx.search
@@ -275,6 +308,49 @@ class LogClassifier:
             need = CONTEXT_LINES - len(lines)
             lines = list(self._tail)[-need:] + lines
         return lines
+
+    # -- multi-line exception messages ----------------------------------------------------------
+    def _peek(self, text: str, pos: int, lineno: int) -> None:
+        """Hand the lines from offset `pos` (line `lineno`) to _continue while an exception waits for its message."""
+        while self._pending is not None and pos < len(text):
+            end = text.find("\n", pos)
+            if end == -1:
+                end = len(text)
+            self._continue(text[pos : min(end, pos + self.max_line_chars)], lineno)
+            pos, lineno = end + 1, lineno + 1
+
+    def _expect_message(self, exc: _Exc) -> None:
+        """An exception line whose message is on the following lines: pydantic's header (`1 validation error
+        for ModelConfig`, then the field and the message), or `RuntimeError:` with nothing after the colon."""
+        if _PYDANTIC_HEADER.search(exc.text):
+            self._pending, self._pending_pydantic, self._pending_left = exc, True, 4
+        elif _EMPTY_MESSAGE.match(exc.text):
+            self._pending, self._pending_pydantic, self._pending_left = exc, False, 2
+
+    def _continue(self, raw: str, lineno: int) -> None:
+        exc = self._pending
+        self._pending_left -= 1
+        if exc is None or self._pending_left <= 0:
+            self._pending = None
+        if exc is None:
+            return
+        text = parse_line(raw).payload.strip()
+        if not text or (self._pending_pydantic and _PYDANTIC_FIELD.fullmatch(text)):
+            return  # a blank line, or the field path pydantic prints above the message
+        self._pending = None
+        if text.startswith(("Traceback (most recent call last)", "File ", "For further information")):
+            return
+        if self._pending_pydantic:
+            refined = (lineno, _PYDANTIC_TAIL.sub("", text) or text)
+        else:
+            refined = (exc.line, f"{exc.text.rstrip()} {text}")
+        if len(self._refined) >= MAX_REFINED:
+            self._refined.pop(next(iter(self._refined)))
+        self._refined[exc.line] = refined
+
+    def _root(self, line: int, text: str) -> tuple[int, str]:
+        """A root-cause line, moved to the line that says what is wrong when its message continues below."""
+        return self._refined.get(line, (line, text))
 
     # -- matching -------------------------------------------------------------------------------
     def _learn_facts(self, line: str, payload: str) -> None:
@@ -311,6 +387,8 @@ class LogClassifier:
                     self._last_end = lineno
                 break
         noisy = level in NOISE_LEVELS
+        if "above exception" in payload and _CHAIN.match(payload.strip()) and self._last_exc is not None:
+            self._chain_cause, self._chain_at = self._last_exc.root, lineno
         if "Exception" in payload and _HANDLED.search(payload):
             self._handled_line = lineno
         secondary: bool | None = None
@@ -319,7 +397,12 @@ class LogClassifier:
             if not secondary:
                 where = context_of(parsed)
                 handled = where != "engine" and lineno - self._handled_line <= HANDLED_WINDOW
-                self._last_exc = _Exc(lineno, payload, ctx(), level, where, handled)
+                exc = _Exc(lineno, payload, ctx(), level, where, handled)
+                if self._chain_cause is not None and 0 < lineno - self._chain_at <= CHAIN_WINDOW:
+                    exc.cause = self._chain_cause
+                self._chain_cause = None
+                self._last_exc = exc
+                self._expect_message(exc)
         for st in self._states:
             sig = st.sig
             for kw in sig.keywords:
@@ -377,7 +460,8 @@ class LogClassifier:
         if sig.root_cause == "last-exception":
             le = self._last_exc
             if le is not None and 0 <= lineno - le.line <= ROOT_CAUSE_MAX_DISTANCE:
-                self._death_root = (le.line, le.text, le.context)
+                r = le.root
+                self._death_root = (r.line, r.text, r.context)
             elif self._death_root is None:
                 self._death_root = (lineno, payload, ctx())
             if st.fire is not None:
@@ -415,13 +499,14 @@ class LogClassifier:
         if version:
             shown["vllm_version"] = f"{version} ({sources['vllm_version']})"
         fired = [st for st in self._states if st.fire is not None]
+        conflicts = _ev.contradictions(self._facts, ev)
         if not fired:
-            return self._exit_result(shown)
+            return self._exit_result(shown, conflicts)
         fired_ids = {st.sig.id for st in fired}
         cat = self.catalogue
         picks: list[_Pick] = []
         candidates: list[str] = []
-        notes: list[str] = []
+        notes: list[str] = list(conflicts)
         for st in fired:
             sig, fire = st.sig, st.fire
             if fire is None:  # `fired` holds only states that fired; this narrows the type
@@ -461,6 +546,7 @@ class LogClassifier:
         else:
             root_line, root_text = fire.root
             context = fire.context
+        root_line, root_text = self._root(root_line, root_text)
         others = [p.id for p in sorted(picks, key=lambda p: (-p.priority, p.fire.lineno)) if p is not best]
         if best.upstream is None:
             for ref in best.related:
@@ -490,7 +576,7 @@ class LogClassifier:
             evidence=shown,
         )
 
-    def _exit_result(self, shown: dict[str, str]) -> ClassificationResult:
+    def _exit_result(self, shown: dict[str, str], conflicts: list[str]) -> ClassificationResult:
         le = self._pending_exit()
         if le is None:
             return ClassificationResult(crashed=False, lines_scanned=self._n, evidence=shown)
@@ -503,6 +589,7 @@ class LogClassifier:
             sid, title, kind, rem = c.id, c.title, c.kind, Remedy("investigate", c.hint)
         else:
             return ClassificationResult(crashed=False, lines_scanned=self._n, evidence=shown)
+        root_line, root_text = self._root(le.root.line, le.root.text)
         return ClassificationResult(
             crashed=True,
             signature=sid,
@@ -511,12 +598,13 @@ class LogClassifier:
             generic=True,
             confidence="probable",
             priority=1,
-            root_cause=le.text.strip(),
-            root_cause_line=le.line,
+            root_cause=root_text.strip(),
+            root_cause_line=root_line,
             matched=[MatchedLine(le.line, le.text)],
             remediation=rem,
             context=[strip_prefixes(c)[1] for c in le.context + [_cap(le.text, CONTEXT_LINE_CHARS)]],
             lines_scanned=self._n,
+            attribution=conflicts,
             evidence=shown,
         )
 

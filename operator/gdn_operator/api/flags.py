@@ -1,0 +1,104 @@
+"""The one table of spec fields <-> vLLM `serve` flags (issue 22 part 4).
+
+The renderer (render/engine.py: spec -> argv) and the launch-line reader (rules/launchline.py: argv -> spec)
+both read their flag spellings from here, so a setting cannot be written under one name and read under
+another. Each entry names the spec key (the CRD's camelCase alias), the vLLM option, how its value is
+spelled, and the other spellings the reader accepts without vLLM's option table (`-tp`).
+
+JSON-carried settings (speculative decoding in ``--speculative-config``, the CUDA-graph mode in
+``--compilation-config``) are listed in JSON_FLAGS with the JSON key each spec field maps to.
+Whether vLLM accepts a spelling at all is api/vllm_args.py's business (the option table generated from vLLM's
+parser); tests/rules/test_rules_launchline_oracle.py checks the reader against vLLM's real parser.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from gdn_operator.api.enums import AttentionBackend, GDNPrefillBackend
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One spec field carried by one vLLM option.
+
+    kind: ``int`` (``8k`` suffixes accepted when read), ``float``, ``bool`` (``flag`` turns it on, ``off`` turns
+    it off; no ``off``: only the on form exists), ``choice`` (a member of ``choices``, spelled in ``case``).
+    """
+
+    key: str
+    flag: str
+    kind: str
+    aliases: tuple[str, ...] = ()
+    off: str | None = None
+    choices: type[enum.Enum] | None = None
+    case: str = "upper"
+    #: an unknown choice is an error (vLLM refuses it) rather than a note (a value the rules do not model)
+    strict: bool = False
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        return (self.flag, *self.aliases, *((self.off,) if self.off else ()))
+
+    def spell(self, value: str) -> str:
+        return value.upper() if self.case == "upper" else value.lower()
+
+    def choice(self, value: str) -> str | None:
+        """The spec value for a flag value, or None when it is not one of `choices`."""
+        if self.choices is None:
+            return None
+        v = self.spell(value)
+        return v if v in {c.value for c in self.choices} else None
+
+
+TENSOR_PARALLEL = Flag("tensorParallelSize", "--tensor-parallel-size", "int", aliases=("-tp",))
+PIPELINE_PARALLEL = Flag("pipelineParallelSize", "--pipeline-parallel-size", "int", aliases=("-pp",))
+GPU_MEMORY = Flag("gpuMemoryUtilization", "--gpu-memory-utilization", "float")
+MAX_MODEL_LEN = Flag("maxModelLen", "--max-model-len", "int")
+MAX_NUM_SEQS = Flag("maxNumSeqs", "--max-num-seqs", "int")
+MAX_BATCHED_TOKENS = Flag("maxNumBatchedTokens", "--max-num-batched-tokens", "int")
+ASYNC_SCHEDULING = Flag("asyncScheduling", "--async-scheduling", "bool", off="--no-async-scheduling")
+PREFIX_CACHING = Flag("prefixCaching", "--enable-prefix-caching", "bool", off="--no-enable-prefix-caching")
+CHUNKED_PREFILL = Flag("chunkedPrefill", "--enable-chunked-prefill", "bool", off="--no-enable-chunked-prefill")
+ATTENTION_BACKEND = Flag("attentionBackend", "--attention-backend", "choice", choices=AttentionBackend)
+GDN_PREFILL_BACKEND = Flag(
+    "gdnPrefillBackend", "--gdn-prefill-backend", "choice", choices=GDNPrefillBackend, case="lower", strict=True
+)
+ENFORCE_EAGER = Flag("enforceEager", "--enforce-eager", "bool")
+SERVED_NAME = Flag("model.servedName", "--served-model-name", "str")
+
+#: Flags the launch-line reader maps back onto the spec (pipeline parallelism is rendered but read as a
+#: setting the rules do not need; the served name is family evidence, rules/family.py).
+READ_FLAGS: tuple[Flag, ...] = (
+    TENSOR_PARALLEL, MAX_NUM_SEQS, MAX_BATCHED_TOKENS, MAX_MODEL_LEN, GPU_MEMORY,
+    ASYNC_SCHEDULING, PREFIX_CACHING, CHUNKED_PREFILL, ENFORCE_EAGER, ATTENTION_BACKEND, GDN_PREFILL_BACKEND,
+)
+
+#: JSON options and the keys the spec maps to them
+SPECULATIVE_CONFIG = "--speculative-config"
+SPECULATIVE_SHORT = ("-sc",)
+COMPILATION_CONFIG = "--compilation-config"
+COMPILATION_SHORT = ("-cc",)
+ADDITIONAL_CONFIG = "--additional-config"
+HF_OVERRIDES = "--hf-overrides"
+HF_CONFIG_PATH = "--hf-config-path"
+JSON_FLAGS = {
+    SPECULATIVE_CONFIG: {"speculativeDecoding.method": "method", "speculativeDecoding.numSpeculativeTokens": "num_speculative_tokens"},
+    COMPILATION_CONFIG: {"cudagraphMode": "cudagraph_mode"},
+    ADDITIONAL_CONFIG: {"gdnPrefillBackend": "gdn_prefill_backend"},
+    HF_OVERRIDES: {"model.architecture": "architectures"},
+}
+#: JSON-valued flags whose keys may be given one by one (`--speculative-config.method mtp`)
+DOTTED_JSON_PREFIXES = tuple(f + "." for f in JSON_FLAGS)
+
+
+def bool_args(flag: Flag, value: bool | None) -> list[str]:
+    """The argv form of a tri-state bool (None: the flag is left out, vLLM's default applies)."""
+    if value is None:
+        return []
+    if value:
+        return [flag.flag]
+    if flag.off is None:
+        return []
+    return [flag.off]
