@@ -120,6 +120,9 @@ class Settings:
     default_policy: str = _setting(
         "GDN_DEFAULT_POLICY", "reject", _choice(*ADMISSION_POLICIES),
         "admission policy for servers without `spec.admissionPolicy`: reject, mitigate or warn", "operator.defaultPolicy")
+    mutate_spec: bool = _setting(
+        "GDN_MUTATE_SPEC", False, _bool, "opt-in: the mutating webhook writes `mitigate` policy changes into the submitted "
+        "spec (off: they are operator-owned status.overrides and the spec stays as written)", "operator.mutateSpec")
     namespaces: tuple[str, ...] = _setting(
         "GDN_WATCH_NAMESPACES", (), _namespaces, "comma-separated namespaces to watch; empty = all", "operator.watchNamespaces")
     # process

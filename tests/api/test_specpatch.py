@@ -87,7 +87,7 @@ def test_the_three_forms_agree(changes):
 
 
 @pytest.mark.parametrize("version, fields", [
-    ("0.20.0", {"prefixCaching": True}),  # two mitigations chained (vllm#43559 then vllm#45100)
+    ("0.20.0", {"prefixCaching": True, "asyncScheduling": True}),  # two mitigations chained (vllm#43559, vllm#45100)
     ("0.17.1", {"gdnPrefillBackend": "triton", "speculativeDecoding": {"enabled": False}}),  # an unset
     ("0.20.0", {"prefixCaching": True, "speculativeDecoding": {"numSpeculativeTokens": 6}, "attentionBackend": "FLASHINFER"}),
 ])
@@ -95,7 +95,9 @@ def test_webhook_merge_patch_gives_the_mitigated_spec(version, fields):
     submitted = {**BASE, "image": {"tag": f"v{version}", "vllmVersion": version}, **fields}
     ev = evaluate(GDNModelServerSpec.model_validate(submitted), default_policy="mitigate")
     assert ev.allowed and ev.changed
-    assert GDNModelServerSpec.model_validate(merge(submitted, ev.merge_patch())) == ev.mitigated_spec
+    # the patched object resolves (safe defaults included) to exactly the spec the evaluator mitigated to
+    again = evaluate(GDNModelServerSpec.model_validate(merge(submitted, ev.merge_patch())), default_policy="mitigate")
+    assert not again.changed and again.run_spec.model_dump(mode="json") == ev.mitigated_spec.model_dump(mode="json")
     assert apply_ops({"spec": submitted}, ev.patch)["spec"] == merge(submitted, ev.merge_patch())
 
 

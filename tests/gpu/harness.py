@@ -170,10 +170,13 @@ class Engine:
 
 
 def start(name: str, rendered: Rendered, logdir: Path, *, site_path: str | None = None,
-          extra_pythonpath: list[str] = (), extra_env: dict | None = None) -> Engine:
-    """Start `vllm serve` (as `python3 -m vllm.entrypoints.cli.main serve`, what the console script runs)."""
-    port = free_port()
-    argv = launch_argv(rendered.argv, port)
+          extra_pythonpath: list[str] = (), extra_env: dict | None = None, listen: bool = True,
+          wrap: list[str] = ()) -> Engine:
+    """Start `vllm serve` (as `python3 -m vllm.entrypoints.cli.main serve`, what the console script runs).
+    listen=False (a headless multi-node worker: no API server) keeps the rendered --host/--port as they are.
+    wrap: a command prefix that execs the rest (multinode.py puts a "node" in its own IPC namespace)."""
+    port = free_port() if listen else 0
+    argv = launch_argv(rendered.argv, port) if listen else list(rendered.argv)
     logdir.mkdir(parents=True, exist_ok=True)
     log = logdir / f"serve-{name}.log"
     pp = [*extra_pythonpath, *(x for x in (site_path or os.environ.get("PYTHONPATH", "")).split(os.pathsep) if x)]
@@ -183,7 +186,7 @@ def start(name: str, rendered: Rendered, logdir: Path, *, site_path: str | None 
     with open(log, "wb") as f:
         f.write(("# " + " ".join(["vllm", "serve", *argv]) + "\n").encode())
         f.flush()
-        proc = subprocess.Popen([PYTHON, *SERVE, *argv], env=env,
+        proc = subprocess.Popen([*wrap, PYTHON, *SERVE, *argv], env=env,
                                 stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
     return Engine(name, argv, port, log, proc, time.monotonic())
 

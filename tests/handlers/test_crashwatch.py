@@ -4,7 +4,8 @@ import pytest
 
 from gdn_operator.api.load import parse_spec
 from gdn_operator.handlers.crashwatch import deaths_in
-from gdn_operator.handlers.remediation import _merged_spec, remediation_for
+from gdn_operator.api.specpatch import merge as _merged_spec
+from gdn_operator.handlers.remediation import remediation_for
 
 BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}
 
@@ -143,6 +144,8 @@ B4_TAIL = (
 # prefixCaching false: MTP + prefix caching is itself refused on 0.33.0 (vllm#43559)
 TP2 = {**BASE, "tensorParallelSize": 2, "speculativeDecoding": {"numSpeculativeTokens": 2}, "prefixCaching": False}
 P2P = {"env": [{"name": "NCCL_P2P_DISABLE", "value": "1"}, {"name": "OTHER", "value": "x"}]}
+#: async scheduling set on by the user (unset, it already resolves to off: vllm#51508's safe default)
+TP2A = {**TP2, "asyncScheduling": True}
 
 
 def b4_result():
@@ -163,13 +166,15 @@ def test_drop_nccl_p2p_disable_remediation():
     "spec, tried, action, reason",
     [
         ({**TP2, **P2P}, [], "env NCCL_P2P_DISABLE removed", "step 1 of 2 that keep speculative decoding on"),
-        (TP2, ["env NCCL_P2P_DISABLE removed"], "asyncScheduling=false", "step 2 of 2"),
+        (TP2A, ["env NCCL_P2P_DISABLE removed"], "asyncScheduling=false", "step 2 of 2"),
         # the user put NCCL_P2P_DISABLE=1 back after step 1: async off alone would still be refused by
         # admission (vllm#41190 is enforced with P2P disabled), so only the last resort is left
-        ({**TP2, **P2P}, ["env NCCL_P2P_DISABLE removed"], "speculativeDecoding.enabled=false", "would itself be refused by admission"),
-        (TP2, [], "asyncScheduling=false", "step 2 of 2"),  # P2P not disabled: step 1 does not apply
+        ({**TP2A, **P2P}, ["env NCCL_P2P_DISABLE removed"], "speculativeDecoding.enabled=false", "would itself be refused by admission"),
+        (TP2A, [], "asyncScheduling=false", "step 2 of 2"),  # P2P not disabled: step 1 does not apply
+        # async left unset already runs off (safe default): step 2 is in effect, only the last resort is left
+        (TP2, [], "speculativeDecoding.enabled=false", "last resort"),
         ({**TP2, "asyncScheduling": False}, [], "speculativeDecoding.enabled=false", "last resort"),
-        (TP2, ["asyncScheduling=false"], "speculativeDecoding.enabled=false", "asyncScheduling=false (tried before)"),
+        (TP2A, ["asyncScheduling=false"], "speculativeDecoding.enabled=false", "asyncScheduling=false (tried before)"),
         ({**BASE, "speculativeDecoding": {"numSpeculativeTokens": 2}}, [], "speculativeDecoding.enabled=false", None),  # TP=1: no ladder
     ],
 )
@@ -179,7 +184,9 @@ def test_tp2_illegal_address_ladder_keeps_mtp_on_first(spec, tried, action, reas
     obj = {"spec": spec, "status": {"remediations": [
         {"signature": "cuda-illegal-address-accepted-sync", "action": a, "generation": g} for g, a in enumerate(tried, 1)
     ]}}
-    change, refusal, why = choose_remediation("cuda-illegal-address-accepted-sync", b4_result(), parse_spec(spec), obj, "reject")
+    from gdn_operator.handlers.remediation import running_spec
+
+    change, refusal, why = choose_remediation("cuda-illegal-address-accepted-sync", b4_result(), running_spec(obj, "reject"), obj, "reject")
     assert refusal is None and change.action == action
     if reason is None:
         assert why is None
@@ -187,35 +194,43 @@ def test_tp2_illegal_address_ladder_keeps_mtp_on_first(spec, tried, action, reas
         assert reason in why
 
 
-def test_ladder_over_generations_records_each_step_in_status(monkeypatch):
-    """Three crash loops on three generations: P2P back on, then async off, then (last resort) MTP off;
-    each decision once per generation, with its reason in status.remediations."""
+def test_ladder_runs_as_overrides_and_never_writes_the_spec(monkeypatch):
+    """Three crash loops on one generation: P2P back on, then async off, then (last resort) MTP off, each an
+    operator override (status.overrides) with its reason; the spec and its generation never change, and each
+    decision is made once per revision (generation + the overrides in force)."""
+    import copy
+
     from gdn_operator.handlers import kube, remediation
 
-    fake = FakeServer({**TP2, **P2P, "remediation": {"mode": "auto", "threshold": 1}})
+    fake = FakeServer({**TP2A, **P2P, "remediation": {"mode": "auto", "threshold": 1}})
+    submitted = copy.deepcopy(fake.obj["spec"])
     monkeypatch.setattr(kube, "update_status", fake.update_status)
     monkeypatch.setattr(kube, "emit_event", lambda obj, reason, msg, type_="Normal": fake.events.append((reason, msg)))
-
-    def patch_server(ns, name, patch):
-        fake.obj["spec"] = _merged_spec(fake.obj["spec"], patch["spec"])
-        fake.obj["metadata"]["generation"] += 1
-        return fake.obj
-
-    monkeypatch.setattr(kube, "patch_server", patch_server)
+    monkeypatch.setattr(kube, "patch_server", lambda *a, **k: pytest.fail("the operator never writes the spec"))
     applied = []
     for _ in range(4):
-        gen = fake.obj["metadata"]["generation"]
-        change = remediation.maybe_remediate("ns", "s", fake.obj, b4_result(), 1, gen, policy="reject")
+        change = remediation.maybe_remediate("ns", "s", fake.obj, b4_result(), 1, 1, policy="reject")
         applied.append(change.action if change else None)
     assert applied == ["env NCCL_P2P_DISABLE removed", "asyncScheduling=false", "speculativeDecoding.enabled=false", None]
+    assert fake.obj["spec"] == submitted and fake.obj["metadata"]["generation"] == 1
     rem = fake.obj["status"]["remediations"]
-    assert [r["generation"] for r in rem] == [1, 2, 3, 4]
+    assert [r["generation"] for r in rem] == [1, 1, 1, 1] and len({r["revision"] for r in rem}) == 4
     assert "step 1 of 2" in rem[0]["reason"] and "NCCL_P2P_DISABLE=1" in rem[0]["reason"]
     assert "step 2 of 2" in rem[1]["reason"] and "async" in rem[1]["reason"]
     assert "last resort" in rem[2]["reason"] and rem[3]["action"] == "none"
-    assert fake.obj["spec"]["speculativeDecoding"]["enabled"] is False and fake.obj["spec"]["asyncScheduling"] is False
-    # a second crash on the same generation decides nothing new
-    assert remediation.maybe_remediate("ns", "s", fake.obj, b4_result(), 2, fake.obj["metadata"]["generation"], policy="reject") is None
+    ov = {o["path"]: o for o in fake.obj["status"]["overrides"]}
+    assert ov["asyncScheduling"]["value"] is False and ov["speculativeDecoding.enabled"]["value"] is False
+    assert ov["env"]["value"] == [{"name": "OTHER", "value": "x"}]
+    assert {o["reason"] for o in ov.values()} == {"cuda-illegal-address-accepted-sync"}
+    assert all(o["generation"] == 1 and o["source"] == "remediation" and o["since"] for o in ov.values())
+    assert ov["asyncScheduling"]["userValue"] is True  # what the user's spec says there
+    cond = next(c for c in fake.obj["status"]["conditions"] if c["type"] == "Overridden")
+    assert cond["status"] == "True" and "asyncScheduling" in cond["message"]
+    # what runs: the overrides applied
+    run = remediation.running_spec(fake.obj, "reject")
+    assert run.async_scheduling is False and not run.speculative_decoding.enabled and len(run.env) == 1
+    # a second crash on the same revision decides nothing new
+    assert remediation.maybe_remediate("ns", "s", fake.obj, b4_result(), 2, 1, policy="reject") is None
     assert len(fake.obj["status"]["remediations"]) == 4
 
 

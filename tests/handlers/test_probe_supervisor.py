@@ -223,11 +223,11 @@ def test_server_from_body_renders_the_engine_identity_pods_are_matched_with(no_a
     from gdn_operator.handlers.plan import expected_objects
     from gdn_operator.handlers.pods import pod_summary
 
-    s = server_from_body(body(3), no_api)
+    s = server_from_body(body(3, asyncScheduling=True), no_api)  # async set on: vllm#51508 warned
     assert s.spec is not None and s.generation == 3 and s.model == "srv"
     assert s.image == "ghcr.io/gdn-operator/vllm-gdn:v0.33.0-gdn1" and s.remediation_auto
     assert [w["rule"] for w in s.warned] == ["vllm#51508"] and s.warned[0]["mitigation"] == {"asyncScheduling": False}
-    dep = next(o for o in expected_objects(body(3), no_api) if o["kind"] == "Deployment")
+    dep = next(o for o in expected_objects(body(3, asyncScheduling=True), no_api) if o["kind"] == "Deployment")
     pod_body = {"metadata": {"name": "p", "uid": "x"}, "spec": dep["spec"]["template"]["spec"], "status": {}}
     assert pod_summary(pod_body)["engine"] == s.engine != ""
     other = server_from_body(body(4, asyncScheduling=False), no_api)

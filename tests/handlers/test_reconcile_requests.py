@@ -26,6 +26,7 @@ SPEC = {
     "tensorParallelSize": 1,
     "speculativeDecoding": {"numSpeculativeTokens": 2},
     "prefixCaching": False,
+    "asyncScheduling": True,  # set by the user: vllm#51508 is then a warning (unset, it resolves to off)
     "resources": {"cpu": "1", "memory": "1Gi", "shmSize": "1Gi"},
 }
 

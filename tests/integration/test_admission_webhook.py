@@ -46,8 +46,8 @@ def test_webhook_configuration_has_ca_bundle(op, kube_api):
 
 
 def test_known_crash_denied_with_upstream_issue_fields_and_fix(op, k, ns):
-    obj = gms("denied", image={"tag": "v0.28.0", "vllmVersion": "0.28.0"}, admissionPolicy="reject")
-    del obj["spec"]["prefixCaching"]
+    obj = gms("denied", image={"tag": "v0.28.0", "vllmVersion": "0.28.0"}, admissionPolicy="reject",
+              prefixCaching=True)  # set by the user: judged by the policy (unset, it resolves to false)
     outcome, err = create_until_webhook_answers(k, ns, obj)
     assert outcome == "denied"
     assert err.status == 403
@@ -67,16 +67,18 @@ def test_invalid_spec_denied_with_field_path(op, k, ns):
     assert "spec.extraArgs" in json.loads(err.body)["message"]
 
 
-def test_mitigate_policy_mutates_the_spec_and_records_it(op, k, ns):
-    obj = gms("mitig", image={"tag": "v0.28.0", "vllmVersion": "0.28.0"}, admissionPolicy="mitigate")
-    del obj["spec"]["prefixCaching"]
+def test_mitigate_policy_leaves_the_spec_and_renders_an_override(op, k, ns):
+    obj = gms("mitig", image={"tag": "v0.28.0", "vllmVersion": "0.28.0"}, admissionPolicy="mitigate", prefixCaching=True)
     outcome, created = create_until_webhook_answers(k, ns, obj)
     assert outcome == "created"
-    assert created["spec"]["prefixCaching"] is False
-    note = json.loads(created["metadata"]["annotations"]["serving.gdn-operator.io/mitigations"])
-    assert "vllm#43559" in note
+    # spec mutation is opt-in (GDN_MUTATE_SPEC): the spec stays as submitted, the change is an override
+    assert created["spec"]["prefixCaching"] is True
+    assert "serving.gdn-operator.io/mitigations" not in (created["metadata"].get("annotations") or {})
     dep = wait_for(lambda: k.deployment(ns, "mitig"), 30, what="Deployment")
     assert "--no-enable-prefix-caching" in dep.spec.template.spec.containers[0].args
+    ov = wait_for(lambda: k.status(ns, "mitig").get("overrides"), 30, what="status.overrides")
+    assert [(o["path"], o["value"], o["reason"]) for o in ov] == [("prefixCaching", False, "vllm#43559")]
+    assert k.get(ns, "mitig")["spec"]["prefixCaching"] is True
 
 
 def test_admitted_config_passes_and_updates_are_checked(op, k, ns):

@@ -1,6 +1,7 @@
 """Crash watch on the real control plane: kwok makes the engine container die with a termination message
 carrying a vLLM crash signature (tests/cluster/kwok/extra.yaml), and the operator must classify it into
-status, an Event and a metric, and apply the documented remediation exactly once."""
+status, an Event and a metric, and apply the documented remediation exactly once — as an operator-owned
+override (status.overrides), never a spec write."""
 
 from __future__ import annotations
 
@@ -103,26 +104,68 @@ def test_unknown_crash_still_yields_engine_dead_with_root_cause(op, k, ns):
     assert lc.get("rootCause", "").startswith("KeyError")
 
 
-def test_repeated_known_crash_is_remediated_exactly_once(op, k, ns):
-    k.create(ns, gms("b9", remediation={"mode": "auto", "threshold": 3}))
+def _git_apply(k, ns, obj):
+    """Server-side apply by a second field manager, the way a GitOps controller (Argo CD, Flux) applies."""
+    return k.co.patch_namespaced_custom_object(
+        "serving.gdn-operator.io", "v1alpha1", ns, "gdnmodelservers", obj["metadata"]["name"], obj,
+        field_manager="git", force=True, _content_type="application/apply-patch+yaml")
+
+
+def test_repeated_known_crash_is_remediated_exactly_once_as_an_override(op, k, ns):
+    """Issue 23: a server applied from "Git" (server-side apply, manager git) goes through an admission mitigation
+    and a crash-loop remediation; its .spec and generation never change, the Deployment carries both, status lists
+    them; re-applying from Git changes nothing (no write ping-pong) and does not undo the remediation; the
+    decision is made once per revision."""
+    manifest = gms("b9", remediation={"mode": "auto", "threshold": 3}, asyncScheduling=True, prefixCaching=True,
+                   admissionPolicy="mitigate")
+    manifest["metadata"]["namespace"] = ns
+    _git_apply(k, ns, manifest)
+    submitted = k.get(ns, "b9")["spec"]
     pod = running_pod(k, ns, "b9")
+    dep_args = k.deployment(ns, "b9").spec.template.spec.containers[0].args
+    assert "--no-enable-prefix-caching" in dep_args and "--async-scheduling" in dep_args  # mitigation as override
     message = tail("b9-np-repeat-negative.tail.log")
     for _ in range(3):
         crash(k, ns, pod.metadata.name, message)
-    obj = wait_for(lambda: (o := k.get(ns, "b9"))["spec"].get("asyncScheduling") is False and o, 30,
-                   what="asyncScheduling=false applied")
+    wait_for(lambda: "--no-async-scheduling" in k.deployment(ns, "b9").spec.template.spec.containers[0].args, 45,
+             what="the remediation rendered into the Deployment")
+    obj = k.get(ns, "b9")
+    assert obj["spec"] == submitted and obj["metadata"]["generation"] == 1  # the spec is never written
+    assert "serving.gdn-operator.io/last-remediation" not in (obj["metadata"].get("annotations") or {})
     rem = obj["status"]["remediations"]
-    assert len(rem) == 1
-    assert rem[0]["signature"] == "spec-decode-negative-repeat" and rem[0]["upstream"] == "vllm#53962"
+    assert len(rem) == 1 and rem[0]["signature"] == "spec-decode-negative-repeat" and rem[0]["upstream"] == "vllm#53962"
     assert rem[0]["action"] == "asyncScheduling=false" and rem[0]["generation"] == 1
-    assert obj["metadata"]["generation"] == 2
+    ov = {o["path"]: o for o in obj["status"]["overrides"]}
+    assert ov["asyncScheduling"]["value"] is False and ov["asyncScheduling"]["reason"] == "spec-decode-negative-repeat"
+    assert ov["prefixCaching"]["value"] is False and ov["prefixCaching"]["reason"] == "vllm#43559"
+    assert k.condition(ns, "b9", "Overridden")["status"] == "True"
     assert k.events(ns, "b9", "Remediated")
     assert 'gdn_remediations_total{action="asyncScheduling=false",name="b9",namespace="%s",signature="spec-decode-negative-repeat"} 1.0' % ns in op.metrics()
-    # The rolled-out engine carries the change.
-    wait_for(lambda: "--no-async-scheduling" in k.deployment(ns, "b9").spec.template.spec.containers[0].args, 30)
+    # only "git" owns spec fields; the operator owns the status subresource and kopf's own bookkeeping
+    # annotation (kopf.serving.gdn-operator.io/*), nothing the user wrote
+    for m in obj["metadata"]["managedFields"]:
+        fields = m.get("fieldsV1") or {}
+        if "f:spec" in fields:
+            assert m["manager"] == "git", m["manager"]
+        elif m["manager"] != "git" and m.get("subresource") != "status":
+            assert set(fields) == {"f:metadata"} and set(fields["f:metadata"]) == {"f:annotations"}, m
+            assert all(key == "." or key.startswith("f:kopf.serving.gdn-operator.io/")
+                       for key in fields["f:metadata"]["f:annotations"]), m
 
-    # The same crash keeps coming on the new generation: counting restarts from 1 there, and the
-    # workaround is already in place, so nothing is changed again (no loop).
+    # GitOps re-syncs (bounded here: every 2 s for 20 s; the issue asks 30 s x 5 min, not run in the suite):
+    # each apply is a no-op (resourceVersion unchanged by it), generation stays, the remediation stays rendered
+    noops = 0
+    for _ in range(10):
+        before = k.get(ns, "b9")["metadata"]["resourceVersion"]
+        after = _git_apply(k, ns, manifest)["metadata"]["resourceVersion"]
+        noops += before == after
+        time.sleep(2)
+    obj = k.get(ns, "b9")
+    assert noops == 10 and obj["metadata"]["generation"] == 1 and obj["spec"] == submitted
+    assert "--no-async-scheduling" in k.deployment(ns, "b9").spec.template.spec.containers[0].args
+
+    # The same crash on the remediated engine counts on the new revision; the workaround is in place, so
+    # nothing is changed again (no loop), once.
     def rolled_pod():
         pods = [p for p in k.engine_pods(ns, "b9") if not p.metadata.deletion_timestamp]
         if len(pods) == 1 and pods[0].status.phase == "Running" and "--no-async-scheduling" in pods[0].spec.containers[0].args:
@@ -132,18 +175,13 @@ def test_repeated_known_crash_is_remediated_exactly_once(op, k, ns):
     pod2 = wait_for(rolled_pod, 90, what="the remediated engine pod, alone")
     for _ in range(3):
         crash(k, ns, pod2.metadata.name, message)
-    wait_for(lambda: k.status(ns, "b9")["lastCrash"]["count"] == 3 and k.status(ns, "b9")["lastCrash"]["generation"] == 2, 30,
-             what="three crashes counted on generation 2")
-    wait_for(lambda: k.events(ns, "b9", "RemediationNotPossible"), 15, what="RemediationNotPossible event")
+    wait_for(lambda: k.events(ns, "b9", "RemediationNotPossible"), 30, what="RemediationNotPossible event")
     obj = k.get(ns, "b9")
-    applied = [r for r in obj["status"]["remediations"] if r["changes"]]
-    assert len(applied) == 1
-    decided = [r for r in obj["status"]["remediations"] if r["generation"] == 2]
-    assert len(decided) == 1 and decided[0]["action"] == "none" and "no automatic workaround left" in decided[0]["reason"]
-    assert obj["metadata"]["generation"] == 2
-    # further crashes on generation 2 neither change the spec nor repeat the decision
+    assert len([r for r in obj["status"]["remediations"] if r["changes"]]) == 1
+    decided = obj["status"]["remediations"][1:]
+    assert len(decided) == 1 and decided[0]["action"] == "none" and decided[0]["revision"] != rem[0]["revision"]
     crash(k, ns, pod2.metadata.name, message)
     wait_for(lambda: k.status(ns, "b9")["lastCrash"]["count"] == 4, 30, what="fourth crash counted")
     obj = k.get(ns, "b9")
-    assert len(obj["status"]["remediations"]) == 2 and obj["metadata"]["generation"] == 2
+    assert len(obj["status"]["remediations"]) == 2 and obj["metadata"]["generation"] == 1
     assert len(k.events(ns, "b9", "RemediationNotPossible")) == 1

@@ -169,10 +169,9 @@ def test_known_crash_config_creates_nothing_and_says_why(op, k, ns):
     bad = gms(
         "corrupting",
         image={"tag": "v0.28.0", "vllmVersion": "0.28.0", "repository": "vllm/vllm-openai"},
-        prefixCaching=None,
+        prefixCaching=True,  # set by the user: judged by the policy (unset, it resolves to false)
         admissionPolicy="reject",
     )
-    del bad["spec"]["prefixCaching"]
     k.create(ns, bad)
     cond = k.wait_condition(ns, "corrupting", "Validated", "False", timeout=30)
     assert cond["reason"] == "KnownIssue"
@@ -194,12 +193,13 @@ def test_mitigate_policy_without_webhook_renders_the_mitigation(op, k, ns):
         "mitigated",
         image={"tag": "v0.28.0", "vllmVersion": "0.28.0", "repository": "vllm/vllm-openai"},
         admissionPolicy="mitigate",
+        prefixCaching=True,
     )
-    del obj["spec"]["prefixCaching"]
     k.create(ns, obj)
     dep = wait_for(lambda: k.deployment(ns, "mitigated"), 30, what="Deployment")
     assert "--no-enable-prefix-caching" in args_of(dep)
     cond = k.wait_condition(ns, "mitigated", "Validated", timeout=30)
     assert cond["reason"] == "Mitigated"
-    ann = wait_for(lambda: k.get(ns, "mitigated")["metadata"].get("annotations", {}).get("serving.gdn-operator.io/mitigations"), 30)
-    assert "vllm#43559" in json.loads(ann)
+    ov = wait_for(lambda: k.status(ns, "mitigated").get("overrides"), 30, what="status.overrides")
+    assert [(o["path"], o["reason"], o["source"]) for o in ov] == [("prefixCaching", "vllm#43559", "mitigation")]
+    assert k.get(ns, "mitigated")["spec"]["prefixCaching"] is True  # the spec is never written

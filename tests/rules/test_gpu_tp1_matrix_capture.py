@@ -46,7 +46,7 @@ RESULTS = _results()
 def _evaluate(result: dict):
     line = parse_launch_line(["vllm", "serve", *result["argv"]], vllm_version="0.22.0",
                              architecture="Qwen3NextForCausalLM")
-    return line, evaluate(line.spec, overrides=line.overrides, policy="reject")
+    return line, evaluate(line.spec, overrides=line.overrides, policy="reject", defaults=False)  # as the GPU ran it
 
 
 def test_capture_has_every_configuration_measured():
@@ -76,7 +76,7 @@ def test_every_wrong_answer_is_explained_by_a_rejecting_rule(result):
 def test_the_mitigation_was_measured_exact_and_keeps_mtp():
     bad = next(r for r in RESULTS if r["config"] == "base-cudagraph")
     line, _ = _evaluate(bad)
-    ev = evaluate(line.spec, overrides=line.overrides, policy="mitigate")
+    ev = evaluate(line.spec, overrides=line.overrides, policy="mitigate", defaults=False)
     assert ev.allowed and G1 in rules_of(ev, "mitigated")
     mitigated = ev.mitigated_spec
     assert mitigated is not None and mitigated.cudagraph_mode == CudagraphMode.PIECEWISE

@@ -54,17 +54,20 @@ def test_json_shape():
     assert f["kind"] == "silent-corruption" and f["mitigation"] == {"prefixCaching": False}
     eff = res["effective"]
     assert eff["prefixCaching"] is True and eff["mambaCacheMode"] == "align" and eff["modelRunner"] == "v1"
-    assert res["effectiveDetail"]["sources"]["prefix_caching"].startswith("unset: on by default")
+    assert res["effectiveDetail"]["sources"]["prefix_caching"] == "spec.prefixCaching"  # the user's own value
+    # the unset asyncScheduling resolves to the value vllm#51571 accepts, and says so
+    assert {"field": "asyncScheduling", "value": False, "rule": "vllm#51571"} in res["defaults"]
+    assert eff["defaults"] == res["defaults"]
 
 
 def test_mitigated_manifest_exits_1_with_patch(tmp_path):
     f = tmp_path / "m.yaml"
-    f.write_text(MANIFEST.format(name="m", version="0.28.0", extra="  admissionPolicy: mitigate\n"))
+    f.write_text(MANIFEST.format(name="m", version="0.28.0", extra="  prefixCaching: true\n  admissionPolicy: mitigate\n"))
     p = run("-f", str(f), "--output", "json")
     assert p.returncode == 1
     res = json.loads(p.stdout)["results"][0]
     assert res["allowed"] is True and res["changed"] is True
-    assert {"op": "add", "path": "/spec/prefixCaching", "value": False} in res["patch"]
+    assert {"op": "replace", "path": "/spec/prefixCaching", "value": False} in res["patch"]
     assert res["mitigatedSpec"]["prefixCaching"] is False
 
 
@@ -77,8 +80,13 @@ def test_vllm_version_override_and_patch_flag(tmp_path):
     # the shipped guard neutralises #36917; the planned #45100 backport is not relied on
     p = run("-f", str(f), "--vllm-version", "0.17.1", "--patch", "gdn-guard/vllm-36917", "--patch",
             "gdn-guard/vllm-45100")
-    assert "vllm#36917" not in p.stdout and "vllm#45100" in p.stdout and p.returncode == 1, p.stdout
+    assert "vllm#36917" not in p.stdout and p.returncode == 0, p.stdout
+    assert "default: asyncScheduling=false (unset; rule vllm#45100)" in p.stdout  # the unset field avoids it
     assert "not shipped" in p.stdout
+    f.write_text(MANIFEST.format(name="m", version="0.33.0", extra="  prefixCaching: false\n  asyncScheduling: true\n"))
+    p = run("-f", str(f), "--vllm-version", "0.17.1", "--patch", "gdn-guard/vllm-36917", "--patch",
+            "gdn-guard/vllm-45100")
+    assert "[rejected]" in p.stdout and "vllm#45100" in p.stdout and p.returncode == 1, p.stdout
     f.write_text(MANIFEST.format(name="m", version="0.33.0", extra="  prefixCaching: false\n  asyncScheduling: false\n"))
     p = run("-f", str(f), "--vllm-version", "0.17.1", "--patch", "gdn-guard/vllm-36917")
     assert "vllm#36917" not in p.stdout and p.returncode == 0, p.stdout
@@ -87,7 +95,7 @@ def test_vllm_version_override_and_patch_flag(tmp_path):
 def test_multi_document_file_evaluates_each(tmp_path):
     f = tmp_path / "multi.yaml"
     good = MANIFEST.format(name="a", version="0.33.0", extra="  prefixCaching: false\n")
-    bad = MANIFEST.format(name="b", version="0.28.0", extra="")
+    bad = MANIFEST.format(name="b", version="0.28.0", extra="  prefixCaching: true\n")
     f.write_text(good + "---\n" + bad)
     p = run("-f", str(f), "--output", "json")
     doc = json.loads(p.stdout)

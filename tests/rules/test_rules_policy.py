@@ -28,15 +28,18 @@ def _denied_spec() -> GDNModelServerSpec:
 
 
 def test_reject_policy_denies_vllm_43559_example():
-    spec = _denied_spec()  # admissionPolicy: reject, vLLM 0.28.0, prefix caching default on
+    spec = _denied_spec()  # admissionPolicy: reject, vLLM 0.28.0, prefixCaching: true SET by the user
     ev = evaluate(spec, default_policy="mitigate")  # the spec's own policy wins over the default
     assert ev.policy == "reject"
-    assert not ev.allowed and ev.exit_code == 1
+    assert not ev.allowed and ev.exit_code == 1 and ev.run_spec is None
     assert ev.mitigated_spec is None and ev.patch == []
-    assert {"vllm#43559", "vllm#51571"} <= rules_of(ev, "rejected")
+    assert rules_of(ev, "rejected") == {"vllm#43559"}
+    # vllm#51571 (align + async, V1) is avoided by the unset asyncScheduling's safe default, not rejected
+    assert [(d.field, d.value, d.rule) for d in ev.defaults if d.field == "asyncScheduling"] == [
+        ("asyncScheduling", False, "vllm#51571")]
     msg = ev.denial_message()
-    assert msg.splitlines()[0].startswith("GDNModelServer refused by 2 known-crash rules")
-    for needle in ("vllm#43559", "spec.prefixCaching", "prefixCaching: false", "vllm#51571", "0.26.0"):
+    assert msg.splitlines()[0].startswith("GDNModelServer refused by 1 known-crash rule ")
+    for needle in ("vllm#43559", "spec.prefixCaching", "prefixCaching: false", "0.26.0"):
         assert needle in msg
     assert all(isinstance(f, RuleFinding) for f in ev.findings)
 
@@ -47,7 +50,7 @@ def test_mitigate_policy_applies_minimal_change_vllm_43559():
     assert ev.allowed and ev.changed and ev.exit_code == 1
     assert rules_of(ev, "mitigated") == {"vllm#43559"}  # prefix caching off also cures vllm#51571
     assert "vllm#51571" not in rules_of(ev)
-    assert ev.patch == [{"op": "add", "path": "/spec/prefixCaching", "value": False}]
+    assert ev.patch == [{"op": "replace", "path": "/spec/prefixCaching", "value": False}]
     assert ev.mitigated_spec.prefix_caching is False
     assert ev.effective.prefix_caching is False and ev.effective.mamba_cache_mode == "none"
     assert ev.original_detail.prefix_caching is True
@@ -57,14 +60,15 @@ def test_mitigate_policy_applies_minimal_change_vllm_43559():
 
 
 def test_mitigations_chain_to_a_fixed_point_vllm_43559_then_45100():
-    # 0.20.0 + explicit prefix caching: #43559 -> prefixCaching false -> non-align V1 async -> #45100 -> async off
-    spec = mk("0.20.0", prefixCaching=True)
+    # 0.20.0 + explicit prefix caching and async scheduling: #43559 -> prefixCaching false -> non-align V1
+    # async -> #45100 -> async off (both values are the user's, so the policy changes them, no default does)
+    spec = mk("0.20.0", prefixCaching=True, asyncScheduling=True)
     ev = evaluate(spec, default_policy="mitigate")
     assert ev.allowed
     assert rules_of(ev, "mitigated") == {"vllm#43559", "vllm#45100"}
     assert ev.patch == [
         {"op": "replace", "path": "/spec/prefixCaching", "value": False},
-        {"op": "add", "path": "/spec/asyncScheduling", "value": False},
+        {"op": "replace", "path": "/spec/asyncScheduling", "value": False},
     ]
     again = evaluate(ev.mitigated_spec, default_policy="reject")
     assert again.allowed and not again.rejected
@@ -143,8 +147,12 @@ def test_chained_mitigation_that_cannot_finish_is_refused_as_a_whole(monkeypatch
     assert "vllm#99999" in rules_of(ev, "rejected")
     assert any("loop" in f.message for f in ev.rejected)
     assert not any("Applied:" in f.message for f in ev.findings)
-    # on 0.18.0 the same mitigation is fine
+    # on 0.18.0 the same value is fine: the unset field resolves to it (a safe default, no mitigation)
     ev = evaluate(mk("0.18.0", asyncScheduling=False), default_policy="mitigate")
+    assert "vllm#99999" not in rules_of(ev) and ev.allowed and not ev.changed
+    assert ("gdnPrefillBackend", "triton", "vllm#99999") in [(d.field, d.value, d.rule) for d in ev.defaults]
+    # set by the user, the policy judges it
+    ev = evaluate(mk("0.18.0", asyncScheduling=False, gdnPrefillBackend="flashinfer"), default_policy="mitigate")
     assert "vllm#99999" in rules_of(ev, "mitigated") and ev.allowed
 
 
@@ -163,11 +171,16 @@ def test_mitigation_loop_is_detected(monkeypatch):
 
 def test_advisory_rules_stay_warnings_under_every_policy():
     for policy in ("reject", "mitigate", "warn"):
-        ev = evaluate(mk("0.25.0", prefixCaching=False, asyncScheduling=None), policy=policy)
-        # vllm#53962 (0.25-0.28 async + spec) and flashinfer#3329 are advisory: warned, never applied
+        ev = evaluate(mk("0.25.0", prefixCaching=False, asyncScheduling=True, gdnPrefillBackend="flashinfer"),
+                      policy=policy)
+        # vllm#53962 (0.25-0.28 async + spec) and flashinfer#3329 are warn rules: values the user SET are
+        # warned (with the field and value that avoid them), never changed under any policy
         assert {"vllm#53962", "flashinfer#3329"} <= rules_of(ev, "warned")
-        if ev.mitigated_spec is not None:
-            assert ev.mitigated_spec.gdn_prefill_backend is None
+        assert ev.mitigated_spec is None and ev.run_spec.gdn_prefill_backend == "flashinfer"
+        f = next(f for f in ev.findings if f.rule == "flashinfer#3329")
+        assert "Set gdnPrefillBackend: triton." in f.message
+        # advisories (no MTP-keeping value avoids them) are listed apart, never as warnings
+        assert "vllm#51562" in rules_of(ev, "advisory") and "vllm#51562" not in rules_of(ev, "warned")
 
 
 def test_escalation_turns_an_advisory_rule_into_an_enforced_one_vllm_37035():
@@ -204,7 +217,10 @@ def test_patch_applied_to_the_object_gives_the_mitigated_spec():
     assert ev.allowed and ev.changed
     obj = {"spec": spec.model_dump(by_alias=True, exclude_unset=True, mode="json")}
     patched = apply_json_patch(obj, ev.patch)
-    assert GDNModelServerSpec.model_validate(patched["spec"]) == ev.mitigated_spec
+    # the patch carries the mitigations only; the safe defaults are computed again from the patched spec
+    again = evaluate(GDNModelServerSpec.model_validate(patched["spec"]))
+    assert again.allowed and not again.changed
+    assert again.run_spec.model_dump(mode="json") == ev.run_spec.model_dump(mode="json")
 
 
 @pytest.mark.parametrize("bad", ["deny", "", "REJECT"])
@@ -223,17 +239,23 @@ def test_unparseable_version_is_a_finding_not_a_crash():
 def test_nightly_version_parses_as_prerelease():
     ev = evaluate(mk("0.19.2rc1.dev226+g53b9640fb", tensorParallelSize=2, prefixCaching=False))
     assert "gdn-operator/unparseable-version" not in rules_of(ev)
-    assert "vllm#41190" in rules_of(ev)  # the report's own build
+    assert "vllm#41190" in rules_of(ev, "advisory")  # the report's own build
     assert "vllm#36917" not in rules_of(ev)  # fixed in 0.18.0
-    assert "vllm#45100" in rules_of(ev, "rejected")  # < 0.24.0
+    # < 0.24.0: vllm#45100 matches vLLM's default async scheduling, so the unset field resolves to off
+    assert "vllm#45100" not in rules_of(ev)
+    assert ("asyncScheduling", False, "vllm#45100") in [(d.field, d.value, d.rule) for d in ev.defaults]
+    assert "vllm#45100" in rules_of(evaluate(mk("0.19.2rc1.dev226+g53b9640fb", prefixCaching=False,
+                                                 asyncScheduling=True)), "rejected")
 
 
 @pytest.mark.parametrize("version", ["0.34.0", "0.33.1rc1", "1.0.0"])
 def test_newer_than_catalogue_is_info_and_open_bugs_still_apply(version):
     ev = evaluate(mk(version))
     f = next(f for f in ev.findings if f.rule == "gdn-operator/version-not-in-catalogue")
-    assert f.action == "warned" and f.severity == "info" and "not in the catalogue" in f.message
-    assert "vllm#43559" in rules_of(ev, "rejected")  # open bug, prefix caching on by default
+    assert f.action == "advisory" and f.severity == "info" and "not in the catalogue" in f.message
+    # open bug, prefix caching on by default: still applies, so the unset field resolves to off
+    assert ("prefixCaching", False, "vllm#43559") in [(d.field, d.value, d.rule) for d in ev.defaults]
+    assert "vllm#43559" in rules_of(evaluate(mk(version, prefixCaching=True)), "rejected")
 
 
 def test_catalogue_version_prereleases_are_not_newer():
@@ -243,7 +265,7 @@ def test_catalogue_version_prereleases_are_not_newer():
 
 def test_older_than_catalogue():
     ev = evaluate(mk("0.16.0", prefixCaching=False))
-    assert "gdn-operator/version-older-than-catalogue" in rules_of(ev, "warned")
+    assert "gdn-operator/version-older-than-catalogue" in rules_of(ev, "advisory")
     assert "vllm#36917" in rules_of(ev, "rejected")
 
 
@@ -258,7 +280,7 @@ def test_findings_order_is_deterministic_and_ranked():
     a = evaluate(spec).to_dict()
     b = evaluate(GDNModelServerSpec.model_validate(spec.model_dump(by_alias=True, exclude_unset=True)))
     assert json.dumps(a, sort_keys=True) == json.dumps(b.to_dict(), sort_keys=True)
-    ranks = [({"rejected": 0, "mitigated": 1, "warned": 2}[f["action"]]) for f in a["findings"]]
+    ranks = [({"rejected": 0, "mitigated": 1, "warned": 2, "advisory": 3}[f["action"]]) for f in a["findings"]]
     assert ranks == sorted(ranks)
 
 
@@ -278,15 +300,15 @@ def test_every_mitigation_converges_and_is_clean():
     cat = load_rules()
     triggers = {
         "vllm#36917": ("0.17.1", {}),
-        "vllm#45100": ("0.23.0", {}),
-        "gdn-operator/mtp-full-decode-cudagraph": ("0.22.0", {}),
+        "vllm#45100": ("0.23.0", {"asyncScheduling": True}),
+        "gdn-operator/mtp-full-decode-cudagraph": ("0.22.0", {"cudagraphMode": "FULL_AND_PIECEWISE"}),
         "vllm#38041": ("0.24.0", {"modelRunner": "v2", "prefixCaching": True}),
         "vllm#37035": ("0.17.1", {"speculativeDecoding": {"numSpeculativeTokens": 8}, "attentionBackend": "FLASHINFER"}),
-        "vllm#43559": ("0.28.0", {}),
-        "vllm#51571": ("0.33.0", {"prefixCaching": True, "modelRunner": "v1"}),
-        "vllm#53962": ("0.26.0", {}),
-        "vllm#51508": ("0.33.0", {}),
-        "flashinfer#3329": ("0.25.0", {}),
+        "vllm#43559": ("0.28.0", {"prefixCaching": True}),
+        "vllm#51571": ("0.33.0", {"prefixCaching": True, "modelRunner": "v1", "asyncScheduling": True}),
+        "vllm#53962": ("0.26.0", {"asyncScheduling": True}),
+        "vllm#51508": ("0.33.0", {"asyncScheduling": True}),
+        "flashinfer#3329": ("0.25.0", {"gdnPrefillBackend": "flashinfer"}),
         "vllm-config/align-requires-chunked-prefill": ("0.28.0", {"prefixCaching": True, "chunkedPrefill": False}),
         "vllm-config/gdn-prefill-backend-unsupported": ("0.20.0", {"gdnPrefillBackend": "cutedsl"}),
         "vllm-config/shutdown-timeout-unsupported": ("0.17.1", {"shutdownTimeoutSeconds": 30}),

@@ -11,6 +11,8 @@ from pydantic import ValidationError
 from rules_helpers import apply_json_patch
 
 from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.api.specpatch import get_path, user_set
+from gdn_operator.rules.defaults import keeps_spec_decoding
 from gdn_operator.rules import effective_config, evaluate, load_rules
 
 CAT = load_rules()
@@ -90,7 +92,19 @@ def test_evaluator_never_raises_and_is_consistent(d, default_policy):
         if rule is not None and rule.kind == "silent-corruption" and rule.action == "enforce":
             assert f.action in ("rejected", "mitigated")
         if rule is not None and rule.action == "warn" and rule.escalate_if is None:
-            assert f.action == "warned"
+            assert f.action in ("warned", "advisory")
+            assert (f.action == "warned") == bool(rule.mitigation and keeps_spec_decoding(rule.mitigation_patch))
+    # safe defaults: only fields left unset, never speculative decoding off, each value in the spec
+    # that runs, each from a rule with that very mitigation
+    for dflt in ev.defaults:
+        # (or one the policy's mitigation unset: it then takes its safe default, as if submitted unset)
+        assert not user_set(spec, dflt.field) or (dflt.field, None) in ev.change.changes
+        assert not dflt.field.startswith("speculativeDecoding.enabled")
+        assert CAT.rule(dflt.rule).mitigation[dflt.field] == dflt.value
+        if ev.allowed:
+            assert get_path(ev.run_spec.model_dump(by_alias=True, mode="json"), dflt.field)[1] == dflt.value
+    if ev.allowed and not ev.changed:  # (a mitigation under the user's policy may turn it off, e.g. vllm#36917)
+        assert ev.run_spec.speculative_decoding.enabled == spec.speculative_decoding.enabled
     # under reject nothing is ever changed
     if ev.policy == "reject":
         assert not ev.changed and not ev.mitigated
@@ -106,7 +120,8 @@ def test_evaluator_never_raises_and_is_consistent(d, default_policy):
         # the webhook patch turns the submitted object into the mitigated spec
         obj = {"spec": spec.model_dump(by_alias=True, exclude_unset=True, mode="json")}
         patched = apply_json_patch(obj, ev.patch)
-        assert GDNModelServerSpec.model_validate(patched["spec"]) == ev.mitigated_spec
+        again = evaluate(GDNModelServerSpec.model_validate(patched["spec"]), policy=ev.policy)
+        assert again.run_spec.model_dump(mode="json") == ev.mitigated_spec.model_dump(mode="json")
 
 
 @settings(max_examples=300, deadline=None)

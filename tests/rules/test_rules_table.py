@@ -1,6 +1,11 @@
 """Every rule of data/rules.yaml: fires on its trigger at an affected version, not at the fixed version,
 not when the image carries its patch id; known-good configurations are clean of reject-level findings.
 
+The table judges configurations as vLLM runs them (`defaults=False`: unset fields keep vLLM's own
+defaults, as for a raw launch line); tests/rules/test_defaults.py checks what the operator's safe
+defaults make of the same rows. Expected actions: rejected / warned (actionable: the rule names a value
+that avoids it with MTP on) / advisory (no spec value avoids it yet).
+
 Test ids name the upstream issue (catalogue ../shared/docs/vllm-known-issues.md, B1-B14).
 """
 
@@ -21,14 +26,14 @@ TABLE = [
     ("vllm#45100", {"prefixCaching": False}, "0.17.0", "rejected", "0.24.0", None, None),
     ("vllm#38041", {"modelRunner": "v2", "prefixCaching": False}, "0.19.1", "rejected", "0.25.0", None, None),
     ("vllm#38041", {"modelRunner": "v2", "prefixCaching": True}, "0.24.0", "rejected", "0.25.0", None, None),
-    ("vllm#41190", {"tensorParallelSize": 2}, "0.19.2rc1.dev226+g53b9640fb", "warned", None, None, None),
+    ("vllm#41190", {"tensorParallelSize": 2}, "0.19.2rc1.dev226+g53b9640fb", "advisory", None, None, None),
     ("gdn-operator/mtp-full-decode-cudagraph", {}, "0.22.0", "rejected", None, None, None),  # auto = FULL_AND_PIECEWISE
     ("gdn-operator/mtp-full-decode-cudagraph", {"cudagraphMode": "FULL_DECODE_ONLY", "asyncScheduling": False},
      "0.22.0", "rejected", None, None, None),
     ("vllm#41190", {"tensorParallelSize": 2, "env": [{"name": "NCCL_P2P_DISABLE", "value": "1"}]},
      "0.20.0", "rejected", None, None, None),
-    ("vllm#51562", {}, "0.30.0", "warned", "0.31.0", "gdn-guard/vllm-51562", None),
-    ("vllm#51562", {"speculativeDecoding": {"enabled": False}}, "0.24.0", "warned", "0.31.0", None, None),
+    ("vllm#51562", {}, "0.30.0", "advisory", "0.31.0", "gdn-guard/vllm-51562", None),
+    ("vllm#51562", {"speculativeDecoding": {"enabled": False}}, "0.24.0", "advisory", "0.31.0", None, None),
     ("vllm#37035", {"speculativeDecoding": {"numSpeculativeTokens": 5}, "attentionBackend": "FLASHINFER"},
      "0.17.1", "rejected", None, "gdn-guard/vllm-37035", None),
     ("vllm#37035", {"speculativeDecoding": {"numSpeculativeTokens": 6}}, "0.33.0", "warned", None, None, None),
@@ -39,7 +44,7 @@ TABLE = [
      "gdn-guard/vllm-51571", None),
     ("vllm#51571", {"prefixCaching": True}, "0.24.0", "rejected", None, None, None),
     ("vllm#53962", {}, "0.25.0", "warned", "0.29.0", "gdn-guard/vllm-53962", None),
-    ("vllm#40756", {}, "0.19.1", "warned", None, None, None),
+    ("vllm#40756", {}, "0.19.1", "advisory", None, None, None),
     ("vllm#51508", {}, "0.33.0", "warned", None, "gdn-guard/vllm-51508", None),
     ("flashinfer#3329", {}, "0.18.0", "warned", None, None, None),
     ("flashinfer#3329", {"gdnPrefillBackend": "flashinfer"}, "0.33.0", "warned", None, None, None),
@@ -60,7 +65,7 @@ TABLE = [
     ("vllm-config/shutdown-timeout-unsupported", {"shutdownTimeoutSeconds": 30}, "0.17.1", "rejected", "0.18.0",
      None, None),
     # vllm#41190 (TP>=2 spec decode) holds per multi-node group: TP is the group's TP world
-    ("vllm#41190", {"tensorParallelSize": 8, "pipelineParallelSize": 2, "nodes": 2}, "0.33.0", "warned", None,
+    ("vllm#41190", {"tensorParallelSize": 8, "pipelineParallelSize": 2, "nodes": 2}, "0.33.0", "advisory", None,
      None, None),
 ]
 
@@ -74,7 +79,7 @@ def _id(row):
 @pytest.mark.parametrize("row", TABLE, ids=[_id(r) for r in TABLE])
 def test_rule_fires_on_trigger(row):
     rule, fields, version, action, _fixed, _patch, ov = row
-    ev = evaluate(mk(version, **fields), overrides=ov, policy="reject")
+    ev = evaluate(mk(version, **fields), overrides=ov, policy="reject", defaults=False)
     got = {f.rule: f.action for f in ev.findings}
     assert rule in got, f"{rule} did not fire; findings: {got}"
     assert got[rule] == action
@@ -86,7 +91,7 @@ def test_rule_fires_on_trigger(row):
 @pytest.mark.parametrize("row", [r for r in TABLE if r[4]], ids=[_id(r) for r in TABLE if r[4]])
 def test_rule_silent_at_fixed_version(row):
     rule, fields, _version, _action, fixed, _patch, ov = row
-    ev = evaluate(mk(fixed, **fields), overrides=ov, policy="reject")
+    ev = evaluate(mk(fixed, **fields), overrides=ov, policy="reject", defaults=False)
     assert rule not in rules_of(ev)
 
 
@@ -95,7 +100,7 @@ def test_rule_neutralised_by_patch(row):
     rule, fields, version, _action, _fixed, patch, ov = row
     cat = load_rules()
     assert patch in cat.patch_ids or patch in cat.planned_patch_ids
-    ev = evaluate(mk(version, patches=[patch], **fields), overrides=ov, policy="reject")
+    ev = evaluate(mk(version, patches=[patch], **fields), overrides=ov, policy="reject", defaults=False)
     if patch in cat.planned_patch_ids:
         # a planned (not shipped) patch is documented but never relied on
         assert rule in rules_of(ev)
@@ -104,7 +109,7 @@ def test_rule_neutralised_by_patch(row):
     assert rule not in rules_of(ev)
     # a patch for another defect does not neutralise this one
     other = next(p for p in [*cat.patch_ids, *cat.planned_patch_ids] if p != patch)
-    ev2 = evaluate(mk(version, patches=[other], **fields), overrides=ov, policy="reject")
+    ev2 = evaluate(mk(version, patches=[other], **fields), overrides=ov, policy="reject", defaults=False)
     assert rule in rules_of(ev2)
 
 
@@ -157,21 +162,21 @@ NEGATIVE = [
 
 @pytest.mark.parametrize("rule, fields, version", NEGATIVE, ids=[_id((r, f, v)) for r, f, v in NEGATIVE])
 def test_rule_does_not_fire(rule, fields, version):
-    ev = evaluate(mk(version, **fields), policy="reject")
+    ev = evaluate(mk(version, **fields), policy="reject", defaults=False)
     assert rule not in rules_of(ev)
 
 
 def test_vllm_50708_budget_precomputation():
     # #50708: v0.26.0, DFlash k=16, default batching -> 2048 - 15 x 256 = -1792
     ov = LaunchOverrides(spec_method="dflash", num_speculative_tokens=16)
-    ev = evaluate(mk("0.26.0", prefixCaching=False), overrides=ov)
+    ev = evaluate(mk("0.26.0", prefixCaching=False), overrides=ov, defaults=False)
     assert ev.detail.scheduled_token_budget == -1792
     assert "vllm#50708" in rules_of(ev, "rejected")
     # raising maxNumBatchedTokens above slots x seqs admits it (4096 - 3840 = 256)
-    ev = evaluate(mk("0.26.0", prefixCaching=False, maxNumBatchedTokens=4096), overrides=ov)
+    ev = evaluate(mk("0.26.0", prefixCaching=False, maxNumBatchedTokens=4096), overrides=ov, defaults=False)
     assert ev.detail.scheduled_token_budget == 256 and "vllm#50708" not in rules_of(ev)
     # and lowering maxNumSeqs does too (2048 - 15 x 128 = 128)
-    ev = evaluate(mk("0.26.0", prefixCaching=False, maxNumSeqs=128), overrides=ov)
+    ev = evaluate(mk("0.26.0", prefixCaching=False, maxNumSeqs=128), overrides=ov, defaults=False)
     assert "vllm#50708" not in rules_of(ev)
 
 

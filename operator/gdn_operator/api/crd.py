@@ -151,6 +151,12 @@ PRINTER_COLUMNS = [
         "jsonPath": ".status.acceptance.rateDisplay",
         "description": "Speculative-decoding acceptance rate over the scrape window.",
     },
+    {
+        "name": "Overridden",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Overridden")].status',
+        "description": "True: the operator runs status.overrides values instead of the spec's (the spec is unchanged).",
+    },
     {"name": "vLLM", "type": "string", "jsonPath": ".spec.image.vllmVersion", "priority": 1},
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.uri", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -77,21 +77,21 @@ class GDNModelServerSpec(_Model):
     )
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=0.99, description="vLLM --gpu-memory-utilization.")
     async_scheduling: bool | None = Field(
-        default=None, description="vLLM async scheduling; unset = vLLM's default (on with MTP)."
+        default=None, description="vLLM async scheduling; unset = the value the known-issue rules accept for this vLLM version (status.effective.defaults), else vLLM's default (on with MTP)."
     )
     prefix_caching: bool | None = Field(
-        default=None, description="vLLM prefix caching; unset = vLLM's default (on for hybrids from 0.26.0)."
+        default=None, description="vLLM prefix caching; unset = the value the rules accept (off with MTP, vllm#43559), else vLLM's default (on for hybrids from 0.26.0)."
     )
-    chunked_prefill: bool | None = Field(default=None, description="vLLM chunked prefill; unset = vLLM's default.")
+    chunked_prefill: bool | None = Field(default=None, description="vLLM chunked prefill; unset = the value the rules accept, else vLLM's default.")
     model_runner: ModelRunner = Field(
         default=ModelRunner.AUTO, description="auto (vLLM decides), v1 or v2 (VLLM_USE_V2_MODEL_RUNNER)."
     )
     attention_backend: AttentionBackend | None = Field(default=None, description="vLLM --attention-backend.")
     gdn_prefill_backend: GDNPrefillBackend | None = Field(
-        default=None, description="vLLM --gdn-prefill-backend (from 0.18.0)."
+        default=None, description="vLLM --gdn-prefill-backend (from 0.18.0); unset = the value the rules accept, else vLLM's choice."
     )
     cudagraph_mode: CudagraphMode | None = Field(
-        default=None, description="CUDA graph mode (--compilation-config cudagraph_mode)."
+        default=None, description="CUDA graph mode (--compilation-config cudagraph_mode); unset = the value the rules accept, else vLLM's default."
     )
     enforce_eager: bool = Field(default=False, description="vLLM --enforce-eager (no CUDA graphs).")
     extra_args: list[Annotated[str, Field(max_length=4096)]] = Field(

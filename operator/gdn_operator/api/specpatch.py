@@ -182,3 +182,18 @@ class SpecPatch:
     def summary(self) -> str:
         """"path: value, ...": how admission findings name the mitigation."""
         return ", ".join(f"{p}: {_text(v)}" for p, v in self.changes)
+
+
+def user_set(model: Any, path: str) -> bool:
+    """Whether the camelCase dotted `path` was given in the input `model` (a pydantic spec model) was
+    validated from, as opposed to left to its default: pydantic's `model_fields_set`, walked by alias."""
+    cur = model
+    for part in path.split("."):
+        fields = getattr(type(cur), "model_fields", None)
+        if fields is None:
+            return False
+        name = next((n for n, f in fields.items() if (f.alias or n) == part), None)
+        if name is None or name not in cur.model_fields_set:
+            return False
+        cur = getattr(cur, name)
+    return True

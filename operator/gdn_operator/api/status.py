@@ -12,6 +12,7 @@ from pydantic import Field
 
 from gdn_operator.api.base import _Status
 from gdn_operator.api.enums import Phase
+from gdn_operator.api.overrides import Override
 from gdn_operator.api.probes import ProbesStatus
 
 
@@ -56,6 +57,7 @@ class CrashInfo(_Status):
     restart_count: int | None = None
     count: int | None = Field(default=None, description="Crashes with this signature on this generation.")
     generation: int | None = Field(default=None, description="Spec generation the crashes were counted on.")
+    revision: str | None = Field(default=None, description="Generation + remediation overrides in force the crashes were counted on.")
     remediation_hint: str | None = Field(default=None, description="What the catalogue says to do about it.")
 
 
@@ -66,6 +68,7 @@ class Remediation(_Status):
     signature: str
     upstream: str | None = None
     generation: int | None = Field(default=None, description="Spec generation the remediation was applied on.")
+    revision: str | None = Field(default=None, description="Generation + remediation overrides in force (api/overrides.revision).")
     action: str = Field(description="What was changed, e.g. asyncScheduling=false.")
     changes: dict[str, Any] = Field(default_factory=dict, description="Spec fields changed (camelCase path → value).")
     reason: str = ""
@@ -110,6 +113,14 @@ class AcceptanceStatus(_Status):
     pods: list[PodAcceptance] = Field(default_factory=list, max_length=64, description="Per pod (first 64).")
 
 
+class DefaultedField(_Status):
+    """An unset spec field the operator set to the value a known-issue rule accepts (unset means safe)."""
+
+    field: str = Field(description="camelCase spec path, e.g. prefixCaching.")
+    value: Any = Field(default=None, description="The value rendered for it.")
+    rule: str = Field(default="", description="The rule whose mitigation the value is, e.g. vllm#43559.")
+
+
 class EffectiveConfig(_Status):
     """vLLM's behaviour after resolving its version-dependent defaults (what the rules evaluated)."""
 
@@ -120,6 +131,11 @@ class EffectiveConfig(_Status):
     model_runner: str | None = None
     spec_method: str | None = None
     architecture: str | None = None
+    gdn_prefill_backend: str | None = None
+    cudagraph_mode: str | None = None
+    defaults: list[DefaultedField] = Field(
+        default_factory=list, max_length=32,
+        description="Unset fields set to the value the rules accept for this vLLM version, each with its rule.")
 
 
 class GDNModelServerStatus(_Status):
@@ -141,5 +157,13 @@ class GDNModelServerStatus(_Status):
     effective: EffectiveConfig | None = None
     last_crash: CrashInfo | None = None
     remediations: list[Remediation] = Field(default_factory=list, max_length=32)
+    overrides: list[Override] = Field(
+        default_factory=list, max_length=32,
+        description="Values the operator runs instead of the spec's (admission mitigations, crash remediations); "
+        "the spec itself is never written. See api/overrides.py for when one ends.")
+    overrides_cleared: str | None = Field(
+        default=None, description="The last serving.gdn-operator.io/clear-overrides annotation value acted on.")
+    advisories: list[RuleFinding] = Field(
+        default_factory=list, description="Known risks no spec value avoids yet (not warned on every apply).")
     acceptance: AcceptanceStatus | None = None
     probes: ProbesStatus | None = None

@@ -1,4 +1,6 @@
-"""Admission webhooks: one mutating handler (policy `mitigate`) and one validating handler.
+"""Admission webhooks: one mutating handler (policy `mitigate`, only with the opt-in setting
+GDN_MUTATE_SPEC / chart operator.mutateSpec: by default the operator never writes a server's spec and
+mitigations are status.overrides applied at render) and one validating handler.
 
 kopf runs every validate handler as its own webhook, so all rules are evaluated by a single handler
 that calls the same evaluator as `gdnctl validate` and the reconciler. Updates that do not change the
@@ -8,6 +10,7 @@ object was created can never wedge that object.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -16,11 +19,20 @@ import kopf
 from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.handlers.kube import plain
-from gdn_operator.handlers.plan import MITIGATIONS_ANNOTATION, mitigations_note
 from gdn_operator.render.engine import RenderError, check_names
 from gdn_operator.rules import evaluate
 
 log = logging.getLogger(__name__)
+
+#: opt-in spec mutation only: rule id -> the spec change the mutating webhook wrote for it
+MITIGATIONS_ANNOTATION = "serving.gdn-operator.io/mitigations"
+
+
+def mitigations_note(findings: list[Any]) -> str:
+    """The value of the mitigations annotation: rule id → the spec change applied for it."""
+    return json.dumps(
+        {f.rule: f.mitigation for f in findings if f.action == "mitigated"}, sort_keys=True, separators=(",", ":")
+    )
 
 
 def _spec_unchanged(old: Any, new_spec: Any) -> bool:

@@ -28,6 +28,7 @@ OUTPUT_CONSISTENT = "OutputConsistent"
 PATCH_SET = "PatchSetVerified"
 INFERENCE_POOL_ACCEPTED = "InferencePoolAccepted"
 INFERENCE_POOL_RESOLVED_REFS = "InferencePoolResolvedRefs"
+OVERRIDDEN = "Overridden"
 
 #: Every condition type: (the module that writes it, what it says). README's condition table lists these.
 CONDITIONS: dict[str, tuple[str, str]] = {
@@ -43,6 +44,8 @@ CONDITIONS: dict[str, tuple[str, str]] = {
     OUTPUT_CONSISTENT: ("handlers/probes.py", "output probes answer as expected"),
     INFERENCE_POOL_ACCEPTED: ("handlers/router.py", "mirrors the InferencePool's Accepted (all parent gateways)"),
     INFERENCE_POOL_RESOLVED_REFS: ("handlers/router.py", "mirrors the InferencePool's ResolvedRefs"),
+    OVERRIDDEN: ("handlers/reconcile.py, handlers/remediation.py",
+                 "True (Overrides): the operator runs values of status.overrides instead of the spec's; False: none"),
     DEGRADED: ("handlers/conditions.py (derived)", "one or more causes below hold; reason = the first, message lists all"),
 }
 
@@ -198,3 +201,13 @@ def remove_condition(status: dict[str, Any], type_: str) -> None:
     if type_ in _SOURCE_TYPES:
         refresh_degraded(status)
     status["phase"] = derive_phase(status)
+
+
+def set_overridden(status: dict[str, Any], generation: int | None = None) -> bool:
+    """Overridden from status.overrides: True with each path=value (reason), False (NoOverrides) when none."""
+    items = status.get("overrides") or []
+    if not items:
+        return set_condition(status, OVERRIDDEN, False, "NoOverrides", "The engine runs the spec as written (and its safe defaults).", generation)
+    listed = ", ".join(f"{o.get('path')}={o.get('value')!r} ({o.get('reason')})" for o in items)
+    return set_condition(status, OVERRIDDEN, True, "Overrides",
+                         f"{len(items)} operator override(s) in force, the spec is unchanged: {listed}", generation)

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gdn_operator import telemetry
+from gdn_operator.api.overrides import live_overrides, revision
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
 from gdn_operator.handlers.autoscaler import sync_scale_up
 from gdn_operator.handlers.logfollow import LogFollowers, StreamedResults, evidence_for
 from gdn_operator.handlers.plan import PlanInputs, expected_objects
+from gdn_operator.handlers.overrides import reapply
 from gdn_operator.handlers.remediation import maybe_remediate
 from gdn_operator.redact import redact
 from gdn_operator.render.engine import CONTAINER
@@ -177,7 +179,11 @@ def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -
         incident = same_incident(prev, death.group, death.pod, gen, finished)
         eff_sig = prev.get("signature") if incident and result.generic and prev.get("signature") else sig
         outcome["signature"] = eff_sig
-        same = prev.get("signature") == eff_sig and prev.get("generation") == gen
+        # crashes count per revision: the generation plus the remediation overrides in force (a remediation
+        # changes what runs without a new generation; the ladder's next step counts the new configuration's)
+        rev = revision(gen, live_overrides(status, obj.get("spec") or {}, obj["metadata"].get("annotations"))[0])
+        same = (prev.get("signature") == eff_sig and prev.get("generation") == gen
+                and prev.get("revision", str(gen)) == rev)
         if stale or incident:
             count = int(prev.get("count") or 0) if same or incident else 0
             count = max(count, 0 if stale else 1)
@@ -201,6 +207,7 @@ def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -
                 "restartCount": death.restart_count,
                 "count": count,
                 "generation": gen,
+                "revision": rev,
                 "remediationHint": hint if eff_sig == sig else prev.get("remediationHint"),
             }.items()
             if v is not None
@@ -235,7 +242,9 @@ def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -
              outcome["generation"], death.pod, death.restart_count, outcome["signature"], outcome["count"],
              " (previous spec, not counted)" if outcome.get("stale") else " (same group incident)" if outcome.get("incident") else "")
     if not outcome.get("stale") and not outcome.get("incident"):
-        maybe_remediate(namespace, name, obj, result, outcome["count"], outcome["generation"], policy=rt.settings.default_policy)
+        if maybe_remediate(namespace, name, obj, result, outcome["count"], outcome["generation"],
+                           policy=rt.settings.default_policy) is not None:
+            reapply(namespace, name, rt)  # the override is in status; render and apply it now
     sync_scale_up(namespace, name, obj, rt)
     return obj.get("status")
 

@@ -173,7 +173,9 @@ async def inference_pool_event(type: str, body: kopf.Body, namespace: str | None
 # kopf passes `old` (None on CREATE) to admission handlers although its WebhookFn protocol omits it
 def mitigate(spec: kopf.Spec, patch: kopf.Patch, warnings: list[str], namespace: str | None, memo: kopf.Memo,
              name: str | None = None, old: kopf.Body | None = None, **_: Any) -> None:
-    admission.mitigate(spec, patch, warnings, namespace, name, old, runtime_of(memo).settings.default_policy)
+    cfg = runtime_of(memo).settings
+    if cfg.mutate_spec:  # opt-in; by default mitigations are status.overrides and the spec stays as written
+        admission.mitigate(spec, patch, warnings, namespace, name, old, cfg.default_policy)
 
 
 def validate(spec: kopf.Spec, warnings: list[str], namespace: str | None, memo: kopf.Memo, name: str | None = None,

@@ -1,4 +1,5 @@
-"""The decision for one GDNModelServer: its spec parsed, judged by the known-crash rules, and rendered for
+"""The decision for one GDNModelServer: its spec parsed, its operator-owned overrides (api/overrides.py)
+applied, judged by the known-crash rules (unset fields resolved to their safe defaults), and rendered for
 this cluster — or why nothing can be applied.
 
 One computation shared by the reconciler, the drift corrector, the crash watch, the output probes and the
@@ -9,12 +10,17 @@ optional APIs the cluster serves (`PlanInputs`: the runtime provides both), and 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pydantic import ValidationError
+
 from gdn_operator.api.load import ManifestError, parse_spec
+from gdn_operator.api.overrides import apply_overrides, entries, live_overrides
+from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.handlers import conditions as st
+from gdn_operator.handlers import kube
 from gdn_operator.handlers.kube import CrdCache
 from gdn_operator.render import autoscale, lws, router
 from gdn_operator.render.engine import RenderError
@@ -24,7 +30,6 @@ from gdn_operator.rules import Evaluation, evaluate
 from gdn_operator.settings import Settings
 
 PODMONITOR_CRD = "podmonitors.monitoring.coreos.com"
-MITIGATIONS_ANNOTATION = "serving.gdn-operator.io/mitigations"
 
 
 class PlanInputs(Protocol):
@@ -37,13 +42,6 @@ class PlanInputs(Protocol):
     def crds(self) -> CrdCache: ...
 
 
-def mitigations_note(findings: list[Any]) -> str:
-    """The value of the mitigations annotation: rule id → the spec change applied for it."""
-    return json.dumps(
-        {f.rule: f.mitigation for f in findings if f.action == "mitigated"}, sort_keys=True, separators=(",", ":")
-    )
-
-
 @dataclass
 class Plan:
     """What the operator decides for an object."""
@@ -53,10 +51,13 @@ class Plan:
     objects: list[dict[str, Any]] | None = None  # None: nothing to apply (invalid or rejected)
     problem: str = ""  # why there is nothing to apply
     monitoring: bool = False  # PodMonitors are managed (configured, and the CRD exists)
+    overrides: list[dict[str, Any]] = field(default_factory=list)  # status.overrides to record (in force)
+    ended: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # remediation overrides that ended, why
+    cleared: str | None = None  # a new clear-overrides token acted on (status.overridesCleared)
 
     @property
     def run_spec(self) -> GDNModelServerSpec | None:
-        return (self.ev.mitigated_spec if self.ev else None) or self.spec
+        return (self.ev.run_spec if self.ev else None) or self.spec
 
 
 def plan(body: dict[str, Any], inputs: PlanInputs) -> Plan:
@@ -66,11 +67,26 @@ def plan(body: dict[str, Any], inputs: PlanInputs) -> Plan:
         spec = parse_spec(body.get("spec") or {})
     except ManifestError as e:
         return Plan(problem="; ".join(e.problems))
-    ev = evaluate(spec, default_policy=cfg.default_policy)
+    user = body.get("spec") or {}
+    status = body.get("status") or {}
+    kept, ended, cleared = live_overrides(status, user, meta.get("annotations"))
+    ev = None
+    if kept:
+        try:
+            ev = evaluate(apply_overrides(spec, kept), default_policy=cfg.default_policy)
+        except ValidationError:
+            pass
+        if ev is None or not ev.allowed:  # e.g. rules changed since: the spec is judged on its own
+            ended += [(o, "the override no longer passes admission") for o in kept]
+            kept, ev = [], None
+    if ev is None:
+        ev = evaluate(spec, default_policy=cfg.default_policy)
     if not ev.allowed:
-        return Plan(spec, ev, problem=ev.denial_message())
-    out = Plan(spec, ev, monitoring=cfg.pod_monitors and inputs.crds.exists(PODMONITOR_CRD))
-    run_spec = ev.mitigated_spec or spec  # = out.run_spec, never None here: the spec parsed and is allowed
+        return Plan(spec, ev, problem=ev.denial_message(), ended=ended, cleared=cleared)
+    out = Plan(spec, ev, monitoring=cfg.pod_monitors and inputs.crds.exists(PODMONITOR_CRD),
+               overrides=kept + mitigation_overrides(ev, status, meta.get("generation"), user),
+               ended=ended, cleared=cleared)
+    run_spec = ev.run_spec or spec  # = out.run_spec: safe defaults filled in, mitigations applied
     missing = missing_apis(run_spec, inputs.crds)
     if missing:
         out.problem = missing
@@ -80,6 +96,20 @@ def plan(body: dict[str, Any], inputs: PlanInputs) -> Plan:
                                  scaleout=scaleout_options(body, run_spec, inputs))
     except RenderError as e:
         out.problem = str(e)
+    return out
+
+
+def mitigation_overrides(ev: Evaluation, status: dict[str, Any], generation: int | None,
+                         user: dict[str, Any]) -> list[dict[str, Any]]:
+    """status.overrides entries for the admission policy's mitigations (source mitigation), keeping the
+    generation and time of an identical entry already recorded (no status churn on a resync)."""
+    before = {(o.get("path"), json.dumps(o.get("value")), o.get("reason")): o
+              for o in status.get("overrides") or [] if o.get("source") == "mitigation"}
+    out = []
+    for f in ev.mitigated:
+        for e in entries(SpecPatch.of(f.mitigation), reason=f.rule, source="mitigation", generation=generation,
+                         since=kube.now(), spec=user):
+            out.append(before.get((e["path"], json.dumps(e["value"]), e["reason"]), e))
     return out
 
 

@@ -3,7 +3,8 @@ engine pods that runs the current spec, judge the answers (watch/probes.py), and
 the OutputConsistent condition (Degraded while it is False), an Event per transition, and the
 gdn_probe_* metrics. On a failure that matches a silent-corruption rule the admission let through with a
 warning, the diagnosis names the rule, and with `spec.remediation.mode: auto` the rule's mitigation is
-applied once per generation (remediation.remediate_once); the new generation re-learns and re-probes.
+recorded once per revision as an operator override (remediation.remediate_once) and rendered (overrides.reapply);
+the spec and its generation do not change (the probes still re-learn per generation, not per override: open).
 
 Runtime state lives in one ProbeSupervisor, held by the runtime (handlers/runtime.py); handlers/main.py
 feeds it GDNModelServer events, and it reads pods from the acceptance supervisor's view of kopf's index.
@@ -30,7 +31,8 @@ from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
 from gdn_operator.handlers.plan import PlanInputs, plan
 from gdn_operator.handlers.pods import engine_fingerprint
-from gdn_operator.handlers.remediation import change_from_mitigation, remediate_once, vet_change
+from gdn_operator.handlers.overrides import reapply
+from gdn_operator.handlers.remediation import change_from_mitigation, remediate_once, running_dict, vet_change
 from gdn_operator.render.engine import CONTAINER, ENGINE_PORT
 from gdn_operator.watch.probe_client import ProbeClient, completions_url
 from gdn_operator.watch.probes import (
@@ -176,22 +178,23 @@ def write_status(namespace: str, name: str, s: ServerProbes, body: dict[str, Any
     return obj
 
 
-def remediate(namespace: str, name: str, s: ServerProbes, cond: Condition, obj: dict[str, Any]) -> None:
-    """Apply the mitigation of the first warned silent-corruption rule with one, once per generation."""
+def remediate(namespace: str, name: str, s: ServerProbes, cond: Condition, obj: dict[str, Any]) -> bool:
+    """Record the mitigation of the first warned silent-corruption rule with one as an override, once per
+    revision. True when one was recorded (the caller re-applies the workload)."""
     if not s.warned:
-        return
-    spec = obj.get("spec") or {}
+        return False
+    running = running_dict(obj, s.policy)  # what runs: overrides in force, safe defaults filled in
     rule = next((w for w in s.warned if w.get("mitigation")), s.warned[0])
-    change, refusal = vet_change(obj, change_from_mitigation(rule["rule"], rule.get("mitigation"), spec), s.policy)
+    change, refusal = vet_change(obj, change_from_mitigation(rule["rule"], rule.get("mitigation"), running), s.policy)
     trigger = f"output probes: {cond.reason} on generation {s.generation} matches {rule['rule']}"
     why = refusal or ("the rule has no automatic mitigation" if not rule.get("mitigation") else "its mitigation is already in effect")
-    remediate_once(
+    return remediate_once(
         namespace, name, obj, signature=rule["rule"], upstream=rule["rule"], generation=s.generation, change=change,
         reason=trigger + ("" if change else f"; no automatic workaround left ({why}): {rule['workaround']}"),
         not_possible=f"{trigger}; no automatic workaround left ({why}): {rule['workaround']}",
         applied=f"Applied {{action}} ({rule['rule']}: {rule['title']}) after output probes failed ({cond.reason}); "
-        "the probes re-learn on the new generation; edit the spec to revert.",
-    )
+        "as an operator override (status.overrides; the spec is unchanged); the probes re-learn.",
+    ) is not None
 
 
 def _fingerprint(body: dict[str, Any], cond: Condition) -> str:
@@ -203,7 +206,7 @@ class ProbeSupervisor:
 
     def __init__(self, pods_of: Callable[[str, str], list[dict[str, Any]]], *,
                  writer: Callable[..., dict[str, Any] | None] = write_status,
-                 remediator: Callable[..., None] = remediate,
+                 remediator: Callable[..., Any] = remediate,
                  concurrency: int = 64, seed: int | None = None, port: int = ENGINE_PORT,
                  rt: PlanInputs | None = None) -> None:
         self.pods_of = pods_of
@@ -326,7 +329,8 @@ class ProbeSupervisor:
             if (obj is not None and cond.value is False and diagnosis and s.remediation_auto and not s.remediated
                     and obj["metadata"].get("generation") == s.generation):
                 s.remediated = True
-                await asyncio.to_thread(self.remediator, namespace, name, s, cond, obj)
+                if await asyncio.to_thread(self.remediator, namespace, name, s, cond, obj) and self.rt is not None:
+                    await asyncio.to_thread(reapply, namespace, name, self.rt)  # the override, rendered now
         return cond
 
     @staticmethod

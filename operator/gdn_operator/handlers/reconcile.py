@@ -17,7 +17,8 @@ from kubernetes.client.rest import ApiException
 
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
-from gdn_operator.handlers.plan import MITIGATIONS_ANNOTATION, PlanInputs, mitigations_note, plan
+from gdn_operator.api.overrides import CLEARED_KEY
+from gdn_operator.handlers.plan import PlanInputs, plan
 from gdn_operator.handlers.probes import probes_disabled
 from gdn_operator.render import lws
 from gdn_operator.render.scaleout import MANAGED_KINDS
@@ -105,7 +106,7 @@ def _not_validated(body: dict[str, Any], reason: str, event: str, msg: str, ev: 
             status[OWNED_KINDS] = []  # nothing was ever created for it
         status["observedGeneration"] = gen
         if ev is not None:
-            status["findings"] = [f.model_dump(by_alias=True, exclude_none=True, mode="json") for f in ev.findings]
+            status["findings"], status["advisories"] = _findings(ev)
             status["effective"] = ev.effective.model_dump(by_alias=True, exclude_none=True, mode="json")
         if st.set_condition(status, st.VALIDATED, False, reason, msg, gen):
             news["changed"] = True
@@ -117,6 +118,12 @@ def _not_validated(body: dict[str, Any], reason: str, event: str, msg: str, ev: 
     if news["changed"]:
         log.info("not applied %s/%s generation %s: %s: %s", meta["namespace"], meta["name"], gen, reason, msg[:300])
         kube.emit_event(body, event, msg, "Warning")
+
+
+def _findings(ev: Evaluation) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(status.findings, status.advisories): advisories (no spec value avoids them) in their own list."""
+    dump = [(f.action, f.model_dump(by_alias=True, exclude_none=True, mode="json")) for f in ev.findings]
+    return [d for a, d in dump if a != "advisory"], [d for a, d in dump if a == "advisory"]
 
 
 def _probes_off(body: dict[str, Any]) -> bool:
@@ -148,15 +155,13 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
         raise kopf.PermanentError(f"{ns}/{name}: internal error: objects planned without an evaluated spec")
     run_spec, objects = p.run_spec, p.objects
     policy = p.spec.admission_policy or cfg.default_policy
-    findings = [f.model_dump(by_alias=True, exclude_none=True, mode="json") for f in ev.findings]
+    findings, advisories = _findings(ev)
     effective = ev.effective.model_dump(by_alias=True, exclude_none=True, mode="json")
 
     mitigated = [f for f in ev.findings if f.action == "mitigated"]
     warned = [f for f in ev.findings if f.action == "warned"]
-    if mitigated:
-        value = mitigations_note(ev.findings)
-        if (meta.get("annotations") or {}).get(MITIGATIONS_ANNOTATION) != value:
-            kube.patch_server(ns, name, {"metadata": {"annotations": {MITIGATIONS_ANNOTATION: value}}})
+    for o, why in p.ended:
+        log.info("override ended %s/%s: %s=%r (%s): %s", ns, name, o.get("path"), o.get("value"), o.get("reason"), why)
 
     reason = "Mitigated" if mitigated else ("AdmittedWithWarnings" if warned else "Admitted")
     vmsg = {
@@ -175,7 +180,12 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
         news["changed"] = status.get("observedGeneration") != gen
         status["observedGeneration"] = gen
         status["findings"] = findings
+        status["advisories"] = advisories
         status["effective"] = effective
+        status["overrides"] = p.overrides  # the spec is never written: what runs differently is listed here
+        if p.cleared is not None:
+            status[CLEARED_KEY] = p.cleared
+        st.set_overridden(status, gen)
         status[OWNED_KINDS] = owned
         if workload is not None and "workload" not in status:
             status["workload"] = workload["kind"]  # handlers/workload.py keeps it from the workload's events

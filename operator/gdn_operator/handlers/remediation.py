@@ -1,10 +1,13 @@
-"""Remediation: the spec change that stops a repeated known crash (or a silent-corruption alarm of the output
-probes), applied once per signature per generation.
+"""Remediation: the change that stops a repeated known crash (or a silent-corruption alarm of the output
+probes), made once per signature per configuration revision — as an operator-owned OVERRIDE.
 
-When one known signature repeats `spec.remediation.threshold` times on the same spec generation, the
-catalogue's documented workaround is applied to the spec once (one remediation per signature per
-generation; a change that is already in the spec is never re-applied, so it cannot loop; a user edit starts
-a new generation and resets the count). A signature with a `remediation.ladder` (the illegal-address
+The operator never writes the server's spec (a GitOps controller would revert it and the crash loop would
+come back): the workaround is recorded in status.overrides (api/overrides.py: path, value, reason = the
+crash signature, generation, since) and applied when the workload is rendered; the caller re-applies the
+workload (handlers/overrides.py). When one known signature repeats `spec.remediation.threshold` times on the
+same revision (the generation plus the remediation overrides in force, api/overrides.revision), the
+catalogue's documented workaround is applied once (a change already in effect is never re-applied, so it
+cannot loop). A signature with a `remediation.ladder` (the illegal-address
 signatures under TP >= 2, issue 18) first gets the ladder's settings that keep speculative decoding on, in
 order, each tried once, with the step and its reason in status.remediations[].reason; its own action
 (disable speculative decoding) is the last resort. A crash reported as a generic class because the evidence
@@ -18,10 +21,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from gdn_operator import telemetry
+from pydantic import ValidationError
+
 from gdn_operator.api.load import ManifestError, parse_spec
+from gdn_operator.api.overrides import add_override, apply_overrides, live_overrides, revision
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.specpatch import SpecPatch
-from gdn_operator.api.specpatch import merge as _merged_spec  # a merge patch applied as the API server does
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
 from gdn_operator.rules import evaluate
@@ -33,11 +38,31 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Change:
     action: str  # human form, e.g. "asyncScheduling=false"
-    patch: dict[str, Any]  # merge patch for .spec
+    patch: dict[str, Any]  # the same as a merge patch (status.remediations[].changes)
+    spec_patch: SpecPatch = SpecPatch()
 
     @classmethod
     def of(cls, change: SpecPatch | None) -> Change | None:
-        return cls(change.describe(), change.merge_patch()) if change else None
+        return cls(change.describe(), change.merge_patch(), change) if change else None
+
+
+def _live(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return live_overrides(obj.get("status") or {}, obj.get("spec") or {}, (obj.get("metadata") or {}).get("annotations"))[0]
+
+
+def running_spec(obj: dict[str, Any], policy: str) -> GDNModelServerSpec:
+    """What the engine runs for `obj`: its spec with the remediation overrides in force, unset fields at their
+    safe defaults and the policy's mitigations applied (what handlers/plan.py renders)."""
+    spec = parse_spec(obj.get("spec") or {})
+    try:
+        with_overrides = apply_overrides(spec, _live(obj))
+    except ValidationError:
+        with_overrides = spec
+    return evaluate(with_overrides, default_policy=policy).run_spec or with_overrides
+
+
+def running_dict(obj: dict[str, Any], policy: str) -> dict[str, Any]:
+    return running_spec(obj, policy).model_dump(by_alias=True, mode="json")
 
 
 def remediation_for(action: str, spec: GDNModelServerSpec) -> Change | None:
@@ -47,13 +72,17 @@ def remediation_for(action: str, spec: GDNModelServerSpec) -> Change | None:
 
 
 def _admission_refusal(obj: dict[str, Any], change: Change, policy: str) -> str | None:
-    """Why the workaround would itself not pass admission under the operator's default `policy` (None: it would)."""
+    """Why the workaround, on top of the overrides in force, would not pass admission under the operator's
+    default `policy` (None: it would)."""
     try:
-        new_spec = parse_spec(_merged_spec(obj.get("spec") or {}, change.patch))
+        spec = apply_overrides(parse_spec(obj.get("spec") or {}), _live(obj))
+        new_spec = GDNModelServerSpec.model_validate(change.spec_patch.apply(spec.model_dump(by_alias=True, exclude_unset=True, mode="json")))
         if not evaluate(new_spec, default_policy=policy).allowed:
             return f"{change.action} would itself be refused by admission"
     except ManifestError as e:
         return f"{change.action} would make the spec invalid: {'; '.join(e.problems)}"
+    except ValidationError as e:
+        return f"{change.action} would make the spec invalid ({e.error_count()} error(s))"
     return None
 
 
@@ -104,9 +133,10 @@ def maybe_remediate(
     namespace: str, name: str, obj: dict[str, Any], result: ClassificationResult, count: int, generation: int | None,
     *, policy: str,
 ) -> Change | None:
-    """After a repeated crash: apply the signature's workaround once per generation (spec.remediation.mode auto)."""
+    """After a repeated crash: record the signature's workaround as an override, once per revision
+    (spec.remediation.mode auto). The caller re-applies the workload when a change is returned."""
     try:
-        spec = parse_spec(obj.get("spec") or {})
+        spec = running_spec(obj, policy)  # the ladder's steps are judged against what runs
     except ManifestError:
         return None
     if spec.remediation.mode != "auto" or count < spec.remediation.threshold or result.generic:
@@ -127,7 +157,8 @@ def maybe_remediate(
         + ("" if change else f"; no automatic workaround left ({refusal or action}): {hint}"),
         not_possible=f"{sig} repeated {count} times; no automatic workaround left ({refusal or action}): {hint}",
         applied=f"Applied {{action}} to stop repeated {sig}" + (f" ({result.upstream})" if result.upstream else "")
-        + f" after {count} crashes; edit the spec to revert."
+        + f" after {count} crashes, as an operator override (status.overrides; the spec is unchanged; annotate "
+        "serving.gdn-operator.io/clear-overrides to drop it)."
         + (f" {why[0].upper()}{why[1:]}." if why else ""),
         on_claim=claimed_crash,
     )
@@ -152,8 +183,8 @@ def remediate_once(
     change: Change | None, reason: str, not_possible: str, applied: str,
     on_claim: Callable[[dict[str, Any]], None] | None = None,
 ) -> Change | None:
-    """Record and apply one remediation per `signature` per generation (shared by the crash watch and the
-    output probes). The decision is claimed atomically in status.remediations (resourceVersion), so two
+    """Record one remediation per `signature` per revision as an override (shared by the crash watch and the
+    output probes; the caller re-applies the workload when a change is returned). The decision is claimed atomically in status.remediations (resourceVersion), so two
     triggers at the same moment cannot both act; `change` None records that nothing automatic is left
     (Event RemediationNotPossible, message `not_possible`). `applied` is the Remediated Event's message,
     with {action} filled in."""
@@ -168,13 +199,23 @@ def remediate_once(
     }
     claimed: list[bool] = []
 
-    def claim(status: dict[str, Any], _obj: dict[str, Any]) -> None:
+    def claim(status: dict[str, Any], fresh: dict[str, Any]) -> None:
         claimed.clear()
         rem = list(status.get("remediations") or [])
-        if any(r.get("signature") == signature and r.get("generation") == generation for r in rem):
+        user = fresh.get("spec") or {}
+        live = live_overrides(status, user, (fresh.get("metadata") or {}).get("annotations"))[0]
+        rev = revision(generation, live)
+        # once per signature per revision (a record from before overrides has no revision: its generation's)
+        if any(r.get("signature") == signature and r.get("generation") == generation
+               and r.get("revision", str(generation)) == rev for r in rem):
             return
-        rem.append({k: v for k, v in record.items() if v is not None})
+        rem.append({k: v for k, v in {**record, "revision": rev}.items() if v is not None})
         status["remediations"] = rem[-32:]
+        if change is not None:
+            # the spec is never written: the change is an operator-owned override, applied at render
+            status["overrides"] = live + [o for o in status.get("overrides") or [] if o.get("source") == "mitigation"]
+            add_override(status, change.spec_patch, reason=signature, generation=generation, since=str(record["time"]), spec=user)
+            st.set_overridden(status, generation)
         if on_claim is not None:
             on_claim(status)
         claimed.append(True)
@@ -186,11 +227,6 @@ def remediate_once(
         log.warning("no remediation for %s/%s generation %s: %s", namespace, name, generation, not_possible)
         kube.emit_event(obj, "RemediationNotPossible", not_possible, "Warning")
         return None
-    kube.patch_server(
-        namespace,
-        name,
-        {"spec": change.patch, "metadata": {"annotations": {"serving.gdn-operator.io/last-remediation": f"{signature}: {change.action}"}}},
-    )
     telemetry.REMEDIATIONS.labels(namespace, name, signature, change.action).inc()
     log.info("remediated %s/%s: %s for %s on generation %s", namespace, name, change.action, signature, generation)
     kube.emit_event(obj, "Remediated", applied.replace("{action}", change.action), "Warning")

@@ -31,14 +31,15 @@ def run_render(args: argparse.Namespace) -> int:
         namespace = gms.metadata.namespace or "default"
         spec = gms.spec
         ev = evaluate(spec)  # the admission decision decides what gets created
+        for d in ev.defaults:
+            print(f"# {name}: default {d.field}={json.dumps(d.value)} ({d.rule})", file=sys.stderr)
         for f in ev.findings:
             print(f"# {name}: {f.action} {f.rule}: {f.message}", file=sys.stderr)
-        if not ev.allowed:
+        if ev.run_spec is None:
             print(f"# {name}: rejected by admission, the operator creates nothing", file=sys.stderr)
             rejected += 1
             continue
-        if ev.mitigated_spec is not None:
-            spec = ev.mitigated_spec
+        spec = ev.run_spec  # unset fields resolved to the rules' safe values, mitigations applied
         try:
             objects.extend(render_all(name, namespace, spec, uid=None, scaleout=opts))
         except RenderError as e:

@@ -3,6 +3,9 @@
     gdnctl validate -f FILE [--output text|json] [--vllm-version V] [--patch ID ...]
     gdnctl validate --vllm-version 0.19.1 [--architecture ARCH] [--patch ID ...] -- vllm serve MODEL --flags ...
 
+Unset fields are shown with the value the rules chose for them (`default:` lines, rules/defaults.py);
+advisories (risks no spec value avoids yet) are listed apart from the warnings a user can act on.
+
 Exit codes: 0 admitted unchanged (warnings allowed); 1 rejected, or changed by a mitigation;
 2 malformed input (ManifestError, printed by gdnctl's main as one line per problem), or a launch line whose
 model family no source reveals ("cannot tell: pass --architecture ...") or is known not to be a GDN hybrid.
@@ -80,8 +83,14 @@ def _text(results: list[dict[str, Any]], evs: list[Evaluation]) -> str:
         label = res["source"] + (f" {res['name']}" if res.get("name") else "")
         out.append(f"{label}: {ev.summary().upper()} (policy {ev.policy})")
         for f in ev.findings:
-            out.append(f"  [{f.action}] ({f.kind}, {f.severity}) {f.message}")
+            if f.action != "advisory":
+                out.append(f"  [{f.action}] ({f.kind}, {f.severity}) {f.message}")
+        for d in ev.defaults:
+            out.append(f"  default: {d.field}={json.dumps(d.value)} (unset; rule {d.rule})")
         out.append(f"  effective: {_effective_line(ev)}")
+        if ev.advisories:
+            out.append("  advisories (no spec value avoids these yet; reported once, not as warnings):")
+            out.extend(f"    ({f.kind}, {f.severity}) {f.message}" for f in ev.advisories)
         for op in ev.patch:
             val = f" {json.dumps(op['value'])}" if "value" in op else ""
             out.append(f"  patch: {op['op']} {op['path']}{val}")

@@ -21,12 +21,12 @@ checkpoints and name patterns of rules/family.py); anything else is *unrecognise
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from gdn_operator.api.enums import Architecture
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.vllm_args import resolve_extra_args
-from gdn_operator.api.status import EffectiveConfig as EffectiveConfigStatus
+from gdn_operator.api.status import DefaultedField, EffectiveConfig as EffectiveConfigStatus
 from gdn_operator.rules.family import infer_architecture
 from gdn_operator.versions import Version, parse_version, require_version
 
@@ -78,9 +78,10 @@ class Effective:
         except KeyError:
             raise AttributeError(name) from None
 
-    def to_status(self) -> EffectiveConfigStatus:
+    def to_status(self, defaults: Sequence[Any] = ()) -> EffectiveConfigStatus:
+        """The status view; `defaults` are rules.defaults.Default records (field, value, rule)."""
         v = self.values
-        return EffectiveConfigStatus(
+        return EffectiveConfigStatus.model_construct(
             vllm_version=v["vllm_version"],
             async_scheduling=v["async_scheduling"],
             prefix_caching=v["prefix_caching"],
@@ -88,6 +89,9 @@ class Effective:
             model_runner=v["model_runner"],
             spec_method=v["spec_method"] if v["spec_enabled"] else None,
             architecture=v["architecture"],
+            gdn_prefill_backend=v["gdn_prefill_backend"],
+            cudagraph_mode=v["cudagraph_mode"],
+            defaults=[DefaultedField.model_construct(field=d.field, value=d.value, rule=d.rule) for d in defaults],
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -34,11 +34,13 @@ from gdn_operator.api.enums import ADMISSION_POLICIES
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.api.status import EffectiveConfig, RuleFinding
-from gdn_operator.rules.rulefile import SEVERITY_RANK, Builtin, RuleSet, Rule, load_rules
-from gdn_operator.rules.effective import Effective, LaunchOverrides, describe_field, effective_config
+from gdn_operator.rules.defaults import Default, keeps_spec_decoding, resolve_defaults
+from gdn_operator.rules.effective import Effective, LaunchOverrides, effective_config
+from gdn_operator.rules.matching import Hit, match_rules
+from gdn_operator.rules.rulefile import SEVERITY_RANK, RuleSet, load_rules
 
 MAX_ROUNDS = 8
-_ACTION_RANK = {"rejected": 0, "mitigated": 1, "warned": 2}
+_ACTION_RANK = {"rejected": 0, "mitigated": 1, "warned": 2, "advisory": 3}
 
 # Exit codes (gdnctl validate): admitted unchanged / rejected or changed by a mitigation.
 EXIT_ADMITTED = 0
@@ -49,10 +51,13 @@ EXIT_REJECTED_OR_CHANGED = 1
 class Evaluation:
     """The outcome of admission for one spec.
 
-    `findings`        api.status.RuleFinding list, deterministic order (rejected, mitigated, warned; then
-                      severity; then rule-file order).
+    `findings`        api.status.RuleFinding list, deterministic order (rejected, mitigated, warned,
+                      advisory; then severity; then rule-file order).
+    `defaults`        rules.defaults.Default per unset field the rules set (field, value, rule).
+    `resolved_spec`   the spec with those defaults filled in (what runs unless mitigated).
     `allowed`         False when any finding is rejected.
-    `mitigated_spec`  the spec after mitigations (None when nothing was changed or the spec is refused).
+    `mitigated_spec`  the spec after mitigations of values the user SET (None when nothing was changed or the
+                      spec is refused); its defaults are filled in too.
     `change`          the applied mitigations, in order, as one SpecPatch (empty unless mitigated).
     `patch`           `change` as RFC 6902 ops against the spec as submitted (paths /spec/...).
     `effective`       api.status.EffectiveConfig of what will run (the mitigated spec when mitigated).
@@ -71,10 +76,19 @@ class Evaluation:
     detail: Effective
     original_detail: Effective
     notes: list[str] = field(default_factory=list)
+    defaults: list[Default] = field(default_factory=list)
+    resolved_spec: GDNModelServerSpec | None = None
 
     @property
     def changed(self) -> bool:
         return self.mitigated_spec is not None
+
+    @property
+    def run_spec(self) -> GDNModelServerSpec | None:
+        """What the engine runs (defaults filled in, mitigations applied); None when refused."""
+        if not self.allowed:
+            return None
+        return self.mitigated_spec or self.resolved_spec
 
     def merge_patch(self) -> dict[str, Any]:
         """The mitigations as an RFC 7386 merge patch for .spec ({} unless mitigated)."""
@@ -95,7 +109,13 @@ class Evaluation:
 
     @property
     def warnings(self) -> list[RuleFinding]:
+        """What the user can act on: a field they set and the value that avoids the risk."""
         return [f for f in self.findings if f.action == "warned"]
+
+    @property
+    def advisories(self) -> list[RuleFinding]:
+        """Known risks no spec value avoids yet (reported once, in their own list)."""
+        return [f for f in self.findings if f.action == "advisory"]
 
     def denial_message(self) -> str:
         """One text for the webhook denial: per rejected rule its id, what is wrong, the fields, the fix."""
@@ -116,7 +136,7 @@ class Evaluation:
             return "rejected"
         if self.changed:
             return "mitigated"
-        return "admitted with warnings" if self.findings else "admitted"
+        return "admitted with warnings" if self.warnings else "admitted"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON shape (gdnctl validate --output json)."""
@@ -128,6 +148,7 @@ class Evaluation:
             "exitCode": self.exit_code,
             "findings": [f.model_dump(by_alias=True, mode="json") for f in self.findings],
             "effective": self.effective.model_dump(by_alias=True, mode="json"),
+            "defaults": [d.as_dict() for d in self.defaults],
             "effectiveDetail": self.detail.as_dict(),
             "patch": self.patch,
             "mitigatedSpec": self.mitigated_spec.dump() if self.mitigated_spec is not None else None,
@@ -138,104 +159,16 @@ class Evaluation:
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Hit:
-    """A matched rule or built-in check, before the policy is applied."""
-
-    ref: str
-    title: str
-    kind: str
-    severity: str
-    enforced: bool
-    fields: list[str]
-    workaround: str
-    mitigation: SpecPatch | None
-    detail: str
-    order: int
-    rule: Rule | None = None
-
-
-def _versions_text(rule: Rule) -> str:
-    if rule.versions.strip() in ("", "*"):
-        return "all versions" + ("" if rule.fixed_in else ", no fix released")
-    fixed = f", fixed in {rule.fixed_in}" if rule.fixed_in else ", no fix released"
-    return f"affects {rule.versions}{fixed}"
-
-
-def _match_rules(ruleset: RuleSet, eff: Effective) -> list[_Hit]:
-    hits: list[_Hit] = []
-    v = eff.values
-    ver = eff.version
-    patches = v["patches"]
-    builtin = ruleset.builtin
-
-    if ver is None:
-        b = builtin["unparseable-version"]
-        hits.append(_builtin_hit(b, f"spec.image.vllmVersion {v['vllm_version']!r} is not a vLLM version", -5))
-        return hits  # defaults cannot be resolved: no rule can be evaluated honestly
-    if ver > ruleset.newest and ver.base != ruleset.newest.base:
-        b = builtin["newer-than-catalogue"]
-        hits.append(_builtin_hit(b, f"vLLM {v['vllm_version']} is not in the catalogue (newest {ruleset.newest}); "
-                                    "open bugs assumed still present", -4))
-    elif ver < ruleset.oldest:
-        b = builtin["older-than-catalogue"]
-        hits.append(_builtin_hit(b, f"vLLM {v['vllm_version']} predates the catalogue (oldest {ruleset.oldest})", -4))
-    if not v["gdn_hybrid"]:
-        b = builtin["unrecognised-architecture"]
-        hits.append(_builtin_hit(b, f"model {v['model_name']!r} is not a recognised Qwen3-Next / Qwen3.5 / Qwen3.6 / Qwen3.8 "
-                                    "name and spec.model.architecture is unset", -3))
-    unknown = sorted(p for p in patches if p not in ruleset.patch_ids and p not in ruleset.planned_patch_ids)
-    planned = sorted(p for p in patches if p in ruleset.planned_patch_ids)
-    if unknown or planned:
-        b = builtin["unknown-patch"]
-        parts = []
-        if unknown:
-            parts.append(f"unknown patch id(s): {', '.join(unknown)}")
-        if planned:
-            parts.append(f"planned patch id(s) not shipped by any gdn-guard release, not relied on: {', '.join(planned)}")
-        hits.append(_builtin_hit(b, "; ".join(parts), -2))
-
-    vk = ver.key
-    for i, rule in enumerate(ruleset.rules):
-        if not rule.range.contains(ver):
-            continue
-        if rule.patches and any(p in patches and p in ruleset.patch_ids for p in rule.patches):
-            continue  # neutralised by a shipped patch the image declares (checked at run time too)
-        if not rule.compiled_when(v, vk):
-            continue
-        enforced = rule.action == "enforce" or (
-            rule.compiled_escalate is not None and bool(rule.compiled_escalate(v, vk))
-        )
-        because = "; ".join(d for d in dict.fromkeys(describe_field(eff, p) for p in rule.fields) if d)
-        hits.append(
-            _Hit(
-                ref=rule.id,
-                title=rule.title,
-                kind=rule.kind,
-                severity=rule.severity,
-                enforced=enforced,
-                fields=list(rule.fields),
-                workaround=rule.workaround,
-                mitigation=rule.mitigation_patch,
-                detail=f"{because} ({_versions_text(rule)})",
-                order=i,
-                rule=rule,
-            )
-        )
-    return hits
-
-
-def _builtin_hit(b: Builtin, detail: str, order: int) -> _Hit:
-    return _Hit(
-        ref=b.id, title=b.title, kind=b.kind, severity=b.severity, enforced=b.action == "enforce",
-        fields=list(b.fields), workaround=b.workaround, mitigation=None, detail=detail, order=order,
-    )
-
-
-def _decide(hit: _Hit, policy: str) -> str:
-    """rejected / mitigated / warned for one hit under the policy (before mitigations are tried)."""
+def _decide(hit: Hit, policy: str) -> str:
+    """rejected / mitigated / warned / advisory for one hit under the policy (before mitigations are tried).
+    An advisory rule is `warned` (actionable) when its mitigation names a value that avoids it with speculative
+    decoding on, else an `advisory`: nothing in the spec avoids it yet."""
+    if hit.advisory:
+        return "advisory"
+    if not hit.enforced and hit.rule is None:
+        return "warned"  # a built-in check of spec input (e.g. a misspelt patch id): the user fixes it
     if not hit.enforced:
-        return "warned"
+        return "warned" if hit.mitigation and keeps_spec_decoding(hit.mitigation) else "advisory"
     if policy == "reject":
         return "rejected"
     if policy == "mitigate":
@@ -246,11 +179,11 @@ def _decide(hit: _Hit, policy: str) -> str:
     return "warned"
 
 
-def _finding(hit: _Hit, action: str, extra: str = "") -> RuleFinding:
+def _finding(hit: Hit, action: str, extra: str = "") -> RuleFinding:
     fields = ", ".join(hit.fields)
     fix = hit.workaround
-    if hit.mitigation:
-        fix += f" Automatic mitigation: {hit.mitigation.summary()}."
+    if hit.mitigation and action != "advisory":
+        fix += f" Set {hit.mitigation.summary()}." if action == "warned" else f" Automatic mitigation: {hit.mitigation.summary()}."
     message = f"{hit.ref}: {hit.title} — {hit.detail}. Fields: {fields}. Fix: {fix}"
     if extra:
         message += " " + extra
@@ -283,6 +216,7 @@ def evaluate(
     vllm_version: str | None = None,
     overrides: LaunchOverrides | None = None,
     policy: str | None = None,
+    defaults: bool = True,
 ) -> Evaluation:
     """Evaluate a validated spec. Never raises for a valid spec (ValueError only for a bad default_policy).
 
@@ -290,6 +224,8 @@ def evaluate(
     `vllm_version`:   overrides spec.image.vllmVersion (gdnctl --vllm-version).
     `overrides`:      launch-line facts a spec cannot hold (rules.launchline).
     `policy`:         force a policy regardless of spec.admissionPolicy (launch lines use "reject").
+    `defaults`:       fill unset fields with the rules' safe values (rules/defaults.py); False for raw
+                      launch lines, which run as written.
     """
     if default_policy not in ADMISSION_POLICIES:
         raise ValueError(f"default_policy must be one of {', '.join(ADMISSION_POLICIES)}, got {default_policy!r}")
@@ -297,7 +233,7 @@ def evaluate(
     effective_policy = policy or spec.admission_policy or default_policy
     if effective_policy not in ADMISSION_POLICIES:
         raise ValueError(f"policy must be one of {', '.join(ADMISSION_POLICIES)}, got {effective_policy!r}")
-    return _evaluate(ruleset, spec, effective_policy, vllm_version, overrides)
+    return _evaluate(ruleset, spec, effective_policy, vllm_version, overrides, defaults)
 
 
 def _evaluate(
@@ -306,25 +242,34 @@ def _evaluate(
     policy: str,
     vllm_version: str | None,
     overrides: LaunchOverrides | None,
+    use_defaults: bool = True,
 ) -> Evaluation:
-    eff0 = effective_config(spec, vllm_version, overrides=overrides)
-    hits0 = _match_rules(ruleset, eff0)
+    if use_defaults:
+        res = resolve_defaults(ruleset, spec, vllm_version, overrides)
+        resolved, defaults, eff0, hits0 = res.spec, res.defaults, res.effective, res.hits
+    else:
+        resolved, defaults = spec, []
+        eff0 = effective_config(spec, vllm_version, overrides=overrides)
+        hits0 = match_rules(ruleset, eff0)
     decisions0 = [(h, _decide(h, policy)) for h in hits0]
 
     if not any(a == "mitigated" for _, a in decisions0):
         findings = [_finding(h, a) for h, a in decisions0]
-        return _result(ruleset, policy, findings, None, SpecPatch(), [], eff0, eff0)
+        return _result(ruleset, policy, findings, None, SpecPatch(), [], eff0, eff0, defaults, resolved)
 
     # ---- mitigation loop: one mitigation per round, most severe first, to a fixed point ---------
+    # Each round changes the USER's values (original + mitigations so far), then resolves the defaults again:
+    # a mitigation that unsets a field gets that field's safe default, as the same spec submitted would.
     original = spec.model_dump(by_alias=True, exclude_unset=True, mode="json")
     current_dict = original
-    current_spec = spec
+    current_spec = resolved
     eff = eff0
-    applied: list[_Hit] = []
+    applied: list[Hit] = []
     change = SpecPatch()
     failed: dict[str, str] = {}
-    seen_states = [_state_key(spec)]
+    seen_states = [_state_key(resolved)]
     decisions = decisions0
+    run_defaults = defaults
 
     for _round in range(MAX_ROUNDS):
         wanting = [h for h, a in decisions if a == "mitigated" and h.ref not in failed]
@@ -340,12 +285,17 @@ def _evaluate(
             except ValidationError as e:
                 failed[hit.ref] = f"its mitigation gives an invalid spec ({e.error_count()} error(s))"
                 continue
+            if use_defaults:
+                res = resolve_defaults(ruleset, cand_spec, vllm_version, overrides)
+                cand_spec, cand_defaults, cand_eff, cand_hits = res.spec, res.defaults, res.effective, res.hits
+            else:
+                cand_defaults = []
+                cand_eff = effective_config(cand_spec, vllm_version, overrides=overrides)
+                cand_hits = match_rules(ruleset, cand_eff)
             key = _state_key(cand_spec)
             if key in seen_states:
                 failed[hit.ref] = "its mitigation would undo an earlier one (loop)"
                 continue
-            cand_eff = effective_config(cand_spec, vllm_version, overrides=overrides)
-            cand_hits = _match_rules(ruleset, cand_eff)
             cand_dec = [(h, _decide(h, policy)) for h in cand_hits]
             newly_rejected = [
                 h.ref for h, a in cand_dec
@@ -358,6 +308,7 @@ def _evaluate(
             applied.append(hit)
             change = change + mitigation
             current_dict, current_spec, eff, decisions = candidate, cand_spec, cand_eff, cand_dec
+            run_defaults = cand_defaults
             seen_states.append(key)
             progressed = True
             break
@@ -381,7 +332,7 @@ def _evaluate(
 
     allowed = not failed_any and not any(f.action == "rejected" for f in rest)
     if not applied:
-        return _result(ruleset, policy, rest, None, SpecPatch(), [], eff0, eff0)
+        return _result(ruleset, policy, rest, None, SpecPatch(), [], eff0, eff0, defaults, resolved)
     if not allowed:
         # refused anyway: nothing is changed; report the rules that wanted a change as rejected, against
         # the configuration as submitted
@@ -389,9 +340,10 @@ def _evaluate(
             _finding(hit, "rejected", "Mitigation not applied: the spec is refused by another rule.")
             for hit in applied
         ]
-        return _result(ruleset, policy, refused + rest, None, SpecPatch(), [], eff0, eff0)
+        return _result(ruleset, policy, refused + rest, None, SpecPatch(), [], eff0, eff0, defaults, resolved)
     findings = [_finding(hit, "mitigated", f"Applied: {(hit.mitigation or SpecPatch()).summary()}.") for hit in applied] + rest
-    return _result(ruleset, policy, findings, current_spec, change, change.json_patch(original), eff, eff0)
+    return _result(ruleset, policy, findings, current_spec, change, change.json_patch(original), eff, eff0, run_defaults,
+                   resolved)
 
 
 def _state_key(spec: GDNModelServerSpec) -> str:
@@ -408,6 +360,8 @@ def _result(
     patch: list[dict[str, Any]],
     eff: Effective,
     eff0: Effective,
+    defaults: list[Default],
+    resolved: GDNModelServerSpec,
 ) -> Evaluation:
     # de-duplicate by (rule, action), keep the first
     seen = set()
@@ -428,8 +382,10 @@ def _result(
         mitigated_spec=mitigated,
         change=change,
         patch=patch,
-        effective=eff.to_status(),
+        effective=eff.to_status(defaults),
         detail=eff,
         original_detail=eff0,
         notes=notes,
+        defaults=defaults,
+        resolved_spec=resolved,
     )

@@ -535,6 +535,6 @@ def evaluate_launch(
 ) -> tuple[LaunchLine, Evaluation]:
     """Parse and evaluate a launch line with policy reject (report what would be refused)."""
     line = parse_launch_line(argv, vllm_version=vllm_version, architecture=architecture, patches=patches)
-    ev = evaluate(line.spec, overrides=line.overrides, policy="reject")
+    ev = evaluate(line.spec, overrides=line.overrides, policy="reject", defaults=False)  # runs as written
     ev.notes = list(dict.fromkeys(line.notes + ev.notes))
     return line, ev

@@ -148,7 +148,7 @@ class Builtin(_Strict):
     title: str
     kind: RuleKind
     severity: Severity
-    action: Literal["enforce", "warn"]
+    action: Literal["enforce", "warn", "advisory"]  # advisory: reported in its own list, not as a warning
     fields: list[str]
     workaround: str
 

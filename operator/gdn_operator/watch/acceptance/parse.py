@@ -13,7 +13,10 @@ prometheus_client appends to counters:
 ``spec_decode_num_drafts``, ``spec_decode_num_draft_tokens``, ``spec_decode_num_accepted_tokens``,
 ``spec_decode_num_accepted_tokens_per_pos{position}``, ``generation_tokens``,
 ``request_success{finished_reason}``, ``request_generation_tokens`` (histogram),
-``num_requests_running`` (gauge), and the ``*_created`` timestamps of ``spec_decode_num_drafts`` and
+``num_requests_running`` (gauge), and, for the stall detector (``watch/stall.py``), ``prompt_tokens``,
+``num_requests_waiting`` (gauge) and ``iteration_tokens_total_count`` (engine steps that produced
+output: the ``_count`` of the ``iteration_tokens_total`` histogram; its buckets are not kept), and the
+``*_created`` timestamps of ``spec_decode_num_drafts`` and
 ``generation_tokens`` (used to recognise an engine restart).
 
 :meth:`EngineSnapshot.counters` flattens a snapshot into named monotonic counters; the key names
@@ -55,6 +58,9 @@ _GEN_TOKENS = "generation_tokens"
 _SUCCESS = "request_success"
 _GEN_HIST = "request_generation_tokens"
 _RUNNING = "num_requests_running"
+_WAITING = "num_requests_waiting"
+_PROMPT_TOKENS = "prompt_tokens"
+_STEPS = "iteration_tokens_total_count"
 
 # One regex keeps the sample, HELP and TYPE lines of exactly those families (see module docstring).
 # It does not parse anything: the kept lines go to prometheus_client's parser unchanged.
@@ -67,7 +73,9 @@ _LINE_FILTER = re.compile(
     rb"|generation_tokens(?:_total|_created)?"
     rb"|request_success(?:_total)?"
     rb"|request_generation_tokens(?:_bucket|_count|_sum)?"
-    rb"|num_requests_running"
+    rb"|num_requests_(?:running|waiting)"
+    rb"|prompt_tokens(?:_total)?"
+    rb"|iteration_tokens_total_count"
     rb")[ {\t][^\n]*)"
 )
 
@@ -98,6 +106,9 @@ class EngineSnapshot:
     request_success: Mapping[str, float] = field(default_factory=dict)  # finished_reason -> count
     generation_length: GenerationHistogram | None = None
     num_requests_running: float | None = None
+    num_requests_waiting: float | None = None
+    prompt_tokens: float | None = None
+    engine_steps: float | None = None  # iteration_tokens_total_count: engine steps that produced output
     engines: int = 0
     model_names: tuple[str, ...] = ()
     # Earliest `_created` timestamp of the drafts / generation-token counters: changes when the
@@ -181,7 +192,7 @@ def parse_exposition(body: str | bytes, timestamp: float | None = None) -> Engin
     except (ValueError, TypeError, IndexError, KeyError, UnicodeDecodeError) as exc:
         raise ExpositionParseError(f"invalid Prometheus exposition: {exc}") from exc
 
-    drafts = draft_tokens = accepted = gen_tokens = running = None
+    drafts = draft_tokens = accepted = gen_tokens = running = waiting = prompt = steps = None
     positions: dict[int, float] = {}
     success: dict[str, float] = {}
     buckets: dict[float, float] = {}
@@ -195,6 +206,9 @@ def parse_exposition(body: str | bytes, timestamp: float | None = None) -> Engin
             name = _base_name(s.name)
             labels = s.labels
             value = s.value
+            if name == _STEPS:  # the one kept name that ends in _total before its suffix
+                steps = (steps or 0.0) + value
+                continue
             if name.endswith("_total"):
                 name = name[:-6]
             elif name.endswith("_created"):
@@ -234,6 +248,10 @@ def parse_exposition(body: str | bytes, timestamp: float | None = None) -> Engin
                 h_sum = (h_sum or 0.0) + value
             elif name == _RUNNING:
                 running = (running or 0.0) + value
+            elif name == _WAITING:
+                waiting = (waiting or 0.0) + value
+            elif name == _PROMPT_TOKENS:
+                prompt = (prompt or 0.0) + value
             else:
                 continue
             eng = labels.get("engine")
@@ -264,6 +282,9 @@ def parse_exposition(body: str | bytes, timestamp: float | None = None) -> Engin
         request_success=success,
         generation_length=hist,
         num_requests_running=running,
+        num_requests_waiting=waiting,
+        prompt_tokens=prompt,
+        engine_steps=steps,
         engines=len(engines) if engines else (1 if (drafts is not None or gen_tokens is not None) else 0),
         model_names=tuple(sorted(models)),
         start_time=created,

@@ -1,0 +1,33 @@
+"""Put an operator-owned override into effect now (api/overrides.py says what an override is).
+
+A remediation records its change in status.overrides instead of the spec, so no spec change (and no kopf
+update handler) follows it: the crash watch and the output probes call `reapply` to render the server
+again — overrides applied — and apply what changed (server-side apply; an unchanged object writes nothing).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from gdn_operator.handlers import kube
+from gdn_operator.handlers.plan import PlanInputs, plan
+
+log = logging.getLogger(__name__)
+
+
+def reapply(namespace: str, name: str, inputs: PlanInputs) -> bool:
+    """Render `namespace/name` with its overrides and apply its objects. True when the workload changed."""
+    body = kube.get_server(namespace, name)
+    if body is None:
+        return False
+    p = plan(body, inputs)
+    if p.objects is None:
+        log.warning("override not applied to %s/%s: %s", namespace, name, p.problem[:300])
+        return False
+    changed = False
+    for obj in p.objects:
+        _out, obj_changed = kube.apply_changed(obj)
+        changed = changed or (obj_changed and obj["kind"] in ("Deployment", "LeaderWorkerSet"))
+    log.info("applied overrides to %s/%s: %s", namespace, name,
+             ", ".join(f"{o.get('path')}={o.get('value')!r} ({o.get('reason')})" for o in p.overrides) or "none in force")
+    return changed

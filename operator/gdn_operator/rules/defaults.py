@@ -1,0 +1,118 @@
+"""Safe defaults: what an UNSET spec field resolves to, computed by the rules themselves.
+
+Unset means safe. A field the user left unset is the operator's choice, so it takes the value the
+known-issue rules accept for that vLLM version and patch set, keeping speculative decoding on:
+
+1. resolve the configuration (rules/effective.py) and match the rules (rules/matching.py);
+2. among the matches with a mitigation (rules/data/rules.yaml `mitigation`), take those whose every
+   mitigated field is unset in the user's spec, that keep speculative decoding on, and that change
+   something; the most severe first (enforced rules before advisories, then severity, then file order);
+3. apply the first whose result validates and matches no enforced rule that did not match before
+   (a default never creates a rejection); record {field, value, rule} for each field it sets;
+4. repeat until no candidate is left (a fixed point; each field is defaulted at most once, so it ends).
+
+There is no second table: the values are the rules' own mitigations. Wherever no rule objects, the
+field stays unset and vLLM's own default applies (nothing is rendered for it). A value the user SETS
+is never defaulted: the admission policy judges it (rules/evaluator.py). Raw launch lines are not
+defaulted (what they say is what runs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.api.specpatch import SpecPatch, user_set
+from gdn_operator.rules.effective import Effective, LaunchOverrides, effective_config
+from gdn_operator.rules.matching import Hit, match_rules
+from gdn_operator.rules.rulefile import SEVERITY_RANK, RuleSet
+
+#: Paths whose change turns speculative decoding off: never a default (MTP stays on).
+_SPEC_OFF = ("speculativeDecoding.enabled", "speculativeDecoding")
+
+
+@dataclass(frozen=True)
+class Default:
+    """One unset field and the value the rules chose for it."""
+
+    field: str  # camelCase spec path, e.g. prefixCaching
+    value: Any
+    rule: str  # the rule whose mitigation it is, e.g. vllm#43559
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "value": self.value, "rule": self.rule}
+
+
+@dataclass
+class Resolved:
+    """The spec with its defaults filled in, and the configuration it resolves to."""
+
+    spec: GDNModelServerSpec
+    defaults: list[Default]
+    effective: Effective
+    hits: list[Hit]
+
+
+def keeps_spec_decoding(patch: SpecPatch) -> bool:
+    return not any(p in _SPEC_OFF and v in (False, None, {}) for p, v in patch.changes)
+
+
+def _enforced(hits: list[Hit]) -> set[str]:
+    return {h.ref for h in hits if h.enforced}
+
+
+def resolve_defaults(
+    ruleset: RuleSet,
+    spec: GDNModelServerSpec,
+    vllm_version: str | None = None,
+    overrides: LaunchOverrides | None = None,
+) -> Resolved:
+    """`spec` with every unset field a matching rule objects to set to that rule's mitigation."""
+    eff = effective_config(spec, vllm_version, overrides=overrides)
+    hits = match_rules(ruleset, eff)
+    if eff.version is None:
+        return Resolved(spec, [], eff, hits)
+    current = spec.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    cur_spec = spec
+    defaults: list[Default] = []
+    done: set[str] = set()  # fields defaulted: each at most once, so this ends
+    failed: set[str] = set()  # rules whose mitigation could not be a default
+    while True:
+        candidates = []
+        for h in hits:
+            m = h.mitigation
+            if not m or h.ref in failed or not keeps_spec_decoding(m):
+                continue
+            paths = [p for p, _ in m.changes]
+            if any(user_set(spec, p) or p in done for p in paths) or not m.pending(current):
+                continue
+            candidates.append(h)
+        if not candidates:
+            break
+        candidates.sort(key=lambda h: (not h.enforced, SEVERITY_RANK.get(h.severity, 9), h.order))
+        before = _enforced(hits)
+        progressed = False
+        for h in candidates:
+            m = h.mitigation or SpecPatch()
+            failed.add(h.ref)  # taken back below when it is applied
+            cand = m.apply(current)
+            try:
+                cand_spec = GDNModelServerSpec.model_validate(cand)
+            except ValidationError:
+                continue
+            cand_eff = effective_config(cand_spec, vllm_version, overrides=overrides)
+            cand_hits = match_rules(ruleset, cand_eff)
+            if _enforced(cand_hits) - before:
+                continue  # a default never creates a rejection
+            failed.discard(h.ref)
+            done.update(p for p, _ in m.changes)
+            defaults.extend(Default(p, v, h.ref) for p, v in m.pending(current).changes)
+            current, cur_spec, eff, hits = cand, cand_spec, cand_eff, cand_hits
+            progressed = True
+            break
+        if not progressed:
+            break
+    return Resolved(cur_spec, defaults, eff, hits)
