@@ -52,7 +52,7 @@ _MTP_METHODS = frozenset(m.value for m in SpecMethod)
 
 #: flags that take a value but do not matter to the rules (consumed quietly)
 _QUIET_VALUE = frozenset({
-    "--host", "--port", "--dtype", "--quantization", "-q", "--download-dir", "--tokenizer", "--api-key",
+    flags.HOST, flags.PORT, "--dtype", "--quantization", "-q", "--download-dir", "--tokenizer", "--api-key",
     "--uvicorn-log-level", "--tool-call-parser", "--reasoning-parser", "--kv-cache-dtype", "--seed",
     "--swap-space", "--max-logprobs", "--chat-template", "--limit-mm-per-prompt", "--generation-config",
     "--load-format", "--revision", "--tokenizer-mode", "--root-path", "--ssl-keyfile",
