@@ -24,6 +24,9 @@ LABEL_KEY_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: resource.Quantity: <signed number><suffix>, suffix one of binary SI, decimal SI or a decimal exponent.
+#: Not kubernetes.utils.parse_quantity: api/ runs without the client (gdnctl; the import-linter contract), and
+#: parse_quantity takes whatever Decimal takes (`16\n`, `1_0`), which the API server refuses.
+#: tests/api/test_k8s_values.py shows both decide alike on the grammar and that this never takes more.
 QUANTITY = re.compile(r"(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?P<suffix>[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?")
 #: An image repository (registry[:port]/path) and tag, as the container runtime parses references.
 IMAGE_REPOSITORY = re.compile(
