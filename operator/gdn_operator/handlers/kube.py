@@ -9,13 +9,15 @@ import copy
 import datetime as dt
 import email.utils
 import functools
+import itertools
 import json
 import logging
 import time
-from typing import Any, Callable, cast
+from typing import Any, Callable, TypeVar, cast
 
 import kubernetes
 from kubernetes.client.rest import ApiException
+from kubernetes.utils.retry import Backoff, on_error
 
 from gdn_operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from gdn_operator.redact import redact
@@ -361,6 +363,34 @@ def _holds(ops: list[dict[str, Any]], obj: dict[str, Any]) -> bool:
     return True
 
 
+T = TypeVar("T")
+
+#: Conflict retries (a read-modify-write lost a race): client-go's retry.DefaultRetry shape (constant delay with
+#: jitter), 50 ms apart; `steps` is set per call.
+CONFLICT_BACKOFF = Backoff(steps=5, duration=0.05, factor=1.0, jitter=1.0)
+
+
+class Retry(Exception):
+    """Raised by an attempt passed to `retrying` to ask for another; `error` is raised when none is left."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
+def retrying(attempt: Callable[[int], T], attempts: int, backoff: Backoff = CONFLICT_BACKOFF) -> T:
+    """The one bounded retry loop (the Kubernetes client's kubernetes.utils.retry.on_error, client-go's
+    retry.OnError): call `attempt(n)` for n = 0, 1, ... until it returns; an attempt that raises `Retry(error)`
+    is called again after the backoff, and `error` itself is raised once `attempts` attempts have asked for
+    another. Any other exception ends it at once."""
+    numbers = itertools.count()
+    steps = Backoff(attempts, backoff.duration, backoff.factor, backoff.jitter, backoff.cap)
+    try:
+        return on_error(steps, lambda e: isinstance(e, Retry), lambda: attempt(next(numbers)))
+    except Retry as r:
+        raise r.error from None
+
+
 def update_status(
     namespace: str,
     name: str,
@@ -376,9 +406,10 @@ def update_status(
     the precondition. Returns the updated object, or None when the object is gone.
     """
     api = kubernetes.client.CustomObjectsApi(api_client())
-    for attempt in range(retries):
-        if obj is None:
-            obj = get_server(namespace, name)
+    read = {"obj": obj}
+
+    def write(attempt: int) -> dict[str, Any] | None:
+        obj = read["obj"] if read["obj"] is not None else get_server(namespace, name)
         if obj is None:
             return None
         old = obj.get("status") or {}
@@ -410,9 +441,10 @@ def update_status(
                 log.warning("status patch of %s/%s refused: %s; patch: %s", namespace, name, e.body, json.dumps(ops)[:4000])
                 raise
             log.debug("status of %s/%s changed since read (attempt %d): read again", namespace, name, attempt + 1)
-            obj = fresh
-            time.sleep(0.05 * attempt)
-    return None
+            read["obj"] = fresh
+            raise Retry(e) from e
+
+    return retrying(write, retries)
 
 
 def _condition_states(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
