@@ -171,21 +171,24 @@ def start_engine(workdir: Path, python: Path, startup_timeout: float = 180.0,
     eng = Engine(f"http://{host}:{port}", port, proc, log_path, served_name, 0.0,
                  num_speculative_tokens)
     deadline = t0 + startup_timeout
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vLLM engine exited with {proc.returncode} during startup; "
-                               f"log {log_path}:\n{eng.log_tail()}")
-        try:
-            status, _ = eng.get("/health", timeout=2.0)
-            if status == 200:
-                break
-        except (urllib.error.URLError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            stop_engine(eng)
-            raise RuntimeError(f"vLLM engine not healthy after {startup_timeout:.0f}s; "
-                               f"log {log_path}:\n{eng.log_tail()}")
-        time.sleep(1.0)
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"vLLM engine exited with {proc.returncode} during startup; "
+                                   f"log {log_path}:\n{eng.log_tail()}")
+            try:
+                status, _ = eng.get("/health", timeout=2.0)
+                if status == 200:
+                    break
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"vLLM engine not healthy after {startup_timeout:.0f}s; "
+                                   f"log {log_path}:\n{eng.log_tail()}")
+            time.sleep(1.0)
+    except BaseException:  # timeout, Ctrl-C, dev mode's SIGTERM: the caller never gets a handle to stop
+        stop_engine(eng)
+        raise
     eng.startup_seconds = time.monotonic() - t0
     return eng
 
