@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from packaging import version as pep440
 
@@ -53,16 +53,16 @@ class Version:
         self.key = (tuple(rel), pre_key, -1 if post is None else post, _NO_DEV if dev is None else dev)
 
     # ordering --------------------------------------------------------------------------------
-    def __lt__(self, other: "Version") -> bool:
+    def __lt__(self, other: Version) -> bool:
         return self.key < other.key
 
-    def __le__(self, other: "Version") -> bool:
+    def __le__(self, other: Version) -> bool:
         return self.key <= other.key
 
-    def __gt__(self, other: "Version") -> bool:
+    def __gt__(self, other: Version) -> bool:
         return self.key > other.key
 
-    def __ge__(self, other: "Version") -> bool:
+    def __ge__(self, other: Version) -> bool:
         return self.key >= other.key
 
     def __eq__(self, other: object) -> bool:

@@ -74,7 +74,7 @@ def _first_difference(given: Any, canonical: Any, path: str) -> str | None:
                 return deeper
         return None
     if isinstance(given, list) and isinstance(canonical, list):
-        for i, (g, c) in enumerate(zip(given, canonical)):
+        for i, (g, c) in enumerate(zip(given, canonical, strict=False)):  # a prefix: canonical may add items
             deeper = _first_difference(g, c, f"{path}[{i}]")
             if deeper:
                 return deeper

@@ -176,7 +176,7 @@ class EnvVar(_Model):
         return v
 
     @model_validator(mode="after")
-    def _one_source(self) -> "EnvVar":
+    def _one_source(self) -> EnvVar:
         if self.value is not None and self.secret_key_ref is not None:
             raise ValueError("set either value or secretKeyRef, not both")
         return self

@@ -87,7 +87,7 @@ def admission(spec: kopf.Spec, warnings: list[str], namespace: str | None, name:
     except ManifestError as e:
         telemetry.ADMISSION_DECISIONS.labels(namespace or "", "denied", "invalid-spec").inc()
         log.info("admission denied %s/%s: invalid spec: %s", namespace, name, "; ".join(e.problems)[:300])
-        raise kopf.AdmissionError("; ".join(e.problems), code=422)
+        raise kopf.AdmissionError("; ".join(e.problems), code=422) from None
     ev = evaluate(s, default_policy=default_policy)
     for f in ev.findings:
         if f.action == "warned":

@@ -61,7 +61,7 @@ def _pem_key(k: ec.EllipticCurvePrivateKey) -> bytes:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def make_ca(common_name: str = "gdn-operator-webhook-ca") -> tuple[bytes, bytes]:

@@ -13,7 +13,8 @@ import itertools
 import json
 import logging
 import time
-from typing import Any, Callable, TypeVar, cast
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import kubernetes
 from kubernetes.client.rest import ApiException
@@ -102,7 +103,7 @@ def require_namespace(namespace: str | None) -> str:
 def plain(obj: Any) -> Any:
     """A deep plain-dict copy of a kopf Body/Patch view (safe to hand to a worker thread)."""
     if isinstance(obj, dict) or hasattr(obj, "keys"):
-        return {k: plain(obj[k]) for k in obj.keys()}
+        return {k: plain(obj[k]) for k in obj.keys()}  # noqa: SIM118 - all it is known to have is keys() (the test above)
     if isinstance(obj, (list, tuple)):
         return [plain(v) for v in obj]
     return obj
@@ -117,7 +118,7 @@ def owner_name(meta: dict[str, Any]) -> str | None:
 
 
 def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def apply(obj: dict[str, Any]) -> dict[str, Any]:
@@ -467,7 +468,7 @@ def _log_status_written(namespace: str, name: str, generation: Any, before: dict
 def emit_event(obj: dict[str, Any], reason: str, message: str, type_: str = "Normal") -> None:
     """A core/v1 Event on the GDNModelServer (never raises: events are best effort)."""
     meta = obj["metadata"]
-    ts = dt.datetime.now(dt.timezone.utc)
+    ts = dt.datetime.now(dt.UTC)
     body = {
         "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
         "involvedObject": {

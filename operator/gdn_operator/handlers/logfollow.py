@@ -16,9 +16,10 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import kubernetes
 from kubernetes.client.rest import ApiException

