@@ -18,7 +18,7 @@ from typing import Any, TypeVar, cast
 
 import kubernetes
 from kubernetes.client.rest import ApiException
-from kubernetes.utils.retry import Backoff, on_error
+from kubernetes.utils import Backoff, on_error
 
 from gdn_operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from gdn_operator.redact import redact
