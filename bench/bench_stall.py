@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -88,9 +89,8 @@ def serve(n_ports: int) -> None:
 
 def extra_parse_ms(n: int = 400) -> tuple[float, float]:
     """ms per exposition: parse_exposition as shipped, and with the detector's three families filtered out."""
-    from stall_replay import exposition
-
     from gdn_operator.watch.acceptance import parse as parse_mod
+    from stall_replay import exposition
 
     body = exposition(_point(False, 3)).encode()
     shipped = parse_mod._LINE_FILTER
@@ -147,7 +147,7 @@ async def _client(urls: list[str], args) -> dict:
             today.append(c1 - c0)
             det_cpu.append(c2 - c1)
             errors += sum(1 for r in results if not r.ok)
-    port_of = {t.key: p for t, p in zip(targets, ports)}
+    port_of = {t.key: p for t, p in zip(targets, ports, strict=False)}
     stalled_ok = sum(1 for k, v in verdicts.items() if is_stalled(port_of[k]) and v.stalled)
     false_alarms = sum(1 for k, v in verdicts.items() if not is_stalled(port_of[k]) and v.stalled)
     return {"today": today, "detector": det_cpu, "errors": errors, "stalled_flagged": stalled_ok,
@@ -198,10 +198,8 @@ def main() -> int:
         r = json.loads(out.stdout.strip().splitlines()[-1])
     finally:
         for p in servers:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, 15)
-            except ProcessLookupError:
-                pass
         for p in servers:
             try:
                 p.wait(timeout=10)

@@ -41,7 +41,7 @@ _STARTED = re.compile(r"INFO:\s+Application startup complete")
 
 
 def _ts(text: str) -> float:
-    return dt.datetime.strptime("2025-" + text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.timezone.utc).timestamp()
+    return dt.datetime.strptime("2025-" + text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC).timestamp()
 
 
 #: vLLM's stats logger interval (VLLM_LOG_STATS_INTERVAL, default 10 s). Each line's ``Avg ... throughput``

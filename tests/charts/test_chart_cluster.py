@@ -138,7 +138,7 @@ class LocalReplica:
         self.log = workdir / f"{pod_id}.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "LocalReplica":
+    def start(self) -> LocalReplica:
         with open(self.log, "ab") as f:
             self.proc = subprocess.Popen(self.argv, env=self.env, stdout=f, stderr=subprocess.STDOUT,
                                          start_new_session=True, cwd=str(ROOT))

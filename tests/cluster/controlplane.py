@@ -158,7 +158,7 @@ def _write_pki(d: Path) -> None:
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     d.mkdir(parents=True, exist_ok=True)
-    now = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=5)
+    now = _dt.datetime.now(_dt.UTC) - _dt.timedelta(minutes=5)
     later = now + _dt.timedelta(days=7)
 
     def save_key(key, name: str) -> None:
@@ -348,7 +348,7 @@ class ControlPlane:
         self.timings: dict[str, float] = {}
 
     # ---- context manager ---------------------------------------------------------------
-    def __enter__(self) -> "ControlPlane":
+    def __enter__(self) -> ControlPlane:
         self.start()
         return self
 
@@ -356,7 +356,7 @@ class ControlPlane:
         self.stop()
 
     # ---- lifecycle -----------------------------------------------------------------------
-    def start(self) -> "ControlPlane":
+    def start(self) -> ControlPlane:
         if self._started:
             return self
         self._started = True

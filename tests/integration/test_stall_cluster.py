@@ -138,7 +138,7 @@ def test_healthy_idle_prefill_slow_restarting_never_flagged(op, kube_api):
     engines: dict[str, MetricsStandIn] = {}
     try:
         names = {series: f"n{i}" for i, series in enumerate(NEVER)}
-        for series, name in names.items():
+        for name in names.values():
             k.create(ns, gms(name, **NEVER_SPEC))
         for series, name in names.items():
             k.wait_condition(ns, name, "Ready", timeout=90)

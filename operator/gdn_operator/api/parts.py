@@ -110,7 +110,7 @@ class ModelSpec(_Model):
         return v
 
     @model_validator(mode="after")
-    def _cache_for_hub_models(self) -> "ModelSpec":
+    def _cache_for_hub_models(self) -> ModelSpec:
         if not self.uri.startswith("hf://") and (self.cache.persistent_volume_claim is not None or self.hub_endpoint):
             what = "cache.persistentVolumeClaim" if self.cache.persistent_volume_claim is not None else "hubEndpoint"
             raise ValueError(f"{what} applies to hf:// models (downloaded from the Hub); {self.uri.split('://')[0]}:// "
@@ -218,7 +218,7 @@ class EnvVar(_Model):
         return v
 
     @model_validator(mode="after")
-    def _one_source(self) -> "EnvVar":
+    def _one_source(self) -> EnvVar:
         if sum(x is not None for x in (self.value, self.secret_key_ref, self.config_map_key_ref)) > 1:
             raise ValueError("set one of value, secretKeyRef or configMapKeyRef")
         return self

@@ -213,7 +213,7 @@ class GDNModelServerSpec(_Model):
 
     @field_validator("resources")
     @classmethod
-    def _gpus_per_node(cls, v: "ResourcesSpec", info: Any) -> "ResourcesSpec":
+    def _gpus_per_node(cls, v: ResourcesSpec, info: Any) -> ResourcesSpec:
         tp, pp, nodes = (info.data.get(k) for k in ("tensor_parallel_size", "pipeline_parallel_size", "nodes"))
         if v.gpus_per_node is None or None in (tp, pp, nodes):
             return v
@@ -311,7 +311,7 @@ class GDNModelServerSpec(_Model):
         return data
 
     @model_validator(mode="after")
-    def _consistency(self) -> "GDNModelServerSpec":
+    def _consistency(self) -> GDNModelServerSpec:
         if self.cudagraph_mode is not None and self.cudagraph_mode != CudagraphMode.NONE.value and self.enforce_eager:
             raise ValueError("enforceEager: true disables CUDA graphs; drop cudagraphMode or enforceEager")
         claim = self.model.cache.persistent_volume_claim

@@ -12,6 +12,7 @@ slot for at most the timeout and never delays other resources.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -173,10 +174,8 @@ class AcceptanceSupervisor:
         self.tracker.forget_resource(namespace, name)
         self.last_written.pop((namespace, name), None)
         for gauge in (telemetry.READY_REPLICAS, telemetry.DESIRED_REPLICAS, telemetry.ENGINE_RESTARTS):
-            try:
+            with contextlib.suppress(KeyError):
                 gauge.remove(namespace, name)
-            except KeyError:
-                pass
 
     async def scrape_round(self, namespace: str, name: str, pods: list[dict[str, Any]]) -> None:
         live = [p for p in pods if p.get("ip") and p.get("ready")]

@@ -10,7 +10,8 @@ current cause at once and clears only when none is left.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gdn_operator.handlers.kube import now
 from gdn_operator.redact import redact

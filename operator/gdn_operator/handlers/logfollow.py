@@ -16,9 +16,13 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+
+import kubernetes
+from kubernetes.client.rest import ApiException
 
 from gdn_operator.api.load import parse_spec
 from gdn_operator.handlers import kube
@@ -83,8 +87,6 @@ def _stream_once(
     namespace: str, pod: str, stop: Callable[[], bool], on_guard: Callable[[GuardLine | None], None], state: StreamState,
 ) -> str:
     """Follow one container instance's log until the stream ends. Returns why it ended."""
-    import kubernetes
-
     core = kubernetes.client.CoreV1Api(kube.api_client())
     kw: dict[str, Any] = {}
     if state.last_read is not None:  # reconnect: do not read the whole log again
@@ -118,9 +120,6 @@ def _stream_once(
 
 def _instance_running(namespace: str, pod: str, uid: str, restart: int) -> bool | None:
     """Whether this container instance still runs; None when the API server cannot say (outage)."""
-    import kubernetes
-    from kubernetes.client.rest import ApiException
-
     p: Any  # the raw HTTP response (_preload_content=False)
     try:
         p = kubernetes.client.CoreV1Api(kube.api_client()).read_namespaced_pod(pod, namespace, _preload_content=False)

@@ -18,20 +18,22 @@ status is only written when something other than the round count changed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from gdn_operator import telemetry
 from gdn_operator.api.probes import ProbesSpec
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
+from gdn_operator.handlers.overrides import reapply
 from gdn_operator.handlers.plan import PlanInputs, plan
 from gdn_operator.handlers.pods import engine_fingerprint
-from gdn_operator.handlers.overrides import reapply
 from gdn_operator.handlers.remediation import change_from_mitigation, remediate_once, running_dict, vet_change
 from gdn_operator.render.engine import CONTAINER, ENGINE_PORT
 from gdn_operator.watch.probe_client import ProbeClient, completions_url
@@ -280,10 +282,8 @@ class ProbeSupervisor:
 
     def _clear_metrics(self, namespace: str, name: str) -> None:
         for reason in PROBE_REASONS:
-            try:
+            with contextlib.suppress(KeyError):
                 telemetry.OUTPUT_INCONSISTENT.remove(namespace, name, reason)
-            except KeyError:
-                pass
 
     # ------------------------------------------------------------------------------------ the loop --
 
@@ -334,7 +334,7 @@ class ProbeSupervisor:
         outcomes, learned = judge_round(s.spec.prompts, s.reference, asked)
         now = kube.now()
         if learned:
-            for probe, (pod, answer) in learned.items():
+            for probe, (_pod, answer) in learned.items():
                 s.reference[probe] = answer
             s.ref_meta = {"generation": s.generation, "image": s.image, "pod": next(iter(learned.values()))[0], "learnedAt": now}
             log.info("output probes for %s/%s learned %d reference answer(s) from pod %s on generation %s",

@@ -17,12 +17,13 @@ for its upstream issue is missing (issue 16) carries action `investigate`: never
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from gdn_operator import telemetry
 from pydantic import ValidationError
 
+from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.api.overrides import add_override, apply_overrides, live_overrides, revision
 from gdn_operator.api.spec import GDNModelServerSpec

@@ -17,8 +17,9 @@ and the Kubernetes API client (kube.api_client: one connection pool per process,
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Coroutine
+from typing import Any
 
 import kopf
 

@@ -22,16 +22,18 @@ plus the remediation overrides in force; spec.remediation.mode auto only):
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
-from gdn_operator.api.spec import GDNModelServerSpec
-from gdn_operator.handlers import kube
-from gdn_operator.handlers import conditions as st
 from gdn_operator.api.overrides import live_overrides, revision
+from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.handlers import conditions as st
+from gdn_operator.handlers import kube
 from gdn_operator.handlers.overrides import reapply
 from gdn_operator.handlers.plan import PlanInputs
 from gdn_operator.handlers.remediation import remediate_once, remediation_for, running_spec, vet_change
@@ -105,10 +107,8 @@ class StallWatch:
     def _drop(self, namespace: str, name: str, pod: str, states: dict[str, _PodState]) -> None:
         states.pop(pod, None)
         for g in (telemetry.ENGINE_STALLED, telemetry.ENGINE_SECONDS_WITHOUT_PROGRESS):
-            try:
+            with contextlib.suppress(KeyError):
                 g.remove(namespace, name, pod)
-            except KeyError:
-                pass
 
     def forget(self, namespace: str, name: str) -> None:
         states = self._pods.pop((namespace, name), {})

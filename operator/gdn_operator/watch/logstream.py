@@ -22,6 +22,8 @@ from __future__ import annotations
 import codecs
 from typing import Any
 
+from gdn_operator.watch.evidence import Evidence
+from gdn_operator.watch.hang import HangEvidence
 from gdn_operator.watch.signatures import (
     MAX_LINE_CHARS,
     Catalogue,
@@ -29,8 +31,6 @@ from gdn_operator.watch.signatures import (
     LogClassifier,
     classify_termination_message,
 )
-from gdn_operator.watch.evidence import Evidence
-from gdn_operator.watch.hang import HangEvidence
 
 __all__ = ["StreamClassifier", "classify_termination_message", "DEFAULT_BLOCK_CHARS"]
 

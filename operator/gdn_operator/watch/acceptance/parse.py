@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -161,7 +161,7 @@ class EngineSnapshot:
             out[finished_key(reason)] = v
         h = self.generation_length
         if h is not None:
-            for b, c in zip(h.bounds, h.cumulative):
+            for b, c in zip(h.bounds, h.cumulative, strict=True):
                 out[bucket_key(b)] = c
             out["gen_count"] = h.count
             out["gen_sum"] = h.sum
