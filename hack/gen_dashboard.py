@@ -162,6 +162,12 @@ ROWS: list[tuple[str, list[P]]] = [
             ("histogram_quantile(0.95, sum by (le) (rate(gdn_probe_round_duration_seconds_bucket[$__rate_interval])))",
              "round p95")], "s", 6),
     ]),
+    ("Engine stalls (requests in flight, no progress; /health still 200)", [
+        P("Engines stalled", [(f"max by ({BY}, pod) (gdn_engine_stalled{{{SRV}}})", "{{namespace}}/{{pod}}")],
+          "short", min=0, max=1),
+        P("Seconds without progress", [(f"max by ({BY}, pod) (gdn_engine_seconds_without_progress{{{SRV}}})",
+                                        "{{namespace}}/{{pod}}")], "s"),
+    ]),
 ]
 
 VARIABLES = [
@@ -195,7 +201,7 @@ def build() -> dict:
     d = (dashboard.Dashboard("gdn-operator: MTP speculative decoding, serving SLOs and engine health")
          .uid("gdn-operator-overview")
          .description("Serving SLOs from vLLM's own metrics, MTP acceptance per server and pod, engine crashes by "
-                      "signature, restarts, admission and output probes. Shipped by the gdn-operator Helm chart.")
+                      "signature, restarts, stalls, admission and output probes. Shipped by the gdn-operator Helm chart.")
          .tags(["gdn-operator", "vllm", "speculative-decoding"])
          .editable().tooltip(DashboardCursorSync.CROSSHAIR).time("now-6h", "now").refresh("30s")
          .with_variable(dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus")))

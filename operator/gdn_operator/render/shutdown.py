@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from gdn_operator.api import flags
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.versions import parse_version
 
@@ -52,7 +53,7 @@ def drain_seconds(spec: GDNModelServerSpec) -> int:
 
 def shutdown_args(spec: GDNModelServerSpec) -> list[str]:
     n = drain_seconds(spec)
-    return ["--shutdown-timeout", str(n)] if n > 0 else []
+    return flags.SHUTDOWN_TIMEOUT.args(n) if n > 0 else []
 
 
 def apply_graceful_shutdown(pod_spec: dict[str, Any], container: dict[str, Any], spec: GDNModelServerSpec) -> None:

@@ -17,7 +17,8 @@ Unknown operators or fields are errors when the rule file is loaded.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gdn_operator.rules.effective import FIELDS
 from gdn_operator.versions import VersionRange
@@ -85,18 +86,12 @@ def compile_predicate(pred: Any, where: str = "when") -> Compiled:
         subs = tuple(compile_predicate(p, f"{here}[{i}]") for i, p in enumerate(arg))
         if op == "all":
             def all_of(v: dict[str, Any], ver: Any) -> bool:
-                for s in subs:
-                    if not s(v, ver):
-                        return False
-                return True
+                return all(s(v, ver) for s in subs)
 
             return all_of
 
         def any_of(v: dict[str, Any], ver: Any) -> bool:
-            for s in subs:
-                if s(v, ver):
-                    return True
-            return False
+            return any(s(v, ver) for s in subs)
 
         return any_of
 
@@ -113,18 +108,12 @@ def compile_predicate(pred: Any, where: str = "when") -> Compiled:
                 return tests[0]
 
             def eq_all(v: dict[str, Any], ver: Any) -> bool:
-                for t in tests:
-                    if not t(v, ver):
-                        return False
-                return True
+                return all(t(v, ver) for t in tests)
 
             return eq_all
 
         def ne_all(v: dict[str, Any], ver: Any) -> bool:
-            for t in tests:
-                if t(v, ver):
-                    return False
-            return True
+            return not any(t(v, ver) for t in tests)
 
         return ne_all
 

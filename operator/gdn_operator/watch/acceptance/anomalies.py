@@ -12,8 +12,8 @@ Thresholds are :class:`AnomalyThresholds`; nothing here keeps state or reads a c
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from gdn_operator.watch.acceptance.window import WindowStats
 
