@@ -51,7 +51,7 @@ def quantile(q: float, hist: str, by: str = BY) -> str:
 
 
 def percentiles(hist: str) -> list[tuple[str, str]]:
-    return [(quantile(q, hist), "{{namespace}}/{{server}} p%d" % round(q * 100)) for q in (0.5, 0.9, 0.99)]
+    return [(quantile(q, hist), f"{{{{namespace}}}}/{{{{server}}}} p{round(q * 100)}") for q in (0.5, 0.9, 0.99)]
 
 
 ACCEPTANCE = (f"{rate('vllm:spec_decode_num_accepted_tokens_total')}\n/\n"

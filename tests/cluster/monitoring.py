@@ -13,6 +13,13 @@ every ``kubernetes_sd_configs`` entry gets ``kubeconfig_file`` (the test API ser
 because in-cluster service discovery reads the pod's service-account token and KUBERNETES_SERVICE_HOST,
 which do not exist here. Everything else (jobs, relabelings, selectors, rule files) runs as generated.
 
+A ServiceMonitor reaches its targets through the Service's EndpointSlices (or Endpoints), and the API server
+rejects loopback addresses in both ("may not be in the loopback range (127.0.0.0/8, ::1/128)"), so a Service
+over a kwok pod with a 127.x IP (the test cluster's pod range, tests/cluster/controlplane.py POD_CIDR) has no
+endpoints and its ServiceMonitor job no target. `ServiceHostNode` gives the pod behind the chart's metrics
+Service a non-loopback address of this machine instead: a tainted kwok node whose pod range starts at that
+address (PodMonitors use the pod role, which reads pod IPs directly, so the engines keep their 127.x IPs).
+
 No pytest dependency (like controlplane.py and addons.py).
 """
 
@@ -20,10 +27,12 @@ from __future__ import annotations
 
 import base64
 import gzip
+import ipaddress
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 import urllib.parse
@@ -92,7 +101,7 @@ class PrometheusOperator:
         self.log = self.workdir / "prometheus-operator.log"
         self.port = free_port()
 
-    def start(self, timeout: float = 60.0) -> "PrometheusOperator":
+    def start(self, timeout: float = 60.0) -> PrometheusOperator:
         if not self.paths.operator.is_file():
             raise ControlPlaneError(f"{self.paths.operator} missing; run {BUILD_SH} promop")
         with self.cp.api_client() as api:
@@ -161,6 +170,79 @@ def localize(cfg: dict[str, Any], rules: dict[str, str], kubeconfig: Path, workd
     return path
 
 
+def host_ipv4() -> str | None:
+    """A non-loopback, non-link-local IPv4 address of this machine that a process can bind, or None.
+    Read from the kernel's local routing table (/proc/net/fib_trie: `/32 host LOCAL` entries)."""
+    try:
+        lines = Path("/proc/net/fib_trie").read_text().splitlines()
+    except OSError:
+        return None
+    found: list[str] = []
+    for prev, line in zip(lines, lines[1:]):
+        if "/32 host LOCAL" in line and "|--" in prev:
+            ip = ipaddress.IPv4Address(prev.split("|--", 1)[1].strip())
+            if not (ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast) and str(ip) not in found:
+                found.append(str(ip))
+    for ip in found:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((ip, 0))
+            except OSError:
+                continue
+        return ip
+    return None
+
+
+class ServiceHostNode:
+    """A kwok node whose pods get `ip` (a non-loopback address of this machine, `host_ipv4()`) as their IP,
+    so the EndpointSlice of a Service over them is valid (see module doc). Tainted: only pods that tolerate
+    `TAINT` land on it (give them `node_selector()` and `tolerations()`). kwok hands out a node's pod IPs from
+    `spec.podCIDR` starting at its network address + 1, so the range is `<ip - 1>/32`: its first pod gets
+    `ip`; callers check the pod's IP (one pod per node)."""
+
+    TAINT = "gdn-operator.io/test-service-host"
+
+    def __init__(self, api: Any, name: str, ip: str, fake_annotation: tuple[str, str]) -> None:
+        self.api, self.name, self.ip, self.fake_annotation = api, name, ip, fake_annotation
+
+    def create(self, timeout: float = 60.0) -> ServiceHostNode:
+        from kubernetes import client
+
+        cap = {"cpu": "8", "memory": "32Gi", "pods": "10", "ephemeral-storage": "100Gi"}
+        v1 = client.CoreV1Api(self.api)
+        v1.create_node({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": self.name, "annotations": {self.fake_annotation[0]: self.fake_annotation[1]},
+                         "labels": {"kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux",
+                                    "kubernetes.io/arch": "amd64", "type": "kwok"}},
+            "spec": {"podCIDR": f"{ipaddress.IPv4Address(self.ip) - 1}/32",
+                     "taints": [{"key": self.TAINT, "value": "true", "effect": "NoSchedule"}]},
+            "status": {"capacity": cap, "allocatable": cap}})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            node = v1.read_node(self.name)
+            if any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or [])):
+                return self
+            time.sleep(0.5)
+        raise ControlPlaneError(f"kwok node {self.name} not Ready after {timeout}s")
+
+    def node_selector(self) -> dict[str, str]:
+        return {"kubernetes.io/hostname": self.name}
+
+    def tolerations(self) -> list[dict[str, str]]:
+        return [{"key": self.TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+
+    def delete(self) -> None:
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        try:
+            client.CoreV1Api(self.api).delete_node(self.name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
 class PrometheusServer:
     """The real Prometheus server on a localized configuration; `query`, `alerts`, `targets` read its API."""
 
@@ -171,7 +253,7 @@ class PrometheusServer:
         self.log = self.workdir / "prometheus.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 60.0) -> "PrometheusServer":
+    def start(self, timeout: float = 60.0) -> PrometheusServer:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [str(self.binary), f"--config.file={self.config}", f"--storage.tsdb.path={self.workdir / 'data'}",

@@ -6,7 +6,9 @@ the Go module proxy, build.sh prometheus) runs the configuration it generated (t
 `kubeconfig_file` for service discovery) and scrapes
 
 - the operator, run locally with the environment of the chart's Deployment, listening on the IP of the
-  kwok pod of that Deployment (so the chart's metrics Service has it as its endpoint), and
+  kwok pod of that Deployment (so the chart's metrics Service has it as its endpoint; that pod runs on a
+  kwok node that gives it a non-loopback address of this machine, because the API server keeps 127.x out
+  of EndpointSlices — tests/cluster/monitoring.py ServiceHostNode), and
 - two REAL vLLM CPU engines serving the trained tiny model with MTP k=2 — the healthy one
   (tests/models/tiny-qwen3-next-recall) and the broken-MTP-head variant — each on the IP of its
   GDNModelServer's kwok pod, under traffic, with output probes on,
@@ -29,6 +31,7 @@ import sys
 import threading
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -41,7 +44,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 import recall  # noqa: E402
 from _chart_helpers import CHART, VALUE_SETS, docs, helm, tools, value_args  # noqa: E402
 from engine_fixtures import require_engine_python, start_engine, stop_engine  # noqa: E402
-from monitoring import PrometheusOperator, PrometheusServer, find_monitoring, generated_config, localize, prometheus_version  # noqa: E402
+from controlplane import FAKE_NODE_ANNOTATION  # noqa: E402
+from monitoring import (  # noqa: E402
+    PrometheusOperator,
+    PrometheusServer,
+    ServiceHostNode,
+    find_monitoring,
+    generated_config,
+    host_ipv4,
+    localize,
+    prometheus_version,
+)
 from operator_harness import Kube, OperatorProcess, delete_webhook_configs, gms, install_crd, wait_for  # noqa: E402
 from test_crashwatch_cluster import crash, tail  # noqa: E402
 from waiting import poll  # noqa: E402
@@ -50,6 +63,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.monitoring, pytest.mark.timeout(15
 
 KPS = "kube-prometheus-stack"  # kube-prometheus-stack selects monitors/rules by `release: <its release name>`
 PROM = "kps"
+PRE_FIX = "pre-fix"  # the negative control's Prometheus and the label on its copy of the pre-fix ServiceMonitor
 BROKEN_MODEL = recall.MODEL_DIR.parent / "tiny-qwen3-next-recall-broken-mtp"
 ENGINE_PORT = 8000  # render/engine.py ENGINE_PORT: what the Service, the PodMonitor and the probes use
 WEBHOOK_CONFIG = "gdn-test-monitoring.serving.gdn-operator.io"
@@ -126,17 +140,36 @@ def stack(full_cluster, kube_api, tmp_path_factory):
         cleanup.append(promop.stop)
         sel = {"matchLabels": {"release": KPS}}
         co = client.CustomObjectsApi(kube_api)
-        co.create_namespaced_custom_object("monitoring.coreos.com", "v1", mon_ns, "prometheuses", {
-            "apiVersion": "monitoring.coreos.com/v1", "kind": "Prometheus", "metadata": {"name": PROM},
-            "spec": {"version": prometheus_version(paths.prometheus), "replicas": 1, "scrapeInterval": "5s",
-                     "evaluationInterval": "5s", "serviceMonitorSelector": sel, "serviceMonitorNamespaceSelector": {},
-                     "podMonitorSelector": sel, "podMonitorNamespaceSelector": {}, "ruleSelector": sel,
-                     "ruleNamespaceSelector": {}, "probeSelector": sel, "probeNamespaceSelector": {}}})
+
+        def prometheus(name, monitors):  # monitors: the selector for ServiceMonitors, PodMonitors and Probes
+            co.create_namespaced_custom_object("monitoring.coreos.com", "v1", mon_ns, "prometheuses", {
+                "apiVersion": "monitoring.coreos.com/v1", "kind": "Prometheus", "metadata": {"name": name},
+                "spec": {"version": prometheus_version(paths.prometheus), "replicas": 1, "scrapeInterval": "5s",
+                         "evaluationInterval": "5s", "serviceMonitorSelector": monitors, "serviceMonitorNamespaceSelector": {},
+                         "podMonitorSelector": monitors, "podMonitorNamespaceSelector": {}, "ruleSelector": sel,
+                         "ruleNamespaceSelector": {}, "probeSelector": monitors, "probeNamespaceSelector": {}}})
+
+        prometheus(PROM, sel)
+        # the negative control (issue 28: "the label fix is proven by that test failing on today's monitors"): a
+        # second Prometheus with today's chart rules that sees the monitors as they were before the fix — the
+        # chart's ServiceMonitor without honorLabels (as the chart rendered it, git 63f06e0), and no engine
+        # PodMonitor (the per-server PodMonitors then carried no label, so kube-prometheus-stack's `release`
+        # selector matched none)
+        pre_sel = {"matchLabels": {"gdn-test": PRE_FIX}}
+        prometheus(PRE_FIX, pre_sel)
 
         # -- the chart, monitoring on, tuned for a short test through its values ---------------------------------
+        # its pod goes to a kwok node that gives it a non-loopback address of this machine: the API server
+        # rejects 127.x in EndpointSlices, so over a 127.x pod the metrics Service has no endpoints and the
+        # ServiceMonitor's job no target (tests/cluster/monitoring.py)
+        host_ip = host_ipv4()
+        assert host_ip, "this machine has no non-loopback IPv4 address: a Service over a kwok pod needs one"
+        node = ServiceHostNode(kube_api, f"service-host-{sfx}", host_ip, FAKE_NODE_ANNOTATION).create()
+        cleanup.append(node.delete)
         op = OperatorProcess(cp, work / "operator", webhook=True)
         sets = {
             "replicaCount": 1, "peering.enabled": False, "webhook.enabled": False, "metrics.port": op.metrics_port,
+            "nodeSelector": node.node_selector(), "tolerations": node.tolerations(),
             "operator.watchNamespaces": [ns_ok, ns_bad, ns_crash],
             "monitoring.serviceMonitor.interval": "5s",
             "monitoring.prometheusRule.acceptanceCollapse.for": "30s",
@@ -145,12 +178,24 @@ def stack(full_cluster, kube_api, tmp_path_factory):
              *value_args(VALUE_SETS["monitoring"], sets), kubeconfig=str(cp.kubeconfig))
         cleanup.append(lambda: helm("uninstall", rel, "-n", rel_ns, "--wait=false", check=False, kubeconfig=str(cp.kubeconfig)))
         manifest = docs(helm("get", "manifest", rel, "-n", rel_ns, kubeconfig=str(cp.kubeconfig)).stdout)
+        sm = next(o for o in manifest if o["kind"] == "ServiceMonitor")
+        assert all(ep.get("honorLabels") is True for ep in sm["spec"]["endpoints"]), sm  # the fix
+        co.create_namespaced_custom_object("monitoring.coreos.com", "v1", rel_ns, "servicemonitors", {
+            "apiVersion": sm["apiVersion"], "kind": sm["kind"],
+            "metadata": {"name": f"{sm['metadata']['name']}-{PRE_FIX}", "labels": pre_sel["matchLabels"]},
+            "spec": {**sm["spec"], "endpoints": [{k: v for k, v in ep.items() if k != "honorLabels"}
+                                                 for ep in sm["spec"]["endpoints"]]}})
         dep = next(o for o in manifest if o["kind"] == "Deployment")
         (c,) = dep["spec"]["template"]["spec"]["containers"]
         chart_env = {e["name"]: e["value"] for e in c["env"] if "value" in e and not e["name"].startswith(OWN_ENV)}
-        wait_for(lambda: next((p for p in k.core.list_namespaced_pod(rel_ns).items
+        op_pod = wait_for(lambda: next((p for p in k.core.list_namespaced_pod(rel_ns).items
                                         if p.status.pod_ip and p.status.phase == "Running"), None), 120,
                           what="the chart's operator pod (kwok)")
+        assert op_pod.spec.node_name == node.name and op_pod.status.pod_ip == host_ip, (op_pod.spec.node_name, op_pod.status.pod_ip)
+        # the chart's metrics Service has the operator's pod as its endpoint (what the ServiceMonitor's job reads)
+        disc = client.DiscoveryV1Api(kube_api)
+        wait_for(lambda: any(host_ip in (ep.addresses or []) for sl in disc.list_namespaced_endpoint_slice(rel_ns).items
+                             for ep in (sl.endpoints or [])), 60, interval=1, what=f"an EndpointSlice in {rel_ns} with {host_ip}")
         # the real operator stands in for the chart's pod: same env, metrics on <pod IP>:<metrics.port>
         op.extra_env.update(chart_env, POD_NAMESPACE=rel_ns, GDN_ACCEPTANCE_WINDOW="30", GDN_WEBHOOK_CONFIG_NAME=WEBHOOK_CONFIG)
         op.start()
@@ -158,8 +203,9 @@ def stack(full_cluster, kube_api, tmp_path_factory):
         cleanup.append(op.stop)
 
         # -- servers: healthy and broken MTP (real engines), a fake one that crashes, one denied change -------------
-        known_crash = gms("denied", image={"tag": "v0.28.0", "vllmVersion": "0.28.0"}, admissionPolicy="reject")
-        del known_crash["spec"]["prefixCaching"]  # prefix caching + MTP on 0.28 (vllm#43559): denied
+        # prefix caching set on by the user + MTP on 0.28 (vllm#43559): denied (unset, it resolves to off)
+        known_crash = gms("denied", image={"tag": "v0.28.0", "vllmVersion": "0.28.0"}, admissionPolicy="reject",
+                          prefixCaching=True)
         adm = client.AdmissionregistrationV1Api(kube_api)
         wait_for(lambda: adm.read_validating_webhook_configuration(WEBHOOK_CONFIG), 60, what="the webhook configuration")
 
@@ -176,7 +222,9 @@ def stack(full_cluster, kube_api, tmp_path_factory):
         ok, bad, crashy = "tiny-ok", "tiny-broken", "crashy"
         for ns, name in ((ns_ok, ok), (ns_bad, bad)):
             k.create(ns, gms(name, metrics={"scrapeIntervalSeconds": 5}, probes=_probes(items)))
-        k.create(ns_crash, gms(crashy, remediation={"mode": "auto", "threshold": 2}))
+        # asyncScheduling set on by the user: the remediation of the crash below has something to change
+        # (unset, it resolves to the value the rules accept and no automatic workaround is left)
+        k.create(ns_crash, gms(crashy, remediation={"mode": "auto", "threshold": 2}, asyncScheduling=True))
         pods = {name: _pod(k, ns, name) for ns, name in ((ns_ok, ok), (ns_bad, bad), (ns_crash, crashy))}
 
         engines = {}
@@ -202,7 +250,8 @@ def stack(full_cluster, kube_api, tmp_path_factory):
         msg = tail("b9-np-repeat-negative.tail.log")
         for _ in range(2):
             crash(k, ns_crash, pods[crashy].metadata.name, msg)
-        wait_for(lambda: (k.status(ns_crash, crashy).get("remediations") or None), 60, what="remediation of crashy")
+        wait_for(lambda: [r for r in k.status(ns_crash, crashy).get("remediations") or [] if r.get("changes")] or None, 60,
+                 what="remediation of crashy (asyncScheduling=false)")
 
         # -- Prometheus on the generated configuration, once it holds our monitors and rules ---------------------
         want_jobs = {f"serviceMonitor/{rel_ns}/", f"podMonitor/{ns_ok}/{ok}/", f"podMonitor/{ns_bad}/{bad}/"}
@@ -218,8 +267,21 @@ def stack(full_cluster, kube_api, tmp_path_factory):
         cfg, rules = wait_for(config_ready, 120, interval=1, what=f"generated Prometheus config with {want_jobs} (log {promop.log})")
         prom = PrometheusServer(paths.prometheus, localize(cfg, rules, cp.kubeconfig, work, f"prometheus-{PROM}-0"), work).start()
         cleanup.append(prom.stop)
-        yield {"prom": prom, "k": k, "op": op, "rel_ns": rel_ns, "ok": (ns_ok, ok), "bad": (ns_bad, bad),
-               "crashy": (ns_crash, crashy), "manifest": manifest, "cfg": cfg, "traffic": traffic, "work": work}
+
+        def pre_config_ready():
+            got = generated_config(kube_api, mon_ns, PRE_FIX)
+            jobs = " ".join(j["job_name"] for j in (got[0].get("scrape_configs") or [])) if got else ""
+            return got if f"serviceMonitor/{rel_ns}/{sm['metadata']['name']}-{PRE_FIX}/" in jobs and got[1] else None
+
+        pre_cfg, pre_rules = wait_for(pre_config_ready, 120, interval=1, what=f"generated config of Prometheus {PRE_FIX}")
+        pre_work = work / PRE_FIX
+        pre_work.mkdir()
+        pre = PrometheusServer(paths.prometheus, localize(pre_cfg, pre_rules, cp.kubeconfig, pre_work,
+                                                          f"prometheus-{PRE_FIX}-0"), pre_work).start()
+        cleanup.append(pre.stop)
+        yield {"prom": prom, "pre": pre, "pre_cfg": pre_cfg, "k": k, "op": op, "rel_ns": rel_ns, "ok": (ns_ok, ok),
+               "bad": (ns_bad, bad), "crashy": (ns_crash, crashy), "manifest": manifest, "cfg": cfg, "traffic": traffic,
+               "work": work}
     finally:
         for fn in reversed(cleanup):
             try:
@@ -278,19 +340,22 @@ def _substitute(expr: str, values: dict[str, str]) -> str:
 
 def test_every_dashboard_query_returns_series(stack):
     prom = stack["prom"]
-    (ns_ok, ok), (ns_bad, bad) = stack["ok"], stack["bad"]
+    (ns_ok, ok), (ns_bad, bad), (ns_crash, crashy) = stack["ok"], stack["bad"], stack["crashy"]
     d = _dashboard(stack)
-    # the variables, as Grafana would fill them: each must offer our namespaces / servers / models
+    # the variables, as Grafana would fill them: each must offer our namespaces / servers / models (the crashing
+    # server has no real engine, so no vLLM series and no served model: its data are the crash panels')
+    wants = {"namespace": {ns_ok, ns_bad, ns_crash}, "server": {ok, bad, crashy}, "model": {ok, bad}}
     values = dict(GRAFANA)
     for v in d["templating"]["list"]:
         if v["type"] != "query":
             continue
         m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", v["query"])
         expr = _substitute(m.group(1), values)
-        got = wait_for(lambda: {r["metric"].get(m.group(2)) for r in _series(prom, expr)} or None, 120, interval=2,
-                       what=f"values of ${v['name']}")
-        want = {"namespace": {ns_ok, ns_bad}, "server": {ok, bad}, "model": {ok, bad}}[v["name"]]
-        assert want <= got, (v["name"], got)
+        want = wants[v["name"]]
+
+        got, _ = poll(lambda m=m, expr=expr: {r["metric"].get(m.group(2)) for r in _series(prom, expr)},
+                      until=lambda got, want=want: want <= got, timeout=120, interval=2)
+        assert want <= got, (v["name"], want, got)
         values[f"${v['name']}"] = "|".join(sorted(want))
     targets = [(p["title"], t["expr"]) for p in d["panels"] for t in p.get("targets", [])]
     assert len(targets) >= 30
@@ -311,6 +376,7 @@ def test_acceptance_alert_fires_for_broken_mtp_only(stack):
     prom = stack["prom"]
     (_, ok), (ns_bad, bad) = stack["ok"], stack["bad"]
     name = "GDNSpecAcceptanceCollapse"
+    for_s, eval_s = 30, 5  # the chart's acceptanceCollapse.for as the stack sets it; the Prometheus evaluationInterval
     seen = {"pending": 0.0}
 
     def state():
@@ -318,11 +384,18 @@ def test_acceptance_alert_fires_for_broken_mtp_only(stack):
         healthy = [a for a in _alerts(prom, name) if a["labels"].get("server") == ok]
         assert not healthy, f"{name} for the healthy server: {healthy}"
         if any(a["state"] == "pending" for a in mine) and not seen["pending"]:
-            seen["pending"] = time.monotonic()
+            seen["pending"] = time.time()
         return next((a for a in mine if a["state"] == "firing"), None)
 
     firing = wait_for(state, 300, interval=1, what=f"{name} firing for {ns_bad}/{bad}")
-    assert seen["pending"], "the alert must be pending before it fires (for: 30s)"
+    fired_seen = time.time()
+    assert seen["pending"], f"the alert must be pending before it fires (for: {for_s}s)"
+    # it went active (pending) at activeAt and fired once `for:` had passed, at the next evaluation or two
+    active_at = datetime.fromisoformat(firing["activeAt"].replace("Z", "+00:00")).timestamp()
+    assert active_at <= seen["pending"] + 1, (firing["activeAt"], seen["pending"])
+    assert fired_seen - active_at >= for_s, f"fired {fired_seen - active_at:.0f}s after going pending, before for: {for_s}s"
+    assert fired_seen - seen["pending"] <= for_s + 3 * eval_s + 5, (
+        f"pending seen at {seen['pending']:.0f}, firing only at {fired_seen:.0f} (for: {for_s}s, evaluation every {eval_s}s)")
     assert firing["labels"]["namespace"] == ns_bad and firing["labels"]["server"] == bad
     assert firing["annotations"]["runbook_url"].endswith(f"/{name}.md")
     assert f"{ns_bad}/{bad}" in firing["annotations"]["summary"]
@@ -348,3 +421,35 @@ def test_every_firing_alert_names_its_own_server(stack):
         else:
             assert lab["alertname"] in ("GDNAdmissionDenialsSpike", "GDNOperatorDown"), lab
         assert "exported_namespace" not in lab, lab
+
+
+def test_pre_fix_monitors_fail_the_label_assertions(stack):
+    """The negative control: the same operator, engines and chart rules seen through the monitors of before the
+    fix (the second Prometheus of the stack) fail the label assertions above: the operator's series name the
+    operator's namespace (the server's is renamed exported_namespace), so the dashboard's $namespace variable
+    offers no server namespace, no engine is scraped at all, and the acceptance alert for the broken server
+    names a GDNModelServer that does not exist."""
+    pre, k, rel_ns = stack["pre"], stack["k"], stack["rel_ns"]
+    (ns_ok, _), (ns_bad, bad) = stack["ok"], stack["bad"]
+    jobs = [j["job_name"] for j in stack["pre_cfg"]["scrape_configs"]]
+    assert [j for j in jobs if j.startswith(f"serviceMonitor/{rel_ns}/")], jobs
+    assert not [j for j in jobs if j.startswith("podMonitor/")], jobs  # kube-prometheus-stack selected no engine
+    rows = wait_for(lambda: _series(pre, f'gdn_ready_replicas{{server="{bad}"}}') or None, 120, interval=2,
+                    what=f"gdn_ready_replicas of the broken server in Prometheus {PRE_FIX}")
+    assert {r["metric"]["namespace"] for r in rows} == {rel_ns}, rows
+    assert {r["metric"].get("exported_namespace") for r in rows} == {ns_bad}, rows
+    assert _series(pre, 'count({__name__=~"gdn_.+", exported_namespace!=""})')
+    # the dashboard's $namespace variable (label_values(gdn_ready_replicas, namespace)): the operator's only
+    (var,) = [v for v in _dashboard(stack)["templating"]["list"] if v.get("name") == "namespace"]
+    assert var["query"] == "label_values(gdn_ready_replicas, namespace)", var["query"]
+    assert {r["metric"]["namespace"] for r in _series(pre, "gdn_ready_replicas")} == {rel_ns}
+    assert not {ns_ok, ns_bad} & {r["metric"]["namespace"] for r in _series(pre, "gdn_ready_replicas")}
+    # the chart's acceptance alert fires for the broken server, under the operator's namespace
+    name = "GDNSpecAcceptanceCollapse"
+    firing = wait_for(lambda: next((a for a in _alerts(pre, name) if a["labels"].get("server") == bad
+                                    and a["state"] == "firing"), None), 300, interval=2,
+                      what=f"{name} firing for {bad} in Prometheus {PRE_FIX}")
+    assert firing["labels"]["namespace"] == rel_ns, firing["labels"]
+    with pytest.raises(ApiException) as e:
+        k.get(rel_ns, bad)  # the pair the alert names: no such GDNModelServer
+    assert e.value.status == 404

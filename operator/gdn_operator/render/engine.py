@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from gdn_operator import API_VERSION, KIND
 from gdn_operator.api import flags, k8s

@@ -8,7 +8,8 @@ applies the list; `gdnctl render` prints it.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.render.engine import cache_claim, pod_disruption_budget, pod_monitor, service
