@@ -60,8 +60,10 @@ KWOK_STAGES = (
 KWOK_RUNTIME_CRDS = ("ClusterLogs", "Logs")
 KWOK_CRD_FILES = ("kustomize/crd/bases/kwok.x-k8s.io_clusterlogs.yaml", "kustomize/crd/bases/kwok.x-k8s.io_logs.yaml")
 
-#: Pod IPs come from this range (loopback, so a stand-in server can bind them on ``lo``).
-POD_CIDR = "127.42.0.0/16"
+#: Pod IPs come from this range (loopback, so a stand-in server can bind them on ``lo``). One /16 per test
+#: process (127.42.0.0/16 .. 127.241.0.0/16, by process id; GDN_POD_CIDR to choose): two control planes on one
+#: machine (parallel test runs) never hand out the same pod IP, so their stand-in engines never fight over a port.
+POD_CIDR = os.environ.get("GDN_POD_CIDR") or f"127.{42 + os.getpid() % 200}.0.0/16"
 GPU_RESOURCE = "nvidia.com/gpu"
 FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 CRASH_ANNOTATION = "gdn-operator.io/test-crash-message"
