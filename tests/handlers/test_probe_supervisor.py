@@ -6,6 +6,7 @@ ones run in tests/integration/test_probes_cluster.py."""
 from __future__ import annotations
 
 import asyncio
+import time
 import sys
 from pathlib import Path
 
@@ -340,3 +341,33 @@ def test_a_round_of_the_revision_before_an_override_writes_nothing(monkeypatch):
     hp.write_status("ns", "srv", s, {"state": "Consistent"}, Condition(True, "ProbesPassing", "ok"))
     assert seen[0].get("probes") == {"state": "Consistent"}  # same revision: written
     assert "probes" not in seen[1]  # an override landed under the round: its results belong to nobody
+
+
+async def test_the_override_is_rendered_even_when_its_new_revision_cancels_the_round(engines, port, monkeypatch, no_api):
+    """Recording the override writes status; the operator sees a new revision and re-tracks the server, which
+    cancels the running round — the override must still be rendered (overrides.reapply)."""
+    from gdn_operator.handlers import probes as hp
+
+    e = engines("127.0.0.2")
+    rendered: list[tuple] = []
+    monkeypatch.setattr(hp, "reapply", lambda ns, name, rt: rendered.append((ns, name)) or True)
+    loop = asyncio.get_running_loop()
+    rounds: list[asyncio.Task] = []
+
+    def remediator(ns, name, s, cond, obj):  # runs in a worker thread, like the real one
+        loop.call_soon_threadsafe(rounds[0].cancel)  # what configure() does on the new revision
+        time.sleep(0.3)
+        return True
+
+    sup = ProbeSupervisor(lambda ns, name: [pod("a", "127.0.0.2")], writer=Fakes().writer, remediator=remediator,
+                          port=port, seed=1, rt=no_api)
+    s = server(probes_spec(threshold=1), warned=WARNED)
+    assert (await sup.round("ns-c", "srv", s)).value is True
+    e.set(WRONG)
+    rounds.append(loop.create_task(sup.round("ns-c", "srv", s)))
+    with pytest.raises(asyncio.CancelledError):
+        await rounds[0]
+    _, met = await async_poll(lambda: rendered, timeout=10)
+    assert met, "the override was recorded but never rendered"
+    assert rendered == [("ns-c", "srv")]
+    await sup.client.close()
