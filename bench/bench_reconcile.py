@@ -14,7 +14,12 @@ operator as a separate process, then:
   2. creates N GDNModelServers as fast as one client can, and watches Deployments, Services and the
      servers' status; for each object and kind, latency = time the watch event arrived - time the create
      call returned; "ALL objects" is the latest of the three (every object counted, not only Deployments).
-  3. with --compare-env, step 2 again in a fresh namespace with a fresh operator whose environment also
+  3. floor: the same objects written directly by a plain client, in a fresh namespace: one thread creates
+     the N servers as in step 2 and, as each create returns, a pool of as many workers as the operator has
+     (GDN_MAX_WORKERS, default 64) server-side-applies the objects the operator renders for it
+     (render_all: Deployment, Service, PodDisruptionBudget, ...) and patches its status at the generation;
+     "burst / floor" is the ratio of the two completion times (first create -> last object), issue 29 part 9;
+  4. with --compare-env, step 2 again in a fresh namespace with a fresh operator whose environment also
      has the given values (each burst's operator watches only its own namespace, so the second one does
      not resume the first one's servers).
 Prints p50/p90/p99/max of both, the ratio, and the CPU seconds the operator, kube-apiserver and etcd used
@@ -175,6 +180,42 @@ def burst(cp: ControlPlane, k: Kube, ns: str, env: dict[str, str], args: argpars
             "load": load, "requests": requests, "missing": {kind: len(created_at) - len(v) for kind, v in lat.items()}, "restarts": restarts}
 
 
+def floor(cp: ControlPlane, k: Kube, ns: str, count: int, workers: int) -> dict[str, Any]:
+    """Step 3: the objects the operator owes N servers, written by a plain client at the operator's concurrency."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gdn_operator.api.load import parse_spec
+    from gdn_operator.render.objects import render_all
+
+    api = cp.api_client()
+    apply_kw = dict(field_manager="bench-floor", force=True, _content_type="application/apply-patch+yaml")
+    apps, core, policy = kubernetes.client.AppsV1Api(api), kubernetes.client.CoreV1Api(api), kubernetes.client.PolicyV1Api(api)
+    co = kubernetes.client.CustomObjectsApi(api)
+    appliers = {"Deployment": apps.patch_namespaced_deployment, "Service": core.patch_namespaced_service,
+                "PodDisruptionBudget": policy.patch_namespaced_pod_disruption_budget,
+                "PersistentVolumeClaim": core.patch_namespaced_persistent_volume_claim}
+    kinds: dict[str, int] = {}
+
+    def owe(created: dict[str, Any]) -> float:
+        meta = created["metadata"]
+        for obj in render_all(meta["name"], ns, parse_spec(created["spec"]), meta["uid"], with_monitoring=False):
+            kinds[obj["kind"]] = kinds.get(obj["kind"], 0) + 1
+            appliers[obj["kind"]](meta["name"] if obj["kind"] != "PersistentVolumeClaim" else obj["metadata"]["name"],
+                                  ns, obj, **apply_kw)
+        co.patch_namespaced_custom_object_status(GROUP, VERSION, ns, PLURAL, meta["name"],
+                                                 {"status": {"observedGeneration": meta["generation"]}})
+        return time.perf_counter()
+
+    req0 = apiserver_requests(cp)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        futures = [pool.submit(owe, k.create(ns, gms(f"gms-{i:04d}"))) for i in range(count)]
+        done = [f.result() for f in futures]
+    req1 = apiserver_requests(cp)
+    requests = {key: n - req0.get(key, 0.0) for key, n in req1.items() if n - req0.get(key, 0.0) > 0}
+    return {"t_total": max(done) - t0, "kinds": kinds, "requests": requests}
+
+
 def report(label: str, r: dict[str, Any], raw: list[float], count: int) -> None:
     print(f"--- {label}: operator env {' '.join(f'{k}={v}' for k, v in r['env'].items())}; load {r['load']:.2f} (1 min)")
     print(line("raw write: GDNModelServer create", r["crd_create"]))
@@ -239,6 +280,11 @@ def main() -> int:
             raw.append(time.perf_counter() - t)
 
         results = [(label, burst(cp, k, ns, env, args, work / f"op-{label}", spy)) for label, ns, env, spy in runs]
+        core.create_namespace({"metadata": {"name": "bench-floor"}})
+        if args.tier == "full":
+            k.create_namespace("bench-floor")
+        workers = int(op_env.get("GDN_MAX_WORKERS", "64"))  # the (baseline) operator's concurrency
+        fl = floor(cp, k, "bench-floor", args.count, workers)
 
     pace = f"{args.rate:g}/s" if args.rate > 0 else "burst"
     print(f"control plane tier: {args.tier}; objects: {args.count} created {pace}; operator: 1 process (kopf), SSA, "
@@ -246,6 +292,12 @@ def main() -> int:
     print(line("raw write: ConfigMap create", raw))
     for label, r in results:
         report(label, r, raw, args.count)
+    kinds = ", ".join(f"{kd} {n // args.count}" for kd, n in sorted(fl["kinds"].items()))
+    print(f"floor (plain client, {workers} workers, same objects: {kinds} + status patch per server): all {args.count} "
+          f"servers within {fl['t_total']:.1f} s; API requests per server {sum(fl['requests'].values()) / args.count:.1f}")
+    for label, r in results:
+        print(f"burst / floor ({label}): completion {r['t_total']:.1f} s / {fl['t_total']:.1f} s = "
+              f"{r['t_total'] / fl['t_total']:.2f}x (target <= 1.3)")
     if len(results) == 2 and results[0][1]["complete"] and results[1][1]["complete"]:
         a, b = results[0][1]["complete"], results[1][1]["complete"]
         print(f"compare / baseline (apply→all objects): p50 {pct(b, 50) / pct(a, 50):.2f}x, p99 {pct(b, 99) / pct(a, 99):.2f}x")

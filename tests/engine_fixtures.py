@@ -130,28 +130,34 @@ class Engine:
 def start_engine(workdir: Path, python: Path, startup_timeout: float = 180.0,
                  extra_args: list[str] | None = None, *, weights_dir: Path | None = None,
                  served_name: str = SERVED_NAME, num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS,
-                 max_model_len: int = 256, host: str = "127.0.0.1", port: int | None = None) -> Engine:
+                 max_model_len: int = 256, host: str = "127.0.0.1", port: int | None = None,
+                 model: str | None = None, extra_env: dict[str, str] | None = None) -> Engine:
     """Start the engine and wait for /health 200. Raises RuntimeError (with log tail) on failure.
 
     Default: the shared tiny config with dummy weights and no tokenizer. ``weights_dir``: a complete
     model directory (config, safetensors, tokenizer; e.g. tests/models/tiny-qwen3-next-recall),
     loaded by vLLM's real loader. ``num_speculative_tokens=0`` turns MTP off. ``host``/``port``: where
-    to listen (default 127.0.0.1 and a free port)."""
-    source = weights_dir or MODEL_DIR
-    if not (source / "config.json").exists():
-        raise RuntimeError(f"model config not found: {source}/config.json (set GDN_SHARED_DIR)")
-    model_dir = workdir / "model"
-    model_dir.mkdir(parents=True, exist_ok=True)
-    # a copy: vLLM may write next to the config
-    for f in (sorted(p for p in source.iterdir() if p.is_file()) if weights_dir else
-              [source / "config.json"]):
-        shutil.copy(f, model_dir / f.name)
+    to listen (default 127.0.0.1 and a free port). ``model``: a Hub repo id vLLM resolves itself (from the
+    Hugging Face cache in ``extra_env``'s HF_HOME, offline), real weights and tokenizer; ``extra_env``: more
+    variables for the engine."""
+    if model is None:
+        source = weights_dir or MODEL_DIR
+        if not (source / "config.json").exists():
+            raise RuntimeError(f"model config not found: {source}/config.json (set GDN_SHARED_DIR)")
+        model_dir = workdir / "model"
+        model_dir.mkdir(parents=True, exist_ok=True)
+        # a copy: vLLM may write next to the config
+        for f in (sorted(p for p in source.iterdir() if p.is_file()) if weights_dir else
+                  [source / "config.json"]):
+            shutil.copy(f, model_dir / f.name)
+    else:
+        workdir.mkdir(parents=True, exist_ok=True)
     port = port or _free_port()
     log_path = workdir / "engine.log"
     argv = [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_dir), "--served-model-name", served_name,
-        *([] if weights_dir else ["--load-format", "dummy", "--skip-tokenizer-init"]),
+        "--model", model or str(model_dir), "--served-model-name", served_name,
+        *([] if weights_dir or model else ["--load-format", "dummy", "--skip-tokenizer-init"]),
         "--max-model-len", str(max_model_len), "--enforce-eager", "--gpu-memory-utilization", "0.3",
         "--no-enable-prefix-caching",  # prefix caching on kills the CPU engine (vllm-cpu-engine.md)
         *(["--speculative-config",
@@ -163,6 +169,7 @@ def start_engine(workdir: Path, python: Path, startup_timeout: float = 180.0,
     env = dict(os.environ)
     env.update({"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
                 "PYTHONUNBUFFERED": "1"})
+    env.update(extra_env or {})
     env.pop("VIRTUAL_ENV", None)
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
@@ -171,21 +178,24 @@ def start_engine(workdir: Path, python: Path, startup_timeout: float = 180.0,
     eng = Engine(f"http://{host}:{port}", port, proc, log_path, served_name, 0.0,
                  num_speculative_tokens)
     deadline = t0 + startup_timeout
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vLLM engine exited with {proc.returncode} during startup; "
-                               f"log {log_path}:\n{eng.log_tail()}")
-        try:
-            status, _ = eng.get("/health", timeout=2.0)
-            if status == 200:
-                break
-        except (urllib.error.URLError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            stop_engine(eng)
-            raise RuntimeError(f"vLLM engine not healthy after {startup_timeout:.0f}s; "
-                               f"log {log_path}:\n{eng.log_tail()}")
-        time.sleep(1.0)
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"vLLM engine exited with {proc.returncode} during startup; "
+                                   f"log {log_path}:\n{eng.log_tail()}")
+            try:
+                status, _ = eng.get("/health", timeout=2.0)
+                if status == 200:
+                    break
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"vLLM engine not healthy after {startup_timeout:.0f}s; "
+                                   f"log {log_path}:\n{eng.log_tail()}")
+            time.sleep(1.0)
+    except BaseException:  # timeout, Ctrl-C, dev mode's SIGTERM: the caller never gets a handle to stop
+        stop_engine(eng)
+        raise
     eng.startup_seconds = time.monotonic() - t0
     return eng
 

@@ -14,7 +14,7 @@ def test_render_two_node_example_shows_the_leader_worker_set():
     r = run("render", "-f", "examples/qwen3.5-397b-a17b-2node.yaml")
     assert r.returncode == 0, r.stderr
     docs = list(yaml.safe_load_all(r.stdout))
-    assert [d["kind"] for d in docs] == ["LeaderWorkerSet", "Service", "PodMonitor"]
+    assert [d["kind"] for d in docs] == ["LeaderWorkerSet", "Service", "PodMonitor", "PodDisruptionBudget"]
     t = docs[0]["spec"]["leaderWorkerTemplate"]
     assert t["size"] == 2 and t["restartPolicy"] == "None"
     assert t["leaderTemplate"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
@@ -23,7 +23,7 @@ def test_render_two_node_example_shows_the_leader_worker_set():
 def test_render_autoscaled_example_hpa_or_keda_and_pool():
     r = run("render", "-f", "examples/autoscaled.yaml")
     assert r.returncode == 0, r.stderr
-    assert kinds(r.stdout) == ["Deployment", "Service", "PodMonitor", "HorizontalPodAutoscaler", "InferencePool"]
+    assert kinds(r.stdout) == ["Deployment", "Service", "PodMonitor", "PodDisruptionBudget", "HorizontalPodAutoscaler", "InferencePool"]
     r = run("render", "-f", "examples/autoscaled.yaml", "--autoscaler", "keda", "--prometheus-address", "http://prom:9090")
     assert r.returncode == 0, r.stderr
     docs = list(yaml.safe_load_all(r.stdout))

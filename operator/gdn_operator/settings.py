@@ -14,6 +14,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Literal, Mapping
 
 from gdn_operator.api.enums import ADMISSION_POLICIES
+from gdn_operator.api.pod import UNSAFE_OPT_INS
 
 WEBHOOK_MODES = ("", "local", "service")
 WEBHOOK_CONFIGS = ("managed", "shipped")
@@ -37,6 +38,15 @@ def _optional(name: str, raw: str) -> str | None:
 
 def _namespaces(name: str, raw: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in raw.split(",") if n.strip())
+
+
+def _opt_ins(name: str, raw: str) -> tuple[str, ...]:
+    listed = tuple(n.strip() for n in raw.split(",") if n.strip())
+    unknown = [n for n in listed if n not in UNSAFE_OPT_INS]
+    if unknown:
+        raise SettingsError(f"{name}={raw!r}: unknown opt-in {', '.join(unknown)}; set a comma-separated list of "
+                            f"{', '.join(UNSAFE_OPT_INS)}")
+    return listed
 
 
 def _bool(name: str, raw: str) -> bool:
@@ -120,6 +130,14 @@ class Settings:
     default_policy: str = _setting(
         "GDN_DEFAULT_POLICY", "reject", _choice(*ADMISSION_POLICIES),
         "admission policy for servers without `spec.admissionPolicy`: reject, mitigate or warn", "operator.defaultPolicy")
+    allow_unsafe: tuple[str, ...] = _setting(
+        "GDN_ALLOW_UNSAFE", (), _opt_ins,
+        "comma-separated opt-ins for engine pod settings refused by default: " + ", ".join(UNSAFE_OPT_INS),
+        "operator.allowUnsafe")
+    missing_api_policy: str = _setting(
+        "GDN_MISSING_API_POLICY", "warn", _choice("warn", "reject"),
+        "admission of a server needing an API the cluster lacks (LeaderWorkerSet, Inference Extension): warn or reject",
+        "operator.missingApiPolicy")
     mutate_spec: bool = _setting(
         "GDN_MUTATE_SPEC", False, _bool, "opt-in: the mutating webhook writes `mitigate` policy changes into the submitted "
         "spec (off: they are operator-owned status.overrides and the spec stays as written)", "operator.mutateSpec")

@@ -120,7 +120,7 @@ def test_arguments_that_make_vllm_exit_are_refused(args, text):
         ["--kv_cache_dtype=fp8"],
         ["-q", "fp8"],
         ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
-        ["--api-key", "a", "b"],
+        ["--allowed-media-domains", "a.example", "b.example"],
         ["--cudagraph-capture-sizes", "1", "2", "4"],
         ["--long-prefill-token-threshold", "8000"], ["--safetensors-prefetch-block-size", "8M"],
         ["--enable-lora", "--lora-modules", "a=/x", '{"name":"b","path":"/y"}'],
@@ -128,6 +128,14 @@ def test_arguments_that_make_vllm_exit_are_refused(args, text):
 )
 def test_ordinary_options_admitted(args):
     assert problems(args) == []
+
+
+@pytest.mark.parametrize("args", [["--api-key", "sk-1"], ["--api-key=sk-1"], ["--api-ke", "sk-1", "sk-2"], ["--api_key", "x"]])
+def test_literal_api_key_refused_like_hf_token(args):
+    """A key in the pod's arguments is readable by anyone who can read the Deployment (issue 29 part 4)."""
+    found = " ".join(problems(args))
+    assert "which the operator owns" in found and "set spec.apiKeySecret (" in found, found
+    assert "sk-1" not in found  # the refusal never echoes the key
 
 
 def test_abbreviations_resolve_like_argparse():

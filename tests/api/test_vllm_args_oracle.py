@@ -165,6 +165,7 @@ def test_refused_spellings_really_reach_a_guarded_field(parser_oracle, extra):
     assert {d for d, v in got["ns"].items() if base.get(d) != v} & GUARDED
 
 
+@pytest.mark.readme("VENV/bin/python hack/gen_vllm_options.py > operator/gdn_operator/api/data/vllm-options/X.Y.Z.yaml")
 def test_committed_table_is_what_the_generator_prints():
     """The shipped 0.32.0 table is the generator's output for the engine venv's vLLM (never hand-edited)."""
     root = Path(__file__).resolve().parents[2]

@@ -83,8 +83,11 @@ def _render_cached(key: str, include_crds: bool) -> str:
     return render_text(VALUE_SETS[key], include_crds=include_crds)
 
 
-def render_set(name: str, include_crds: bool = False) -> list[dict[str, Any]]:
-    return docs(_render_cached(name, include_crds))
+def render_set(name: str, include_crds: bool = False, *, hooks: bool = False) -> list[dict[str, Any]]:
+    """The objects a value set installs; `hooks`: also the `helm test` hook objects (templates/tests/), which
+    exist only while `helm test` runs."""
+    objs = docs(_render_cached(name, include_crds))
+    return objs if hooks else [o for o in objs if "helm.sh/hook" not in ((o.get("metadata") or {}).get("annotations") or {})]
 
 
 def by_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

@@ -49,12 +49,15 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("kopf.dev", "clusterkopfpeerings"): {"list", "watch", "patch"},
     ("kopf.dev", "kopfpeerings"): {"list", "watch", "patch"},
     ("", "secrets"): {"get", "create", "update"},
+    # the engine PodDisruptionBudget and the owned model-cache claim (issue 29): apply, prune
+    ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
+    ("", "persistentvolumeclaims"): {"get", "create", "patch", "delete"},
 }
 NAMESPACED_RESOURCES = {
     ("serving.gdn-operator.io", "gdnmodelservers"), ("serving.gdn-operator.io", "gdnmodelservers/status"),
     ("serving.gdn-operator.io", "gdnmodelservers/finalizers"),
     ("apps", "deployments"), ("", "services"), ("", "pods"), ("", "pods/log"), ("", "events"),
-    ("monitoring.coreos.com", "podmonitors"),
+    ("monitoring.coreos.com", "podmonitors"), ("policy", "poddisruptionbudgets"), ("", "persistentvolumeclaims"),
 }
 #: Verbs that must be limited to one object by resourceNames (the API allows it for them).
 NAME_RESTRICTED = {
@@ -344,3 +347,24 @@ def test_every_object_is_namespaced_correctly(chart_tools, name):
             assert "namespace" not in o["metadata"], o["kind"]
         else:
             assert o["metadata"].get("namespace"), f"{o['kind']} {o['metadata']['name']} has no namespace"
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_helm_test_hook_can_only_dry_run_a_server_in_one_watched_namespace(chart_tools, name):
+    """`helm test`'s pod (templates/tests/) proves the webhook refuses a known-bad manifest; its account may
+    create GDNModelServers (a dry run) in one namespace the webhook covers, nothing else."""
+    objs = render_set(name, hooks=True)
+    hooks = [o for o in objs if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]
+    if not by_kind(objs, "ValidatingWebhookConfiguration"):
+        assert hooks == []
+        return
+    assert {o["kind"] for o in hooks} == {"ServiceAccount", "Role", "RoleBinding", "Pod"}
+    assert all(o["metadata"]["annotations"]["helm.sh/hook"] == "test" for o in hooks)
+    watched = [n for n in env_of(objs)["GDN_WATCH_NAMESPACES"].split(",") if n] or [NAMESPACE]
+    assert {o["metadata"]["namespace"] for o in hooks} == {watched[0]}
+    role = one(hooks, "Role")
+    assert role["rules"] == [{"apiGroups": ["serving.gdn-operator.io"], "resources": ["gdnmodelservers"], "verbs": ["create"]}]
+    pod = one(hooks, "Pod")
+    script = pod["spec"]["containers"][0]["args"][0]
+    assert 'dry_run="All"' in script and "NVIDIA_VISIBLE_DEVICES" in script
+    assert pod["spec"]["serviceAccountName"] == one(hooks, "ServiceAccount")["metadata"]["name"]

@@ -317,6 +317,8 @@ class ControlPlane:
         start_timeout: float = 120.0,
         gpu_product: str = "NVIDIA-H100-80GB-HBM3",
         pod_cidr: str = POD_CIDR,
+        node_cpu: str = "64",
+        node_memory: str = "512Gi",
     ) -> None:
         if tier not in TIERS:
             raise ValueError(f"tier must be one of {TIERS}, not {tier!r}")
@@ -324,6 +326,7 @@ class ControlPlane:
         self.gpu_nodes = gpu_nodes if tier == "full" else 0
         self.gpus_per_node = gpus_per_node
         self.gpu_product = gpu_product
+        self.node_cpu, self.node_memory = node_cpu, node_memory  # each fake node's capacity
         self.pod_cidr = pod_cidr
         self.start_timeout = start_timeout
         self._own_workdir = workdir is None
@@ -710,8 +713,8 @@ class ControlPlane:
     def _node_body(self, i: int) -> dict[str, Any]:
         name = f"gpu-node-{i}"
         res = {
-            "cpu": "64",
-            "memory": "512Gi",
+            "cpu": self.node_cpu,
+            "memory": self.node_memory,
             "pods": "110",
             "ephemeral-storage": "1Ti",
             GPU_RESOURCE: str(self.gpus_per_node),

@@ -104,6 +104,7 @@ def _install(bundle_dir, target, *extra):
                            *extra], capture_output=True, text=True)
 
 
+@pytest.mark.readme("hack/gpu/install.sh")
 def test_install_unpacks_verified_bundle_when_base_satisfies_it(tmp_path):
     b = _fake_bundle(tmp_path, {"pyyaml": [{"by": "fakepkg", "spec": ">=6"}]})
     r = _install(b, tmp_path / "site", "--accept", "")
@@ -153,6 +154,7 @@ def test_install_refuses_missing_base_package_and_corrupt_or_missing_pieces(tmp_
     assert r.returncode == 2 and "missing pieces" in r.stderr and first.name in r.stderr
 
 
+@pytest.mark.readme("hack/gpu/stage-piece.sh")
 def test_stage_piece_collects_pieces_across_calls(tmp_path):
     b = _fake_bundle(tmp_path, {})
     pieces = sorted(b.glob("site.tar.xz.*"))

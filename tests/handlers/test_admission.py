@@ -26,3 +26,62 @@ def test_reject_policy_and_clean_specs_are_not_mutated():
     assert mitigation_patch({**SPEC, "prefixCaching": True, "admissionPolicy": "reject"}, "reject") is None
     assert mitigation_patch({**SPEC, "prefixCaching": False, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}, "reject") is None
     assert mitigation_patch({"model": "not a mapping"}, "mitigate") is None  # validation explains; mutation stays out
+
+
+# ------------------------------------------------------------------ issue 29: pod settings, missing APIs ---
+
+import kopf  # noqa: E402
+import pytest  # noqa: E402
+
+from gdn_operator.handlers.admission import admission  # noqa: E402
+from runtime_helpers import FakeCrds, make_runtime  # noqa: E402
+
+CLEAN = {"model": {"uri": "hf://Qwen/Qwen3.6-35B-A3B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"},
+         "prefixCaching": False}
+
+
+def admit(spec, rt=None):
+    """The webhook's warnings about the cluster (rule findings may warn as well)."""
+    warnings: list[str] = []
+    admission(spec, warnings, "ml", "srv", None, rt or make_runtime())
+    return [w for w in warnings if w.startswith("not runnable")]
+
+
+def test_gpu_visibility_env_refused_naming_the_opt_in_then_admitted_with_it():
+    spec = {**CLEAN, "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}
+    with pytest.raises(kopf.AdmissionError) as ei:
+        admit(spec)
+    assert ei.value.code == 403
+    assert "spec.env[0] 'NVIDIA_VISIBLE_DEVICES'" in str(ei.value) and "operator.allowUnsafe" in str(ei.value)
+    assert "gpu-visibility-env" in str(ei.value)
+    admit(spec, make_runtime(allow_unsafe=("gpu-visibility-env",)))
+
+
+def test_literal_api_key_and_owned_pod_fields_refused_as_invalid():
+    with pytest.raises(kopf.AdmissionError) as ei:
+        admit({**CLEAN, "extraArgs": ["--api-key", "sk-secret"]})
+    assert ei.value.code == 422 and "set spec.apiKeySecret" in str(ei.value) and "sk-secret" not in str(ei.value)
+    with pytest.raises(kopf.AdmissionError) as ei:
+        admit({**CLEAN, "pod": {"tolerations": []}})
+    assert "spec.pod.tolerations is owned by the operator; set spec.tolerations instead" in str(ei.value)
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ({"nodes": 2, "tensorParallelSize": 2}, "LeaderWorkerSet API (leaderworkersets.leaderworkerset.x-k8s.io)"),
+    ({"router": {"inferencePool": {"endpointPicker": {"name": "epp"}}}}, "Gateway API Inference Extension (inferencepools.inference.networking.k8s.io)"),
+])
+def test_missing_optional_api_warns_or_refuses_by_policy(extra, needle):
+    spec = {**CLEAN, **extra}
+    [warning] = admit(spec)
+    assert warning.startswith("not runnable on this cluster yet") and needle in warning and "install" in warning
+    with pytest.raises(kopf.AdmissionError) as ei:
+        admit(spec, make_runtime(missing_api_policy="reject"))
+    assert needle in str(ei.value) and "operator.missingApiPolicy" in str(ei.value)
+    installed = make_runtime()
+    installed.crds = FakeCrds(all=True)  # type: ignore[assignment]
+    assert admit(spec, installed) == []
+
+
+def test_feature_the_chart_disables_is_named_with_its_chart_value():
+    [warning] = admit({**CLEAN, "nodes": 2, "tensorParallelSize": 2}, make_runtime(lws=False))
+    assert "scaleOut.leaderWorkerSet.enabled=true" in warning

@@ -120,16 +120,16 @@ def api(monkeypatch):
 def test_a_new_server_costs_one_status_patch_no_read_and_one_event(api, rt):
     assert reconcile.reconcile_sync(copy.deepcopy(api.obj), rt) == "applied"
     assert api.requests == ["PATCH server/status"]  # no GET of the server, the Deployment or any pruned kind
-    assert api.applied == ["Deployment", "Service"]
+    assert api.applied == ["Deployment", "Service", "PodDisruptionBudget"]
     status = api.obj["status"]
     assert status["observedGeneration"] == 1
-    assert status["ownedKinds"] == ["Deployment"] and status["workload"] == "Deployment"
+    assert status["ownedKinds"] == ["Deployment", "PodDisruptionBudget"] and status["workload"] == "Deployment"
     assert st.get_condition(status, st.VALIDATED)["reason"] == "AdmittedWithWarnings"
     assert st.get_condition(status, st.OUTPUT_CONSISTENT)["reason"] == "ProbesDisabled"  # probes.mark_disabled folded in
     # one Event for the transition: Applied, carrying the known issues the KnownIssueWarning Event used to
     [(reason, msg, type_)] = api.events
     assert reason == "Applied" and type_ == "Warning"
-    assert msg.startswith("Deployment and Service applied for generation 1.") and "vllm#51508" in msg
+    assert msg.startswith("Deployment, Service and PodDisruptionBudget applied for generation 1.") and "vllm#51508" in msg
 
 
 def test_a_resumed_reconcile_of_an_unchanged_server_writes_and_emits_nothing(api, rt):
@@ -200,7 +200,7 @@ def test_prune_asks_only_about_the_kinds_the_server_recorded(api, rt):
     api.obj["status"] = {"observedGeneration": 1, "ownedKinds": ["Deployment", "HorizontalPodAutoscaler"]}
     reconcile.reconcile_sync(copy.deepcopy(api.obj), rt)  # the spec renders no autoscaler any more
     assert [r for r in api.requests if r.startswith("GET+DELETE")] == ["GET+DELETE HorizontalPodAutoscaler"]
-    assert api.obj["status"]["ownedKinds"] == ["Deployment"]  # recorded again once deleted
+    assert api.obj["status"]["ownedKinds"] == ["Deployment", "PodDisruptionBudget"]  # recorded again once deleted
     api.requests.clear()
     reconcile.reconcile_sync(copy.deepcopy(api.obj), rt)
     assert not [r for r in api.requests if r.startswith("GET")]
@@ -211,8 +211,9 @@ def test_a_server_an_older_operator_reconciled_is_pruned_over_every_enabled_kind
     api.obj["status"] = {"observedGeneration": 1}  # no ownedKinds: written before they were recorded
     reconcile.reconcile_sync(copy.deepcopy(api.obj), rt)
     asked = [r.split()[1] for r in api.requests if r.startswith("GET+DELETE")]
-    assert asked == ["HorizontalPodAutoscaler"]  # every kind the settings enable (the chart grants RBAC for) but Deployment
-    assert api.obj["status"]["ownedKinds"] == ["Deployment"]
+    # every kind the settings enable (the chart grants RBAC for) but those rendered (Deployment, PodDisruptionBudget)
+    assert asked == ["HorizontalPodAutoscaler", "PersistentVolumeClaim"]
+    assert api.obj["status"]["ownedKinds"] == ["Deployment", "PodDisruptionBudget"]
 
 
 def test_status_patch_writes_changed_keys_guarded_by_what_they_were_computed_from():

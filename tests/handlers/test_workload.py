@@ -61,3 +61,45 @@ def test_handlers_of_namespaced_resources_require_the_namespace():
     assert kube.require_namespace("team-a") == "team-a"
     with pytest.raises(ValueError, match="no namespace for an event of a namespaced resource"):
         kube.require_namespace(None)
+
+
+# ------------------------------------------------------- issue 29: a rollout that cannot place its pods ---
+
+from gdn_operator.handlers import conditions as st  # noqa: E402
+from gdn_operator.handlers import kube as kube_mod  # noqa: E402
+from gdn_operator.handlers import workload as wl  # noqa: E402
+
+
+@pytest.fixture
+def server(monkeypatch):
+    server = obj = {"metadata": {"name": "s", "namespace": "ns", "generation": 2}, "spec": {}, "status": {}}
+
+    monkeypatch.setattr(kube_mod, "update_status", lambda ns, n, mutate, obj=None, **kw: mutate(server["status"], server))
+    return obj
+
+
+def rolling(updated=0, ready=1):
+    return {"kind": "Deployment", "spec": {"replicas": 1},
+            "status": {"replicas": 2, "readyReplicas": ready, "updatedReplicas": updated,
+                       "conditions": [{"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}]}}
+
+
+PENDING = {"unschedulable": True, "unschedulable_message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+           "restarts": 0}
+
+
+@pytest.mark.parametrize("strategy, hint", [(None, "spec.rollout.strategy: InPlace"), ("InPlace", "free the GPUs")])
+def test_surge_rollout_without_spare_gpus_is_progressing_false_with_the_reason(server, strategy, hint):
+    if strategy:
+        server["spec"]["rollout"] = {"strategy": strategy}
+    wl.deployment_status("ns", "s", rolling(), server)
+    assert st.get_condition(server["status"], st.PROGRESSING)["reason"] == "RollingOut"
+    wl.update_from_pods("ns", "s", [PENDING])  # the surge pod finds no free GPU
+    cond = st.get_condition(server["status"], st.PROGRESSING)
+    assert (cond["status"], cond["reason"]) == ("False", wl.ROLLOUT_BLOCKED)
+    assert "Insufficient nvidia.com/gpu" in cond["message"] and hint in cond["message"]
+    wl.deployment_status("ns", "s", rolling(), server)  # a later Deployment event does not hide it
+    assert st.get_condition(server["status"], st.PROGRESSING)["reason"] == wl.ROLLOUT_BLOCKED
+    wl.update_from_pods("ns", "s", [{**PENDING, "unschedulable": False}])  # scheduled: rolling again
+    wl.deployment_status("ns", "s", rolling(updated=1), server)
+    assert st.get_condition(server["status"], st.PROGRESSING)["reason"] == "RollingOut"

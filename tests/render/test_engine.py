@@ -92,7 +92,10 @@ def test_model_runner_and_secrets_as_env():
                                      env=[{"name": "NCCL_P2P_DISABLE", "value": "1"}, {"name": "X", "secretKeyRef": {"name": "s", "key": "k"}}]))
     env = {e["name"]: e for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["VLLM_USE_V2_MODEL_RUNNER"]["value"] == "1"
-    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    # the token goes to the download step; the engine runs offline from the cache it filled
+    download = {e["name"]: e for e in d["spec"]["template"]["spec"]["initContainers"][0]["env"]}
+    assert download["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    assert "HF_TOKEN" not in env and env["HF_HUB_OFFLINE"]["value"] == "1"
     assert env["NCCL_P2P_DISABLE"]["value"] == "1"
     assert env["X"]["valueFrom"]["secretKeyRef"] == {"name": "s", "key": "k"}
 
@@ -100,11 +103,11 @@ def test_model_runner_and_secrets_as_env():
 def test_service_and_pod_monitor():
     objs = render_all("srv", "ns", spec(metrics={"scrapeIntervalSeconds": 30}), uid="u")
     kinds = [o["kind"] for o in objs]
-    assert kinds == ["Deployment", "Service", "PodMonitor"]
+    assert kinds == ["Deployment", "Service", "PodMonitor", "PodDisruptionBudget"]
     svc = objs[1]
     assert {p["name"] for p in svc["spec"]["ports"]} == {"http", "metrics"}
     assert objs[2]["spec"]["podMetricsEndpoints"][0]["interval"] == "30s"
-    assert [o["kind"] for o in render_all("srv", "ns", spec(metrics={"enabled": False}))] == ["Deployment", "Service"]
+    assert [o["kind"] for o in render_all("srv", "ns", spec(metrics={"enabled": False}))] == ["Deployment", "Service", "PodDisruptionBudget"]
 
 
 def test_bad_names_give_a_clear_error():

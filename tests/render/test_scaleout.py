@@ -27,7 +27,7 @@ def by_kind(objs):
 
 def test_single_node_spec_still_renders_a_deployment():
     objs = by_kind(render_all("s", "ns", spec(tensorParallelSize=2)))
-    assert set(objs) == {"Deployment", "Service", "PodMonitor"}
+    assert set(objs) == {"Deployment", "Service", "PodMonitor", "PodDisruptionBudget"}
     assert objs["Deployment"]["spec"]["replicas"] == 1
     c = objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
     assert "--nnodes" not in c["args"] and "--shutdown-timeout" not in c["args"] and "lifecycle" not in c

@@ -107,6 +107,22 @@ tests/charts/test_chart_render.py holds the same table and fails on any extra re
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["create", "patch"]
+# The engine PodDisruptionBudget (spec.disruptionBudget) and the cache claim the operator creates
+# (spec.model.cache.persistentVolumeClaim.size): kube.apply (server-side apply), and the reconciler's
+# clean-up (get, delete) when a spec stops rendering them.
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "create", "patch", "delete"]
+{{- if .Values.operator.readApiKeySecrets }}
+# operator.readApiKeySecrets: output probes of a server with spec.apiKeySecret send its key
+# (handlers/probes.py reads the one Secret the spec names; get only: no list or watch).
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end }}
 # kopf index + event handlers over the engine pods (status, restarts, unschedulable, crash watch);
 # get: the crash watch checks whether a container instance still runs before re-following its log.
 - apiGroups: [""]

@@ -151,6 +151,7 @@ PRINTER_COLUMNS = [
         "jsonPath": ".status.acceptance.rateDisplay",
         "description": "Speculative-decoding acceptance rate over the scrape window.",
     },
+    {"name": "URL", "type": "string", "jsonPath": ".status.url", "description": "In-cluster OpenAI endpoint."},
     {
         "name": "Overridden",
         "type": "string",

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 from gdn_operator.api import k8s as _k8s
 from gdn_operator.api import vllm_args as _vllm_args
 from gdn_operator.api.base import _Model
+from gdn_operator.api.cache import ModelCacheSpec, check_hub_endpoint
 from gdn_operator.api.enums import Architecture, PullPolicy, RemediationMode, SpecMethod
 
 #: Environment variables the operator sets itself. What extraArgs / env may not set is data:
@@ -44,6 +45,27 @@ class SecretKeyRef(_Model):
         return v
 
 
+class ConfigMapKeyRef(_Model):
+    """A key in a ConfigMap in the same namespace."""
+
+    name: str = Field(min_length=1, max_length=253, description="ConfigMap name.")
+    key: str = Field(min_length=1, max_length=253, description="Key inside the ConfigMap.")
+
+    @field_validator("name")
+    @classmethod
+    def _cm_name(cls, v: str) -> str:
+        if not _k8s.dns1123_subdomain(v):
+            raise ValueError(f"{v!r} is not a valid ConfigMap name (lowercase letters, digits, '-' and '.')")
+        return v
+
+    @field_validator("key")
+    @classmethod
+    def _cm_key(cls, v: str) -> str:
+        if not _k8s.SECRET_KEY.fullmatch(v):
+            raise ValueError(f"{v!r} is not a valid ConfigMap key (letters, digits, '-', '_' and '.')")
+        return v
+
+
 class ModelSpec(_Model):
     """What to serve."""
 
@@ -66,8 +88,15 @@ class ModelSpec(_Model):
         ),
     )
     hf_token_secret: SecretKeyRef | None = Field(
-        default=None, description="Secret holding a Hugging Face token, passed to the engine as HF_TOKEN."
+        default=None, description="Secret holding a Hugging Face token, passed to the download step and the engine as HF_TOKEN."
     )
+    hub_endpoint: str | None = Field(
+        default=None, max_length=1024,
+        description="Hugging Face Hub mirror for hf:// downloads (HF_ENDPOINT), e.g. https://hf-mirror.example.com.",
+    )
+    cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec, description="Where the model cache lives (HF_HOME).")
+
+    _hub = field_validator("hub_endpoint")(classmethod(lambda cls, v: check_hub_endpoint(v)))
 
     @field_validator("uri")
     @classmethod
@@ -79,6 +108,18 @@ class ModelSpec(_Model):
             if not _k8s.dns1123_subdomain(claim):
                 raise ValueError(f"pvc:// claim name {claim!r} is not a valid Kubernetes name")
         return v
+
+    @model_validator(mode="after")
+    def _cache_for_hub_models(self) -> "ModelSpec":
+        if not self.uri.startswith("hf://") and (self.cache.persistent_volume_claim is not None or self.hub_endpoint):
+            what = "cache.persistentVolumeClaim" if self.cache.persistent_volume_claim is not None else "hubEndpoint"
+            raise ValueError(f"{what} applies to hf:// models (downloaded from the Hub); {self.uri.split('://')[0]}:// "
+                             "models are not downloaded into the cache; remove it")
+        return self
+
+    @property
+    def is_hub(self) -> bool:
+        return self.uri.startswith("hf://")
 
     @property
     def pvc_claim(self) -> str | None:
@@ -167,6 +208,7 @@ class EnvVar(_Model):
     name: str = Field(min_length=1, max_length=256, json_schema_extra={"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"})
     value: str | None = Field(default=None, max_length=32768)
     secret_key_ref: SecretKeyRef | None = Field(default=None, description="Take the value from a Secret key.")
+    config_map_key_ref: ConfigMapKeyRef | None = Field(default=None, description="Take the value from a ConfigMap key.")
 
     @field_validator("name")
     @classmethod
@@ -177,8 +219,8 @@ class EnvVar(_Model):
 
     @model_validator(mode="after")
     def _one_source(self) -> "EnvVar":
-        if self.value is not None and self.secret_key_ref is not None:
-            raise ValueError("set either value or secretKeyRef, not both")
+        if sum(x is not None for x in (self.value, self.secret_key_ref, self.config_map_key_ref)) > 1:
+            raise ValueError("set one of value, secretKeyRef or configMapKeyRef")
         return self
 
 

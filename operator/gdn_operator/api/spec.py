@@ -12,6 +12,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from gdn_operator.api import k8s as _k8s
 from gdn_operator.api import vllm_args as _vllm_args
 from gdn_operator.api.base import _Model
+from gdn_operator.api.cache import SHARED_MODES
 from gdn_operator.api.enums import (
     AdmissionPolicy,
     AttentionBackend,
@@ -26,9 +27,12 @@ from gdn_operator.api.parts import (
     ModelSpec,
     RemediationSpec,
     ResourcesSpec,
+    SecretKeyRef,
     SpeculativeDecodingSpec,
 )
+from gdn_operator.api.pod import PodSettings
 from gdn_operator.api.probes import ProbesSpec
+from gdn_operator.api.rollout import DisruptionBudgetSpec, RolloutSpec
 from gdn_operator.api.scaleout import AutoscalingSpec, RouterSpec
 
 #: Bounds on one spec (a webhook answers 4xx for larger or deeper input; the schema needs depth < 12).
@@ -153,6 +157,20 @@ class GDNModelServerSpec(_Model):
         default=None, description="Scale replicas on vLLM load (KEDA or HPA). Mutually exclusive with replicas."
     )
     router: RouterSpec | None = Field(default=None, description="LLM-aware routing (Gateway API Inference Extension).")
+    pod: PodSettings = Field(
+        default_factory=PodSettings,
+        description=("Ordinary pod settings of every engine pod (pull secrets, service account, runtime/priority class, "
+                     "labels, annotations, volumes, securityContext). Scheduling: spec.nodeSelector/tolerations/affinity."),
+    )
+    api_key_secret: SecretKeyRef | None = Field(
+        default=None,
+        description=("Secret key holding the API key clients must send (Authorization: Bearer) to /v1/*; the engine "
+                     "reads it as VLLM_API_KEY, the operator's output probes send it. /health and /metrics stay open."),
+    )
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How a new generation replaces the engines.")
+    disruption_budget: DisruptionBudgetSpec = Field(
+        default_factory=DisruptionBudgetSpec, description="The engine PodDisruptionBudget (node drains)."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -282,4 +300,15 @@ class GDNModelServerSpec(_Model):
     def _consistency(self) -> "GDNModelServerSpec":
         if self.cudagraph_mode is not None and self.cudagraph_mode != CudagraphMode.NONE.value and self.enforce_eager:
             raise ValueError("enforceEager: true disables CUDA graphs; drop cudagraphMode or enforceEager")
+        claim = self.model.cache.persistent_volume_claim
+        if claim is not None and claim.access_mode not in SHARED_MODES:
+            several = [what for what, yes in (
+                (f"replicas {self.replicas}", self.replicas > 1 and self.autoscaling is None),
+                ("autoscaling", self.autoscaling is not None and self.autoscaling.max_replicas > 1),
+                (f"nodes {self.nodes}", self.nodes > 1)) if yes]
+            if several:
+                raise ValueError(
+                    f"spec.model.cache.persistentVolumeClaim.accessMode {claim.access_mode} lets one node (or pod) mount the "
+                    f"claim, but {' and '.join(several)} put engine pods on several nodes: they would wait for the volume "
+                    "forever; use accessMode ReadWriteMany (a claim all pods share) or spec.model.cache.emptyDir (a cache per pod)")
         return self

@@ -148,6 +148,10 @@ class GDNModelServerStatus(_Status):
     group_size: int | None = Field(
         default=None, description="Pods per engine group (multi-node); replicas and readyReplicas then count groups."
     )
+    url: str | None = Field(
+        default=None,
+        description="The in-cluster OpenAI endpoint (http://<name>.<namespace>.svc:8000/v1); set once the engine Service is applied.",
+    )
     owned_kinds: list[str] | None = Field(
         default=None, max_length=16,
         description="Optional kinds (Deployment, LeaderWorkerSet, HorizontalPodAutoscaler, ScaledObject, InferencePool) "

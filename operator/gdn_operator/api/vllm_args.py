@@ -477,6 +477,23 @@ def resolve_extra_args(args: Sequence[str], vllm_version: str) -> Resolution:
     return Resolution(table.version, exact, resolved, problems)
 
 
+def option_values(args: Sequence[str], vllm_version: str) -> dict[str, Any]:
+    """What vLLM's parser stores for `args` (spec.extraArgs), by destination: only options the args set. Empty
+    when they cannot be resolved (resolve_extra_args reports why)."""
+    table, _exact = select_table(vllm_version)
+    if table is None or not args or "--config" in args:
+        return {}
+    problems: list[str] = []
+    tokens = [t for t, _ in _preprocess(args, table, problems)]
+    try:
+        ns = table.parser.parse_args(["MODEL", *tokens])
+    except _ParseError:
+        return {}
+    values = dict(vars(ns))
+    values.pop("model_tag", None)
+    return values
+
+
 def refusal(r: Resolved, table: OptionTable) -> str | None:
     pol = policy()
     canonical = table.canonical.get(r.dest, r.option)

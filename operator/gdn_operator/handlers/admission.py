@@ -18,7 +18,9 @@ import kopf
 
 from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
+from gdn_operator.api.pod import unsafe_refusals
 from gdn_operator.handlers.kube import plain
+from gdn_operator.handlers.plan import PlanInputs, missing_apis
 from gdn_operator.render.engine import RenderError, check_names
 from gdn_operator.rules import evaluate
 
@@ -71,24 +73,28 @@ def mitigate(spec: kopf.Spec, patch: kopf.Patch, warnings: list[str], namespace:
 
 
 def admission(spec: kopf.Spec, warnings: list[str], namespace: str | None, name: str | None, old: kopf.Body | None,
-              default_policy: str) -> None:
-    """The validating webhook: the rules' verdict (AdmissionError when refused)."""
+              rt: PlanInputs) -> None:
+    """The validating webhook: the rules' verdict, the pod-isolation opt-ins and the cluster's optional APIs
+    (AdmissionError when refused)."""
+    cfg = rt.settings
     if old is None and name:
         try:
             check_names(name)  # the engine Service takes the object's name: refuse now, not at apply
         except RenderError as e:
-            telemetry.ADMISSION_DECISIONS.labels(namespace or "", "denied", "invalid-name").inc()
-            log.info("admission denied %s/%s: invalid name: %s", namespace, name, e)
+            _deny(namespace, name, "invalid-name", f"invalid name: {e}")
             raise kopf.AdmissionError(str(e), code=422) from None
     if _spec_unchanged(old, spec):
         return
     try:
         s = parse_spec(plain(spec))
     except ManifestError as e:
-        telemetry.ADMISSION_DECISIONS.labels(namespace or "", "denied", "invalid-spec").inc()
-        log.info("admission denied %s/%s: invalid spec: %s", namespace, name, "; ".join(e.problems)[:300])
-        raise kopf.AdmissionError("; ".join(e.problems), code=422)
-    ev = evaluate(s, default_policy=default_policy)
+        _deny(namespace, name, "invalid-spec", "invalid spec: " + "; ".join(e.problems)[:300])
+        raise kopf.AdmissionError("; ".join(e.problems), code=422) from None
+    unsafe = unsafe_refusals(s, cfg.allow_unsafe)
+    if unsafe:
+        _deny(namespace, name, "unsafe-pod-settings", "; ".join(unsafe)[:300])
+        raise kopf.AdmissionError("; ".join(unsafe), code=403)
+    ev = evaluate(s, default_policy=cfg.default_policy)
     for f in ev.findings:
         if f.action == "warned":
             warnings.append(f"{f.rule}: {f.message}")
@@ -99,7 +105,18 @@ def admission(spec: kopf.Spec, warnings: list[str], namespace: str | None, name:
             telemetry.ADMISSION_DECISIONS.labels(namespace or "", "denied", rule).inc()
         log.info("admission denied %s/%s: %s", namespace, name, ", ".join(rules))
         raise kopf.AdmissionError(ev.denial_message(), code=403)
+    missing = missing_apis(ev.run_spec or s, rt)
+    if missing and cfg.missing_api_policy == "reject":
+        _deny(namespace, name, "missing-api", missing)
+        raise kopf.AdmissionError(missing + " (refused by the operator's chart value operator.missingApiPolicy)", code=403)
+    if missing:
+        warnings.append(f"not runnable on this cluster yet: {missing}")
+        telemetry.ADMISSION_DECISIONS.labels(namespace or "", "warned", "missing-api").inc()
     telemetry.ADMISSION_DECISIONS.labels(namespace or "", "admitted", "").inc()
-    log.info("admission admitted %s/%s%s", namespace, name,
-             f" with warnings: {', '.join(f.rule for f in ev.findings if f.action == 'warned')}"
-             if any(f.action == "warned" for f in ev.findings) else "")
+    warned = [f.rule for f in ev.findings if f.action == "warned"] + (["missing-api"] if missing else [])
+    log.info("admission admitted %s/%s%s", namespace, name, f" with warnings: {', '.join(warned)}" if warned else "")
+
+
+def _deny(namespace: str | None, name: str | None, why: str, detail: str) -> None:
+    telemetry.ADMISSION_DECISIONS.labels(namespace or "", "denied", why).inc()
+    log.info("admission denied %s/%s: %s", namespace, name, detail)

@@ -5,6 +5,7 @@ Server-side apply with one field manager, status writes as guarded JSON patches 
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime as dt
 import email.utils
@@ -144,6 +145,10 @@ def apply_changed(obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         r = kubernetes.client.CustomObjectsApi(c).patch_namespaced_custom_object(group, version, ns, plural, name, obj, **kw)
     elif kind == "HorizontalPodAutoscaler":
         r = kubernetes.client.AutoscalingV2Api(c).patch_namespaced_horizontal_pod_autoscaler(name, ns, obj, **kw)
+    elif kind == "PodDisruptionBudget":
+        r = kubernetes.client.PolicyV1Api(c).patch_namespaced_pod_disruption_budget(name, ns, obj, **kw)
+    elif kind == "PersistentVolumeClaim":
+        r = kubernetes.client.CoreV1Api(c).patch_namespaced_persistent_volume_claim(name, ns, obj, **kw)
     else:  # pragma: no cover - render only produces the kinds above
         raise ValueError(f"cannot apply kind {kind}")
     date = r.headers.get("Date") if hasattr(r, "headers") else None
@@ -169,6 +174,9 @@ def changed_by_apply(obj: dict[str, Any], date: str | None) -> bool:
     return (at - written).total_seconds() <= 1.0
 
 
+#: Built-in kinds the operator may own beside the engine Service (get_object / delete_owned read them directly).
+BUILTIN_KINDS = frozenset({"Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "PersistentVolumeClaim"})
+
 #: Custom resources the scale-out renderers produce: kind → (group, version, plural).
 CUSTOM_KINDS: dict[str, tuple[str, str, str]] = {
     "LeaderWorkerSet": ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
@@ -187,6 +195,10 @@ def get_object(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
             r = kubernetes.client.AppsV1Api(c).read_namespaced_deployment(name, namespace, _preload_content=False)
         elif kind == "HorizontalPodAutoscaler":
             r = kubernetes.client.AutoscalingV2Api(c).read_namespaced_horizontal_pod_autoscaler(name, namespace, _preload_content=False)
+        elif kind == "PodDisruptionBudget":
+            r = kubernetes.client.PolicyV1Api(c).read_namespaced_pod_disruption_budget(name, namespace, _preload_content=False)
+        elif kind == "PersistentVolumeClaim":
+            r = kubernetes.client.CoreV1Api(c).read_namespaced_persistent_volume_claim(name, namespace, _preload_content=False)
         else:
             group, version, plural = CUSTOM_KINDS[kind]
             r = kubernetes.client.CustomObjectsApi(c).get_namespaced_custom_object(group, version, namespace, plural, name, _preload_content=False)
@@ -200,8 +212,7 @@ def get_object(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
 def delete_owned(kind: str, namespace: str, name: str, owner_uid: str | None, crds: CrdCache) -> bool:
     """Delete an object of `kind` named `name` if the GDNModelServer (owner_uid) controls it; True if deleted.
     Never touches an object someone else owns, nor fails when the kind's API is not installed."""
-    obj = get_object(kind, namespace, name) if kind == "Deployment" or kind == "HorizontalPodAutoscaler" or crds.exists(
-        _crd_name(kind)) else None
+    obj = get_object(kind, namespace, name) if kind in BUILTIN_KINDS or crds.exists(_crd_name(kind)) else None
     if obj is None:
         return False
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
@@ -214,6 +225,10 @@ def delete_owned(kind: str, namespace: str, name: str, owner_uid: str | None, cr
             kubernetes.client.AppsV1Api(c).delete_namespaced_deployment(name, namespace, body=body)
         elif kind == "HorizontalPodAutoscaler":
             kubernetes.client.AutoscalingV2Api(c).delete_namespaced_horizontal_pod_autoscaler(name, namespace, body=body)
+        elif kind == "PodDisruptionBudget":
+            kubernetes.client.PolicyV1Api(c).delete_namespaced_pod_disruption_budget(name, namespace, body=body)
+        elif kind == "PersistentVolumeClaim":
+            kubernetes.client.CoreV1Api(c).delete_namespaced_persistent_volume_claim(name, namespace, body=body)
         else:
             group, version, plural = CUSTOM_KINDS[kind]
             kubernetes.client.CustomObjectsApi(c).delete_namespaced_custom_object(group, version, namespace, plural, name, body=body)
@@ -269,6 +284,23 @@ def get_deployment(namespace: str, name: str) -> dict[str, Any] | None:
             return None
         raise
     return _json(r)
+
+
+def read_secret_key(namespace: str, name: str, key: str) -> tuple[str | None, str]:
+    """One key of a Secret, decoded, and "" — or None and why not (absent, no such key, or the operator may
+    not read Secrets: chart value operator.readApiKeySecrets)."""
+    try:
+        secret = kubernetes.client.CoreV1Api(api_client()).read_namespaced_secret(name, namespace)
+    except ApiException as e:
+        if e.status == 403:
+            return None, "the operator may not read Secrets here; set the chart value operator.readApiKeySecrets=true"
+        if e.status == 404:
+            return None, "no such Secret"
+        raise
+    raw = (secret.data or {}).get(key)
+    if raw is None:
+        return None, f"the Secret has no key {key!r}"
+    return base64.b64decode(raw).decode("utf-8", "replace"), ""  # as the engine reads VLLM_API_KEY: not stripped
 
 
 def get_server(namespace: str, name: str) -> dict[str, Any] | None:

@@ -180,4 +180,4 @@ def mitigate(spec: kopf.Spec, patch: kopf.Patch, warnings: list[str], namespace:
 
 def validate(spec: kopf.Spec, warnings: list[str], namespace: str | None, memo: kopf.Memo, name: str | None = None,
              old: kopf.Body | None = None, **_: Any) -> None:
-    admission.admission(spec, warnings, namespace, name, old, runtime_of(memo).settings.default_policy)
+    admission.admission(spec, warnings, namespace, name, old, runtime_of(memo))

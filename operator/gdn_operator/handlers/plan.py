@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.api.overrides import apply_overrides, entries, live_overrides
+from gdn_operator.api.pod import unsafe_refusals
 from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.handlers import conditions as st
@@ -87,7 +88,11 @@ def plan(body: dict[str, Any], inputs: PlanInputs) -> Plan:
                overrides=kept + mitigation_overrides(ev, status, meta.get("generation"), user),
                ended=ended, cleared=cleared)
     run_spec = ev.run_spec or spec  # = out.run_spec: safe defaults filled in, mitigations applied
-    missing = missing_apis(run_spec, inputs.crds)
+    unsafe = unsafe_refusals(run_spec, cfg.allow_unsafe)  # also at admission; here for servers admitted without it
+    if unsafe:
+        out.problem = "; ".join(unsafe)
+        return out
+    missing = missing_apis(run_spec, inputs)
     if missing:
         out.problem = missing
         return out
@@ -118,8 +123,16 @@ def expected_objects(body: dict[str, Any], inputs: PlanInputs) -> list[dict[str,
     return plan(body, inputs).objects
 
 
-def missing_apis(spec: GDNModelServerSpec, crds: CrdCache) -> str:
-    """Why the cluster cannot run this spec (an API it needs is not installed), or ""."""
+def missing_apis(spec: GDNModelServerSpec, inputs: PlanInputs) -> str:
+    """Why the cluster cannot run this spec (an API it needs is not installed, or the operator does not manage
+    it), or "". Admission warns with it (or refuses, GDN_MISSING_API_POLICY); the reconciler reports it."""
+    cfg, crds = inputs.settings, inputs.crds
+    if spec.nodes > 1 and not cfg.lws:
+        return (f"spec.nodes {spec.nodes} needs LeaderWorkerSets, which this operator does not manage; set the chart "
+                "value scaleOut.leaderWorkerSet.enabled=true (GDN_LWS) or set spec.nodes to 1")
+    if spec.router is not None and spec.router.inference_pool is not None and not cfg.inference_pool:
+        return ("spec.router.inferencePool needs InferencePools, which this operator does not manage; set the chart value "
+                "scaleOut.inferencePool.enabled=true (GDN_INFERENCE_POOL) or remove spec.router.inferencePool")
     if spec.nodes > 1 and not crds.exists(lws.CRD):
         return (f"spec.nodes {spec.nodes} needs the LeaderWorkerSet API ({lws.CRD}), which is not installed; "
                 "install LeaderWorkerSet (sigs.k8s.io/lws) or set spec.nodes to 1")

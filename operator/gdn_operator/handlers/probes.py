@@ -78,6 +78,7 @@ class ServerProbes:
     task: asyncio.Task[None] | None = None
     written: str | None = None  # fingerprint of the last status written
     remediated: bool = False  # remediation hook already ran on this revision
+    api_key: str | None = field(default=None, repr=False)  # spec.apiKeySecret's value, sent as a Bearer token
 
     def __post_init__(self) -> None:
         if not self.revision:
@@ -106,6 +107,17 @@ def _rev_of(saved: dict[str, Any]) -> str:
     return str(saved.get("revision") or saved.get("generation"))
 
 
+def _api_key(namespace: str, name: str, ref: Any) -> str | None:
+    """The API key the engines of a server with spec.apiKeySecret expect (None without one, or unreadable:
+    the probes then answer HTTP 401, which their status shows)."""
+    if ref is None:
+        return None
+    key, problem = kube.read_secret_key(namespace, ref.name, ref.key)
+    if problem:
+        log.info("output probes for %s/%s: cannot read spec.apiKeySecret %s/%s: %s", namespace, name, ref.name, ref.key, problem)
+    return key
+
+
 def server_from_body(body: dict[str, Any], rt: PlanInputs) -> ServerProbes:
     """Parse a GDNModelServer into the probe configuration of its current revision (blocking: renders)."""
 
@@ -126,6 +138,7 @@ def server_from_body(body: dict[str, Any], rt: PlanInputs) -> ServerProbes:
         probes_spec, gen, rev, image=container.get("image", ""), model=run.model.served_name or meta["name"],
         engine=engine_fingerprint(container), warned=_warned_rules(p.ev), remediation_auto=run.remediation.mode == "auto",
         policy=rt.settings.default_policy,
+        api_key=_api_key(meta["namespace"], meta["name"], run.api_key_secret),
     )
     names = [q.name for q in probes_spec.prompts]
     status = body.get("status") or {}
@@ -325,7 +338,8 @@ class ProbeSupervisor:
         skipped = len(ready) - len(current)
         timeout = float(s.spec.timeout_seconds)
         per_pod = await asyncio.gather(*(
-            self.client.ask_pod(completions_url(p["ip"], self.port), s.model, s.spec.prompts, p["name"], timeout)
+            self.client.ask_pod(completions_url(p["ip"], self.port), s.model, s.spec.prompts, p["name"], timeout,
+                                api_key=s.api_key)
             for p in current
         ))
         asked: list[Asked] = [a for pod in per_pod for a in pod]

@@ -20,8 +20,9 @@ from gdn_operator.handlers import kube
 from gdn_operator.api.overrides import CLEARED_KEY
 from gdn_operator.handlers.plan import PlanInputs, plan
 from gdn_operator.handlers.probes import probes_disabled
-from gdn_operator.render import lws
-from gdn_operator.render.scaleout import MANAGED_KINDS
+from gdn_operator.render import lws, podparts
+from gdn_operator.render.engine import ENGINE_PORT
+from gdn_operator.render.scaleout import MANAGED_KINDS, owned_name
 from gdn_operator.rules import Evaluation
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,8 @@ def prune_candidates(body: dict[str, Any], objects: list[dict[str, Any]], rt: Pl
     if recorded is None:
         cfg = rt.settings
         # only kinds the operator may manage (the chart grants RBAC per enabled feature): never a forbidden call
-        enabled = {"Deployment": True, lws.KIND: cfg.lws, "InferencePool": cfg.inference_pool,
+        enabled = {"Deployment": True, "PodDisruptionBudget": True, "PersistentVolumeClaim": True,
+                   lws.KIND: cfg.lws, "InferencePool": cfg.inference_pool,
                    "HorizontalPodAutoscaler": cfg.hpa, "ScaledObject": bool(cfg.keda_prometheus_address)}
         recorded = [kind for _, kind in MANAGED_KINDS if enabled.get(kind)]
     return sorted({str(k) for k in recorded} - kept)
@@ -86,7 +88,8 @@ def prune(body: dict[str, Any], candidates: list[str], rt: PlanInputs) -> list[s
     switch to a LeaderWorkerSet, an HPA replaced by a ScaledObject, a dropped InferencePool): one read per
     candidate kind (prune_candidates), none for a server whose kinds did not change."""
     meta = body["metadata"]
-    gone = [kind for kind in candidates if kube.delete_owned(kind, meta["namespace"], meta["name"], meta.get("uid"), rt.crds)]
+    gone = [kind for kind in candidates
+            if kube.delete_owned(kind, meta["namespace"], owned_name(kind, meta["name"]), meta.get("uid"), rt.crds)]
     if gone:
         log.info("%s/%s: deleted %s no longer in the spec", meta["namespace"], meta["name"], ", ".join(gone))
     return gone
@@ -187,6 +190,7 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
             status[CLEARED_KEY] = p.cleared
         st.set_overridden(status, gen)
         status[OWNED_KINDS] = owned
+        status["url"] = podparts.url(name, ns, ENGINE_PORT)  # the engine Service is applied below
         if workload is not None and "workload" not in status:
             status["workload"] = workload["kind"]  # handlers/workload.py keeps it from the workload's events
         if st.set_condition(status, st.VALIDATED, True, reason, vmsg, gen):

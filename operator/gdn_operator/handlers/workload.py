@@ -55,6 +55,20 @@ def is_subset(want: Any, have: Any) -> bool:
     return False
 
 
+ROLLOUT_BLOCKED = "RolloutBlocked"
+
+
+def block_rollout(status: dict[str, Any], obj: dict[str, Any], gen: Any) -> None:
+    """Progressing=False (RolloutBlocked) while engine pods of a rollout cannot be scheduled: the rollout waits
+    for GPUs (or nodes) that are not there, and says which setting avoids needing spare ones."""
+    unsched = st.get_condition(status, st.UNSCHEDULABLE) or {}
+    surge = ((obj.get("spec") or {}).get("rollout") or {}).get("strategy", "Surge") == "Surge"
+    hint = ("free the GPUs a new engine needs, or set spec.rollout.strategy: InPlace (an old engine goes first, "
+            "no spare GPUs needed)" if surge else "free the GPUs (or nodes) the engine needs")
+    st.set_condition(status, st.PROGRESSING, False, ROLLOUT_BLOCKED,
+                     f"The rollout cannot place its new pods: {unsched.get('message', '')}; {hint}.", gen)
+
+
 def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]]) -> None:
     unsched = [p for p in pods if p["unschedulable"]]
     restarts = sum(p["restarts"] for p in pods)
@@ -73,6 +87,8 @@ def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]]) -> N
                 f"{len(unsched)} engine pod(s) cannot be scheduled (each needs {tp} nvidia.com/gpu on one node): {msg}",
                 gen,
             )
+            if st.is_true(status, st.PROGRESSING):
+                block_rollout(status, obj, gen)
         elif st.get_condition(status, st.UNSCHEDULABLE) is not None:
             st.set_condition(status, st.UNSCHEDULABLE, False, "Scheduled", "All engine pods are scheduled.", gen)
 
@@ -121,6 +137,8 @@ def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: di
             st.set_condition(status, st.PROGRESSING, False, "ProgressDeadlineExceeded", prog.get("message", ""), gen)
         elif rolled:
             st.set_condition(status, st.PROGRESSING, False, "RolloutComplete", "All engine pods run the current spec.", gen)
+        elif st.is_true(status, st.UNSCHEDULABLE):
+            block_rollout(status, obj, gen)
         else:
             st.set_condition(
                 status, st.PROGRESSING, True, "RollingOut", f"{updated}/{desired} updated, {ready}/{desired} ready.", gen

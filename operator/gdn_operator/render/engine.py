@@ -16,6 +16,7 @@ from typing import Any
 
 from gdn_operator import API_VERSION, KIND
 from gdn_operator.api import k8s
+from gdn_operator.api.pod import CACHE_MOUNT, MODEL_MOUNT, SHM_MOUNT
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.labels import (
     LABEL_COMPONENT,
@@ -28,12 +29,10 @@ from gdn_operator.labels import (
     LEADER_SELECTOR,
     MANAGED_BY,
 )
-from gdn_operator.render import shutdown
+from gdn_operator.render import podparts, shutdown
 
 ENGINE_PORT = 8000
 METRICS_SERVICE_PORT = 9400
-MODEL_MOUNT = "/models"
-CACHE_MOUNT = "/cache"
 CONTAINER = "vllm"
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -148,19 +147,26 @@ def vllm_args(name: str, spec: GDNModelServerSpec) -> list[str]:
 
 
 def engine_env(spec: GDNModelServerSpec) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": f"{CACHE_MOUNT}/huggingface"}]
+    if podparts.downloads(spec):
+        # the download step filled the cache: the engine loads from it and never reaches the Hub
+        env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": podparts.HF_HOME}, {"name": "HF_HUB_OFFLINE", "value": "1"}]
+    else:
+        env = podparts.hub_env(spec)
     if spec.model_runner == "v2":
         env.append({"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "1"})
     elif spec.model_runner == "v1":
         env.append({"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "0"})
-    if spec.model.hf_token_secret is not None:
-        ref = spec.model.hf_token_secret
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    if spec.api_key_secret is not None:  # vLLM reads VLLM_API_KEY when --api-key is absent (refused in extraArgs)
+        ref = spec.api_key_secret
+        env.append({"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
     for e in spec.env:
         if e.secret_key_ref is not None:
             env.append(
                 {"name": e.name, "valueFrom": {"secretKeyRef": {"name": e.secret_key_ref.name, "key": e.secret_key_ref.key}}}
             )
+        elif e.config_map_key_ref is not None:
+            env.append({"name": e.name,
+                        "valueFrom": {"configMapKeyRef": {"name": e.config_map_key_ref.name, "key": e.config_map_key_ref.key}}})
         else:
             env.append({"name": e.name, "value": e.value or ""})
     return env
@@ -200,10 +206,10 @@ def pod_template(name: str, spec: GDNModelServerSpec, args: list[str] | None = N
     period = 10
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size}},
-        {"name": "cache", "emptyDir": {}},
+        podparts.cache_volume(name, spec),
     ]
     mounts: list[dict[str, Any]] = [
-        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "dshm", "mountPath": SHM_MOUNT},
         {"name": "cache", "mountPath": CACHE_MOUNT},
     ]
     claim = spec.model.pvc_claim
@@ -252,10 +258,14 @@ def pod_template(name: str, spec: GDNModelServerSpec, args: list[str] | None = N
         pod_spec["nodeSelector"] = node_selector
     if spec.affinity:
         pod_spec["affinity"] = spec.affinity
-    return {
+    if podparts.downloads(spec):
+        pod_spec["initContainers"] = [podparts.download_container(spec)]
+    template = {
         "metadata": {"labels": labels, "annotations": {"kubectl.kubernetes.io/default-container": CONTAINER}},
         "spec": pod_spec,
     }
+    podparts.apply_pod_settings(template, spec)
+    return template
 
 
 def deployment(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any]:
@@ -267,9 +277,10 @@ def deployment(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | N
         "spec": {
             "replicas": spec.replicas,
             "selector": {"matchLabels": selector_labels(name)},
-            # GPUs are scarce: bring a new engine up before the old one goes (zero downtime when a
-            # spare GPU set exists; the rollout waits otherwise).
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            # GPUs are scarce: Surge (default) brings a new engine up before the old one goes (zero downtime
+            # when a spare GPU set exists; the rollout waits otherwise); InPlace takes an old one down first.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": spec.rollout.max_surge,
+                                                                    "maxUnavailable": spec.rollout.max_unavailable}},
             "progressDeadlineSeconds": spec.startup_budget_seconds + 600,
             "revisionHistoryLimit": 3,
             "template": pod_template(name, spec),
@@ -295,6 +306,35 @@ def service(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None
             ],
         },
     }
+
+
+def pod_disruption_budget(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any]:
+    """The engine PodDisruptionBudget over every engine pod (LeaderWorkerSet workers included)."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": object_meta(name, namespace, uid, spec),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(name)},
+            "maxUnavailable": podparts.disruption_budget_max_unavailable(spec),
+            # a crash-looping (never Ready) engine must not block a drain: evict pods that are not Ready
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
+def cache_claim(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any] | None:
+    """The model cache claim the operator creates and owns (spec.model.cache.persistentVolumeClaim.size)."""
+    claim = spec.model.cache.persistent_volume_claim
+    if claim is None or claim.size is None:
+        return None
+    pvc_spec: dict[str, Any] = {"accessModes": [claim.access_mode], "resources": {"requests": {"storage": claim.size}}}
+    if claim.storage_class_name:
+        pvc_spec["storageClassName"] = claim.storage_class_name
+    meta = object_meta(podparts.cache_claim_name(name), namespace, None, spec)
+    if uid:
+        meta["ownerReferences"] = [owner_reference(name, uid)]
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": pvc_spec}
 
 
 def pod_monitor(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any]:

@@ -16,7 +16,8 @@ Choices (and why):
 - startupPolicy LeaderCreated, not LeaderReady: the leader's /health (its readiness) only answers once
   every rank has joined (MultiprocExecutor waits for the remote workers' queues before the API server
   starts), so with LeaderReady the workers would never be created: a deadlock.
-- rollout maxSurge 1 / maxUnavailable 0, like the Deployment: a new group comes up before an old one goes.
+- rollout as the Deployment's (spec.rollout): Surge (maxSurge 1 / maxUnavailable 0) brings a new group up
+  before an old one goes, InPlace (maxSurge 0 / maxUnavailable 1) takes an old group down first.
 - networkConfig.subdomainPolicy UniquePerReplica. With LWS's default (Shared) the LWS controller makes a
   headless Service named after the LeaderWorkerSet — the server's name, which is also the name of the engine
   Service clients use. Whichever comes first wins: if ours, no per-pod DNS records exist and the workers cannot
@@ -92,7 +93,8 @@ def leader_worker_set(name: str, namespace: str, spec: GDNModelServerSpec, uid: 
             "networkConfig": {"subdomainPolicy": SUBDOMAIN_POLICY},
             "rolloutStrategy": {
                 "type": "RollingUpdate",
-                "rollingUpdateConfiguration": {"maxSurge": 1, "maxUnavailable": 0},
+                "rollingUpdateConfiguration": {"maxSurge": spec.rollout.max_surge,
+                                               "maxUnavailable": spec.rollout.max_unavailable},
             },
             "leaderWorkerTemplate": {
                 "size": spec.nodes,

@@ -1,7 +1,8 @@
 """The entry point of rendering: every object of one GDNModelServer, in apply order.
 
 The engine workload (render/scaleout.py picks a Deployment or a LeaderWorkerSet), its Service, the
-PodMonitor when metrics are on, then the scale-out objects (autoscaler, InferencePool). The reconciler
+PodMonitor when metrics are on, the engine PodDisruptionBudget, the model-cache claim the operator owns, then
+the scale-out objects (autoscaler, InferencePool). The reconciler
 applies the list; `gdnctl render` prints it.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gdn_operator.api.spec import GDNModelServerSpec
-from gdn_operator.render.engine import pod_monitor, service
+from gdn_operator.render.engine import cache_claim, pod_disruption_budget, pod_monitor, service
 from gdn_operator.render.scaleout import ScaleOutOptions, extra_objects, workload
 
 
@@ -26,5 +27,10 @@ def render_all(
     objs = [workload(name, namespace, spec, uid), service(name, namespace, spec, uid)]
     if with_monitoring and spec.metrics.enabled:
         objs.append(pod_monitor(name, namespace, spec, uid))
+    if spec.disruption_budget.enabled:
+        objs.append(pod_disruption_budget(name, namespace, spec, uid))
+    claim = cache_claim(name, namespace, spec, uid)
+    if claim is not None:
+        objs.append(claim)
     objs += extra_objects(name, namespace, spec, uid, scaleout or ScaleOutOptions())
     return objs

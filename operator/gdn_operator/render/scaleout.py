@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gdn_operator.api.spec import GDNModelServerSpec
-from gdn_operator.render import autoscale, lws, router
+from gdn_operator.render import autoscale, lws, podparts, router
 from gdn_operator.render.engine import deployment
 
 
@@ -33,8 +33,15 @@ MANAGED_KINDS: tuple[tuple[str, str], ...] = (
     (f"{autoscale.KEDA_GROUP}/{autoscale.KEDA_VERSION}", "ScaledObject"),
     (autoscale.HPA_API_VERSION, "HorizontalPodAutoscaler"),
     (f"{router.GROUP}/{router.VERSION}", "InferencePool"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("v1", "PersistentVolumeClaim"),
 )
 WORKLOAD_KINDS = ("Deployment", lws.KIND)
+
+
+def owned_name(kind: str, server: str) -> str:
+    """The name of the object of a managed `kind` a server owns (the server's name, but the cache claim's)."""
+    return podparts.cache_claim_name(server) if kind == "PersistentVolumeClaim" else server
 
 
 def workload(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any]:

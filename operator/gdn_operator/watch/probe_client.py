@@ -86,7 +86,7 @@ class ProbeClient:
         if self._session is not None and not self._session.closed:
             await self._session.close()
 
-    async def ask(self, url: str, model: str, probe: Probe, pod: str, timeout: float) -> Asked:
+    async def ask(self, url: str, model: str, probe: Probe, pod: str, timeout: float, api_key: str | None = None) -> Asked:
         session = self._ensure()
         sem = self._sem
         if sem is None:  # _ensure creates both
@@ -97,7 +97,9 @@ class ProbeClient:
             answer = None
             try:
                 async with asyncio.timeout(timeout):
-                    async with session.post(url, data=json.dumps(request_body(model, probe)), allow_redirects=False) as resp:
+                    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+                    async with session.post(url, data=json.dumps(request_body(model, probe)), headers=headers,
+                                            allow_redirects=False) as resp:
                         raw = await resp.content.read(MAX_BODY + 1)
                         if resp.status != 200:
                             error = "http"
@@ -117,6 +119,8 @@ class ProbeClient:
                 error, message = "connect", f"{type(e).__name__}: {e}"[:200]
             return Asked(pod, probe.name, answer, error, message or "", time.perf_counter() - t0)
 
-    async def ask_pod(self, url: str, model: str, probes: list[Probe], pod: str, timeout: float) -> list[Asked]:
-        """One pod's round: the probes one after another (batch size 1 keeps greedy answers reproducible)."""
-        return [await self.ask(url, model, p, pod, timeout) for p in probes]
+    async def ask_pod(self, url: str, model: str, probes: list[Probe], pod: str, timeout: float,
+                      api_key: str | None = None) -> list[Asked]:
+        """One pod's round: the probes one after another (batch size 1 keeps greedy answers reproducible);
+        `api_key` goes as `Authorization: Bearer` (engines of a server with spec.apiKeySecret)."""
+        return [await self.ask(url, model, p, pod, timeout, api_key) for p in probes]

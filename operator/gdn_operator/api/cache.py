@@ -1,0 +1,104 @@
+"""spec.model.cache: where the Hugging Face cache of the engine pods lives, and the download step that fills it.
+
+Per pod `emptyDir` (the default; `sizeLimit` bounds it) or a PersistentVolumeClaim: an existing claim, or one
+the operator creates from size / storageClassName / accessMode and owns (deleted with the server). A claim
+is reused by later pods, restarts and rollouts: the model is downloaded once. For `hf://` models a download
+step (an init container with the Hub client of the vLLM image) fills the cache before the engine starts,
+and the engine then runs with HF_HUB_OFFLINE=1: it loads from the cache and never reaches the Hub.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+from pydantic import Field, field_validator, model_validator
+
+from gdn_operator.api import k8s as _k8s
+from gdn_operator.api.base import _Model
+
+
+class AccessMode(str, enum.Enum):
+    RWO = "ReadWriteOnce"
+    RWX = "ReadWriteMany"
+    RWOP = "ReadWriteOncePod"
+
+
+#: Access modes one claim can serve to several pods on several nodes.
+SHARED_MODES = frozenset({AccessMode.RWX.value})
+
+_URL = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*)?")
+
+
+def _quantity(v: str | None) -> str | None:
+    if v is not None and not _k8s.positive_quantity(v):
+        raise ValueError(f"{v!r} is not a Kubernetes quantity above zero (e.g. 100Gi)")
+    return v
+
+
+class EmptyDirCache(_Model):
+    size_limit: str | None = Field(
+        default=None, max_length=32,
+        description="Bound of the per-pod cache (the kubelet evicts a pod that writes more); unset = unbounded.",
+    )
+
+    _size = field_validator("size_limit")(classmethod(lambda cls, v: _quantity(v)))
+
+
+class ClaimCache(_Model):
+    claim_name: str | None = Field(
+        default=None, max_length=253, description="An existing PersistentVolumeClaim (its access mode must suit the replicas)."
+    )
+    size: str | None = Field(
+        default=None, max_length=32,
+        description="Create a claim `<server>-model-cache` of this size, owned by the server (deleted with it).",
+    )
+    storage_class_name: str | None = Field(default=None, max_length=253, description="StorageClass of the created claim.")
+    access_mode: AccessMode = Field(
+        default=AccessMode.RWX,
+        description=("Access mode of the created claim; for an existing claim, the mode it was made with. Several "
+                     "replicas or nodes need ReadWriteMany."),
+    )
+
+    _size = field_validator("size")(classmethod(lambda cls, v: _quantity(v)))
+
+    @field_validator("claim_name", "storage_class_name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and not _k8s.dns1123_subdomain(v):
+            raise ValueError(f"{v!r} is not a valid object name (lowercase letters, digits, '-' and '.')")
+        return v
+
+    @model_validator(mode="after")
+    def _one(self) -> "ClaimCache":
+        if (self.claim_name is None) == (self.size is None):
+            raise ValueError("set claimName (an existing claim) or size (the operator creates one), exactly one")
+        if self.claim_name is not None and self.storage_class_name is not None:
+            raise ValueError("storageClassName applies to a claim the operator creates (size); drop it with claimName")
+        return self
+
+
+class ModelCacheSpec(_Model):
+    """The Hugging Face cache of the engine pods (HF_HOME)."""
+
+    empty_dir: EmptyDirCache | None = Field(default=None, description="A per-pod emptyDir (the default).")
+    persistent_volume_claim: ClaimCache | None = Field(
+        default=None, description="A PersistentVolumeClaim shared by the pods and kept across rollouts."
+    )
+    download: bool = Field(
+        default=True,
+        description=("hf:// models: download into the cache in an init container before the engine starts (idempotent, "
+                     "resumable), then run the engine offline (HF_HUB_OFFLINE=1). false: vLLM downloads at start."),
+    )
+
+    @model_validator(mode="after")
+    def _one(self) -> "ModelCacheSpec":
+        if self.empty_dir is not None and self.persistent_volume_claim is not None:
+            raise ValueError("set emptyDir or persistentVolumeClaim, not both")
+        return self
+
+
+def check_hub_endpoint(v: str | None) -> str | None:
+    if v is not None and not _URL.fullmatch(v):
+        raise ValueError(f"{v!r} is not an http(s) URL of a Hugging Face Hub mirror (e.g. https://hf-mirror.example.com)")
+    return v

@@ -1,0 +1,131 @@
+"""The model cache's download step and endpoint auth, with real processes (issue 29 parts 2 and 4).
+
+The download step the operator renders (render/podparts.DOWNLOAD_SCRIPT) runs as a real process with the Hub
+client of the vLLM CPU engine's environment (huggingface_hub, as the vLLM image carries it) against a local
+HTTP server serving the trained tiny model in the Hub's file layout (tests/hub_server.py): it fills the cache,
+a second run fetches no file again (idempotent), and a dropped connection is resumed with a Range request.
+Then the Hub server is stopped and the real vLLM CPU engine starts OFFLINE from that cache, with the
+environment the operator renders (HF_HUB_OFFLINE=1, VLLM_API_KEY): /health and /metrics answer without the
+key, /v1/completions refuses requests without it (401) and answers the held-out prompts with it — through the
+operator's own probe client, which sends the key as a Bearer token."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+from engine_fixtures import SERVED_NAME, require_engine_python, start_engine, stop_engine  # noqa: E402
+from hub_server import HubServer  # noqa: E402
+from recall import MODEL_DIR as MODEL  # noqa: E402
+from recall import load_heldout  # noqa: E402
+
+from gdn_operator.api.load import parse_spec  # noqa: E402
+from gdn_operator.api.probes import Probe  # noqa: E402
+from gdn_operator.render import podparts  # noqa: E402
+from gdn_operator.render.engine import engine_env  # noqa: E402
+from gdn_operator.watch.probe_client import ProbeClient, completions_url  # noqa: E402
+
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
+
+REPO = "gdn-tests/tiny-qwen3-next-recall"
+KEY = "sk-gdn-test-7f3a"
+SPEC = parse_spec({"model": {"uri": f"hf://{REPO}"}, "image": {"tag": "v0.32.0", "vllmVersion": "0.32.0"},
+                   "apiKeySecret": {"name": "vllm-key", "key": "key"}})
+
+
+def download(python: Path, hf_home: Path, endpoint: str) -> subprocess.CompletedProcess:
+    """The rendered init container's command, as a local process (its env: the rendered one, paths local)."""
+    init = podparts.download_container(SPEC)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HF_HUB_DISABLE_TELEMETRY": "1"}
+    for e in init["env"]:
+        env[e["name"]] = e.get("value", "")
+    env.update(HF_HOME=str(hf_home), HF_ENDPOINT=endpoint)  # the pod's /cache/huggingface, the mirror here
+    argv = [str(python), *init["command"][1:]]  # python3 -c SCRIPT REPO
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+
+
+def file_gets(hub: HubServer) -> list[tuple[str, str, str]]:
+    return [r for r in hub.requests if r[0] == "GET" and "/resolve/" in r[1]]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    python = require_engine_python()
+    hf_home = tmp_path_factory.mktemp("hf-cache") / "huggingface"
+    with HubServer({REPO: MODEL}) as hub:
+        first = download(python, hf_home, hub.url)
+        assert first.returncode == 0, first.stderr[-2000:]
+        assert f"{REPO} is in the cache" in first.stdout
+        fetched = {Path(p).name for _m, p, _r in file_gets(hub)}
+        assert fetched == set(hub.files(REPO)), fetched
+
+        hub.requests.clear()
+        again = download(python, hf_home, hub.url)
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert file_gets(hub) == []  # idempotent: nothing fetched twice
+    return python, hf_home  # the Hub server is gone from here on
+
+
+def test_download_resumes_a_dropped_transfer(tmp_path):
+    """huggingface_hub writes in 10 MiB chunks and, when a connection drops mid-file, asks for the rest with a
+    Range request; files completed by an earlier (killed) run are not fetched again."""
+    python = require_engine_python()
+    repo_dir = tmp_path / "repo"
+    repo_dir.mkdir()
+    for f in MODEL.iterdir():
+        if f.is_file():
+            (repo_dir / f.name).write_bytes(f.read_bytes())
+    big = os.urandom(24 << 20)  # larger than the client's 10 MiB write chunk, as real shards are
+    (repo_dir / "model-extra.bin").write_bytes(big)
+    with HubServer({REPO: repo_dir}) as hub:
+        hub.fail_after = 15 << 20  # the transfer of model-extra.bin drops after 15 MiB
+        run = download(python, tmp_path / "huggingface", hub.url)
+        assert run.returncode == 0, run.stderr[-2000:]
+        extra = [r for r in file_gets(hub) if r[1].endswith("model-extra.bin")]
+        assert len(extra) == 2 and extra[0][2] == "" and extra[1][2] == f"bytes={10 << 20}-", extra
+    [got] = (tmp_path / "huggingface" / "hub").glob("models--*/snapshots/*/model-extra.bin")
+    assert got.read_bytes() == big
+
+
+def test_engine_starts_offline_from_the_cache_and_guards_v1_with_the_key(cache, tmp_path):
+    python, hf_home = cache
+    rendered = {e["name"]: e for e in engine_env(SPEC)}
+    assert rendered["HF_HUB_OFFLINE"]["value"] == "1" and rendered["HF_HOME"]["value"] == podparts.HF_HOME
+    assert rendered["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "vllm-key", "key": "key"}
+    env = {"HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "VLLM_API_KEY": KEY, "HF_ENDPOINT": "http://127.0.0.1:9"}
+    try:
+        eng = start_engine(tmp_path, python, startup_timeout=400, model=REPO, extra_env=env)
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        assert eng.get("/health")[0] == 200  # kubelet probes: open
+        status, body = eng.get("/metrics")
+        assert status == 200 and b"vllm:" in body  # scraping: open
+        assert eng.get("/v1/models")[0] == 401  # the API: guarded
+
+        items = load_heldout(MODEL)[:3]
+        probes = [Probe.model_validate({"name": f"p{i}", "promptTokenIds": it["prompt_token_ids"],
+                                        "maxTokens": it["max_tokens"], "expectedTokenIds": it["expected_token_ids"]})
+                  for i, it in enumerate(items)]
+
+        async def ask(key):
+            async with ProbeClient(4) as client:
+                return await client.ask_pod(completions_url("127.0.0.1", eng.port), SERVED_NAME, probes, "pod-0", 120,
+                                            api_key=key)
+
+        refused = asyncio.run(ask(None))
+        assert all(a.error == "http" and a.message.startswith("HTTP 401") for a in refused), refused
+        answered = asyncio.run(ask(KEY))
+        assert [a.error for a in answered] == [None] * len(items), answered
+        for a, it in zip(answered, items):  # greedy answers of the trained model: its held-out continuation
+            exp = it["expected_token_ids"][: it["max_tokens"]]
+            assert list(a.answer.token_ids)[: len(exp)] == exp, (a, it["id"])
+    finally:
+        stop_engine(eng)
