@@ -26,7 +26,7 @@ and prints the request latency through the webhook (p50/p90/p99).
 With --compare-tree DIR (another commit's tree, exported outside the repo, e.g.
 `git archive 0edfead | tar -x -C /tmp/pre`), the same generated manifests go through this tree's operator
 and through an operator run with PYTHONPATH=DIR/operator, one operator (and its webhook) at a time on the
-same control plane: the manifests are split into --rounds chunks, and each chunk is posted to both (the order
+same control plane (each with the CRD its own models generate): the manifests are split into --rounds chunks, and each chunk is posted to both (the order
 alternating per round, each into its own namespace, which that operator alone watches, after a warm-up). Prints the webhook latency p50/p90/p99 of
 each and the ratios; the target is a p99 within 10 % of the other tree's. (No oracle or settle checks there.)
 """
@@ -219,6 +219,14 @@ def start_webhook_operator(cp: ControlPlane, api, workdir: Path, pythonpath: str
     return op
 
 
+def tree_crd(pythonpath: str | None) -> dict:
+    """The CRD the tree's own models generate (the API server's defaulting must match the operator's model)."""
+    env = {**os.environ, **({"PYTHONPATH": pythonpath} if pythonpath else {})}
+    out = subprocess.run([sys.executable, "-c", "import json; from gdn_operator.api.crd import crd_manifest; "
+                          "print(json.dumps(crd_manifest()))"], env=env, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
 def compare(args: argparse.Namespace) -> int:
     """This tree's webhook against --compare-tree's on the same manifests (module docstring)."""
     other = Path(args.compare_tree).resolve()
@@ -229,6 +237,7 @@ def compare(args: argparse.Namespace) -> int:
     texts = [manifest(rng, i, used)[1] for i in range(args.count)]
     chunks = [texts[r::args.rounds] for r in range(args.rounds)]
     trees = [("this", None), ("baseline", str(other / "operator"))]
+    crds = {label: tree_crd(pythonpath) for label, pythonpath in trees}
     lat: dict[str, list[float]] = {label: [] for label, _ in trees}
     answers: dict[str, dict[str, int]] = {label: {"201": 0, "4xx": 0, "5xx": 0} for label, _ in trees}
     work = Path(tempfile.mkdtemp(prefix="gdn-fuzz-compare-"))
@@ -240,6 +249,8 @@ def compare(args: argparse.Namespace) -> int:
             for label, pythonpath in (trees if r % 2 == 0 else trees[::-1]):
                 ns = f"fuzz-{label}-{r}"
                 core.create_namespace({"metadata": {"name": ns}})
+                install_crd(api, crds[label])  # its own schema: the API server's defaults match its model
+                time.sleep(3)  # the new schema reaches the API server's handlers (the warm-up then checks)
                 op = start_webhook_operator(cp, api, work / f"op-{label}-{r}", pythonpath, ns)
                 try:
                     for text in chunk:
