@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import kubernetes
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import Backoff, on_error
 
 from gdn_operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
