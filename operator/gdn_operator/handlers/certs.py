@@ -199,5 +199,7 @@ def _ca_expiring(ca_pem: bytes) -> bool:
 
 
 def _encode(b: TLSBundle) -> dict[str, str]:
-    enc = lambda v: base64.b64encode(v).decode()  # noqa: E731
+    def enc(v: bytes) -> str:
+        return base64.b64encode(v).decode()
+
     return {"ca.crt": enc(b.ca_pem), "ca.key": enc(b.ca_key_pem), "tls.crt": enc(b.cert_pem), "tls.key": enc(b.key_pem)}
