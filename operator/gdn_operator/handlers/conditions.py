@@ -62,7 +62,8 @@ ACCEPTANCE_REASONS = ("SpecAcceptanceNearZero", "SpecAcceptanceDrop", "EarlyStop
 
 
 def get_condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    for c in status.get("conditions") or []:
+    conditions: list[dict[str, Any]] = status.get("conditions") or []
+    for c in conditions:
         if c.get("type") == type_:
             return c
     return None

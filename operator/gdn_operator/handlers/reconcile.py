@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 import kopf
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from gdn_operator.api.overrides import CLEARED_KEY
 from gdn_operator.handlers import conditions as st

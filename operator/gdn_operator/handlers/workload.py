@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 def _same_quantity(a: Any, b: Any) -> bool:
     try:
-        return parse_quantity(a) == parse_quantity(b)
+        return bool(parse_quantity(a) == parse_quantity(b))
     except (ValueError, TypeError):
         return False
 
