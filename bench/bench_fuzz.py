@@ -50,14 +50,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import kubernetes  # noqa: E402
 import yaml  # noqa: E402
-
+from _stats import machine, pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 from controlplane import ControlPlane, ensure_built  # noqa: E402
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
 from gdn_operator.api import vllm_args  # noqa: E402
 from gdn_operator.api.load import ManifestError, parse_spec  # noqa: E402
 from gdn_operator.render.engine import vllm_args as rendered_args  # noqa: E402
 from operator_harness import WEBHOOK_CONFIG, OperatorProcess, delete_webhook_configs, gms, install_crd, wait_for  # noqa: E402
-from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 ORACLE = ROOT / "tests" / "api" / "vllm_parser_oracle.py"
 TABLE = yaml.safe_load((vllm_args._TABLES / "0.32.0.yaml").read_text())
@@ -215,7 +214,7 @@ def start_webhook_operator(cp: ControlPlane, api, workdir: Path, pythonpath: str
     wait_for(lambda: adm.read_mutating_webhook_configuration(WEBHOOK_CONFIG), 60, what="mutating webhook configured")
     for j in range(20):  # warm-up: imports, rule file, connection pools
         warm = json.dumps(gms(f"warm-{j}", image={"tag": "v0.32.0", "vllmVersion": "0.32.0"}))
-        wait_for(lambda: post(api, ns, warm)[0] == 201, 60, interval=0.5, what="webhook answering")
+        wait_for(lambda text=warm: post(api, ns, text)[0] == 201, 60, interval=0.5, what="webhook answering")
     return op
 
 
@@ -272,10 +271,7 @@ def compare(args: argparse.Namespace) -> int:
     a, b = lat["this"], lat["baseline"]
     ratio = {p: pct(a, p) / pct(b, p) for p in (50, 90, 99)}
     print(f"  this / baseline: p50 {ratio[50]:.2f}x  p90 {ratio[90]:.2f}x  p99 {ratio[99]:.2f}x")
-    try:
-        print("machine: %d CPUs, load average %.2f %.2f %.2f" % (os.cpu_count() or 0, *os.getloadavg()))
-    except OSError:  # pragma: no cover
-        pass
+    print(machine())
     same = answers["this"]["5xx"] == answers["baseline"]["5xx"] == 0
     ok = ratio[99] <= 1.10 and same
     print(f"target: p99 within 10 % of the baseline's, no 5xx: {'PASS' if ok else 'FAIL'}")

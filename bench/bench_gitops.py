@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import threading
@@ -36,8 +35,9 @@ sys.path.insert(0, str(ROOT / "tests"))  # tests/waiting.py, which operator_harn
 
 import kubernetes  # noqa: E402
 import urllib3  # noqa: E402
-from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
+from _stats import machine  # noqa: E402  (bench/ is on sys.path when run as a script)
 from controlplane import ControlPlane, ensure_built  # noqa: E402
+from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
 from operator_harness import Kube, OperatorProcess, gms, install_crd, wait_for  # noqa: E402
 from test_crashwatch_cluster import crash, running_pod, tail  # noqa: E402  (the crash helpers the cluster tests use)
 
@@ -202,10 +202,7 @@ def main() -> int:
           f"({len(gms_rec.specs)} distinct spec(s) seen); metadata.generation seen: {sorted(gms_rec.generations)}")
     owners = sorted({"/".join(x for x in key if x) for key in _entries(obj)})
     print(f"managedFields owners at the end: {', '.join(owners)}")
-    try:
-        print("machine: %d CPUs, load average %.2f %.2f %.2f" % (os.cpu_count() or 0, *os.getloadavg()))
-    except OSError:  # pragma: no cover
-        pass
+    print(machine())
     ok = (changed == 0 and rem.get("value") is False and gms_rec.generations == {1}
           and len(gms_rec.specs) == 1 and not any(p == "resync" and "git" in w for (p, w) in gms_rec.writes))
     print(f"verdict: {'PASS' if ok else 'FAIL'} (no git write after the first apply, override kept, spec and generation unchanged)")

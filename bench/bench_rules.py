@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 
-
 def _operator_src() -> str:
     """--operator-src DIR (a child of --compare-tree: another tree's operator/), else this checkout's."""
     for i, arg in enumerate(sys.argv):
@@ -42,11 +41,10 @@ def _operator_src() -> str:
 
 sys.path.insert(0, _operator_src())
 
-from pydantic import ValidationError  # noqa: E402
-
+from _stats import machine, pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 from gdn_operator.api.spec import GDNModelServerSpec  # noqa: E402
 from gdn_operator.rules import effective_config, evaluate, load_rules  # noqa: E402
-from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
+from pydantic import ValidationError  # noqa: E402
 
 MODELS = ["hf://Qwen/Qwen3.5-27B", "hf://Qwen/Qwen3.6-35B-A3B", "hf://Qwen/Qwen3-Next-80B-A3B-Instruct",
           "hf://Qwen/Qwen3.8-27B", "hf://acme/finetune"]
@@ -157,10 +155,7 @@ def compare(a: argparse.Namespace, dicts: list[dict]) -> int:
         print(f"  this / {label}: cpu p50 {t['cpu']['p50'] / o['cpu']['p50']:.2f}x, p99 {t['cpu']['p99'] / o['cpu']['p99']:.2f}x, "
               f"mean {t['cpu']['mean'] / o['cpu']['mean']:.2f}x; wall p50 {t['wall']['p50'] / o['wall']['p50']:.2f}x, "
               f"p99 {t['wall']['p99'] / o['wall']['p99']:.2f}x")
-    try:
-        print("machine: %d CPUs, load average %.2f %.2f %.2f" % (os.cpu_count() or 0, *os.getloadavg()))
-    except OSError:  # pragma: no cover
-        pass
+    print(machine())
     return 0
 
 
@@ -237,14 +232,14 @@ def main() -> int:
           f"{rejected} rejected under reject, {changed} changed under mitigate")
     print(row("baseline pydantic model_validate", validate_t))
     print(row("effective_config()", eff_t))
-    for i, (eval_t, cpu_t) in enumerate(zip(runs, cpu_runs)):
+    for i, (eval_t, cpu_t) in enumerate(zip(runs, cpu_runs, strict=False)):
         print(row(f"evaluate(policy=reject) pass {i + 1}", eval_t))
         print(row("  same, thread CPU time", cpu_t))
     print(row("evaluate(policy=mitigate)", mit_t))
     best = min(runs, key=lambda xs: pct(xs, 99))
     p99 = pct(best, 99) * 1e3
     try:
-        load = "load average %.2f %.2f %.2f" % os.getloadavg()
+        load = "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     except OSError:  # pragma: no cover
         load = "load average n/a"
     print(f"machine: {os.cpu_count()} CPUs, {load} (other processes share the CPUs; the tail reflects them)")

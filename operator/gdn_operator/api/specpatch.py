@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -223,7 +224,7 @@ def user_set(model: Any, path: str) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _by_alias(model: type[BaseModel]) -> dict[str, str]:
     """camelCase alias (or the name, without one) -> field name, per model class (the first field wins)."""
     out: dict[str, str] = {}
