@@ -19,6 +19,7 @@ from typing import Any
 from gdn_operator import telemetry
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
+from gdn_operator.handlers.bodies import ServerBodies
 from gdn_operator.handlers.pods import api_pods, pods_of
 from gdn_operator.render.engine import ENGINE_PORT
 from gdn_operator.watch.acceptance import AcceptanceTracker
@@ -71,8 +72,10 @@ def pod_figures(tracker: AcceptanceTracker, namespace: str, name: str, errors: d
     return out
 
 
-def write_acceptance(namespace: str, name: str, acceptance: dict[str, Any], targets: int, failed: dict[str, str]) -> list[tuple[str, str, str]]:
-    """Write status; returns Events to emit (type, reason, message) for condition transitions."""
+def write_acceptance(namespace: str, name: str, acceptance: dict[str, Any], targets: int, failed: dict[str, str],
+                     bodies: ServerBodies | None = None) -> list[tuple[str, str, str]]:
+    """Write status (from `bodies`' newest server body when given: no read); returns Events to emit (type,
+    reason, message) for condition transitions."""
     events: list[tuple[str, str, str]] = []
     findings = acceptance.get("findings") or []
 
@@ -112,7 +115,7 @@ def write_acceptance(namespace: str, name: str, acceptance: dict[str, Any], targ
             if prev.get("status") == "False" and prev.get("reason") in st.ACCEPTANCE_REASONS:
                 events.append(("Normal", "AcceptanceRecovered", f"acceptance state {state}, {acceptance.get('rateDisplay') or 'no rate'}"))
 
-    obj = kube.update_status(namespace, name, mutate)
+    obj = bodies.update_status(namespace, name, mutate) if bodies is not None else kube.update_status(namespace, name, mutate)
     if obj is not None:
         for type_, reason, message in events:
             kube.emit_event(obj, reason, message, type_)
@@ -130,8 +133,10 @@ class AcceptanceSupervisor:
     (Not a kopf daemon or timer: those make kopf put a finalizer on every GDNModelServer, so deleting one
     would hang whenever the operator is down.)"""
 
-    def __init__(self, tracker: AcceptanceTracker, scraper: Scraper, concurrency: int) -> None:
+    def __init__(self, tracker: AcceptanceTracker, scraper: Scraper, concurrency: int, bodies: ServerBodies | None = None) -> None:
         self.tracker = tracker
+        #: the newest server bodies seen (handlers/bodies.py): status writes from them need no read
+        self.bodies = bodies
         self.scraper = scraper
         self.concurrency = concurrency  # servers whose round runs at once
         self.servers: dict[tuple[str, str], dict[str, Any]] = {}
@@ -151,6 +156,9 @@ class AcceptanceSupervisor:
         if not entry["enabled"] and entry.get("was_enabled"):
             entry["clear"] = True
         entry["was_enabled"] = entry["enabled"]
+        # the first round waits for the reconcile's status write (observedGeneration): written before it, the
+        # round's patch and the reconcile's would race, one of them read again and repeated
+        entry["reconciled"] = "observedGeneration" in (body.get("status") or {})
 
     def forget(self, namespace: str, name: str) -> None:
         self.servers.pop((namespace, name), None)
@@ -180,7 +188,7 @@ class AcceptanceSupervisor:
         fp = _fingerprint(acceptance, len(targets), failed)
         if self.last_written.get((namespace, name)) == fp:
             return
-        await asyncio.to_thread(write_acceptance, namespace, name, acceptance, len(targets), failed)
+        await asyncio.to_thread(write_acceptance, namespace, name, acceptance, len(targets), failed, self.bodies)
         self.last_written[(namespace, name)] = fp
 
     def clear(self, namespace: str, name: str) -> None:
@@ -206,7 +214,7 @@ class AcceptanceSupervisor:
                 for (ns, name), entry in list(self.servers.items()):
                     if entry.pop("clear", False):
                         tasks.append(asyncio.create_task(asyncio.to_thread(self.clear, ns, name)))
-                    if entry["enabled"] and entry["next"] <= now:
+                    if entry["enabled"] and entry.get("reconciled", True) and entry["next"] <= now:
                         entry["next"] = now + entry["interval"]
                         tasks.append(asyncio.create_task(one(ns, name)))
                 if tasks:
