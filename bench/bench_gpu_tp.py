@@ -77,7 +77,8 @@ def _without(argv: list[str], flag: str) -> list[str]:
     return out
 
 
-def render(name: str, tp: int) -> tuple[harness.Rendered, dict]:
+def render(name: str, tp: int, *, gpu_memory_utilization: float = 0.12,
+           kv_cache_memory: str = "2G") -> tuple[harness.Rendered, dict]:
     """`gdnctl render` of the configuration (policy mitigate). `base` is what the operator renders; every other
     configuration exists to reproduce a bug the rules refuse (vllm#45100, G1), so after rendering the refused
     setting is put back the way tests/gpu/harness.flip does it (the operator never renders them at 0.22.0),
@@ -85,7 +86,8 @@ def render(name: str, tp: int) -> tuple[harness.Rendered, dict]:
     mtp, async_on, over, env = {**CONFIGS, **COMPILED}[name]
     eager = over.get("eager", True)
     m = harness.adapted_manifest(mtp=mtp, async_scheduling=async_on, tensor_parallel_size=tp,
-                                 gpu_memory_utilization=0.12, kv_cache_memory="2G", eager=eager)
+                                 gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory=kv_cache_memory,
+                                 eager=eager)
     if "attentionBackend" in over:
         m["spec"]["attentionBackend"] = over["attentionBackend"]
     r = harness.render(m)

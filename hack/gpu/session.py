@@ -11,6 +11,15 @@ $GDN_GPU_SITE; two GPUs of one host for stall and multinode):
   multinode  hack/gpu/multinode.py: the LeaderWorkerSet leader + worker argv as two processes, one GPU
              each; recall, acceptance, stall detector, worker killed, logs classified (issue 25 item 5)
   check      no GPU: render both multi-node launch lines and import every step's code (a dry run)
+  prodmodel-train  tests/models/train_recall.py --preset prod on GPU 0: the production-geometry oracle model
+             (issue 25 item 1) trained inside the deadline into $GDN_PROD_MODEL (default
+             ~/.cache/gdn-operator/prod-model), weights' sha256 and the offline held-out figures in training.json
+  prodmodel-serve  bench/bench_gpu_mtp_graphs.py on that model: MTP k=2 as rendered (GPU 0) vs MTP off with
+             vLLM's defaults (GPU 1), CUDA graphs, then MTP k=2 with FULL graphs (GPU 1) if time remains
+             (issue 25 item 3)
+
+``--dry-run`` (prodmodel-*): no GPU — the trainer on CPU with a tiny batch and the serve driver with stand-in
+engines (tests/gpu/standin_engine.py), to prove arguments, deadlines and the files in $OUT.
 
 Deadline: ``--until`` (epoch seconds) or now + ``--budget`` (default 560). The step gets ``--until`` 10 s
 before it and is killed (process group) 5 s after it; then its files are trimmed into $OUT (or
@@ -34,6 +43,7 @@ REPO = Path(__file__).resolve().parents[2]
 SITE = Path(os.environ.get("GDN_GPU_SITE", Path.home() / ".cache" / "gdn-operator" / "gpu-site" / "vllm-0.22.0"))
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 MAX_FILES = 8
+PROD_MODEL = Path(os.environ.get("GDN_PROD_MODEL", Path.home() / ".cache" / "gdn-operator" / "prod-model"))
 LOG_LIMIT = 1_500_000  # bytes per engine log kept in $OUT
 _ACCESS = re.compile(r'"(?:POST|GET) /(?:v1/completions|health|metrics|v1/models) HTTP/1\.1" \d{3}')
 
@@ -64,10 +74,22 @@ def _py(script: str, *args: str) -> list[str]:
     return [sys.executable, str(REPO / script), *args]
 
 
-def step_cmd(step: str, work: Path, until: float, extra: list[str]) -> tuple[list[str], dict[str, str]]:
-    """The step's command and which of its outputs go to $OUT (source path under work -> name in $OUT)."""
+def step_cmd(step: str, work: Path, until: float, extra: list[str],
+             dry_run: bool = False) -> tuple[list[str], dict[str, str]]:
+    """The step's command and which of its outputs go to $OUT (source path under work, or absolute -> name in $OUT)."""
     u = f"{until - 10:.0f}"
-    if step == "stall":
+    if step == "prodmodel-train":
+        dev = (["--device", "cpu", "--threads", "2", "--batch", "2", "--n-max", "16", "--eval-limit", "8",
+                "--eval-every", "0"] if dry_run else ["--device", "cuda", "--threads", "8", "--eval-every", "250"])
+        cmd = _py("tests/models/train_recall.py", "--preset", "prod", "--out", str(PROD_MODEL), "--until", u,
+                  *dev, *extra)
+        keep = {str(PROD_MODEL / "training.json"): "training.json"}
+    elif step == "prodmodel-serve":
+        cmd = _py("bench/bench_gpu_mtp_graphs.py", "--out", str(work), "--until", u, "--model", str(PROD_MODEL),
+                  *(["--dry-run"] if dry_run else []), *extra)
+        keep = {"mtp-graphs.json": "mtp-graphs.json", "logs/serve-mtp.log": "serve-mtp.log",
+                "logs/serve-nomtp.log": "serve-nomtp.log", "logs/serve-mtp-full.log": "serve-mtp-full.log"}
+    elif step == "stall":
         cmd = _py("bench/bench_gpu_stall.py", "--out", str(work), "--until", u, *extra)
         keep = {"stall.json": "stall.json",
                 "stall-base-cudagraph.metrics.jsonl": "stall-full.metrics.jsonl",
@@ -83,7 +105,7 @@ def step_cmd(step: str, work: Path, until: float, extra: list[str]) -> tuple[lis
                f"runpy.run_path({str(REPO / 'hack/gpu/multinode.py')!r}, run_name='__main__')"]
         keep = {}
     else:
-        raise SystemExit(f"session: unknown step {step!r} (stall, multinode, check)")
+        raise SystemExit(f"session: unknown step {step!r} (stall, multinode, check, prodmodel-train, prodmodel-serve)")
     return cmd, keep
 
 
@@ -92,20 +114,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("step")
     ap.add_argument("--until", type=float, default=None, help="hard deadline, epoch seconds")
     ap.add_argument("--budget", type=float, default=560.0, help="seconds from now when --until is not given")
-    ap.add_argument("extra", nargs=argparse.REMAINDER, help="-- then arguments for the step's script")
-    a = ap.parse_args(argv)
+    ap.add_argument("--dry-run", action="store_true", help="prodmodel-*: no GPU (CPU trainer, stand-in engines)")
+    # everything after a bare "--" goes to the step's script; the session's own options may come before or after
+    # the step name (argparse's REMAINDER would swallow options written after it, --until included)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    a = ap.parse_args(own)
     until = a.until or time.time() + a.budget
-    extra = a.extra[1:] if a.extra[:1] == ["--"] else a.extra
     out = Path(os.environ.get("OUT") or REPO / ".gpu-artifacts" / "session")
     out.mkdir(parents=True, exist_ok=True)
     work = Path(os.environ.get("GDN_SESSION_WORK", f"/tmp/gdn-session-{a.step}"))
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    if a.step in ("stall", "multinode") and not (SITE / "vllm").is_dir():
+    if a.step == "prodmodel-train":  # never report a stale result as this run's
+        (PROD_MODEL / "training.json").unlink(missing_ok=True)
+    if a.step in ("stall", "multinode", "prodmodel-serve") and not a.dry_run and not (SITE / "vllm").is_dir():
         print(f"session: {SITE} has no vllm; install the bundle first (hack/gpu/install.sh STAGE {SITE})", file=sys.stderr)
         return 2
-    cmd, keep = step_cmd(a.step, work, until, extra)
-    env = dict(os.environ, **NO_MULTICAST, PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
+    cmd, keep = step_cmd(a.step, work, until, extra, a.dry_run)
+    env = dict(os.environ, **NO_MULTICAST, **({"CUDA_VISIBLE_DEVICES": "0"} if a.step == "prodmodel-train" else {}), PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
                PYTHONPATH=os.pathsep.join(x for x in [str(SITE) if SITE.is_dir() else "", str(REPO / "operator"),
                                                       os.environ.get("PYTHONPATH", "")] if x))
     left = until - time.time()

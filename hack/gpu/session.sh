@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One step of a GPU session inside a hard deadline; results (<= 8 flat files) in $OUT. See hack/gpu/session.py.
-#   hack/gpu/session.sh stall|multinode|check [--until EPOCH] [--budget S] [-- step args]
+#   hack/gpu/session.sh stall|multinode|check|prodmodel-train|prodmodel-serve [--until EPOCH] [--budget S] [--dry-run] [-- step args]
 # Runs with the host's python3 (torch, transformers, PyYAML) and the installed offline bundle
 # (${GDN_GPU_SITE:-~/.cache/gdn-operator/gpu-site/vllm-0.22.0}); NVLink multicast stays off in every child.
 set -euo pipefail

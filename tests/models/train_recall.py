@@ -36,8 +36,13 @@ committed model took 282 s on one H100 (MODEL_CARD.md). CPU is the default devic
 ``--steps``/``--n-max``/``--max-minutes`` for a shorter CPU run. Deterministic for a given seed, torch
 build, device and thread count (``--threads``).
 
-One file of ~500 lines on purpose: task, tokenizer, model, checkpoint export and trainer travel together
-to a GPU host as a single script.
+``--preset prod`` (issue 25 item 1) trains the production-geometry oracle model of tests/models/prod-geometry/
+(config and settings read from there; 277 M parameters, 32k vocabulary) inside a deadline: ``--until EPOCH``
+stops training ``--reserve`` seconds before it, the LR schedule and curriculum follow the elapsed share of that
+budget, the checkpoint is written first and the held-out evaluation after (hack/gpu/session.sh prodmodel-train).
+
+One file past ~500 lines on purpose: task, tokenizer, model, checkpoint export and trainer (both presets) travel
+together to a GPU host as a single script that needs only torch + transformers + safetensors + tokenizers.
 """
 
 from __future__ import annotations
@@ -104,6 +109,27 @@ CONFIG = {
 }
 
 
+#: Production geometry (issue 25 item 1): the shapes vLLM's kernels choose by in a real Qwen3-Next / Qwen3.5
+#: checkpoint — GDN 16 key / 32 value heads of dim 128, gated attention 16 q / 2 kv heads of dim 256, 3 GDN : 1
+#: attention, 64 experts top-8, a 32768-entry vocabulary (the copy task uses ids 0..65; the rest are unused rows
+#: with tokenizer entries), hidden 1024; shallow (4 layers + one MTP layer) so it trains in minutes on one H100.
+#: Its one home is tests/models/prod-geometry/ (config.json + training-settings.json, read here; README.md).
+#: The weights are trained by the GPU tier (hack/gpu/session.sh prodmodel-train), not committed.
+PROD_DIR = Path(__file__).resolve().parent / "prod-geometry"
+PROD_CONFIG = json.loads((PROD_DIR / "config.json").read_text())
+_PROD_SETTINGS = json.loads((PROD_DIR / "training-settings.json").read_text())
+
+#: Trainer settings per preset (command-line flags override). prod: sized for ~4.5 min on one H100 (time-budgeted
+#: with --until; the LR schedule and the curriculum follow the elapsed share of the budget), strings up to 128.
+PRESETS = {
+    "tiny": {"config": CONFIG, "steps": 3000, "batch": 32, "n_max": 250, "lr": 2e-3, "p_runs": 0.25,
+             "warmup": 50, "heldout_long_max": 250},
+    "prod": {"config": PROD_CONFIG, **{k: _PROD_SETTINGS[k] for k in ("steps", "batch", "n_max", "lr", "p_runs",
+                                                                       "warmup", "heldout_long_max")}},
+}
+_ACTIVE = {"config": CONFIG}  # the preset build()/save() use (set once by main())
+
+
 # ---------------------------------------------------------------- task + tokenizer
 
 
@@ -148,6 +174,11 @@ def write_tokenizer(out: Path) -> None:
     vocab[SEP_CHAR] = SEP
     for i, ch in enumerate(ALPHABET):
         vocab[ch] = FIRST_SYMBOL + i
+    # unused rows get entries too (a real tokenizer covers its whole vocabulary); with no merges no text maps to them
+    # (the tiny model's committed tokenizer predates this and keeps its 66 entries)
+    if _ACTIVE["config"]["vocab_size"] > VOCAB_SIZE:
+        for i in range(FIRST_SYMBOL + len(ALPHABET), _ACTIVE["config"]["vocab_size"]):
+            vocab[f"<|unused_{i}|>"] = i
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
     tok.decoder = decoders.Fuse()
     from tokenizers import AddedToken
@@ -208,11 +239,15 @@ class RecallMTP(nn.Module):
         return self.norm(x)
 
 
-def build(device: str):
+def build(device: str, experts: str = "eager"):
+    """The model of the active preset; ``experts``: transformers' experts implementation ("eager": a Python loop
+    over the experts hit; "grouped_mm": one grouped GEMM, which matters with 64 experts on a GPU)."""
     from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
-    cfg = Qwen3NextConfig(**{k: v for k, v in CONFIG.items() if k != "torch_dtype"})
+    cfg = Qwen3NextConfig(**{k: v for k, v in _ACTIVE["config"].items() if k != "torch_dtype"})
     cfg._attn_implementation = "sdpa"
+    if experts != "eager":
+        cfg._experts_implementation = experts
     model = Qwen3NextForCausalLM(cfg)
     model.mtp = RecallMTP(cfg)
     # attached after post_init(): initialise it the same way (routed experts are torch.empty otherwise)
@@ -239,23 +274,25 @@ def losses(model, ids: torch.Tensor, tgt: torch.Tensor):
     B, L = ids.shape
     out = model.model(input_ids=ids)
     hid = out.last_hidden_state  # post final norm: what vLLM hands the MTP head
-    logits = model.lm_head(hid)
     emb = model.model.embed_tokens(ids)
     rotary = model.model.rotary_emb
     pos = torch.arange(L, device=ids.device)[None].expand(B, L)
 
-    # main: position t predicts ids[t+1]
+    # main: position t predicts ids[t+1]; the lm_head runs only where a target is scored (a 32k vocabulary)
     m_main = tgt[:, 1:]
-    lm = F.cross_entropy(logits[:, :-1][m_main], ids[:, 1:][m_main])
-    acc_main = (logits[:, :-1].argmax(-1) == ids[:, 1:])[m_main].float().mean()
+    lg = model.lm_head(hid[:, :-1][m_main])
+    y = ids[:, 1:][m_main]
+    lm = F.cross_entropy(lg.float(), y)
+    acc_main = (lg.argmax(-1) == y).float().mean()
 
     # MTP step 1 at position t: input (embed(ids[t+1]), hid[t]) -> ids[t+2]
     e1 = torch.cat([emb[:, 1:], emb[:, :1] * 0], dim=1)
     h1 = model.mtp(e1, hid, rotary, pos)
-    l1 = model.lm_head(h1)
     m1 = tgt[:, 2:]
-    lt1 = F.cross_entropy(l1[:, :-2][m1], ids[:, 2:][m1])
-    acc1 = (l1[:, :-2].argmax(-1) == ids[:, 2:])[m1].float().mean()
+    l1 = model.lm_head(h1[:, :-2][m1])
+    y1 = ids[:, 2:][m1]
+    lt1 = F.cross_entropy(l1.float(), y1)
+    acc1 = (l1.argmax(-1) == y1).float().mean()
 
     # MTP step 2 at position t+1: input (embed(ids[t+2]), h1[t]) -> ids[t+3], attending to step-1 cache
     e2 = torch.cat([emb[:, 2:], emb[:, :2] * 0], dim=1)
@@ -267,10 +304,11 @@ def losses(model, ids: torch.Tensor, tgt: torch.Tensor):
         torch.cat([pos, pos + 1], dim=1),
         mask=mask,
     )
-    l2 = model.lm_head(both[:, L:])
     m2 = tgt[:, 3:]
-    lt2 = F.cross_entropy(l2[:, :-3][m2], ids[:, 3:][m2])
-    acc2 = (l2[:, :-3].argmax(-1) == ids[:, 3:])[m2].float().mean()
+    l2 = model.lm_head(both[:, L:][:, :-3][m2])
+    y2 = ids[:, 3:][m2]
+    lt2 = F.cross_entropy(l2.float(), y2)
+    acc2 = (l2.argmax(-1) == y2).float().mean()
     return lm, lt1, lt2, acc_main, acc1, acc2
 
 
@@ -405,12 +443,12 @@ def import_state_dict(model, sd: dict[str, torch.Tensor]) -> None:
     model.load_state_dict({k: v.float() for k, v in fused.items()}, strict=True)
 
 
-def heldout_set(seed: int) -> list[dict]:
-    """220 prompts: 120 short (n 4..40) and 100 long (n 41..250, prompt up to 251 tokens)."""
+def heldout_set(seed: int, long_max: int = 250) -> list[dict]:
+    """220 prompts: 120 short (n 4..40) and 100 long (n 41..long_max, prompt up to long_max + 1 tokens)."""
     rng = random.Random(seed + 1_000_003)
     items = []
     for i in range(220):
-        n = rng.randint(4, 40) if i < 120 else rng.randint(41, 250)
+        n = rng.randint(4, 40) if i < 120 else rng.randint(41, long_max)
         items.append({"id": f"recall-{i:03d}", **example(rng, n)})
     return items
 
@@ -418,42 +456,76 @@ def heldout_set(seed: int) -> list[dict]:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
+                    help="geometry + trainer defaults (tiny: the committed 2 M model; prod: issue 25's shapes)")
     ap.add_argument("--seed", type=int, default=13)
-    ap.add_argument("--steps", type=int, default=3000)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--n-max", type=int, default=250, help="longest training string")
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--n-max", type=int, default=None, help="longest training string")
+    ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--mtp-weight", type=float, default=0.5)
-    ap.add_argument("--p-runs", type=float, default=0.25, help="share of strings with repeated runs")
+    ap.add_argument("--p-runs", type=float, default=None, help="share of strings with repeated runs")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-minutes", type=float, default=0, help="stop early after this long (0: no)")
+    ap.add_argument("--until", type=float, default=None,
+                    help="deadline (epoch s) for training + checkpoint + evaluation: training stops --reserve s "
+                         "before it, and the LR schedule / curriculum follow the elapsed share of that budget")
+    ap.add_argument("--reserve", type=float, default=45.0, help="seconds kept for saving and evaluating")
     ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--eval-limit", type=int, default=0, help="score only the first N held-out prompts (0: all)")
+    ap.add_argument("--experts", default="auto",
+                    help="transformers experts implementation: eager, grouped_mm, or auto (grouped_mm on CUDA if a "
+                         "probe step runs, else eager)")
+    ap.add_argument("--bf16", choices=["auto", "on", "off"], default="auto", help="bf16 autocast (auto: on CUDA)")
     args = ap.parse_args(argv)
+    preset = PRESETS[args.preset]
+    _ACTIVE["config"] = preset["config"]
+    for k in ("steps", "batch", "n_max", "lr", "p_runs"):
+        if getattr(args, k) is None:
+            setattr(args, k, preset[k])
+    t_wall0 = time.time()
+    train_until = (args.until - args.reserve) if args.until else None
+    if train_until is not None and train_until - t_wall0 < 5:
+        raise SystemExit(f"--until leaves {args.until - t_wall0:.0f} s, less than --reserve {args.reserve:.0f} s + 5")
+    amp = args.bf16 == "on" or (args.bf16 == "auto" and args.device.startswith("cuda"))
+    args.autocast = amp
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     rng = random.Random(args.seed)
     model = build(args.device)
+    args.experts, args.experts_probe = _pick_experts(model, args)
+    print(f"preset {args.preset}: {sum(p.numel() for p in model.parameters()):,} parameters, experts "
+          f"{args.experts}, bf16 autocast {amp}, {_left(train_until)}", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
-    warm = 50
+    warm = preset["warmup"]
+
+    def progress(step):  # share of the run done: by steps, or by time when a deadline is set (whichever is ahead)
+        p = (step - warm) / max(1, args.steps - warm)
+        if train_until is not None:
+            p = max(p, (time.time() - t_wall0) / max(1.0, train_until - t_wall0))
+        return min(1.0, p)
 
     def lr_at(step):
         if step < warm:
             return (step + 1) / warm
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, args.steps - warm)))
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress(step)))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
-    held = heldout_set(args.seed)
+    held = heldout_set(args.seed, preset["heldout_long_max"])
     dev_set = held[::4]  # quick progress figure
     t0 = time.monotonic()
     step = 0
+    stopped = "steps"
     for step in range(args.steps):
-        # curriculum: strings grow from 24 to n_max over the first 40 % of the steps
-        n_max = int(24 + (args.n_max - 24) * min(1.0, step / (0.4 * args.steps)))
+        # curriculum: strings grow from 24 to n_max over the first 40 % of the run
+        frac = (step / (0.4 * args.steps)) if train_until is None else progress(step) / 0.4
+        n_max = int(24 + (args.n_max - 24) * min(1.0, frac))
         ids, tgt = batch(rng, args.batch, n_max, args.device, args.p_runs)
-        lm, lt1, lt2, a0, a1, a2 = losses(model, ids, tgt)
-        loss = lm + args.mtp_weight * (lt1 + 0.5 * lt2)
+        with torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=amp):
+            lm, lt1, lt2, a0, a1, a2 = losses(model, ids, tgt)
+            loss = lm + args.mtp_weight * (lt1 + 0.5 * lt2)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -463,19 +535,74 @@ def main(argv=None) -> None:
             print(
                 f"step {step} n<={n_max} L={ids.shape[1]} loss {lm.item():.3f}/{lt1.item():.3f}/"
                 f"{lt2.item():.3f} acc {a0.item():.3f}/{a1.item():.3f}/{a2.item():.3f} "
-                f"t={time.monotonic() - t0:.0f}s",
+                f"lr {sched.get_last_lr()[0]:.2e} t={time.monotonic() - t0:.0f}s",
                 flush=True,
             )
         if args.eval_every and step and step % args.eval_every == 0:
-            print("dev", evaluate(model, dev_set, args.device), flush=True)
+            with torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=amp):
+                print("dev", evaluate(model, dev_set[: args.eval_limit or None], args.device), flush=True)
         if args.max_minutes and time.monotonic() - t0 > 60 * args.max_minutes:
+            stopped = "max-minutes"
             print(f"stopping at step {step}: --max-minutes", flush=True)
             break
+        if train_until is not None and time.time() > train_until:
+            stopped = "deadline"
+            print(f"stopping at step {step}: deadline (--until minus --reserve)", flush=True)
+            break
     train_s = time.monotonic() - t0
+    args.stopped = stopped
     save(model, args, held, train_s, step + 1)
 
 
+def _left(train_until) -> str:
+    return "no deadline" if train_until is None else f"{train_until - time.time():.0f} s of training left"
+
+
+def _set_experts(model, impl: str) -> None:
+    for m in model.modules():
+        cfg = getattr(m, "config", None)
+        if cfg is not None and hasattr(cfg, "_experts_implementation"):
+            cfg._experts_implementation = impl
+
+
+def _pick_experts(model, args) -> tuple[str, dict]:
+    """--experts auto: time one forward/backward of this model with each implementation (after one warm-up
+    each; no optimiser step, so the seeded weights are unchanged) and keep the faster one that runs; eager
+    (transformers' loop over the experts hit) is the fallback. On CPU: eager without probing."""
+    if args.experts != "auto":
+        _set_experts(model, args.experts)
+        return args.experts, {}
+    if not args.device.startswith("cuda"):
+        _set_experts(model, "eager")
+        return "eager", {}
+    ids, tgt = batch(random.Random(0), min(args.batch, 16), 64, args.device)
+    times: dict[str, float | str] = {}
+    for impl in ("grouped_mm", "eager"):
+        _set_experts(model, impl)
+        try:
+            for rep in range(2):
+                torch.cuda.synchronize()
+                t0 = time.monotonic()
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.autocast):
+                    lm, lt1, lt2, *_ = losses(model, ids, tgt)
+                (lm + lt1 + lt2).backward()
+                torch.cuda.synchronize()
+                times[impl] = round(time.monotonic() - t0, 4)
+        except Exception as e:  # the optional fast path failing must not stop the run
+            times[impl] = f"{type(e).__name__}: {str(e)[:160]}"
+        model.zero_grad(set_to_none=True)
+    ok = {k: v for k, v in times.items() if isinstance(v, float)}
+    best = min(ok, key=ok.get) if ok else "eager"
+    _set_experts(model, best)
+    print(f"experts implementation: {best} (probe step seconds {times})", flush=True)
+    return best, times
+
+
 def save(model, args, held, train_s: float, steps_done: int) -> None:
+    """Checkpoint first (config, tokenizer, held-out set, weights, training.json without figures: usable even if
+    the evaluation is cut off), then the held-out evaluation of the bf16 weights as written."""
+    import hashlib
+
     from safetensors.torch import save_file
 
     out: Path = args.out
@@ -485,11 +612,11 @@ def save(model, args, held, train_s: float, steps_done: int) -> None:
     if dead:  # an uninitialised / untrained tensor would load fine and silently do nothing
         raise RuntimeError(f"all-zero weights in the checkpoint: {dead[:5]}")
     save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
-    # evaluate what was written: bf16 weights, as the engine loads them
-    check = build(args.device)
-    import_state_dict(check, {k: v.clone() for k, v in sd.items()})
-    figures = evaluate(check, held, args.device)
-    cfg = dict(CONFIG)
+    h = hashlib.sha256()
+    with open(out / "model.safetensors", "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 24), b""):
+            h.update(chunk)
+    cfg = dict(_ACTIVE["config"])
     (out / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
     (out / "generation_config.json").write_text(
         json.dumps({"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD, "do_sample": False}, indent=1)
@@ -500,19 +627,41 @@ def save(model, args, held, train_s: float, steps_done: int) -> None:
         for it in held:
             f.write(json.dumps(it) + "\n")
     result = {
+        "preset": getattr(args, "preset", "tiny"),
         "seed": args.seed,
         "steps": steps_done,
+        "stopped_by": getattr(args, "stopped", "steps"),
         "batch": args.batch,
         "n_max": args.n_max,
         "lr": args.lr,
         "mtp_weight": args.mtp_weight,
         "p_runs": args.p_runs,
         "device": args.device,
+        "device_name": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu",
         "threads": args.threads,
+        "experts": getattr(args, "experts", "eager"),
+        "experts_probe_step_s": getattr(args, "experts_probe", {}),
+        "bf16_autocast": bool(getattr(args, "autocast", False)),
+        "parameters": sum(v.numel() for v in sd.values()),
+        "weights_sha256": h.hexdigest(),
         "train_seconds": round(train_s, 1),
-        "heldout": figures,
+        "heldout": None,
         "torch": torch.__version__,
     }
+    (out / "training.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(f"checkpoint written: {out} sha256 {h.hexdigest()}", flush=True)
+    # evaluate what was written: bf16 weights, as the engine loads them
+    del model
+    check = build(args.device)
+    _set_experts(check, getattr(args, "experts", "eager"))
+    import_state_dict(check, {k: v.clone() for k, v in sd.items()})
+    t0 = time.monotonic()
+    items = held[: args.eval_limit] if getattr(args, "eval_limit", 0) else held
+    with torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=bool(getattr(args, "autocast", False))):
+        figures = evaluate(check, items, args.device)
+    figures["prompts"] = len(items)
+    figures["eval_seconds"] = round(time.monotonic() - t0, 1)
+    result["heldout"] = figures
     (out / "training.json").write_text(json.dumps(result, indent=1) + "\n")
     print("final", json.dumps(result), flush=True)
 
