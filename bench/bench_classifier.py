@@ -25,7 +25,6 @@ sys.path.insert(0, str(ROOT / "operator"))
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "logs"))
 
 import gdn_log_noise  # noqa: E402
-
 from gdn_operator.watch.logstream import StreamClassifier  # noqa: E402
 from gdn_operator.watch.signatures import LogClassifier, classify_text, default_catalogue  # noqa: E402
 
@@ -65,7 +64,7 @@ def main() -> int:
     one_rx = re.compile(r"AssertionError: num_decodes: \d+, num_spec_decodes: \d+")
 
     def loop() -> None:
-        for line in lines:
+        for _line in lines:
             pass
 
     def one_regex() -> None:

@@ -15,6 +15,7 @@ and the detection latency.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -28,11 +29,10 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 sys.path.insert(0, str(ROOT / "tests"))  # tests/waiting.py, which operator_harness uses
 
 import kubernetes  # noqa: E402
-from controlplane import ControlPlane, ensure_built  # noqa: E402
-from operator_harness import Kube, OperatorProcess, gms, install_crd, wait_for  # noqa: E402
-
-from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
 from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
+from controlplane import ControlPlane, ensure_built  # noqa: E402
+from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
+from operator_harness import Kube, OperatorProcess, gms, install_crd, wait_for  # noqa: E402
 
 MESSAGE = (ROOT / "tests" / "fixtures" / "logs" / "b1-gdn-assert-tp2-interleaved.tail.log").read_bytes()[-2048:].decode(
     "utf-8", "replace"
@@ -92,10 +92,8 @@ def main() -> int:
 
             def quiet(fn):
                 def run() -> None:
-                    try:
+                    with contextlib.suppress(Exception):  # the watch ends when the cluster stops
                         fn()
-                    except Exception:  # noqa: BLE001 - the watch ends when the cluster stops
-                        pass
                 return run
 
             for fn in (watch_pods, watch_status):

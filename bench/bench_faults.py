@@ -42,8 +42,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "cluster"))
@@ -51,8 +52,6 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 sys.path.insert(0, str(ROOT / "tests"))  # tests/waiting.py, which operator_harness uses
 
 import urllib3  # noqa: E402
-from kubernetes.client.rest import ApiException  # noqa: E402
-
 from controlplane import ControlPlane, ensure_built  # noqa: E402
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
 from gdn_operator.api.load import parse_spec  # noqa: E402
@@ -60,6 +59,7 @@ from gdn_operator.labels import LABEL_MANAGED_BY, MANAGED_BY  # noqa: E402
 from gdn_operator.render.objects import render_all  # noqa: E402
 from gdn_operator.render.scaleout import engine_args, workload_of  # noqa: E402
 from gdn_operator.rules import evaluate  # noqa: E402
+from kubernetes.client.rest import ApiException  # noqa: E402
 from operator_harness import Kube, OperatorProcess, gms, install_crd  # noqa: E402
 
 NS = "faults"
@@ -190,7 +190,7 @@ class Supervisor:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._watch, daemon=True)
 
-    def start(self) -> "Supervisor":
+    def start(self) -> Supervisor:
         self.op.start()
         self.last_ready = time.perf_counter()
         self.thread.start()

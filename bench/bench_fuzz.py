@@ -40,14 +40,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import kubernetes  # noqa: E402
 import yaml  # noqa: E402
-
+from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 from controlplane import ControlPlane, ensure_built  # noqa: E402
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
 from gdn_operator.api import vllm_args  # noqa: E402
 from gdn_operator.api.load import ManifestError, parse_spec  # noqa: E402
 from gdn_operator.render.engine import vllm_args as rendered_args  # noqa: E402
 from operator_harness import WEBHOOK_CONFIG, OperatorProcess, gms, install_crd, wait_for  # noqa: E402
-from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 ORACLE = ROOT / "tests" / "api" / "vllm_parser_oracle.py"
 TABLE = yaml.safe_load((vllm_args._TABLES / "0.32.0.yaml").read_text())

@@ -58,7 +58,7 @@ def alphabet_codec(items: list[dict]) -> tuple[dict[str, int], list[int]]:
     """char → token id, read off the held-out set itself (prompt = string + separator)."""
     enc: dict[str, int] = {}
     for it in items:
-        for ch, tid in zip(it["prompt"], it["prompt_token_ids"]):
+        for ch, tid in zip(it["prompt"], it["prompt_token_ids"], strict=False):
             enc.setdefault(ch, tid)
     sep = items[0]["prompt_token_ids"][-1]
     return enc, [sep]
@@ -86,11 +86,11 @@ def mixed_requests(n: int, seed: int) -> list[dict]:
 def measure(eng: harness.Engine, items: list[dict], conc: int) -> dict:
     got, wall = harness.run_requests(eng, items, concurrency=conc, keep_errors=True)
     eos = harness.eos_ids()
-    verdicts = [harness.judge(i, g, eos) for i, g in zip(items, got)]
+    verdicts = [harness.judge(i, g, eos) for i, g in zip(items, got, strict=True)]
     toks = sum(g["completion_tokens"] for g in got)
     bad = [{"id": i["id"], "expected": i["expected"], "got": g["text"], "got_token_ids": g["token_ids"],
             "finish_reason": g["finish_reason"], "verdict": v, **({"error": g["error"]} if "error" in g else {})}
-           for i, g, v in zip(items, got, verdicts) if v != "exact"]
+           for i, g, v in zip(items, got, verdicts, strict=True) if v != "exact"]
     return {"concurrency": conc, "requests": len(items), "wall_s": round(wall, 3), "tokens": toks,
             "tokens_per_s": round(toks / wall, 1), "exact": verdicts.count("exact"), "short": verdicts.count("short"),
             "wrong": verdicts.count("wrong"), "errors": verdicts.count("error"),
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
     result: dict = {"vllm_version": harness.VLLM_VERSION, "model": str(harness.model_dir().name), "mode": args.mode,
                     "configs": {}, "throughput": {}, "b2": {}, "startup": {}, "skipped": [],
                     "note": "eager mode; a dummy-weight MTP figure measures a broken head, not MTP"}
-    levels = list(zip((int(c) for c in args.concurrency.split(",")), (int(n) for n in args.requests.split(","))))
+    levels = list(zip((int(c) for c in args.concurrency.split(",")), (int(n) for n in args.requests.split(",")), strict=False))
     engines: dict[str, harness.Engine] = {}
 
     def save() -> None:

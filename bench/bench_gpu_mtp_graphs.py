@@ -96,11 +96,11 @@ def measure(eng: harness.Engine, items: list[dict], conc: int, deadline: float, 
     got, wall = harness.run_requests(eng, items, conc, keep_errors=True, timeout=timeout)
     after = _scrape(eng)
     eos = harness.eos_ids()
-    verdicts = [harness.judge(i, g, eos) for i, g in zip(items, got)]
+    verdicts = [harness.judge(i, g, eos) for i, g in zip(items, got, strict=False)]
     toks = sum(g["completion_tokens"] or 0 for g in got)
     bad = [{"id": i["id"], "expected": i["expected"], "got": g["text"], "finish_reason": g["finish_reason"],
             "verdict": v, **({"error": g["error"][:200]} if "error" in g else {})}
-           for i, g, v in zip(items, got, verdicts) if v != "exact"]
+           for i, g, v in zip(items, got, verdicts, strict=False) if v != "exact"]
     return {"concurrency": conc, "requests": len(items), "request_timeout_s": round(timeout, 1),
             "wall_s": round(wall, 3), "tokens": toks, "tokens_per_s": round(toks / wall, 1) if wall else None,
             "exact": verdicts.count("exact"), "short": verdicts.count("short"), "wrong": verdicts.count("wrong"),
@@ -142,7 +142,7 @@ def renders(kv_cache_memory: str) -> dict[str, harness.Rendered]:
     return {"mtp": a, "nomtp": b, "mtp-full": c}
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear driver of deadline-bound phases
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--until", type=float, default=None, help="hard deadline, epoch seconds (default: now + 390)")
     ap.add_argument("--out", type=Path, default=Path(".gpu-artifacts"))
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         save()
         return True
 
-    levels = list(zip((int(c) for c in args.concurrency.split(",")), (int(n) for n in args.requests.split(","))))
+    levels = list(zip((int(c) for c in args.concurrency.split(",")), (int(n) for n in args.requests.split(",")), strict=False))
     held = harness.heldout()
 
     def phase(name: str, what: str) -> bool:
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         bg = concurrent.futures.ThreadPoolExecutor(1)  # (c)'s readiness, timed while (a) and (b) are measured
         c_wait = bg.submit(wait, "mtp-full") if "mtp-full" in engines else None
         with concurrent.futures.ThreadPoolExecutor(2) as ex:
-            ok.update(zip(("mtp", "nomtp"), ex.map(wait, ("mtp", "nomtp"))))
+            ok.update(zip(("mtp", "nomtp"), ex.map(wait, ("mtp", "nomtp")), strict=False))
         # (a) and (b) one at a time, interleaved per phase (the ratios first, the held-out set after)
         ab = [n for n in ("mtp", "nomtp") if ok[n]]
         for n in ab:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -125,10 +126,8 @@ def client(n: int, probes: int, interval: int, duration: float, port: int) -> No
         await asyncio.sleep(duration)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         task.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await task
-        except asyncio.CancelledError:
-            pass
         from gdn_operator import telemetry
 
         for metric in telemetry.PROBES.collect():

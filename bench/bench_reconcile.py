@@ -46,10 +46,10 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 sys.path.insert(0, str(ROOT / "tests"))  # tests/waiting.py, which operator_harness uses
 
 import kubernetes  # noqa: E402
-from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
-from controlplane import ControlPlane, ensure_built  # noqa: E402
-from operator_harness import Kube, OperatorProcess, gms, install_crd  # noqa: E402
 from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
+from controlplane import ControlPlane, ensure_built  # noqa: E402
+from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
+from operator_harness import Kube, OperatorProcess, gms, install_crd  # noqa: E402
 
 KINDS = ("Deployment", "Service", "status")
 

@@ -20,11 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
-from pydantic import ValidationError  # noqa: E402
-
+from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 from gdn_operator.api.spec import GDNModelServerSpec  # noqa: E402
 from gdn_operator.rules import effective_config, evaluate, load_rules  # noqa: E402
-from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
+from pydantic import ValidationError  # noqa: E402
 
 MODELS = ["hf://Qwen/Qwen3.5-27B", "hf://Qwen/Qwen3.6-35B-A3B", "hf://Qwen/Qwen3-Next-80B-A3B-Instruct",
           "hf://Qwen/Qwen3.8-27B", "hf://acme/finetune"]
@@ -129,14 +128,14 @@ def main() -> int:
           f"{rejected} rejected under reject, {changed} changed under mitigate")
     print(row("baseline pydantic model_validate", validate_t))
     print(row("effective_config()", eff_t))
-    for i, (eval_t, cpu_t) in enumerate(zip(runs, cpu_runs)):
+    for i, (eval_t, cpu_t) in enumerate(zip(runs, cpu_runs, strict=False)):
         print(row(f"evaluate(policy=reject) pass {i + 1}", eval_t))
         print(row("  same, thread CPU time", cpu_t))
     print(row("evaluate(policy=mitigate)", mit_t))
     best = min(runs, key=lambda xs: pct(xs, 99))
     p99 = pct(best, 99) * 1e3
     try:
-        load = "load average %.2f %.2f %.2f" % os.getloadavg()
+        load = "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     except OSError:  # pragma: no cover
         load = "load average n/a"
     print(f"machine: {os.cpu_count()} CPUs, {load} (other processes share the CPUs; the tail reflects them)")

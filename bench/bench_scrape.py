@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -213,9 +214,8 @@ def client(args) -> None:
 
 def parse_micro(n: int = 200) -> None:
     """Per-exposition parse cost: operator parser vs. a full prometheus_client parse."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     from gdn_operator.watch.acceptance import parse_exposition
+    from prometheus_client.parser import text_string_to_metric_families
 
     body = FIXTURE.read_bytes()
     text = body.decode()
@@ -317,10 +317,8 @@ def main() -> int:
         return 0 if ok else 1
     finally:
         for p in servers:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, 15)
-            except ProcessLookupError:
-                pass
         for p in servers:
             try:
                 p.wait(timeout=10)

@@ -24,6 +24,7 @@ background jobs ignore SIGINT): stop it with `kill -TERM <pid>` (hack/dev.sh exe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -92,7 +93,7 @@ def install_crds(cp: ControlPlane, docs: list[dict], timeout: float = 30) -> lis
                 ext.create_custom_resource_definition(d)
             except ApiException as e:
                 if e.status != 409:
-                    raise SystemExit(f"dev.py: CRD {name} rejected by the apiserver: {e.body}")
+                    raise SystemExit(f"dev.py: CRD {name} rejected by the apiserver: {e.body}") from e
             names.append(name)
         deadline = time.monotonic() + timeout
         for name in names:
@@ -128,7 +129,7 @@ def start_operator(cp: ControlPlane, log: Path, webhook: bool = True) -> subproc
     env.setdefault("GDN_WEBHOOK_PORT", str(free_port()))
     env.setdefault("GDN_METRICS_PORT", str(free_port()))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "operator"), env.get("PYTHONPATH")]))
-    f = open(log, "ab")
+    f = open(log, "ab")  # noqa: SIM115 - the child process writes to it for its whole life
     f.write(("$ " + " ".join(argv) + "\n").encode())
     f.flush()
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
@@ -159,10 +160,8 @@ def stop_process(p: subprocess.Popen, grace: float = 10) -> None:
             p.wait(grace)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             pass
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     p.wait()
 
 
@@ -448,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"logs: {workdir / 'logs'}/")
         say(f"up in {time.monotonic() - t0:.1f}s; "
             + (f"tearing down in {args.exit_after:.0f}s" if args.exit_after is not None
-               else "Ctrl-C (or SIGTERM to pid %d) stops everything" % os.getpid()))
+               else f"Ctrl-C (or SIGTERM to pid {os.getpid()}) stops everything"))
 
         deadline = None if args.exit_after is None else time.monotonic() + args.exit_after
         while deadline is None or time.monotonic() < deadline:

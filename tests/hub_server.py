@@ -47,7 +47,7 @@ class HubServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
-    def __enter__(self) -> "HubServer":
+    def __enter__(self) -> HubServer:
         self.thread.start()
         return self
 

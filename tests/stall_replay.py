@@ -19,6 +19,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +41,7 @@ _STARTED = re.compile(r"INFO:\s+Application startup complete")
 
 
 def _ts(text: str) -> float:
-    return dt.datetime.strptime("2025-" + text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.timezone.utc).timestamp()
+    return dt.datetime.strptime("2025-" + text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC).timestamp()
 
 
 #: vLLM's stats logger interval (VLLM_LOG_STATS_INTERVAL, default 10 s). Each line's ``Avg ... throughput``
@@ -145,6 +148,64 @@ def exposition(point: dict[str, Any], start: float = 1.7954433530e9) -> str:
         else:
             out.append(f"{float(values[p[0]]):.1f}")
     return "".join(out)
+
+
+class MetricsStandIn:
+    """A stand-in vLLM engine for the stall tests: GET /metrics answers the exposition of a replayed series at
+    ``offset + speed x (seconds since start or the last switch)`` (past its end: the last counters, idle), bound
+    to ``ip:port`` (a kwok pod IP in the cluster tests); GET /health answers 200 throughout, like the stalled
+    engines did. ``served_after_end`` counts the scrapes answered past the series' end (positive evidence
+    that a whole series was seen)."""
+
+    def __init__(self, ip: str, port: int, name: str, *, offset: float = 0.0, speed: float = 1.0) -> None:
+        self.lock = threading.Lock()
+        self.switch(name, offset=offset, speed=speed)
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):  # noqa: N802
+                if self.path == "/metrics":
+                    body = outer.render().encode()
+                    ctype = "text/plain; version=0.0.4; charset=utf-8"
+                elif self.path == "/health":
+                    body, ctype = b"", "text/plain"
+                else:
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.server = ThreadingHTTPServer((ip, port), H)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def switch(self, name: str, *, offset: float = 0.0, speed: float = 1.0) -> None:
+        with self.lock:
+            self.points = load(name)["points"]
+            self.offset, self.speed, self.started = offset, speed, time.monotonic()
+            self.served_after_end = 0
+
+    def render(self) -> str:
+        with self.lock:
+            t = self.offset + self.speed * (time.monotonic() - self.started)
+            if t > self.points[-1]["t"]:  # the replay is over: its requests are done, the engine idles
+                self.served_after_end += 1
+                return exposition(dict(self.points[-1], running=0, waiting=0))
+            return exposition(point_at(self.points, t))
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 # --- the committed series (run ``python tests/stall_replay.py`` to write tests/fixtures/stall/ again) ------

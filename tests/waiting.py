@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
 
 T = TypeVar("T")
 Retry = Callable[[BaseException], bool] | None

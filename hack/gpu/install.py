@@ -190,7 +190,7 @@ class _Concat:
             if self._f is None:
                 if not self._paths:
                     break
-                self._f = open(self._paths.pop(0), "rb")
+                self._f = open(self._paths.pop(0), "rb")  # noqa: SIM115 - held across read() calls, closed by the reader
             chunk = self._f.read(-1 if n < 0 else n - len(out))
             if not chunk:
                 self._f.close()

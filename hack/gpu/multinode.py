@@ -41,11 +41,11 @@ Writes ``multinode.json``, ``multinode-leader.log``, ``multinode-worker.log``,
 from __future__ import annotations
 
 import argparse
-import shutil
 import datetime as dt
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -155,7 +155,7 @@ def group_incident(deaths: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _iso(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 ISOLATE = ["unshare", "--ipc", "--mount", "--propagation", "private", "--", "sh", "-c",
@@ -207,12 +207,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         got, wall = harness.run_requests(leader, items, args.concurrency, keep_errors=True,
                                          timeout=max(5.0, min(120.0, until - time.time() - 120)))
         eos = harness.eos_ids()
-        verdicts = [harness.judge(it, g, eos) for it, g in zip(items, got)]
+        verdicts = [harness.judge(it, g, eos) for it, g in zip(items, got, strict=True)]
         res["recall"] = {"requests": len(items), "exact": verdicts.count("exact"), "short": verdicts.count("short"),
                          "wrong": verdicts.count("wrong"), "errors": verdicts.count("error"), "wall_s": round(wall, 1),
                          "tokens_per_s": round(sum(g.get("completion_tokens") or 0 for g in got) / wall, 1)}
         res["recall"]["bad_sample"] = [{"expected": it["expected"], "got": g.get("text"), "verdict": v}
-                                       for it, g, v in zip(items, got, verdicts) if v != "exact"][:3]
+                                       for it, g, v in zip(items, got, verdicts, strict=True) if v != "exact"][:3]
         res["acceptance"] = acceptance(harness.metrics(leader))
         watch.mark("load_end")
         # a healthy idle group must stay unflagged for a detector window

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from gdn_operator import __version__
 from gdn_operator.api.crd import crd_yaml

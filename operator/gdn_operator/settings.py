@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal
 
 from gdn_operator.api.enums import ADMISSION_POLICIES
 from gdn_operator.api.pod import UNSAFE_OPT_INS
@@ -219,7 +220,7 @@ class Settings:
                                 "(or POD_NAMESPACE); set them, or leave GDN_WEBHOOK_MODE empty")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Parse every variable (unset or empty = the default). Raises SettingsError naming the variable."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}

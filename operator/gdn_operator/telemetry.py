@@ -128,3 +128,18 @@ OUTPUT_INCONSISTENT = Gauge(
     ["namespace", "server", "reason"],
     registry=METRICS_REGISTRY,
 )
+
+# --- stall detector (handlers/stall.py, issue 24) ---------------------------------------------------------
+ENGINE_STALLED = Gauge(
+    "gdn_engine_stalled",
+    "1 while an engine pod holds requests but makes no progress for spec.health.stallSeconds (condition Stalled).",
+    ["namespace", "server", "pod"],
+    registry=METRICS_REGISTRY,
+)
+ENGINE_SECONDS_WITHOUT_PROGRESS = Gauge(
+    "gdn_engine_seconds_without_progress",
+    "Seconds an engine pod with requests in flight has produced under 0.5 output tokens per running request per "
+    "second (0 while it progresses or is idle).",
+    ["namespace", "server", "pod"],
+    registry=METRICS_REGISTRY,
+)

@@ -1,37 +1,34 @@
 """vLLM version parsing and version ranges: the known-crash rules, the option tables (api/vllm_args.py),
 the renderer's version-gated features and the crash catalogue all compare versions with these.
 
-Versions follow PEP 440 ordering, written here (no dependency): ``0.19.2rc1.dev226+g53b9640fb`` is a
-pre-release of 0.19.2 and sorts before 0.19.2rc1, which sorts before 0.19.2. A leading ``v`` (image tags
-such as ``v0.33.0``) is accepted. Local labels (``+g53b9640fb``, ``+cu129``) are kept for display but do
-not affect ordering.
+Versions are parsed by `packaging` (PEP 440) and ordered the PEP 440 way: ``0.19.2rc1.dev226+g53b9640fb``
+is a pre-release of 0.19.2 and sorts before 0.19.2rc1, which sorts before 0.19.2. A leading ``v`` (image
+tags such as ``v0.33.0``) is accepted. Local labels (``+g53b9640fb``, ``+cu129``) are kept for display but,
+unlike in `packaging`, do not affect ordering; epochs (``1!0.1``, no vLLM release has one) and releases of
+more than six parts are refused.
 
 A range (the rule file's ``versions`` field) is a comma-separated conjunction of clauses such as
 ``<=0.17.1`` or ``>=0.25.0,<0.29.0``; ``*`` means every version. Pre-releases are compared like any other
 version, so ``<0.18.0`` includes ``0.18.0rc1`` (a nightly before a fix release is not assumed to carry
-the fix).
+the fix). That is why ranges are ours and not `packaging.specifiers`: PEP 440 keeps ``0.18.0rc1`` out of
+``<0.18.0``.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from typing import Callable
+from collections.abc import Callable
 
-_VERSION_RE = re.compile(
-    r"""^\s*v?
-    (?P<release>\d+(?:\.\d+)*)
-    (?:[-_.]?(?P<pre_l>a|alpha|b|beta|rc|c|pre|preview)[-_.]?(?P<pre_n>\d*))?
-    (?:[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n>\d*))?
-    (?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>\d*))?
-    (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?
-    \s*$""",
-    re.IGNORECASE | re.VERBOSE,
-)
+from packaging import version as pep440
 
-_PRE_RANK = {"a": 1, "alpha": 1, "b": 2, "beta": 2, "rc": 3, "c": 3, "pre": 3, "preview": 3}
+#: packaging's normalised pre-release labels, ranked
+_PRE_RANK = {"a": 1, "b": 2, "rc": 3}
 _PRE_CANON = {1: "a", 2: "b", 3: "rc"}
 _NO_DEV = 1 << 62
+
+#: Version.key: (release without trailing zeros, pre-release rank, post or -1, dev or _NO_DEV)
+VersionKey = tuple[tuple[int, ...], tuple[int, int], int, int]
 
 
 class Version:
@@ -56,19 +53,19 @@ class Version:
             pre_key = (4, 0)
         else:
             pre_key = pre
-        self.key = (tuple(rel), pre_key, -1 if post is None else post, _NO_DEV if dev is None else dev)
+        self.key: VersionKey = (tuple(rel), pre_key, -1 if post is None else post, _NO_DEV if dev is None else dev)
 
     # ordering --------------------------------------------------------------------------------
-    def __lt__(self, other: "Version") -> bool:
+    def __lt__(self, other: Version) -> bool:
         return self.key < other.key
 
-    def __le__(self, other: "Version") -> bool:
+    def __le__(self, other: Version) -> bool:
         return self.key <= other.key
 
-    def __gt__(self, other: "Version") -> bool:
+    def __gt__(self, other: Version) -> bool:
         return self.key > other.key
 
-    def __ge__(self, other: "Version") -> bool:
+    def __ge__(self, other: Version) -> bool:
         return self.key >= other.key
 
     def __eq__(self, other: object) -> bool:
@@ -125,23 +122,20 @@ def require_version(text: str) -> Version:
 
 @functools.lru_cache(maxsize=512)
 def _parse_cached(text: str) -> Version | None:
-    m = _VERSION_RE.match(text)
-    if not m:
+    try:
+        v = pep440.Version(text)
+    except pep440.InvalidVersion:
         return None
-    release = tuple(int(p) for p in m.group("release").split("."))
-    if len(release) > 6:
+    if v.epoch or len(v.release) > 6:
         return None
-    pre = None
-    if m.group("pre_l"):
-        pre = (_PRE_RANK[m.group("pre_l").lower()], int(m.group("pre_n") or 0))
-    post = int(m.group("post_n") or 0) if m.group("post_l") else None
-    dev = int(m.group("dev_n") or 0) if m.group("dev_l") else None
-    local = m.group("local").lower() if m.group("local") else None
-    return Version(text.strip(), release, pre, post, dev, local)
+    pre = (_PRE_RANK[v.pre[0]], v.pre[1]) if v.pre is not None else None
+    # the local label as written (lowercased): packaging normalises its separators to "."
+    local = text.strip().split("+", 1)[1].lower() if v.local is not None else None
+    return Version(text.strip(), v.release, pre, v.post, v.dev, local)
 
 
 _CLAUSE_RE = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
-_OPS: dict[str, Callable[[tuple, tuple], bool]] = {
+_OPS: dict[str, Callable[[VersionKey, VersionKey], bool]] = {
     "<": lambda a, b: a < b,
     "<=": lambda a, b: a <= b,
     ">": lambda a, b: a > b,
@@ -178,7 +172,7 @@ class VersionRange:
     def contains(self, v: Version) -> bool:
         return self.contains_key(v.key)
 
-    def contains_key(self, key: tuple) -> bool:
+    def contains_key(self, key: VersionKey) -> bool:
         """`contains` for a version's sort key (Version.key), as the rule predicates carry it."""
         return all(_OPS[op](key, bound.key) for op, bound in self.clauses)
 

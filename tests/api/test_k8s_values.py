@@ -7,7 +7,10 @@ transient). The integration twin is tests/integration/test_hostile_input.py.
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kubernetes.client.rest import ApiException
+from kubernetes.utils import parse_quantity
 
 from gdn_operator.api import k8s
 from gdn_operator.api.load import ManifestError, parse_spec
@@ -83,6 +86,33 @@ def test_names_that_cannot_name_a_service_are_refused(name):
                                        ("0", False), ("-1", False), ("1Gb", False), ("", False), (".5", True)])
 def test_quantity_grammar(value, ok):
     assert k8s.positive_quantity(value) is ok
+
+
+#: strings of resource.Quantity's grammar: <signed number><one suffix> (binary SI, decimal SI or an exponent)
+_QUANTITIES = st.builds(
+    lambda sign, whole, frac, suffix: sign + (whole + frac if (whole + frac).strip(".") else "0") + suffix,
+    st.sampled_from(["", "+", "-"]),
+    st.sampled_from(["", "0", "1", "8", "64", "1024", "007"]),
+    st.sampled_from(["", ".", ".5", ".25", ".000"]),
+    st.sampled_from(["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E",
+                     "e3", "E3", "e-2", "e+1", "e0"]),
+)
+
+
+@given(_QUANTITIES)
+def test_quantity_check_equals_the_clients_parse_quantity(value):
+    """api/ may not import the Kubernetes client (gdnctl runs without it; the import-linter contract), so
+    admission keeps its own pure check of resource.Quantity's grammar. On that grammar it decides exactly
+    what kubernetes.utils.parse_quantity (which handlers/workload.py uses) decides."""
+    assert k8s.positive_quantity(value) == (parse_quantity(value) > 0), value
+
+
+@given(st.text(alphabet="0123456789.+-eEKMGTPinumk _\n", max_size=8))
+def test_quantity_check_accepts_nothing_the_client_cannot_parse(value):
+    """Outside the grammar the check is the stricter one: parse_quantity takes what Decimal takes (`16\\n`,
+    ` 8`, `1_0`, `1e-3n`), which the API server refuses; the check never accepts what the client refuses."""
+    if k8s.positive_quantity(value):
+        assert parse_quantity(value) > 0, value
 
 
 # ------------------------------------------------------------------------------- bounds (part 4) ---

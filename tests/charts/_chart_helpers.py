@@ -78,7 +78,7 @@ def docs(text: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(text) if d]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _render_cached(key: str, include_crds: bool) -> str:
     return render_text(VALUE_SETS[key], include_crds=include_crds)
 

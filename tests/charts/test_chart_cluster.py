@@ -138,7 +138,7 @@ class LocalReplica:
         self.log = workdir / f"{pod_id}.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "LocalReplica":
+    def start(self) -> LocalReplica:
         with open(self.log, "ab") as f:
             self.proc = subprocess.Popen(self.argv, env=self.env, stdout=f, stderr=subprocess.STDOUT,
                                          start_new_session=True, cwd=str(ROOT))
@@ -232,6 +232,7 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
         secret = next(e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] == "GDN_WEBHOOK_SECRET")
         wait_for(lambda: _can(sa_api, watched, "create", "deployments", "apps"), 20, what="RBAC for the SA")
         assert _can(sa_api, watched, "get", "pods", sub="log")
+        assert _can(sa_api, watched, "delete", "pods")  # the stall detector's restart (handlers/stall.py)
         assert _can(sa_api, rel_ns, "update", "secrets", name=secret)
         for ns, verb, res, grp, name in [
             (watched, "delete", "deployments", "apps", None), (watched, "create", "pods", "", None),

@@ -24,7 +24,7 @@ from paths import CPU_CAPTURES
 VLLM_FIXTURE = CPU_CAPTURES / "metrics-mtp2.prom"
 METRICS_SVC = f"{RELEASE}-gdn-operator-metrics"
 ALERTS = {"GDNEngineDead", "GDNEngineCrashLoop", "GDNSpecAcceptanceCollapse", "GDNEngineScrapeFailures",
-          "GDNAdmissionDenialsSpike", "GDNOperatorDown", "GDNOutputInconsistent"}
+          "GDNAdmissionDenialsSpike", "GDNOperatorDown", "GDNOutputInconsistent", "GDNEngineStalled"}
 
 
 def promtool(chart_tools, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -71,6 +71,7 @@ def silent(alert: str, at: str) -> dict:
 
 SRV = 'namespace="ml",name="qwen"'
 OP0, OP1 = 'pod="gdn-op-0"', 'pod="gdn-op-1"'
+IN0, IN1 = 'instance="10.0.0.5:8080"', 'instance="10.0.0.6:8080"'  # the operator replicas of a per-engine-pod series
 B1 = 'signature="gdn-mixed-batch-assert",upstream="vllm#36917"'
 CASES = [
     # ---- GDNEngineDead ------------------------------------------------------------------------
@@ -156,6 +157,20 @@ CASES = [
     ("output consistent: probes pass (gauge 0), and a 30 s flip shorter than `for` does not fire", [
         s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeMismatch",{OP0}}}', "0x10 1 0x10"),
     ], [silent("GDNOutputInconsistent", "5m"), silent("GDNOutputInconsistent", "11m"), silent("GDNOutputInconsistent", "15m")]),
+    # ---- GDNEngineStalled (issue 24) ------------------------------------------------------------
+    # the series carry the engine pod as `pod` (ServiceMonitor honorLabels); operator replicas differ by instance
+    ("engine stalled: the detector flags one pod for longer than `for` (5m)", [
+        s(f'gdn_engine_stalled{{namespace="ml",server="qwen",pod="qwen-0",{IN0}}}', "0x5 1x20"),
+        s(f'gdn_engine_stalled{{namespace="ml",server="qwen",pod="qwen-1",{IN0}}}', "0x25"),
+    ], [silent("GDNEngineStalled", "9m"),
+        fires("GDNEngineStalled", "12m", {"severity": "critical", "namespace": "ml", "server": "qwen", "pod": "qwen-0"})]),
+    ("engine stalled: the standby replica's stale 0 does not hide the active one's 1 (max)", [
+        s(f'gdn_engine_stalled{{namespace="ml",server="qwen",pod="qwen-0",{IN0}}}', "1x20"),
+        s(f'gdn_engine_stalled{{namespace="ml",server="qwen",pod="qwen-0",{IN1}}}', "0x20"),
+    ], [fires("GDNEngineStalled", "10m", {"severity": "critical", "namespace": "ml", "server": "qwen", "pod": "qwen-0"})]),
+    ("engine not stalled: a stall the operator's restart ended within `for` does not fire", [
+        s(f'gdn_engine_stalled{{namespace="ml",server="qwen",pod="qwen-0",{IN0}}}', "0x5 1x3 0x20"),
+    ], [silent("GDNEngineStalled", "8m"), silent("GDNEngineStalled", "15m")]),
     # ---- GDNOperatorDown ----------------------------------------------------------------------
     ("operator down: no replica up", [
         s(f'up{{job="{METRICS_SVC}",namespace="{NAMESPACE}",pod="a"}}', "1x5 0x30"),

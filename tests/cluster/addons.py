@@ -106,7 +106,7 @@ class LWSController:
         self.webhook_port = free_port()
         self.health_port = free_port()
 
-    def start(self, timeout: float = 90.0) -> "LWSController":
+    def start(self, timeout: float = 90.0) -> LWSController:
         if not (self.paths.lws_manager.is_file()):
             raise ControlPlaneError(f"{self.paths.lws_manager} missing; run {BUILD_SH} lws")
         with self.cp.api_client() as api:
@@ -128,7 +128,7 @@ class LWSController:
         cfg_path = self.workdir / "lws-config.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg))
         env = self.cp.env()
-        log = open(self.log, "ab")
+        log = open(self.log, "ab")  # noqa: SIM115 - the controller process writes to it for its whole life
         self.proc = subprocess.Popen(
             [str(self.paths.lws_manager), f"--config={cfg_path}", f"--kubeconfig={self.cp.kubeconfig}", "--zap-log-level=info"],
             env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,

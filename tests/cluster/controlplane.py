@@ -60,8 +60,11 @@ KWOK_STAGES = (
 KWOK_RUNTIME_CRDS = ("ClusterLogs", "Logs")
 KWOK_CRD_FILES = ("kustomize/crd/bases/kwok.x-k8s.io_clusterlogs.yaml", "kustomize/crd/bases/kwok.x-k8s.io_logs.yaml")
 
-#: Pod IPs come from this range (loopback, so a stand-in server can bind them on ``lo``).
-POD_CIDR = "127.42.0.0/16"
+#: Pod IPs come from this range (loopback, so a stand-in server can bind them on ``lo``). One /16 per test
+#: process, picked from its pid (127.44–127.243; dev mode uses 127.43): control planes of two test runs on one
+#: machine gave pods the same addresses, and one run's stand-in engine answered the other's probes or took
+#: its port ("Address already in use").
+POD_CIDR = f"127.{44 + os.getpid() % 200}.0.0/16"
 GPU_RESOURCE = "nvidia.com/gpu"
 FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 CRASH_ANNOTATION = "gdn-operator.io/test-crash-message"
@@ -155,7 +158,7 @@ def _write_pki(d: Path) -> None:
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     d.mkdir(parents=True, exist_ok=True)
-    now = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=5)
+    now = _dt.datetime.now(_dt.UTC) - _dt.timedelta(minutes=5)
     later = now + _dt.timedelta(days=7)
 
     def save_key(key, name: str) -> None:
@@ -345,7 +348,7 @@ class ControlPlane:
         self.timings: dict[str, float] = {}
 
     # ---- context manager ---------------------------------------------------------------
-    def __enter__(self) -> "ControlPlane":
+    def __enter__(self) -> ControlPlane:
         self.start()
         return self
 
@@ -353,7 +356,7 @@ class ControlPlane:
         self.stop()
 
     # ---- lifecycle -----------------------------------------------------------------------
-    def start(self) -> "ControlPlane":
+    def start(self) -> ControlPlane:
         if self._started:
             return self
         self._started = True

@@ -17,7 +17,6 @@ import concurrent.futures
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -197,7 +196,7 @@ def _get(url: str, timeout: float = 5.0) -> tuple[int, str]:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, ""
-    except (urllib.error.URLError, ConnectionError, TimeoutError, socket.timeout):
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
         return 0, ""
 
 

@@ -41,7 +41,7 @@ def test_renewal_rules():
     bundle = certs.new_bundle(["svc.ns.svc"])
     assert not certs.needs_renewal(bundle.cert_pem, ["svc.ns.svc"])
     assert certs.needs_renewal(bundle.cert_pem, ["other.ns.svc"])  # SANs changed
-    soon = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=340)
+    soon = dt.datetime.now(dt.UTC) + dt.timedelta(days=340)
     assert certs.needs_renewal(bundle.cert_pem, ["svc.ns.svc"], at=soon)  # inside 30 days of expiry
     assert certs.needs_renewal(b"garbage", ["x"])
     cert = x509.load_pem_x509_certificate(bundle.cert_pem)

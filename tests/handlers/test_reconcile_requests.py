@@ -264,6 +264,47 @@ def test_a_status_the_schema_refuses_is_an_error_not_a_conflict(api, monkeypatch
     assert api.requests == ["PATCH server/status", "GET server"]  # read once to tell, not retried 8 times
 
 
+def test_a_status_that_keeps_moving_is_read_again_then_the_conflict_is_raised(api, monkeypatch):
+    def conflict(*_a, **_kw):
+        api.requests.append("PATCH server/status")
+        api.bump()
+        raise ApiException(status=409, reason="Conflict")
+
+    monkeypatch.setattr(api, "patch_namespaced_custom_object_status", conflict)
+    with pytest.raises(ApiException) as e:
+        kube.update_status("ns", "s", lambda status, _o: status.__setitem__("phase", "x"), retries=3, obj=copy.deepcopy(api.obj))
+    assert e.value.status == 409
+    assert api.requests == ["PATCH server/status", "GET server"] * 2 + ["PATCH server/status"]
+
+
+def test_retrying_numbers_the_attempts_and_raises_the_last_error_or_any_other_at_once():
+    seen: list[int] = []
+
+    def moving(n: int) -> str:
+        seen.append(n)
+        raise kube.Retry(ApiException(status=409, reason=f"Conflict {n}"))
+
+    with pytest.raises(ApiException, match="Conflict 3"):
+        kube.retrying(moving, 4)
+    assert seen == [0, 1, 2, 3]
+
+    def lands_third(n: int) -> int:
+        if n < 2:
+            raise kube.Retry(ValueError("moved"))
+        return n
+
+    assert kube.retrying(lands_third, 5) == 2
+
+    def broken(n: int) -> str:
+        seen.append(n)
+        raise KeyError("not a conflict")
+
+    seen.clear()
+    with pytest.raises(KeyError):
+        kube.retrying(broken, 4)
+    assert seen == [0]
+
+
 # ------------------------------------- issue 29 part 9: a workload event asks nothing it already knows ---
 
 from gdn_operator.handlers import workload  # noqa: E402

@@ -140,7 +140,7 @@ def test_common_rules(path):
     for i in stages(instrs)[-1]:
         if i.cmd == "LABEL":
             labels.update(kv_pairs(i.args))
-    assert OCI_LABELS <= set(labels), f"missing OCI labels {OCI_LABELS - set(labels)}"
+    assert set(labels) >= OCI_LABELS, f"missing OCI labels {OCI_LABELS - set(labels)}"
 
 
 # ---------------------------------------------------------------------------- operator image --

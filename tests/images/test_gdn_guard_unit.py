@@ -51,6 +51,14 @@ def test_range_is_half_open():
     assert str(r) == ">=0.25.0,<0.29.0" and str(VersionRange(None, "0.18.0")) == "<0.18.0"
 
 
+@pytest.mark.parametrize("pre", ["0.18.0rc1", "0.18.0.dev5", "0.18.0rc1.dev226+g53b9640fb"])
+def test_range_keeps_prereleases_of_the_fix_inside(pre):
+    """vllm#36917 was fixed in 0.18.0: its guard stays on for 0.18.0 pre-releases (PEP 440 specifiers would
+    leave them out of `<0.18.0`, hence our own range)."""
+    assert VersionRange(None, "0.18.0").contains(pre)
+    assert not VersionRange(None, "0.18.0").contains("0.18.0")
+
+
 # ------------------------------------------------------------------------------ patch ids --
 
 

@@ -13,7 +13,8 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import kubernetes
 from kubernetes.client.rest import ApiException
@@ -77,7 +78,7 @@ class OperatorProcess:
         self.log_path = self.workdir / "operator.log"
         self.starts = 0
 
-    def start(self, wait: bool = True) -> "OperatorProcess":
+    def start(self, wait: bool = True) -> OperatorProcess:
         env = self.cluster.env()
         env.update(
             KUBECONFIG=str(self.kubeconfig),
@@ -96,7 +97,7 @@ class OperatorProcess:
             )
         env.update(self.extra_env)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the operator process writes to it for its whole life
         log.write(f"\n===== operator start #{self.starts + 1} =====\n".encode())
         log.flush()
         self.proc = subprocess.Popen(

@@ -63,7 +63,7 @@ class Install:
                              input=input, capture_output=True, text=True)
         assert res.returncode == 0, f"kubectl {' '.join(args)}:\n{res.stdout}\n{res.stderr}"
 
-    def __enter__(self) -> "Install":
+    def __enter__(self) -> Install:
         core = kubernetes.client.CoreV1Api(self.api)
         for ns in [self.namespace, *self.watched]:
             core.create_namespace({"metadata": {"name": ns}})

@@ -401,10 +401,7 @@ def export_state_dict(model) -> dict[str, torch.Tensor]:
     """HF/vLLM checkpoint names: unfuse experts; main model weights + ``mtp.*``."""
     out: dict[str, torch.Tensor] = {}
     for name, t in model.state_dict().items():
-        if name.startswith("mtp."):
-            key = name
-        else:
-            key = name
+        key = name  # the MTP head's names (mtp.*) are already vLLM's
         if key.endswith("mlp.experts.gate_up_proj"):
             base = key[: -len("gate_up_proj")]
             inter = t.shape[1] // 2
@@ -580,7 +577,7 @@ def _pick_experts(model, args) -> tuple[str, dict]:
     for impl in ("grouped_mm", "eager"):
         _set_experts(model, impl)
         try:
-            for rep in range(2):
+            for _rep in range(2):
                 torch.cuda.synchronize()
                 t0 = time.monotonic()
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.autocast):

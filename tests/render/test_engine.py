@@ -3,10 +3,14 @@
 import json
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
+from gdn_operator.api import flags
 from gdn_operator.api.load import parse_spec
 from gdn_operator.render.engine import RenderError, deployment, safe_label_value, service, vllm_args
 from gdn_operator.render.objects import render_all
+from gdn_operator.rules.launchline import parse_launch_line
 
 BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}
 
@@ -46,6 +50,40 @@ def test_argv_explicit_toggles_and_backends():
     assert json.loads(flag_value(args, "--compilation-config")) == {"cudagraph_mode": "FULL_AND_PIECEWISE"}
     assert flag_value(args, "--max-num-seqs") == "64"
     assert args[-1] == "--trust-remote-code"
+
+
+_FLAG_FIELDS = st.fixed_dictionaries({}, optional={
+    "tensorParallelSize": st.sampled_from([1, 2, 4]),
+    "gpuMemoryUtilization": st.sampled_from([0.5, 0.85, 0.9, 0.95, 0.123]),
+    "maxModelLen": st.sampled_from([4096, 32768, 262144]),
+    "maxNumSeqs": st.integers(1, 512),
+    "maxNumBatchedTokens": st.sampled_from([2048, 8192]),
+    "asyncScheduling": st.booleans(),
+    "prefixCaching": st.booleans(),
+    "chunkedPrefill": st.booleans(),
+    "attentionBackend": st.sampled_from(["FLASH_ATTN", "FLASHINFER"]),
+    "gdnPrefillBackend": st.sampled_from(["flashinfer", "triton"]),
+    "cudagraphMode": st.sampled_from(["PIECEWISE", "FULL_AND_PIECEWISE"]),
+    "enforceEager": st.booleans(),
+    "speculativeDecoding": st.sampled_from([{"enabled": False}, {"numSpeculativeTokens": 1}, {"numSpeculativeTokens": 4}]),
+})
+
+
+@given(_FLAG_FIELDS)
+def test_rendered_argv_reads_back_to_the_same_settings(fields):
+    """One flag table (api/flags.py, issue 22 item 4): what the renderer writes, the launch-line reader reads
+    back as the same spec values — every field of the reader's table, the MTP settings and the CUDA-graph mode."""
+    assume(not (fields.get("enforceEager") and "cudagraphMode" in fields))  # refused by the spec's validator
+    rendered = spec(**fields)
+    argv = vllm_args("srv", rendered)
+    options = [a for a in argv if a.startswith("-")]
+    written = {sp for f in (*flags.READ_FLAGS, flags.PIPELINE_PARALLEL, flags.SERVED_NAME, flags.SHUTDOWN_TIMEOUT)
+               for sp in f.spellings} | {flags.HOST, flags.PORT, flags.SPECULATIVE_CONFIG, flags.COMPILATION_CONFIG}
+    assert set(options) <= written, set(options) - written  # every option the renderer writes is in the table
+    back = parse_launch_line(["vllm", "serve", *argv], vllm_version="0.33.0").spec.model_dump(by_alias=True)
+    want = rendered.model_dump(by_alias=True)
+    for key in [f.key for f in flags.READ_FLAGS] + ["speculativeDecoding", "cudagraphMode"]:
+        assert back[key] == want[key], key
 
 
 def test_deprecated_alias_rendered_as_mtp():

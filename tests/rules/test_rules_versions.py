@@ -1,6 +1,10 @@
 """Version parsing and ranges (PEP 440 ordering written for the rules; nightlies parse as pre-releases)."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version as Pep440
 
 from gdn_operator.versions import VersionRange, parse_version, require_version
 
@@ -24,7 +28,8 @@ def test_parse(text, base, pre):
     assert v.is_prerelease is pre
 
 
-@pytest.mark.parametrize("text", ["latest", "", "nightly", "0.x", "v", "1.2.3.4.5.6.7", "0.33.0 beta", None, 33])
+@pytest.mark.parametrize("text", ["latest", "", "nightly", "0.x", "v", "1.2.3.4.5.6.7", "0.33.0 beta", None, 33,
+                                  "1!0.33.0"])  # an epoch: no vLLM release has one
 def test_unparseable(text):
     assert parse_version(text) is None
 
@@ -81,3 +86,30 @@ def test_require_version_parses_or_names_the_text():
     assert require_version("0.26.0") == parse_version("0.26.0")
     with pytest.raises(ValueError, match="'latest' is not a vLLM version"):
         require_version("latest")
+
+
+_VERSIONS = st.builds(
+    lambda rel, pre, post, dev, local: ".".join(map(str, rel)) + pre + post + dev + local,
+    st.lists(st.integers(0, 40), min_size=1, max_size=4),
+    st.sampled_from(["", "a1", "b2", "rc1", "rc3", "c1", "preview2", ".alpha", "-beta1"]),
+    st.sampled_from(["", ".post1", "-2", "rev3", ".post"]),
+    st.sampled_from(["", ".dev0", ".dev226", "dev3"]),
+    st.sampled_from(["", "+cu129", "+g53b9640fb", "+cpu"]),
+)
+
+
+@given(_VERSIONS, _VERSIONS)
+def test_order_is_pep440_but_the_local_label_does_not_order(a, b):
+    """packaging parses; our key orders exactly as PEP 440 does once the local label is dropped."""
+    va, vb = parse_version(a), parse_version(b)
+    assert va is not None and vb is not None, (a, b)
+    pa, pb = Pep440(Pep440(a).public), Pep440(Pep440(b).public)
+    assert (va < vb, va == vb) == (pa < pb, pa == pb), (a, b)
+
+
+def test_prerelease_of_the_bound_is_inside_an_upper_bound():
+    """Our ranges, not PEP 440 specifiers: `<0.18.0` holds 0.18.0rc1 and 0.18.0.dev1 (vllm#36917 was fixed in
+    0.18.0; a release candidate before it is not assumed to carry the fix). packaging would leave them out."""
+    for pre in ("0.18.0rc1", "0.18.0.dev1", "0.18.0rc1.dev5+gabc"):
+        assert VersionRange("<0.18.0").contains(parse_version(pre)), pre
+        assert not SpecifierSet("<0.18.0").contains(pre, prereleases=True), pre

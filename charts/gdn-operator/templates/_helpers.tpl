@@ -125,9 +125,11 @@ tests/charts/test_chart_render.py holds the same table and fails on any extra re
 {{- end }}
 # kopf index + event handlers over the engine pods (status, restarts, unschedulable, crash watch);
 # get: the crash watch checks whether a container instance still runs before re-following its log.
+# delete: the stall detector restarts a stalled engine pod, once per generation (handlers/stall.py; the
+# delete carries the pod's uid as a precondition, so only that instance goes).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "delete"]
 # Crash watch: read the logs of crashed / running engine containers.
 - apiGroups: [""]
   resources: ["pods/log"]

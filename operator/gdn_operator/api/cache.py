@@ -70,7 +70,7 @@ class ClaimCache(_Model):
         return v
 
     @model_validator(mode="after")
-    def _one(self) -> "ClaimCache":
+    def _one(self) -> ClaimCache:
         if (self.claim_name is None) == (self.size is None):
             raise ValueError("set claimName (an existing claim) or size (the operator creates one), exactly one")
         if self.claim_name is not None and self.storage_class_name is not None:
@@ -92,7 +92,7 @@ class ModelCacheSpec(_Model):
     )
 
     @model_validator(mode="after")
-    def _one(self) -> "ModelCacheSpec":
+    def _one(self) -> ModelCacheSpec:
         if self.empty_dir is not None and self.persistent_volume_claim is not None:
             raise ValueError("set emptyDir or persistentVolumeClaim, not both")
         return self

@@ -1,8 +1,8 @@
 """The one table of spec fields <-> vLLM `serve` flags (issue 22 part 4).
 
-The renderer (render/engine.py: spec -> argv) and the launch-line reader (rules/launchline.py: argv -> spec)
-both read their flag spellings from here, so a setting cannot be written under one name and read under
-another. Each entry names the spec key (the CRD's camelCase alias), the vLLM option, how its value is
+The renderer (render/engine.py, render/shutdown.py, render/lws.py: spec -> argv) and the launch-line reader
+(rules/launchline.py: argv -> spec) both read their flag spellings from here, so a setting cannot be written
+under one name and read under another; `Flag.args` is the one place a value is spelled for argv. Each entry names the spec key (the CRD's camelCase alias), the vLLM option, how its value is
 spelled, and the other spellings the reader accepts without vLLM's option table (`-tp`).
 
 JSON-carried settings (speculative decoding in ``--speculative-config``, the CUDA-graph mode in
@@ -14,6 +14,7 @@ parser); tests/rules/test_rules_launchline_oracle.py checks the reader against v
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass
 
 from gdn_operator.api.enums import AttentionBackend, GDNPrefillBackend
@@ -44,6 +45,20 @@ class Flag:
     def spell(self, value: str) -> str:
         return value.upper() if self.case == "upper" else value.lower()
 
+    def args(self, value: object) -> list[str]:
+        """The argv form the renderer writes (None: the flag is left out, vLLM's default applies).
+
+        ``int``/``str``/``choice``: ``[flag, str(value)]``; ``float``: ``%g`` (``0.9``, not ``0.90000001``);
+        ``bool``: `bool_args` (the on form, the ``off`` form or nothing).
+        """
+        if value is None:
+            return []
+        if self.kind == "bool":
+            return bool_args(self, bool(value))
+        if self.kind == "float":
+            return [self.flag, f"{value:g}"]
+        return [self.flag, str(value)]
+
     def choice(self, value: str) -> str | None:
         """The spec value for a flag value, or None when it is not one of `choices`."""
         if self.choices is None:
@@ -67,6 +82,17 @@ GDN_PREFILL_BACKEND = Flag(
 )
 ENFORCE_EAGER = Flag("enforceEager", "--enforce-eager", "bool")
 SERVED_NAME = Flag("model.servedName", "--served-model-name", "str")
+SHUTDOWN_TIMEOUT = Flag("shutdownTimeoutSeconds", "--shutdown-timeout", "int")
+
+#: Options the renderer writes that no spec field sets (the engine's listen address; the multi-node
+#: rendezvous of render/lws.py). The reader consumes HOST and PORT quietly and knows none of the others.
+HOST = "--host"
+PORT = "--port"
+NNODES = "--nnodes"
+NODE_RANK = "--node-rank"
+MASTER_ADDR = "--master-addr"
+MASTER_PORT = "--master-port"
+HEADLESS = "--headless"
 
 #: Flags the launch-line reader maps back onto the spec (pipeline parallelism is rendered but read as a
 #: setting the rules do not need; the served name is family evidence, rules/family.py).
@@ -91,6 +117,14 @@ JSON_FLAGS = {
 }
 #: JSON-valued flags whose keys may be given one by one (`--speculative-config.method mtp`)
 DOTTED_JSON_PREFIXES = tuple(f + "." for f in JSON_FLAGS)
+
+
+def json_args(flag: str, values: dict[str, object]) -> list[str]:
+    """`flag` and a compact JSON object of spec values under the JSON keys JSON_FLAGS maps them to
+    (``json_args(COMPILATION_CONFIG, {"cudagraphMode": "PIECEWISE"})`` ->
+    ``["--compilation-config", '{"cudagraph_mode":"PIECEWISE"}']``)."""
+    keys = JSON_FLAGS[flag]
+    return [flag, json.dumps({keys[k]: v for k, v in values.items()}, separators=(",", ":"), sort_keys=True)]
 
 
 def bool_args(flag: Flag, value: bool | None) -> list[str]:

@@ -24,6 +24,9 @@ LABEL_KEY_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: resource.Quantity: <signed number><suffix>, suffix one of binary SI, decimal SI or a decimal exponent.
+#: Not kubernetes.utils.parse_quantity: api/ runs without the client (gdnctl; the import-linter contract), and
+#: parse_quantity takes whatever Decimal takes (`16\n`, `1_0`), which the API server refuses.
+#: tests/api/test_k8s_values.py shows both decide alike on the grammar and that this never takes more.
 QUANTITY = re.compile(r"(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?P<suffix>[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?")
 #: An image repository (registry[:port]/path) and tag, as the container runtime parses references.
 IMAGE_REPOSITORY = re.compile(
@@ -71,7 +74,7 @@ def _first_difference(given: Any, canonical: Any, path: str) -> str | None:
                 return deeper
         return None
     if isinstance(given, list) and isinstance(canonical, list):
-        for i, (g, c) in enumerate(zip(given, canonical)):
+        for i, (g, c) in enumerate(zip(given, canonical, strict=False)):  # a prefix: canonical may add items
             deeper = _first_difference(g, c, f"{path}[{i}]")
             if deeper:
                 return deeper

@@ -31,7 +31,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from typing import Any, Iterable, Literal, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
 from pydantic import Field
 

@@ -110,7 +110,7 @@ class ModelSpec(_Model):
         return v
 
     @model_validator(mode="after")
-    def _cache_for_hub_models(self) -> "ModelSpec":
+    def _cache_for_hub_models(self) -> ModelSpec:
         if not self.uri.startswith("hf://") and (self.cache.persistent_volume_claim is not None or self.hub_endpoint):
             what = "cache.persistentVolumeClaim" if self.cache.persistent_volume_claim is not None else "hubEndpoint"
             raise ValueError(f"{what} applies to hf:// models (downloaded from the Hub); {self.uri.split('://')[0]}:// "
@@ -218,7 +218,7 @@ class EnvVar(_Model):
         return v
 
     @model_validator(mode="after")
-    def _one_source(self) -> "EnvVar":
+    def _one_source(self) -> EnvVar:
         if sum(x is not None for x in (self.value, self.secret_key_ref, self.config_map_key_ref)) > 1:
             raise ValueError("set one of value, secretKeyRef or configMapKeyRef")
         return self
@@ -279,3 +279,21 @@ class MetricsSpec(_Model):
 
     enabled: bool = Field(default=True, description="Scrape engine pods and report acceptance.")
     scrape_interval_seconds: int = Field(default=15, ge=5, le=3600, description="Scrape interval.")
+
+
+class HealthSpec(_Model):
+    """Engine liveness beyond /health: the stall detector (gdn_operator.watch.stall) on the scraped /metrics."""
+
+    stall_seconds: int = Field(
+        default=120,
+        ge=30,
+        le=3600,
+        description=(
+            "Seconds an engine may hold requests (running or waiting) while producing under 0.5 output tokens per "
+            "running request per second before it is Stalled (condition Stalled; the pod is restarted once "
+            "per generation under remediation.mode auto). Default 120: the FULL-graph stalls captured on vLLM "
+            "0.22.0 step once every 20-70 s, a healthy engine drains in seconds. Needs spec.metrics.enabled and "
+            "at least twice spec.metrics.scrapeIntervalSeconds."
+        ),
+    )
+

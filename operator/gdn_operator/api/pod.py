@@ -269,7 +269,7 @@ GPU_VISIBILITY_PREFIXES = ("NVIDIA_REQUIRE_",)
 INSECURE_SERIALIZATION_ENV = "VLLM_ALLOW_INSECURE_SERIALIZATION"
 
 
-def _local_media_problem(spec: "GDNModelServerSpec") -> str | None:
+def _local_media_problem(spec: GDNModelServerSpec) -> str | None:
     values = _vllm_args.option_values(spec.extra_args, spec.image.vllm_version)
     path = values.get("allowed_local_media_path")
     if not path:
@@ -287,7 +287,7 @@ def _local_media_problem(spec: "GDNModelServerSpec") -> str | None:
             f"{_opt_in('local-media-path')}")
 
 
-def unsafe_refusals(spec: "GDNModelServerSpec", allowed: frozenset[str] | tuple[str, ...] = ()) -> list[str]:
+def unsafe_refusals(spec: GDNModelServerSpec, allowed: frozenset[str] | tuple[str, ...] = ()) -> list[str]:
     """Settings of `spec` that loosen the engine pod's isolation and are not opted in (one line each, naming
     the field and the opt-in). Empty when the spec is safe or every finding is opted in."""
     allowed = frozenset(allowed)

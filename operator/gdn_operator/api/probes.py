@@ -85,7 +85,7 @@ class Probe(_Model):
         return v
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Probe":
+    def _consistent(self) -> Probe:
         if (self.prompt is None) == (self.prompt_token_ids is None):
             raise ValueError(f"probe {self.name!r}: set exactly one of prompt and promptTokenIds")
         if self.expected_token_ids is not None and self.expected != LEARN:
@@ -137,7 +137,7 @@ class ProbesSpec(_Model):
     prompts: list[Probe] = Field(min_length=1, max_length=8, description="The probes (at most 8).")
 
     @model_validator(mode="after")
-    def _check(self) -> "ProbesSpec":
+    def _check(self) -> ProbesSpec:
         names = [p.name for p in self.prompts]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:

@@ -62,7 +62,7 @@ class DisruptionBudgetSpec(_Model):
     )
 
     @model_validator(mode="after")
-    def _consistent(self) -> "DisruptionBudgetSpec":
+    def _consistent(self) -> DisruptionBudgetSpec:
         if not self.enabled and self.max_unavailable is not None:
             raise ValueError("maxUnavailable has no effect with enabled: false; drop one of them")
         return self

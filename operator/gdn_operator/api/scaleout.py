@@ -60,7 +60,7 @@ class AutoscalingSpec(_Model):
     )
 
     @model_validator(mode="after")
-    def _bounds(self) -> "AutoscalingSpec":
+    def _bounds(self) -> AutoscalingSpec:
         if self.min_replicas > self.max_replicas:
             raise ValueError(f"minReplicas {self.min_replicas} is above maxReplicas {self.max_replicas}; raise maxReplicas or lower minReplicas")
         if self.metric == AutoscalingMetric.KV_CACHE_USAGE.value and self.target > 1:

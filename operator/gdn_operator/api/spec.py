@@ -22,6 +22,7 @@ from gdn_operator.api.enums import (
 )
 from gdn_operator.api.parts import (
     EnvVar,
+    HealthSpec,
     ImageSpec,
     MetricsSpec,
     ModelSpec,
@@ -140,6 +141,7 @@ class GDNModelServerSpec(_Model):
     )
     remediation: RemediationSpec = Field(default_factory=RemediationSpec, description="Crash-loop remediation.")
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Acceptance scraping.")
+    health: HealthSpec = Field(default_factory=HealthSpec, description="Stall detection on the scraped /metrics.")
     probes: ProbesSpec | None = Field(
         default=None,
         description="Output probes: known-answer requests to every Ready engine to catch silent corruption (off when unset).",
@@ -182,6 +184,18 @@ class GDNModelServerSpec(_Model):
             )
         return data
 
+    @field_validator("health")
+    @classmethod
+    def _stall_spans_scrapes(cls, v: HealthSpec, info: ValidationInfo) -> HealthSpec:
+        metrics = info.data.get("metrics")
+        if metrics is not None and metrics.enabled and v.stall_seconds < 2 * metrics.scrape_interval_seconds:
+            raise ValueError(
+                f"stallSeconds {v.stall_seconds} is shorter than two scrapes (metrics.scrapeIntervalSeconds "
+                f"{metrics.scrape_interval_seconds}): the stall detector judges the engine's progress over several "
+                f"scrapes; set stallSeconds to at least {2 * metrics.scrape_interval_seconds} or scrape more often"
+            )
+        return v
+
     @field_validator("nodes")
     @classmethod
     def _nodes_divide(cls, v: int, info: Any) -> int:
@@ -199,7 +213,7 @@ class GDNModelServerSpec(_Model):
 
     @field_validator("resources")
     @classmethod
-    def _gpus_per_node(cls, v: "ResourcesSpec", info: Any) -> "ResourcesSpec":
+    def _gpus_per_node(cls, v: ResourcesSpec, info: Any) -> ResourcesSpec:
         tp, pp, nodes = (info.data.get(k) for k in ("tensor_parallel_size", "pipeline_parallel_size", "nodes"))
         if v.gpus_per_node is None or None in (tp, pp, nodes):
             return v
@@ -297,7 +311,7 @@ class GDNModelServerSpec(_Model):
         return data
 
     @model_validator(mode="after")
-    def _consistency(self) -> "GDNModelServerSpec":
+    def _consistency(self) -> GDNModelServerSpec:
         if self.cudagraph_mode is not None and self.cudagraph_mode != CudagraphMode.NONE.value and self.enforce_eager:
             raise ValueError("enforceEager: true disables CUDA graphs; drop cudagraphMode or enforceEager")
         claim = self.model.cache.persistent_volume_claim

@@ -20,8 +20,9 @@ YAML loaders validate with it).
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from pydantic import BaseModel
 

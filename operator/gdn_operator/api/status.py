@@ -113,6 +113,30 @@ class AcceptanceStatus(_Status):
     pods: list[PodAcceptance] = Field(default_factory=list, max_length=64, description="Per pod (first 64).")
 
 
+class PodStall(_Status):
+    """One engine pod (the leader, for a multi-node group) with requests in flight and no progress."""
+
+    pod: str
+    group: str | None = Field(default=None, description="LeaderWorkerSet group (multi-node): the whole group is stalled.")
+    running: int = Field(default=0, description="Requests stuck running.")
+    waiting: int = Field(default=0, description="Requests stuck waiting.")
+    seconds_without_progress: float = 0.0
+    tokens_per_request_second: float | None = Field(
+        default=None, description="Output tokens per running request per second over that time (floor 0.5).")
+    engine_steps: float | None = Field(default=None, description="Engine steps over that time, when exposed.")
+    hang_evidence: str | None = Field(default=None, description="Hang wording in the pod's log (supporting evidence).")
+    probe_timeouts: int | None = Field(default=None, description="Output-probe timeouts (supporting evidence).")
+    since: str | None = Field(default=None, description="RFC 3339 time the progress stopped.")
+
+
+class StallStatus(_Status):
+    """Engines that hold requests but stopped making progress, from their /metrics (spec.health.stallSeconds)."""
+
+    stall_seconds: int | None = None
+    stalled: list[PodStall] = Field(default_factory=list, max_length=64, description="Stalled pods (first 64).")
+    updated: str | None = None
+
+
 class DefaultedField(_Status):
     """An unset spec field the operator set to the value a known-issue rule accepts (unset means safe)."""
 
@@ -170,4 +194,5 @@ class GDNModelServerStatus(_Status):
     advisories: list[RuleFinding] = Field(
         default_factory=list, description="Known risks no spec value avoids yet (not warned on every apply).")
     acceptance: AcceptanceStatus | None = None
+    stall: StallStatus | None = None
     probes: ProbesStatus | None = None

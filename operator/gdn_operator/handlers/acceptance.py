@@ -1,6 +1,7 @@
 """Speculative-decoding acceptance: one supervisor task scrapes each GDNModelServer's ready engine pods on
-the spec's interval, feeds the sliding-window tracker, exports the gauges, and writes status.acceptance
-plus the AcceptanceHealthy / MetricsAvailable conditions (Events on transitions). The supervisor's state
+the spec's interval, feeds the sliding-window tracker and the stall watch (handlers/stall.py: the same
+scrape, parsed once), exports the gauges, and writes status.acceptance and status.stall plus the
+AcceptanceHealthy / MetricsAvailable / Stalled conditions in one status write (Events on transitions). The supervisor's state
 (tracker, scraper, what was last written, the servers and their pods) lives in one AcceptanceSupervisor,
 held by the runtime (handlers/runtime.py).
 
@@ -11,6 +12,7 @@ slot for at most the timeout and never delays other resources.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -19,6 +21,7 @@ from typing import Any
 from gdn_operator import telemetry
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
+from gdn_operator.handlers import stall as stall_watch
 from gdn_operator.handlers.bodies import ServerBodies
 from gdn_operator.handlers.pods import api_pods, pods_of
 from gdn_operator.render.engine import ENGINE_PORT
@@ -73,9 +76,10 @@ def pod_figures(tracker: AcceptanceTracker, namespace: str, name: str, errors: d
 
 
 def write_acceptance(namespace: str, name: str, acceptance: dict[str, Any], targets: int, failed: dict[str, str],
-                     bodies: ServerBodies | None = None) -> list[tuple[str, str, str]]:
-    """Write status (from `bodies`' newest server body when given: no read); returns Events to emit (type,
-    reason, message) for condition transitions."""
+                     stall: dict[str, Any] | None = None, bodies: ServerBodies | None = None
+                     ) -> tuple[list[tuple[str, str, str]], dict[str, Any] | None]:
+    """Write status (from `bodies`' newest server body when given: no read); returns the Events emitted (type,
+    reason, message) for condition transitions, and the server as written (None when it is gone)."""
     events: list[tuple[str, str, str]] = []
     findings = acceptance.get("findings") or []
 
@@ -83,6 +87,7 @@ def write_acceptance(namespace: str, name: str, acceptance: dict[str, Any], targ
         events.clear()
         gen = obj["metadata"].get("generation")
         status["acceptance"] = acceptance
+        events.extend(stall_watch.apply_condition(status, stall, gen))
         if targets:
             if len(failed) == targets:
                 reasons = sorted(set(failed.values()))
@@ -118,13 +123,15 @@ def write_acceptance(namespace: str, name: str, acceptance: dict[str, Any], targ
     obj = bodies.update_status(namespace, name, mutate) if bodies is not None else kube.update_status(namespace, name, mutate)
     if obj is not None:
         for type_, reason, message in events:
+            if reason in (st.STALL_REASON, "StallEnded"):
+                log.info("%s/%s: %s: %s", namespace, name, reason, message)
             kube.emit_event(obj, reason, message, type_)
-    return events
+    return events, obj
 
 
-def _fingerprint(acceptance: dict[str, Any], targets: int, failed: dict[str, str]) -> str:
+def _fingerprint(acceptance: dict[str, Any], targets: int, failed: dict[str, str], stall: dict[str, Any] | None) -> str:
     body = {k: v for k, v in acceptance.items() if k != "updated"}
-    return json.dumps([body, targets, sorted(failed.items())], sort_keys=True, default=str)
+    return json.dumps([body, targets, sorted(failed.items()), stall], sort_keys=True, default=str)
 
 
 class AcceptanceSupervisor:
@@ -138,6 +145,12 @@ class AcceptanceSupervisor:
         #: the newest server bodies seen (handlers/bodies.py): status writes from them need no read
         self.bodies = bodies
         self.scraper = scraper
+        self.stall = stall_watch.StallWatch()
+        #: supporting evidence for a stall, per (namespace, server, pod): hang wording in the pod's log (the
+        #: crash watch's log followers) and output-probe timeouts (the probe supervisor); set by the runtime
+        self.hang_of: Any = lambda namespace, pod: ""
+        self.probe_timeouts_of: Any = lambda namespace, name, pod: 0
+        self.plan_inputs: Any = None  # the runtime (settings, CRDs): renders the stall ladder's override at once
         self.concurrency = concurrency  # servers whose round runs at once
         self.servers: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods_index: Any = None  # kopf's live engine_pods index (handlers/pods.py), set by the first event
@@ -152,7 +165,9 @@ class AcceptanceSupervisor:
     def track(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         metrics = (body.get("spec") or {}).get("metrics") or {}
         entry = self.servers.setdefault((namespace, name), {"next": 0.0})
-        entry.update(interval=float(metrics.get("scrapeIntervalSeconds") or 15), enabled=bool(metrics.get("enabled", True)))
+        health = (body.get("spec") or {}).get("health") or {}
+        entry.update(interval=float(metrics.get("scrapeIntervalSeconds") or 15), enabled=bool(metrics.get("enabled", True)),
+                     stall_seconds=float(health.get("stallSeconds") or stall_watch.DEFAULT_STALL_SECONDS))
         if not entry["enabled"] and entry.get("was_enabled"):
             entry["clear"] = True
         entry["was_enabled"] = entry["enabled"]
@@ -162,13 +177,12 @@ class AcceptanceSupervisor:
 
     def forget(self, namespace: str, name: str) -> None:
         self.servers.pop((namespace, name), None)
+        self.stall.forget(namespace, name)
         self.tracker.forget_resource(namespace, name)
         self.last_written.pop((namespace, name), None)
         for gauge in (telemetry.READY_REPLICAS, telemetry.DESIRED_REPLICAS, telemetry.ENGINE_RESTARTS):
-            try:
+            with contextlib.suppress(KeyError):
                 gauge.remove(namespace, name)
-            except KeyError:
-                pass
 
     async def scrape_round(self, namespace: str, name: str, pods: list[dict[str, Any]]) -> None:
         live = [p for p in pods if p.get("ip") and p.get("ready")]
@@ -185,15 +199,25 @@ class AcceptanceSupervisor:
         tracker.update_gauges(namespace, name)
         summary = tracker.summary(namespace, name)
         acceptance = status_from_summary(summary, pod_figures(tracker, namespace, name, failed), tracker.window)
-        fp = _fingerprint(acceptance, len(targets), failed)
+        stall_seconds = float((self.servers.get((namespace, name)) or {}).get("stall_seconds") or stall_watch.DEFAULT_STALL_SECONDS)
+        verdicts = self.stall.observe_round(namespace, name, stall_seconds, live, results)
+        stall = stall_watch.stall_status(verdicts, stall_seconds, lambda pod: self.hang_of(namespace, pod),
+                                         lambda pod: self.probe_timeouts_of(namespace, name, pod))
+        fp = _fingerprint(acceptance, len(targets), failed, stall)
         if self.last_written.get((namespace, name)) == fp:
             return
-        await asyncio.to_thread(write_acceptance, namespace, name, acceptance, len(targets), failed, self.bodies)
+        _, obj = await asyncio.to_thread(write_acceptance, namespace, name, acceptance, len(targets), failed, stall,
+                                         self.bodies)
         self.last_written[(namespace, name)] = fp
+        if obj is not None and stall is not None:
+            stalled = [pv for pv in verdicts if pv.verdict.stalled]
+            await asyncio.to_thread(stall_watch.end_stall, namespace, name, obj, stalled,
+                                    stall_watch.condition_message(stall), self.stall.restarted, self.plan_inputs)
 
     def clear(self, namespace: str, name: str) -> None:
         """Metrics turned off: acceptance figures and their conditions no longer say anything."""
         self.tracker.forget_resource(namespace, name)
+        self.stall.forget(namespace, name)
         self.last_written.pop((namespace, name), None)
         clear_acceptance(namespace, name)
 
@@ -236,5 +260,8 @@ def clear_acceptance(namespace: str, name: str) -> None:
             st.set_condition(status, st.ACCEPTANCE, None, "MetricsDisabled", "spec.metrics.enabled is false", gen)
         if st.get_condition(status, st.METRICS_AVAILABLE) is not None:
             st.set_condition(status, st.METRICS_AVAILABLE, None, "MetricsDisabled", "spec.metrics.enabled is false", gen)
+        status.pop("stall", None)
+        if st.get_condition(status, st.STALLED) is not None:
+            st.set_condition(status, st.STALLED, None, "MetricsDisabled", "spec.metrics.enabled is false: no stall detection", gen)
 
     kube.update_status(namespace, name, mutate)

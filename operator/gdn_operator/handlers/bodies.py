@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gdn_operator.handlers import kube
 

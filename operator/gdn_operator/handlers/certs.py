@@ -19,9 +19,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
 from cryptography.x509.oid import NameOID
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
-from gdn_operator.handlers.kube import api_client
+from gdn_operator.handlers.kube import Retry, api_client, retrying
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def _pem_key(k: ec.EllipticCurvePrivateKey) -> bytes:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def make_ca(common_name: str = "gdn-operator-webhook-ca") -> tuple[bytes, bytes]:
@@ -140,49 +140,57 @@ def new_bundle(sans: list[str]) -> TLSBundle:
 def ensure_secret_bundle(namespace: str, secret: str, sans: list[str]) -> TLSBundle:
     """Load the bundle from the Secret, creating or renewing it as needed (races resolved by the API)."""
     core = kubernetes.client.CoreV1Api(api_client())
-    for _ in range(5):
-        try:
-            obj = core.read_namespaced_secret(secret, namespace)
-        except ApiException as e:
-            if e.status != 404:
-                raise
-            bundle = new_bundle(sans)
-            body = {
-                "metadata": {"name": secret, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "gdn-operator"}},
-                "type": "kubernetes.io/tls",
-                "data": _encode(bundle),
-            }
-            try:
-                # the V1Secret the client's validate_call would make of the dict
-                core.create_namespaced_secret(namespace, kubernetes.client.V1Secret.model_validate(body))
-                log.info("created webhook CA and certificate in Secret %s/%s", namespace, secret)
-                return bundle
-            except ApiException as e2:
-                if e2.status == 409:
-                    continue  # another replica won the race; read theirs
-                raise
-        data = {k: base64.b64decode(v) for k, v in (obj.data or {}).items()}
-        if not {"ca.crt", "ca.key", "tls.crt", "tls.key"} <= set(data):
-            ca, ca_key = make_ca()
-        else:
-            ca, ca_key = data["ca.crt"], data["ca.key"]
-            if not needs_renewal(data["tls.crt"], sans) and not _ca_expiring(ca):
-                return TLSBundle(ca, ca_key, data["tls.crt"], data["tls.key"])
-            if _ca_expiring(ca):
-                ca, ca_key = make_ca()
-        crt, key = make_serving_cert(ca, ca_key, sans)
-        bundle = TLSBundle(ca, ca_key, crt, key)
-        encoded: dict[str, bytes | str] = dict(_encode(bundle))
-        obj.data = encoded
-        try:
-            core.replace_namespaced_secret(secret, namespace, obj)
-            log.info("renewed webhook certificate in Secret %s/%s", namespace, secret)
-            return bundle
-        except ApiException as e:
-            if e.status == 409:
-                continue
+    try:
+        return retrying(lambda _attempt: _ensure_once(core, namespace, secret, sans), 5)
+    except ApiException as e:
+        if e.status != 409:
             raise
-    raise RuntimeError(f"could not create or renew the webhook Secret {namespace}/{secret}")
+        raise RuntimeError(f"could not create or renew the webhook Secret {namespace}/{secret}") from None
+
+
+def _ensure_once(core: kubernetes.client.CoreV1Api, namespace: str, secret: str, sans: list[str]) -> TLSBundle:
+    """One attempt of ensure_secret_bundle; raises Retry when another replica wrote the Secret meanwhile."""
+    try:
+        obj = core.read_namespaced_secret(secret, namespace)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        bundle = new_bundle(sans)
+        body = {
+            "metadata": {"name": secret, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "gdn-operator"}},
+            "type": "kubernetes.io/tls",
+            "data": _encode(bundle),
+        }
+        try:
+            # the V1Secret the client's validate_call would make of the dict
+            core.create_namespaced_secret(namespace, kubernetes.client.V1Secret.model_validate(body))
+            log.info("created webhook CA and certificate in Secret %s/%s", namespace, secret)
+            return bundle
+        except ApiException as e2:
+            if e2.status == 409:
+                raise Retry(e2) from e2  # another replica won the race; read theirs
+            raise
+    data = {k: base64.b64decode(v) for k, v in (obj.data or {}).items()}
+    if not {"ca.crt", "ca.key", "tls.crt", "tls.key"} <= set(data):
+        ca, ca_key = make_ca()
+    else:
+        ca, ca_key = data["ca.crt"], data["ca.key"]
+        if not needs_renewal(data["tls.crt"], sans) and not _ca_expiring(ca):
+            return TLSBundle(ca, ca_key, data["tls.crt"], data["tls.key"])
+        if _ca_expiring(ca):
+            ca, ca_key = make_ca()
+    crt, key = make_serving_cert(ca, ca_key, sans)
+    bundle = TLSBundle(ca, ca_key, crt, key)
+    encoded: dict[str, bytes | str] = dict(_encode(bundle))
+    obj.data = encoded
+    try:
+        core.replace_namespaced_secret(secret, namespace, obj)
+        log.info("renewed webhook certificate in Secret %s/%s", namespace, secret)
+        return bundle
+    except ApiException as e:
+        if e.status == 409:
+            raise Retry(e) from e
+        raise
 
 
 def _ca_expiring(ca_pem: bytes) -> bool:
@@ -191,5 +199,7 @@ def _ca_expiring(ca_pem: bytes) -> bool:
 
 
 def _encode(b: TLSBundle) -> dict[str, str]:
-    enc = lambda v: base64.b64encode(v).decode()  # noqa: E731
+    def enc(v: bytes) -> str:
+        return base64.b64encode(v).decode()
+
     return {"ca.crt": enc(b.ca_pem), "ca.key": enc(b.ca_key_pem), "tls.crt": enc(b.cert_pem), "tls.key": enc(b.key_pem)}

@@ -10,7 +10,8 @@ current cause at once and clears only when none is left.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gdn_operator.handlers.kube import now
 from gdn_operator.redact import redact
@@ -25,6 +26,7 @@ UNSCHEDULABLE = "Unschedulable"
 ACCEPTANCE = "AcceptanceHealthy"
 METRICS_AVAILABLE = "MetricsAvailable"
 OUTPUT_CONSISTENT = "OutputConsistent"
+STALLED = "Stalled"
 PATCH_SET = "PatchSetVerified"
 INFERENCE_POOL_ACCEPTED = "InferencePoolAccepted"
 INFERENCE_POOL_RESOLVED_REFS = "InferencePoolResolvedRefs"
@@ -42,6 +44,8 @@ CONDITIONS: dict[str, tuple[str, str]] = {
     ACCEPTANCE: ("handlers/acceptance.py", "speculative-decoding acceptance is healthy (False: an acceptance finding)"),
     METRICS_AVAILABLE: ("handlers/acceptance.py", "the engines' /metrics could be scraped"),
     OUTPUT_CONSISTENT: ("handlers/probes.py", "output probes answer as expected"),
+    STALLED: ("handlers/stall.py", "True/EngineStalled: an engine holds requests but makes no progress (pods, requests "
+              "stuck, seconds without progress); False once none is"),
     INFERENCE_POOL_ACCEPTED: ("handlers/router.py", "mirrors the InferencePool's Accepted (all parent gateways)"),
     INFERENCE_POOL_RESOLVED_REFS: ("handlers/router.py", "mirrors the InferencePool's ResolvedRefs"),
     OVERRIDDEN: ("handlers/reconcile.py, handlers/remediation.py",
@@ -51,12 +55,15 @@ CONDITIONS: dict[str, tuple[str, str]] = {
 
 #: CrashLooping reasons while a crash is recent (not yet cleared by the quiet period).
 CRASH_ACTIVE = ("RepeatedCrash", "Remediated", "EngineCrashed")
+#: Stalled reason while an engine is stalled.
+STALL_REASON = "EngineStalled"
 #: AcceptanceHealthy reasons that degrade a server (the acceptance findings).
 ACCEPTANCE_REASONS = ("SpecAcceptanceNearZero", "SpecAcceptanceDrop", "EarlyStopShift")
 
 
 def get_condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    for c in status.get("conditions") or []:
+    conditions: list[dict[str, Any]] = status.get("conditions") or []
+    for c in conditions:
         if c.get("type") == type_:
             return c
     return None
@@ -127,6 +134,16 @@ def _when_false(type_: str, reasons: tuple[str, ...] | None = None) -> Callable[
     return source
 
 
+def _when_true(type_: str) -> Callable[[dict[str, Any]], tuple[str, str] | None]:
+    def source(status: dict[str, Any]) -> tuple[str, str] | None:
+        c = get_condition(status, type_)
+        if c and c.get("status") == "True":
+            return c.get("reason") or type_, c.get("message", "")
+        return None
+
+    return source
+
+
 def _partially_ready(status: dict[str, Any]) -> tuple[str, str] | None:
     c = get_condition(status, READY)
     if c and c.get("status") == "False" and c.get("reason") == "EnginesNotReady" and int(status.get("readyReplicas") or 0) > 0:
@@ -137,6 +154,7 @@ def _partially_ready(status: dict[str, Any]) -> tuple[str, str] | None:
 #: What degrades a server, by owner, in the order their reasons are reported: (owner, condition read, cause).
 DEGRADED_SOURCES: tuple[tuple[str, str, Callable[[dict[str, Any]], tuple[str, str] | None]], ...] = (
     ("crash watch (handlers/crashwatch.py)", CRASH_LOOPING, _crash),
+    ("stall detector (handlers/stall.py)", STALLED, _when_true(STALLED)),
     ("patch-set check (handlers/patchset.py)", PATCH_SET, _when_false(PATCH_SET)),
     ("output probes (handlers/probes.py)", OUTPUT_CONSISTENT, _when_false(OUTPUT_CONSISTENT)),
     ("acceptance (handlers/acceptance.py)", ACCEPTANCE, _when_false(ACCEPTANCE, ACCEPTANCE_REASONS)),

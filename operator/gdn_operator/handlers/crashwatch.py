@@ -26,14 +26,15 @@ from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
 from gdn_operator.handlers.autoscaler import sync_scale_up
 from gdn_operator.handlers.logfollow import LogFollowers, StreamedResults, evidence_for
-from gdn_operator.handlers.plan import PlanInputs, expected_objects
 from gdn_operator.handlers.overrides import reapply
+from gdn_operator.handlers.plan import PlanInputs, expected_objects
 from gdn_operator.handlers.remediation import maybe_remediate
 from gdn_operator.redact import redact
 from gdn_operator.render.engine import CONTAINER
 from gdn_operator.render.scaleout import engine_args
 from gdn_operator.watch.groups import group_of, incident_members, same_incident
-from gdn_operator.watch.signatures import ClassificationResult, best_result, classify_termination_message
+from gdn_operator.watch.result import ClassificationResult, best_result
+from gdn_operator.watch.signatures import classify_termination_message
 
 log = logging.getLogger(__name__)
 
@@ -241,10 +242,10 @@ def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -
     log.info("engine crash on %s/%s generation %s: pod %s restart %s, %s, count %s%s", namespace, name,
              outcome["generation"], death.pod, death.restart_count, outcome["signature"], outcome["count"],
              " (previous spec, not counted)" if outcome.get("stale") else " (same group incident)" if outcome.get("incident") else "")
-    if not outcome.get("stale") and not outcome.get("incident"):
-        if maybe_remediate(namespace, name, obj, result, outcome["count"], outcome["generation"],
-                           policy=rt.settings.default_policy) is not None:
-            reapply(namespace, name, rt)  # the override is in status; render and apply it now
+    if not outcome.get("stale") and not outcome.get("incident") and maybe_remediate(
+        namespace, name, obj, result, outcome["count"], outcome["generation"], policy=rt.settings.default_policy
+    ) is not None:
+        reapply(namespace, name, rt)  # the override is in status; render and apply it now
     sync_scale_up(namespace, name, obj, rt)
     return obj.get("status")
 

@@ -10,13 +10,16 @@ import copy
 import datetime as dt
 import email.utils
 import functools
+import itertools
 import json
 import logging
 import time
-from typing import Any, Callable, cast
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import kubernetes
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import Backoff, on_error
 
 from gdn_operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from gdn_operator.redact import redact
@@ -75,17 +78,20 @@ def with_default_timeout(rest_client: Any, timeout: tuple[float, float] = REQUES
     timeout=None to urllib3, which means wait forever, whatever the pool's default)."""
     request = rest_client.request
 
-    def bounded(method, url, headers=None, body=None, post_params=None, _request_timeout=None):  # noqa: ANN001
+    def bounded(method: str, url: str, headers: dict[str, str] | None = None, body: Any = None,
+                post_params: Any = None, _request_timeout: Any = None) -> Any:
         return request(method, url, headers=headers, body=body, post_params=post_params,
                        _request_timeout=_request_timeout or timeout)
 
     rest_client.request = bounded
 
 
-def _json(resp: Any) -> Any:
-    """Body of a `_preload_content=False` response (skips the client's slow model deserialisation)."""
+def _json(resp: Any) -> dict[str, Any]:
+    """Body of a `_preload_content=False` response (skips the client's slow model deserialisation): the API
+    server answers every call this module makes with a JSON object."""
     try:
-        return json.loads(resp.data)
+        body: dict[str, Any] = json.loads(resp.data)
+        return body
     finally:
         resp.release_conn()
 
@@ -101,7 +107,7 @@ def require_namespace(namespace: str | None) -> str:
 def plain(obj: Any) -> Any:
     """A deep plain-dict copy of a kopf Body/Patch view (safe to hand to a worker thread)."""
     if isinstance(obj, dict) or hasattr(obj, "keys"):
-        return {k: plain(obj[k]) for k in obj.keys()}
+        return {k: plain(obj[k]) for k in obj.keys()}  # noqa: SIM118 - all it is known to have is keys() (the test above)
     if isinstance(obj, (list, tuple)):
         return [plain(v) for v in obj]
     return obj
@@ -111,12 +117,19 @@ def owner_name(meta: dict[str, Any]) -> str | None:
     """The GDNModelServer that controls an object (its engine workload, InferencePool), from its metadata."""
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") == KIND and ref.get("controller"):
-            return ref.get("name")
+            name: str | None = ref.get("name")
+            return name
     return None
 
 
 def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return iso(None)
+
+
+def iso(epoch: float | None) -> str:
+    """RFC 3339 UTC, whole seconds (None: now)."""
+    t = dt.datetime.now(dt.UTC) if epoch is None else dt.datetime.fromtimestamp(epoch, dt.UTC)
+    return t.replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def apply(obj: dict[str, Any]) -> dict[str, Any]:
@@ -322,6 +335,19 @@ def patch_server(namespace: str, name: str, patch: dict[str, Any]) -> dict[str, 
     ))
 
 
+def delete_pod(namespace: str, name: str, uid: str | None) -> bool:
+    """Delete one pod instance (uid precondition: never a replacement that took the same name, as LWS pods
+    do). False when it is already gone or was replaced."""
+    body = kubernetes.client.V1DeleteOptions.model_validate({"preconditions": {"uid": uid}} if uid else {})
+    try:
+        kubernetes.client.CoreV1Api(api_client()).delete_namespaced_pod(name, namespace, body=body, _preload_content=False)
+    except ApiException as e:
+        if e.status in (404, 409):
+            return False
+        raise
+    return True
+
+
 #: Status keys other status keys are derived from: a write that changes the phase or a condition also
 #: requires these to be as it read them (conditions.derive_phase / refresh_degraded read them).
 _DERIVED_FROM = ("conditions", "readyReplicas")
@@ -393,6 +419,34 @@ def _holds(ops: list[dict[str, Any]], obj: dict[str, Any]) -> bool:
     return True
 
 
+T = TypeVar("T")
+
+#: Conflict retries (a read-modify-write lost a race): client-go's retry.DefaultRetry shape (constant delay with
+#: jitter), 50 ms apart; `steps` is set per call.
+CONFLICT_BACKOFF = Backoff(steps=5, duration=0.05, factor=1.0, jitter=1.0)
+
+
+class Retry(Exception):
+    """Raised by an attempt passed to `retrying` to ask for another; `error` is raised when none is left."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
+def retrying(attempt: Callable[[int], T], attempts: int, backoff: Backoff = CONFLICT_BACKOFF) -> T:
+    """The one bounded retry loop (the Kubernetes client's kubernetes.utils.retry.on_error, client-go's
+    retry.OnError): call `attempt(n)` for n = 0, 1, ... until it returns; an attempt that raises `Retry(error)`
+    is called again after the backoff, and `error` itself is raised once `attempts` attempts have asked for
+    another. Any other exception ends it at once."""
+    numbers = itertools.count()
+    steps = Backoff(attempts, backoff.duration, backoff.factor, backoff.jitter, backoff.cap)
+    try:
+        return on_error(steps, lambda e: isinstance(e, Retry), lambda: attempt(next(numbers)))
+    except Retry as r:
+        raise r.error from None
+
+
 def update_status(
     namespace: str,
     name: str,
@@ -408,9 +462,10 @@ def update_status(
     the precondition. Returns the updated object, or None when the object is gone.
     """
     api = kubernetes.client.CustomObjectsApi(api_client())
-    for attempt in range(retries):
-        if obj is None:
-            obj = get_server(namespace, name)
+    read = {"obj": obj}
+
+    def write(attempt: int) -> dict[str, Any] | None:
+        obj = read["obj"] if read["obj"] is not None else get_server(namespace, name)
         if obj is None:
             return None
         old = obj.get("status") or {}
@@ -428,7 +483,7 @@ def update_status(
                 GROUP, VERSION, namespace, PLURAL, name, ops, _content_type="application/json-patch+json",
                 _preload_content=False))
             _log_status_written(namespace, name, obj["metadata"].get("generation"), conditions_before, status)
-            return cast(dict[str, Any], out)
+            return out
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -442,9 +497,10 @@ def update_status(
                 log.warning("status patch of %s/%s refused: %s; patch: %s", namespace, name, e.body, json.dumps(ops)[:4000])
                 raise
             log.debug("status of %s/%s changed since read (attempt %d): read again", namespace, name, attempt + 1)
-            obj = fresh
-            time.sleep(0.05 * attempt)
-    return None
+            read["obj"] = fresh
+            raise Retry(e) from e
+
+    return retrying(write, retries)
 
 
 def _condition_states(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -467,7 +523,7 @@ def _log_status_written(namespace: str, name: str, generation: Any, before: dict
 def emit_event(obj: dict[str, Any], reason: str, message: str, type_: str = "Normal") -> None:
     """A core/v1 Event on the GDNModelServer (never raises: events are best effort)."""
     meta = obj["metadata"]
-    ts = dt.datetime.now(dt.timezone.utc)
+    ts = dt.datetime.now(dt.UTC)
     body = {
         "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
         "involvedObject": {

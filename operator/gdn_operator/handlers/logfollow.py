@@ -16,9 +16,13 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+
+import kubernetes
+from kubernetes.client.exceptions import ApiException
 
 from gdn_operator.api.load import parse_spec
 from gdn_operator.handlers import kube
@@ -29,7 +33,7 @@ from gdn_operator.watch.evidence import Evidence
 from gdn_operator.watch.guardline import SEARCH_BYTES as GUARD_SEARCH_BYTES
 from gdn_operator.watch.guardline import GuardLine, parse_guard_line
 from gdn_operator.watch.logstream import StreamClassifier
-from gdn_operator.watch.signatures import ClassificationResult
+from gdn_operator.watch.result import ClassificationResult
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +87,6 @@ def _stream_once(
     namespace: str, pod: str, stop: Callable[[], bool], on_guard: Callable[[GuardLine | None], None], state: StreamState,
 ) -> str:
     """Follow one container instance's log until the stream ends. Returns why it ended."""
-    import kubernetes
-
     core = kubernetes.client.CoreV1Api(kube.api_client())
     kw: dict[str, Any] = {}
     if state.last_read is not None:  # reconnect: do not read the whole log again
@@ -118,9 +120,6 @@ def _stream_once(
 
 def _instance_running(namespace: str, pod: str, uid: str, restart: int) -> bool | None:
     """Whether this container instance still runs; None when the API server cannot say (outage)."""
-    import kubernetes
-    from kubernetes.client.rest import ApiException
-
     p: Any  # the raw HTTP response (_preload_content=False)
     try:
         p = kubernetes.client.CoreV1Api(kube.api_client()).read_namespaced_pod(pod, namespace, _preload_content=False)
@@ -150,6 +149,13 @@ class LogFollowers:
         self.pool = pool  # log streams hold a thread while the engine runs: never the pool status writes use
         self.streamed = streamed
         self.tasks: dict[str, tuple[int, asyncio.Task[None]]] = {}
+        #: the log classifier of each followed pod's current container instance, by (namespace, pod)
+        self.classifiers: dict[tuple[str, str], StreamClassifier] = {}
+
+    def hang_summary(self, namespace: str, pod: str) -> str:
+        """Hang wording seen in the pod's current log (watch/hang.py): a stall's supporting evidence."""
+        sc = self.classifiers.get((namespace, pod))
+        return sc.hang.summary() if sc is not None else ""
 
     def ensure(self, namespace: str, pod: dict[str, Any]) -> None:
         uid = pod["metadata"].get("uid", "")
@@ -190,6 +196,7 @@ class LogFollowers:
         loop = asyncio.get_running_loop()
         evidence = await loop.run_in_executor(self.pool, evidence_for, namespace, server) if server else None
         state = StreamState(StreamClassifier(evidence=evidence), lambda result: self.streamed.remember(uid, restart + 1, result))
+        self.classifiers[(namespace, pod)] = state.classifier
         try:
             while True:  # until this container instance ends; a restart starts a new task
                 try:
@@ -216,3 +223,5 @@ class LogFollowers:
                 backoff = min(backoff * 2, 120.0)
         finally:
             stop.set()
+            if self.classifiers.get((namespace, pod)) is state.classifier:
+                del self.classifiers[(namespace, pod)]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gdn_operator.handlers import kube
 from gdn_operator.handlers import conditions as st
+from gdn_operator.handlers import kube
 from gdn_operator.watch.guardline import GuardLine, check_patch_set
 
 log = logging.getLogger(__name__)

@@ -9,6 +9,7 @@ optional APIs the cluster serves (`PlanInputs`: the runtime provides both), and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -18,8 +19,8 @@ from pydantic import ValidationError
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.api.overrides import apply_overrides, entries, live_overrides
 from gdn_operator.api.pod import unsafe_refusals
-from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
 from gdn_operator.handlers.bodies import ServerBodies
@@ -78,10 +79,8 @@ def plan(body: dict[str, Any], inputs: PlanInputs) -> Plan:
     kept, ended, cleared = live_overrides(status, user, meta.get("annotations"))
     ev = None
     if kept:
-        try:
+        with contextlib.suppress(ValidationError):
             ev = evaluate(apply_overrides(spec, kept), default_policy=cfg.default_policy)
-        except ValidationError:
-            pass
         if ev is None or not ev.allowed:  # e.g. rules changed since: the spec is judged on its own
             ended += [(o, "the override no longer passes admission") for o in kept]
             kept, ev = [], None

@@ -18,20 +18,22 @@ status is only written when something other than the round count changed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from gdn_operator import telemetry
 from gdn_operator.api.probes import ProbesSpec
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
+from gdn_operator.handlers.overrides import reapply
 from gdn_operator.handlers.plan import PlanInputs, plan
 from gdn_operator.handlers.pods import engine_fingerprint
-from gdn_operator.handlers.overrides import reapply
 from gdn_operator.handlers.remediation import change_from_mitigation, remediate_once, running_dict, vet_change
 from gdn_operator.render.engine import CONTAINER, ENGINE_PORT
 from gdn_operator.watch.probe_client import ProbeClient, completions_url
@@ -232,6 +234,12 @@ class ProbeSupervisor:
         self.rng = random.Random(seed)
         self.task: asyncio.Task[None] | None = None
         self.tick = 0.25
+        #: consecutive rounds whose probes of a pod timed out, by (namespace, server, pod): supporting evidence
+        #: of a stall (handlers/stall.py), never a trigger
+        self.timeouts: dict[tuple[str, str, str], int] = {}
+
+    def timeouts_of(self, namespace: str, name: str, pod: str) -> int:
+        return self.timeouts.get((namespace, name, pod), 0)
 
     # ------------------------------------------------------------------ configuration (from events) --
 
@@ -265,6 +273,8 @@ class ProbeSupervisor:
                 s.task = asyncio.get_running_loop().create_task(asyncio.to_thread(mark_disabled, namespace, name))
 
     def forget(self, namespace: str, name: str) -> None:
+        for key in [k for k in self.timeouts if k[:2] == (namespace, name)]:
+            del self.timeouts[key]
         s = self.servers.pop((namespace, name), None)
         if s is not None and s.task is not None and not s.task.done():
             s.task.cancel()
@@ -272,10 +282,8 @@ class ProbeSupervisor:
 
     def _clear_metrics(self, namespace: str, name: str) -> None:
         for reason in PROBE_REASONS:
-            try:
+            with contextlib.suppress(KeyError):
                 telemetry.OUTPUT_INCONSISTENT.remove(namespace, name, reason)
-            except KeyError:
-                pass
 
     # ------------------------------------------------------------------------------------ the loop --
 
@@ -317,10 +325,16 @@ class ProbeSupervisor:
             for p in current
         ))
         asked: list[Asked] = [a for pod in per_pod for a in pod]
+        for p in current:
+            key = (namespace, name, p["name"])
+            if any(a.error == "timeout" for a in asked if a.pod == p["name"]):
+                self.timeouts[key] = self.timeouts.get(key, 0) + 1
+            else:
+                self.timeouts.pop(key, None)
         outcomes, learned = judge_round(s.spec.prompts, s.reference, asked)
         now = kube.now()
         if learned:
-            for probe, (pod, answer) in learned.items():
+            for probe, (_pod, answer) in learned.items():
                 s.reference[probe] = answer
             s.ref_meta = {"generation": s.generation, "image": s.image, "pod": next(iter(learned.values()))[0], "learnedAt": now}
             log.info("output probes for %s/%s learned %d reference answer(s) from pod %s on generation %s",

@@ -32,7 +32,7 @@ def age_seconds(ts: str | None) -> float:
         t = dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
     except ValueError:
         return float("inf")
-    return (dt.datetime.now(dt.timezone.utc) - t).total_seconds()
+    return (dt.datetime.now(dt.UTC) - t).total_seconds()
 
 
 def clear_crash_conditions(namespace: str, name: str, quiet_seconds: float) -> dict[str, Any] | None:
@@ -88,7 +88,7 @@ class QuietPeriod:
             keys = sorted(self.flagged)
             results = await asyncio.gather(*(asyncio.to_thread(self.check, ns, name) for ns, name in keys),
                                            return_exceptions=True)
-            for (ns, name), r in zip(keys, results):
+            for (ns, name), r in zip(keys, results, strict=True):
                 if isinstance(r, Exception):
                     log.warning("quiet-period check of %s/%s failed (retried in %.0fs): %s", ns, name, CHECK_SECONDS, r)
             await asyncio.sleep(CHECK_SECONDS)

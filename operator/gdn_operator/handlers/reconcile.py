@@ -13,11 +13,11 @@ import logging
 from typing import Any
 
 import kopf
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
+from gdn_operator.api.overrides import CLEARED_KEY
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
-from gdn_operator.api.overrides import CLEARED_KEY
 from gdn_operator.handlers.bodies import ServerBodies
 from gdn_operator.handlers.plan import PlanInputs, plan
 from gdn_operator.handlers.probes import probes_disabled
@@ -173,7 +173,7 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
 
     reason = "Mitigated" if mitigated else ("AdmittedWithWarnings" if warned else "Admitted")
     vmsg = {
-        "Mitigated": "Admitted with mitigations (policy %s): " % policy + ", ".join(f.rule for f in mitigated),
+        "Mitigated": f"Admitted with mitigations (policy {policy}): " + ", ".join(f.rule for f in mitigated),
         "AdmittedWithWarnings": "Admitted; known issues to watch: " + ", ".join(f.rule for f in warned),
         "Admitted": "No known crash or corruption rule matches this configuration.",
     }[reason]

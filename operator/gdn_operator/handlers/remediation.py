@@ -17,12 +17,13 @@ for its upstream issue is missing (issue 16) carries action `investigate`: never
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from gdn_operator import telemetry
 from pydantic import ValidationError
 
+from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.api.overrides import add_override, apply_overrides, live_overrides, revision
 from gdn_operator.api.spec import GDNModelServerSpec
@@ -30,7 +31,8 @@ from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
 from gdn_operator.rules import evaluate
-from gdn_operator.watch.signatures import ClassificationResult, default_catalogue
+from gdn_operator.watch.catalogue import default_catalogue
+from gdn_operator.watch.result import ClassificationResult
 
 log = logging.getLogger(__name__)
 
@@ -182,18 +184,20 @@ def remediate_once(
     namespace: str, name: str, obj: dict[str, Any], *, signature: str, upstream: str | None, generation: int | None,
     change: Change | None, reason: str, not_possible: str, applied: str,
     on_claim: Callable[[dict[str, Any]], None] | None = None,
+    act: tuple[str, Callable[[], bool]] | None = None,
 ) -> Change | None:
     """Record one remediation per `signature` per revision as an override (shared by the crash watch and the
     output probes; the caller re-applies the workload when a change is returned). The decision is claimed atomically in status.remediations (resourceVersion), so two
     triggers at the same moment cannot both act; `change` None records that nothing automatic is left
     (Event RemediationNotPossible, message `not_possible`). `applied` is the Remediated Event's message,
-    with {action} filled in."""
+    with {action} filled in. `act` (action label, callable) is a remediation that is no spec change (the stall
+    watch's pod restart): claimed and recorded the same way, then called instead of patching the spec."""
     record = {
         "time": kube.now(),
         "signature": signature,
         "upstream": upstream,
         "generation": generation,
-        "action": change.action if change else "none",
+        "action": act[0] if act else (change.action if change else "none"),
         "changes": change.patch if change else {},
         "reason": reason,
     }
@@ -222,6 +226,13 @@ def remediate_once(
 
     kube.update_status(namespace, name, claim)
     if not claimed:
+        return None
+    if act is not None:
+        done = act[1]()
+        log.info("remediated %s/%s: %s for %s on generation %s (%s)", namespace, name, act[0], signature, generation,
+                 "done" if done else "nothing left to do")
+        if done:
+            kube.emit_event(obj, "Remediated", applied.replace("{action}", act[0]), "Warning")
         return None
     if change is None:
         log.warning("no remediation for %s/%s generation %s: %s", namespace, name, generation, not_possible)

@@ -17,8 +17,9 @@ and the Kubernetes API client (kube.api_client: one connection pool per process,
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Coroutine
+from typing import Any
 
 import kopf
 
@@ -59,6 +60,10 @@ class Runtime:
             bodies=self.bodies,
         )
         self.probes = ProbeSupervisor(self.acceptance.pods, concurrency=settings.probe_concurrency, rt=self)
+        # a stall's supporting evidence: hang wording from the crash watch's log streams, output-probe timeouts
+        self.acceptance.hang_of = self.followers.hang_summary
+        self.acceptance.probe_timeouts_of = self.probes.timeouts_of
+        self.acceptance.plan_inputs = self
         # start-up
         self.webhook_renewal: dict[str, Any] = {}  # where the operator-managed webhook certificate lives
         self.metrics_started = False

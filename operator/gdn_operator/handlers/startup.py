@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import tempfile
+from collections.abc import AsyncIterator, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, AsyncIterator, Coroutine, Protocol
+from typing import Any, Protocol
 
 import kopf
 from prometheus_client import start_http_server

@@ -129,9 +129,9 @@ class BoundedWebhookServer(kopf.WebhookServer):
         try:
             response = await fn(review, webhook=request.match_info.get("id"), sslpeer=sslpeer, headers=headers)
         except AmbiguousResourceError as e:
-            raise aiohttp.web.HTTPConflict(reason=str(e) or None)
+            raise aiohttp.web.HTTPConflict(reason=str(e) or None) from e
         except UnknownResourceError as e:
-            raise aiohttp.web.HTTPNotFound(reason=str(e) or None)
+            raise aiohttp.web.HTTPNotFound(reason=str(e) or None) from e
         except WebhookError as e:
-            raise aiohttp.web.HTTPBadRequest(reason=str(e) or None)
+            raise aiohttp.web.HTTPBadRequest(reason=str(e) or None) from e
         return aiohttp.web.json_response(response)

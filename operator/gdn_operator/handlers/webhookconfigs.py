@@ -23,18 +23,20 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import hashlib
 import logging
+from collections.abc import AsyncIterator, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Collection, Iterable
+from typing import Any
 
 import kopf
 import kubernetes
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from gdn_operator import GROUP, PLURAL, VERSION
 from gdn_operator.handlers.kopfcompat import WebhookHandler, WebhookType, build_webhooks, webhook_handlers
-from gdn_operator.handlers.kube import _json, api_client
+from gdn_operator.handlers.kube import Retry, _json, api_client, retrying
 
 log = logging.getLogger(__name__)
 
@@ -176,28 +178,31 @@ def point_webhooks(api: kubernetes.client.ApiClient, config_name: str,
     adm = kubernetes.client.AdmissionregistrationV1Api(api)
     drift: list[str] = []
     for kind, hooks in desired.items():
-        patch = (adm.patch_validating_webhook_configuration if kind == VALIDATING
-                 else adm.patch_mutating_webhook_configuration)
-        for attempt in range(5):
-            p = plan(kind, _read(adm, kind, config_name), hooks)
-            if not p.patch:
-                log.debug("%s %s already points at %s", kind, config_name, describe(hooks[0]["clientConfig"]))
-                break
-            try:
-                _json(patch(config_name, p.patch, _content_type="application/json-patch+json", _preload_content=False))
-            except ApiException as e:
-                if e.status in (409, 422) and attempt < 4:  # a `test` failed: changed under us, plan again
-                    continue
-                if e.status == 403:
-                    raise ConfigurationProblem(
-                        f"not allowed to patch {kind} {config_name}: the operator needs patch on it by name "
-                        "(the chart's ClusterRole grants it for webhook.configName)") from None
-                raise
-            log.info("pointed %s %s (%s) at %s", kind, config_name, ", ".join(h["name"] for h in hooks),
-                     describe(hooks[0]["clientConfig"]))
-            break
-        drift += p.drift
+        drift += retrying(functools.partial(_point, adm, kind, config_name, hooks), 5)
     return drift
+
+
+def _point(adm: kubernetes.client.AdmissionregistrationV1Api, kind: str, config_name: str,
+           hooks: list[dict[str, Any]], attempt: int) -> list[str]:
+    """One attempt of point_webhooks for one configuration: read, plan, patch. Returns the drift found."""
+    patch = adm.patch_validating_webhook_configuration if kind == VALIDATING else adm.patch_mutating_webhook_configuration
+    p = plan(kind, _read(adm, kind, config_name), hooks)
+    if not p.patch:
+        log.debug("%s %s already points at %s", kind, config_name, describe(hooks[0]["clientConfig"]))
+        return p.drift
+    try:
+        _json(patch(config_name, p.patch, _content_type="application/json-patch+json", _preload_content=False))
+    except ApiException as e:
+        if e.status in (409, 422):  # a `test` failed: changed under us, plan again
+            raise Retry(e) from e
+        if e.status == 403:
+            raise ConfigurationProblem(
+                f"not allowed to patch {kind} {config_name}: the operator needs patch on it by name "
+                "(the chart's ClusterRole grants it for webhook.configName)") from None
+        raise
+    log.info("pointed %s %s (%s) at %s", kind, config_name, ", ".join(h["name"] for h in hooks),
+             describe(hooks[0]["clientConfig"]))
+    return p.drift
 
 
 class ShippedConfigurations:
@@ -215,7 +220,7 @@ class ShippedConfigurations:
         self.published = asyncio.Event()  # set once the latest client config is in place
         self._task: asyncio.Task[None] | None = None
 
-    async def __aenter__(self) -> "ShippedConfigurations":
+    async def __aenter__(self) -> ShippedConfigurations:
         if hasattr(self.server, "__aenter__"):
             await self.server.__aenter__()
         return self

@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 import kopf
+from kubernetes.utils import parse_quantity
 
 from gdn_operator import telemetry
 from gdn_operator.handlers import conditions as st
@@ -26,10 +27,8 @@ log = logging.getLogger(__name__)
 
 
 def _same_quantity(a: Any, b: Any) -> bool:
-    from kubernetes.utils import parse_quantity
-
     try:
-        return parse_quantity(a) == parse_quantity(b)
+        return bool(parse_quantity(a) == parse_quantity(b))
     except (ValueError, TypeError):
         return False
 
@@ -49,7 +48,7 @@ def is_subset(want: Any, have: Any) -> bool:
                 return False
         return True
     if isinstance(want, list):
-        return isinstance(have, list) and len(want) == len(have) and all(is_subset(a, b) for a, b in zip(want, have))
+        return isinstance(have, list) and len(want) == len(have) and all(is_subset(a, b) for a, b in zip(want, have, strict=True))
     if want == have:
         return True
     if isinstance(want, (str, int, float)) and isinstance(have, (str, int, float)):

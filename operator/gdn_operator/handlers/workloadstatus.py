@@ -10,7 +10,6 @@ from typing import Any
 
 from gdn_operator.handlers import conditions as st
 
-
 ROLLOUT_BLOCKED = "RolloutBlocked"
 
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.scaleout import METRICS, AutoscalingSpec
+from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.render.engine import object_meta
 
 KEDA_GROUP = "keda.sh"

@@ -9,13 +9,12 @@ server-side apply, and `gdnctl render` prints it.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from typing import Any
 
 from gdn_operator import API_VERSION, KIND
-from gdn_operator.api import k8s
+from gdn_operator.api import flags, k8s
 from gdn_operator.api.pod import CACHE_MOUNT, MODEL_MOUNT, SHM_MOUNT
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.labels import (
@@ -90,58 +89,45 @@ def model_argument(spec: GDNModelServerSpec) -> str:
 
 
 def speculative_config(spec: GDNModelServerSpec) -> dict[str, Any] | None:
+    """The spec values --speculative-config carries (spec keys; api/flags.py maps them to vLLM's JSON keys)."""
     sd = spec.speculative_decoding
     if not sd.enabled:
         return None
     # vLLM rewrites the deprecated aliases (qwen3_next_mtp, qwen3_5_mtp) to "mtp" with a warning in every
     # release 0.17.0–0.33.0 (vllm/config/speculative.py), so render the canonical name.
-    return {"method": "mtp", "num_speculative_tokens": sd.num_speculative_tokens}
-
-
-def _bool_flag(value: bool | None, on: str, off: str) -> list[str]:
-    if value is None:
-        return []
-    return [on if value else off]
+    return {"speculativeDecoding.method": "mtp", "speculativeDecoding.numSpeculativeTokens": sd.num_speculative_tokens}
 
 
 def vllm_args(name: str, spec: GDNModelServerSpec) -> list[str]:
-    """The arguments after `vllm serve` (the model is the first positional argument)."""
+    """The arguments after `vllm serve` (the model is the first positional argument); every flag and how its
+    value is spelled comes from api/flags.py, the table the launch-line reader reads back with."""
     args = [
         model_argument(spec),
-        "--served-model-name",
-        spec.model.served_name or name,
-        "--host",
+        *flags.SERVED_NAME.args(spec.model.served_name or name),
+        flags.HOST,
         "0.0.0.0",
-        "--port",
+        flags.PORT,
         str(ENGINE_PORT),
-        "--tensor-parallel-size",
-        str(spec.tensor_parallel_size),
-        "--gpu-memory-utilization",
-        f"{spec.gpu_memory_utilization:g}",
+        *flags.TENSOR_PARALLEL.args(spec.tensor_parallel_size),
+        *flags.GPU_MEMORY.args(spec.gpu_memory_utilization),
     ]
     if spec.pipeline_parallel_size > 1:
-        args += ["--pipeline-parallel-size", str(spec.pipeline_parallel_size)]
+        args += flags.PIPELINE_PARALLEL.args(spec.pipeline_parallel_size)
     args += shutdown.shutdown_args(spec)
     sc = speculative_config(spec)
     if sc is not None:
-        args += ["--speculative-config", json.dumps(sc, separators=(",", ":"), sort_keys=True)]
-    if spec.max_model_len is not None:
-        args += ["--max-model-len", str(spec.max_model_len)]
-    if spec.max_num_seqs is not None:
-        args += ["--max-num-seqs", str(spec.max_num_seqs)]
-    if spec.max_num_batched_tokens is not None:
-        args += ["--max-num-batched-tokens", str(spec.max_num_batched_tokens)]
-    args += _bool_flag(spec.async_scheduling, "--async-scheduling", "--no-async-scheduling")
-    args += _bool_flag(spec.prefix_caching, "--enable-prefix-caching", "--no-enable-prefix-caching")
-    args += _bool_flag(spec.chunked_prefill, "--enable-chunked-prefill", "--no-enable-chunked-prefill")
-    if spec.attention_backend is not None:
-        args += ["--attention-backend", str(spec.attention_backend)]
-    if spec.gdn_prefill_backend is not None:
-        args += ["--gdn-prefill-backend", str(spec.gdn_prefill_backend)]
+        args += flags.json_args(flags.SPECULATIVE_CONFIG, sc)
+    args += flags.MAX_MODEL_LEN.args(spec.max_model_len)
+    args += flags.MAX_NUM_SEQS.args(spec.max_num_seqs)
+    args += flags.MAX_BATCHED_TOKENS.args(spec.max_num_batched_tokens)
+    args += flags.ASYNC_SCHEDULING.args(spec.async_scheduling)
+    args += flags.PREFIX_CACHING.args(spec.prefix_caching)
+    args += flags.CHUNKED_PREFILL.args(spec.chunked_prefill)
+    args += flags.ATTENTION_BACKEND.args(spec.attention_backend)
+    args += flags.GDN_PREFILL_BACKEND.args(spec.gdn_prefill_backend)
     if spec.cudagraph_mode is not None:
-        args += ["--compilation-config", json.dumps({"cudagraph_mode": str(spec.cudagraph_mode)}, separators=(",", ":"))]
-    if spec.enforce_eager:
-        args.append("--enforce-eager")
+        args += flags.json_args(flags.COMPILATION_CONFIG, {"cudagraphMode": str(spec.cudagraph_mode)})
+    args += flags.ENFORCE_EAGER.args(spec.enforce_eager)  # only the on form exists (no --no-enforce-eager)
     args += list(spec.extra_args)
     return args
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gdn_operator.api import flags
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.labels import LABEL_WORKER_INDEX
 from gdn_operator.render.engine import check_names, object_meta, pod_template, vllm_args
@@ -49,17 +50,17 @@ STARTUP_POLICY = "LeaderCreated"
 def multinode_args(name: str, spec: GDNModelServerSpec, *, leader: bool) -> list[str]:
     """vllm serve arguments for one pod of a group."""
     args = vllm_args(name, spec) + [
-        "--nnodes",
+        flags.NNODES,
         str(spec.nodes),
-        "--node-rank",
+        flags.NODE_RANK,
         "$(LWS_WORKER_INDEX)",
-        "--master-addr",
+        flags.MASTER_ADDR,
         "$(LWS_LEADER_ADDRESS)",
-        "--master-port",
+        flags.MASTER_PORT,
         str(MASTER_PORT),
     ]
     if not leader:
-        args.append("--headless")
+        args.append(flags.HEADLESS)
     return args
 
 

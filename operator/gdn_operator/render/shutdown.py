@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from gdn_operator.api import flags
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.versions import parse_version
 
@@ -31,7 +32,8 @@ DEFAULT_GRACE_SECONDS = 60
 def features() -> dict[str, Any]:
     """render/data/vllm_features.yaml: the first vLLM release with each feature the renderer uses."""
     text = resources.files("gdn_operator.render").joinpath("data/vllm_features.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    data: dict[str, Any] = yaml.safe_load(text)
+    return data
 
 
 def supports(spec: GDNModelServerSpec, feature: str) -> bool:
@@ -52,7 +54,7 @@ def drain_seconds(spec: GDNModelServerSpec) -> int:
 
 def shutdown_args(spec: GDNModelServerSpec) -> list[str]:
     n = drain_seconds(spec)
-    return ["--shutdown-timeout", str(n)] if n > 0 else []
+    return flags.SHUTDOWN_TIMEOUT.args(n) if n > 0 else []
 
 
 def apply_graceful_shutdown(pod_spec: dict[str, Any], container: dict[str, Any], spec: GDNModelServerSpec) -> None:

@@ -23,8 +23,8 @@ import json
 import sys
 from typing import Any
 
-from gdn_operator.api.load import ManifestError, load_file
 from gdn_operator.api.enums import Architecture
+from gdn_operator.api.load import ManifestError, load_file
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.rules.evaluator import Evaluation, evaluate
 from gdn_operator.rules.launchline import LaunchLine, evaluate_launch
@@ -79,7 +79,7 @@ def _effective_line(ev: Evaluation) -> str:
 
 def _text(results: list[dict[str, Any]], evs: list[Evaluation]) -> str:
     out = []
-    for res, ev in zip(results, evs):
+    for res, ev in zip(results, evs, strict=True):
         label = res["source"] + (f" {res['name']}" if res.get("name") else "")
         out.append(f"{label}: {ev.summary().upper()} (policy {ev.policy})")
         for f in ev.findings:

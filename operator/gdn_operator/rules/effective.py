@@ -20,13 +20,15 @@ checkpoints and name patterns of rules/family.py); anything else is *unrecognise
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from gdn_operator.api.enums import Architecture
 from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.api.status import DefaultedField
+from gdn_operator.api.status import EffectiveConfig as EffectiveConfigStatus
 from gdn_operator.api.vllm_args import resolve_extra_args
-from gdn_operator.api.status import DefaultedField, EffectiveConfig as EffectiveConfigStatus
 from gdn_operator.rules.family import infer_architecture
 from gdn_operator.versions import Version, parse_version, require_version
 

@@ -28,21 +28,23 @@ the option resolution itself lives in api/vllm_args.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
 from gdn_operator.api import flags, vllm_args
-from gdn_operator.api.load import ManifestError
 from gdn_operator.api.enums import Architecture, CudagraphMode, GDNPrefillBackend, SpecMethod
+from gdn_operator.api.load import ManifestError
 from gdn_operator.api.parts import OPERATOR_OWNED_ENV
 from gdn_operator.api.spec import GDNModelServerSpec
-from gdn_operator.rules.effective import LaunchOverrides
 from gdn_operator.rules import family
+from gdn_operator.rules.effective import LaunchOverrides
 from gdn_operator.rules.evaluator import Evaluation, evaluate
 
 _DOTTED = flags.DOTTED_JSON_PREFIXES
@@ -52,7 +54,7 @@ _MTP_METHODS = frozenset(m.value for m in SpecMethod)
 
 #: flags that take a value but do not matter to the rules (consumed quietly)
 _QUIET_VALUE = frozenset({
-    "--host", "--port", "--dtype", "--quantization", "-q", "--download-dir", "--tokenizer", "--api-key",
+    flags.HOST, flags.PORT, "--dtype", "--quantization", "-q", "--download-dir", "--tokenizer", "--api-key",
     "--uvicorn-log-level", "--tool-call-parser", "--reasoning-parser", "--kv-cache-dtype", "--seed",
     "--swap-space", "--max-logprobs", "--chat-template", "--limit-mm-per-prompt", "--generation-config",
     "--load-format", "--revision", "--tokenizer-mode", "--root-path", "--ssl-keyfile",
@@ -444,10 +446,8 @@ def _environment(r: _Read, env: dict[str, str]) -> None:
     for name, value in env.items():
         r.ov.env[name] = value
         if name == "VLLM_USE_V2_MODEL_RUNNER":
-            try:
+            with contextlib.suppress(ValueError):  # the rule vllm-config/v2-runner-env-not-integer reports it
                 r.spec["modelRunner"] = "v2" if int(value.strip()) else "v1"
-            except ValueError:
-                pass  # the rule vllm-config/v2-runner-env-not-integer reports it
         elif name not in OPERATOR_OWNED_ENV:
             env_list.append({"name": name, "value": value})
     if env_list:

@@ -17,15 +17,16 @@ Unknown operators or fields are errors when the rule file is loaded.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gdn_operator.rules.effective import FIELDS
-from gdn_operator.versions import VersionRange
+from gdn_operator.versions import VersionKey, VersionRange
 
 #: A compiled predicate: (effective values, version key or None) -> bool
-Compiled = Callable[[dict[str, Any], "tuple | None"], bool]
+Compiled = Callable[[dict[str, Any], VersionKey | None], bool]
 
-_NUMERIC = {
+_NUMERIC: dict[str, Callable[[float, float], bool]] = {
     "gte": lambda a, b: a >= b,
     "gt": lambda a, b: a > b,
     "lte": lambda a, b: a <= b,
@@ -85,18 +86,12 @@ def compile_predicate(pred: Any, where: str = "when") -> Compiled:
         subs = tuple(compile_predicate(p, f"{here}[{i}]") for i, p in enumerate(arg))
         if op == "all":
             def all_of(v: dict[str, Any], ver: Any) -> bool:
-                for s in subs:
-                    if not s(v, ver):
-                        return False
-                return True
+                return all(s(v, ver) for s in subs)
 
             return all_of
 
         def any_of(v: dict[str, Any], ver: Any) -> bool:
-            for s in subs:
-                if s(v, ver):
-                    return True
-            return False
+            return any(s(v, ver) for s in subs)
 
         return any_of
 
@@ -113,18 +108,12 @@ def compile_predicate(pred: Any, where: str = "when") -> Compiled:
                 return tests[0]
 
             def eq_all(v: dict[str, Any], ver: Any) -> bool:
-                for t in tests:
-                    if not t(v, ver):
-                        return False
-                return True
+                return all(t(v, ver) for t in tests)
 
             return eq_all
 
         def ne_all(v: dict[str, Any], ver: Any) -> bool:
-            for t in tests:
-                if t(v, ver):
-                    return False
-            return True
+            return not any(t(v, ver) for t in tests)
 
         return ne_all
 
@@ -200,4 +189,4 @@ def _eq(a: Any, b: Any) -> bool:
     # bool is an int in Python: keep true != 1 so `eq: {tensor_parallel_size: true}` cannot match by accident
     if isinstance(a, bool) != isinstance(b, bool):
         return False
-    return a == b
+    return bool(a == b)

@@ -121,7 +121,7 @@ class Rule(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _compile(self) -> "Rule":
+    def _compile(self) -> Rule:
         try:
             object.__setattr__(self, "compiled_when", compile_predicate(self.when, "when"))
             if self.escalate_if is not None:
@@ -179,7 +179,7 @@ class RuleFile(_Strict):
     rules: list[Rule] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _cross(self) -> "RuleFile":
+    def _cross(self) -> RuleFile:
         problems = []
         seen: dict[str, str] = {}
         for r in self.rules:

@@ -34,7 +34,7 @@ class Evidence:
     source: str = "spec"
 
     @classmethod
-    def from_spec(cls, spec: "GDNModelServerSpec", vllm_version: str | None = None) -> "Evidence":
+    def from_spec(cls, spec: GDNModelServerSpec, vllm_version: str | None = None) -> Evidence:
         """Facts the operator knows from a spec (model family, speculative decoding, GDN prefill backend)."""
         v = effective_config(spec, vllm_version).values
         facts: dict[str, str] = {}
@@ -49,12 +49,12 @@ class Evidence:
         return cls(facts, vllm_version or spec.image.vllm_version, "spec")
 
     @classmethod
-    def from_manifest(cls, path: str, vllm_version: str | None = None) -> "Evidence":
+    def from_manifest(cls, path: str, vllm_version: str | None = None) -> Evidence:
         """Evidence from the first GDNModelServer document of a manifest file (ManifestError if invalid)."""
         return cls.from_spec(load_file(path)[0].spec, vllm_version)
 
     @classmethod
-    def version_only(cls, vllm_version: str | None) -> "Evidence":
+    def version_only(cls, vllm_version: str | None) -> Evidence:
         return cls({}, vllm_version, "--vllm-version")
 
 
@@ -86,7 +86,7 @@ def contradictions(log_facts: dict[str, str], evidence: Evidence | None) -> list
     ]
 
 
-def check(attr: "Attribution", facts: dict[str, str], version: str | None) -> str | None:
+def check(attr: Attribution, facts: dict[str, str], version: str | None) -> str | None:
     """None when the attribution holds, else what is missing or contradicting (one line)."""
     problems = []
     for k, v in attr.needs:

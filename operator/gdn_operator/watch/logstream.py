@@ -22,14 +22,15 @@ from __future__ import annotations
 import codecs
 from typing import Any
 
+from gdn_operator.watch.catalogue import Catalogue
+from gdn_operator.watch.evidence import Evidence
+from gdn_operator.watch.hang import HangEvidence
+from gdn_operator.watch.result import ClassificationResult
 from gdn_operator.watch.signatures import (
     MAX_LINE_CHARS,
-    Catalogue,
-    ClassificationResult,
     LogClassifier,
     classify_termination_message,
 )
-from gdn_operator.watch.evidence import Evidence
 
 __all__ = ["StreamClassifier", "classify_termination_message", "DEFAULT_BLOCK_CHARS"]
 
@@ -57,6 +58,8 @@ class StreamClassifier:
     def reset(self) -> None:
         """Forget everything (call when the container restarts and a new log begins)."""
         self._core = LogClassifier(self._catalogue, max_line_chars=self.max_line_chars, evidence=self.evidence)
+        #: hang wording seen (watch/hang.py): evidence attached to a stall, never a crash
+        self.hang = HangEvidence()
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._partial = ""  # start of the current line, at most max_line_chars characters
         self._dropping = False  # the current line is over-long: skip until its newline
@@ -87,7 +90,7 @@ class StreamClassifier:
         if rest:
             self._feed_str(rest)
         if self._partial:
-            self._core.feed_text(self._partial)
+            self._lines(self._partial)
         self._partial = ""
         self._dropping = False
         self._closed = True
@@ -110,11 +113,15 @@ class StreamClassifier:
             head = self._partial
             self._partial = ""
             self._dropping = False
-            self._core.feed_text(head + s[nl : last_nl + 1])
+            self._lines(head + s[nl : last_nl + 1])
         else:
-            self._core.feed_text(s[: last_nl + 1])
+            self._lines(s[: last_nl + 1])
         if last_nl + 1 < len(s):
             self._extend_partial(s[last_nl + 1 :])
+
+    def _lines(self, text: str) -> None:
+        self._core.feed_text(text)
+        self.hang.feed_text(text)
 
     def _extend_partial(self, piece: str) -> None:
         if self._dropping:

@@ -66,7 +66,7 @@ class ProbeClient:
         self._sem: asyncio.Semaphore | None = None
         self._session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> "ProbeClient":
+    async def __aenter__(self) -> ProbeClient:
         self._ensure()
         return self
 

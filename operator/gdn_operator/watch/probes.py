@@ -12,8 +12,9 @@ Nothing here does I/O; the HTTP client is watch/probe_client.py, the wiring hand
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from gdn_operator.api.probes import Probe
 
@@ -49,12 +50,12 @@ class Answer:
         return out
 
     @classmethod
-    def from_status(cls, d: dict[str, Any]) -> "Answer":
+    def from_status(cls, d: dict[str, Any]) -> Answer:
         ids = d.get("tokenIds")
         return cls(tuple(ids) if ids is not None else None, d.get("text") or "", d.get("finishReason"))
 
     @classmethod
-    def expected_of(cls, probe: Probe) -> "Answer | None":
+    def expected_of(cls, probe: Probe) -> Answer | None:
         """The expectation a probe gives itself (None for learn)."""
         if probe.expected_token_ids is not None:
             return cls(tuple(probe.expected_token_ids), "", None)
@@ -105,12 +106,7 @@ def compare(expected: Answer | None, got: Answer, comparison: tuple[str, int | N
     if not tokens and not got.text and got.token_ids is not None:
         return Verdict(MISMATCH, 0, _snip(want, 0, False), "''",
                        "the engine returned token ids but no text (served without a tokenizer?): give expectedTokenIds")
-    if kind == "exact":
-        span = len(want)
-    elif n is None:  # plain prefix: the expectation begins the answer
-        span = len(want)
-    else:
-        span = min(n, len(want))
+    span = len(want) if kind == "exact" or n is None else min(n, len(want))
     common = min(span, len(have))
     for i in range(common):
         if have[i] != want[i]:
@@ -297,7 +293,7 @@ class ProbeBook:
         return [self.tracks[n].to_status(n) for n in self.names]
 
     @classmethod
-    def restore(cls, names: list[str], threshold: int, results: Iterable[dict[str, Any]], condition: dict[str, Any] | None) -> "ProbeBook":
+    def restore(cls, names: list[str], threshold: int, results: Iterable[dict[str, Any]], condition: dict[str, Any] | None) -> ProbeBook:
         """Rebuild from status (after an operator restart) so counts and the alarm carry over."""
         tracks = {
             r["probe"]: Track(int(r.get("consecutiveFailures") or 0), r.get("lastResult"), r.get("lastFailure"))

@@ -9,7 +9,6 @@ from typing import Any
 from gdn_operator.watch.catalogue import Remedy
 
 
-
 @dataclass(frozen=True)
 class MatchedLine:
     line: int

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import aiohttp
 
@@ -74,7 +74,7 @@ class Target:
 
     @classmethod
     def for_pod(cls, namespace: str, name: str, pod: str, ip: str, port: int = 8000,
-                path: str = "/metrics") -> "Target":
+                path: str = "/metrics") -> Target:
         host = f"[{ip}]" if ":" in ip else ip
         return cls(namespace, name, pod, f"http://{host}:{port}{path}")
 
@@ -115,11 +115,11 @@ class Scraper:
         self._session = session
         self._own_session = session is None
 
-    async def __aenter__(self) -> "Scraper":
+    async def __aenter__(self) -> Scraper:
         self._ensure_session()
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     def _ensure_session(self) -> aiohttp.ClientSession:

@@ -35,8 +35,8 @@ from __future__ import annotations
 import functools
 import re
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 from gdn_operator.watch import evidence as _ev
 from gdn_operator.watch.catalogue import (  # noqa: F401 - re-exported: the catalogue API lives here too
@@ -56,15 +56,15 @@ from gdn_operator.watch.catalogue import (  # noqa: F401 - re-exported: the cata
     parse_catalogue,
 )
 from gdn_operator.watch.evidence import Evidence
-from gdn_operator.watch.result import ClassificationResult, MatchedLine, best_result  # noqa: F401 - re-exported
 from gdn_operator.watch.prefixes import (  # noqa: F401 - re-exported
-    NOISE_LEVELS,
     _EXC_LINE,
+    NOISE_LEVELS,
     context_of,
     is_exception_line,
     parse_line,
     strip_prefixes,
 )
+from gdn_operator.watch.result import ClassificationResult, MatchedLine, best_result  # noqa: F401 - re-exported
 
 #: Lines are cut to this many characters before matching (bounded work and memory per line).
 MAX_LINE_CHARS = 8192
@@ -137,7 +137,7 @@ class _Exc:
         self.cause: _Exc | None = None  # the first exception of a chain (`The above exception was ...`)
 
     @property
-    def root(self) -> "_Exc":
+    def root(self) -> _Exc:
         return self.cause or self
 
 
@@ -244,10 +244,7 @@ class LogClassifier:
     def feed_text(self, text: str) -> None:
         if not text:
             return
-        if text.endswith("\n"):
-            body_end = len(text) - 1
-        else:
-            body_end = len(text)
+        body_end = len(text) - 1 if text.endswith("\n") else len(text)
         # candidate lines: those holding a piece of a catalogue keyword (one C-level regex scan)
         search = self._scan_rx.search
         find = text.find
@@ -427,7 +424,7 @@ class LogClassifier:
                 if st.fire.confidence is None:
                     continue
                 upgrade_only = True  # a weaker alternative fired: a stronger one may still replace it
-            for alt, last in zip(sig.alternatives, st.last):
+            for alt, last in zip(sig.alternatives, st.last, strict=True):
                 if upgrade_only and alt.confidence is not None:
                     continue
                 hit = False

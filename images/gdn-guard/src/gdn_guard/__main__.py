@@ -25,7 +25,7 @@ class CliError(Exception):
     pass
 
 
-def _installed() -> "Version | None":
+def _installed() -> Version | None:
     return detect_vllm_version().version
 
 
@@ -44,7 +44,7 @@ def _split(s: str) -> list[str]:
     return sorted(p.strip() for p in s.split(",") if p.strip())
 
 
-def verify_patches(listed: str, vllm_version: "str | None") -> str:
+def verify_patches(listed: str, vllm_version: str | None) -> str:
     installed = _installed()
     if installed is not None:
         if vllm_version and Version.parse(vllm_version) != installed:

@@ -12,6 +12,7 @@ Environment:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -24,7 +25,7 @@ from gdn_guard.versions import DetectedVersion, Version, VersionError, detect_vl
 logger = logging.getLogger("vllm.gdn_guard")
 
 _LOCK = threading.Lock()
-_RESULT: "RegisterResult | None" = None
+_RESULT: RegisterResult | None = None
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class RegisterResult:
         return [g.patch_id for g in self.active]
 
 
-def guards_for(vllm_version: "str | Version") -> list[Guard]:
+def guards_for(vllm_version: str | Version) -> list[Guard]:
     """The guards a vLLM version needs (catalogue order)."""
     v = vllm_version if isinstance(vllm_version, Version) else Version.parse(vllm_version)
     return [g for g in all_guards() if g.needed_for(v)]
@@ -91,10 +92,8 @@ def _ensure_vllm_logging() -> None:
     """Importing vllm.logger applies vLLM's logging configuration (handler, format, level from
     VLLM_LOGGING_LEVEL), so the start-up line is printed like vLLM's own lines even when this
     process has not imported it yet (0.32.0's plugin loader uses plain ``logging``)."""
-    try:
+    with contextlib.suppress(Exception):  # no vLLM (tests, the CLI) or a broken one: plain logging
         import vllm.logger  # noqa: F401
-    except Exception:
-        pass
 
 
 def register() -> None:
@@ -123,10 +122,8 @@ def register() -> None:
                     ", ".join(result.patch_ids),
                 )
     except Exception:  # pragma: no cover - last line of defence
-        try:
+        with contextlib.suppress(Exception):
             logger.exception("gdn-guard: register() failed; vLLM continues unguarded")
-        except Exception:
-            pass
 
 
 def result() -> RegisterResult | None:

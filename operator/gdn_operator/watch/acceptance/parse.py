@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -58,26 +58,42 @@ _GEN_TOKENS = "generation_tokens"
 _SUCCESS = "request_success"
 _GEN_HIST = "request_generation_tokens"
 _RUNNING = "num_requests_running"
-_WAITING = "num_requests_waiting"
-_PROMPT_TOKENS = "prompt_tokens"
-_STEPS = "iteration_tokens_total_count"
+_STALL_NAMES = {b"num_requests_waiting": 0, b"prompt_tokens_total": 1, b"iteration_tokens_total_count": 2}
 
 # One regex keeps the sample, HELP and TYPE lines of exactly those families (see module docstring).
 # It does not parse anything: the kept lines go to prometheus_client's parser unchanged.
 # It starts with a literal newline (the body is searched with one prepended) so that `re` can scan for
 # line starts quickly: ~0.1 ms on a 55 KB exposition instead of ~0.35 ms with a MULTILINE `^`.
 _LINE_FILTER = re.compile(
-    rb"\n((?:# (?:HELP|TYPE) )?(?:vllm[:_])?(?:"
+    rb"\n(?:((?:# (?:HELP|TYPE) )?(?:vllm[:_])?(?:"
     rb"spec_decode_num_(?:drafts|draft_tokens|accepted_tokens|accepted_tokens_per_pos)(?:_total)?"
     rb"|spec_decode_num_drafts_created"
     rb"|generation_tokens(?:_total|_created)?"
     rb"|request_success(?:_total)?"
     rb"|request_generation_tokens(?:_bucket|_count|_sum)?"
-    rb"|num_requests_(?:running|waiting)"
-    rb"|prompt_tokens(?:_total)?"
-    rb"|iteration_tokens_total_count"
+    rb"|num_requests_running"
     rb")[ {\t][^\n]*)"
+    # second group: the stall detector's families, sample lines only, read by _stall_samples (three more
+    # lines through prometheus_client would cost as much again as the detector itself)
+    rb"|((?:vllm[:_])?(?:num_requests_waiting|prompt_tokens_total|iteration_tokens_total_count)[ {\t][^\n]*))"
 )
+
+
+def _stall_samples(lines: list[bytes]) -> tuple[float | None, float | None, float | None]:
+    """(waiting, prompt tokens, engine steps) summed over engines from those families' sample lines,
+    ``name{labels} value`` (vLLM writes no timestamp)."""
+    out: list[float | None] = [None, None, None]
+    for line in lines:
+        name = line.split(b"{", 1)[0].split(b" ", 1)[0]
+        if name[:5] in (b"vllm:", b"vllm_"):
+            name = name[5:]
+        try:
+            value = float(line.rsplit(b"}", 1)[-1].split()[0])
+        except (ValueError, IndexError) as exc:
+            raise ExpositionParseError(f"invalid sample line {line[:120]!r}") from exc
+        i = _STALL_NAMES[name]
+        out[i] = (out[i] or 0.0) + value
+    return out[0], out[1], out[2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +161,7 @@ class EngineSnapshot:
             out[finished_key(reason)] = v
         h = self.generation_length
         if h is not None:
-            for b, c in zip(h.bounds, h.cumulative):
+            for b, c in zip(h.bounds, h.cumulative, strict=True):
                 out[bucket_key(b)] = c
             out["gen_count"] = h.count
             out["gen_sum"] = h.sum
@@ -183,16 +199,18 @@ def parse_exposition(body: str | bytes, timestamp: float | None = None) -> Engin
         timestamp = time.time()
     if isinstance(body, str):
         body = body.encode("utf-8", "surrogateescape")
-    kept = _LINE_FILTER.findall(b"\n" + body)
-    if not kept:
+    found = _LINE_FILTER.findall(b"\n" + body)
+    if not found:
         return EngineSnapshot(timestamp=timestamp)
+    kept = [a for a, _ in found if a]
+    waiting, prompt, steps = _stall_samples([b for _, b in found if b])
     try:
         text = b"\n".join(kept).decode("utf-8")
         families = list(text_string_to_metric_families(text + "\n"))
     except (ValueError, TypeError, IndexError, KeyError, UnicodeDecodeError) as exc:
         raise ExpositionParseError(f"invalid Prometheus exposition: {exc}") from exc
 
-    drafts = draft_tokens = accepted = gen_tokens = running = waiting = prompt = steps = None
+    drafts = draft_tokens = accepted = gen_tokens = running = None
     positions: dict[int, float] = {}
     success: dict[str, float] = {}
     buckets: dict[float, float] = {}
@@ -206,9 +224,6 @@ def parse_exposition(body: str | bytes, timestamp: float | None = None) -> Engin
             name = _base_name(s.name)
             labels = s.labels
             value = s.value
-            if name == _STEPS:  # the one kept name that ends in _total before its suffix
-                steps = (steps or 0.0) + value
-                continue
             if name.endswith("_total"):
                 name = name[:-6]
             elif name.endswith("_created"):
@@ -248,10 +263,6 @@ def parse_exposition(body: str | bytes, timestamp: float | None = None) -> Engin
                 h_sum = (h_sum or 0.0) + value
             elif name == _RUNNING:
                 running = (running or 0.0) + value
-            elif name == _WAITING:
-                waiting = (waiting or 0.0) + value
-            elif name == _PROMPT_TOKENS:
-                prompt = (prompt or 0.0) + value
             else:
                 continue
             eng = labels.get("engine")

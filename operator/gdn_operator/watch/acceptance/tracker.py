@@ -22,8 +22,9 @@ computed when read, so every read in a round sees the same ones whatever the cal
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 from gdn_operator.watch.acceptance.anomalies import AnomalyThresholds, Finding, detect_resource_anomalies
 from gdn_operator.watch.acceptance.gauges import AcceptanceGauges

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, NamedTuple
+from typing import NamedTuple
 
 from gdn_operator.watch.acceptance.parse import EngineSnapshot, bucket_key, finished_key, position_key
 
@@ -97,7 +98,7 @@ class WindowStats:
         if not self.gen_bounds or not self.gen_count or self.gen_count <= 0:
             return None
         best = None
-        for b, c in zip(self.gen_bounds, self.gen_buckets):
+        for b, c in zip(self.gen_bounds, self.gen_buckets, strict=True):
             if b <= max_tokens:
                 best = c
         if best is None:
@@ -105,7 +106,7 @@ class WindowStats:
         return best / self.gen_count
 
     @staticmethod
-    def combine(stats: Iterable["WindowStats"]) -> "WindowStats | None":
+    def combine(stats: Iterable[WindowStats]) -> WindowStats | None:
         """Sum of deltas over pods (acceptance of the sum, not mean of per-pod acceptances)."""
         items = list(stats)
         if not items:
@@ -127,7 +128,7 @@ class WindowStats:
         gen_buckets: tuple[float, ...] = ()
         gen_count = gen_sum = None
         if same:
-            gen_buckets = tuple(sum(col) for col in zip(*(s.gen_buckets for s in items)))
+            gen_buckets = tuple(sum(col) for col in zip(*(s.gen_buckets for s in items), strict=True))
             gen_count = sum(s.gen_count or 0.0 for s in items)
             gen_sum = sum(s.gen_sum or 0.0 for s in items)
         dps = [s.drafts_per_second for s in spec if s.drafts_per_second is not None]
@@ -152,7 +153,7 @@ class WindowStats:
 
 class _Point(NamedTuple):
     ts: float
-    adjusted: array  # reset-adjusted cumulative counters, indexed by PodWindow._index
+    adjusted: array[float]  # reset-adjusted cumulative counters, indexed by PodWindow._index
     restarted: bool
 
 

@@ -8,8 +8,8 @@ function that installs it in the current process.  ``apply`` must be idempotent 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from gdn_guard.versions import Version, VersionRange
 
