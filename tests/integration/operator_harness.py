@@ -7,6 +7,7 @@ conditions, read the operator's /metrics.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import signal
 import subprocess
@@ -39,9 +40,10 @@ def wait_for(fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2
     return waiting.wait_for(fn, timeout, interval, what, retry=_not_yet)
 
 
-def install_crd(api: kubernetes.client.ApiClient) -> None:
+def install_crd(api: kubernetes.client.ApiClient, crd: dict[str, Any] | None = None) -> None:
+    """Create or replace the GDNModelServer CRD (this tree's, or `crd`: another commit's, bench/bench_fuzz.py)."""
     ext = kubernetes.client.ApiextensionsV1Api(api)
-    crd = crd_manifest()
+    crd = copy.deepcopy(crd) if crd is not None else crd_manifest()
     try:
         existing = ext.read_custom_resource_definition(crd["metadata"]["name"])
         crd["metadata"]["resourceVersion"] = existing.metadata.resource_version

@@ -1,9 +1,10 @@
 """Output probes on the real control plane: kwok gives the engine pod a loopback IP, and a stand-in engine
 bound to that IP answers the operator's greedy /v1/completions probes correctly, then wrongly, then stops
 early, then not at all. Checked: status.probes, the OutputConsistent / Degraded conditions, Events, the
-exported metrics, no alarm on one blip, and the remediation hook (the default spec is admitted with the
-silent-corruption warning vllm#51508, whose mitigation asyncScheduling=false is applied exactly once, after
-which the probes re-learn on the new generation)."""
+exported metrics, no alarm on one blip, and the remediation hook: a spec that sets asyncScheduling true is
+admitted with the silent-corruption warning vllm#51508, whose mitigation asyncScheduling=false is recorded
+exactly once as an operator override (status.overrides; the spec and its generation never change, the
+Deployment renders it), after which the probes re-learn on the new revision (generation + overrides in force)."""
 
 from __future__ import annotations
 
@@ -70,13 +71,16 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
     ns = k.create_namespace(f"probe-{uuid.uuid4().hex[:6]}")
     engines: dict[str, ProbeStandIn] = {}
     try:
-        k.create(ns, gms("pr", probes=PROBES))
+        # asyncScheduling set on (unset, the rules' safe default is off and vllm#51508 is not warned at all)
+        k.create(ns, gms("pr", probes=PROBES, asyncScheduling=True))
         k.wait_condition(ns, "pr", "Ready", timeout=90)
         pod = ready_pod(k, ns, "pr")
         ip = pod.status.pod_ip
         assert ip.startswith("127."), f"kwok pod IP {ip} is not loopback"
         eng = engines[ip] = ProbeStandIn(ip, PORT)
-        gen = k.get(ns, "pr")["metadata"]["generation"]
+        submitted = k.get(ns, "pr")
+        gen, spec = submitted["metadata"]["generation"], submitted["spec"]
+        assert "--async-scheduling" in k.deployment(ns, "pr").spec.template.spec.containers[0].args
 
         # ---- learn, then consistent -----------------------------------------------------------
         c = k.wait_condition(ns, "pr", "OutputConsistent", "True", timeout=60)
@@ -114,17 +118,27 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         assert d["status"] == "True" and d["reason"] == "ProbeMismatch"
         ev = wait_for(lambda: k.events(ns, "pr", "ProbeMismatch"), 15, what="ProbeMismatch Event")
         assert ev[0].type == "Warning"
-        obj = wait_for(lambda: (lambda o: o if o["metadata"]["generation"] > gen else None)(k.get(ns, "pr")), 30,
-                       what="the remediation's new generation")
-        assert obj["spec"]["asyncScheduling"] is False
+        # the remediation is an operator-owned override: listed in status, rendered into the Deployment; the
+        # spec, its generation and the user's annotations are never written
+        obj = wait_for(lambda: (lambda o: o if (o.get("status") or {}).get("overrides") else None)(k.get(ns, "pr")), 30,
+                       what="the remediation's override in status.overrides")
+        assert obj["spec"] == spec and obj["spec"]["asyncScheduling"] is True and obj["metadata"]["generation"] == gen
+        assert "serving.gdn-operator.io/last-remediation" not in (obj["metadata"].get("annotations") or {})
+        (ov,) = obj["status"]["overrides"]
+        assert (ov["path"], ov["value"], ov["reason"], ov["source"], ov["generation"], ov["userValue"]) == (
+            "asyncScheduling", False, "vllm#51508", "remediation", gen, True)
         (rem,) = obj["status"]["remediations"]
         assert rem["signature"] == "vllm#51508" and rem["generation"] == gen and rem["changes"] == {"asyncScheduling": False}
+        assert rem["revision"] == str(gen)  # made on the revision before the override
+        assert k.condition(ns, "pr", "Overridden")["status"] == "True"
+        wait_for(lambda: "--no-async-scheduling" in k.deployment(ns, "pr").spec.template.spec.containers[0].args, 30,
+                 what="the override rendered into the Deployment")
         assert wait_for(lambda: k.events(ns, "pr", "Remediated"), 15, what="Remediated Event")
         assert metric(op.metrics(), "gdn_output_inconsistent", namespace=ns, server="pr", reason="ProbeMismatch") == 1
 
-        # ---- the new generation's engine is learned afresh ------------------------------------
-        gen2 = obj["metadata"]["generation"]
+        # ---- the overridden engine (a new revision, same generation) is learned afresh ---------
         new = ready_pod(k, ns, "pr", not_named=pod.metadata.name)
+        assert "--no-async-scheduling" in new.spec.containers[0].args
         ip2 = new.status.pod_ip
         if ip2 not in engines:
             engines[ip2] = ProbeStandIn(ip2, PORT)
@@ -134,11 +148,14 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         def relearned():
             p = k.status(ns, "pr").get("probes") or {}
             c = k.condition(ns, "pr", "OutputConsistent") or {}
-            ok = p.get("generation") == gen2 and (p.get("reference") or {}).get("generation") == gen2 and c.get("status") == "True"
+            ref = p.get("reference") or {}
+            ok = (p.get("revision") not in (None, str(gen)) and ref.get("revision") == p.get("revision")
+                  and c.get("status") == "True")
             return p if ok else None
 
-        p2 = wait_for(relearned, 90, interval=0.5, what="re-learned reference on the new generation")
-        assert p2["reference"]["pod"] == new.metadata.name
+        p2 = wait_for(relearned, 90, interval=0.5, what="re-learned reference on the overridden revision")
+        assert p2["reference"]["pod"] == new.metadata.name and p2["generation"] == gen == p2["reference"]["generation"]
+        assert p2["revision"].startswith(f"{gen}+")
         assert k.condition(ns, "pr", "Degraded")["status"] == "False"
 
         # ---- early stop: alarm with its own reason, and no second remediation ------------------
@@ -146,7 +163,8 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         c = k.wait_condition(ns, "pr", "OutputConsistent", "False", timeout=60, reason="ProbeEarlyStop")
         assert "stopped after 2 tokens (stop)" in c["message"] and "vllm#51508" not in c["message"]
         obj = k.get(ns, "pr")
-        assert len(obj["status"]["remediations"]) == 1 and obj["metadata"]["generation"] == gen2
+        assert len(obj["status"]["remediations"]) == 1 and len(obj["status"]["overrides"]) == 1
+        assert obj["metadata"]["generation"] == gen and obj["spec"] == spec
         assert len(k.events(ns, "pr", "Remediated")) == 1
 
         # ---- no answer in time: ProbeError; then back to consistent ---------------------------

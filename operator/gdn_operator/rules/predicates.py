@@ -54,7 +54,7 @@ def _scalar(value: Any, where: str) -> Any:
 
 
 def referenced_fields(pred: Any) -> set[str]:
-    """Every field a (valid) predicate reads."""
+    """Every effective value a (valid) predicate reads (`version` reads the parsed version too)."""
     out: set[str] = set()
     if not isinstance(pred, dict):
         return out
@@ -70,6 +70,8 @@ def referenced_fields(pred: Any) -> set[str]:
             out.add("vllm_version")
         elif op == "has_patch":
             out.add("patches")
+        elif op == "has_arg":
+            out.add("extra_args_flags")
     return out
 
 
