@@ -272,6 +272,18 @@ class Kube:
     def engine_pods(self, ns: str, name: str) -> list[Any]:
         return self.core.list_namespaced_pod(ns, label_selector=f"serving.gdn-operator.io/server={name}").items
 
+    def ready_pod(self, ns: str, name: str, not_named: str | None = None) -> Any:
+        """Wait for a Ready engine pod of `ns/name` with an IP, not being deleted (and not `not_named`)."""
+        def find() -> Any:
+            for p in self.engine_pods(ns, name):
+                ready = any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
+                if ready and p.status.pod_ip and not p.metadata.deletion_timestamp and p.metadata.name != not_named:
+                    return p
+            return None
+
+        return wait_for(find, 90, interval=0.5, what=f"a Ready engine pod of {ns}/{name}"
+                        + (f" other than {not_named}" if not_named else ""))
+
     def events(self, ns: str, name: str, reason: str | None = None) -> list[Any]:
         evs = self.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
         return [e for e in evs if reason is None or e.reason == reason]

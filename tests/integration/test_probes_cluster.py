@@ -45,17 +45,6 @@ def result(k: Kube, ns: str, name: str, probe: str) -> dict:
     return {}
 
 
-def ready_pod(k: Kube, ns: str, name: str, not_named: str | None = None):
-    def find():
-        for p in k.engine_pods(ns, name):
-            ready = any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
-            if ready and p.status.pod_ip and not p.metadata.deletion_timestamp and p.metadata.name != not_named:
-                return p
-        return None
-
-    return wait_for(find, 90, interval=0.5, what=f"a Ready engine pod of {ns}/{name}" + (f" other than {not_named}" if not_named else ""))
-
-
 def metric(text: str, name: str, **labels: str) -> float:
     total = 0.0
     for m in re.finditer(r"^" + re.escape(name) + r"(?:\{([^}]*)\})? (\S+)$", text, re.M):
@@ -72,7 +61,7 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
     try:
         k.create(ns, gms("pr", probes=PROBES))
         k.wait_condition(ns, "pr", "Ready", timeout=90)
-        pod = ready_pod(k, ns, "pr")
+        pod = k.ready_pod(ns, "pr")
         ip = pod.status.pod_ip
         assert ip.startswith("127."), f"kwok pod IP {ip} is not loopback"
         eng = engines[ip] = ProbeStandIn(ip, PORT)
@@ -124,7 +113,7 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
 
         # ---- the new generation's engine is learned afresh ------------------------------------
         gen2 = obj["metadata"]["generation"]
-        new = ready_pod(k, ns, "pr", not_named=pod.metadata.name)
+        new = k.ready_pod(ns, "pr", not_named=pod.metadata.name)
         ip2 = new.status.pod_ip
         if ip2 not in engines:
             engines[ip2] = ProbeStandIn(ip2, PORT)
