@@ -20,8 +20,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "fixtures" / "vllm-0.22.0-h100x2-multinode"
 REPO = ROOT.parent
 
-pytestmark = pytest.mark.skipif(not CAPTURE.is_dir(), reason=f"no GPU capture yet: {CAPTURE.name} is absent")
-
 MULTINODE_FLAGS = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--tensor-parallel-size",
                    "--pipeline-parallel-size", "--speculative-config")
 

@@ -24,8 +24,6 @@ CAPTURE = ROOT / "fixtures" / "vllm-0.22.0-h100x2-stall-detect"
 sys.path.insert(0, str(ROOT / "gpu"))
 import metricswatch  # noqa: E402  (stdlib-only reader of the series format)
 
-pytestmark = pytest.mark.skipif(not CAPTURE.is_dir(), reason=f"no GPU capture yet: {CAPTURE.name} is absent")
-
 FULL, PIECEWISE = "full", "piecewise"
 CONFIG = {FULL: "base-cudagraph", PIECEWISE: "base-cg-piecewise"}
 
