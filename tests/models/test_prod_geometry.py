@@ -4,8 +4,8 @@
   (the ones vLLM's kernels choose by), and no weights are committed (they are trained by the GPU tier).
 - hack/gpu/session.py: the session's own options are honoured wherever they stand (argparse's REMAINDER used to
   swallow ``--until`` written after the step name), and the prodmodel steps run what they say.
-- The GPU capture of both steps (tests/fixtures/vllm-0.22.0-h100x2-prodmodel, committed by the lead after the run;
-  skipped while absent): results consistent with themselves, the committed geometry and the rendered argv.
+- The GPU capture of both steps (tests/fixtures/vllm-0.22.0-h100x2-prodmodel, committed; a missing capture
+  fails): results consistent with themselves, the committed geometry and the rendered argv.
 
 Stdlib only (the trainer needs torch; its config is read from the committed JSON it reads too).
 """
