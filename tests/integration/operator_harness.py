@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,6 +38,17 @@ def _not_yet(e: BaseException) -> bool:
 def wait_for(fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25, what: str = "condition") -> Any:
     """``waiting.wait_for`` that treats a 404/409 from the API server as "not yet"."""
     return waiting.wait_for(fn, timeout, interval, what, retry=_not_yet)
+
+
+def metric(text: str, name: str, absent: float | None = None, **labels: str) -> float | None:
+    """The sum of the samples of `name` in the Prometheus text `text` whose labels include `labels`;
+    `absent` when no sample matches."""
+    total, found = 0.0, False
+    for m in re.finditer(r"^" + re.escape(name) + r"(?:\{([^}]*)\})? (\S+)$", text, re.M):
+        lab = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
+        if all(lab.get(k) == v for k, v in labels.items()):
+            total, found = total + float(m.group(2)), True
+    return total if found else absent
 
 
 def install_crd(api: kubernetes.client.ApiClient) -> None:

@@ -7,7 +7,6 @@ which the probes re-learn on the new generation)."""
 
 from __future__ import annotations
 
-import re
 import sys
 import uuid
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from probe_standin import CORRECT, EARLY, SLOW, WRONG, WRONG_AT, ProbeStandIn, answer_for  # noqa: E402
 
-from operator_harness import Kube, gms, running_operator, wait_for  # noqa: E402
+from operator_harness import Kube, gms, metric, running_operator, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -45,15 +44,6 @@ def result(k: Kube, ns: str, name: str, probe: str) -> dict:
     return {}
 
 
-def metric(text: str, name: str, **labels: str) -> float:
-    total = 0.0
-    for m in re.finditer(r"^" + re.escape(name) + r"(?:\{([^}]*)\})? (\S+)$", text, re.M):
-        lab = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
-        if all(lab.get(k) == v for k, v in labels.items()):
-            total += float(m.group(2))
-    return total
-
-
 def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
     k = Kube(kube_api)
     ns = k.create_namespace(f"probe-{uuid.uuid4().hex[:6]}")
@@ -78,11 +68,11 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         body = eng.bodies[0]
         assert body["temperature"] == 0.0 and body["model"] == "pr" and body["return_token_ids"] is True
         wait_for(lambda: k.events(ns, "pr", "OutputConsistent"), 15, what="OutputConsistent Event")
-        wait_for(lambda: metric(op.metrics(), "gdn_probe_total", server="pr", probe="count", result="pass") >= 1, 30,
+        wait_for(lambda: metric(op.metrics(), "gdn_probe_total", absent=0.0, server="pr", probe="count", result="pass") >= 1, 30,
                  what="a counted pass")
         text = op.metrics()
-        assert metric(text, "gdn_probe_total", namespace=ns, server="pr", probe="count", result="learned") == 1
-        assert metric(text, "gdn_probe_duration_seconds_count") >= 2
+        assert metric(text, "gdn_probe_total", absent=0.0, namespace=ns, server="pr", probe="count", result="learned") == 1
+        assert metric(text, "gdn_probe_duration_seconds_count", absent=0.0) >= 2
 
         # ---- one blip: counted, no alarm ------------------------------------------------------
         eng.set(WRONG)
@@ -109,7 +99,7 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         (rem,) = obj["status"]["remediations"]
         assert rem["signature"] == "vllm#51508" and rem["generation"] == gen and rem["changes"] == {"asyncScheduling": False}
         assert wait_for(lambda: k.events(ns, "pr", "Remediated"), 15, what="Remediated Event")
-        assert metric(op.metrics(), "gdn_output_inconsistent", namespace=ns, server="pr", reason="ProbeMismatch") == 1
+        assert metric(op.metrics(), "gdn_output_inconsistent", absent=0.0, namespace=ns, server="pr", reason="ProbeMismatch") == 1
 
         # ---- the new generation's engine is learned afresh ------------------------------------
         gen2 = obj["metadata"]["generation"]
@@ -147,8 +137,8 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         assert k.condition(ns, "pr", "Degraded")["status"] == "False"
         text = op.metrics()
         for res in ("mismatch", "early-stop", "error"):
-            assert metric(text, "gdn_probe_total", namespace=ns, server="pr", result=res) >= 2, res
-        assert metric(text, "gdn_output_inconsistent", namespace=ns, server="pr") == 0
+            assert metric(text, "gdn_probe_total", absent=0.0, namespace=ns, server="pr", result=res) >= 2, res
+        assert metric(text, "gdn_output_inconsistent", absent=0.0, namespace=ns, server="pr") == 0
         assert op.alive()
 
         # ---- probes removed: Unknown, status.probes gone --------------------------------------

@@ -13,7 +13,6 @@ a stand-in engine bound to it serves a /metrics series replayed from tests/fixtu
 from __future__ import annotations
 
 import errno
-import re
 import sys
 import uuid
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from stall_replay import MetricsStandIn  # noqa: E402
 
-from operator_harness import Kube, gms, running_operator, wait_for  # noqa: E402
+from operator_harness import Kube, gms, metric, running_operator, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -37,14 +36,6 @@ SPEED = 3.0
 def op(full_cluster, kube_api, tmp_path_factory):
     with running_operator(full_cluster, kube_api, tmp_path_factory.mktemp("operator-stall")) as proc:
         yield proc
-
-
-def metric(text: str, name: str, **labels: str) -> float | None:
-    for m in re.finditer(r"^" + re.escape(name) + r"\{([^}]*)\} (\S+)$", text, re.M):
-        lab = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-        if all(lab.get(k) == v for k, v in labels.items()):
-            return float(m.group(2))
-    return None
 
 
 def serve_on_pod(k: Kube, ns: str, name: str, series: str, **kw) -> MetricsStandIn:
