@@ -8,7 +8,6 @@ Deployment renders it), after which the probes re-learn on the new revision (gen
 
 from __future__ import annotations
 
-import re
 import sys
 import uuid
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from probe_standin import CORRECT, EARLY, SLOW, WRONG, WRONG_AT, ProbeStandIn, answer_for  # noqa: E402
 
-from operator_harness import Kube, gms, running_operator, wait_for  # noqa: E402
+from operator_harness import Kube, gms, metric, running_operator, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -46,26 +45,6 @@ def result(k: Kube, ns: str, name: str, probe: str) -> dict:
     return {}
 
 
-def ready_pod(k: Kube, ns: str, name: str, not_named: str | None = None):
-    def find():
-        for p in k.engine_pods(ns, name):
-            ready = any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
-            if ready and p.status.pod_ip and not p.metadata.deletion_timestamp and p.metadata.name != not_named:
-                return p
-        return None
-
-    return wait_for(find, 90, interval=0.5, what=f"a Ready engine pod of {ns}/{name}" + (f" other than {not_named}" if not_named else ""))
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    total = 0.0
-    for m in re.finditer(r"^" + re.escape(name) + r"(?:\{([^}]*)\})? (\S+)$", text, re.M):
-        lab = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
-        if all(lab.get(k) == v for k, v in labels.items()):
-            total += float(m.group(2))
-    return total
-
-
 def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
     k = Kube(kube_api)
     ns = k.create_namespace(f"probe-{uuid.uuid4().hex[:6]}")
@@ -74,7 +53,7 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         # asyncScheduling set on (unset, the rules' safe default is off and vllm#51508 is not warned at all)
         k.create(ns, gms("pr", probes=PROBES, asyncScheduling=True))
         k.wait_condition(ns, "pr", "Ready", timeout=90)
-        pod = ready_pod(k, ns, "pr")
+        pod = k.ready_pod(ns, "pr")
         ip = pod.status.pod_ip
         assert ip.startswith("127."), f"kwok pod IP {ip} is not loopback"
         eng = engines[ip] = ProbeStandIn(ip, PORT)
@@ -93,11 +72,11 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         body = eng.bodies[0]
         assert body["temperature"] == 0.0 and body["model"] == "pr" and body["return_token_ids"] is True
         wait_for(lambda: k.events(ns, "pr", "OutputConsistent"), 15, what="OutputConsistent Event")
-        wait_for(lambda: metric(op.metrics(), "gdn_probe_total", server="pr", probe="count", result="pass") >= 1, 30,
+        wait_for(lambda: metric(op.metrics(), "gdn_probe_total", absent=0.0, server="pr", probe="count", result="pass") >= 1, 30,
                  what="a counted pass")
         text = op.metrics()
-        assert metric(text, "gdn_probe_total", namespace=ns, server="pr", probe="count", result="learned") == 1
-        assert metric(text, "gdn_probe_duration_seconds_count") >= 2
+        assert metric(text, "gdn_probe_total", absent=0.0, namespace=ns, server="pr", probe="count", result="learned") == 1
+        assert metric(text, "gdn_probe_duration_seconds_count", absent=0.0) >= 2
 
         # ---- one blip: counted, no alarm ------------------------------------------------------
         eng.set(WRONG)
@@ -134,10 +113,10 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         wait_for(lambda: "--no-async-scheduling" in k.deployment(ns, "pr").spec.template.spec.containers[0].args, 30,
                  what="the override rendered into the Deployment")
         assert wait_for(lambda: k.events(ns, "pr", "Remediated"), 15, what="Remediated Event")
-        assert metric(op.metrics(), "gdn_output_inconsistent", namespace=ns, server="pr", reason="ProbeMismatch") == 1
+        assert metric(op.metrics(), "gdn_output_inconsistent", absent=0.0, namespace=ns, server="pr", reason="ProbeMismatch") == 1
 
         # ---- the overridden engine (a new revision, same generation) is learned afresh ---------
-        new = ready_pod(k, ns, "pr", not_named=pod.metadata.name)
+        new = k.ready_pod(ns, "pr", not_named=pod.metadata.name)
         assert "--no-async-scheduling" in new.spec.containers[0].args
         ip2 = new.status.pod_ip
         if ip2 not in engines:
@@ -176,8 +155,8 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         assert k.condition(ns, "pr", "Degraded")["status"] == "False"
         text = op.metrics()
         for res in ("mismatch", "early-stop", "error"):
-            assert metric(text, "gdn_probe_total", namespace=ns, server="pr", result=res) >= 2, res
-        assert metric(text, "gdn_output_inconsistent", namespace=ns, server="pr") == 0
+            assert metric(text, "gdn_probe_total", absent=0.0, namespace=ns, server="pr", result=res) >= 2, res
+        assert metric(text, "gdn_output_inconsistent", absent=0.0, namespace=ns, server="pr") == 0
         assert op.alive()
 
         # ---- probes removed: Unknown, status.probes gone --------------------------------------
