@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 def pct(xs: list[float], p: float) -> float:
     """The p-th percentile (nearest rank on the sorted sample); NaN for an empty sample."""
@@ -9,3 +11,12 @@ def pct(xs: list[float], p: float) -> float:
     if not xs:
         return float("nan")
     return xs[min(len(xs) - 1, max(0, int(round(p / 100 * (len(xs) - 1)))))]
+
+
+def machine() -> str:
+    """CPUs and load average (the machine may be shared: the tails reflect other processes)."""
+    try:
+        load = "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+    except OSError:  # pragma: no cover
+        load = "load average n/a"
+    return f"machine: {os.cpu_count() or 0} CPUs, {load}"

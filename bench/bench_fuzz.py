@@ -20,12 +20,22 @@ and deeply nested values). Every answer is put in one row:
   operator crashes               operator process restarts / exits (must be 0)
 
 and prints the request latency through the webhook (p50/p90/p99).
+
+    nice -n 10 .venv/bin/python bench/bench_fuzz.py --compare-tree DIR [--count 3000] [--rounds 2]
+
+With --compare-tree DIR (another commit's tree, exported outside the repo, e.g.
+`git archive 0edfead | tar -x -C /tmp/pre`), the same generated manifests go through this tree's operator
+and through an operator run with PYTHONPATH=DIR/operator, one operator (and its webhook) at a time on the
+same control plane (each with the CRD its own models generate): the manifests are split into --rounds chunks, and each chunk is posted to both (the order
+alternating per round, each into its own namespace, which that operator alone watches, after a warm-up). Prints the webhook latency p50/p90/p99 of
+each and the ratios; the target is a p99 within 10 % of the other tree's. (No oracle or settle checks there.)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -40,13 +50,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import kubernetes  # noqa: E402
 import yaml  # noqa: E402
-from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
+from _stats import machine, pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 from controlplane import ControlPlane, ensure_built  # noqa: E402
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
 from gdn_operator.api import vllm_args  # noqa: E402
 from gdn_operator.api.load import ManifestError, parse_spec  # noqa: E402
 from gdn_operator.render.engine import vllm_args as rendered_args  # noqa: E402
-from operator_harness import WEBHOOK_CONFIG, OperatorProcess, gms, install_crd, wait_for  # noqa: E402
+from operator_harness import WEBHOOK_CONFIG, OperatorProcess, delete_webhook_configs, gms, install_crd, wait_for  # noqa: E402
 
 ORACLE = ROOT / "tests" / "api" / "vllm_parser_oracle.py"
 TABLE = yaml.safe_load((vllm_args._TABLES / "0.32.0.yaml").read_text())
@@ -180,12 +190,104 @@ def post(api, ns: str, text: str) -> tuple[int, dict, float]:
     return resp.status, body, dt
 
 
+def manifest(rng: random.Random, i: int, used: set[str]) -> tuple[str, str]:
+    """(name, JSON text) of the i-th generated manifest."""
+    obj = gms(f"f{i:05d}")
+    obj["spec"]["image"] = {**obj["spec"]["image"], "tag": "v0.32.0", "vllmVersion": "0.32.0"}
+    for _ in range(rng.randint(1, 3)):
+        mutate(rng, obj)
+    name = obj["metadata"]["name"]
+    if name in used:  # a generated name repeats: keep it unique (409 is not what is measured)
+        obj["metadata"]["name"] = name = f"{name[:54]}-{i}"
+    used.add(name)
+    return name, deep_text(json.dumps(obj))
+
+
+def start_webhook_operator(cp: ControlPlane, api, workdir: Path, pythonpath: str | None, ns: str) -> OperatorProcess:
+    """An operator with its webhook, watching only `ns` (so it never resumes another round's objects), warmed up."""
+    env = {"GDN_LOG_LEVEL": "WARNING", "GDN_STREAM_LOGS": "0", "GDN_WATCH_NAMESPACES": ns}
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath  # before the venv's own (editable) gdn_operator
+    op = OperatorProcess(cp, workdir, webhook=True, env=env).start()
+    adm = kubernetes.client.AdmissionregistrationV1Api(api)
+    wait_for(lambda: adm.read_validating_webhook_configuration(WEBHOOK_CONFIG), 60, what="webhook configured")
+    wait_for(lambda: adm.read_mutating_webhook_configuration(WEBHOOK_CONFIG), 60, what="mutating webhook configured")
+    for j in range(20):  # warm-up: imports, rule file, connection pools
+        warm = json.dumps(gms(f"warm-{j}", image={"tag": "v0.32.0", "vllmVersion": "0.32.0"}))
+        wait_for(lambda text=warm: post(api, ns, text)[0] == 201, 60, interval=0.5, what="webhook answering")
+    return op
+
+
+def tree_crd(pythonpath: str | None) -> dict:
+    """The CRD the tree's own models generate (the API server's defaulting must match the operator's model)."""
+    env = {**os.environ, **({"PYTHONPATH": pythonpath} if pythonpath else {})}
+    out = subprocess.run([sys.executable, "-c", "import json; from gdn_operator.api.crd import crd_manifest; "
+                          "print(json.dumps(crd_manifest()))"], env=env, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def compare(args: argparse.Namespace) -> int:
+    """This tree's webhook against --compare-tree's on the same manifests (module docstring)."""
+    other = Path(args.compare_tree).resolve()
+    if not (other / "operator" / "gdn_operator").is_dir():
+        raise SystemExit(f"--compare-tree {other}: no operator/gdn_operator there")
+    rng = random.Random(args.seed)
+    used: set[str] = set()
+    texts = [manifest(rng, i, used)[1] for i in range(args.count)]
+    chunks = [texts[r::args.rounds] for r in range(args.rounds)]
+    trees = [("this", None), ("baseline", str(other / "operator"))]
+    crds = {label: tree_crd(pythonpath) for label, pythonpath in trees}
+    lat: dict[str, list[float]] = {label: [] for label, _ in trees}
+    answers: dict[str, dict[str, int]] = {label: {"201": 0, "4xx": 0, "5xx": 0} for label, _ in trees}
+    work = Path(tempfile.mkdtemp(prefix="gdn-fuzz-compare-"))
+    with ControlPlane(work / "cp", tier="core", binaries=ensure_built("core")) as cp:
+        api = cp.api_client()
+        install_crd(api)
+        core = kubernetes.client.CoreV1Api(api)
+        for r, chunk in enumerate(chunks):
+            for label, pythonpath in (trees if r % 2 == 0 else trees[::-1]):
+                ns = f"fuzz-{label}-{r}"
+                core.create_namespace({"metadata": {"name": ns}})
+                install_crd(api, crds[label])  # its own schema: the API server's defaults match its model
+                time.sleep(3)  # the new schema reaches the API server's handlers (the warm-up then checks)
+                op = start_webhook_operator(cp, api, work / f"op-{label}-{r}", pythonpath, ns)
+                try:
+                    for text in chunk:
+                        status, _body, dt = post(api, ns, text)
+                        lat[label].append(dt)
+                        answers[label]["201" if status == 201 else "5xx" if status >= 500 else "4xx"] += 1
+                    if op.proc is None or op.proc.poll() is not None:
+                        raise SystemExit(f"the {label} operator exited during its round")
+                finally:
+                    op.stop()
+                    delete_webhook_configs(api)  # the next operator registers its own
+    print(f"manifests: {args.count} (seed {args.seed}), each through both operators' webhooks, in {args.rounds} "
+          f"rounds (order alternating); control plane: core tier, one operator at a time")
+    print(f"  this:     {ROOT / 'operator'}\n  baseline: {other / 'operator'}")
+    for label, _ in trees:
+        xs = lat[label]
+        print(f"  {label:<8} answers {answers[label]}  webhook request latency: p50 {pct(xs, 50) * 1000:.1f} ms  "
+              f"p90 {pct(xs, 90) * 1000:.1f} ms  p99 {pct(xs, 99) * 1000:.1f} ms  max {max(xs) * 1000:.1f} ms")
+    a, b = lat["this"], lat["baseline"]
+    ratio = {p: pct(a, p) / pct(b, p) for p in (50, 90, 99)}
+    print(f"  this / baseline: p50 {ratio[50]:.2f}x  p90 {ratio[90]:.2f}x  p99 {ratio[99]:.2f}x")
+    print(machine())
+    same = answers["this"]["5xx"] == answers["baseline"]["5xx"] == 0
+    ok = ratio[99] <= 1.10 and same
+    print(f"target: p99 within 10 % of the baseline's, no 5xx: {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--count", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--settle", type=float, default=240, help="seconds to wait for admitted objects' status")
+    ap.add_argument("--compare-tree", metavar="DIR", help="also time another commit's operator (an exported tree), same run")
+    ap.add_argument("--rounds", type=int, default=2, help="with --compare-tree: chunks, each posted to both operators")
     args = ap.parse_args()
+    if args.compare_tree:
+        return compare(args)
     rng = random.Random(args.seed)
 
     rows = {k: 0 for k in ("accepted", "denied-with-field", "denied-without-field", "5xx",
@@ -209,15 +311,7 @@ def main() -> int:
         used: set[str] = set()
         try:
             for i in range(args.count):
-                obj = gms(f"f{i:05d}")
-                obj["spec"]["image"] = {**obj["spec"]["image"], "tag": "v0.32.0", "vllmVersion": "0.32.0"}
-                for _ in range(rng.randint(1, 3)):
-                    mutate(rng, obj)
-                name = obj["metadata"]["name"]
-                if name in used:  # a generated name repeats: keep it unique (409 is not what is measured)
-                    obj["metadata"]["name"] = name = f"{name[:54]}-{i}"
-                used.add(name)
-                text = deep_text(json.dumps(obj))
+                name, text = manifest(rng, i, used)
                 status, body, dt = post(api, ns, text)
                 lat.append(dt)
                 msg = str(body.get("message", ""))

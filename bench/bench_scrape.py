@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import re
@@ -39,6 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("GDN_SHARED_DIR", REPO.parent / "shared"))
 FIXTURE = SHARED / "fixtures" / "vllm-0.32.0-cpu" / "metrics-mtp2.prom"
 sys.path.insert(0, str(REPO / "operator"))
+
+import _standins  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 # per hit: +100 drafts, +200 draft tokens, +120 accepted (80 at pos 0, 40 at pos 1), +300 gen tokens
 _ADVANCE = {
@@ -79,32 +80,8 @@ def _render(parts: list, hit: int) -> bytes:
 
 
 def serve(n_ports: int) -> None:
-    from aiohttp import web
-
     parts = _template(FIXTURE.read_text())
-    hits: dict[int, int] = {}
-
-    async def handler(request):
-        port = request.transport.get_extra_info("sockname")[1]
-        h = hits.get(port, 0)
-        hits[port] = h + 1
-        return web.Response(body=_render(parts, h), content_type="text/plain",
-                            charset="utf-8")
-
-    async def main():
-        app = web.Application()
-        app.router.add_get("/metrics", handler)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        ports = []
-        for _ in range(n_ports):
-            site = web.TCPSite(runner, "127.0.0.1", 0, backlog=256)
-            await site.start()
-            ports.append(site._server.sockets[0].getsockname()[1])
-        print(json.dumps({"ports": ports}), flush=True)
-        await asyncio.Event().wait()
-
-    asyncio.run(main())
+    _standins.serve(n_ports, lambda _port, hit: _render(parts, hit))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -264,66 +241,54 @@ def main() -> int:
     parse_micro()
     py = sys.executable
     me = str(Path(__file__).resolve())
-    per = [args.endpoints // args.server_procs + (1 if i < args.endpoints % args.server_procs else 0)
-           for i in range(args.server_procs)]
-    servers, urls = [], []
+    t0 = time.monotonic()
     try:
-        t0 = time.monotonic()
-        for n in per:
-            servers.append(subprocess.Popen([py, me, "--serve", str(n)], stdout=subprocess.PIPE,
-                                            text=True, start_new_session=True))
-        for p in servers:
-            line = p.stdout.readline()
-            if not line:
-                print("bench_scrape: stand-in server failed to start", file=sys.stderr)
-                return 1
-            urls += [f"http://127.0.0.1:{port}/metrics" for port in json.loads(line)["ports"]]
-        print(f"stand-ins: {len(urls)} endpoints (distinct ports) on 127.0.0.1 in "
-              f"{len(servers)} server process(es), ready in {time.monotonic() - t0:.1f}s; "
-              f"exposition {FIXTURE.stat().st_size} bytes")
-        results = []
-        for mode in ("baseline", "operator"):
-            cmd = [py, me, "--client", mode, "--rounds", str(args.rounds), "--interval",
-                   str(args.interval), "--concurrency", str(args.concurrency), "--timeout",
-                   str(args.timeout), "--pods-per-resource", str(args.pods_per_resource),
-                   "--window", str(args.window)]
-            out = subprocess.run(cmd, input=json.dumps(urls), capture_output=True, text=True)
-            if out.returncode != 0:
-                print(f"bench_scrape: {mode} client failed:\n{out.stderr}", file=sys.stderr)
-                return 1
-            r = json.loads(out.stdout.strip().splitlines()[-1])
-            results.append(r)
-            print(f"\n[{mode}] {r['endpoints']} endpoints x {r['rounds']} rounds every {r['interval_s']:g}s, "
-                  f"concurrency {args.concurrency}"
-                  + (f", window {args.window:g}s" if mode == "operator" else ""))
-            print(f"  CPU share      {r['cpu_share_cores']:.3f} cores  ({r['cpu_s']:.2f}s CPU / {r['wall_s']:.1f}s wall)")
-            print(f"  CPU per round  {', '.join(f'{c:.2f}' for c in r['cpu_per_round_s'])} s")
-            print(f"  round latency  {', '.join(f'{w:.2f}' for w in r['round_wall_s'])} s")
-            print(f"  RSS            start {r['rss_start_mib']:.0f} MiB, end {r['rss_end_mib']:.0f} MiB, "
-                  f"peak {r['rss_peak_mib']:.0f} MiB")
-            print(f"  errors         {r['errors']}")
-            if r["check"]:
-                print(f"  check          {r['check']}")
-        base, op = results
-        print("\nsummary")
-        print(f"  operator CPU share {op['cpu_share_cores']:.3f} cores (goal < 0.5), "
-              f"baseline {base['cpu_share_cores']:.3f}, overhead of parse+window+status "
-              f"{op['cpu_share_cores'] - base['cpu_share_cores']:+.3f} cores")
-        print(f"  operator peak RSS {op['rss_peak_mib']:.0f} MiB (goal < 300), "
-              f"baseline {base['rss_peak_mib']:.0f} MiB")
-        ok = (op["cpu_share_cores"] < 0.5 and op["rss_peak_mib"] < 300 and op["errors"] == 0
-              and op["check"] and abs((op["check"]["acceptanceRate"] or 0) - EXPECTED_ACCEPTANCE) < 1e-3)
-        print(f"  result: {'PASS' if ok else 'FAIL'}")
-        return 0 if ok else 1
-    finally:
-        for p in servers:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, 15)
-        for p in servers:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, 9)
+        with _standins.servers(py, me, args.endpoints, args.server_procs) as urls:
+            print(f"stand-ins: {len(urls)} endpoints (distinct ports) on 127.0.0.1 in "
+                  f"{args.server_procs} server process(es), ready in {time.monotonic() - t0:.1f}s; "
+                  f"exposition {FIXTURE.stat().st_size} bytes")
+            return _compare(py, me, urls, args)
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
+        return 1
+
+
+def _compare(py: str, me: str, urls: list[str], args: argparse.Namespace) -> int:
+    """Both client phases against the running stand-ins; prints them and the verdict."""
+    results = []
+    for mode in ("baseline", "operator"):
+        cmd = [py, me, "--client", mode, "--rounds", str(args.rounds), "--interval",
+               str(args.interval), "--concurrency", str(args.concurrency), "--timeout",
+               str(args.timeout), "--pods-per-resource", str(args.pods_per_resource),
+               "--window", str(args.window)]
+        out = subprocess.run(cmd, input=json.dumps(urls), capture_output=True, text=True)
+        if out.returncode != 0:
+            print(f"bench_scrape: {mode} client failed:\n{out.stderr}", file=sys.stderr)
+            return 1
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        results.append(r)
+        print(f"\n[{mode}] {r['endpoints']} endpoints x {r['rounds']} rounds every {r['interval_s']:g}s, "
+              f"concurrency {args.concurrency}"
+              + (f", window {args.window:g}s" if mode == "operator" else ""))
+        print(f"  CPU share      {r['cpu_share_cores']:.3f} cores  ({r['cpu_s']:.2f}s CPU / {r['wall_s']:.1f}s wall)")
+        print(f"  CPU per round  {', '.join(f'{c:.2f}' for c in r['cpu_per_round_s'])} s")
+        print(f"  round latency  {', '.join(f'{w:.2f}' for w in r['round_wall_s'])} s")
+        print(f"  RSS            start {r['rss_start_mib']:.0f} MiB, end {r['rss_end_mib']:.0f} MiB, "
+              f"peak {r['rss_peak_mib']:.0f} MiB")
+        print(f"  errors         {r['errors']}")
+        if r["check"]:
+            print(f"  check          {r['check']}")
+    base, op = results
+    print("\nsummary")
+    print(f"  operator CPU share {op['cpu_share_cores']:.3f} cores (goal < 0.5), "
+          f"baseline {base['cpu_share_cores']:.3f}, overhead of parse+window+status "
+          f"{op['cpu_share_cores'] - base['cpu_share_cores']:+.3f} cores")
+    print(f"  operator peak RSS {op['rss_peak_mib']:.0f} MiB (goal < 300), "
+          f"baseline {base['rss_peak_mib']:.0f} MiB")
+    ok = (op["cpu_share_cores"] < 0.5 and op["rss_peak_mib"] < 300 and op["errors"] == 0
+          and op["check"] and abs((op["check"]["acceptanceRate"] or 0) - EXPECTED_ACCEPTANCE) < 1e-3)
+    print(f"  result: {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -43,6 +41,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "operator"))
 sys.path.insert(0, str(REPO / "tests"))
+
+import _standins  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 RUNNING = 8
 GEN_PER_HIT = 240  # progressing ports: 8 requests x 30 tokens/s x ... per scrape, far above the floor
@@ -60,31 +60,9 @@ def _point(stalled: bool, hit: int) -> dict:
 
 
 def serve(n_ports: int) -> None:
-    from aiohttp import web
     from stall_replay import exposition
 
-    hits: dict[int, int] = {}
-
-    async def handler(request):
-        port = request.transport.get_extra_info("sockname")[1]
-        h = hits.get(port, 0)
-        hits[port] = h + 1
-        return web.Response(text=exposition(_point(is_stalled(port), h)), content_type="text/plain")
-
-    async def main():
-        app = web.Application()
-        app.router.add_get("/metrics", handler)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        ports = []
-        for _ in range(n_ports):
-            site = web.TCPSite(runner, "127.0.0.1", 0, backlog=256)
-            await site.start()
-            ports.append(site._server.sockets[0].getsockname()[1])
-        print(json.dumps({"ports": ports}), flush=True)
-        await asyncio.Event().wait()
-
-    asyncio.run(main())
+    _standins.serve(n_ports, lambda port, hit: exposition(_point(is_stalled(port), hit)).encode())
 
 
 def extra_parse_ms(n: int = 400) -> tuple[float, float]:
@@ -174,37 +152,20 @@ def main() -> int:
         print(json.dumps(asyncio.run(_client(urls, args))), flush=True)
         return 0
 
-    py, me = sys.executable, str(Path(__file__).resolve())
-    per = [args.endpoints // args.server_procs + (1 if i < args.endpoints % args.server_procs else 0)
-           for i in range(args.server_procs)]
-    servers, urls = [], []
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--client", "--rounds", str(args.rounds),
+           "--interval", str(args.interval), "--sim-interval", str(args.sim_interval),
+           "--stall-seconds", str(args.stall_seconds), "--pods-per-resource", str(args.pods_per_resource)]
     try:
-        for n in per:
-            servers.append(subprocess.Popen([py, me, "--serve", str(n)], stdout=subprocess.PIPE, text=True,
-                                            start_new_session=True))
-        for p in servers:
-            line = p.stdout.readline()
-            if not line:
-                print("bench_stall: stand-in server failed to start", file=sys.stderr)
-                return 1
-            urls += [f"http://127.0.0.1:{port}/metrics" for port in json.loads(line)["ports"]]
-        cmd = [py, me, "--client", "--rounds", str(args.rounds), "--interval", str(args.interval),
-               "--sim-interval", str(args.sim_interval), "--stall-seconds", str(args.stall_seconds),
-               "--pods-per-resource", str(args.pods_per_resource)]
-        out = subprocess.run(cmd, input=json.dumps(urls), capture_output=True, text=True)
-        if out.returncode != 0:
-            print(f"bench_stall: client failed:\n{out.stderr}", file=sys.stderr)
-            return 1
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-    finally:
-        for p in servers:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, 15)
-        for p in servers:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, 9)
+        with _standins.servers(sys.executable, str(Path(__file__).resolve()), args.endpoints,
+                               args.server_procs) as urls:
+            out = subprocess.run(cmd, input=json.dumps(urls), capture_output=True, text=True)
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
+        return 1
+    if out.returncode != 0:
+        print(f"bench_stall: client failed:\n{out.stderr}", file=sys.stderr)
+        return 1
+    r = json.loads(out.stdout.strip().splitlines()[-1])
 
     shipped_ms, without_ms = extra_parse_ms()
     extra = max(shipped_ms - without_ms, 0.0) / 1e3 * len(urls)

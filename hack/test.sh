@@ -19,7 +19,7 @@ bash hack/bootstrap.sh
 PY="$ROOT/.venv/bin/python"
 # lint gate ([tool.ruff] in pyproject.toml: pyflakes, pycodestyle errors, B, UP, I, SIM, C90): a finding fails the run
 "$PY" -m ruff check --quiet . || { echo "test.sh: ruff found problems (run: .venv/bin/python -m ruff check . --fix)" >&2; exit 1; }
-# type gate ([tool.mypy] in pyproject.toml: operator/gdn_operator): a type error fails the run
+# type gate ([tool.mypy] in pyproject.toml: operator/gdn_operator, strict): a type error fails the run
 "$PY" -m mypy --no-error-summary || { echo "test.sh: mypy found type errors (run: .venv/bin/python -m mypy)" >&2; exit 1; }
 # layering gate ([tool.importlinter] in pyproject.toml: imports only go down): a broken contract fails the run
 layers="$("$ROOT/.venv/bin/lint-imports" --no-cache 2>&1)" || { printf '%s\n' "$layers" | sed -n '/Broken contracts/,$p' >&2

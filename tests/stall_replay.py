@@ -21,10 +21,10 @@ import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from metrics_standin import MetricsServer
 from paths import REPO
 
 FIXTURES = REPO / "tests" / "fixtures"
@@ -160,34 +160,7 @@ class MetricsStandIn:
     def __init__(self, ip: str, port: int, name: str, *, offset: float = 0.0, speed: float = 1.0) -> None:
         self.lock = threading.Lock()
         self.switch(name, offset=offset, speed=speed)
-        outer = self
-
-        class H(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self):  # noqa: N802
-                if self.path == "/metrics":
-                    body = outer.render().encode()
-                    ctype = "text/plain; version=0.0.4; charset=utf-8"
-                elif self.path == "/health":
-                    body, ctype = b"", "text/plain"
-                else:
-                    self.send_response(404)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
-
-        self.server = ThreadingHTTPServer((ip, port), H)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.http = MetricsServer(ip, port, self.render)
 
     def switch(self, name: str, *, offset: float = 0.0, speed: float = 1.0) -> None:
         with self.lock:
@@ -204,8 +177,7 @@ class MetricsStandIn:
             return exposition(point_at(self.points, t))
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.close()
 
 
 # --- the committed series (run ``python tests/stall_replay.py`` to write tests/fixtures/stall/ again) ------

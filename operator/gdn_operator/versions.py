@@ -27,6 +27,9 @@ _PRE_RANK = {"a": 1, "b": 2, "rc": 3}
 _PRE_CANON = {1: "a", 2: "b", 3: "rc"}
 _NO_DEV = 1 << 62
 
+#: Version.key: (release without trailing zeros, pre-release rank, post or -1, dev or _NO_DEV)
+VersionKey = tuple[tuple[int, ...], tuple[int, int], int, int]
+
 
 class Version:
     """A parsed vLLM version. Compare with <, <=, ==; `key` is the total order."""
@@ -50,7 +53,7 @@ class Version:
             pre_key = (4, 0)
         else:
             pre_key = pre
-        self.key = (tuple(rel), pre_key, -1 if post is None else post, _NO_DEV if dev is None else dev)
+        self.key: VersionKey = (tuple(rel), pre_key, -1 if post is None else post, _NO_DEV if dev is None else dev)
 
     # ordering --------------------------------------------------------------------------------
     def __lt__(self, other: Version) -> bool:
@@ -132,7 +135,7 @@ def _parse_cached(text: str) -> Version | None:
 
 
 _CLAUSE_RE = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
-_OPS: dict[str, Callable[[tuple, tuple], bool]] = {
+_OPS: dict[str, Callable[[VersionKey, VersionKey], bool]] = {
     "<": lambda a, b: a < b,
     "<=": lambda a, b: a <= b,
     ">": lambda a, b: a > b,
@@ -169,7 +172,7 @@ class VersionRange:
     def contains(self, v: Version) -> bool:
         return self.contains_key(v.key)
 
-    def contains_key(self, key: tuple) -> bool:
+    def contains_key(self, key: VersionKey) -> bool:
         """`contains` for a version's sort key (Version.key), as the rule predicates carry it."""
         return all(_OPS[op](key, bound.key) for op, bound in self.clauses)
 

@@ -6,6 +6,7 @@ ones run in tests/integration/test_probes_cluster.py."""
 from __future__ import annotations
 
 import asyncio
+import time
 import sys
 from pathlib import Path
 
@@ -255,3 +256,118 @@ def test_no_probes_or_a_rejected_spec_means_nothing_to_probe(no_api):
     assert server_from_body(body(1, probes={**BODY_SPEC["probes"], "enabled": False}), no_api).spec is None
     rejected = body(1, prefixCaching=True)  # vllm#43559 prefix caching + MTP: rejected under the default policy
     assert server_from_body(rejected, no_api).spec is None
+
+
+# A remediation override of asyncScheduling (what handlers/remediation.remediate_once records on generation 3)
+OVERRIDE = {"path": "asyncScheduling", "value": False, "reason": "vllm#51508", "source": "remediation", "generation": 3,
+            "userValue": True, "vllmVersion": "0.33.0"}
+
+
+def test_a_remediation_override_is_a_new_revision_probed_afresh(no_api):
+    """The override changes what runs without a new generation: counts, reference and the remediation hook of
+    the revision before it do not carry over; the engine identity is the overridden render's."""
+    from gdn_operator.handlers.probes import server_from_body
+
+    ref = {"generation": 3, "image": "ghcr.io/gdn-operator/vllm-gdn:v0.33.0-gdn1", "pod": "p",
+           "answers": [{"probe": "q", "tokenIds": [7, 8], "text": ""}]}
+    saved = {"probes": {"generation": 3, "results": [{"probe": "q", "consecutiveFailures": 3, "lastResult": "mismatch"}],
+                        "reference": ref},
+             "conditions": [{"type": "OutputConsistent", "status": "False", "reason": "ProbeMismatch"}],
+             "remediations": [{"signature": "vllm#51508", "generation": 3, "revision": "3", "action": "asyncScheduling=false",
+                               "reason": "output probes: ProbeMismatch on generation 3 matches vllm#51508"}]}
+    before = server_from_body(body(3, saved, asyncScheduling=True), no_api)
+    assert before.revision == "3" and before.remediated and before.reference["q"].token_ids == (7, 8)
+    assert before.book.tracks["q"].consecutive == 3 and [w["rule"] for w in before.warned] == ["vllm#51508"]
+
+    after = server_from_body(body(3, {**saved, "overrides": [OVERRIDE]}, asyncScheduling=True), no_api)
+    assert after.generation == 3 and after.revision.startswith("3+") and after.revision != before.revision
+    assert after.reference == {} and after.book.tracks["q"].consecutive == 0 and after.book.condition.value is None
+    assert not after.remediated and after.warned == []  # the override's value is what the rules judge now
+    assert after.engine != before.engine  # pods of the pre-override render are not probed
+    plain = server_from_body(body(4, asyncScheduling=False), no_api)
+    assert after.engine == plain.engine  # the override renders what setting the field would
+
+    # an operator restart on the overridden revision carries its own counts and reference over
+    saved2 = {**saved, "overrides": [OVERRIDE],
+              "probes": {"generation": 3, "revision": after.revision, "results": [{"probe": "q", "consecutiveFailures": 1}],
+                         "reference": {**ref, "revision": after.revision, "answers": [{"probe": "q", "tokenIds": [9], "text": ""}]}}}
+    again = server_from_body(body(3, saved2, asyncScheduling=True), no_api)
+    assert again.revision == after.revision and again.book.tracks["q"].consecutive == 1
+    assert again.reference["q"].token_ids == (9,) and again.ref_meta["revision"] == after.revision
+
+
+async def test_track_re_learns_when_the_overrides_change_not_on_other_status_events(no_api):
+    sup = ProbeSupervisor(lambda ns, name: [], rt=no_api, seed=1)
+    try:
+        await sup.track("ns", "srv", body(3, asyncScheduling=True))
+        first = sup.servers[("ns", "srv")]
+        assert first.revision == "3"
+        await sup.track("ns", "srv", body(3, {"acceptance": {"state": "NoTraffic"}}, asyncScheduling=True))
+        assert sup.servers[("ns", "srv")] is first  # a status-only event: the same state, nothing re-learned
+        await sup.track("ns", "srv", body(3, {"overrides": [OVERRIDE]}, asyncScheduling=True))
+        second = sup.servers[("ns", "srv")]
+        assert second is not first and second.generation == 3 and second.revision.startswith("3+")
+        from gdn_operator.api.overrides import CLEAR_ANNOTATION
+
+        acted_on = body(3, {"overrides": [OVERRIDE], "overridesCleared": "t0"}, asyncScheduling=True)
+        acted_on["metadata"]["annotations"] = {CLEAR_ANNOTATION: "t0"}  # a token already acted on: still in force
+        await sup.track("ns", "srv", acted_on)
+        assert sup.servers[("ns", "srv")] is second
+        acted_on["metadata"]["annotations"] = {CLEAR_ANNOTATION: "t1"}  # a new token ends the override
+        await sup.track("ns", "srv", acted_on)
+        assert sup.servers[("ns", "srv")].revision == "3"
+    finally:
+        sup.forget("ns", "srv")
+        await sup.client.close()
+
+
+def test_a_round_of_the_revision_before_an_override_writes_nothing(monkeypatch):
+    from gdn_operator.handlers import probes as hp
+    from gdn_operator.watch.probes import Condition
+
+    s = server(probes_spec())
+    s.revision = "4"
+    obj = {"metadata": {"name": "srv", "namespace": "ns", "generation": 4}, "spec": {**BODY_SPEC, "asyncScheduling": True}}
+    seen: list[dict] = []
+
+    def update_status(ns, name, mutate):
+        for status in ({}, {"overrides": [{**OVERRIDE, "generation": 4}]}):
+            st = dict(status)
+            mutate(st, {**obj, "status": status})
+            seen.append(st)
+        return None
+
+    monkeypatch.setattr(hp.kube, "update_status", update_status)
+    hp.write_status("ns", "srv", s, {"state": "Consistent"}, Condition(True, "ProbesPassing", "ok"))
+    assert seen[0].get("probes") == {"state": "Consistent"}  # same revision: written
+    assert "probes" not in seen[1]  # an override landed under the round: its results belong to nobody
+
+
+async def test_the_override_is_rendered_even_when_its_new_revision_cancels_the_round(engines, port, monkeypatch, no_api):
+    """Recording the override writes status; the operator sees a new revision and re-tracks the server, which
+    cancels the running round — the override must still be rendered (overrides.reapply)."""
+    from gdn_operator.handlers import probes as hp
+
+    e = engines("127.0.0.2")
+    rendered: list[tuple] = []
+    monkeypatch.setattr(hp, "reapply", lambda ns, name, rt: rendered.append((ns, name)) or True)
+    loop = asyncio.get_running_loop()
+    rounds: list[asyncio.Task] = []
+
+    def remediator(ns, name, s, cond, obj):  # runs in a worker thread, like the real one
+        loop.call_soon_threadsafe(rounds[0].cancel)  # what configure() does on the new revision
+        time.sleep(0.3)
+        return True
+
+    sup = ProbeSupervisor(lambda ns, name: [pod("a", "127.0.0.2")], writer=Fakes().writer, remediator=remediator,
+                          port=port, seed=1, rt=no_api)
+    s = server(probes_spec(threshold=1), warned=WARNED)
+    assert (await sup.round("ns-c", "srv", s)).value is True
+    e.set(WRONG)
+    rounds.append(loop.create_task(sup.round("ns-c", "srv", s)))
+    with pytest.raises(asyncio.CancelledError):
+        await rounds[0]
+    _, met = await async_poll(lambda: rendered, timeout=10)
+    assert met, "the override was recorded but never rendered"
+    assert rendered == [("ns-c", "srv")]
+    await sup.client.close()

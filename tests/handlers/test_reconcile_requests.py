@@ -303,3 +303,81 @@ def test_retrying_numbers_the_attempts_and_raises_the_last_error_or_any_other_at
     with pytest.raises(KeyError):
         kube.retrying(broken, 4)
     assert seen == [0]
+
+
+# ------------------------------------- issue 29 part 9: a workload event asks nothing it already knows ---
+
+from gdn_operator.handlers import workload  # noqa: E402
+from gdn_operator.handlers.bodies import ServerBodies  # noqa: E402
+from gdn_operator.handlers.plan import expected_objects  # noqa: E402
+from gdn_operator.render.scaleout import workload_of  # noqa: E402
+
+
+def rendered_workload(api: ApiServer, rt: Any, **status: Any) -> dict[str, Any]:
+    """The engine Deployment as the API server's watch delivers it: what the server's spec renders, plus
+    the status the Deployment controller has written (none yet for a new one)."""
+    dep = copy.deepcopy(workload_of(expected_objects(copy.deepcopy(api.obj), rt)))
+    return {**dep, "status": status} if status else dep
+
+
+def test_the_new_workloads_first_event_costs_no_request(api, rt):
+    reconcile.reconcile_sync(copy.deepcopy(api.obj), rt)
+    written = copy.deepcopy(api.obj["status"])
+    assert st.get_condition(written, st.READY)["reason"] == "EnginesNotReady"  # in the reconcile's one write
+    assert st.get_condition(written, st.PROGRESSING)["reason"] == "RollingOut"
+    api.requests.clear()
+    workload.on_deployment(rt, "ns", "s", rendered_workload(api, rt), owner_uid="u1")
+    assert api.requests == [] and api.obj["status"] == written  # no read of the server, nothing to write
+
+
+def test_a_workload_event_with_news_is_one_patch_from_the_body_seen(api, rt):
+    reconcile.reconcile_sync(copy.deepcopy(api.obj), rt)
+    api.requests.clear()
+    dep = rendered_workload(api, rt, replicas=1, readyReplicas=1, updatedReplicas=1)
+    workload.on_deployment(rt, "ns", "s", dep, owner_uid="u1")
+    assert api.requests == ["PATCH server/status"]
+    assert st.is_true(api.obj["status"], st.READY) and api.obj["status"]["phase"] == "Ready"
+
+
+def test_a_workload_event_from_a_stale_body_is_read_again_not_overwritten(api, rt):
+    reconcile.reconcile_sync(copy.deepcopy(api.obj), rt)
+    status = copy.deepcopy(api.obj["status"])  # someone else's write the operator has not seen yet
+    st.set_condition(status, st.CRASH_LOOPING, True, "RepeatedCrash", "B1 three times", 1)
+    api.obj["status"] = status
+    api.bump()
+    api.requests.clear()
+    dep = rendered_workload(api, rt, replicas=1, readyReplicas=1, updatedReplicas=1)
+    workload.on_deployment(rt, "ns", "s", dep, owner_uid="u1")
+    assert api.requests == ["PATCH server/status", "GET server", "PATCH server/status"]  # refused, read, again
+    final = api.obj["status"]
+    assert st.is_true(final, st.CRASH_LOOPING) and st.is_true(final, st.READY) and final["phase"] == "CrashLooping"
+
+
+def test_drift_is_judged_against_a_fresh_read_before_anything_is_reapplied(api, rt, monkeypatch):
+    reconcile.reconcile_sync(copy.deepcopy(api.obj), rt)
+    reapplied: list[str] = []
+    monkeypatch.setattr(kube, "apply", lambda obj: reapplied.append(obj["kind"]) or obj)
+    api.requests.clear()
+    edited = rendered_workload(api, rt)
+    edited["spec"]["template"]["spec"]["containers"][0]["image"] = "someone/else:latest"
+    workload.on_deployment(rt, "ns", "s", edited, owner_uid="u1")
+    assert api.requests[0] == "GET server" and reapplied == ["Deployment"]
+    api.requests.clear()
+    workload.on_deployment(rt, "ns", "s", None, owner_uid="u1")  # deleted: also confirmed by a read first
+    assert api.requests[0] == "GET server" and reapplied == ["Deployment", "Deployment"]
+
+
+def test_server_bodies_keep_the_newest_version_of_the_same_object():
+    bodies = ServerBodies()
+    meta = {"namespace": "ns", "name": "s", "uid": "u1", "managedFields": [{"manager": "x"}]}
+    bodies.put({"metadata": {**meta, "resourceVersion": "12"}, "status": {"n": 12}})
+    bodies.put({"metadata": {**meta, "resourceVersion": "11"}, "status": {"n": 11}})  # a late, older event
+    got = bodies.get("ns", "s")
+    assert got is not None and got["status"] == {"n": 12} and "managedFields" not in got["metadata"]
+    got["status"]["n"] = 0  # a copy: the caller's edits stay the caller's
+    assert bodies.get("ns", "s", "u1")["status"] == {"n": 12}
+    assert bodies.get("ns", "s", "u2") is None  # asked for a re-created object of the same name
+    bodies.put({"metadata": {**meta, "uid": "u2", "resourceVersion": "3"}, "status": {"n": 3}})  # re-created
+    assert bodies.get("ns", "s", "u2")["status"] == {"n": 3}
+    bodies.forget("ns", "s")
+    assert bodies.get("ns", "s") is None

@@ -68,6 +68,7 @@ def test_handlers_of_namespaced_resources_require_the_namespace():
 from gdn_operator.handlers import conditions as st  # noqa: E402
 from gdn_operator.handlers import kube as kube_mod  # noqa: E402
 from gdn_operator.handlers import workload as wl  # noqa: E402
+from gdn_operator.handlers.workloadstatus import ROLLOUT_BLOCKED  # noqa: E402
 
 
 @pytest.fixture
@@ -96,10 +97,10 @@ def test_surge_rollout_without_spare_gpus_is_progressing_false_with_the_reason(s
     assert st.get_condition(server["status"], st.PROGRESSING)["reason"] == "RollingOut"
     wl.update_from_pods("ns", "s", [PENDING])  # the surge pod finds no free GPU
     cond = st.get_condition(server["status"], st.PROGRESSING)
-    assert (cond["status"], cond["reason"]) == ("False", wl.ROLLOUT_BLOCKED)
+    assert (cond["status"], cond["reason"]) == ("False", ROLLOUT_BLOCKED)
     assert "Insufficient nvidia.com/gpu" in cond["message"] and hint in cond["message"]
     wl.deployment_status("ns", "s", rolling(), server)  # a later Deployment event does not hide it
-    assert st.get_condition(server["status"], st.PROGRESSING)["reason"] == wl.ROLLOUT_BLOCKED
+    assert st.get_condition(server["status"], st.PROGRESSING)["reason"] == ROLLOUT_BLOCKED
     wl.update_from_pods("ns", "s", [{**PENDING, "unschedulable": False}])  # scheduled: rolling again
     wl.deployment_status("ns", "s", rolling(updated=1), server)
     assert st.get_condition(server["status"], st.PROGRESSING)["reason"] == "RollingOut"

@@ -1,6 +1,6 @@
 """Full tier: the scheduler places GPU pods on kwok's fake nodes; kwok stages fake crashes.
 
-Pod IPs are loopback (kwok --cidr 127.42.0.0/16) so stand-in servers can bind them.
+Pod IPs are loopback (kwok --cidr 127.N.0.0/16, controlplane.POD_CIDR) so stand-in servers can bind them.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ conditions, read the operator's /metrics.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,9 +41,21 @@ def wait_for(fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2
     return waiting.wait_for(fn, timeout, interval, what, retry=_not_yet)
 
 
-def install_crd(api: kubernetes.client.ApiClient) -> None:
+def metric(text: str, name: str, absent: float | None = None, **labels: str) -> float | None:
+    """The sum of the samples of `name` in the Prometheus text `text` whose labels include `labels`;
+    `absent` when no sample matches."""
+    total, found = 0.0, False
+    for m in re.finditer(r"^" + re.escape(name) + r"(?:\{([^}]*)\})? (\S+)$", text, re.M):
+        lab = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
+        if all(lab.get(k) == v for k, v in labels.items()):
+            total, found = total + float(m.group(2)), True
+    return total if found else absent
+
+
+def install_crd(api: kubernetes.client.ApiClient, crd: dict[str, Any] | None = None) -> None:
+    """Create or replace the GDNModelServer CRD (this tree's, or `crd`: another commit's, bench/bench_fuzz.py)."""
     ext = kubernetes.client.ApiextensionsV1Api(api)
-    crd = crd_manifest()
+    crd = copy.deepcopy(crd) if crd is not None else crd_manifest()
     try:
         existing = ext.read_custom_resource_definition(crd["metadata"]["name"])
         crd["metadata"]["resourceVersion"] = existing.metadata.resource_version
@@ -271,6 +285,18 @@ class Kube:
 
     def engine_pods(self, ns: str, name: str) -> list[Any]:
         return self.core.list_namespaced_pod(ns, label_selector=f"serving.gdn-operator.io/server={name}").items
+
+    def ready_pod(self, ns: str, name: str, not_named: str | None = None) -> Any:
+        """Wait for a Ready engine pod of `ns/name` with an IP, not being deleted (and not `not_named`)."""
+        def find() -> Any:
+            for p in self.engine_pods(ns, name):
+                ready = any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
+                if ready and p.status.pod_ip and not p.metadata.deletion_timestamp and p.metadata.name != not_named:
+                    return p
+            return None
+
+        return wait_for(find, 90, interval=0.5, what=f"a Ready engine pod of {ns}/{name}"
+                        + (f" other than {not_named}" if not_named else ""))
 
     def events(self, ns: str, name: str, reason: str | None = None) -> list[Any]:
         evs = self.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items

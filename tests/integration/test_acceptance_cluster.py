@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from metrics_standin import MetricsServer
 from operator_harness import Kube, gms, running_operator, wait_for
 from paths import CPU_CAPTURES
 
@@ -39,36 +39,21 @@ def exposition(step: int) -> str:
 
 
 class StandIn:
+    """Advances the counters by one STEP per scrape."""
+
     def __init__(self, ip: str, port: int = 8000):
         self.step = 0
         self.lock = threading.Lock()
-        outer = self
+        self.http = MetricsServer(ip, port, self._next)
 
-        class H(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
-                if self.path != "/metrics":
-                    self.send_response(404)
-                    self.end_headers()
-                    return
-                with outer.lock:
-                    body = exposition(outer.step).encode()
-                    outer.step += 1
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
-
-        self.server = ThreadingHTTPServer((ip, port), H)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+    def _next(self) -> str:
+        with self.lock:
+            body = exposition(self.step)
+            self.step += 1
+        return body
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.close()
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,13 @@
 """Output probes on the real control plane: kwok gives the engine pod a loopback IP, and a stand-in engine
 bound to that IP answers the operator's greedy /v1/completions probes correctly, then wrongly, then stops
 early, then not at all. Checked: status.probes, the OutputConsistent / Degraded conditions, Events, the
-exported metrics, no alarm on one blip, and the remediation hook (the default spec is admitted with the
-silent-corruption warning vllm#51508, whose mitigation asyncScheduling=false is applied exactly once, after
-which the probes re-learn on the new generation)."""
+exported metrics, no alarm on one blip, and the remediation hook: a spec that sets asyncScheduling true is
+admitted with the silent-corruption warning vllm#51508, whose mitigation asyncScheduling=false is recorded
+exactly once as an operator override (status.overrides; the spec and its generation never change, the
+Deployment renders it), after which the probes re-learn on the new revision (generation + overrides in force)."""
 
 from __future__ import annotations
 
-import re
 import sys
 import uuid
 from pathlib import Path
@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from probe_standin import CORRECT, EARLY, SLOW, WRONG, WRONG_AT, ProbeStandIn, answer_for  # noqa: E402
 
-from operator_harness import Kube, gms, running_operator, wait_for  # noqa: E402
+from operator_harness import Kube, gms, metric, running_operator, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -45,38 +45,21 @@ def result(k: Kube, ns: str, name: str, probe: str) -> dict:
     return {}
 
 
-def ready_pod(k: Kube, ns: str, name: str, not_named: str | None = None):
-    def find():
-        for p in k.engine_pods(ns, name):
-            ready = any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
-            if ready and p.status.pod_ip and not p.metadata.deletion_timestamp and p.metadata.name != not_named:
-                return p
-        return None
-
-    return wait_for(find, 90, interval=0.5, what=f"a Ready engine pod of {ns}/{name}" + (f" other than {not_named}" if not_named else ""))
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    total = 0.0
-    for m in re.finditer(r"^" + re.escape(name) + r"(?:\{([^}]*)\})? (\S+)$", text, re.M):
-        lab = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
-        if all(lab.get(k) == v for k, v in labels.items()):
-            total += float(m.group(2))
-    return total
-
-
 def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
     k = Kube(kube_api)
     ns = k.create_namespace(f"probe-{uuid.uuid4().hex[:6]}")
     engines: dict[str, ProbeStandIn] = {}
     try:
-        k.create(ns, gms("pr", probes=PROBES))
+        # asyncScheduling set on (unset, the rules' safe default is off and vllm#51508 is not warned at all)
+        k.create(ns, gms("pr", probes=PROBES, asyncScheduling=True))
         k.wait_condition(ns, "pr", "Ready", timeout=90)
-        pod = ready_pod(k, ns, "pr")
+        pod = k.ready_pod(ns, "pr")
         ip = pod.status.pod_ip
         assert ip.startswith("127."), f"kwok pod IP {ip} is not loopback"
         eng = engines[ip] = ProbeStandIn(ip, PORT)
-        gen = k.get(ns, "pr")["metadata"]["generation"]
+        submitted = k.get(ns, "pr")
+        gen, spec = submitted["metadata"]["generation"], submitted["spec"]
+        assert "--async-scheduling" in k.deployment(ns, "pr").spec.template.spec.containers[0].args
 
         # ---- learn, then consistent -----------------------------------------------------------
         c = k.wait_condition(ns, "pr", "OutputConsistent", "True", timeout=60)
@@ -89,11 +72,11 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         body = eng.bodies[0]
         assert body["temperature"] == 0.0 and body["model"] == "pr" and body["return_token_ids"] is True
         wait_for(lambda: k.events(ns, "pr", "OutputConsistent"), 15, what="OutputConsistent Event")
-        wait_for(lambda: metric(op.metrics(), "gdn_probe_total", server="pr", probe="count", result="pass") >= 1, 30,
+        wait_for(lambda: metric(op.metrics(), "gdn_probe_total", absent=0.0, server="pr", probe="count", result="pass") >= 1, 30,
                  what="a counted pass")
         text = op.metrics()
-        assert metric(text, "gdn_probe_total", namespace=ns, server="pr", probe="count", result="learned") == 1
-        assert metric(text, "gdn_probe_duration_seconds_count") >= 2
+        assert metric(text, "gdn_probe_total", absent=0.0, namespace=ns, server="pr", probe="count", result="learned") == 1
+        assert metric(text, "gdn_probe_duration_seconds_count", absent=0.0) >= 2
 
         # ---- one blip: counted, no alarm ------------------------------------------------------
         eng.set(WRONG)
@@ -114,17 +97,27 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         assert d["status"] == "True" and d["reason"] == "ProbeMismatch"
         ev = wait_for(lambda: k.events(ns, "pr", "ProbeMismatch"), 15, what="ProbeMismatch Event")
         assert ev[0].type == "Warning"
-        obj = wait_for(lambda: (lambda o: o if o["metadata"]["generation"] > gen else None)(k.get(ns, "pr")), 30,
-                       what="the remediation's new generation")
-        assert obj["spec"]["asyncScheduling"] is False
+        # the remediation is an operator-owned override: listed in status, rendered into the Deployment; the
+        # spec, its generation and the user's annotations are never written
+        obj = wait_for(lambda: (lambda o: o if (o.get("status") or {}).get("overrides") else None)(k.get(ns, "pr")), 30,
+                       what="the remediation's override in status.overrides")
+        assert obj["spec"] == spec and obj["spec"]["asyncScheduling"] is True and obj["metadata"]["generation"] == gen
+        assert "serving.gdn-operator.io/last-remediation" not in (obj["metadata"].get("annotations") or {})
+        (ov,) = obj["status"]["overrides"]
+        assert (ov["path"], ov["value"], ov["reason"], ov["source"], ov["generation"], ov["userValue"]) == (
+            "asyncScheduling", False, "vllm#51508", "remediation", gen, True)
         (rem,) = obj["status"]["remediations"]
         assert rem["signature"] == "vllm#51508" and rem["generation"] == gen and rem["changes"] == {"asyncScheduling": False}
+        assert rem["revision"] == str(gen)  # made on the revision before the override
+        assert k.condition(ns, "pr", "Overridden")["status"] == "True"
+        wait_for(lambda: "--no-async-scheduling" in k.deployment(ns, "pr").spec.template.spec.containers[0].args, 30,
+                 what="the override rendered into the Deployment")
         assert wait_for(lambda: k.events(ns, "pr", "Remediated"), 15, what="Remediated Event")
-        assert metric(op.metrics(), "gdn_output_inconsistent", namespace=ns, server="pr", reason="ProbeMismatch") == 1
+        assert metric(op.metrics(), "gdn_output_inconsistent", absent=0.0, namespace=ns, server="pr", reason="ProbeMismatch") == 1
 
-        # ---- the new generation's engine is learned afresh ------------------------------------
-        gen2 = obj["metadata"]["generation"]
-        new = ready_pod(k, ns, "pr", not_named=pod.metadata.name)
+        # ---- the overridden engine (a new revision, same generation) is learned afresh ---------
+        new = k.ready_pod(ns, "pr", not_named=pod.metadata.name)
+        assert "--no-async-scheduling" in new.spec.containers[0].args
         ip2 = new.status.pod_ip
         if ip2 not in engines:
             engines[ip2] = ProbeStandIn(ip2, PORT)
@@ -134,11 +127,14 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         def relearned():
             p = k.status(ns, "pr").get("probes") or {}
             c = k.condition(ns, "pr", "OutputConsistent") or {}
-            ok = p.get("generation") == gen2 and (p.get("reference") or {}).get("generation") == gen2 and c.get("status") == "True"
+            ref = p.get("reference") or {}
+            ok = (p.get("revision") not in (None, str(gen)) and ref.get("revision") == p.get("revision")
+                  and c.get("status") == "True")
             return p if ok else None
 
-        p2 = wait_for(relearned, 90, interval=0.5, what="re-learned reference on the new generation")
-        assert p2["reference"]["pod"] == new.metadata.name
+        p2 = wait_for(relearned, 90, interval=0.5, what="re-learned reference on the overridden revision")
+        assert p2["reference"]["pod"] == new.metadata.name and p2["generation"] == gen == p2["reference"]["generation"]
+        assert p2["revision"].startswith(f"{gen}+")
         assert k.condition(ns, "pr", "Degraded")["status"] == "False"
 
         # ---- early stop: alarm with its own reason, and no second remediation ------------------
@@ -146,7 +142,8 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         c = k.wait_condition(ns, "pr", "OutputConsistent", "False", timeout=60, reason="ProbeEarlyStop")
         assert "stopped after 2 tokens (stop)" in c["message"] and "vllm#51508" not in c["message"]
         obj = k.get(ns, "pr")
-        assert len(obj["status"]["remediations"]) == 1 and obj["metadata"]["generation"] == gen2
+        assert len(obj["status"]["remediations"]) == 1 and len(obj["status"]["overrides"]) == 1
+        assert obj["metadata"]["generation"] == gen and obj["spec"] == spec
         assert len(k.events(ns, "pr", "Remediated")) == 1
 
         # ---- no answer in time: ProbeError; then back to consistent ---------------------------
@@ -158,8 +155,8 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         assert k.condition(ns, "pr", "Degraded")["status"] == "False"
         text = op.metrics()
         for res in ("mismatch", "early-stop", "error"):
-            assert metric(text, "gdn_probe_total", namespace=ns, server="pr", result=res) >= 2, res
-        assert metric(text, "gdn_output_inconsistent", namespace=ns, server="pr") == 0
+            assert metric(text, "gdn_probe_total", absent=0.0, namespace=ns, server="pr", result=res) >= 2, res
+        assert metric(text, "gdn_output_inconsistent", absent=0.0, namespace=ns, server="pr") == 0
         assert op.alive()
 
         # ---- probes removed: Unknown, status.probes gone --------------------------------------

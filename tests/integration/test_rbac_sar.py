@@ -119,8 +119,9 @@ def common_denials(i: Install, ns: str) -> list[tuple]:
         ("get", "secrets", "", ns), ("list", "secrets", "", i.namespace),
         ("get", "secrets", "", i.namespace, "someone-elses"), ("update", "secrets", "", i.namespace, "someone-elses"),
         ("get", "secrets", "", "kube-system", secret),
-        # no deletes, no pods of its own, no spec writes beyond patch
-        ("delete", "deployments", "apps", ns), ("create", "pods", "", ns), ("delete", "pods", "", ns),
+        # no deletes but a stalled engine pod's (issue 24: the stall ladder's restart, allowed below), no pods of
+        # its own, no spec writes beyond patch
+        ("delete", "deployments", "apps", ns), ("create", "pods", "", ns), ("deletecollection", "pods", "", ns),
         ("update", "gdnmodelservers", "serving.gdn-operator.io", ns),
         ("delete", "gdnmodelservers", "serving.gdn-operator.io", ns),
         ("create", "pods", "", ns, None, "exec"),
@@ -141,6 +142,7 @@ def test_namespaced_install_grants_only_the_watched_namespaces(kube_api, control
             *[(v, "deployments", "apps", ns) for ns in (a, b) for v in ("get", "list", "watch", "create", "patch")],
             ("create", "services", "", a), ("patch", "services", "", b),
             ("get", "pods", "", a), ("list", "pods", "", b), ("get", "pods", "", a, None, "log"),
+            ("delete", "pods", "", a),  # the stall ladder restarts a stalled engine pod (issue 24)
             ("create", "events", "", b),
             ("patch", "gdnmodelservers", "serving.gdn-operator.io", a),
             ("patch", "gdnmodelservers", "serving.gdn-operator.io", a, None, "status"),
@@ -158,6 +160,7 @@ def test_namespaced_install_grants_only_the_watched_namespaces(kube_api, control
             ("patch", "services", "", "kube-system", "kube-dns"), ("create", "deployments", "apps", "default"),
             ("get", "pods", "", "kube-system", None, "log"), ("get", "pods", "", "default", None, "log"),
             ("get", "pods", "", i.namespace, None, "log"), ("create", "events", "", "kube-system"),
+            ("delete", "pods", "", "kube-system"), ("delete", "pods", "", i.namespace),
             ("patch", "gdnmodelservers", "serving.gdn-operator.io", "default"),
             # status is written as a guarded JSON patch only: no whole-object replace
             ("update", "gdnmodelservers", "serving.gdn-operator.io", a, None, "status"),
@@ -178,6 +181,7 @@ def test_cluster_wide_install_keeps_webhooks_and_secrets_narrow(kube_api, contro
         allowed = [
             ("patch", "deployments", "apps", ns), ("list", "deployments", "apps"),
             ("get", "pods", "", ns, None, "log"), ("patch", "clusterkopfpeerings", "kopf.dev", None, i.env["GDN_PEERING"]),
+            ("delete", "pods", "", ns),  # the stall ladder restarts a stalled engine pod (issue 24)
             ("get", VWC, ADM, None, i.config_name), ("patch", MWC, ADM, None, i.config_name),
             ("get", "secrets", "", i.namespace, i.env["GDN_WEBHOOK_SECRET"]),
         ]

@@ -260,10 +260,13 @@ def test_keda_scaled_object_is_accepted_by_the_real_crd(k, ns, addons):
 
 def test_group_crash_loop_is_remediated_once_per_generation(op, k, ns, addons):
     """lws#1048's loop, the way it looks with restartPolicy None: the same worker crash again and again,
-    each time taking the leader down too. Three group crashes (six pod deaths) remediate exactly once."""
+    each time taking the leader down too. Three group crashes (six pod deaths) remediate exactly once — as an
+    operator override (status.overrides) that the LeaderWorkerSet renders; the spec is never written."""
     from test_crashwatch_cluster import crash, tail
 
-    k.create(ns, small("grp", tensorParallelSize=2, nodes=2, remediation={"mode": "auto", "threshold": 3}))
+    # asyncScheduling set on: the value the remediation changes (left unset, the safe default is already off)
+    k.create(ns, small("grp", tensorParallelSize=2, nodes=2, asyncScheduling=True,
+                       remediation={"mode": "auto", "threshold": 3}))
     ready(k, ns, "grp")
     leaders, workers = group_pods(k, ns, "grp")
     message = tail("b9-np-repeat-negative.tail.log")
@@ -274,12 +277,16 @@ def test_group_crash_loop_is_remediated_once_per_generation(op, k, ns, addons):
             crash(k, ns, leaders[0].metadata.name, NCCL)
             wait_for(lambda: (k.status(ns, "grp").get("lastCrash") or {}).get("pod") == leaders[0].metadata.name, 30)
             assert k.status(ns, "grp")["lastCrash"]["count"] == i + 1  # the leader's death did not count
-    obj = wait_for(lambda: (o := k.get(ns, "grp"))["spec"].get("asyncScheduling") is False and o, 30,
-                   what="asyncScheduling=false applied")
+    def overridden():
+        o = k.get(ns, "grp")
+        ov = [x for x in (o.get("status") or {}).get("overrides") or [] if x.get("path") == "asyncScheduling"]
+        return o if ov and ov[0]["value"] is False and ov[0]["source"] == "remediation" else None
+
+    obj = wait_for(overridden, 30, what="the asyncScheduling=false override")
     rem = obj["status"]["remediations"]
     assert len(rem) == 1 and rem[0]["signature"] == "spec-decode-negative-repeat" and rem[0]["generation"] == 1
-    assert obj["metadata"]["generation"] == 2
-    # the LeaderWorkerSet rolls the group to the remediated spec
+    assert obj["metadata"]["generation"] == 1 and obj["spec"]["asyncScheduling"] is True  # the spec is never written
+    # the LeaderWorkerSet rolls the group to the override
     lw = wait_for(lambda: (o := lws_obj(k, ns, "grp")) and "--no-async-scheduling" in
                   o["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["args"] and o, 30)
     assert "--no-async-scheduling" in lw["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["args"]

@@ -13,7 +13,6 @@ a stand-in engine bound to it serves a /metrics series replayed from tests/fixtu
 from __future__ import annotations
 
 import errno
-import re
 import sys
 import uuid
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from stall_replay import MetricsStandIn  # noqa: E402
 
-from operator_harness import Kube, gms, running_operator, wait_for  # noqa: E402
+from operator_harness import Kube, gms, metric, running_operator, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -39,31 +38,12 @@ def op(full_cluster, kube_api, tmp_path_factory):
         yield proc
 
 
-def metric(text: str, name: str, **labels: str) -> float | None:
-    for m in re.finditer(r"^" + re.escape(name) + r"\{([^}]*)\} (\S+)$", text, re.M):
-        lab = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-        if all(lab.get(k) == v for k, v in labels.items()):
-            return float(m.group(2))
-    return None
-
-
-def ready_pod(k: Kube, ns: str, name: str, not_named: str | None = None):
-    def find():
-        for p in k.engine_pods(ns, name):
-            ready = any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
-            if ready and p.status.pod_ip and not p.metadata.deletion_timestamp and p.metadata.name != not_named:
-                return p
-        return None
-
-    return wait_for(find, 90, interval=0.5, what=f"a Ready engine pod of {ns}/{name}")
-
-
 def serve_on_pod(k: Kube, ns: str, name: str, series: str, **kw) -> MetricsStandIn:
     """A stand-in on the server's Ready pod. kwok hands out loopback IPs that another stand-in on this machine
     (another test session) may hold already: then that pod is deleted and its replacement, with another IP, used."""
     tried: list[str] = []
     for _ in range(4):
-        pod = ready_pod(k, ns, name, not_named=tried[-1] if tried else None)
+        pod = k.ready_pod(ns, name, not_named=tried[-1] if tried else None)
         try:
             return MetricsStandIn(pod.status.pod_ip, PORT, series, **kw)
         except OSError as e:
@@ -81,7 +61,7 @@ def test_stalled_engine_flagged_restarted_once_and_cleared(op, kube_api):
     try:
         k.create(ns, gms("st", **FAST))
         k.wait_condition(ns, "st", "Ready", timeout=90)
-        pod = ready_pod(k, ns, "st")
+        pod = k.ready_pod(ns, "st")
         ip = pod.status.pod_ip
         assert ip.startswith("127."), f"kwok pod IP {ip} is not loopback"
         # from the load's end on: 8, later 7, requests running, one engine step every ~20 s
@@ -103,7 +83,7 @@ def test_stalled_engine_flagged_restarted_once_and_cleared(op, kube_api):
         rem = wait_for(lambda: (k.status(ns, "st").get("remediations") or [None])[-1], 30, what="the restart's record")
         assert (rem["signature"], rem["generation"], rem["action"]) == ("engine-stall", gen, f"restart {pod.metadata.name}")
         wait_for(lambda: k.events(ns, "st", "Remediated"), 15, what="Remediated Event")
-        new = ready_pod(k, ns, "st", not_named=pod.metadata.name)
+        new = k.ready_pod(ns, "st", not_named=pod.metadata.name)
         assert k.get(ns, "st")["metadata"]["generation"] == gen  # the spec was not touched
         ip2 = new.status.pod_ip
         if ip2 in engines:  # 4x: its drain and idle tail in a minute

@@ -4,8 +4,8 @@
   (the ones vLLM's kernels choose by), and no weights are committed (they are trained by the GPU tier).
 - hack/gpu/session.py: the session's own options are honoured wherever they stand (argparse's REMAINDER used to
   swallow ``--until`` written after the step name), and the prodmodel steps run what they say.
-- The GPU capture of both steps (tests/fixtures/vllm-0.22.0-h100x2-prodmodel, committed by the lead after the run;
-  skipped while absent): results consistent with themselves, the committed geometry and the rendered argv.
+- The GPU capture of both steps (tests/fixtures/vllm-0.22.0-h100x2-prodmodel, committed; a missing capture
+  fails): results consistent with themselves, the committed geometry and the rendered argv.
 
 Stdlib only (the trainer needs torch; its config is read from the committed JSON it reads too).
 """
@@ -109,8 +109,6 @@ def test_prodmodel_steps_commands(tmp_path):
 
 # ---------------------------------------------------------------- the GPU capture (after the run)
 
-needs_capture = pytest.mark.skipif(not CAPTURE.is_dir(), reason=f"no GPU capture yet: {CAPTURE.name} is absent")
-
 
 @pytest.fixture(scope="module")
 def training() -> dict:
@@ -122,7 +120,6 @@ def graphs() -> dict:
     return json.loads((CAPTURE / "mtp-graphs.json").read_text())
 
 
-@needs_capture
 def test_capture_training(training, cfg):
     assert training["preset"] == "prod" and training["device"] == "cuda"
     assert len(training["weights_sha256"]) == 64 and int(training["weights_sha256"], 16) >= 0
@@ -134,7 +131,6 @@ def test_capture_training(training, cfg):
         assert 0.0 <= h[k] <= 1.0
 
 
-@needs_capture
 def test_capture_serving(graphs, training, cfg):
     assert graphs["vllm_version"] == "0.22.0" and graphs["dry_run"] is False
     assert graphs["model"]["training"]["weights_sha256"] == training["weights_sha256"]

@@ -134,3 +134,37 @@ def test_effective_config_total(d, version):
     if eff.values["gdn_hybrid"] and eff.version is not None and eff.prefix_caching is not None:
         assert eff.mamba_cache_mode == ("align" if eff.prefix_caching else "none")
     json.dumps(eff.as_dict())
+
+
+def _hits(hits):
+    return [(h.ref, h.kind, h.severity, h.enforced, h.fields, h.mitigation, h.detail, h.order, h.advisory) for h in hits]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec_dicts(), spec_dicts(), st.sampled_from(VERSIONS))
+def test_rematch_equals_a_full_match(d1, d2, version):
+    """rules.matching.rematch (the defaults fixpoint re-evaluates only the rules reading a changed value) gives
+    exactly match_rules' hits, details included, for any two configurations of one vLLM version."""
+    from gdn_operator.rules.matching import match_rules, rematch
+
+    e1 = effective_config(_valid(d1), version)
+    e2 = effective_config(_valid(d2), version)
+    assert _hits(rematch(CAT, e2, e1, match_rules(CAT, e1))) == _hits(match_rules(CAT, e2))
+    for h in CAT.rules:  # each rule's own mitigation applied to the first: the step the defaults take
+        if h.mitigation_patch is None:
+            continue
+        try:
+            s3 = GDNModelServerSpec.model_validate(h.mitigation_patch.apply(d1))
+        except ValidationError:
+            continue
+        e3 = effective_config(s3, version)
+        assert _hits(rematch(CAT, e3, e1, match_rules(CAT, e1))) == _hits(match_rules(CAT, e3)), h.id
+
+
+def test_rule_reads_cover_every_predicate_operator():
+    from gdn_operator.rules.predicates import referenced_fields
+
+    pred = {"all": [{"has_arg": "--x"}, {"has_patch": "p"}, {"version": "<1"}, {"not": {"eq": {"env.A": "1"}}},
+                    {"any": [{"in": {"spec_method": ["mtp"]}}, {"gte": {"max_num_seqs": 1}}]}]}
+    assert referenced_fields(pred) == {"extra_args_flags", "patches", "vllm_version", "env.A", "spec_method", "max_num_seqs"}
+    assert all(r.reads >= ({"patches"} if r.patches else set()) for r in CAT.rules)

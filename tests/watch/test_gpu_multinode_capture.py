@@ -1,7 +1,7 @@
 """Multi-node on real vLLM (issue 25 item 5): the capture of ``hack/gpu/session.sh multinode``
 (hack/gpu/multinode.py) in tests/fixtures/vllm-0.22.0-h100x2-multinode.
 
-Skipped only while that folder is absent (the lead commits it after the GPU run). Checks that the group ran
+Committed after the GPU run; a missing folder fails the tests. Checks that the group ran
 the launch lines render/lws.py produces today (multi-node and parallel flags, leader vs headless worker),
 that it answered exactly with MTP accepting, that the stall detector stayed quiet on the healthy group,
 that the logs show a real two-node group (leader rank 0, headless rank 1), and that the crash watch's group
@@ -19,8 +19,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "fixtures" / "vllm-0.22.0-h100x2-multinode"
 REPO = ROOT.parent
-
-pytestmark = pytest.mark.skipif(not CAPTURE.is_dir(), reason=f"no GPU capture yet: {CAPTURE.name} is absent")
 
 MULTINODE_FLAGS = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--tensor-parallel-size",
                    "--pipeline-parallel-size", "--speculative-config")

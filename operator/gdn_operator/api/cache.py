@@ -65,9 +65,7 @@ class ClaimCache(_Model):
     @field_validator("claim_name", "storage_class_name")
     @classmethod
     def _name(cls, v: str | None) -> str | None:
-        if v is not None and not _k8s.dns1123_subdomain(v):
-            raise ValueError(f"{v!r} is not a valid object name (lowercase letters, digits, '-' and '.')")
-        return v
+        return v if v is None else _k8s.check_name(v)
 
     @model_validator(mode="after")
     def _one(self) -> ClaimCache:

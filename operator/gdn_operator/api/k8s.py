@@ -59,6 +59,30 @@ def label_key(key: str) -> bool:
     return len(name) <= 63 and LABEL_KEY_NAME.fullmatch(name) is not None
 
 
+def check_name(value: str, what: str = "object name") -> str:
+    """`value` if it is an object name (DNS-1123 subdomain); else the ValueError a field validator raises."""
+    if not dns1123_subdomain(value):
+        raise ValueError(f"{value!r} is not a valid {what} (lowercase letters, digits, '-' and '.')")
+    return value
+
+
+def check_key(value: str, what: str) -> str:
+    """`value` if it is a Secret/ConfigMap data key; else the ValueError a field validator raises."""
+    if not SECRET_KEY.fullmatch(value):
+        raise ValueError(f"{value!r} is not a valid {what} (letters, digits, '-', '_' and '.')")
+    return value
+
+
+def check_labels(labels: dict[str, str]) -> dict[str, str]:
+    """`labels` if every key and value is a valid label key and value; else a field validator's ValueError."""
+    for key, value in labels.items():
+        if not label_key(key):
+            raise ValueError(f"key {key!r} is not a valid label key")
+        if not label_value(value):
+            raise ValueError(f"value {value!r} of {key!r} is not a valid label value")
+    return labels
+
+
 def positive_quantity(value: str) -> bool:
     m = QUANTITY.fullmatch(value)
     return m is not None and float(m.group("num")) > 0

@@ -33,16 +33,12 @@ class SecretKeyRef(_Model):
     @field_validator("name")
     @classmethod
     def _secret_name(cls, v: str) -> str:
-        if not _k8s.dns1123_subdomain(v):
-            raise ValueError(f"{v!r} is not a valid Secret name (lowercase letters, digits, '-' and '.')")
-        return v
+        return _k8s.check_name(v, "Secret name")
 
     @field_validator("key")
     @classmethod
     def _secret_key(cls, v: str) -> str:
-        if not _k8s.SECRET_KEY.fullmatch(v):
-            raise ValueError(f"{v!r} is not a valid Secret key (letters, digits, '-', '_' and '.')")
-        return v
+        return _k8s.check_key(v, "Secret key")
 
 
 class ConfigMapKeyRef(_Model):
@@ -54,16 +50,12 @@ class ConfigMapKeyRef(_Model):
     @field_validator("name")
     @classmethod
     def _cm_name(cls, v: str) -> str:
-        if not _k8s.dns1123_subdomain(v):
-            raise ValueError(f"{v!r} is not a valid ConfigMap name (lowercase letters, digits, '-' and '.')")
-        return v
+        return _k8s.check_name(v, "ConfigMap name")
 
     @field_validator("key")
     @classmethod
     def _cm_key(cls, v: str) -> str:
-        if not _k8s.SECRET_KEY.fullmatch(v):
-            raise ValueError(f"{v!r} is not a valid ConfigMap key (letters, digits, '-', '_' and '.')")
-        return v
+        return _k8s.check_key(v, "ConfigMap key")
 
 
 class ModelSpec(_Model):

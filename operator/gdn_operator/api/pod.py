@@ -86,9 +86,7 @@ class LocalObjectReference(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _k8s.dns1123_subdomain(v):
-            raise ValueError(f"{v!r} is not a valid object name (lowercase letters, digits, '-' and '.')")
-        return v
+        return _k8s.check_name(v)
 
 
 def _check_list(model_name: str, items: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
@@ -157,18 +155,13 @@ class PodSettings(_Model):
     @field_validator("service_account_name", "runtime_class_name", "priority_class_name", "scheduler_name")
     @classmethod
     def _names(cls, v: str | None) -> str | None:
-        if v is not None and not _k8s.dns1123_subdomain(v):
-            raise ValueError(f"{v!r} is not a valid object name (lowercase letters, digits, '-' and '.')")
-        return v
+        return v if v is None else _k8s.check_name(v)
 
     @field_validator("labels")
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            if not _k8s.label_key(key):
-                raise ValueError(f"key {key!r} is not a valid label key")
-            if not _k8s.label_value(value):
-                raise ValueError(f"value {value!r} of {key!r} is not a valid label value")
+        _k8s.check_labels(v)
+        for key in v:
             if key.startswith(OWNED_KEY_PREFIXES):
                 raise ValueError(f"label {key!r} is set by the operator (it selects engine pods on its labels); "
                                  "use a key outside app.kubernetes.io/, serving.gdn-operator.io/ and leaderworkerset.sigs.k8s.io/")

@@ -53,7 +53,8 @@ class Probe(_Model):
         description=(
             "The expected continuation (text), or `learn`: the first answer of a freshly Ready engine of the "
             "current spec generation and image becomes the reference (kept in status.probes.reference, "
-            "re-learned on every new generation). Use expectedTokenIds to give the answer as token ids."
+            "re-learned on every new generation and after every remediation override). Use expectedTokenIds "
+            "to give the answer as token ids."
         ),
     )
     expected_token_ids: list[_TokenId] | None = Field(
@@ -165,6 +166,7 @@ class ProbeReference(_Status):
     """What `expected: learn` probes compare with: learned from a freshly Ready engine."""
 
     generation: int | None = Field(default=None, description="Spec generation the answers were learned on.")
+    revision: str | None = Field(default=None, description="Generation + remediation overrides in force they were learned on.")
     image: str | None = Field(default=None, description="Engine image the answers were learned from.")
     pod: str | None = None
     learned_at: str | None = None
@@ -202,6 +204,8 @@ class ProbesStatus(_Status):
         default=None, description="Learning, Consistent, Inconsistent, Failing (below failureThreshold), NoReadyEngines."
     )
     generation: int | None = Field(default=None, description="Spec generation the counts below belong to.")
+    revision: str | None = Field(
+        default=None, description="Generation + remediation overrides in force the counts belong to (api/overrides.revision).")
     pods_probed: int | None = None
     pods_skipped: int | None = Field(default=None, description="Ready pods not probed: running a previous spec (rollout).")
     reference: ProbeReference | None = None

@@ -245,12 +245,7 @@ class GDNModelServerSpec(_Model):
     @field_validator("node_selector")
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            if not _k8s.label_key(key):
-                raise ValueError(f"key {key!r} is not a valid label key")
-            if not _k8s.label_value(value):
-                raise ValueError(f"value {value!r} of {key!r} is not a valid label value")
-        return v
+        return _k8s.check_labels(v)
 
     @field_validator("tolerations")
     @classmethod

@@ -20,6 +20,7 @@ YAML loaders validate with it).
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -128,6 +129,30 @@ class SpecPatch:
             set_path(out, path, copy.deepcopy(value))
         return out
 
+    def apply_shared(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """What `apply` returns, copying only the dicts along the changed paths: the result shares every other
+        value with `spec`, so it is for read-only use (validating a candidate spec on the admission hot path)."""
+        out = dict(spec)
+        for path, value in self.changes:
+            parts = path.split(".")
+            cur = out
+            for p in parts[:-1]:
+                nxt = cur.get(p)
+                if not isinstance(nxt, dict):
+                    if value is None:
+                        break  # nothing to remove below a missing parent (set_path)
+                    nxt = {}
+                else:
+                    nxt = dict(nxt)  # copy on write: `spec`'s own dict is never changed
+                cur[p] = nxt
+                cur = nxt
+            else:
+                if value is None:
+                    cur.pop(parts[-1], None)
+                else:
+                    cur[parts[-1]] = copy.deepcopy(value)
+        return out
+
     def pending(self, spec: Mapping[str, Any]) -> SpecPatch:
         """The pairs whose value `spec` does not already have (an absent field counts as unset)."""
         return SpecPatch(tuple((p, v) for p, v in self.changes if get_path(spec, p)[1] != v), self.label)
@@ -190,11 +215,19 @@ def user_set(model: Any, path: str) -> bool:
     validated from, as opposed to left to its default: pydantic's `model_fields_set`, walked by alias."""
     cur = model
     for part in path.split("."):
-        fields = getattr(type(cur), "model_fields", None)
-        if fields is None:
+        if not isinstance(cur, BaseModel):
             return False
-        name = next((n for n, f in fields.items() if (f.alias or n) == part), None)
+        name = _by_alias(type(cur)).get(part)
         if name is None or name not in cur.model_fields_set:
             return False
         cur = getattr(cur, name)
     return True
+
+
+@functools.cache
+def _by_alias(model: type[BaseModel]) -> dict[str, str]:
+    """camelCase alias (or the name, without one) -> field name, per model class (the first field wins)."""
+    out: dict[str, str] = {}
+    for n, f in model.model_fields.items():
+        out.setdefault(f.alias or n, n)
+    return out

@@ -32,7 +32,7 @@ import argparse
 import functools
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -81,7 +81,8 @@ class Resolution:
 @functools.lru_cache(maxsize=1)
 def policy() -> dict[str, Any]:
     with open(_DATA / "extra-args-policy.yaml", encoding="utf-8") as f:
-        return yaml.safe_load(f)
+        data: dict[str, Any] = yaml.safe_load(f)
+    return data
 
 
 @functools.lru_cache(maxsize=1)
@@ -107,7 +108,8 @@ def _human_int(value: str, allow_auto: bool = False) -> int:
         number, suffix = m.groups()
         if suffix.islower():
             return int(float(number) * 10 ** (3 * "kmgt".index(suffix) + 3))
-        return int(number) * 2 ** (10 * "KMGT".index(suffix) + 10)
+        binary: int = 2 ** (10 * "KMGT".index(suffix) + 10)
+        return int(number) * binary
     return int(value)
 
 
@@ -121,7 +123,7 @@ def _json_value(value: str) -> Any:
         raise ValueError(f"not JSON ({e.msg})") from None
 
 
-def _json_object(keys: Sequence[str] | None):
+def _json_object(keys: Sequence[str] | None) -> Callable[[str], dict[str, Any]]:
     """vLLM's parse_dataclass: a JSON object (bare 8k-style numbers allowed) with the config's fields."""
 
     def convert(value: str) -> dict[str, Any]:
@@ -157,8 +159,8 @@ def _lora_module(value: str) -> Any:
 _CUSTOM_ACTION_VALUES = {"LoRAParserAction": _lora_module}
 
 
-def _converter(type_name: str, optional: bool, keys: Sequence[str] | None = None):
-    base = {
+def _converter(type_name: str, optional: bool, keys: Sequence[str] | None = None) -> Callable[[str], Any]:
+    converters: dict[str, Callable[[str], Any]] = {
         "int": int,
         "float": float,
         "human_int": _human_int,
@@ -166,9 +168,10 @@ def _converter(type_name: str, optional: bool, keys: Sequence[str] | None = None
         "json": _json_value,
         "json_object": _json_object(keys),
         "json_or_str": _json_or_str,
-    }.get(type_name, str)
+    }
+    base = converters.get(type_name, str)
 
-    def convert(value: str):
+    def convert(value: str) -> Any:
         if optional and value in ("", "None"):
             return None
         return base(value)
@@ -345,7 +348,7 @@ def _preprocess(args: Sequence[str], table: OptionTable, problems: list[str]) ->
 # ---------------------------------------------------------------------------------- resolution ---
 
 
-def _classify(parser: _MirrorParser, token: str):
+def _classify(parser: _MirrorParser, token: str) -> tuple[argparse.Action | None, str, str | None] | None:
     """argparse's own reading of one token: None (positional) or (action|None, option_string, explicit)."""
     found = parser._parse_optional(token)
     if isinstance(found, list):  # Python 3.13+: a list of candidate tuples
@@ -395,9 +398,11 @@ def read_option(table: OptionTable, token: str) -> tuple[str | None, str | None,
         found = _classify(table.parser, token)
     except _ParseError as e:
         raise ValueError(str(e)) from None
-    if found is None or found[0] is None:
+    if found is None:
         return None, None, None
     action, option_string, _explicit = found
+    if action is None:
+        return None, None, None
     return option_string, action.dest, action.const
 
 

@@ -22,6 +22,7 @@ from gdn_operator import telemetry
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import stall as stall_watch
+from gdn_operator.handlers.bodies import ServerBodies
 from gdn_operator.handlers.pods import api_pods, pods_of
 from gdn_operator.render.engine import ENGINE_PORT
 from gdn_operator.watch.acceptance import AcceptanceTracker
@@ -75,9 +76,10 @@ def pod_figures(tracker: AcceptanceTracker, namespace: str, name: str, errors: d
 
 
 def write_acceptance(namespace: str, name: str, acceptance: dict[str, Any], targets: int, failed: dict[str, str],
-                     stall: dict[str, Any] | None = None) -> tuple[list[tuple[str, str, str]], dict[str, Any] | None]:
-    """Write status; returns the Events emitted (type, reason, message) for condition transitions, and the
-    server as written (None when it is gone)."""
+                     stall: dict[str, Any] | None = None, bodies: ServerBodies | None = None
+                     ) -> tuple[list[tuple[str, str, str]], dict[str, Any] | None]:
+    """Write status (from `bodies`' newest server body when given: no read); returns the Events emitted (type,
+    reason, message) for condition transitions, and the server as written (None when it is gone)."""
     events: list[tuple[str, str, str]] = []
     findings = acceptance.get("findings") or []
 
@@ -118,7 +120,7 @@ def write_acceptance(namespace: str, name: str, acceptance: dict[str, Any], targ
             if prev.get("status") == "False" and prev.get("reason") in st.ACCEPTANCE_REASONS:
                 events.append(("Normal", "AcceptanceRecovered", f"acceptance state {state}, {acceptance.get('rateDisplay') or 'no rate'}"))
 
-    obj = kube.update_status(namespace, name, mutate)
+    obj = bodies.update_status(namespace, name, mutate) if bodies is not None else kube.update_status(namespace, name, mutate)
     if obj is not None:
         for type_, reason, message in events:
             if reason in (st.STALL_REASON, "StallEnded"):
@@ -138,8 +140,10 @@ class AcceptanceSupervisor:
     (Not a kopf daemon or timer: those make kopf put a finalizer on every GDNModelServer, so deleting one
     would hang whenever the operator is down.)"""
 
-    def __init__(self, tracker: AcceptanceTracker, scraper: Scraper, concurrency: int) -> None:
+    def __init__(self, tracker: AcceptanceTracker, scraper: Scraper, concurrency: int, bodies: ServerBodies | None = None) -> None:
         self.tracker = tracker
+        #: the newest server bodies seen (handlers/bodies.py): status writes from them need no read
+        self.bodies = bodies
         self.scraper = scraper
         self.stall = stall_watch.StallWatch()
         #: supporting evidence for a stall, per (namespace, server, pod): hang wording in the pod's log (the
@@ -167,6 +171,9 @@ class AcceptanceSupervisor:
         if not entry["enabled"] and entry.get("was_enabled"):
             entry["clear"] = True
         entry["was_enabled"] = entry["enabled"]
+        # the first round waits for the reconcile's status write (observedGeneration): written before it, the
+        # round's patch and the reconcile's would race, one of them read again and repeated
+        entry["reconciled"] = "observedGeneration" in (body.get("status") or {})
 
     def forget(self, namespace: str, name: str) -> None:
         self.servers.pop((namespace, name), None)
@@ -199,7 +206,8 @@ class AcceptanceSupervisor:
         fp = _fingerprint(acceptance, len(targets), failed, stall)
         if self.last_written.get((namespace, name)) == fp:
             return
-        _, obj = await asyncio.to_thread(write_acceptance, namespace, name, acceptance, len(targets), failed, stall)
+        _, obj = await asyncio.to_thread(write_acceptance, namespace, name, acceptance, len(targets), failed, stall,
+                                         self.bodies)
         self.last_written[(namespace, name)] = fp
         if obj is not None and stall is not None:
             stalled = [pv for pv in verdicts if pv.verdict.stalled]
@@ -230,7 +238,7 @@ class AcceptanceSupervisor:
                 for (ns, name), entry in list(self.servers.items()):
                     if entry.pop("clear", False):
                         tasks.append(asyncio.create_task(asyncio.to_thread(self.clear, ns, name)))
-                    if entry["enabled"] and entry["next"] <= now:
+                    if entry["enabled"] and entry.get("reconciled", True) and entry["next"] <= now:
                         entry["next"] = now + entry["interval"]
                         tasks.append(asyncio.create_task(one(ns, name)))
                 if tasks:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from gdn_operator.handlers import kube
 from gdn_operator.handlers.plan import PlanInputs, plan

@@ -19,7 +19,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
 from cryptography.x509.oid import NameOID
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from gdn_operator.handlers.kube import Retry, api_client, retrying
 
@@ -199,5 +199,7 @@ def _ca_expiring(ca_pem: bytes) -> bool:
 
 
 def _encode(b: TLSBundle) -> dict[str, str]:
-    enc = lambda v: base64.b64encode(v).decode()  # noqa: E731
+    def enc(v: bytes) -> str:
+        return base64.b64encode(v).decode()
+
     return {"ca.crt": enc(b.ca_pem), "ca.key": enc(b.ca_key_pem), "tls.crt": enc(b.cert_pem), "tls.key": enc(b.key_pem)}

@@ -35,8 +35,8 @@ OVERRIDDEN = "Overridden"
 #: Every condition type: (the module that writes it, what it says). README's condition table lists these.
 CONDITIONS: dict[str, tuple[str, str]] = {
     VALIDATED: ("handlers/reconcile.py", "the spec passed admission (reason Admitted, Mitigated, AdmittedWithWarnings) or why not"),
-    PROGRESSING: ("handlers/reconcile.py, handlers/workload.py", "a new generation is being applied and rolled out"),
-    READY: ("handlers/workload.py", "every engine pod (or group) is ready"),
+    PROGRESSING: ("handlers/reconcile.py, handlers/workloadstatus.py", "a new generation is being applied and rolled out"),
+    READY: ("handlers/workloadstatus.py", "every engine pod (or group) is ready"),
     UNSCHEDULABLE: ("handlers/workload.py", "engine pods cannot be scheduled (InsufficientGPUs)"),
     CRASH_LOOPING: ("handlers/crashwatch.py, handlers/remediation.py, handlers/quiet.py",
                     "True: a known crash repeats; False/EngineCrashed: one crash, within the quiet period"),
@@ -62,7 +62,8 @@ ACCEPTANCE_REASONS = ("SpecAcceptanceNearZero", "SpecAcceptanceDrop", "EarlyStop
 
 
 def get_condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    for c in status.get("conditions") or []:
+    conditions: list[dict[str, Any]] = status.get("conditions") or []
+    for c in conditions:
         if c.get("type") == type_:
             return c
     return None
@@ -157,7 +158,7 @@ DEGRADED_SOURCES: tuple[tuple[str, str, Callable[[dict[str, Any]], tuple[str, st
     ("patch-set check (handlers/patchset.py)", PATCH_SET, _when_false(PATCH_SET)),
     ("output probes (handlers/probes.py)", OUTPUT_CONSISTENT, _when_false(OUTPUT_CONSISTENT)),
     ("acceptance (handlers/acceptance.py)", ACCEPTANCE, _when_false(ACCEPTANCE, ACCEPTANCE_REASONS)),
-    ("workload (handlers/workload.py)", READY, _partially_ready),
+    ("workload (handlers/workloadstatus.py)", READY, _partially_ready),
 )
 _SOURCE_TYPES = {t for _, t, _ in DEGRADED_SOURCES}
 

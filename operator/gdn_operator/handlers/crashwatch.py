@@ -33,7 +33,8 @@ from gdn_operator.redact import redact
 from gdn_operator.render.engine import CONTAINER
 from gdn_operator.render.scaleout import engine_args
 from gdn_operator.watch.groups import group_of, incident_members, same_incident
-from gdn_operator.watch.signatures import ClassificationResult, best_result, classify_termination_message
+from gdn_operator.watch.result import ClassificationResult, best_result
+from gdn_operator.watch.signatures import classify_termination_message
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import kubernetes
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from gdn_operator.api.load import parse_spec
 from gdn_operator.handlers import kube
@@ -33,7 +33,7 @@ from gdn_operator.watch.evidence import Evidence
 from gdn_operator.watch.guardline import SEARCH_BYTES as GUARD_SEARCH_BYTES
 from gdn_operator.watch.guardline import GuardLine, parse_guard_line
 from gdn_operator.watch.logstream import StreamClassifier
-from gdn_operator.watch.signatures import ClassificationResult
+from gdn_operator.watch.result import ClassificationResult
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ calls them. The bodies live in their modules (below, in the order an object meet
 | startup / cleanup | on.startup, on.cleanup | startup.configure; runtime.Runtime |
 | reconcile | on.resume/create/update GDNModelServer (spec) | reconcile.reconcile |
 | converge_generation | on.event GDNModelServer | reconcile.converge_generation |
-| track_servers | on.event GDNModelServer | acceptance / probes / quiet-period supervisors |
+| track_servers | on.event GDNModelServer | runtime.bodies; acceptance / probes / quiet-period supervisors |
 | engine_pods | index pods (managed) | pods.engine_pods |
 | pod_event | on.event pods (managed) | crashwatch.on_pod_event, then workload.pod_event (pod status) |
 | deployment_event | on.event deployments (managed) | workload.deployment_event |
@@ -118,12 +118,16 @@ async def track_servers(type: str, body: kopf.Body, namespace: str | None, name:
     rt = runtime_of(memo)
     rt.acceptance.pods_index = kwargs["engine_pods"]  # kopf passes each index by its name; a live view
     ns = kube.require_namespace(namespace)
+    plain = kube.plain(body)
+    if type == "DELETED":
+        rt.bodies.forget(ns, name)
+    else:
+        rt.bodies.put(plain)  # what Deployment events and acceptance rounds read instead of a GET
     if type == "DELETED" or body["metadata"].get("deletionTimestamp"):
         rt.acceptance.forget(ns, name)
         rt.probes.forget(ns, name)
         rt.quiet.forget(ns, name)
         return
-    plain = kube.plain(body)
     rt.acceptance.track(ns, name, plain)
     rt.quiet.track(ns, name, plain)
     await rt.probes.track(ns, name, plain)
@@ -148,7 +152,7 @@ async def pod_event(type: str, body: kopf.Body, namespace: str | None, labels: M
     try:
         await crashwatch.on_pod_event(runtime_of(memo), type, ns, name, kube.plain(body))
     finally:
-        await workload.pod_event(ns, name, pods.pods_of(kwargs["engine_pods"], ns, name))
+        await workload.pod_event(ns, name, pods.pods_of(kwargs["engine_pods"], ns, name), runtime_of(memo).bodies)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)

@@ -23,6 +23,7 @@ from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
+from gdn_operator.handlers.bodies import ServerBodies
 from gdn_operator.handlers.kube import CrdCache
 from gdn_operator.render import autoscale, lws, router
 from gdn_operator.render.engine import RenderError
@@ -35,13 +36,17 @@ PODMONITOR_CRD = "podmonitors.monitoring.coreos.com"
 
 
 class PlanInputs(Protocol):
-    """What a plan reads besides the object: the settings, and which optional CRDs the cluster serves."""
+    """What a plan reads besides the object: the settings, and which optional CRDs the cluster serves; and,
+    for the handlers that plan (reconcile, drift), the newest server bodies seen (handlers/bodies.py)."""
 
     @property
     def settings(self) -> Settings: ...
 
     @property
     def crds(self) -> CrdCache: ...
+
+    @property
+    def bodies(self) -> ServerBodies: ...
 
 
 @dataclass

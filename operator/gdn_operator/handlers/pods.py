@@ -63,7 +63,7 @@ def engine_pods(
     return {(namespace, server): pod_summary(kube.plain(body))}
 
 
-def pods_of(index: kopf.Index, namespace: str, name: str) -> list[dict[str, Any]]:
+def pods_of(index: kopf.Index[tuple[str, str], dict[str, Any]], namespace: str, name: str) -> list[dict[str, Any]]:
     """The server's engine pods in kopf's index that are not being deleted (none yet for a server kopf has not
     indexed a pod of)."""
     return [p for p in index.get((namespace, name), []) if not p["deleting"]]

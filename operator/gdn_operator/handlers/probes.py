@@ -4,7 +4,12 @@ the OutputConsistent condition (Degraded while it is False), an Event per transi
 gdn_probe_* metrics. On a failure that matches a silent-corruption rule the admission let through with a
 warning, the diagnosis names the rule, and with `spec.remediation.mode: auto` the rule's mitigation is
 recorded once per revision as an operator override (remediation.remediate_once) and rendered (overrides.reapply);
-the spec and its generation do not change (the probes still re-learn per generation, not per override: open).
+the spec and its generation do not change.
+
+Counts, alarm and reference belong to one REVISION — the generation plus the remediation overrides in force
+(api/overrides.revision) — not only to the generation: a remediation changes what the engine runs without a new
+generation, so the probes start over on it (counts reset, reference re-learned from an engine of the new
+revision, one remediation hook per revision), exactly as they do on a new generation.
 
 Runtime state lives in one ProbeSupervisor, held by the runtime (handlers/runtime.py); handlers/main.py
 feeds it GDNModelServer events, and it reads pods from the acceptance supervisor's view of kopf's index.
@@ -28,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gdn_operator import telemetry
+from gdn_operator.api.overrides import live_overrides, revision
 from gdn_operator.api.probes import ProbesSpec
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
@@ -56,10 +62,11 @@ PROBE_REASONS = tuple(REASONS.values())
 
 @dataclass
 class ServerProbes:
-    """What the supervisor knows about one GDNModelServer's probes (current generation)."""
+    """What the supervisor knows about one GDNModelServer's probes (current revision)."""
 
     spec: ProbesSpec | None
     generation: int | None = None
+    revision: str = ""  # generation + remediation overrides in force (api/overrides.revision); "" = the generation's
     image: str = ""
     model: str = ""
     engine: str = ""  # engine_fingerprint of the current spec's container ("" = any pod)
@@ -72,8 +79,12 @@ class ServerProbes:
     next_due: float = 0.0
     task: asyncio.Task[None] | None = None
     written: str | None = None  # fingerprint of the last status written
-    remediated: bool = False  # remediation hook already ran on this generation
+    remediated: bool = False  # remediation hook already ran on this revision
     api_key: str | None = field(default=None, repr=False)  # spec.apiKeySecret's value, sent as a Bearer token
+
+    def __post_init__(self) -> None:
+        if not self.revision:
+            self.revision = str(self.generation)
 
 
 def _warned_rules(ev: Any) -> list[dict[str, Any]]:
@@ -84,6 +95,18 @@ def _warned_rules(ev: Any) -> list[dict[str, Any]]:
         for f in ev.findings
         if f.kind == "silent-corruption" and f.action == "warned"
     ]
+
+
+def body_revision(body: dict[str, Any]) -> str:
+    """The revision a GDNModelServer body runs: its generation plus the remediation overrides in force."""
+    meta = body.get("metadata") or {}
+    live = live_overrides(body.get("status") or {}, body.get("spec") or {}, meta.get("annotations"))[0]
+    return revision(meta.get("generation"), live)
+
+
+def _rev_of(saved: dict[str, Any]) -> str:
+    """The revision a saved status entry belongs to (one written before revisions: its generation's)."""
+    return str(saved.get("revision") or saved.get("generation"))
 
 
 def _api_key(namespace: str, name: str, ref: Any) -> str | None:
@@ -98,22 +121,23 @@ def _api_key(namespace: str, name: str, ref: Any) -> str | None:
 
 
 def server_from_body(body: dict[str, Any], rt: PlanInputs) -> ServerProbes:
-    """Parse a GDNModelServer into the probe configuration of its current generation (blocking: renders)."""
+    """Parse a GDNModelServer into the probe configuration of its current revision (blocking: renders)."""
 
     meta = body["metadata"]
     gen = meta.get("generation")
+    rev = body_revision(body)
     raw = (body.get("spec") or {}).get("probes")
     if not raw or raw.get("enabled") is False:
-        return ServerProbes(None, gen)
+        return ServerProbes(None, gen, rev)
     p = plan(body, rt)
     if p.objects is None or p.spec is None or p.spec.probes is None:
-        return ServerProbes(None, gen)  # invalid or rejected: nothing runs, nothing to probe
+        return ServerProbes(None, gen, rev)  # invalid or rejected: nothing runs, nothing to probe
     dep = next(o for o in p.objects if o["kind"] == "Deployment")
     container = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == CONTAINER)
     run = p.run_spec or p.spec
     probes_spec = p.spec.probes  # s.spec: not None here
     s = ServerProbes(
-        probes_spec, gen, image=container.get("image", ""), model=run.model.served_name or meta["name"],
+        probes_spec, gen, rev, image=container.get("image", ""), model=run.model.served_name or meta["name"],
         engine=engine_fingerprint(container), warned=_warned_rules(p.ev), remediation_auto=run.remediation.mode == "auto",
         policy=rt.settings.default_policy,
         api_key=_api_key(meta["namespace"], meta["name"], run.api_key_secret),
@@ -121,14 +145,14 @@ def server_from_body(body: dict[str, Any], rt: PlanInputs) -> ServerProbes:
     names = [q.name for q in probes_spec.prompts]
     status = body.get("status") or {}
     saved = status.get("probes") or {}
-    if saved.get("generation") == gen:  # operator restart: carry counts, alarm and reference over
+    if saved and _rev_of(saved) == rev:  # operator restart: carry counts, alarm and reference over
         s.book = ProbeBook.restore(names, probes_spec.failure_threshold, saved.get("results") or [],
                                    st.get_condition(status, st.OUTPUT_CONSISTENT))
         ref = saved.get("reference") or {}
-        if ref.get("generation") == gen and ref.get("image") == s.image:
+        if ref and _rev_of(ref) == rev and ref.get("image") == s.image:
             s.reference = {a["probe"]: Answer.from_status(a) for a in ref.get("answers") or [] if a.get("probe") in names}
-            s.ref_meta = {k: ref.get(k) for k in ("generation", "image", "pod", "learnedAt")}
-        s.remediated = any(r.get("generation") == gen and str(r.get("reason", "")).startswith("output probes")
+            s.ref_meta = {k: ref.get(k) for k in ("generation", "revision", "image", "pod", "learnedAt")}
+        s.remediated = any(_rev_of(r) == rev and str(r.get("reason", "")).startswith("output probes")
                            for r in status.get("remediations") or [])
     else:
         s.book = ProbeBook(names, probes_spec.failure_threshold)
@@ -141,6 +165,7 @@ def probes_status(s: ServerProbes, probed: int, skipped: int, diagnosis: dict[st
     out: dict[str, Any] = {
         "state": s.book.state if probed or s.book.rounds else "NoReadyEngines",
         "generation": s.generation,
+        "revision": s.revision,
         "podsProbed": probed,
         "podsSkipped": skipped,
         "results": s.book.results(),
@@ -171,8 +196,8 @@ def write_status(namespace: str, name: str, s: ServerProbes, body: dict[str, Any
 
     def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
         events.clear()
-        if obj["metadata"].get("generation") != gen:
-            return  # the spec changed under this round: its results belong to nobody
+        if obj["metadata"].get("generation") != gen or body_revision({**obj, "status": status}) != s.revision:
+            return  # the spec or the overrides changed under this round: its results belong to nobody
         status["probes"] = body
         prev = st.get_condition(status, st.OUTPUT_CONSISTENT) or {}
         msg = cond.message + (f" — {body['diagnosis']['message']}" if body.get("diagnosis") else "")
@@ -233,6 +258,7 @@ class ProbeSupervisor:
         self.rt = rt  # parses server bodies (render, rules); None: configure() only (tests, benchmarks)
         self.rng = random.Random(seed)
         self.task: asyncio.Task[None] | None = None
+        self._remediating: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references
         self.tick = 0.25
         #: consecutive rounds whose probes of a pod timed out, by (namespace, server, pod): supporting evidence
         #: of a stall (handlers/stall.py), never a trigger
@@ -245,8 +271,8 @@ class ProbeSupervisor:
 
     async def track(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         cur = self.servers.get((namespace, name))
-        if cur is not None and cur.generation == body["metadata"].get("generation"):
-            return  # a status-only event: nothing changed for the probes
+        if cur is not None and cur.revision == body_revision(body):
+            return  # a status-only event that changed no override: nothing changed for the probes
         if self.rt is None:
             raise RuntimeError("ProbeSupervisor.track needs the runtime (rt=) to parse servers")
         s = await asyncio.to_thread(server_from_body, body, self.rt)
@@ -256,12 +282,12 @@ class ProbeSupervisor:
         key = (namespace, name)
         old = self.servers.get(key)
         if old is not None and old.task is not None and not old.task.done():
-            old.task.cancel()  # a round of the previous generation reports nothing
+            old.task.cancel()  # a round of the previous revision reports nothing
         if s.spec is not None:
             s.next_due = time.monotonic() + self.rng.uniform(0, s.spec.interval_seconds)
-            log.info("output probes for %s/%s: %d probe(s) every %ss on generation %s%s", namespace, name,
-                     len(s.spec.prompts), s.spec.interval_seconds, s.generation,
-                     f", reference of generation {s.ref_meta.get('generation')} kept" if s.reference else "")
+            log.info("output probes for %s/%s: %d probe(s) every %ss on revision %s%s", namespace, name,
+                     len(s.spec.prompts), s.spec.interval_seconds, s.revision,
+                     f", reference of revision {s.revision} kept" if s.reference else "")
         self.servers[key] = s
         if s.spec is None and body is not None:
             status = body.get("status") or {}
@@ -336,9 +362,10 @@ class ProbeSupervisor:
         if learned:
             for probe, (_pod, answer) in learned.items():
                 s.reference[probe] = answer
-            s.ref_meta = {"generation": s.generation, "image": s.image, "pod": next(iter(learned.values()))[0], "learnedAt": now}
-            log.info("output probes for %s/%s learned %d reference answer(s) from pod %s on generation %s",
-                     namespace, name, len(learned), s.ref_meta["pod"], s.generation)
+            s.ref_meta = {"generation": s.generation, "revision": s.revision, "image": s.image,
+                          "pod": next(iter(learned.values()))[0], "learnedAt": now}
+            log.info("output probes for %s/%s learned %d reference answer(s) from pod %s on revision %s",
+                     namespace, name, len(learned), s.ref_meta["pod"], s.revision)
         self._record(namespace, name, outcomes)
         before = s.book.condition
         cond = s.book.observe(outcomes, now) if outcomes else (s.book.condition if s.book.rounds else LEARNING)
@@ -355,11 +382,22 @@ class ProbeSupervisor:
             obj = await asyncio.to_thread(self.writer, namespace, name, s, body, cond)
             s.written = fp
             if (obj is not None and cond.value is False and diagnosis and s.remediation_auto and not s.remediated
-                    and obj["metadata"].get("generation") == s.generation):
+                    and obj["metadata"].get("generation") == s.generation and body_revision(obj) == s.revision):
                 s.remediated = True
-                if await asyncio.to_thread(self.remediator, namespace, name, s, cond, obj) and self.rt is not None:
-                    await asyncio.to_thread(reapply, namespace, name, self.rt)  # the override, rendered now
+                # shielded: the override's own status write starts a new revision, whose tracking cancels this
+                # round; recording the override and rendering it must still both happen
+                task = asyncio.get_running_loop().create_task(self._remediate(namespace, name, s, cond, obj))
+                self._remediating.add(task)
+                task.add_done_callback(self._remediating.discard)
+                await asyncio.shield(task)
         return cond
+
+    async def _remediate(self, namespace: str, name: str, s: ServerProbes, cond: Condition, obj: dict[str, Any]) -> None:
+        try:
+            if await asyncio.to_thread(self.remediator, namespace, name, s, cond, obj) and self.rt is not None:
+                await asyncio.to_thread(reapply, namespace, name, self.rt)  # the override, rendered now
+        except Exception as e:  # noqa: BLE001 - logged; the next revision's probes still run
+            log.warning("output-probe remediation for %s/%s failed: %s", namespace, name, e)
 
     @staticmethod
     def _record(namespace: str, name: str, outcomes: list[Outcome]) -> None:

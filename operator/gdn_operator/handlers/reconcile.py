@@ -13,13 +13,15 @@ import logging
 from typing import Any
 
 import kopf
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from gdn_operator.api.overrides import CLEARED_KEY
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
+from gdn_operator.handlers.bodies import ServerBodies
 from gdn_operator.handlers.plan import PlanInputs, plan
 from gdn_operator.handlers.probes import probes_disabled
+from gdn_operator.handlers.workloadstatus import workload_status
 from gdn_operator.render import lws, podparts
 from gdn_operator.render.engine import ENGINE_PORT
 from gdn_operator.render.scaleout import MANAGED_KINDS, owned_name
@@ -95,7 +97,8 @@ def prune(body: dict[str, Any], candidates: list[str], rt: PlanInputs) -> list[s
     return gone
 
 
-def _not_validated(body: dict[str, Any], reason: str, event: str, msg: str, ev: Evaluation | None = None) -> None:
+def _not_validated(bodies: ServerBodies, body: dict[str, Any], reason: str, event: str, msg: str,
+                   ev: Evaluation | None = None) -> None:
     """Record why nothing (new) is applied: Validated=False with the reason, findings, and an Event when
     that is news (a retry, a resumed handler or an operator restart repeats no Event). One status write,
     from the body the event delivered (read again only if the status changed meanwhile)."""
@@ -117,7 +120,7 @@ def _not_validated(body: dict[str, Any], reason: str, event: str, msg: str, ev: 
             st.set_condition(status, st.PROGRESSING, False, reason, "Nothing is applied for this generation: " + msg, gen)
         probes_disabled(status, gen)  # nothing runs: nothing to probe (handlers/probes.py would write the same)
 
-    kube.update_status(meta["namespace"], meta["name"], mutate, obj=body)
+    bodies.update_status(meta["namespace"], meta["name"], mutate, obj=body)
     if news["changed"]:
         log.info("not applied %s/%s generation %s: %s: %s", meta["namespace"], meta["name"], gen, reason, msg[:300])
         kube.emit_event(body, event, msg, "Warning")
@@ -139,7 +142,9 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
 
     Requests per reconcile of a server whose kinds do not change: one status write (a JSON patch from the
     body kopf delivered: no read), one server-side apply per object, at most one Event; reads only to
-    prune kinds the spec dropped (prune_candidates) and when the status changed under the write."""
+    prune kinds the spec dropped (prune_candidates) and when the status changed under the write. For a new
+    server that write also holds what its new workload's first event would write (workload_status), and
+    the written object goes to rt.bodies, which workload events read: that event then costs no request."""
     cfg = rt.settings
     meta = body["metadata"]
     ns, name, gen = meta["namespace"], meta["name"], meta.get("generation")
@@ -149,10 +154,10 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     if ev is not None and not ev.allowed:
         existing = kube.get_deployment(ns, name) or (kube.get_object(lws.KIND, ns, name) if rt.crds.exists(lws.CRD) else None)
         tail = " The previously admitted configuration keeps running." if existing is not None else " Nothing was created."
-        _not_validated(body, "KnownIssue", "Rejected", p.problem + tail, ev)
+        _not_validated(rt.bodies, body, "KnownIssue", "Rejected", p.problem + tail, ev)
         return "rejected"
     if p.objects is None:
-        _not_validated(body, "InvalidSpec", "InvalidSpec", p.problem, ev)
+        _not_validated(rt.bodies, body, "InvalidSpec", "InvalidSpec", p.problem, ev)
         return "invalid"
     if ev is None or p.spec is None or p.run_spec is None:  # plan() gives objects only for a parsed, allowed spec
         raise kopf.PermanentError(f"{ns}/{name}: internal error: objects planned without an evaluated spec")
@@ -179,8 +184,11 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
 
     news = {"changed": False}
 
-    def applied(status: dict[str, Any], _obj: dict[str, Any]) -> None:
+    def applied(status: dict[str, Any], obj: dict[str, Any]) -> None:
         news["changed"] = status.get("observedGeneration") != gen
+        # no workload was ever recorded: the one applied below is new, and its first event will say no more
+        # than what a workload without status says, written here in the same patch (workload.workload_status)
+        fresh = workload is not None and "workload" not in status and st.get_condition(status, st.READY) is None
         status["observedGeneration"] = gen
         status["findings"] = findings
         status["advisories"] = advisories
@@ -198,14 +206,19 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
         ready = int(status.get("readyReplicas") or 0)
         desired = run_spec.replicas if run_spec.autoscaling is None else int(status.get("replicas") or run_spec.autoscaling.min_replicas)
         st.set_replicas(status, desired, ready, gen)
-        if ready < desired or not st.is_true(status, st.READY):
+        progressing = st.get_condition(status, st.PROGRESSING) or {}
+        rolling = progressing.get("status") == "True" and progressing.get("observedGeneration") == gen
+        if (ready < desired or not st.is_true(status, st.READY)) and not rolling:  # (a resume keeps RollingOut)
             st.set_condition(status, st.PROGRESSING, True, "Applying", "Applying the engine Deployment for this generation; waiting for pods.", gen)
+        if fresh and workload is not None and (workload.get("spec") or {}).get("replicas") is not None:
+            # (without spec.replicas, an autoscaler's, the API server's default decides: the event tells)
+            workload_status(status, obj, {"kind": workload["kind"], "spec": workload["spec"]})
         if probes_off:  # what handlers/probes.py writes for a server without probes, in this same write
             probes_disabled(status, gen)
 
     # The status says which generation this is and why it was admitted before the workload is applied, so a
     # client never sees Ready (from the Deployment) without observedGeneration.
-    kube.update_status(ns, name, applied, obj=body)
+    rt.bodies.update_status(ns, name, applied, obj=body)  # rt.bodies: what this server's workload events read
     if news["changed"]:
         log.info("%s %s/%s generation %s (policy %s)%s", reason.lower(), ns, name, gen, policy,
                  ": " + ", ".join(f"{f.rule} {f.action}" for f in mitigated + warned) if mitigated or warned else "")
@@ -219,7 +232,7 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
             raise  # transient (5xx, timeouts): kopf retries
         detail = _api_message(e)
         forbidden = e.status == 403
-        _not_validated(body, "Forbidden" if forbidden else "InvalidSpec", "ApplyRefused",
+        _not_validated(rt.bodies, body, "Forbidden" if forbidden else "InvalidSpec", "ApplyRefused",
                        f"the API server refused the engine {obj['kind']}: {detail}")
         if forbidden:
             # RBAC may be fixed: retry, slowly
@@ -230,7 +243,7 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     if candidates:
         prune(body, candidates, rt)
         final = sorted(kind for _, kind in _managed(objects))
-        kube.update_status(ns, name, lambda status, _obj: status.__setitem__(OWNED_KINDS, final))
+        rt.bodies.update_status(ns, name, lambda status, _obj: status.__setitem__(OWNED_KINDS, final))
 
     event = transition_event(objects, gen, mitigated, warned, workload_changed=changed, news=news["changed"])
     if event is not None:

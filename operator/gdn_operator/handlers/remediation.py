@@ -31,7 +31,8 @@ from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
 from gdn_operator.rules import evaluate
-from gdn_operator.watch.signatures import ClassificationResult, default_catalogue
+from gdn_operator.watch.catalogue import default_catalogue
+from gdn_operator.watch.result import ClassificationResult
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from typing import Any
 import kopf
 
 from gdn_operator.handlers.acceptance import AcceptanceSupervisor
+from gdn_operator.handlers.bodies import ServerBodies
 from gdn_operator.handlers.crashwatch import SeenDeaths
 from gdn_operator.handlers.kube import CrdCache
 from gdn_operator.handlers.logfollow import LogFollowers, StreamedResults
@@ -43,6 +44,8 @@ class Runtime:
         self.settings = settings
         #: which optional CRDs (PodMonitor, LeaderWorkerSet, KEDA, InferencePool) the cluster serves
         self.crds = CrdCache()
+        #: the newest GDNModelServer bodies seen (watch events and the operator's own status writes)
+        self.bodies = ServerBodies()
         # crash watch
         self.seen_deaths = SeenDeaths()  # deaths already handled, so re-delivered pod events count once
         self.streamed = StreamedResults()  # crash diagnoses from log streams, until the death is handled
@@ -54,6 +57,7 @@ class Runtime:
             AcceptanceTracker(window=settings.acceptance_window),
             Scraper(timeout=settings.scrape_timeout, concurrency=settings.scrape_concurrency),
             concurrency=settings.scrape_servers_concurrency,
+            bodies=self.bodies,
         )
         self.probes = ProbeSupervisor(self.acceptance.pods, concurrency=settings.probe_concurrency, rt=self)
         # a stall's supporting evidence: hang wording from the crash watch's log streams, output-probe timeouts

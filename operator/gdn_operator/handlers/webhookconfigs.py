@@ -32,7 +32,7 @@ from typing import Any
 
 import kopf
 import kubernetes
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from gdn_operator import GROUP, PLURAL, VERSION
 from gdn_operator.handlers.kopfcompat import WebhookHandler, WebhookType, build_webhooks, webhook_handlers

@@ -17,7 +17,9 @@ from kubernetes.utils import parse_quantity
 from gdn_operator import telemetry
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
+from gdn_operator.handlers.bodies import ServerBodies
 from gdn_operator.handlers.plan import PlanInputs, expected_objects
+from gdn_operator.handlers.workloadstatus import block_rollout, workload_replicas, workload_status
 from gdn_operator.render import lws
 from gdn_operator.render.scaleout import workload_of
 
@@ -26,7 +28,7 @@ log = logging.getLogger(__name__)
 
 def _same_quantity(a: Any, b: Any) -> bool:
     try:
-        return parse_quantity(a) == parse_quantity(b)
+        return bool(parse_quantity(a) == parse_quantity(b))
     except (ValueError, TypeError):
         return False
 
@@ -54,21 +56,9 @@ def is_subset(want: Any, have: Any) -> bool:
     return False
 
 
-ROLLOUT_BLOCKED = "RolloutBlocked"
-
-
-def block_rollout(status: dict[str, Any], obj: dict[str, Any], gen: Any) -> None:
-    """Progressing=False (RolloutBlocked) while engine pods of a rollout cannot be scheduled: the rollout waits
-    for GPUs (or nodes) that are not there, and says which setting avoids needing spare ones."""
-    unsched = st.get_condition(status, st.UNSCHEDULABLE) or {}
-    surge = ((obj.get("spec") or {}).get("rollout") or {}).get("strategy", "Surge") == "Surge"
-    hint = ("free the GPUs a new engine needs, or set spec.rollout.strategy: InPlace (an old engine goes first, "
-            "no spare GPUs needed)" if surge else "free the GPUs (or nodes) the engine needs")
-    st.set_condition(status, st.PROGRESSING, False, ROLLOUT_BLOCKED,
-                     f"The rollout cannot place its new pods: {unsched.get('message', '')}; {hint}.", gen)
-
-
-def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]]) -> None:
+def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]], bodies: ServerBodies | None = None) -> None:
+    """Pod-derived status (Unschedulable), from `bodies`' newest server body when there is one (no read; most
+    pod events change nothing, and a stale body only costs the guarded patch a re-read)."""
     unsched = [p for p in pods if p["unschedulable"]]
     restarts = sum(p["restarts"] for p in pods)
 
@@ -91,60 +81,49 @@ def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]]) -> N
         elif st.get_condition(status, st.UNSCHEDULABLE) is not None:
             st.set_condition(status, st.UNSCHEDULABLE, False, "Scheduled", "All engine pods are scheduled.", gen)
 
-    kube.update_status(namespace, name, mutate)
+    if bodies is not None:
+        bodies.update_status(namespace, name, mutate)
+    else:
+        kube.update_status(namespace, name, mutate)
     telemetry.ENGINE_RESTARTS.labels(namespace, name).set(restarts)
 
 
-async def pod_event(namespace: str, name: str, pods: list[dict[str, Any]]) -> None:
+async def pod_event(namespace: str, name: str, pods: list[dict[str, Any]], bodies: ServerBodies | None = None) -> None:
     """The workload's part of an engine pod event (handlers/main.py fans each out to the crash watch, then
     here): the server's pod-derived status, from all of its pods in kopf's index."""
-    await asyncio.to_thread(update_from_pods, namespace, name, pods)
+    await asyncio.to_thread(update_from_pods, namespace, name, pods, bodies)
 
 
-def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: dict[str, Any] | None = None) -> None:
-    """Status from the engine workload: a Deployment (replicas = pods) or a LeaderWorkerSet (replicas =
-    groups; the LWS counts a group ready only when all of its pods are ready)."""
-    spec = dep.get("spec") or {}
-    dstatus = dep.get("status") or {}
-    group_size = int(((spec.get("leaderWorkerTemplate") or {}).get("size")) or 1) if dep.get("kind") == "LeaderWorkerSet" else 1
-    unit = "engine pods" if group_size == 1 else f"engine groups ({group_size} pods each)"
-    replicas = spec.get("replicas")
-    desired = int(replicas if replicas is not None else (1 if group_size > 1 else 0))
-    ready = int(dstatus.get("readyReplicas") or 0)
-    updated = int(dstatus.get("updatedReplicas") or 0)
-    dconds = {c.get("type"): c for c in dstatus.get("conditions") or []}
+def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: dict[str, Any] | None = None,
+                      bodies: ServerBodies | None = None) -> None:
+    """Status from the engine workload (workload_status): one guarded status patch from `server` (or the
+    newest body `bodies` holds; without either, one read), none when nothing changed."""
+    desired, ready = workload_replicas(dep)
     telemetry.READY_REPLICAS.labels(namespace, name).set(ready)
     telemetry.DESIRED_REPLICAS.labels(namespace, name).set(desired)
 
     def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
-        gen = obj["metadata"].get("generation")
-        st.set_replicas(status, desired, ready, gen)
-        if desired == 0:
-            st.set_condition(status, st.READY, False, "ScaledToZero", "replicas is 0.", gen)
-        elif ready >= desired:
-            st.set_condition(status, st.READY, True, "EnginesReady", f"{ready}/{desired} {unit} ready.", gen)
-        else:
-            st.set_condition(status, st.READY, False, "EnginesNotReady", f"{ready}/{desired} {unit} ready.", gen)
-        status["workload"] = dep.get("kind", "Deployment")
-        if group_size > 1:
-            status["groupSize"] = group_size
-        else:
-            status.pop("groupSize", None)
-        prog = dconds.get("Progressing") or {}
-        rolled = updated >= desired and ready >= desired and int(dstatus.get("replicas") or 0) <= desired
-        if prog.get("reason") == "ProgressDeadlineExceeded":
-            st.set_condition(status, st.PROGRESSING, False, "ProgressDeadlineExceeded", prog.get("message", ""), gen)
-        elif rolled:
-            st.set_condition(status, st.PROGRESSING, False, "RolloutComplete", "All engine pods run the current spec.", gen)
-        elif st.is_true(status, st.UNSCHEDULABLE):
-            block_rollout(status, obj, gen)
-        else:
-            st.set_condition(
-                status, st.PROGRESSING, True, "RollingOut", f"{updated}/{desired} updated, {ready}/{desired} ready.", gen
-            )
-        # 0 < ready < desired: Degraded PartiallyReady, derived from Ready (conditions.refresh_degraded)
+        workload_status(status, obj, dep)
 
-    kube.update_status(namespace, name, mutate, obj=server)
+    if bodies is not None:
+        bodies.update_status(namespace, name, mutate, obj=server)
+    else:
+        kube.update_status(namespace, name, mutate, obj=server)
+
+
+def drifted(rt: PlanInputs, server: dict[str, Any], dep: dict[str, Any] | None, kind: str = "Deployment") -> dict[str, Any] | None:
+    """The workload to re-apply when `dep` (None: deleted) is not what `server`'s spec renders; else None."""
+    if server["metadata"].get("deletionTimestamp"):
+        return None
+    expected = expected_objects(server, rt)
+    if expected is None:
+        return None
+    want = workload_of(expected)
+    if kind != want["kind"]:
+        return None  # the other workload kind (after a switch between 1 and several nodes): pruned by the reconciler
+    if dep is not None and is_subset(want["spec"], dep.get("spec")) and is_subset(want["metadata"]["labels"], dep["metadata"].get("labels") or {}):
+        return None
+    return want
 
 
 def correct_drift(rt: PlanInputs, namespace: str, name: str, dep: dict[str, Any] | None, server: dict[str, Any] | None = None,
@@ -152,15 +131,8 @@ def correct_drift(rt: PlanInputs, namespace: str, name: str, dep: dict[str, Any]
     """Re-apply the rendered Deployment if someone changed or deleted it. Returns True if corrected."""
     if server is None:
         server = kube.get_server(namespace, name)
-    if server is None or server["metadata"].get("deletionTimestamp"):
-        return False
-    expected = expected_objects(server, rt)
-    if expected is None:
-        return False
-    want = workload_of(expected)
-    if kind != want["kind"]:
-        return False  # the other workload kind (after a switch between 1 and several nodes): pruned by the reconciler
-    if dep is not None and is_subset(want["spec"], dep.get("spec")) and is_subset(want["metadata"]["labels"], dep["metadata"].get("labels") or {}):
+    want = drifted(rt, server, dep, kind) if server is not None else None
+    if server is None or want is None:
         return False
     kube.apply(want)
     log.info("drift corrected on %s/%s generation %s: engine %s %s outside the operator, re-applied", namespace, name,
@@ -178,22 +150,30 @@ async def deployment_event(rt: PlanInputs, type: str, body: kopf.Body, namespace
                            kind: str = "Deployment") -> None:
     """A Deployment or (multi-node engines) LeaderWorkerSet event: status and drift, the same for both."""
     namespace = kube.require_namespace(namespace)
-    name = kube.owner_name(kube.plain(meta))
+    plain_meta = kube.plain(meta)
+    name = kube.owner_name(plain_meta)
     if not name:
         return
+    uid = next((r.get("uid") for r in plain_meta.get("ownerReferences") or [] if r.get("name") == name and r.get("controller")), None)
     obj = kube.plain(body)
     obj.setdefault("kind", kind)
-    await asyncio.to_thread(on_deployment, rt, namespace, name, None if type == "DELETED" else obj, kind)
+    await asyncio.to_thread(on_deployment, rt, namespace, name, None if type == "DELETED" else obj, kind, uid)
 
 
 def current_workload_kind(server: dict[str, Any]) -> str:
     return lws.KIND if int((server.get("spec") or {}).get("nodes") or 1) > 1 else "Deployment"
 
 
-def on_deployment(rt: PlanInputs, namespace: str, name: str, dep: dict[str, Any] | None, kind: str = "Deployment") -> None:
-    server = kube.get_server(namespace, name)
-    if server is None:
-        return
-    correct_drift(rt, namespace, name, dep, server, kind)
+def on_deployment(rt: PlanInputs, namespace: str, name: str, dep: dict[str, Any] | None, kind: str = "Deployment",
+                  owner_uid: str | None = None) -> None:
+    """Drift, then status. The server is the newest body the operator has seen (rt.bodies: no read); only a
+    deleted workload, or one that differs from that body's spec, is checked again against a fresh read
+    before anything is re-applied. The status write is a guarded patch: a stale body costs a re-read."""
+    server = rt.bodies.get(namespace, name, owner_uid)
+    if server is None or dep is None or drifted(rt, server, dep, kind) is not None:
+        server = kube.get_server(namespace, name)
+        if server is None:
+            return
+        correct_drift(rt, namespace, name, dep, server, kind)
     if dep is not None and kind == current_workload_kind(server):
-        deployment_status(namespace, name, dep, server)
+        deployment_status(namespace, name, dep, server, rt.bodies)

@@ -32,7 +32,8 @@ DEFAULT_GRACE_SECONDS = 60
 def features() -> dict[str, Any]:
     """render/data/vllm_features.yaml: the first vLLM release with each feature the renderer uses."""
     text = resources.files("gdn_operator.render").joinpath("data/vllm_features.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    data: dict[str, Any] = yaml.safe_load(text)
+    return data
 
 
 def supports(spec: GDNModelServerSpec, feature: str) -> bool:

@@ -12,8 +12,9 @@ The rules themselves are data: gdn_operator/rules/data/rules.yaml. Version parsi
 gdn_operator/versions.py (shared with api/, render/ and watch/).
 """
 
-from gdn_operator.rules.effective import Effective, LaunchOverrides, effective_config, infer_architecture
+from gdn_operator.rules.effective import Effective, LaunchOverrides, effective_config
 from gdn_operator.rules.evaluator import Evaluation, evaluate
+from gdn_operator.rules.family import infer_architecture
 from gdn_operator.rules.launchline import LaunchLine, evaluate_launch, parse_launch_line
 from gdn_operator.rules.rulefile import Rule, RuleFileError, RuleSet, load_rules
 

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.specpatch import SpecPatch, user_set
 from gdn_operator.rules.effective import Effective, LaunchOverrides, effective_config
-from gdn_operator.rules.matching import Hit, match_rules
+from gdn_operator.rules.matching import Hit, match_rules, rematch
 from gdn_operator.rules.rulefile import SEVERITY_RANK, RuleSet
 
 #: Paths whose change turns speculative decoding off: never a default (MTP stays on).
@@ -75,22 +75,26 @@ def resolve_defaults(
     hits = match_rules(ruleset, eff)
     if eff.version is None:
         return Resolved(spec, [], eff, hits)
-    current = spec.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    current: dict[str, Any] | None = None  # the user's values plus the defaults so far (dumped when first needed)
     cur_spec = spec
     defaults: list[Default] = []
     done: set[str] = set()  # fields defaulted: each at most once, so this ends
     failed: set[str] = set()  # rules whose mitigation could not be a default
+    unset: dict[str, bool] = {}  # path -> the user left it unset (user_set, asked once per path)
     while True:
         candidates = []
         for h in hits:
             m = h.mitigation
             if not m or h.ref in failed or not keeps_spec_decoding(m):
                 continue
-            paths = [p for p, _ in m.changes]
-            if any(user_set(spec, p) or p in done for p in paths) or not m.pending(current):
+            if any(p in done or not unset.setdefault(p, not user_set(spec, p)) for p, _ in m.changes):
+                continue
+            if current is None:
+                current = spec.model_dump(by_alias=True, exclude_unset=True, mode="json")
+            if not m.pending(current):
                 continue
             candidates.append(h)
-        if not candidates:
+        if not candidates or current is None:
             break
         candidates.sort(key=lambda h: (not h.enforced, SEVERITY_RANK.get(h.severity, 9), h.order))
         before = _enforced(hits)
@@ -98,13 +102,13 @@ def resolve_defaults(
         for h in candidates:
             m = h.mitigation or SpecPatch()
             failed.add(h.ref)  # taken back below when it is applied
-            cand = m.apply(current)
+            cand = m.apply_shared(current)  # read-only here: validated, then the next round's `current`
             try:
                 cand_spec = GDNModelServerSpec.model_validate(cand)
             except ValidationError:
                 continue
             cand_eff = effective_config(cand_spec, vllm_version, overrides=overrides)
-            cand_hits = match_rules(ruleset, cand_eff)
+            cand_hits = rematch(ruleset, cand_eff, eff, hits)  # only the rules that read what changed
             if _enforced(cand_hits) - before:
                 continue  # a default never creates a rejection
             failed.discard(h.ref)

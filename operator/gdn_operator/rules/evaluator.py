@@ -202,7 +202,7 @@ def _finding(hit: Hit, action: str, extra: str = "") -> RuleFinding:
     )
 
 
-def _sort_key(ruleset: RuleSet, f: RuleFinding, order: dict[str, int]) -> tuple:
+def _sort_key(ruleset: RuleSet, f: RuleFinding, order: dict[str, int]) -> tuple[int, int, int, str]:
     return (_ACTION_RANK.get(f.action, 9), SEVERITY_RANK.get(f.severity, 9), order.get(f.rule, 999), f.rule)
 
 

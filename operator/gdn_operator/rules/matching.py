@@ -6,6 +6,7 @@ defaults (rules/defaults.py), so both read the rules the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.rules.effective import Effective, describe_field
@@ -24,10 +25,30 @@ class Hit:
     fields: list[str]
     workaround: str
     mitigation: SpecPatch | None
-    detail: str
+    given_detail: str | None  # a built-in check's detail; None: a rule's, described from `eff` when first read
     order: int
     rule: Rule | None = None
     advisory: bool = False  # a built-in check reported as an advisory (nothing in the spec to change)
+    eff: Effective | None = None  # the configuration a rule matched (its detail describes it)
+
+    def described_by(self, eff: Effective) -> Hit:
+        """The same hit, its detail to be described from `eff` (a field-for-field copy: dataclasses.replace
+        re-runs __init__, too slow for the admission hot path)."""
+        new = object.__new__(Hit)
+        new.__dict__.update(self.__dict__)
+        new.given_detail = None
+        new.eff = eff
+        return new
+
+    @property
+    def detail(self) -> str:
+        """What in the configuration makes the rule hold (for its message): built lazily, as most hits of the
+        intermediate configurations of the defaults fixpoint are never reported."""
+        if self.given_detail is None:
+            if self.rule is None or self.eff is None:
+                raise ValueError(f"hit {self.ref} has neither a detail nor a rule and configuration to describe")
+            self.given_detail = _detail(self.rule, self.eff)
+        return self.given_detail
 
 
 def _versions_text(rule: Rule) -> str:
@@ -38,6 +59,46 @@ def _versions_text(rule: Rule) -> str:
 
 
 def match_rules(ruleset: RuleSet, eff: Effective) -> list[Hit]:
+    hits = _builtin_hits(ruleset, eff)
+    ver = eff.version
+    if ver is None:
+        return hits  # defaults cannot be resolved: no rule can be evaluated honestly
+    v, vk = eff.values, ver.key
+    for i, rule in enumerate(ruleset.rules):
+        hit = _rule_hit(ruleset, i, rule, eff, v, vk)
+        if hit is not None:
+            hits.append(hit)
+    return hits
+
+
+def rematch(ruleset: RuleSet, eff: Effective, prev: Effective, prev_hits: list[Hit]) -> list[Hit]:
+    """`match_rules(ruleset, eff)`, given the hits `prev_hits` of a configuration `prev` that differs from `eff`
+    in a few values (a default or a mitigation applied): a rule that reads none of the changed values
+    (Rule.reads) matches exactly as it did, so only the others are evaluated again (the built-in checks
+    always are; a changed version matches everything again). The result equals match_rules'."""
+    if eff.version is None or prev.version is None or eff.version.key != prev.version.key:
+        return match_rules(ruleset, eff)
+    v, pv = eff.values, prev.values
+    changed = {k for k in ruleset.reads if v.get(k, _MISSING) != pv.get(k, _MISSING)}  # what no rule reads is moot
+    hits = _builtin_hits(ruleset, eff)
+    before = {h.order: h for h in prev_hits if h.rule is not None}
+    vk = eff.version.key
+    for i, rule in enumerate(ruleset.rules):
+        if not rule.reads.isdisjoint(changed):
+            hit = _rule_hit(ruleset, i, rule, eff, v, vk)
+        else:
+            hit = before.get(i)
+            if hit is not None:  # the same match; its message describes the fields as they are now
+                hit = hit.described_by(eff)
+        if hit is not None:
+            hits.append(hit)
+    return hits
+
+
+_MISSING = object()
+
+
+def _builtin_hits(ruleset: RuleSet, eff: Effective) -> list[Hit]:
     hits: list[Hit] = []
     v = eff.values
     ver = eff.version
@@ -47,7 +108,7 @@ def match_rules(ruleset: RuleSet, eff: Effective) -> list[Hit]:
     if ver is None:
         b = builtin["unparseable-version"]
         hits.append(builtin_hit(b, f"spec.image.vllmVersion {v['vllm_version']!r} is not a vLLM version", -5))
-        return hits  # defaults cannot be resolved: no rule can be evaluated honestly
+        return hits
     if ver > ruleset.newest and ver.base != ruleset.newest.base:
         b = builtin["newer-than-catalogue"]
         hits.append(builtin_hit(b, f"vLLM {v['vllm_version']} is not in the catalogue (newest {ruleset.newest}); "
@@ -69,40 +130,44 @@ def match_rules(ruleset: RuleSet, eff: Effective) -> list[Hit]:
         if planned:
             parts.append(f"planned patch id(s) not shipped by any gdn-guard release, not relied on: {', '.join(planned)}")
         hits.append(builtin_hit(b, "; ".join(parts), -2))
-
-    vk = ver.key
-    for i, rule in enumerate(ruleset.rules):
-        if not rule.range.contains(ver):
-            continue
-        if rule.patches and any(p in patches and p in ruleset.patch_ids for p in rule.patches):
-            continue  # neutralised by a shipped patch the image declares (checked at run time too)
-        if not rule.compiled_when(v, vk):
-            continue
-        enforced = rule.action == "enforce" or (
-            rule.compiled_escalate is not None and bool(rule.compiled_escalate(v, vk))
-        )
-        because = "; ".join(d for d in dict.fromkeys(describe_field(eff, p) for p in rule.fields) if d)
-        hits.append(
-            Hit(
-                ref=rule.id,
-                title=rule.title,
-                kind=rule.kind,
-                severity=rule.severity,
-                enforced=enforced,
-                fields=list(rule.fields),
-                workaround=rule.workaround,
-                mitigation=rule.mitigation_patch,
-                detail=f"{because} ({_versions_text(rule)})",
-                order=i,
-                rule=rule,
-            )
-        )
     return hits
+
+
+def _detail(rule: Rule, eff: Effective) -> str:
+    because = "; ".join(d for d in dict.fromkeys(describe_field(eff, p) for p in rule.fields) if d)
+    return f"{because} ({_versions_text(rule)})"
+
+
+def _rule_hit(ruleset: RuleSet, i: int, rule: Rule, eff: Effective, v: dict[str, Any], vk: Any) -> Hit | None:
+    if not rule.range.contains(eff.version):
+        return None
+    patches = v["patches"]
+    if rule.patches and any(p in patches and p in ruleset.patch_ids for p in rule.patches):
+        return None  # neutralised by a shipped patch the image declares (checked at run time too)
+    if not rule.compiled_when(v, vk):
+        return None
+    enforced = rule.action == "enforce" or (
+        rule.compiled_escalate is not None and bool(rule.compiled_escalate(v, vk))
+    )
+    return Hit(
+        ref=rule.id,
+        title=rule.title,
+        kind=rule.kind,
+        severity=rule.severity,
+        enforced=enforced,
+        fields=list(rule.fields),
+        workaround=rule.workaround,
+        mitigation=rule.mitigation_patch,
+        given_detail=None,
+        order=i,
+        rule=rule,
+        eff=eff,
+    )
 
 
 def builtin_hit(b: Builtin, detail: str, order: int) -> Hit:
     return Hit(
         ref=b.id, title=b.title, kind=b.kind, severity=b.severity, enforced=b.action == "enforce",
-        fields=list(b.fields), workaround=b.workaround, mitigation=None, detail=detail, order=order,
+        fields=list(b.fields), workaround=b.workaround, mitigation=None, given_detail=detail, order=order,
         advisory=b.action == "advisory",
     )

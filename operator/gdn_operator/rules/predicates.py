@@ -21,12 +21,12 @@ from collections.abc import Callable
 from typing import Any
 
 from gdn_operator.rules.effective import FIELDS
-from gdn_operator.versions import VersionRange
+from gdn_operator.versions import VersionKey, VersionRange
 
 #: A compiled predicate: (effective values, version key or None) -> bool
-Compiled = Callable[[dict[str, Any], "tuple | None"], bool]
+Compiled = Callable[[dict[str, Any], VersionKey | None], bool]
 
-_NUMERIC = {
+_NUMERIC: dict[str, Callable[[float, float], bool]] = {
     "gte": lambda a, b: a >= b,
     "gt": lambda a, b: a > b,
     "lte": lambda a, b: a <= b,
@@ -54,7 +54,7 @@ def _scalar(value: Any, where: str) -> Any:
 
 
 def referenced_fields(pred: Any) -> set[str]:
-    """Every field a (valid) predicate reads."""
+    """Every effective value a (valid) predicate reads (`version` reads the parsed version too)."""
     out: set[str] = set()
     if not isinstance(pred, dict):
         return out
@@ -70,6 +70,8 @@ def referenced_fields(pred: Any) -> set[str]:
             out.add("vllm_version")
         elif op == "has_patch":
             out.add("patches")
+        elif op == "has_arg":
+            out.add("extra_args_flags")
     return out
 
 
@@ -189,4 +191,4 @@ def _eq(a: Any, b: Any) -> bool:
     # bool is an int in Python: keep true != 1 so `eq: {tensor_parallel_size: true}` cannot match by accident
     if isinstance(a, bool) != isinstance(b, bool):
         return False
-    return a == b
+    return bool(a == b)

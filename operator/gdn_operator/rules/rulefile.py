@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gdn_operator.api.specpatch import SpecPatch, check_path
-from gdn_operator.rules.predicates import PredicateError, compile_predicate
+from gdn_operator.rules.predicates import PredicateError, compile_predicate, referenced_fields
 from gdn_operator.versions import Version, VersionRange, parse_version
 
 #: What a rule is about (not the crash watch's signature kinds, watch/catalogue.py KINDS).
@@ -67,6 +67,8 @@ class Rule(_Strict):
     #: `mitigation` as the spec change the evaluator applies (None without one)
     mitigation_patch: SpecPatch | None = Field(default=None, exclude=True)
     range: Any = Field(default=None, exclude=True)
+    #: the effective values matching reads for this rule (when, escalate_if, the patches that neutralise it)
+    reads: frozenset[str] = Field(default=frozenset(), exclude=True)
 
     @field_validator("id")
     @classmethod
@@ -129,6 +131,8 @@ class Rule(_Strict):
         except PredicateError as e:
             raise ValueError(str(e)) from None
         object.__setattr__(self, "range", VersionRange(self.versions))
+        reads = referenced_fields(self.when) | referenced_fields(self.escalate_if) | ({"patches"} if self.patches else set())
+        object.__setattr__(self, "reads", frozenset(reads))
         object.__setattr__(self, "mitigation_patch", SpecPatch.of(self.mitigation) if self.mitigation else None)
         if self.action == "warn" and not self.advisory_reason:
             raise ValueError("a warn-only rule needs advisory_reason (why it is not enforced)")
@@ -212,6 +216,8 @@ class RuleSet:
         self.rules: tuple[Rule, ...] = tuple(data.rules)
         self.by_ref: dict[str, Rule] = {ref: r for r in self.rules for ref in r.references}
         self.order: dict[str, int] = {r.id: i for i, r in enumerate(self.rules)}
+        #: every effective value some rule reads (rules.matching.rematch compares only these)
+        self.reads: frozenset[str] = frozenset().union(*(r.reads for r in self.rules))
         #: shipped patch ids: only these neutralise a rule
         self.patch_ids: dict[str, str] = dict(data.patches)
         #: planned patch ids: documented, never relied on

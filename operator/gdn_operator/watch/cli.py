@@ -16,9 +16,10 @@ import json
 import sys
 from typing import BinaryIO
 
+from gdn_operator.watch.catalogue import CatalogueError
 from gdn_operator.watch.evidence import Evidence
 from gdn_operator.watch.logstream import StreamClassifier
-from gdn_operator.watch.signatures import CatalogueError, ClassificationResult
+from gdn_operator.watch.result import ClassificationResult
 
 EXIT_CRASH = 0
 EXIT_USAGE = 2

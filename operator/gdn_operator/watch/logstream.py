@@ -22,12 +22,12 @@ from __future__ import annotations
 import codecs
 from typing import Any
 
+from gdn_operator.watch.catalogue import Catalogue
 from gdn_operator.watch.evidence import Evidence
 from gdn_operator.watch.hang import HangEvidence
+from gdn_operator.watch.result import ClassificationResult
 from gdn_operator.watch.signatures import (
     MAX_LINE_CHARS,
-    Catalogue,
-    ClassificationResult,
     LogClassifier,
     classify_termination_message,
 )

@@ -119,7 +119,7 @@ class Scraper:
         self._ensure_session()
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     def _ensure_session(self) -> aiohttp.ClientSession:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from gdn_operator.watch.acceptance.window import WindowStats
 
@@ -69,8 +70,8 @@ class Finding:
     upstream: tuple[str, ...] = ()
     pods: tuple[str, ...] = ()  # empty: the whole resource
 
-    def as_dict(self) -> dict:
-        out: dict = {"reason": self.reason, "severity": self.severity, "message": self.message}
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"reason": self.reason, "severity": self.severity, "message": self.message}
         if self.upstream:
             out["upstream"] = list(self.upstream)
         if self.pods:

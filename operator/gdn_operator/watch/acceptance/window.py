@@ -153,7 +153,7 @@ class WindowStats:
 
 class _Point(NamedTuple):
     ts: float
-    adjusted: array  # reset-adjusted cumulative counters, indexed by PodWindow._index
+    adjusted: array[float]  # reset-adjusted cumulative counters, indexed by PodWindow._index
     restarted: bool
 
 
