@@ -17,7 +17,9 @@ plus a third, fake engine that kwok crashes (a crash signature the crash watch c
 and one admission denial. Then: every dashboard panel's PromQL (variables substituted) returns series;
 the chart's alert rules (from the PrometheusRule the chart rendered, loaded by the Prometheus Operator)
 fire for the broken-MTP server, pending then firing, and never for the healthy one; every firing alert
-names its server's own namespace and name.
+names its server's own namespace and name. The negative control: a second Prometheus with the same rules
+sees the monitors as they were before the label fix (the chart's ServiceMonitor without honorLabels, no
+engine PodMonitor selected) and fails those label checks.
 
 The chart is rendered with `for:` durations and intervals shortened through its values (as a user would
 tune them): acceptanceCollapse.for 30s, scrape/evaluation intervals 5s, operator acceptance window 30s.
@@ -377,25 +379,30 @@ def test_acceptance_alert_fires_for_broken_mtp_only(stack):
     (_, ok), (ns_bad, bad) = stack["ok"], stack["bad"]
     name = "GDNSpecAcceptanceCollapse"
     for_s, eval_s = 30, 5  # the chart's acceptanceCollapse.for as the stack sets it; the Prometheus evaluationInterval
-    seen = {"pending": 0.0}
 
     def state():
         mine = [a for a in _alerts(prom, name) if a["labels"].get("server") == bad]
         healthy = [a for a in _alerts(prom, name) if a["labels"].get("server") == ok]
         assert not healthy, f"{name} for the healthy server: {healthy}"
-        if any(a["state"] == "pending" for a in mine) and not seen["pending"]:
-            seen["pending"] = time.time()
         return next((a for a in mine if a["state"] == "firing"), None)
 
     firing = wait_for(state, 300, interval=1, what=f"{name} firing for {ns_bad}/{bad}")
-    fired_seen = time.time()
-    assert seen["pending"], f"the alert must be pending before it fires (for: {for_s}s)"
-    # it went active (pending) at activeAt and fired once `for:` had passed, at the next evaluation or two
+    # pending -> firing within for:, from Prometheus' own record of its alert states (the ALERTS series, one
+    # sample per evaluation), whenever the earlier tests let it happen
+    def first(alertstate):
+        res = prom.api("query", query=f'ALERTS{{alertname="{name}", namespace="{ns_bad}", server="{bad}", '
+                                      f'alertstate="{alertstate}"}}[1h]')["result"]
+        return min((float(t) for r in res for t, _ in r["values"]), default=None)
+
+    pending_at, firing_at = first("pending"), first("firing")
+    assert pending_at is not None, f"the alert must be pending before it fires (for: {for_s}s)"
+    assert firing_at is not None and for_s <= firing_at - pending_at <= for_s + 3 * eval_s, (pending_at, firing_at)
     active_at = datetime.fromisoformat(firing["activeAt"].replace("Z", "+00:00")).timestamp()
-    assert active_at <= seen["pending"] + 1, (firing["activeAt"], seen["pending"])
-    assert fired_seen - active_at >= for_s, f"fired {fired_seen - active_at:.0f}s after going pending, before for: {for_s}s"
-    assert fired_seen - seen["pending"] <= for_s + 3 * eval_s + 5, (
-        f"pending seen at {seen['pending']:.0f}, firing only at {fired_seen:.0f} (for: {for_s}s, evaluation every {eval_s}s)")
+    assert abs(active_at - pending_at) < 1, (firing["activeAt"], pending_at)
+    # the healthy server never had an alert firing over the whole run. (Pending is possible: kwok marks its pod
+    # Ready before the real engine listens, so its output probes fail to connect for up to a minute and
+    # GDNOutputInconsistent goes pending — ProbeError — until the probes learn their answers; for: outlasts it.)
+    assert not prom.api("query", query=f'ALERTS{{server="{ok}", alertstate="firing"}}[1h]')["result"]
     assert firing["labels"]["namespace"] == ns_bad and firing["labels"]["server"] == bad
     assert firing["annotations"]["runbook_url"].endswith(f"/{name}.md")
     assert f"{ns_bad}/{bad}" in firing["annotations"]["summary"]
