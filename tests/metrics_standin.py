@@ -2,11 +2,14 @@
 
 ``MetricsServer(ip, port, render)`` binds ``ip:port`` at once (OSError when the address is taken: a kwok pod
 IP held by another stand-in), answers GET /metrics with ``render()`` (called per scrape) and GET /health
-with 200, in a daemon thread until ``close()``.
+with 200, in a daemon thread until ``close()``. ``close()`` also cuts the kept-alive connections: with HTTP/1.1 a
+scraper's pooled connection would otherwise go on being served by its handler thread after the listener closed,
+and a "stopped" engine would keep answering.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,8 +19,22 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus text exp
 
 class MetricsServer:
     def __init__(self, ip: str, port: int, render: Callable[[], str]) -> None:
+        conns: set[socket.socket] = set()
+        self.conns, self.conns_lock = conns, threading.Lock()
+        lock = self.conns_lock
+
         class H(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                with lock:
+                    conns.add(self.connection)
+
+            def finish(self) -> None:
+                with lock:
+                    conns.discard(self.connection)
+                super().finish()
 
             def do_GET(self) -> None:  # noqa: N802
                 if self.path == "/metrics":
@@ -46,3 +63,10 @@ class MetricsServer:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+        with self.conns_lock:
+            open_conns = list(self.conns)
+        for c in open_conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed by the peer
