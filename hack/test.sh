@@ -3,7 +3,7 @@
 #   - Python env (.venv) with the operator and test deps
 #   - the real control plane binaries (etcd, kube-apiserver, controller-manager, scheduler, kwok),
 #     built from the Go module proxy into ${GDN_CACHE_DIR:-~/.cache/gdn-operator} (cached by version)
-#   - helm, kubectl and promtool
+#   - helm, kubectl and promtool; the Prometheus Operator and Prometheus (build.sh monitoring)
 #   - the real vLLM CPU engine venv (cached by version)
 # then pytest over tests/. Extra arguments go to pytest (e.g. hack/test.sh tests/rules -x); with
 # arguments only the tiers the selected tests need are set up (hack/tiers.py collects them first).
@@ -36,13 +36,14 @@ if [ "${1:-}" = "--unit" ]; then
   exit $rc
 fi
 if [ $# -eq 0 ]; then
-  tiers="cluster tools engine"
+  tiers="cluster tools engine monitoring"
 else
   tiers="$("$PY" hack/tiers.py "$@" | tail -1)"
 fi
 echo "test.sh: tiers needed: ${tiers:-none}"
 case " $tiers " in *" cluster "*) [ "${GDN_SKIP_CLUSTER:-0}" != 1 ] && bash tests/cluster/build.sh full && bash tests/cluster/build.sh lws ;; esac
 case " $tiers " in *" tools "*) bash hack/tools.sh ;; esac
+case " $tiers " in *" monitoring "*) [ "${GDN_SKIP_CLUSTER:-0}" != 1 ] && bash tests/cluster/build.sh monitoring ;; esac
 case " $tiers " in *" engine "*) [ "${GDN_SKIP_ENGINE:-0}" != 1 ] && bash hack/vllm-cpu-env.sh ;; esac
 echo "test.sh: set-up took $(( $(date +%s) - t0 ))s"
 set +e

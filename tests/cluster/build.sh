@@ -6,6 +6,11 @@
 #   tests/cluster/build.sh full        + kube-controller-manager, kube-scheduler, kwok
 #   tests/cluster/build.sh kubectl     kubectl built from the same kube module (optional)
 #   tests/cluster/build.sh lws         the LeaderWorkerSet controller (sigs.k8s.io/lws cmd/, one Go build)
+#   tests/cluster/build.sh promop      the Prometheus Operator (github.com/prometheus-operator/prometheus-operator
+#                                      cmd/operator only, one Go build; its CRDs are read from the module cache)
+#   tests/cluster/build.sh prometheus  the Prometheus server (github.com/prometheus/prometheus cmd/prometheus) with
+#                                      only Kubernetes service discovery (prometheus/plugins.go overlay): Debian's
+#                                      package is built without it
 #   tests/cluster/build.sh addons      fetch (no build) the LWS, KEDA and Gateway API Inference Extension
 #                                      modules: their CRDs are read from the module cache, never committed
 #   tests/cluster/build.sh paths       print the binary paths (no build)
@@ -29,6 +34,12 @@ KWOK_VERSION=v0.8.0
 LWS_VERSION=v0.9.0
 KEDA_VERSION=v2.21.0
 GIE_VERSION=v1.5.0
+# Monitoring stack (issue 28): the newest version the module proxy lists here.
+PROMOP_VERSION=v0.85.0
+# Prometheus 3.5.0 (module version v0.305.0): the newest release in the Prometheus Operator 0.85 compatibility
+# matrix (its module is already required by the operator's go.mod).
+PROMETHEUS_VERSION=v3.5.0
+PROMETHEUS_MODULE_VERSION=v0.305.0
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${GDN_CACHE_DIR:-$HOME/.cache/gdn-operator}"
@@ -151,6 +162,51 @@ build_lws() {
   record_time lws "$LWS_VERSION" $((SECONDS - t0))
 }
 
+build_promop() {
+  # Built through tests/cluster/promop/go.mod (a `tool` module pinning the operator and its two
+  # submodules pkg/apis/monitoring and pkg/client): the operator's own go.mod replaces those with
+  # ./pkg/... directories that its module zip leaves out, so `go build ./cmd/operator` inside the
+  # module cache fails. Only cmd/operator is built (no admission webhook, no config reloader).
+  local dir b t0 pc=github.com/prometheus/common/version
+  dir="$(bin_dir prometheus-operator "$PROMOP_VERSION")"; b="$dir/operator"
+  if version_ok "$b" "version ${PROMOP_VERSION#v}" --version; then
+    log "prometheus-operator $PROMOP_VERSION: cached ($b)"; return 0
+  fi
+  grep -q "github.com/prometheus-operator/prometheus-operator $PROMOP_VERSION" "$HERE/promop/go.mod" \
+    || { log "tests/cluster/promop/go.mod does not pin $PROMOP_VERSION: run go get ...@$PROMOP_VERSION there (and its two submodules)"; exit 1; }
+  log "prometheus-operator $PROMOP_VERSION: building github.com/prometheus-operator/prometheus-operator/cmd/operator -> $b"
+  t0=$SECONDS; mkdir -p "$dir"
+  (cd "$HERE/promop" && go build -p 2 -ldflags "-s -w -X $pc.Version=${PROMOP_VERSION#v} -X $pc.Branch=module-proxy -X $pc.Revision=$PROMOP_VERSION" \
+     -o "$b.tmp" github.com/prometheus-operator/prometheus-operator/cmd/operator)
+  mv -f "$b.tmp" "$b"
+  version_ok "$b" "version ${PROMOP_VERSION#v}" --version || { log "prometheus-operator --version mismatch: $("$b" --version 2>&1 | head -1)"; exit 1; }
+  log "prometheus-operator $PROMOP_VERSION: built in $((SECONDS - t0))s"
+  record_time prometheus-operator "$PROMOP_VERSION" $((SECONDS - t0))
+}
+
+build_prometheus() {
+  local dir b t0 src pc=github.com/prometheus/common/version
+  dir="$(bin_dir prometheus "$PROMETHEUS_VERSION")"; b="$dir/prometheus"
+  if version_ok "$b" "version ${PROMETHEUS_VERSION#v}" --version; then
+    log "prometheus $PROMETHEUS_VERSION: cached ($b)"; return 0
+  fi
+  src="$(module_dir github.com/prometheus/prometheus "$PROMETHEUS_MODULE_VERSION")"
+  log "prometheus $PROMETHEUS_VERSION: building $src/cmd/prometheus (Kubernetes SD only) -> $b"
+  t0=$SECONDS; mkdir -p "$dir"
+  # `go build -overlay` may not replace files in the module cache: build from a writable copy of the
+  # module source (outside the work tree, removed afterwards) with plugins.go swapped.
+  rm -rf "$dir/src"; cp -r "$src" "$dir/src"; chmod -R u+w "$dir/src"
+  cp "$HERE/prometheus/plugins.go" "$dir/src/plugins/plugins.go"
+  (cd "$dir/src" && go build -p 2 \
+     -ldflags "-s -w -X $pc.Version=${PROMETHEUS_VERSION#v} -X $pc.Branch=module-proxy -X $pc.Revision=$PROMETHEUS_MODULE_VERSION" \
+     -o "$b.tmp" ./cmd/prometheus)
+  rm -rf "$dir/src"
+  mv -f "$b.tmp" "$b"
+  version_ok "$b" "version ${PROMETHEUS_VERSION#v}" --version || { log "prometheus --version mismatch: $("$b" --version 2>&1 | head -1)"; exit 1; }
+  log "prometheus $PROMETHEUS_VERSION: built in $((SECONDS - t0))s"
+  record_time prometheus "$PROMETHEUS_VERSION" $((SECONDS - t0))
+}
+
 fetch_addons() {
   module_dir sigs.k8s.io/lws "$LWS_VERSION" >/dev/null
   module_dir github.com/kedacore/keda/v2 "$KEDA_VERSION" >/dev/null
@@ -185,6 +241,11 @@ LWS_VERSION=$LWS_VERSION
 KEDA_VERSION=$KEDA_VERSION
 GIE_VERSION=$GIE_VERSION
 LWS_MANAGER=$(bin_dir lws "$LWS_VERSION")/lws-manager
+PROMOP_VERSION=$PROMOP_VERSION
+PROMETHEUS_OPERATOR=$(bin_dir prometheus-operator "$PROMOP_VERSION")/operator
+PROMETHEUS_VERSION=$PROMETHEUS_VERSION
+PROMETHEUS=$(bin_dir prometheus "$PROMETHEUS_VERSION")/prometheus
+PROMOP_SRC=$(addon_src github.com/prometheus-operator/prometheus-operator "$PROMOP_VERSION" || true)
 LWS_SRC=$(addon_src sigs.k8s.io/lws "$LWS_VERSION" || true)
 KEDA_SRC=$(addon_src github.com/kedacore/keda/v2 "$KEDA_VERSION" || true)
 GIE_SRC=$(addon_src sigs.k8s.io/gateway-api-inference-extension "$GIE_VERSION" || true)
@@ -216,10 +277,13 @@ case "$tier" in
   kubectl) build_kube kubectl ;;
   all)     build_etcd; build_kube kube-apiserver kube-controller-manager kube-scheduler kubectl; build_kwok ;;
   lws)     fetch_addons; build_lws ;;
+  promop)  build_promop ;;
+  prometheus) build_prometheus ;;
+  monitoring) build_promop; build_prometheus ;;
   addons)  fetch_addons ;;
   paths)   print_paths; exit 0 ;;
   regen)   regen; exit 0 ;;
-  *) echo "usage: $0 core|full|kubectl|all|lws|addons|paths|regen" >&2; exit 2 ;;
+  *) echo "usage: $0 core|full|kubectl|all|lws|promop|prometheus|monitoring|addons|paths|regen" >&2; exit 2 ;;
 esac
 log "tier '$tier' ready in $((SECONDS - T0))s (binaries under $BINROOT)"
 print_paths

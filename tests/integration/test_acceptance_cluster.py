@@ -89,8 +89,8 @@ def test_acceptance_from_a_running_engine_reaches_status_and_gauges(op, kube_api
         assert k.condition(ns, "acc", "MetricsAvailable")["status"] == "True"
         assert k.condition(ns, "acc", "AcceptanceHealthy")["status"] == "True"
         text = op.metrics()
-        assert re.search(r'gdn_spec_acceptance_rate\{name="acc",namespace="%s"\} 0\.6\b' % ns, text), text[-2000:]
-        assert re.search(r'gdn_spec_acceptance_per_position\{name="acc",namespace="%s",position="1"\} 0\.4\b' % ns, text)
+        assert re.search(r'gdn_spec_acceptance_rate\{namespace="%s",server="acc"\} 0\.6\b' % ns, text), text[-2000:]
+        assert re.search(r'gdn_spec_acceptance_per_position\{namespace="%s",position="1",server="acc"\} 0\.4\b' % ns, text)
     finally:
         engine.close()
 

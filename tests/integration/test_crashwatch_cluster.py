@@ -83,7 +83,7 @@ def test_known_crash_reported_in_status_event_and_metric(op, k, ns):
     assert deg["status"] == "True" and deg["reason"] == "EngineCrashed"
     ev = wait_for(lambda: k.events(ns, "b1", "EngineCrashed"), 15, what="EngineCrashed event")
     assert "vllm#36917" in ev[0].message
-    metric = 'gdn_engine_crashes_total{name="b1",namespace="%s",signature="gdn-mixed-spec-decode-assert",upstream="vllm#36917"} 1.0' % ns
+    metric = 'gdn_engine_crashes_total{namespace="%s",server="b1",signature="gdn-mixed-spec-decode-assert",upstream="vllm#36917"} 1.0' % ns
     assert metric in op.metrics()
     print(f"detection latency (annotation → restart → status): {detect:.2f}s")
 
@@ -146,7 +146,7 @@ def test_repeated_known_crash_is_remediated_exactly_once_as_an_override(op, k, n
     assert ov["prefixCaching"]["value"] is False and ov["prefixCaching"]["reason"] == "vllm#43559"
     assert k.condition(ns, "b9", "Overridden")["status"] == "True"
     assert k.events(ns, "b9", "Remediated")
-    assert 'gdn_remediations_total{action="asyncScheduling=false",name="b9",namespace="%s",signature="spec-decode-negative-repeat"} 1.0' % ns in op.metrics()
+    assert 'gdn_remediations_total{action="asyncScheduling=false",namespace="%s",server="b9",signature="spec-decode-negative-repeat"} 1.0' % ns in op.metrics()
     # only "git" owns spec fields; the operator owns the status subresource and kopf's own bookkeeping
     # annotation (kopf.serving.gdn-operator.io/*), nothing the user wrote
     for m in obj["metadata"]["managedFields"]:

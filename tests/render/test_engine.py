@@ -149,6 +149,18 @@ def test_service_and_pod_monitor():
     assert [o["kind"] for o in render_all("srv", "ns", spec(metrics={"enabled": False}))] == ["Deployment", "Service", "PodDisruptionBudget"]
 
 
+def test_pod_monitor_labels_and_server_label():
+    """GDN_POD_MONITOR_LABELS reach the PodMonitor (kube-prometheus-stack selects `release: <name>`), our own
+    labels win a clash, and every engine series gets `server` = the GDNModelServer's name (issue 28)."""
+    pm = render_all("srv", "ns", spec(), monitor_labels={"release": "kps", "app.kubernetes.io/managed-by": "x"})[2]
+    assert pm["metadata"]["labels"]["release"] == "kps"
+    assert pm["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gdn-operator"
+    (ep,) = pm["spec"]["podMetricsEndpoints"]
+    assert ep["relabelings"] == [{"action": "replace", "targetLabel": "server", "replacement": "srv"}]
+    assert "honorLabels" not in ep
+    assert "release" not in render_all("srv", "ns", spec())[2]["metadata"]["labels"]
+
+
 def test_bad_names_give_a_clear_error():
     with pytest.raises(RenderError, match="metadata.name 'Srv.1' cannot name the engine Service"):
         service("Srv.1", "ns", spec())

@@ -187,3 +187,9 @@ tests/charts/test_chart_render.py holds the same table and fails on any extra re
   verbs: ["patch"]
 {{- end }}
 {{- end -}}
+
+{{/* runbook_url of an alert: monitoring.prometheusRule.runbookBaseUrl + "/" + <alert>.md (docs/runbooks/ in the repo). */}}
+{{- define "gdn-operator.runbookUrl" -}}
+{{- $root := index . 0 -}}
+{{- printf "%s/%s.md" (trimSuffix "/" $root.Values.monitoring.prometheusRule.runbookBaseUrl) (index . 1) -}}
+{{- end -}}

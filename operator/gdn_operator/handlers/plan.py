@@ -102,7 +102,8 @@ def plan(body: dict[str, Any], inputs: PlanInputs) -> Plan:
         return out
     try:
         out.objects = render_all(meta["name"], meta["namespace"], run_spec, meta.get("uid"), with_monitoring=out.monitoring,
-                                 scaleout=scaleout_options(body, run_spec, inputs))
+                                 scaleout=scaleout_options(body, run_spec, inputs),
+                                 monitor_labels=dict(cfg.pod_monitor_labels))
     except RenderError as e:
         out.problem = str(e)
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from gdn_operator import API_VERSION, KIND
@@ -323,15 +324,30 @@ def cache_claim(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | 
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": pvc_spec}
 
 
-def pod_monitor(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any]:
+#: the label that names the GDNModelServer in every series: the operator's own (telemetry.py) and,
+#: through the PodMonitor relabeling below, the engines' vLLM series
+SERVER_METRIC_LABEL = "server"
+
+
+def pod_monitor(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None,
+                labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The engines' PodMonitor. ``labels`` (GDN_POD_MONITOR_LABELS) are added to its metadata so that a
+    Prometheus selecting PodMonitors by label (kube-prometheus-stack: ``release: <name>``) picks it up;
+    the operator's own labels win on a clash. No ``honorLabels``: vLLM's series carry no namespace/pod
+    labels of their own, and a scraped workload must not overwrite the target's labels. The server's
+    name is added as ``server``, the label the operator's gdn_* series use, so one dashboard variable
+    selects both."""
+    meta = object_meta(name, namespace, uid, spec)
+    meta["labels"] = {**dict(labels or {}), **meta["labels"]}
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
-        "metadata": object_meta(name, namespace, uid, spec),
+        "metadata": meta,
         "spec": {
             "selector": {"matchLabels": api_selector(name, spec)},
             "podMetricsEndpoints": [
-                {"port": "http", "path": "/metrics", "interval": f"{spec.metrics.scrape_interval_seconds}s"}
+                {"port": "http", "path": "/metrics", "interval": f"{spec.metrics.scrape_interval_seconds}s",
+                 "relabelings": [{"action": "replace", "targetLabel": SERVER_METRIC_LABEL, "replacement": name}]}
             ],
         },
     }

@@ -8,6 +8,7 @@ applies the list; `gdnctl render` prints it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gdn_operator.api.spec import GDNModelServerSpec
@@ -23,10 +24,12 @@ def render_all(
     *,
     with_monitoring: bool = True,
     scaleout: ScaleOutOptions | None = None,
+    monitor_labels: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
+    """``monitor_labels``: extra labels on the PodMonitor (GDN_POD_MONITOR_LABELS)."""
     objs = [workload(name, namespace, spec, uid), service(name, namespace, spec, uid)]
     if with_monitoring and spec.metrics.enabled:
-        objs.append(pod_monitor(name, namespace, spec, uid))
+        objs.append(pod_monitor(name, namespace, spec, uid, monitor_labels))
     if spec.disruption_budget.enabled:
         objs.append(pod_disruption_budget(name, namespace, spec, uid))
     claim = cache_claim(name, namespace, spec, uid)
