@@ -17,8 +17,10 @@ A ServiceMonitor reaches its targets through the Service's EndpointSlices (or En
 rejects loopback addresses in both ("may not be in the loopback range (127.0.0.0/8, ::1/128)"), so a Service
 over a kwok pod with a 127.x IP (the test cluster's pod range, tests/cluster/controlplane.py POD_CIDR) has no
 endpoints and its ServiceMonitor job no target. `ServiceHostNode` gives the pod behind the chart's metrics
-Service a non-loopback address of this machine instead: a tainted kwok node whose pod range starts at that
-address (PodMonitors use the pod role, which reads pod IPs directly, so the engines keep their 127.x IPs).
+Service a non-loopback address instead: a tainted kwok node whose pod range starts at that address (PodMonitors
+use the pod role, which reads pod IPs directly, so the engines keep their 127.x IPs). The address lives on `lo`
+of a private network namespace the live test makes for itself (tests/integration/test_monitoring_live.py),
+never on an interface of the machine.
 
 No pytest dependency (like controlplane.py and addons.py).
 """
@@ -32,7 +34,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -170,31 +171,8 @@ def localize(cfg: dict[str, Any], rules: dict[str, str], kubeconfig: Path, workd
     return path
 
 
-def host_ipv4() -> str | None:
-    """A non-loopback, non-link-local IPv4 address of this machine that a process can bind, or None.
-    Read from the kernel's local routing table (/proc/net/fib_trie: `/32 host LOCAL` entries)."""
-    try:
-        lines = Path("/proc/net/fib_trie").read_text().splitlines()
-    except OSError:
-        return None
-    found: list[str] = []
-    for prev, line in zip(lines, lines[1:]):
-        if "/32 host LOCAL" in line and "|--" in prev:
-            ip = ipaddress.IPv4Address(prev.split("|--", 1)[1].strip())
-            if not (ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast) and str(ip) not in found:
-                found.append(str(ip))
-    for ip in found:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((ip, 0))
-            except OSError:
-                continue
-        return ip
-    return None
-
-
 class ServiceHostNode:
-    """A kwok node whose pods get `ip` (a non-loopback address of this machine, `host_ipv4()`) as their IP,
+    """A kwok node whose pods get `ip` (a non-loopback address on `lo` of the test's own network namespace) as their IP,
     so the EndpointSlice of a Service over them is valid (see module doc). Tainted: only pods that tolerate
     `TAINT` land on it (give them `node_selector()` and `tolerations()`). kwok hands out a node's pod IPs from
     `spec.podCIDR` starting at its network address + 1, so the range is `<ip - 1>/32`: its first pod gets
