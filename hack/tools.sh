@@ -27,8 +27,13 @@ pick_python() {
 
 have_layer_tools() {
   [[ -x "$HELM" && -x "$KUBECTL" ]] || return 1
-  "$HELM" version --template '{{.Version}}' 2>/dev/null | grep -qx "$HELM_VERSION" || return 1
-  "$KUBECTL" version --client 2>/dev/null | grep -q "$KUBECTL_VERSION" || return 1
+  # read each version whole before matching: `cmd | grep -q` under pipefail fails whenever grep exits on the first
+  # match before cmd has written the rest (SIGPIPE) — tools.sh then re-downloaded present tools, now and then
+  local v
+  v="$("$HELM" version --template '{{.Version}}' 2>/dev/null)" || return 1
+  [[ "$v" == "$HELM_VERSION" ]] || return 1
+  v="$("$KUBECTL" version --client 2>/dev/null)" || return 1
+  [[ "$v" == *"$KUBECTL_VERSION"* ]] || return 1
 }
 
 install_layer_tools() {
