@@ -53,8 +53,9 @@ def servers(py: str, script: str, endpoints: int, procs: int) -> Iterator[list[s
     started: list[subprocess.Popen[str]] = []
     try:
         for n in per:
-            started.append(subprocess.Popen([py, script, "--serve", str(n)], stdout=subprocess.PIPE, text=True,
-                                            start_new_session=True))
+            started.append(
+                subprocess.Popen([py, script, "--serve", str(n)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+            )
         urls: list[str] = []
         for p in started:
             line = p.stdout.readline() if p.stdout else ""

@@ -89,11 +89,15 @@ def main() -> int:
         c.result()
 
     r = classify_text(text)
-    print(f"log: {len(data) / 2**20:.1f} MiB, {n:,} lines (avg {len(data) / n:.0f} B/line), "
-          f"python {sys.version.split()[0]}, one core")
+    print(
+        f"log: {len(data) / 2**20:.1f} MiB, {n:,} lines (avg {len(data) / n:.0f} B/line), "
+        f"python {sys.version.split()[0]}, one core"
+    )
     print(f"winning signature on the mixed log: {r.signature} (also: {', '.join(r.other_signatures)})")
-    print(f"prefilter: {len(default_catalogue().scan_regex.pattern.split('|'))} keyword pieces, "
-          f"{len(default_catalogue().signatures)} signatures")
+    print(
+        f"prefilter: {len(default_catalogue().scan_regex.pattern.split('|'))} keyword pieces, "
+        f"{len(default_catalogue().signatures)} signatures"
+    )
     print()
     rows = [
         ("baseline: for line in lines: pass", loop),

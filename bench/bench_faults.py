@@ -226,8 +226,11 @@ class Supervisor:
 
 def proc_stats(pid: int) -> dict[str, float]:
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return {"rss_mib": int(fields["VmRSS"].split()[0]) / 1024, "threads": int(fields["Threads"]),
-            "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+    return {
+        "rss_mib": int(fields["VmRSS"].split()[0]) / 1024,
+        "threads": int(fields["Threads"]),
+        "fds": len(os.listdir(f"/proc/{pid}/fd")),
+    }
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -366,8 +369,10 @@ def main() -> int:
             recovery(f"API-server freeze {args.freeze:g} s", freeze)
             recovery(f"API-server restart, down {args.down:g} s", lambda: apiserver_restart(cp, args.down))
             _, jend = wait_converged(k, args.converge_timeout)
-            row("after all phases: lag / stale / missing / duplicates / orphans",
-                " / ".join(str(len(jend[x])) for x in ("lag", "stale", "missing", "duplicates", "orphans")))
+            row(
+                "after all phases: lag / stale / missing / duplicates / orphans",
+                " / ".join(str(len(jend[x])) for x in ("lag", "stale", "missing", "duplicates", "orphans")),
+            )
             row("operator restarts (exits the bench did not cause)", len(sup.unexpected), True)
             same = sup.pid == pid and sup.op.proc is not None and sup.op.proc.poll() is None
             row("operator process through phases 2-3", f"pid {pid} {'still running' if same else 'REPLACED'}")
@@ -382,7 +387,9 @@ def main() -> int:
         finally:
             sup.close()
 
-    print(f"bench_faults: core tier, seed {args.seed}, operator log {work / 'op' / 'operator.log'}, load {os.getloadavg()[0]:.2f} (1 min) at the end")
+    print(
+        f"bench_faults: core tier, seed {args.seed}, operator log {work / 'op' / 'operator.log'}, load {os.getloadavg()[0]:.2f} (1 min) at the end"
+    )
     width = max(len(r[0]) for r in rows)
     bad = 0
     for label, value, must in rows:

@@ -65,8 +65,30 @@ GUARDED = set(POLICY["owned"]) | set(POLICY["rule_relevant"])
 OPTS = [s for o in TABLE["options"] for s in o["options"]]
 GUARDED_OPTS = [s for o in TABLE["options"] if o["dest"] in GUARDED for s in o["options"]]
 VALUES = ["1", "0", "2", "mtp", "{}", '{"mode":0}', "fp8", "auto", "NONE", "8k", "-1", "x", "hf_AbCdEfGhIjKlMnOp"]
-HOSTILE_STR = ["", " ", "a\n", "0.28.0\n", "x" * 300, "ünï", "$(id)", "../../etc", "-", "--", "1abc", "A", "a.b",
-               "a" * 64, "\t", "null", "16\n", "-1Gi", "0", "1e3", "64Gi", "500m"]
+HOSTILE_STR = [
+    "",
+    " ",
+    "a\n",
+    "0.28.0\n",
+    "x" * 300,
+    "ünï",
+    "$(id)",
+    "../../etc",
+    "-",
+    "--",
+    "1abc",
+    "A",
+    "a.b",
+    "a" * 64,
+    "\t",
+    "null",
+    "16\n",
+    "-1Gi",
+    "0",
+    "1e3",
+    "64Gi",
+    "500m",
+]
 
 
 def spelling(rng: random.Random) -> str:
@@ -108,29 +130,82 @@ def deep_text(text: str) -> str:
 
 def mutate(rng: random.Random, obj: dict) -> None:
     spec = obj["spec"]
-    kind = rng.choice(["extraArgs"] * 6 + ["env", "affinity", "tolerations", "resources", "name", "image", "type",
-                                          "nodeSelector", "deep", "big", "model", "numbers"])
+    kind = rng.choice(
+        ["extraArgs"] * 6
+        + [
+            "env",
+            "affinity",
+            "tolerations",
+            "resources",
+            "name",
+            "image",
+            "type",
+            "nodeSelector",
+            "deep",
+            "big",
+            "model",
+            "numbers",
+        ]
+    )
     if kind == "extraArgs":
         spec["extraArgs"] = extra_args(rng)
         spec["image"] = {**spec["image"], "tag": "v0.32.0", "vllmVersion": rng.choice(["0.32.0"] * 4 + ["0.33.0"])}
     elif kind == "env":
-        name = rng.choice(["LD_PRELOAD", "PYTHONPATH", "PATH", "VLLM_ATTENTION_BACKEND", "HF_TOKEN", "VLLM_LOGGING_LEVEL",
-                           "NCCL_P2P_DISABLE", "FOO\n", "1BAD", "OK_NAME", "VLLM_GDN_DECODE_KERNEL"])
+        name = rng.choice(
+            [
+                "LD_PRELOAD",
+                "PYTHONPATH",
+                "PATH",
+                "VLLM_ATTENTION_BACKEND",
+                "HF_TOKEN",
+                "VLLM_LOGGING_LEVEL",
+                "NCCL_P2P_DISABLE",
+                "FOO\n",
+                "1BAD",
+                "OK_NAME",
+                "VLLM_GDN_DECODE_KERNEL",
+            ]
+        )
         spec["env"] = [{"name": name, "value": rng.choice(HOSTILE_STR)}]
         if rng.random() < 0.2:
             spec["allowUnsafeEnv"] = [name]
     elif kind == "affinity":
-        spec["affinity"] = rng.choice([
-            {"x": 1}, {"node_affinity": {}}, {"nodeAffinity": {}}, {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}},
-            {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "a", "operator": rng.choice(["In", "Bogus"]), "values": ["b"]}]}]}}},
-            {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname"}]}},
-        ])
+        spec["affinity"] = rng.choice(
+            [
+                {"x": 1},
+                {"node_affinity": {}},
+                {"nodeAffinity": {}},
+                {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}},
+                {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "a", "operator": rng.choice(["In", "Bogus"]), "values": ["b"]}]}
+                            ]
+                        }
+                    }
+                },
+                {
+                    "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname"}]
+                    }
+                },
+            ]
+        )
     elif kind == "tolerations":
-        spec["tolerations"] = [rng.choice([
-            {"key": "a", "tolerationSeconds": "10"}, {"key": "a", "bogus": 1}, {"operator": "Exists"},
-            {"key": "a", "operator": "Exists", "value": "x"}, {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
-            {"key": "a", "effect": "Sometimes"}, {"key": 1}])]
+        spec["tolerations"] = [
+            rng.choice(
+                [
+                    {"key": "a", "tolerationSeconds": "10"},
+                    {"key": "a", "bogus": 1},
+                    {"operator": "Exists"},
+                    {"key": "a", "operator": "Exists", "value": "x"},
+                    {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+                    {"key": "a", "effect": "Sometimes"},
+                    {"key": 1},
+                ]
+            )
+        ]
     elif kind == "resources":
         spec["resources"] = {rng.choice(["cpu", "memory", "shmSize", "gpuType"]): rng.choice(HOSTILE_STR)}
     elif kind == "name":
@@ -138,7 +213,9 @@ def mutate(rng: random.Random, obj: dict) -> None:
     elif kind == "image":
         spec["image"] = {**spec["image"], rng.choice(["tag", "vllmVersion", "repository"]): rng.choice(HOSTILE_STR)}
     elif kind == "type":
-        field = rng.choice(["replicas", "tensorParallelSize", "maxModelLen", "prefixCaching", "extraArgs", "env", "speculativeDecoding"])
+        field = rng.choice(
+            ["replicas", "tensorParallelSize", "maxModelLen", "prefixCaching", "extraArgs", "env", "speculativeDecoding"]
+        )
         spec[field] = rng.choice(["two", -1, 1.5, [], {}, None, True, "x" * 10, 10**12])
     elif kind == "nodeSelector":
         spec["nodeSelector"] = {rng.choice(["a", "a\n", "bad key", "x/" * 3, "ok/key"]): rng.choice(HOSTILE_STR)}
@@ -160,8 +237,14 @@ class Oracle:
         py = engine_python()
         self.proc = None
         if py is not None:
-            self.proc = subprocess.Popen([str(py), str(ORACLE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.DEVNULL, text=True, bufsize=1)
+            self.proc = subprocess.Popen(
+                [str(py), str(ORACLE)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                bufsize=1,
+            )
             assert json.loads(self.proc.stdout.readline()) == {"ready": True}
 
     def parse(self, argv: list[str]) -> dict | None:
@@ -178,8 +261,10 @@ class Oracle:
 
 def post(api, ns: str, text: str) -> tuple[int, dict, float]:
     method, url, headers, _, _ = api.param_serialize(
-        "POST", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}",
-        header_params={"Content-Type": "application/json", "Accept": "application/json"})
+        "POST",
+        f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}",
+        header_params={"Content-Type": "application/json", "Accept": "application/json"},
+    )
     t = time.perf_counter()
     resp = api.rest_client.pool_manager.request(method, url, body=text.encode(), headers=headers, timeout=60)
     dt = time.perf_counter() - t
@@ -221,8 +306,13 @@ def start_webhook_operator(cp: ControlPlane, api, workdir: Path, pythonpath: str
 def tree_crd(pythonpath: str | None) -> dict:
     """The CRD the tree's own models generate (the API server's defaulting must match the operator's model)."""
     env = {**os.environ, **({"PYTHONPATH": pythonpath} if pythonpath else {})}
-    out = subprocess.run([sys.executable, "-c", "import json; from gdn_operator.api.crd import crd_manifest; "
-                          "print(json.dumps(crd_manifest()))"], env=env, check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import json; from gdn_operator.api.crd import crd_manifest; print(json.dumps(crd_manifest()))"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -234,7 +324,7 @@ def compare(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     used: set[str] = set()
     texts = [manifest(rng, i, used)[1] for i in range(args.count)]
-    chunks = [texts[r::args.rounds] for r in range(args.rounds)]
+    chunks = [texts[r :: args.rounds] for r in range(args.rounds)]
     trees = [("this", None), ("baseline", str(other / "operator"))]
     crds = {label: tree_crd(pythonpath) for label, pythonpath in trees}
     lat: dict[str, list[float]] = {label: [] for label, _ in trees}
@@ -245,7 +335,7 @@ def compare(args: argparse.Namespace) -> int:
         install_crd(api)
         core = kubernetes.client.CoreV1Api(api)
         for r, chunk in enumerate(chunks):
-            for label, pythonpath in (trees if r % 2 == 0 else trees[::-1]):
+            for label, pythonpath in trees if r % 2 == 0 else trees[::-1]:
                 ns = f"fuzz-{label}-{r}"
                 core.create_namespace({"metadata": {"name": ns}})
                 install_crd(api, crds[label])  # its own schema: the API server's defaults match its model
@@ -261,13 +351,17 @@ def compare(args: argparse.Namespace) -> int:
                 finally:
                     op.stop()
                     delete_webhook_configs(api)  # the next operator registers its own
-    print(f"manifests: {args.count} (seed {args.seed}), each through both operators' webhooks, in {args.rounds} "
-          f"rounds (order alternating); control plane: core tier, one operator at a time")
+    print(
+        f"manifests: {args.count} (seed {args.seed}), each through both operators' webhooks, in {args.rounds} "
+        f"rounds (order alternating); control plane: core tier, one operator at a time"
+    )
     print(f"  this:     {ROOT / 'operator'}\n  baseline: {other / 'operator'}")
     for label, _ in trees:
         xs = lat[label]
-        print(f"  {label:<8} answers {answers[label]}  webhook request latency: p50 {pct(xs, 50) * 1000:.1f} ms  "
-              f"p90 {pct(xs, 90) * 1000:.1f} ms  p99 {pct(xs, 99) * 1000:.1f} ms  max {max(xs) * 1000:.1f} ms")
+        print(
+            f"  {label:<8} answers {answers[label]}  webhook request latency: p50 {pct(xs, 50) * 1000:.1f} ms  "
+            f"p90 {pct(xs, 90) * 1000:.1f} ms  p99 {pct(xs, 99) * 1000:.1f} ms  max {max(xs) * 1000:.1f} ms"
+        )
     a, b = lat["this"], lat["baseline"]
     ratio = {p: pct(a, p) / pct(b, p) for p in (50, 90, 99)}
     print(f"  this / baseline: p50 {ratio[50]:.2f}x  p90 {ratio[90]:.2f}x  p99 {ratio[99]:.2f}x")
@@ -290,8 +384,17 @@ def main() -> int:
         return compare(args)
     rng = random.Random(args.seed)
 
-    rows = {k: 0 for k in ("accepted", "denied-with-field", "denied-without-field", "5xx",
-                           "admitted-with-owned-override", "admitted-but-undeployable")}
+    rows = {
+        k: 0
+        for k in (
+            "accepted",
+            "denied-with-field",
+            "denied-without-field",
+            "5xx",
+            "admitted-with-owned-override",
+            "admitted-but-undeployable",
+        )
+    }
     examples: dict[str, list[str]] = {k: [] for k in rows}
     lat: list[float] = []
     oracle = Oracle()
@@ -352,8 +455,14 @@ def main() -> int:
 
             def settled():
                 items = co.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
-                done = [o for o in items if any(c.get("type") == "Validated" and c.get("observedGeneration") == o["metadata"]["generation"]
-                                                for c in (o.get("status") or {}).get("conditions") or [])]
+                done = [
+                    o
+                    for o in items
+                    if any(
+                        c.get("type") == "Validated" and c.get("observedGeneration") == o["metadata"]["generation"]
+                        for c in (o.get("status") or {}).get("conditions") or []
+                    )
+                ]
                 return done if len(done) >= len(accepted) else None
 
             done = wait_for(settled, args.settle, interval=2, what="status of every admitted object") or []
@@ -373,12 +482,20 @@ def main() -> int:
         print(f"  {k:30s} {v:6d}{note}")
     print(f"  {'operator crashes':30s} {crashes:6d}")
     print(f"admitted with extraArgs, parsed by vLLM's real parser: {checked}")
-    print(f"request latency through the webhook: p50 {pct(lat, 50) * 1000:.1f} ms  p90 {pct(lat, 90) * 1000:.1f} ms  "
-          f"p99 {pct(lat, 99) * 1000:.1f} ms  max {max(lat) * 1000:.1f} ms")
+    print(
+        f"request latency through the webhook: p50 {pct(lat, 50) * 1000:.1f} ms  p90 {pct(lat, 90) * 1000:.1f} ms  "
+        f"p99 {pct(lat, 99) * 1000:.1f} ms  max {max(lat) * 1000:.1f} ms"
+    )
     for k in ("5xx", "denied-without-field", "admitted-with-owned-override", "admitted-but-undeployable"):
         for e in examples[k][:5]:
             print(f"  e.g. {k}: {e}")
-    bad = rows["5xx"] + rows["denied-without-field"] + rows["admitted-with-owned-override"] + rows["admitted-but-undeployable"] + crashes
+    bad = (
+        rows["5xx"]
+        + rows["denied-without-field"]
+        + rows["admitted-with-owned-override"]
+        + rows["admitted-but-undeployable"]
+        + crashes
+    )
     return 0 if bad == 0 else 1
 
 

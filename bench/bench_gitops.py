@@ -47,14 +47,19 @@ CRASH_LOG = "b9-np-repeat-negative.tail.log"  # spec-decode-negative-repeat (vll
 
 def git_apply(k: Kube, manifest: dict[str, Any]) -> dict[str, Any]:
     """Server-side apply by the "git" field manager, as a GitOps controller applies."""
-    return k.co.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, NAME, manifest, field_manager="git",
-                                               force=True, _content_type="application/apply-patch+yaml")
+    return k.co.patch_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURAL, NAME, manifest, field_manager="git", force=True, _content_type="application/apply-patch+yaml"
+    )
 
 
 def _entries(obj: dict[str, Any]) -> dict[tuple[str, str, str], tuple[str, str]]:
-    return {(m.get("manager", ""), m.get("operation", ""), m.get("subresource", "")):
-            (m.get("time", ""), json.dumps(m.get("fieldsV1"), sort_keys=True))
-            for m in obj["metadata"].get("managedFields") or []}
+    return {
+        (m.get("manager", ""), m.get("operation", ""), m.get("subresource", "")): (
+            m.get("time", ""),
+            json.dumps(m.get("fieldsV1"), sort_keys=True),
+        )
+        for m in obj["metadata"].get("managedFields") or []
+    }
 
 
 class Recorder:
@@ -79,7 +84,11 @@ class Recorder:
                 kw["resource_version"] = rv
             try:
                 for ev in w.stream(self.list_fn, *self.args, **kw):
-                    obj = ev["object"] if isinstance(ev["object"], dict) else kubernetes.client.ApiClient().sanitize_for_serialization(ev["object"])
+                    obj = (
+                        ev["object"]
+                        if isinstance(ev["object"], dict)
+                        else kubernetes.client.ApiClient().sanitize_for_serialization(ev["object"])
+                    )
                     rv = obj["metadata"]["resourceVersion"]
                     if ev["type"] in ("ADDED", "MODIFIED"):
                         self._record(ev["type"], obj)
@@ -143,8 +152,13 @@ def main() -> int:
         try:
             gms_rec.thread.start()
             dep_rec.thread.start()
-            manifest = gms(NAME, remediation={"mode": "auto", "threshold": 3}, asyncScheduling=True, prefixCaching=True,
-                           admissionPolicy="mitigate")
+            manifest = gms(
+                NAME,
+                remediation={"mode": "auto", "threshold": 3},
+                asyncScheduling=True,
+                prefixCaching=True,
+                admissionPolicy="mitigate",
+            )
             manifest["metadata"]["namespace"] = NS
             git_apply(k, manifest)
             submitted = k.get(NS, NAME)["spec"]
@@ -157,9 +171,14 @@ def main() -> int:
             for _ in range(3):
                 crash(k, NS, pod.metadata.name, tail(CRASH_LOG))
             wait_for(lambda: "--no-async-scheduling" in args_of(), 60, what="the remediation override rendered")
-            wait_for(lambda: (k.status(NS, NAME).get("observedGeneration") == 1 and
-                              len([p for p in k.engine_pods(NS, NAME) if not p.metadata.deletion_timestamp]) == 1), 90,
-                     what="the rollout of the remediated engine")
+            wait_for(
+                lambda: (
+                    k.status(NS, NAME).get("observedGeneration") == 1
+                    and len([p for p in k.engine_pods(NS, NAME) if not p.metadata.deletion_timestamp]) == 1
+                ),
+                90,
+                what="the rollout of the remediated engine",
+            )
             time.sleep(5)  # let the setup's own status writes land before the resync phase starts counting
             gms_rec.phase = dep_rec.phase = "resync"
             setup_s = time.monotonic() - t_start
@@ -183,8 +202,10 @@ def main() -> int:
             dep_rec.stop.set()
             op.stop()
 
-    print(f"setup (apply, mitigation, 3 crashes, remediation, rollout): {setup_s:.0f} s; then the git manager "
-          f"re-applied the manifest {applies} times, every {args.interval:g} s for {resync_s:.0f} s")
+    print(
+        f"setup (apply, mitigation, 3 crashes, remediation, rollout): {setup_s:.0f} s; then the git manager "
+        f"re-applied the manifest {applies} times, every {args.interval:g} s for {resync_s:.0f} s"
+    )
     for label, rec in (("GDNModelServer", gms_rec), ("Deployment", dep_rec)):
         for phase in ("setup", "resync"):
             rows = sorted(((w, n) for (p, w), n in rec.writes.items() if p == phase), key=lambda x: -x[1])
@@ -193,19 +214,32 @@ def main() -> int:
     print(f"git re-applies that changed the object (resourceVersion moved): {changed} of {applies}")
     rem = overrides.get("asyncScheduling") or {}
     mit = overrides.get("prefixCaching") or {}
-    print(f"remediation override survived: {rem.get('value') is False and rem.get('source') == 'remediation'} "
-          f"(asyncScheduling={rem.get('value')!r}, reason {rem.get('reason')}); Deployment renders it: "
-          f"{'--no-async-scheduling' in final_args}")
-    print(f"mitigation override in force: {mit.get('value') is False} (prefixCaching, reason {mit.get('reason')}); "
-          f"Deployment renders it: {'--no-enable-prefix-caching' in final_args}")
-    print(f".spec unchanged throughout: {gms_rec.specs == {json.dumps(submitted, sort_keys=True)}} "
-          f"({len(gms_rec.specs)} distinct spec(s) seen); metadata.generation seen: {sorted(gms_rec.generations)}")
+    print(
+        f"remediation override survived: {rem.get('value') is False and rem.get('source') == 'remediation'} "
+        f"(asyncScheduling={rem.get('value')!r}, reason {rem.get('reason')}); Deployment renders it: "
+        f"{'--no-async-scheduling' in final_args}"
+    )
+    print(
+        f"mitigation override in force: {mit.get('value') is False} (prefixCaching, reason {mit.get('reason')}); "
+        f"Deployment renders it: {'--no-enable-prefix-caching' in final_args}"
+    )
+    print(
+        f".spec unchanged throughout: {gms_rec.specs == {json.dumps(submitted, sort_keys=True)}} "
+        f"({len(gms_rec.specs)} distinct spec(s) seen); metadata.generation seen: {sorted(gms_rec.generations)}"
+    )
     owners = sorted({"/".join(x for x in key if x) for key in _entries(obj)})
     print(f"managedFields owners at the end: {', '.join(owners)}")
     print(machine())
-    ok = (changed == 0 and rem.get("value") is False and gms_rec.generations == {1}
-          and len(gms_rec.specs) == 1 and not any(p == "resync" and "git" in w for (p, w) in gms_rec.writes))
-    print(f"verdict: {'PASS' if ok else 'FAIL'} (no git write after the first apply, override kept, spec and generation unchanged)")
+    ok = (
+        changed == 0
+        and rem.get("value") is False
+        and gms_rec.generations == {1}
+        and len(gms_rec.specs) == 1
+        and not any(p == "resync" and "git" in w for (p, w) in gms_rec.writes)
+    )
+    print(
+        f"verdict: {'PASS' if ok else 'FAIL'} (no git write after the first apply, override kept, spec and generation unchanged)"
+    )
     return 0 if ok else 1
 
 

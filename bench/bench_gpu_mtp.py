@@ -72,8 +72,15 @@ def fixed_requests(n: int, length: int, seed: int) -> list[dict]:
     out = []
     for i in range(n):
         s = "".join(rng.choice(symbols) for _ in range(length))
-        out.append({"id": f"fixed-{i}", "prompt_token_ids": [enc[c] for c in s] + sep, "expected": s,
-                    "expected_token_ids": [enc[c] for c in s], "max_tokens": length + 1})
+        out.append(
+            {
+                "id": f"fixed-{i}",
+                "prompt_token_ids": [enc[c] for c in s] + sep,
+                "expected": s,
+                "expected_token_ids": [enc[c] for c in s],
+                "max_tokens": length + 1,
+            }
+        )
     return out
 
 
@@ -88,21 +95,44 @@ def measure(eng: harness.Engine, items: list[dict], conc: int) -> dict:
     eos = harness.eos_ids()
     verdicts = [harness.judge(i, g, eos) for i, g in zip(items, got, strict=True)]
     toks = sum(g["completion_tokens"] for g in got)
-    bad = [{"id": i["id"], "expected": i["expected"], "got": g["text"], "got_token_ids": g["token_ids"],
-            "finish_reason": g["finish_reason"], "verdict": v, **({"error": g["error"]} if "error" in g else {})}
-           for i, g, v in zip(items, got, verdicts, strict=True) if v != "exact"]
-    return {"concurrency": conc, "requests": len(items), "wall_s": round(wall, 3), "tokens": toks,
-            "tokens_per_s": round(toks / wall, 1), "exact": verdicts.count("exact"), "short": verdicts.count("short"),
-            "wrong": verdicts.count("wrong"), "errors": verdicts.count("error"),
-            "engine_alive": eng.proc.poll() is None, "exact_rate": round(verdicts.count("exact") / len(items), 4),
-            "bad_sample": bad[:5]}
+    bad = [
+        {
+            "id": i["id"],
+            "expected": i["expected"],
+            "got": g["text"],
+            "got_token_ids": g["token_ids"],
+            "finish_reason": g["finish_reason"],
+            "verdict": v,
+            **({"error": g["error"]} if "error" in g else {}),
+        }
+        for i, g, v in zip(items, got, verdicts, strict=True)
+        if v != "exact"
+    ]
+    return {
+        "concurrency": conc,
+        "requests": len(items),
+        "wall_s": round(wall, 3),
+        "tokens": toks,
+        "tokens_per_s": round(toks / wall, 1),
+        "exact": verdicts.count("exact"),
+        "short": verdicts.count("short"),
+        "wrong": verdicts.count("wrong"),
+        "errors": verdicts.count("error"),
+        "engine_alive": eng.proc.poll() is None,
+        "exact_rate": round(verdicts.count("exact") / len(items), 4),
+        "bad_sample": bad[:5],
+    }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path(".gpu-artifacts"), help="directory for bench-gpu-mtp.json")
-    ap.add_argument("--mode", choices=["all", "throughput", "b2", "startup"], default="all",
-                    help="startup: only the start-up times of (ii) alone (eager, and compiled with --compiled)")
+    ap.add_argument(
+        "--mode",
+        choices=["all", "throughput", "b2", "startup"],
+        default="all",
+        help="startup: only the start-up times of (ii) alone (eager, and compiled with --compiled)",
+    )
     ap.add_argument("--time-budget", type=float, default=540.0, help="seconds; stop cleanly before this")
     ap.add_argument("--concurrency", default="1,8,32")
     ap.add_argument("--requests", default="8,32,64", help="requests per concurrency level (same order)")
@@ -119,15 +149,24 @@ def main(argv=None) -> int:
     def left() -> float:
         return args.time_budget - (time.monotonic() - t_start)
 
-    site = os.environ.get("GDN_GPU_SITE") or next((p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                                                   if p and Path(p, "vllm").is_dir()), None)
+    site = os.environ.get("GDN_GPU_SITE") or next(
+        (p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p, "vllm").is_dir()), None
+    )
     if not site:
         ap.error("put the installed bundle on PYTHONPATH (or set GDN_GPU_SITE)")
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="gdn-bench-gpu-"))
-    result: dict = {"vllm_version": harness.VLLM_VERSION, "model": str(harness.model_dir().name), "mode": args.mode,
-                    "configs": {}, "throughput": {}, "b2": {}, "startup": {}, "skipped": [],
-                    "note": "eager mode; a dummy-weight MTP figure measures a broken head, not MTP"}
+    result: dict = {
+        "vllm_version": harness.VLLM_VERSION,
+        "model": str(harness.model_dir().name),
+        "mode": args.mode,
+        "configs": {},
+        "throughput": {},
+        "b2": {},
+        "startup": {},
+        "skipped": [],
+        "note": "eager mode; a dummy-weight MTP figure measures a broken head, not MTP",
+    }
     levels = list(zip((int(c) for c in args.concurrency.split(",")), (int(n) for n in args.requests.split(",")), strict=False))
     engines: dict[str, harness.Engine] = {}
 
@@ -135,7 +174,7 @@ def main(argv=None) -> int:
         (args.out / "bench-gpu-mtp.json").write_text(json.dumps(result, indent=1) + "\n")
 
     try:
-        for name, kw in (CONFIGS.items() if args.mode != "startup" else ()):
+        for name, kw in CONFIGS.items() if args.mode != "startup" else ():
             r = harness.config_rendered(gpu_memory_utilization=args.gpu_memory_utilization, **kw)
             result["configs"][name] = {"argv": r.argv, "operator_findings": [n for n in r.notes if n.startswith("#")]}
             engines[name] = harness.start(name, r, work, site_path=site)
@@ -152,12 +191,19 @@ def main(argv=None) -> int:
                         continue
                     m = measure(eng, items, conc)
                     result["throughput"].setdefault(name, {})[str(conc)] = m
-                    print(f"throughput {name:10s} c={conc:<3d} {m['tokens_per_s']:8.1f} tok/s  exact {m['exact']}/{m['requests']}", flush=True)
+                    print(
+                        f"throughput {name:10s} c={conc:<3d} {m['tokens_per_s']:8.1f} tok/s  exact {m['exact']}/{m['requests']}",
+                        flush=True,
+                    )
                 tp = {k: v.get(str(conc), {}).get("tokens_per_s") for k, v in result["throughput"].items()}
                 if tp.get("mitigated") and tp.get("nomtp"):
-                    result["throughput"].setdefault("ratios", {})[f"c={conc} (ii)/(iii) mitigated/nomtp"] = round(tp["mitigated"] / tp["nomtp"], 3)
+                    result["throughput"].setdefault("ratios", {})[f"c={conc} (ii)/(iii) mitigated/nomtp"] = round(
+                        tp["mitigated"] / tp["nomtp"], 3
+                    )
                 if tp.get("mitigated") and tp.get("mtp-async"):
-                    result["throughput"].setdefault("ratios", {})[f"c={conc} (ii)/(i) mitigated/mtp-async"] = round(tp["mitigated"] / tp["mtp-async"], 3)
+                    result["throughput"].setdefault("ratios", {})[f"c={conc} (ii)/(i) mitigated/mtp-async"] = round(
+                        tp["mitigated"] / tp["mtp-async"], 3
+                    )
                 save()
         if args.mode in ("all", "b2"):
             for rnd in range(args.b2_rounds):
@@ -167,14 +213,28 @@ def main(argv=None) -> int:
                         result["skipped"].append(f"b2 round {rnd} {name}: time budget")
                         continue
                     m = measure(engines[name], items, args.b2_concurrency)
-                    agg = result["b2"].setdefault(name, {"rounds": 0, "requests": 0, "exact": 0, "short": 0, "wrong": 0, "errors": 0,
-                                                         "concurrency": args.b2_concurrency, "bad_sample": []})
+                    agg = result["b2"].setdefault(
+                        name,
+                        {
+                            "rounds": 0,
+                            "requests": 0,
+                            "exact": 0,
+                            "short": 0,
+                            "wrong": 0,
+                            "errors": 0,
+                            "concurrency": args.b2_concurrency,
+                            "bad_sample": [],
+                        },
+                    )
                     for k in ("requests", "exact", "short", "wrong", "errors"):
                         agg[k] += m[k]
                     agg["rounds"] += 1
                     agg["bad_sample"] = (agg["bad_sample"] + m["bad_sample"])[:8]
-                    print(f"b2 round {rnd} {name:10s} exact {m['exact']}/{m['requests']} short {m['short']} "
-                          f"wrong {m['wrong']} errors {m['errors']}", flush=True)
+                    print(
+                        f"b2 round {rnd} {name:10s} exact {m['exact']}/{m['requests']} short {m['short']} "
+                        f"wrong {m['wrong']} errors {m['errors']}",
+                        flush=True,
+                    )
                 save()
         for eng in engines.values():
             harness.stop(eng)
@@ -185,8 +245,7 @@ def main(argv=None) -> int:
             if left() < need:
                 result["skipped"].append(f"startup {label}: needs ~{need}s, {left():.0f}s left")
                 continue
-            r = harness.config_rendered(eager=eager, gpu_memory_utilization=args.gpu_memory_utilization,
-                                        **CONFIGS["mitigated"])
+            r = harness.config_rendered(eager=eager, gpu_memory_utilization=args.gpu_memory_utilization, **CONFIGS["mitigated"])
             eng = harness.start(f"startup-{label}", r, work, site_path=site)
             try:
                 harness.wait_ready(eng, timeout=max(30.0, left() - 20))

@@ -48,8 +48,11 @@ import harness  # noqa: E402
 
 TEARDOWN_S = 25.0
 DEFAULT_MODEL = Path.home() / ".cache" / "gdn-operator" / "prod-model"
-SPEC = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
-        "vllm:spec_decode_num_accepted_tokens_total")
+SPEC = (
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
+)
 
 
 def counters(text: str) -> dict[str, float]:
@@ -77,9 +80,14 @@ def acceptance(before: dict, after: dict) -> dict | None:
     if not draft_toks:
         return None
     acc = d.get(SPEC[2], 0.0)
-    return {"drafts": drafts, "draft_tokens": draft_toks, "accepted": acc, "rate": round(acc / draft_toks, 4),
-            "per_position": [round(d.get(f"accepted_pos{i}", 0.0) / drafts, 4) for i in range(2)] if drafts else None,
-            "mean_accepted_length": round(1 + acc / drafts, 3) if drafts else None}
+    return {
+        "drafts": drafts,
+        "draft_tokens": draft_toks,
+        "accepted": acc,
+        "rate": round(acc / draft_toks, 4),
+        "per_position": [round(d.get(f"accepted_pos{i}", 0.0) / drafts, 4) for i in range(2)] if drafts else None,
+        "mean_accepted_length": round(1 + acc / drafts, 3) if drafts else None,
+    }
 
 
 def _scrape(eng: harness.Engine) -> dict:
@@ -98,14 +106,34 @@ def measure(eng: harness.Engine, items: list[dict], conc: int, deadline: float, 
     eos = harness.eos_ids()
     verdicts = [harness.judge(i, g, eos) for i, g in zip(items, got, strict=False)]
     toks = sum(g["completion_tokens"] or 0 for g in got)
-    bad = [{"id": i["id"], "expected": i["expected"], "got": g["text"], "finish_reason": g["finish_reason"],
-            "verdict": v, **({"error": g["error"][:200]} if "error" in g else {})}
-           for i, g, v in zip(items, got, verdicts, strict=False) if v != "exact"]
-    return {"concurrency": conc, "requests": len(items), "request_timeout_s": round(timeout, 1),
-            "wall_s": round(wall, 3), "tokens": toks, "tokens_per_s": round(toks / wall, 1) if wall else None,
-            "exact": verdicts.count("exact"), "short": verdicts.count("short"), "wrong": verdicts.count("wrong"),
-            "errors": verdicts.count("error"), "exact_rate": round(verdicts.count("exact") / len(items), 4),
-            "engine_alive": eng.proc.poll() is None, "acceptance": acceptance(before, after), "bad_sample": bad[:4]}
+    bad = [
+        {
+            "id": i["id"],
+            "expected": i["expected"],
+            "got": g["text"],
+            "finish_reason": g["finish_reason"],
+            "verdict": v,
+            **({"error": g["error"][:200]} if "error" in g else {}),
+        }
+        for i, g, v in zip(items, got, verdicts, strict=False)
+        if v != "exact"
+    ]
+    return {
+        "concurrency": conc,
+        "requests": len(items),
+        "request_timeout_s": round(timeout, 1),
+        "wall_s": round(wall, 3),
+        "tokens": toks,
+        "tokens_per_s": round(toks / wall, 1) if wall else None,
+        "exact": verdicts.count("exact"),
+        "short": verdicts.count("short"),
+        "wrong": verdicts.count("wrong"),
+        "errors": verdicts.count("error"),
+        "exact_rate": round(verdicts.count("exact") / len(items), 4),
+        "engine_alive": eng.proc.poll() is None,
+        "acceptance": acceptance(before, after),
+        "bad_sample": bad[:4],
+    }
 
 
 def start_standin(name: str, rendered: harness.Rendered, logdir: Path, gpu: str, ready_after: float) -> harness.Engine:
@@ -118,10 +146,22 @@ def start_standin(name: str, rendered: harness.Rendered, logdir: Path, gpu: str,
     with open(log, "wb") as f:
         f.write(("# standin for: vllm serve " + " ".join(argv) + f"\n# CUDA_VISIBLE_DEVICES={gpu}\n").encode())
         f.flush()
-        proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "gpu" / "standin_engine.py"), "--port", str(port),
-                                 "--ready-after", str(ready_after), "--served-name", harness.SERVED_NAME,
-                                 *(["--mtp"] if mtp else [])],
-                                stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(REPO / "tests" / "gpu" / "standin_engine.py"),
+                "--port",
+                str(port),
+                "--ready-after",
+                str(ready_after),
+                "--served-name",
+                harness.SERVED_NAME,
+                *(["--mtp"] if mtp else []),
+            ],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     return harness.Engine(name, argv, port, log, proc, time.monotonic())
 
 
@@ -132,8 +172,9 @@ def renders(kv_cache_memory: str) -> dict[str, harness.Rendered]:
     Mamba-style state block (here 32 value heads x 128 x 128 per GDN layer), and vLLM refuses to start when
     max_num_seqs (1024 by default on an 80 GB card) exceeds the blocks the pool holds (vllm#49064) — 2G, enough
     for the tiny model, is not for these shapes."""
-    a = harness.config_rendered(mtp=True, async_scheduling=None, eager=False, gpu_memory_utilization=0.12,
-                                kv_cache_memory=kv_cache_memory)
+    a = harness.config_rendered(
+        mtp=True, async_scheduling=None, eager=False, gpu_memory_utilization=0.12, kv_cache_memory=kv_cache_memory
+    )
     cc = a.argv[a.argv.index("--compilation-config") + 1] if "--compilation-config" in a.argv else ""
     if '"PIECEWISE"' not in cc or "--no-async-scheduling" not in a.argv or "--enforce-eager" in a.argv:
         raise RuntimeError(f"(a) is not what the operator renders at 0.22.0 (PIECEWISE, async off, compiled): {a.argv}")
@@ -171,14 +212,39 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
     t0 = time.monotonic()
     cfg = json.loads((model / "config.json").read_text())
     train = json.loads((model / "training.json").read_text()) if (model / "training.json").exists() else None
-    result: dict = {"vllm_version": harness.VLLM_VERSION, "dry_run": args.dry_run, "c_start": args.c_start,
-                    "model": {"dir_name": model.name, "training": train,
-                              "geometry": {k: cfg.get(k) for k in ("hidden_size", "vocab_size", "num_experts",
-                                                                   "num_experts_per_tok", "linear_num_key_heads",
-                                                                   "linear_num_value_heads", "num_attention_heads",
-                                                                   "num_key_value_heads", "head_dim", "layer_types")}},
-                    "length": args.length, "kv_cache_memory": args.kv_cache_memory, "request_cap_s": args.request_cap, "engines": {}, "throughput": {},
-                    "heldout": {}, "ratios": {}, "skipped": [], "errors": []}
+    result: dict = {
+        "vllm_version": harness.VLLM_VERSION,
+        "dry_run": args.dry_run,
+        "c_start": args.c_start,
+        "model": {
+            "dir_name": model.name,
+            "training": train,
+            "geometry": {
+                k: cfg.get(k)
+                for k in (
+                    "hidden_size",
+                    "vocab_size",
+                    "num_experts",
+                    "num_experts_per_tok",
+                    "linear_num_key_heads",
+                    "linear_num_value_heads",
+                    "num_attention_heads",
+                    "num_key_value_heads",
+                    "head_dim",
+                    "layer_types",
+                )
+            },
+        },
+        "length": args.length,
+        "kv_cache_memory": args.kv_cache_memory,
+        "request_cap_s": args.request_cap,
+        "engines": {},
+        "throughput": {},
+        "heldout": {},
+        "ratios": {},
+        "skipped": [],
+        "errors": [],
+    }
 
     def save() -> None:
         result["elapsed_s"] = round(time.monotonic() - t0, 1)
@@ -198,10 +264,15 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
             engines[name] = start_standin(name, r, logdir, gpu_of[name], args.standin_ready)
         else:
             engines[name] = harness.start(name, r, logdir, extra_env=env)
-        result["engines"][name] = {"argv": engines[name].argv, "env": {**r.env, **env}, "gpu": gpu_of[name],
-                                   "started_with_others": together, "started_at_s": round(time.monotonic() - t0, 1),
-                                   "changed_after_render": [x for x in r.notes if x.startswith(("# flipped", "# removed"))],
-                                   "operator_findings": [x for x in r.notes if x.startswith("# ") and "advisory" not in x]}
+        result["engines"][name] = {
+            "argv": engines[name].argv,
+            "env": {**r.env, **env},
+            "gpu": gpu_of[name],
+            "started_with_others": together,
+            "started_at_s": round(time.monotonic() - t0, 1),
+            "changed_after_render": [x for x in r.notes if x.startswith(("# flipped", "# removed"))],
+            "operator_findings": [x for x in r.notes if x.startswith("# ") and "advisory" not in x],
+        }
 
     def wait(name: str) -> bool:
         eng = engines[name]
@@ -237,12 +308,13 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
 
     def level(name: str, conc: int, n: int) -> None:
         if phase(name, f"c={conc}"):
-            m = measure(engines[name], mtpbench.fixed_requests(n, args.length, args.seed + conc), conc, stop_at,
-                        args.request_cap)
+            m = measure(engines[name], mtpbench.fixed_requests(n, args.length, args.seed + conc), conc, stop_at, args.request_cap)
             result["throughput"].setdefault(name, {})[str(conc)] = m
             acc = m["acceptance"]["rate"] if m["acceptance"] else None
-            print(f"{name:9s} c={conc:<3d} {m['tokens_per_s']} tok/s exact {m['exact']}/{m['requests']} "
-                  f"acceptance {acc}", flush=True)
+            print(
+                f"{name:9s} c={conc:<3d} {m['tokens_per_s']} tok/s exact {m['exact']}/{m['requests']} acceptance {acc}",
+                flush=True,
+            )
             ratios()
             save()
 
@@ -250,8 +322,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
         if phase(name, "held-out"):
             m = measure(engines[name], held, max(c for c, _ in levels), stop_at, args.request_cap)
             result["heldout"][name] = m
-            print(f"{name:9s} held-out {m['exact']}/{m['requests']} exact, acceptance "
-                  f"{m['acceptance']['rate'] if m['acceptance'] else None}", flush=True)
+            print(
+                f"{name:9s} held-out {m['exact']}/{m['requests']} exact, acceptance "
+                f"{m['acceptance']['rate'] if m['acceptance'] else None}",
+                flush=True,
+            )
             save()
 
     def ratios() -> None:
@@ -279,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
         for n in ab:
             if n == "nomtp":  # (c) shares (b)'s GPU: was it still compiling / capturing graphs while (b) was measured?
                 result["engines"]["nomtp"]["mtp_full_ready_before_measured"] = (
-                    None if c_wait is None else bool(c_wait.done() and c_wait.result()))
+                    None if c_wait is None else bool(c_wait.done() and c_wait.result())
+                )
             warmup(n)
         for conc, k in levels:
             for n in ab:
@@ -313,8 +389,17 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
         with concurrent.futures.ThreadPoolExecutor(3) as ex:
             list(ex.map(lambda e: harness.stop(e, grace=8.0), engines.values()))
         save()
-    print(json.dumps({"ready_s": {n: e.get("ready_s") for n, e in result["engines"].items()},
-                      "ratios": result["ratios"], "skipped": result["skipped"]}, indent=1), flush=True)
+    print(
+        json.dumps(
+            {
+                "ready_s": {n: e.get("ready_s") for n, e in result["engines"].items()},
+                "ratios": result["ratios"],
+                "skipped": result["skipped"],
+            },
+            indent=1,
+        ),
+        flush=True,
+    )
     return 0
 
 

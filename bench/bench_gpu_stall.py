@@ -63,8 +63,21 @@ class Load:
         self.gens = {n: tp.requests(seed) for n in engines}
         self.lock = threading.Lock()
         self.sending = threading.Event()
-        self.stats = {n: {"sent": 0, "completed": 0, "failed": 0, "timed_out": 0, "tokens": 0, "recall": 0,
-                          "recall_exact": 0, "in_flight": 0, "bad_recall_sample": [], "failures": []} for n in engines}
+        self.stats = {
+            n: {
+                "sent": 0,
+                "completed": 0,
+                "failed": 0,
+                "timed_out": 0,
+                "tokens": 0,
+                "recall": 0,
+                "recall_exact": 0,
+                "in_flight": 0,
+                "bad_recall_sample": [],
+                "failures": [],
+            }
+            for n in engines
+        }
 
     def _worker(self, name: str) -> None:
         eng, st = self.engines[name], self.stats[name]
@@ -75,8 +88,9 @@ class Load:
                 st["in_flight"] += 1
             timeout = max(1.0, min(self.cap, self.deadline - time.time()))
             try:
-                got = harness.complete(eng, it["prompt_token_ids"], it["max_tokens"],
-                                       ignore_eos=it.get("ignore_eos", False), timeout=timeout)
+                got = harness.complete(
+                    eng, it["prompt_token_ids"], it["max_tokens"], ignore_eos=it.get("ignore_eos", False), timeout=timeout
+                )
             except (OSError, ValueError, KeyError) as e:
                 with self.lock:
                     st["in_flight"] -= 1
@@ -135,17 +149,27 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     logdir = out_dir / "tp-logs"
     t0 = time.monotonic()
-    result: dict = {"tp": args.tp, "vllm_version": harness.VLLM_VERSION, "stall_seconds": stall_s,
-                    "interval_s": args.interval, "load_seconds": args.load_seconds, "concurrency": args.concurrency,
-                    "request_cap_s": args.request_cap, "engines": {}}
+    result: dict = {
+        "tp": args.tp,
+        "vllm_version": harness.VLLM_VERSION,
+        "stall_seconds": stall_s,
+        "interval_s": args.interval,
+        "load_seconds": args.load_seconds,
+        "concurrency": args.concurrency,
+        "request_cap_s": args.request_cap,
+        "engines": {},
+    }
     engines: dict[str, harness.Engine] = {}
     watches: dict[str, metricswatch.Watch] = {}
     try:
         for n in names:
             rendered, env = tp.render(n, args.tp)
             engines[n] = harness.start(n, rendered, logdir, extra_env=env)
-            result["engines"][n] = {"argv": engines[n].argv, "env": {**rendered.env, **env},
-                                    "changed_after_render": [x for x in rendered.notes if x.startswith(("# flipped", "# removed"))]}
+            result["engines"][n] = {
+                "argv": engines[n].argv,
+                "env": {**rendered.env, **env},
+                "changed_after_render": [x for x in rendered.notes if x.startswith(("# flipped", "# removed"))],
+            }
         # leave room for the load and the quickest detector's window (the series is kept whatever happens)
         startup_limit = until - time.time() - args.load_seconds - min((stall_s, *also)) - 2 * args.interval - TEARDOWN_S
         with concurrent.futures.ThreadPoolExecutor(len(engines)) as ex:
@@ -153,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
             for n, f in futs.items():
                 try:
                     result["engines"][n]["ready_s"] = round(f.result(), 1)
-                    watches[n] = metricswatch.Watch(n, engines[n].url, stall_s, args.interval, t_ref=t0,
-                                                     also_seconds=also).start()
+                    watches[n] = metricswatch.Watch(
+                        n, engines[n].url, stall_s, args.interval, t_ref=t0, also_seconds=also
+                    ).start()
                 except RuntimeError as e:
                     result["engines"][n].update(started=False, error=str(e)[-1500:])
         if not watches:
@@ -197,16 +222,19 @@ def main(argv: list[str] | None = None) -> int:
             st["exact_recall_rate"] = round(st["recall_exact"] / st["recall"], 4) if st["recall"] else None
             first = s["first_stalled_t"]
             flagged_t = [r for r in w.lines if r.get("verdict", {}).get("stalled")]
-            also_first = {k: (round(v - load_start, 1) if v is not None else None)
-                          for k, v in s["also_first_stalled_t"].items()}
+            also_first = {k: (round(v - load_start, 1) if v is not None else None) for k, v in s["also_first_stalled_t"].items()}
             result["engines"][n].update(
-                started=True, load=st, watch=s,
+                started=True,
+                load=st,
+                watch=s,
                 flagged=first is not None,
                 also_detect_s_from_load_start=also_first,
                 detect_s_from_load_start=round(first - load_start, 1) if first is not None else None,
                 detect_s_from_load_end=round(first - load_end, 1) if first is not None else None,
                 drained_s_after_load_end=round(idle_since[n] - load_end, 1) if idle_since[n] is not None else None,
-                health_while_flagged={str(c): sum(1 for r in flagged_t if r.get("health") == c) for c in {r.get("health") for r in flagged_t}},
+                health_while_flagged={
+                    str(c): sum(1 for r in flagged_t if r.get("health") == c) for c in {r.get("health") for r in flagged_t}
+                },
                 running_at_detection=flagged_t[0]["verdict"]["running"] if flagged_t else None,
             )
     finally:
@@ -221,16 +249,22 @@ def main(argv: list[str] | None = None) -> int:
             watches[n].write(out_dir / f"stall-{n}.metrics.jsonl")
     result["wall_s"] = round(time.monotonic() - t0, 1)
     (out_dir / "stall.json").write_text(json.dumps(result, indent=1))
-    print(f"stall detector: {stall_s:.0f} s threshold, {args.interval:.0f} s polls; load {args.load_seconds:.0f} s "
-          f"at concurrency {args.concurrency}; stop: {result.get('stop_reason')}")
-    print(f"{'config':20} {'ready s':>8} {'flagged':>8} {'t_load s':>9} {'t_end s':>8} {'drained':>8} {'done':>5} "
-          f"{'t/o':>4} {'recall':>7} health-while-flagged")
+    print(
+        f"stall detector: {stall_s:.0f} s threshold, {args.interval:.0f} s polls; load {args.load_seconds:.0f} s "
+        f"at concurrency {args.concurrency}; stop: {result.get('stop_reason')}"
+    )
+    print(
+        f"{'config':20} {'ready s':>8} {'flagged':>8} {'t_load s':>9} {'t_end s':>8} {'drained':>8} {'done':>5} "
+        f"{'t/o':>4} {'recall':>7} health-while-flagged"
+    )
     for n, r in result["engines"].items():
         ld = r.get("load", {})
-        print(f"{n:20} {r.get('ready_s', '-')!s:>8} {r.get('flagged', '-')!s:>8} {r.get('detect_s_from_load_start') or '-'!s:>9} "
-              f"{r.get('detect_s_from_load_end') or '-'!s:>8} {r.get('drained_s_after_load_end') or '-'!s:>8} "
-              f"{ld.get('completed', '-')!s:>5} {ld.get('timed_out', '-')!s:>4} {ld.get('exact_recall_rate', '-')!s:>7} "
-              f"{r.get('health_while_flagged', {})}")
+        print(
+            f"{n:20} {r.get('ready_s', '-')!s:>8} {r.get('flagged', '-')!s:>8} {r.get('detect_s_from_load_start') or '-'!s:>9} "
+            f"{r.get('detect_s_from_load_end') or '-'!s:>8} {r.get('drained_s_after_load_end') or '-'!s:>8} "
+            f"{ld.get('completed', '-')!s:>5} {ld.get('timed_out', '-')!s:>4} {ld.get('exact_recall_rate', '-')!s:>7} "
+            f"{r.get('health_while_flagged', {})}"
+        )
     return 0
 
 

@@ -77,17 +77,23 @@ def _without(argv: list[str], flag: str) -> list[str]:
     return out
 
 
-def render(name: str, tp: int, *, gpu_memory_utilization: float = 0.12,
-           kv_cache_memory: str = "2G") -> tuple[harness.Rendered, dict]:
+def render(
+    name: str, tp: int, *, gpu_memory_utilization: float = 0.12, kv_cache_memory: str = "2G"
+) -> tuple[harness.Rendered, dict]:
     """`gdnctl render` of the configuration (policy mitigate). `base` is what the operator renders; every other
     configuration exists to reproduce a bug the rules refuse (vllm#45100, G1), so after rendering the refused
     setting is put back the way tests/gpu/harness.flip does it (the operator never renders them at 0.22.0),
     each change noted in the result, and the argv is checked to carry exactly what was asked."""
     mtp, async_on, over, env = {**CONFIGS, **COMPILED}[name]
     eager = over.get("eager", True)
-    m = harness.adapted_manifest(mtp=mtp, async_scheduling=async_on, tensor_parallel_size=tp,
-                                 gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory=kv_cache_memory,
-                                 eager=eager)
+    m = harness.adapted_manifest(
+        mtp=mtp,
+        async_scheduling=async_on,
+        tensor_parallel_size=tp,
+        gpu_memory_utilization=gpu_memory_utilization,
+        kv_cache_memory=kv_cache_memory,
+        eager=eager,
+    )
     if "attentionBackend" in over:
         m["spec"]["attentionBackend"] = over["attentionBackend"]
     r = harness.render(m)
@@ -99,7 +105,9 @@ def render(name: str, tp: int, *, gpu_memory_utilization: float = 0.12,
         notes.append("# removed the rendered --compilation-config: vLLM's default CUDA-graph mode (refused by G1)")
     if "cudagraphMode" in over:
         argv = _without(argv, "--compilation-config") + [
-            "--compilation-config", json.dumps({"cudagraph_mode": over["cudagraphMode"]}, separators=(",", ":"))]
+            "--compilation-config",
+            json.dumps({"cudagraph_mode": over["cudagraphMode"]}, separators=(",", ":")),
+        ]
     want = ["--async-scheduling" if async_on else "--no-async-scheduling"] + (["--enforce-eager"] if eager else [])
     want += [over["attentionBackend"]] if "attentionBackend" in over else []
     missing = [w for w in want if w not in argv]
@@ -122,11 +130,19 @@ def requests(seed: int):
             yield it
         elif kind < 0.8:
             n = rng.randint(1000, MAX_MODEL_LEN - 200)
-            yield {"id": f"long-{i}", "prompt_token_ids": [rng.choice(vocab) for _ in range(n)],
-                   "max_tokens": rng.randint(16, MAX_MODEL_LEN - n - 1), "ignore_eos": True}
+            yield {
+                "id": f"long-{i}",
+                "prompt_token_ids": [rng.choice(vocab) for _ in range(n)],
+                "max_tokens": rng.randint(16, MAX_MODEL_LEN - n - 1),
+                "ignore_eos": True,
+            }
         else:
-            yield {"id": f"short-{i}", "prompt_token_ids": [rng.choice(vocab) for _ in range(rng.randint(4, 64))],
-                   "max_tokens": rng.randint(1, 64), "ignore_eos": True}
+            yield {
+                "id": f"short-{i}",
+                "prompt_token_ids": [rng.choice(vocab) for _ in range(rng.randint(4, 64))],
+                "max_tokens": rng.randint(1, 64),
+                "ignore_eos": True,
+            }
 
 
 def drive(eng: harness.Engine, duration: float, concurrency: int, seed: int) -> dict:
@@ -134,8 +150,16 @@ def drive(eng: harness.Engine, duration: float, concurrency: int, seed: int) -> 
     eos = harness.eos_ids()
     gen = requests(seed)
     lock = threading.Lock()
-    stats = {"sent": 0, "completed": 0, "failed": 0, "tokens": 0, "recall": 0, "recall_exact": 0,
-             "failures": [], "bad_recall_sample": []}
+    stats = {
+        "sent": 0,
+        "completed": 0,
+        "failed": 0,
+        "tokens": 0,
+        "recall": 0,
+        "recall_exact": 0,
+        "failures": [],
+        "bad_recall_sample": [],
+    }
     t0 = time.monotonic()
     crash_at: list[float] = []
 
@@ -152,8 +176,9 @@ def drive(eng: harness.Engine, duration: float, concurrency: int, seed: int) -> 
                 it = next(gen)
                 stats["sent"] += 1
             try:
-                got = harness.complete(eng, it["prompt_token_ids"], it["max_tokens"],
-                                       ignore_eos=it.get("ignore_eos", False), timeout=300)
+                got = harness.complete(
+                    eng, it["prompt_token_ids"], it["max_tokens"], ignore_eos=it.get("ignore_eos", False), timeout=300
+                )
             except (OSError, ValueError, KeyError) as e:
                 with lock:
                     stats["failed"] += 1
@@ -169,17 +194,22 @@ def drive(eng: harness.Engine, duration: float, concurrency: int, seed: int) -> 
                     verdict = harness.judge(it, got, eos)
                     stats["recall_exact"] += verdict == "exact"
                     if verdict != "exact" and len(stats["bad_recall_sample"]) < 4:
-                        stats["bad_recall_sample"].append({"verdict": verdict, "expected": it["expected"],
-                                                           "got": got["text"], "finish": got["finish_reason"]})
+                        stats["bad_recall_sample"].append(
+                            {"verdict": verdict, "expected": it["expected"], "got": got["text"], "finish": got["finish_reason"]}
+                        )
 
     with concurrent.futures.ThreadPoolExecutor(concurrency) as ex:
         for f in [ex.submit(worker) for _ in range(concurrency)]:
             f.result()
     wall = time.monotonic() - t0
     alive()
-    stats.update(wall_s=round(wall, 1), tokens_per_s=round(stats["tokens"] / wall, 1),
-                 crashed=bool(crash_at), seconds_to_crash=round(crash_at[0], 1) if crash_at else None,
-                 exact_recall_rate=round(stats["recall_exact"] / stats["recall"], 4) if stats["recall"] else None)
+    stats.update(
+        wall_s=round(wall, 1),
+        tokens_per_s=round(stats["tokens"] / wall, 1),
+        crashed=bool(crash_at),
+        seconds_to_crash=round(crash_at[0], 1) if crash_at else None,
+        exact_recall_rate=round(stats["recall_exact"] / stats["recall"], 4) if stats["recall"] else None,
+    )
     return stats
 
 
@@ -187,15 +217,24 @@ def classify(log_text: str) -> dict:
     from gdn_operator.watch.signatures import classify_text  # needs PyYAML (the host has it)
 
     r = classify_text(log_text)
-    return {"crashed": r.crashed, "signature": r.signature, "upstream": r.upstream, "root_cause": r.root_cause,
-            "remediation": getattr(r.remediation, "action", None) if r.remediation else None}
+    return {
+        "crashed": r.crashed,
+        "signature": r.signature,
+        "upstream": r.upstream,
+        "root_cause": r.root_cause,
+        "remediation": getattr(r.remediation, "action", None) if r.remediation else None,
+    }
 
 
 def run_one(name: str, args: argparse.Namespace, logdir: Path, seed: int) -> dict:
     rendered, env = render(name, args.tp)
     eng = harness.start(name, rendered, logdir, extra_env=env)
-    out: dict = {"config": name, "argv": eng.argv, "env": {**rendered.env, **env},
-                 "changed_after_render": [n for n in rendered.notes if n.startswith(("# flipped", "# removed"))]}
+    out: dict = {
+        "config": name,
+        "argv": eng.argv,
+        "env": {**rendered.env, **env},
+        "changed_after_render": [n for n in rendered.notes if n.startswith(("# flipped", "# removed"))],
+    }
     try:
         try:
             out["ready_s"] = round(harness.wait_ready(eng), 1)
@@ -258,11 +297,21 @@ def main(argv: list[str] | None = None) -> int:
                     results.append({"config": name, "started": False, "error": f"{type(e).__name__}: {e}"})
     import subprocess
 
-    gpus = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                          capture_output=True, text=True).stdout.strip().splitlines()
-    summary = {"tp": args.tp, "vllm_version": harness.VLLM_VERSION, "gpus": gpus, "duration_s": args.duration,
-               "concurrency": args.concurrency, "results": sorted(results, key=lambda r: r["config"]),
-               "skipped": skipped, "wall_s": round(time.monotonic() - t0, 1)}
+    gpus = (
+        subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True)
+        .stdout.strip()
+        .splitlines()
+    )
+    summary = {
+        "tp": args.tp,
+        "vllm_version": harness.VLLM_VERSION,
+        "gpus": gpus,
+        "duration_s": args.duration,
+        "concurrency": args.concurrency,
+        "results": sorted(results, key=lambda r: r["config"]),
+        "skipped": skipped,
+        "wall_s": round(time.monotonic() - t0, 1),
+    }
     (out_dir / "bench-gpu-tp.json").write_text(json.dumps(summary, indent=1))
     kept = 0
     for r in results:
@@ -270,15 +319,19 @@ def main(argv: list[str] | None = None) -> int:
         if crashed and kept < 6 and r.get("log") and Path(r["log"]).exists():
             (out_dir / f"tp-{r['config']}.log").write_text(Path(r["log"]).read_text(errors="replace"))
             kept += 1
-    print(f"{'config':24} {'ready s':>8} {'crashed':>8} {'t_crash s':>9} {'sent':>6} {'done':>6} {'fail':>5} "
-          f"{'tok/s':>8} {'recall':>7}  classification")
+    print(
+        f"{'config':24} {'ready s':>8} {'crashed':>8} {'t_crash s':>9} {'sent':>6} {'done':>6} {'fail':>5} "
+        f"{'tok/s':>8} {'recall':>7}  classification"
+    )
     for r in summary["results"]:
         ld = r.get("load", {})
         cls = r.get("classification") or {}
-        print(f"{r['config']:24} {r.get('ready_s', '-')!s:>8} {('START' if not r.get('started') else ld.get('crashed'))!s:>8} "
-              f"{ld.get('seconds_to_crash') or '-'!s:>9} {ld.get('sent', '-')!s:>6} {ld.get('completed', '-')!s:>6} "
-              f"{ld.get('failed', '-')!s:>5} {ld.get('tokens_per_s', '-')!s:>8} {ld.get('exact_recall_rate', '-')!s:>7}  "
-              f"{cls.get('signature') or ''} {cls.get('upstream') or ''}")
+        print(
+            f"{r['config']:24} {r.get('ready_s', '-')!s:>8} {('START' if not r.get('started') else ld.get('crashed'))!s:>8} "
+            f"{ld.get('seconds_to_crash') or '-'!s:>9} {ld.get('sent', '-')!s:>6} {ld.get('completed', '-')!s:>6} "
+            f"{ld.get('failed', '-')!s:>5} {ld.get('tokens_per_s', '-')!s:>8} {ld.get('exact_recall_rate', '-')!s:>7}  "
+            f"{cls.get('signature') or ''} {cls.get('upstream') or ''}"
+        )
     if skipped:
         print(f"skipped (time budget): {', '.join(skipped)}")
     return 0

@@ -56,11 +56,15 @@ def serve(n: int, port: int) -> None:
     async def completions(request: web.Request) -> web.Response:
         req = await request.json()
         ids = answer_for(req["prompt"], req["max_tokens"])
-        return web.json_response({
-            "id": "cmpl-bench", "object": "text_completion", "model": req["model"],
-            "choices": [{"index": 0, "text": "", "token_ids": ids, "finish_reason": "length"}],
-            "usage": {"prompt_tokens": len(req["prompt"]), "completion_tokens": len(ids)},
-        })
+        return web.json_response(
+            {
+                "id": "cmpl-bench",
+                "object": "text_completion",
+                "model": req["model"],
+                "choices": [{"index": 0, "text": "", "token_ids": ids, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": len(req["prompt"]), "completion_tokens": len(ids)},
+            }
+        )
 
     async def main() -> None:
         app = web.Application()
@@ -96,13 +100,21 @@ def client(n: int, probes: int, interval: int, duration: float, port: int) -> No
         writes[0] += 1
         return None
 
-    pods = {f"srv-{i}": [{"name": f"srv-{i}-0", "ip": ip_of(i), "ready": True, "engine": "e", "deleting": False}] for i in range(n)}
+    pods = {
+        f"srv-{i}": [{"name": f"srv-{i}-0", "ip": ip_of(i), "ready": True, "engine": "e", "deleting": False}] for i in range(n)
+    }
     sup = ProbeSupervisor(lambda ns, name: pods[name], writer=writer, remediator=lambda *a: None, port=port, seed=7)
-    spec = ProbesSpec.model_validate({
-        "intervalSeconds": interval, "timeoutSeconds": min(10, interval - 1), "failureThreshold": 3,
-        "prompts": [{"name": f"p{j}", "promptTokenIds": [j * 100 + t for t in range(PROMPT_TOKENS)], "maxTokens": MAX_TOKENS}
-                    for j in range(probes)],
-    })
+    spec = ProbesSpec.model_validate(
+        {
+            "intervalSeconds": interval,
+            "timeoutSeconds": min(10, interval - 1),
+            "failureThreshold": 3,
+            "prompts": [
+                {"name": f"p{j}", "promptTokenIds": [j * 100 + t for t in range(PROMPT_TOKENS)], "maxTokens": MAX_TOKENS}
+                for j in range(probes)
+            ],
+        }
+    )
     rounds: list[float] = []
     results: dict[str, int] = {}
     inner = sup.round
@@ -117,8 +129,14 @@ def client(n: int, probes: int, interval: int, duration: float, port: int) -> No
 
     async def main() -> dict:
         for i in range(n):
-            s = ServerProbes(spec, generation=1, image="img", model="m", engine="e",
-                             book=ProbeBook([p.name for p in spec.prompts], spec.failure_threshold))
+            s = ServerProbes(
+                spec,
+                generation=1,
+                image="img",
+                model="m",
+                engine="e",
+                book=ProbeBook([p.name for p in spec.prompts], spec.failure_threshold),
+            )
             sup.configure("bench", f"srv-{i}", s)
         rss0 = _status_kb("VmRSS")
         cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -137,8 +155,14 @@ def client(n: int, probes: int, interval: int, duration: float, port: int) -> No
         states = {}
         for s in sup.servers.values():
             states[s.book.condition.reason] = states.get(s.book.condition.reason, 0) + 1
-        return {"rss0_kib": rss0, "rss_kib": _status_kb("VmRSS"), "hwm_kib": _status_kb("VmHWM"),
-                "cpu_s": cpu, "wall_s": wall, "states": states}
+        return {
+            "rss0_kib": rss0,
+            "rss_kib": _status_kb("VmRSS"),
+            "hwm_kib": _status_kb("VmHWM"),
+            "cpu_s": cpu,
+            "wall_s": wall,
+            "states": states,
+        }
 
     out = asyncio.run(main())
     rounds.sort()
@@ -146,8 +170,14 @@ def client(n: int, probes: int, interval: int, duration: float, port: int) -> No
     def q(p: float) -> float:
         return rounds[min(len(rounds) - 1, int(p * len(rounds)))] if rounds else float("nan")
 
-    out.update(rounds=len(rounds), writes=writes[0], results=results,
-               round_p50=q(0.5), round_p95=q(0.95), round_max=rounds[-1] if rounds else float("nan"))
+    out.update(
+        rounds=len(rounds),
+        writes=writes[0],
+        results=results,
+        round_p50=q(0.5),
+        round_p95=q(0.95),
+        round_max=rounds[-1] if rounds else float("nan"),
+    )
     print(json.dumps(out))
 
 
@@ -173,15 +203,35 @@ def main() -> None:
         client(a.servers, a.probes, a.interval, a.duration, a.port)
         return
     port = free_port()
-    srv = subprocess.Popen([sys.executable, __file__, "--role", "serve", "--servers", str(a.servers), "--port", str(port)],
-                           stdout=subprocess.PIPE, text=True)
+    srv = subprocess.Popen(
+        [sys.executable, __file__, "--role", "serve", "--servers", str(a.servers), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = srv.stdout.readline()
         if line.strip() != "ready":
             sys.exit(f"stand-in engines did not start: {line!r}")
-        res = subprocess.run([sys.executable, __file__, "--role", "client", "--servers", str(a.servers), "--probes",
-                              str(a.probes), "--interval", str(a.interval), "--duration", str(a.duration), "--port", str(port)],
-                             capture_output=True, text=True)
+        res = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--role",
+                "client",
+                "--servers",
+                str(a.servers),
+                "--probes",
+                str(a.probes),
+                "--interval",
+                str(a.interval),
+                "--duration",
+                str(a.duration),
+                "--port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if res.returncode != 0:
             sys.exit(res.stderr[-3000:])
         r = json.loads(res.stdout.strip().splitlines()[-1])
@@ -190,17 +240,23 @@ def main() -> None:
         srv.wait(10)
     extra = (r["rss_kib"] - r["rss0_kib"]) / 1024
     cores = r["cpu_s"] / r["wall_s"]
-    print(f"output probes: {a.servers} servers x {a.probes} probes every {a.interval}s, {r['wall_s']:.0f}s "
-          f"({os.cpu_count()} CPUs)")
+    print(
+        f"output probes: {a.servers} servers x {a.probes} probes every {a.interval}s, {r['wall_s']:.0f}s ({os.cpu_count()} CPUs)"
+    )
     print(f"  operator CPU        {cores:.4f} cores   (goal < 0.1)   [{r['cpu_s']:.2f}s CPU / {r['wall_s']:.1f}s]")
-    print(f"  operator RSS        {r['rss_kib'] / 1024:.1f} MiB; extra for probing {extra:.1f} MiB (goal < 100); "
-          f"peak {r['hwm_kib'] / 1024:.1f} MiB; baseline after set-up {r['rss0_kib'] / 1024:.1f} MiB")
-    print(f"  rounds              {r['rounds']} server rounds, {sum(r['results'].values())} probe requests "
-          f"(= rounds x {a.probes}: {r['rounds'] * a.probes}); results {r['results']}")
-    print(f"  round latency       p50 {r['round_p50'] * 1000:.1f} ms, p95 {r['round_p95'] * 1000:.1f} ms, "
-          f"max {r['round_max'] * 1000:.1f} ms ({a.probes} sequential requests to one pod)")
-    print(f"  status writes       {r['writes']} (first round learns; unchanged rounds write nothing); "
-          f"conditions {r['states']}")
+    print(
+        f"  operator RSS        {r['rss_kib'] / 1024:.1f} MiB; extra for probing {extra:.1f} MiB (goal < 100); "
+        f"peak {r['hwm_kib'] / 1024:.1f} MiB; baseline after set-up {r['rss0_kib'] / 1024:.1f} MiB"
+    )
+    print(
+        f"  rounds              {r['rounds']} server rounds, {sum(r['results'].values())} probe requests "
+        f"(= rounds x {a.probes}: {r['rounds'] * a.probes}); results {r['results']}"
+    )
+    print(
+        f"  round latency       p50 {r['round_p50'] * 1000:.1f} ms, p95 {r['round_p95'] * 1000:.1f} ms, "
+        f"max {r['round_max'] * 1000:.1f} ms ({a.probes} sequential requests to one pod)"
+    )
+    print(f"  status writes       {r['writes']} (first round learns; unchanged rounds write nothing); conditions {r['states']}")
     ok = cores < 0.1 and extra < 100 and not r["results"].get("error") and not r["results"].get("mismatch")
     print("  verdict             " + ("within goal" if ok else "OUTSIDE GOAL"))
 

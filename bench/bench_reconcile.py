@@ -80,7 +80,9 @@ def apiserver_requests(cp: ControlPlane) -> dict[str, float]:
     out: dict[str, float] = {}
     for m in re.finditer(r"^apiserver_request_total\{([^}]*)\} (\S+)$", text, re.M):
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-        key = f"{labels.get('verb')} {labels.get('resource')}" + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+        key = f"{labels.get('verb')} {labels.get('resource')}" + (
+            f"/{labels['subresource']}" if labels.get("subresource") else ""
+        )
         out[key] = out.get(key, 0.0) + float(m.group(2))
     return out
 
@@ -95,16 +97,32 @@ def parse_env(ap: argparse.ArgumentParser, flag: str, items: list[str]) -> dict[
     return out
 
 
-def burst(cp: ControlPlane, k: Kube, ns: str, env: dict[str, str], args: argparse.Namespace, workdir: Path,
-          py_spy: str | None) -> dict[str, Any]:  # noqa: C901 - one measured sequence, kept in one place
+def burst(
+    cp: ControlPlane, k: Kube, ns: str, env: dict[str, str], args: argparse.Namespace, workdir: Path, py_spy: str | None
+) -> dict[str, Any]:  # noqa: C901 - one measured sequence, kept in one place
     """Create args.count servers in `ns` with a fresh operator (env) and time every object it owes."""
     op = OperatorProcess(cp, workdir, env={**env, "GDN_WATCH_NAMESPACES": ns}).start()
     spy = None
     if py_spy:
         assert op.proc is not None
-        spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(op.proc.pid),
-                                "--format", "raw", "--threads", "--rate", "50", "-o", py_spy]
-                               + (["--idle"] if args.py_spy_idle else []), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        spy = subprocess.Popen(
+            [
+                str(Path(sys.executable).with_name("py-spy")),
+                "record",
+                "--pid",
+                str(op.proc.pid),
+                "--format",
+                "raw",
+                "--threads",
+                "--rate",
+                "50",
+                "-o",
+                py_spy,
+            ]
+            + (["--idle"] if args.py_spy_idle else []),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(1.0)  # py-spy attaches
     try:
         created_at: dict[str, float] = {}
@@ -141,8 +159,12 @@ def burst(cp: ControlPlane, k: Kube, ns: str, env: dict[str, str], args: argpars
         for kind, fn, fargs, ready in (
             ("Deployment", apps.list_namespaced_deployment, (ns,), lambda o: True),
             ("Service", core2.list_namespaced_service, (ns,), lambda o: True),
-            ("status", co.list_namespaced_custom_object, (GROUP, VERSION, ns, PLURAL),
-             lambda o: (o.get("status") or {}).get("observedGeneration") == o["metadata"].get("generation")),
+            (
+                "status",
+                co.list_namespaced_custom_object,
+                (GROUP, VERSION, ns, PLURAL),
+                lambda o: (o.get("status") or {}).get("observedGeneration") == o["metadata"].get("generation"),
+            ),
         ):
             th = threading.Thread(target=watch, args=(kind, fn, *fargs), kwargs={"ready": ready}, daemon=True)
             th.start()
@@ -176,8 +198,18 @@ def burst(cp: ControlPlane, k: Kube, ns: str, env: dict[str, str], args: argpars
             spy.wait(60)  # py-spy writes its file when the operator exits
     lat = {kind: [seen[kind][n] - created_at[n] for n in created_at if n in seen[kind]] for kind in seen}
     complete = [max(seen[kd][n] for kd in seen) - created_at[n] for n in created_at if all(n in seen[kd] for kd in seen)]
-    return {"env": env, "crd_create": crd_create, "lat": lat, "complete": complete, "t_total": t_total, "cpu": cpu,
-            "load": load, "requests": requests, "missing": {kind: len(created_at) - len(v) for kind, v in lat.items()}, "restarts": restarts}
+    return {
+        "env": env,
+        "crd_create": crd_create,
+        "lat": lat,
+        "complete": complete,
+        "t_total": t_total,
+        "cpu": cpu,
+        "load": load,
+        "requests": requests,
+        "missing": {kind: len(created_at) - len(v) for kind, v in lat.items()},
+        "restarts": restarts,
+    }
 
 
 def floor(cp: ControlPlane, k: Kube, ns: str, count: int, workers: int) -> dict[str, Any]:
@@ -191,19 +223,24 @@ def floor(cp: ControlPlane, k: Kube, ns: str, count: int, workers: int) -> dict[
     apply_kw = dict(field_manager="bench-floor", force=True, _content_type="application/apply-patch+yaml")
     apps, core, policy = kubernetes.client.AppsV1Api(api), kubernetes.client.CoreV1Api(api), kubernetes.client.PolicyV1Api(api)
     co = kubernetes.client.CustomObjectsApi(api)
-    appliers = {"Deployment": apps.patch_namespaced_deployment, "Service": core.patch_namespaced_service,
-                "PodDisruptionBudget": policy.patch_namespaced_pod_disruption_budget,
-                "PersistentVolumeClaim": core.patch_namespaced_persistent_volume_claim}
+    appliers = {
+        "Deployment": apps.patch_namespaced_deployment,
+        "Service": core.patch_namespaced_service,
+        "PodDisruptionBudget": policy.patch_namespaced_pod_disruption_budget,
+        "PersistentVolumeClaim": core.patch_namespaced_persistent_volume_claim,
+    }
     kinds: dict[str, int] = {}
 
     def owe(created: dict[str, Any]) -> float:
         meta = created["metadata"]
         for obj in render_all(meta["name"], ns, parse_spec(created["spec"]), meta["uid"], with_monitoring=False):
             kinds[obj["kind"]] = kinds.get(obj["kind"], 0) + 1
-            appliers[obj["kind"]](meta["name"] if obj["kind"] != "PersistentVolumeClaim" else obj["metadata"]["name"],
-                                  ns, obj, **apply_kw)
-        co.patch_namespaced_custom_object_status(GROUP, VERSION, ns, PLURAL, meta["name"],
-                                                 {"status": {"observedGeneration": meta["generation"]}})
+            appliers[obj["kind"]](
+                meta["name"] if obj["kind"] != "PersistentVolumeClaim" else obj["metadata"]["name"], ns, obj, **apply_kw
+            )
+        co.patch_namespaced_custom_object_status(
+            GROUP, VERSION, ns, PLURAL, meta["name"], {"status": {"observedGeneration": meta["generation"]}}
+        )
         return time.perf_counter()
 
     req0 = apiserver_requests(cp)
@@ -223,35 +260,63 @@ def report(label: str, r: dict[str, Any], raw: list[float], count: int) -> None:
     print(line("apply → Service created", r["lat"]["Service"]))
     print(line("apply → status at generation", r["lat"]["status"]))
     print(line("apply → ALL objects (Dep+Svc+status)", r["complete"]))
-    print(f"all {count} servers within {r['t_total']:.1f} s of the first create; missing: "
-          + ", ".join(f"{kd} {m}" for kd, m in r["missing"].items())
-          + "; watches re-opened: " + ", ".join(f"{kd} {m}" for kd, m in r["restarts"].items()))
-    print("CPU seconds during the burst: " + ", ".join(f"{n} {s:.1f}" for n, s in r["cpu"].items())
-          + f" (wall {r['t_total']:.1f} s)")
+    print(
+        f"all {count} servers within {r['t_total']:.1f} s of the first create; missing: "
+        + ", ".join(f"{kd} {m}" for kd, m in r["missing"].items())
+        + "; watches re-opened: "
+        + ", ".join(f"{kd} {m}" for kd, m in r["restarts"].items())
+    )
+    print(
+        "CPU seconds during the burst: "
+        + ", ".join(f"{n} {s:.1f}" for n, s in r["cpu"].items())
+        + f" (wall {r['t_total']:.1f} s)"
+    )
     reqs = sorted(r["requests"].items(), key=lambda kv: -kv[1])
-    print(f"API requests during the burst, per server ({sum(r['requests'].values()) / count:.1f} in all, incl. the "
-          "bench's create): " + ", ".join(f"{key} {n / count:.2f}" for key, n in reqs if n / count >= 0.05))
+    print(
+        f"API requests during the burst, per server ({sum(r['requests'].values()) / count:.1f} in all, incl. the "
+        "bench's create): " + ", ".join(f"{key} {n / count:.2f}" for key, n in reqs if n / count >= 0.05)
+    )
     if r["complete"]:
-        print(f"ratio p50 (apply→all objects / raw ConfigMap write): {pct(r['complete'], 50) / pct(raw, 50):.1f}x; "
-              f"p99: {pct(r['complete'], 99) / pct(raw, 99):.1f}x")
+        print(
+            f"ratio p50 (apply→all objects / raw ConfigMap write): {pct(r['complete'], 50) / pct(raw, 50):.1f}x; "
+            f"p99: {pct(r['complete'], 99) / pct(raw, 99):.1f}x"
+        )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--count", type=int, default=500)
-    ap.add_argument("--tier", choices=["core", "full"], default="core",
-                    help="core: no pods are created (measures the reconciler alone); full: kwok pods too")
+    ap.add_argument(
+        "--tier",
+        choices=["core", "full"],
+        default="core",
+        help="core: no pods are created (measures the reconciler alone); full: kwok pods too",
+    )
     ap.add_argument("--timeout", type=float, default=600)
-    ap.add_argument("--rate", type=float, default=0.0,
-                    help="objects created per second (0: as fast as one client can, a burst)")
-    ap.add_argument("--operator-env", action="append", default=[], metavar="K=V",
-                    help="extra environment for the operator process (e.g. GDN_MAX_WORKERS=32)")
-    ap.add_argument("--compare-env", action="append", default=[], metavar="K=V",
-                    help="run a second burst with these values added to the operator's environment")
-    ap.add_argument("--py-spy", metavar="OUT", help="record the operator with py-spy (raw collapsed stacks: CPU samples); "
-                    "with --compare-env the second burst goes to OUT.compare")
-    ap.add_argument("--py-spy-idle", action="store_true",
-                    help="with --py-spy: sample waiting threads too (wall time: where the workers wait)")
+    ap.add_argument("--rate", type=float, default=0.0, help="objects created per second (0: as fast as one client can, a burst)")
+    ap.add_argument(
+        "--operator-env",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="extra environment for the operator process (e.g. GDN_MAX_WORKERS=32)",
+    )
+    ap.add_argument(
+        "--compare-env",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="run a second burst with these values added to the operator's environment",
+    )
+    ap.add_argument(
+        "--py-spy",
+        metavar="OUT",
+        help="record the operator with py-spy (raw collapsed stacks: CPU samples); "
+        "with --compare-env the second burst goes to OUT.compare",
+    )
+    ap.add_argument(
+        "--py-spy-idle", action="store_true", help="with --py-spy: sample waiting threads too (wall time: where the workers wait)"
+    )
     args = ap.parse_args()
     op_env = {"GDN_LOG_LEVEL": "WARNING", "GDN_STREAM_LOGS": "0", **parse_env(ap, "--operator-env", args.operator_env)}
     compare = parse_env(ap, "--compare-env", args.compare_env)
@@ -287,17 +352,23 @@ def main() -> int:
         fl = floor(cp, k, "bench-floor", args.count, workers)
 
     pace = f"{args.rate:g}/s" if args.rate > 0 else "burst"
-    print(f"control plane tier: {args.tier}; objects: {args.count} created {pace}; operator: 1 process (kopf), SSA, "
-          "watching its burst's namespace")
+    print(
+        f"control plane tier: {args.tier}; objects: {args.count} created {pace}; operator: 1 process (kopf), SSA, "
+        "watching its burst's namespace"
+    )
     print(line("raw write: ConfigMap create", raw))
     for label, r in results:
         report(label, r, raw, args.count)
     kinds = ", ".join(f"{kd} {n // args.count}" for kd, n in sorted(fl["kinds"].items()))
-    print(f"floor (plain client, {workers} workers, same objects: {kinds} + status patch per server): all {args.count} "
-          f"servers within {fl['t_total']:.1f} s; API requests per server {sum(fl['requests'].values()) / args.count:.1f}")
+    print(
+        f"floor (plain client, {workers} workers, same objects: {kinds} + status patch per server): all {args.count} "
+        f"servers within {fl['t_total']:.1f} s; API requests per server {sum(fl['requests'].values()) / args.count:.1f}"
+    )
     for label, r in results:
-        print(f"burst / floor ({label}): completion {r['t_total']:.1f} s / {fl['t_total']:.1f} s = "
-              f"{r['t_total'] / fl['t_total']:.2f}x (target <= 1.3)")
+        print(
+            f"burst / floor ({label}): completion {r['t_total']:.1f} s / {fl['t_total']:.1f} s = "
+            f"{r['t_total'] / fl['t_total']:.2f}x (target <= 1.3)"
+        )
     if len(results) == 2 and results[0][1]["complete"] and results[1][1]["complete"]:
         a, b = results[0][1]["complete"], results[1][1]["complete"]
         print(f"compare / baseline (apply→all objects): p50 {pct(b, 50) / pct(a, 50):.2f}x, p99 {pct(b, 99) / pct(a, 99):.2f}x")

@@ -46,19 +46,31 @@ from gdn_operator.api.spec import GDNModelServerSpec  # noqa: E402
 from gdn_operator.rules import effective_config, evaluate, load_rules  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 
-MODELS = ["hf://Qwen/Qwen3.5-27B", "hf://Qwen/Qwen3.6-35B-A3B", "hf://Qwen/Qwen3-Next-80B-A3B-Instruct",
-          "hf://Qwen/Qwen3.8-27B", "hf://acme/finetune"]
+MODELS = [
+    "hf://Qwen/Qwen3.5-27B",
+    "hf://Qwen/Qwen3.6-35B-A3B",
+    "hf://Qwen/Qwen3-Next-80B-A3B-Instruct",
+    "hf://Qwen/Qwen3.8-27B",
+    "hf://acme/finetune",
+]
 
 
 def random_spec(rng: random.Random, versions: list[str]) -> dict:
     d: dict = {
         "model": {"uri": rng.choice(MODELS)},
-        "image": {"tag": "t", "vllmVersion": rng.choice(versions),
-                  "patches": rng.sample(sorted([*load_rules().patch_ids, *load_rules().planned_patch_ids]), rng.choice([0, 0, 0, 1, 2]))},
+        "image": {
+            "tag": "t",
+            "vllmVersion": rng.choice(versions),
+            "patches": rng.sample(
+                sorted([*load_rules().patch_ids, *load_rules().planned_patch_ids]), rng.choice([0, 0, 0, 1, 2])
+            ),
+        },
         "tensorParallelSize": rng.choice([1, 1, 2, 4, 8]),
-        "speculativeDecoding": {"enabled": rng.random() < 0.9,
-                                "method": rng.choice(["mtp", "mtp", "qwen3_next_mtp", "qwen3_5_mtp"]),
-                                "numSpeculativeTokens": rng.randint(1, 8)},
+        "speculativeDecoding": {
+            "enabled": rng.random() < 0.9,
+            "method": rng.choice(["mtp", "mtp", "qwen3_next_mtp", "qwen3_5_mtp"]),
+            "numSpeculativeTokens": rng.randint(1, 8),
+        },
     }
     for key in ("asyncScheduling", "prefixCaching", "chunkedPrefill"):
         c = rng.choice([None, None, True, False])
@@ -80,8 +92,10 @@ def random_spec(rng: random.Random, versions: list[str]) -> dict:
 
 def row(name: str, xs: list[float]) -> str:
     us = [x * 1e6 for x in xs]
-    return (f"{name:<34} n={len(us):>6}  p50={pct(us, 50):8.1f} us  p99={pct(us, 99):8.1f} us  "
-            f"max={max(us):9.1f} us  mean={statistics.fmean(us):8.1f} us")
+    return (
+        f"{name:<34} n={len(us):>6}  p50={pct(us, 50):8.1f} us  p99={pct(us, 99):8.1f} us  "
+        f"max={max(us):9.1f} us  mean={statistics.fmean(us):8.1f} us"
+    )
 
 
 def _stats(xs: list[float]) -> dict[str, float]:
@@ -135,26 +149,38 @@ def compare(a: argparse.Namespace, dicts: list[dict]) -> int:
     try:
         for _ in range(max(1, a.repeat)):
             for label, src in trees:
-                out = subprocess.run([sys.executable, __file__, "--operator-src", src, "--specs-file", f.name,
-                                      "--repeat", "1"], check=True, capture_output=True, text=True).stdout
+                out = subprocess.run(
+                    [sys.executable, __file__, "--operator-src", src, "--specs-file", f.name, "--repeat", "1"],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
                 results[label].append(json.loads(out.strip().splitlines()[-1]))
     finally:
         os.unlink(f.name)
-    best = {label: {k: {s: min(r[k][s] for r in rs) for s in ("p50", "p90", "p99", "mean")} for k in ("wall", "cpu")}
-            for label, rs in results.items()}
-    print(f"evaluate(policy=reject) over {len(dicts)} random valid specs (seed {a.seed}), best of {a.repeat} "
-          "alternating passes per tree:")
+    best = {
+        label: {k: {s: min(r[k][s] for r in rs) for s in ("p50", "p90", "p99", "mean")} for k in ("wall", "cpu")}
+        for label, rs in results.items()
+    }
+    print(
+        f"evaluate(policy=reject) over {len(dicts)} random valid specs (seed {a.seed}), best of {a.repeat} "
+        "alternating passes per tree:"
+    )
     for label, rs in results.items():
         b = best[label]
         print(f"  {label:<6} {rs[0]['code']}: n={rs[0]['n']} (invalid there: {rs[0]['invalid']})")
         for k in ("wall", "cpu"):
-            print(f"         {k:<4} p50={b[k]['p50']:7.1f} us  p90={b[k]['p90']:7.1f} us  p99={b[k]['p99']:7.1f} us  "
-                  f"mean={b[k]['mean']:7.1f} us")
+            print(
+                f"         {k:<4} p50={b[k]['p50']:7.1f} us  p90={b[k]['p90']:7.1f} us  p99={b[k]['p99']:7.1f} us  "
+                f"mean={b[k]['mean']:7.1f} us"
+            )
     for label, _ in trees[1:]:
         t, o = best["this"], best[label]
-        print(f"  this / {label}: cpu p50 {t['cpu']['p50'] / o['cpu']['p50']:.2f}x, p99 {t['cpu']['p99'] / o['cpu']['p99']:.2f}x, "
-              f"mean {t['cpu']['mean'] / o['cpu']['mean']:.2f}x; wall p50 {t['wall']['p50'] / o['wall']['p50']:.2f}x, "
-              f"p99 {t['wall']['p99'] / o['wall']['p99']:.2f}x")
+        print(
+            f"  this / {label}: cpu p50 {t['cpu']['p50'] / o['cpu']['p50']:.2f}x, p99 {t['cpu']['p99'] / o['cpu']['p99']:.2f}x, "
+            f"mean {t['cpu']['mean'] / o['cpu']['mean']:.2f}x; wall p50 {t['wall']['p50'] / o['wall']['p50']:.2f}x, "
+            f"p99 {t['wall']['p99'] / o['wall']['p99']:.2f}x"
+        )
     print(machine())
     return 0
 
@@ -164,8 +190,13 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3, help="measured passes over the specs; the best p99 is the verdict")
-    ap.add_argument("--compare-tree", action="append", default=[], metavar="LABEL=DIR",
-                    help="also time another commit's code (an exported tree) on the same specs, same run")
+    ap.add_argument(
+        "--compare-tree",
+        action="append",
+        default=[],
+        metavar="LABEL=DIR",
+        help="also time another commit's code (an exported tree) on the same specs, same run",
+    )
     ap.add_argument("--operator-src", help=argparse.SUPPRESS)  # a child's code (read before the imports)
     ap.add_argument("--specs-file", help=argparse.SUPPRESS)  # a child's spec dicts
     a = ap.parse_args()
@@ -228,8 +259,10 @@ def main() -> int:
         changed += ev.changed
 
     print(f"rule catalogue: {len(cat.rules)} rules, loaded+validated in {load_s * 1e3:.1f} ms (once per process)")
-    print(f"specs: {len(specs)} random valid GDNModelServerSpec (seed {a.seed}); "
-          f"{rejected} rejected under reject, {changed} changed under mitigate")
+    print(
+        f"specs: {len(specs)} random valid GDNModelServerSpec (seed {a.seed}); "
+        f"{rejected} rejected under reject, {changed} changed under mitigate"
+    )
     print(row("baseline pydantic model_validate", validate_t))
     print(row("effective_config()", eff_t))
     for i, (eval_t, cpu_t) in enumerate(zip(runs, cpu_runs, strict=False)):
@@ -244,10 +277,13 @@ def main() -> int:
         load = "load average n/a"
     print(f"machine: {os.cpu_count()} CPUs, {load} (other processes share the CPUs; the tail reflects them)")
     cpu_p99 = min(pct(xs, 99) for xs in cpu_runs) * 1e3
-    print(f"target evaluate p99 < 1 ms, wall clock (best of {len(runs)} passes): "
-          f"{'PASS' if p99 < 1.0 else 'FAIL'} ({p99:.3f} ms)")
-    print(f"target evaluate p99 < 1 ms, thread CPU time (excludes time other processes hold the CPU): "
-          f"{'PASS' if cpu_p99 < 1.0 else 'FAIL'} ({cpu_p99:.3f} ms)")
+    print(
+        f"target evaluate p99 < 1 ms, wall clock (best of {len(runs)} passes): {'PASS' if p99 < 1.0 else 'FAIL'} ({p99:.3f} ms)"
+    )
+    print(
+        f"target evaluate p99 < 1 ms, thread CPU time (excludes time other processes hold the CPU): "
+        f"{'PASS' if cpu_p99 < 1.0 else 'FAIL'} ({cpu_p99:.3f} ms)"
+    )
     return 0 if p99 < 1.0 else 1
 
 

@@ -63,7 +63,7 @@ def _template(text: str) -> list:
         adv = _ADVANCE.get(series) or (_ADVANCE.get(name) if "position" not in series else None)
         if adv is None:
             continue
-        parts.append(text[pos:m.start("value")].encode())
+        parts.append(text[pos : m.start("value")].encode())
         parts.append(adv)
         pos = m.end("value")
     parts.append(text[pos:].encode())
@@ -99,8 +99,16 @@ def _proc_status() -> dict[str, float]:
     return out
 
 
-async def _phase(mode: str, urls: list[str], rounds: int, interval: float, concurrency: int,
-                 timeout: float, pods_per_resource: int, window: float) -> dict:
+async def _phase(
+    mode: str,
+    urls: list[str],
+    rounds: int,
+    interval: float,
+    concurrency: int,
+    timeout: float,
+    pods_per_resource: int,
+    window: float,
+) -> dict:
     import aiohttp
 
     rss_start = _proc_status()["VmRSS"]
@@ -131,8 +139,7 @@ async def _phase(mode: str, urls: list[str], rounds: int, interval: float, concu
         from gdn_operator.watch.acceptance import AcceptanceTracker
         from gdn_operator.watch.scraper import Scraper, Target, scrape_and_observe
 
-        targets = [Target("bench", f"model-{i // pods_per_resource}", f"pod-{i}", u)
-                   for i, u in enumerate(urls)]
+        targets = [Target("bench", f"model-{i // pods_per_resource}", f"pod-{i}", u) for i, u in enumerate(urls)]
         resources = sorted({(t.namespace, t.name) for t in targets})
         tracker = AcceptanceTracker(window=window)
         scraper = Scraper(timeout=timeout, concurrency=concurrency)
@@ -168,24 +175,37 @@ async def _phase(mode: str, urls: list[str], rounds: int, interval: float, concu
     cpu = time.process_time() - c_start
     if mode == "operator":
         s = tracker.summary(*resources[0])
-        result_check = {"acceptanceRate": s["acceptanceRate"], "state": s["state"],
-                        "meanAcceptedLength": s["meanAcceptedLength"], "pods": s["pods"]["total"]}
+        result_check = {
+            "acceptanceRate": s["acceptanceRate"],
+            "state": s["state"],
+            "meanAcceptedLength": s["meanAcceptedLength"],
+            "pods": s["pods"]["total"],
+        }
     await closer()
     st = _proc_status()
     return {
-        "mode": mode, "endpoints": len(urls), "rounds": rounds, "interval_s": interval,
-        "cpu_s": round(cpu, 3), "wall_s": round(wall, 2), "cpu_share_cores": round(cpu / wall, 4),
+        "mode": mode,
+        "endpoints": len(urls),
+        "rounds": rounds,
+        "interval_s": interval,
+        "cpu_s": round(cpu, 3),
+        "wall_s": round(wall, 2),
+        "cpu_share_cores": round(cpu / wall, 4),
         "cpu_per_round_s": [round(c, 3) for c in round_cpus],
         "round_wall_s": [round(w, 3) for w in round_walls],
-        "errors": errors, "rss_start_mib": round(rss_start, 1), "rss_end_mib": round(st["VmRSS"], 1),
-        "rss_peak_mib": round(st["VmHWM"], 1), "check": result_check,
+        "errors": errors,
+        "rss_start_mib": round(rss_start, 1),
+        "rss_end_mib": round(st["VmRSS"], 1),
+        "rss_peak_mib": round(st["VmHWM"], 1),
+        "check": result_check,
     }
 
 
 def client(args) -> None:
     urls = json.loads(sys.stdin.read())
-    res = asyncio.run(_phase(args.client, urls, args.rounds, args.interval, args.concurrency,
-                             args.timeout, args.pods_per_resource, args.window))
+    res = asyncio.run(
+        _phase(args.client, urls, args.rounds, args.interval, args.concurrency, args.timeout, args.pods_per_resource, args.window)
+    )
     print(json.dumps(res), flush=True)
 
 
@@ -204,8 +224,10 @@ def parse_micro(n: int = 200) -> None:
     for _ in range(n // 4):
         list(text_string_to_metric_families(text))
     full = (time.process_time() - t0) / (n // 4) * 1e3
-    print(f"parse: parse_exposition {ours:.2f} ms/exposition; full text_string_to_metric_families "
-          f"{full:.2f} ms (x{full / ours:.0f})")
+    print(
+        f"parse: parse_exposition {ours:.2f} ms/exposition; full text_string_to_metric_families "
+        f"{full:.2f} ms (x{full / ours:.0f})"
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -222,9 +244,13 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--timeout", type=float, default=5.0)
     ap.add_argument("--pods-per-resource", type=int, default=10)
-    ap.add_argument("--window", type=float, default=300.0,
-                    help="tracker window (s); window/interval points are kept per pod, e.g. "
-                         "--interval 2 --window 40 --rounds 25 reaches the 15 s / 300 s steady state")
+    ap.add_argument(
+        "--window",
+        type=float,
+        default=300.0,
+        help="tracker window (s); window/interval points are kept per pod, e.g. "
+        "--interval 2 --window 40 --rounds 25 reaches the 15 s / 300 s steady state",
+    )
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--client", choices=["baseline", "operator"], help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -244,9 +270,11 @@ def main() -> int:
     t0 = time.monotonic()
     try:
         with _standins.servers(py, me, args.endpoints, args.server_procs) as urls:
-            print(f"stand-ins: {len(urls)} endpoints (distinct ports) on 127.0.0.1 in "
-                  f"{args.server_procs} server process(es), ready in {time.monotonic() - t0:.1f}s; "
-                  f"exposition {FIXTURE.stat().st_size} bytes")
+            print(
+                f"stand-ins: {len(urls)} endpoints (distinct ports) on 127.0.0.1 in "
+                f"{args.server_procs} server process(es), ready in {time.monotonic() - t0:.1f}s; "
+                f"exposition {FIXTURE.stat().st_size} bytes"
+            )
             return _compare(py, me, urls, args)
     except RuntimeError as e:
         print(e, file=sys.stderr)
@@ -257,36 +285,59 @@ def _compare(py: str, me: str, urls: list[str], args: argparse.Namespace) -> int
     """Both client phases against the running stand-ins; prints them and the verdict."""
     results = []
     for mode in ("baseline", "operator"):
-        cmd = [py, me, "--client", mode, "--rounds", str(args.rounds), "--interval",
-               str(args.interval), "--concurrency", str(args.concurrency), "--timeout",
-               str(args.timeout), "--pods-per-resource", str(args.pods_per_resource),
-               "--window", str(args.window)]
+        cmd = [
+            py,
+            me,
+            "--client",
+            mode,
+            "--rounds",
+            str(args.rounds),
+            "--interval",
+            str(args.interval),
+            "--concurrency",
+            str(args.concurrency),
+            "--timeout",
+            str(args.timeout),
+            "--pods-per-resource",
+            str(args.pods_per_resource),
+            "--window",
+            str(args.window),
+        ]
         out = subprocess.run(cmd, input=json.dumps(urls), capture_output=True, text=True)
         if out.returncode != 0:
             print(f"bench_scrape: {mode} client failed:\n{out.stderr}", file=sys.stderr)
             return 1
         r = json.loads(out.stdout.strip().splitlines()[-1])
         results.append(r)
-        print(f"\n[{mode}] {r['endpoints']} endpoints x {r['rounds']} rounds every {r['interval_s']:g}s, "
-              f"concurrency {args.concurrency}"
-              + (f", window {args.window:g}s" if mode == "operator" else ""))
+        print(
+            f"\n[{mode}] {r['endpoints']} endpoints x {r['rounds']} rounds every {r['interval_s']:g}s, "
+            f"concurrency {args.concurrency}" + (f", window {args.window:g}s" if mode == "operator" else "")
+        )
         print(f"  CPU share      {r['cpu_share_cores']:.3f} cores  ({r['cpu_s']:.2f}s CPU / {r['wall_s']:.1f}s wall)")
         print(f"  CPU per round  {', '.join(f'{c:.2f}' for c in r['cpu_per_round_s'])} s")
         print(f"  round latency  {', '.join(f'{w:.2f}' for w in r['round_wall_s'])} s")
-        print(f"  RSS            start {r['rss_start_mib']:.0f} MiB, end {r['rss_end_mib']:.0f} MiB, "
-              f"peak {r['rss_peak_mib']:.0f} MiB")
+        print(
+            f"  RSS            start {r['rss_start_mib']:.0f} MiB, end {r['rss_end_mib']:.0f} MiB, "
+            f"peak {r['rss_peak_mib']:.0f} MiB"
+        )
         print(f"  errors         {r['errors']}")
         if r["check"]:
             print(f"  check          {r['check']}")
     base, op = results
     print("\nsummary")
-    print(f"  operator CPU share {op['cpu_share_cores']:.3f} cores (goal < 0.5), "
-          f"baseline {base['cpu_share_cores']:.3f}, overhead of parse+window+status "
-          f"{op['cpu_share_cores'] - base['cpu_share_cores']:+.3f} cores")
-    print(f"  operator peak RSS {op['rss_peak_mib']:.0f} MiB (goal < 300), "
-          f"baseline {base['rss_peak_mib']:.0f} MiB")
-    ok = (op["cpu_share_cores"] < 0.5 and op["rss_peak_mib"] < 300 and op["errors"] == 0
-          and op["check"] and abs((op["check"]["acceptanceRate"] or 0) - EXPECTED_ACCEPTANCE) < 1e-3)
+    print(
+        f"  operator CPU share {op['cpu_share_cores']:.3f} cores (goal < 0.5), "
+        f"baseline {base['cpu_share_cores']:.3f}, overhead of parse+window+status "
+        f"{op['cpu_share_cores'] - base['cpu_share_cores']:+.3f} cores"
+    )
+    print(f"  operator peak RSS {op['rss_peak_mib']:.0f} MiB (goal < 300), baseline {base['rss_peak_mib']:.0f} MiB")
+    ok = (
+        op["cpu_share_cores"] < 0.5
+        and op["rss_peak_mib"] < 300
+        and op["errors"] == 0
+        and op["check"]
+        and abs((op["check"]["acceptanceRate"] or 0) - EXPECTED_ACCEPTANCE) < 1e-3
+    )
     print(f"  result: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 

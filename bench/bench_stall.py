@@ -55,8 +55,14 @@ def is_stalled(port: int) -> bool:
 
 def _point(stalled: bool, hit: int) -> dict:
     gen = 40000.0 + (0 if stalled else GEN_PER_HIT * hit)
-    return {"running": RUNNING, "waiting": 2, "generation_tokens": gen, "prompt_tokens": 130000.0,
-            "draft_tokens": gen * 2 / 3, "steps": gen / 3}
+    return {
+        "running": RUNNING,
+        "waiting": 2,
+        "generation_tokens": gen,
+        "prompt_tokens": 130000.0,
+        "draft_tokens": gen * 2 / 3,
+        "steps": gen / 3,
+    }
 
 
 def serve(n_ports: int) -> None:
@@ -128,8 +134,14 @@ async def _client(urls: list[str], args) -> dict:
     port_of = {t.key: p for t, p in zip(targets, ports, strict=False)}
     stalled_ok = sum(1 for k, v in verdicts.items() if is_stalled(port_of[k]) and v.stalled)
     false_alarms = sum(1 for k, v in verdicts.items() if not is_stalled(port_of[k]) and v.stalled)
-    return {"today": today, "detector": det_cpu, "errors": errors, "stalled_flagged": stalled_ok,
-            "stalled_total": sum(1 for p in ports if is_stalled(p)), "false_alarms": false_alarms}
+    return {
+        "today": today,
+        "detector": det_cpu,
+        "errors": errors,
+        "stalled_flagged": stalled_ok,
+        "stalled_total": sum(1 for p in ports if is_stalled(p)),
+        "false_alarms": false_alarms,
+    }
 
 
 def main() -> int:
@@ -152,12 +164,23 @@ def main() -> int:
         print(json.dumps(asyncio.run(_client(urls, args))), flush=True)
         return 0
 
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--client", "--rounds", str(args.rounds),
-           "--interval", str(args.interval), "--sim-interval", str(args.sim_interval),
-           "--stall-seconds", str(args.stall_seconds), "--pods-per-resource", str(args.pods_per_resource)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--client",
+        "--rounds",
+        str(args.rounds),
+        "--interval",
+        str(args.interval),
+        "--sim-interval",
+        str(args.sim_interval),
+        "--stall-seconds",
+        str(args.stall_seconds),
+        "--pods-per-resource",
+        str(args.pods_per_resource),
+    ]
     try:
-        with _standins.servers(sys.executable, str(Path(__file__).resolve()), args.endpoints,
-                               args.server_procs) as urls:
+        with _standins.servers(sys.executable, str(Path(__file__).resolve()), args.endpoints, args.server_procs) as urls:
             out = subprocess.run(cmd, input=json.dumps(urls), capture_output=True, text=True)
     except RuntimeError as e:
         print(e, file=sys.stderr)
@@ -173,15 +196,21 @@ def main() -> int:
     today = sum(r["today"][steady]) / len(r["today"][steady])
     det = sum(r["detector"][steady]) / len(r["detector"][steady])
     ratio = (det + extra) / (today - extra)
-    print(f"{len(urls)} endpoints, {args.rounds} rounds every {args.interval:g}s (detector clock "
-          f"{args.sim_interval:g}s/round, stallSeconds {args.stall_seconds:g}); steady state = last "
-          f"{len(r['today'][steady])} rounds")
-    print(f"  today's round (scrape+parse+tracker) {today * 1e3:8.1f} ms CPU  (of which the detector's "
-          f"extra parse {extra * 1e3:.1f} ms: {shipped_ms:.3f} vs {without_ms:.3f} ms/exposition)")
+    print(
+        f"{len(urls)} endpoints, {args.rounds} rounds every {args.interval:g}s (detector clock "
+        f"{args.sim_interval:g}s/round, stallSeconds {args.stall_seconds:g}); steady state = last "
+        f"{len(r['today'][steady])} rounds"
+    )
+    print(
+        f"  today's round (scrape+parse+tracker) {today * 1e3:8.1f} ms CPU  (of which the detector's "
+        f"extra parse {extra * 1e3:.1f} ms: {shipped_ms:.3f} vs {without_ms:.3f} ms/exposition)"
+    )
     print(f"  detector observe                     {det * 1e3:8.1f} ms CPU  ({det / len(urls) * 1e6:.1f} us/pod)")
     print(f"  detector cost / today's round        {ratio * 100:8.2f} %   (goal <= 10 %)")
-    print(f"  verdicts: {r['stalled_flagged']}/{r['stalled_total']} stalled ports flagged, "
-          f"{r['false_alarms']} false alarms, {r['errors']} scrape errors")
+    print(
+        f"  verdicts: {r['stalled_flagged']}/{r['stalled_total']} stalled ports flagged, "
+        f"{r['false_alarms']} false alarms, {r['errors']} scrape errors"
+    )
     # failed scrapes (a loaded machine) are NoMetrics rounds: counted, and they must not cause a false alarm
     ok = ratio <= 0.10 and r["false_alarms"] == 0 and r["stalled_flagged"] == r["stalled_total"]
     print(f"  result: {'PASS' if ok else 'FAIL'}")

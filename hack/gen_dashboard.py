@@ -54,8 +54,7 @@ def percentiles(hist: str) -> list[tuple[str, str]]:
     return [(quantile(q, hist), f"{{{{namespace}}}}/{{{{server}}}} p{round(q * 100)}") for q in (0.5, 0.9, 0.99)]
 
 
-ACCEPTANCE = (f"{rate('vllm:spec_decode_num_accepted_tokens_total')}\n/\n"
-              f"{rate('vllm:spec_decode_num_draft_tokens_total')}")
+ACCEPTANCE = f"{rate('vllm:spec_decode_num_accepted_tokens_total')}\n/\n{rate('vllm:spec_decode_num_draft_tokens_total')}"
 PER_SERVER = "{{namespace}}/{{server}}"
 FAILED = ENG + ', finished_reason=~"error|abort"'
 
@@ -77,97 +76,272 @@ class P:
 
 
 ROWS: list[tuple[str, list[P]]] = [
-    ("Serving SLOs (vLLM engine metrics)", [
-        P("Time to first token", percentiles("vllm:time_to_first_token_seconds"), "s", 8),
-        P("Inter-token latency", percentiles("vllm:inter_token_latency_seconds"), "s", 8),
-        P("End-to-end request latency", percentiles("vllm:e2e_request_latency_seconds"), "s", 8),
-        P("Requests running / waiting", [
-            (f"sum by ({BY}) (vllm:num_requests_running{{{ENG}}})", PER_SERVER + " running"),
-            (f"sum by ({BY}) (vllm:num_requests_waiting{{{ENG}}})", PER_SERVER + " waiting"),
-        ], "short", 8),
-        P("KV-cache usage", [(f"max by ({BY}, pod) (vllm:kv_cache_usage_perc{{{ENG}}})", "{{namespace}}/{{pod}}")],
-          "percentunit", 8, min=0, max=1),
-        P("Preemptions", [(rate("vllm:num_preemptions_total"), PER_SERVER)], "ops", 8),
-        P("Finished requests by reason", [(rate("vllm:request_success_total", by=BY + ", finished_reason"),
-                                           PER_SERVER + " {{finished_reason}}")], "reqps", 8),
-        P("Request error rate", [(f"{rate('vllm:request_success_total', sel=FAILED)}\n/\n"
-                                  f"{rate('vllm:request_success_total')}", PER_SERVER)], "percentunit", 8, min=0,
-          description="Share of finished requests that ended in error or abort (vllm:request_success_total)."),
-        P("Generation tokens/s", [(rate("vllm:generation_tokens_total"), PER_SERVER)], "short", 8),
-        P("MTP value: generation tokens/s against acceptance", [
-            (rate("vllm:generation_tokens_total"), PER_SERVER + " tokens/s"),
-            (ACCEPTANCE, PER_SERVER + " acceptance"),
-        ], "short", 24, right_axis={"B": "percentunit"},
-          description="What MTP buys: output tokens per second (left) next to the draft acceptance rate (right). "
-                      "Falling acceptance with flat tokens/s means MTP costs compute without speeding anything up."),
-    ]),
-    ("Speculative decoding (engine metrics)", [
-        P("Acceptance rate per server", [(ACCEPTANCE, PER_SERVER)], "percentunit", min=0, max=1),
-        P("Acceptance rate per pod", [(
-            f"{rate('vllm:spec_decode_num_accepted_tokens_total', by=BY + ', pod')}\n/\n"
-            f"{rate('vllm:spec_decode_num_draft_tokens_total', by=BY + ', pod')}", "{{namespace}}/{{pod}}")],
-          "percentunit", min=0, max=1),
-        P("Mean accepted length per server", [(
-            f"1 + {rate('vllm:spec_decode_num_accepted_tokens_total')}\n/\n{rate('vllm:spec_decode_num_drafts_total')}",
-            PER_SERVER)]),
-        P("Mean accepted length per pod", [(
-            f"1 + {rate('vllm:spec_decode_num_accepted_tokens_total', by=BY + ', pod')}\n/\n"
-            f"{rate('vllm:spec_decode_num_drafts_total', by=BY + ', pod')}", "{{namespace}}/{{pod}}")]),
-        P("Drafts per second", [(rate("vllm:spec_decode_num_drafts_total"), PER_SERVER)], "ops"),
-        P("Acceptance per draft position", [(
-            f"{rate('vllm:spec_decode_num_accepted_tokens_per_pos_total', by=BY + ', position')}\n/ on ({BY}) group_left\n"
-            f"{rate('vllm:spec_decode_num_drafts_total')}", PER_SERVER + " pos {{position}}")], "percentunit", min=0, max=1),
-    ]),
-    ("Operator view (windowed, from the operator's scraper)", [
-        P("Acceptance rate (operator)", [(f"max by ({BY}) (gdn_spec_acceptance_rate{{{SRV}}})", PER_SERVER)],
-          "percentunit", 8, min=0, max=1),
-        P("Mean accepted length (operator)", [(f"max by ({BY}) (gdn_spec_mean_accepted_length{{{SRV}}})", PER_SERVER)],
-          "short", 8),
-        P("Acceptance rate per pod (operator)", [(f"max by ({BY}, pod) (gdn_spec_pod_acceptance_rate{{{SRV}}})",
-                                                  "{{namespace}}/{{pod}}")], "percentunit", 8, min=0, max=1),
-        P("Drafts per second (operator)", [(f"max by ({BY}) (gdn_spec_drafts_per_second{{{SRV}}})", PER_SERVER)], "ops", 8),
-        P("Engine scrape errors", [(rate("gdn_scrape_errors_total", sel=SRV, by=BY + ", reason"), PER_SERVER + " {{reason}}")],
-          "ops", 8),
-        P("Engine scrape duration p95", [(
-            "histogram_quantile(0.95, sum by (le) (rate(gdn_scrape_duration_seconds_bucket[$__rate_interval])))", "p95")], "s", 8),
-    ]),
-    ("Engine health", [
-        P("Engine crashes by signature", [(
-            f"sum by ({BY}, signature, upstream) (increase(gdn_engine_crashes_total{{{SRV}}}{RI}))",
-            PER_SERVER + " {{signature}} ({{upstream}})")]),
-        P("Crashes in range by signature", [(
-            f"sum by (signature, upstream) (increase(gdn_engine_crashes_total{{{SRV}}}[$__range]))",
-            "{{signature}} ({{upstream}})")], "short", 6, kind="bargauge"),
-        P("Remediations in range", [(
-            f"sum by (signature, action) (increase(gdn_remediations_total{{{SRV}}}[$__range]))",
-            "{{signature}}: {{action}}")], "short", 6, kind="bargauge"),
-        P("Engine restarts", [(f"max by ({BY}) (gdn_engine_restarts{{{SRV}}})", PER_SERVER)]),
-        P("Ready engine replicas", [(f"max by ({BY}) (gdn_ready_replicas{{{SRV}}})", PER_SERVER + " ready"),
-                                    (f"max by ({BY}) (gdn_desired_replicas{{{SRV}}})", PER_SERVER + " desired")]),
-    ]),
-    ("Admission", [
-        P("Admission denials by rule", [(
-            'sum by (namespace, rule) (increase(gdn_admission_decisions_total{namespace=~"$namespace", decision="denied"}'
-            + RI + "))", "{{namespace}} {{rule}}")]),
-        P("Admission decisions", [(
-            'sum by (decision) (increase(gdn_admission_decisions_total{namespace=~"$namespace"}' + RI + "))", "{{decision}}")]),
-    ]),
-    ("Output probes", [
-        P("Output probes by result", [(rate("gdn_probe_total", sel=SRV, by=BY + ", result"), PER_SERVER + " {{result}}")],
-          "ops"),
-        P("Output inconsistent", [(f"max by ({BY}, reason) (gdn_output_inconsistent{{{SRV}}})", PER_SERVER + " {{reason}}")],
-          "short", 6, min=0, max=1),
-        P("Probe latency p95", [
-            ("histogram_quantile(0.95, sum by (le) (rate(gdn_probe_duration_seconds_bucket[$__rate_interval])))", "request p95"),
-            ("histogram_quantile(0.95, sum by (le) (rate(gdn_probe_round_duration_seconds_bucket[$__rate_interval])))",
-             "round p95")], "s", 6),
-    ]),
-    ("Engine stalls (requests in flight, no progress; /health still 200)", [
-        P("Engines stalled", [(f"max by ({BY}, pod) (gdn_engine_stalled{{{SRV}}})", "{{namespace}}/{{pod}}")],
-          "short", min=0, max=1),
-        P("Seconds without progress", [(f"max by ({BY}, pod) (gdn_engine_seconds_without_progress{{{SRV}}})",
-                                        "{{namespace}}/{{pod}}")], "s"),
-    ]),
+    (
+        "Serving SLOs (vLLM engine metrics)",
+        [
+            P("Time to first token", percentiles("vllm:time_to_first_token_seconds"), "s", 8),
+            P("Inter-token latency", percentiles("vllm:inter_token_latency_seconds"), "s", 8),
+            P("End-to-end request latency", percentiles("vllm:e2e_request_latency_seconds"), "s", 8),
+            P(
+                "Requests running / waiting",
+                [
+                    (f"sum by ({BY}) (vllm:num_requests_running{{{ENG}}})", PER_SERVER + " running"),
+                    (f"sum by ({BY}) (vllm:num_requests_waiting{{{ENG}}})", PER_SERVER + " waiting"),
+                ],
+                "short",
+                8,
+            ),
+            P(
+                "KV-cache usage",
+                [(f"max by ({BY}, pod) (vllm:kv_cache_usage_perc{{{ENG}}})", "{{namespace}}/{{pod}}")],
+                "percentunit",
+                8,
+                min=0,
+                max=1,
+            ),
+            P("Preemptions", [(rate("vllm:num_preemptions_total"), PER_SERVER)], "ops", 8),
+            P(
+                "Finished requests by reason",
+                [(rate("vllm:request_success_total", by=BY + ", finished_reason"), PER_SERVER + " {{finished_reason}}")],
+                "reqps",
+                8,
+            ),
+            P(
+                "Request error rate",
+                [(f"{rate('vllm:request_success_total', sel=FAILED)}\n/\n{rate('vllm:request_success_total')}", PER_SERVER)],
+                "percentunit",
+                8,
+                min=0,
+                description="Share of finished requests that ended in error or abort (vllm:request_success_total).",
+            ),
+            P("Generation tokens/s", [(rate("vllm:generation_tokens_total"), PER_SERVER)], "short", 8),
+            P(
+                "MTP value: generation tokens/s against acceptance",
+                [
+                    (rate("vllm:generation_tokens_total"), PER_SERVER + " tokens/s"),
+                    (ACCEPTANCE, PER_SERVER + " acceptance"),
+                ],
+                "short",
+                24,
+                right_axis={"B": "percentunit"},
+                description="What MTP buys: output tokens per second (left) next to the draft acceptance rate (right). "
+                "Falling acceptance with flat tokens/s means MTP costs compute without speeding anything up.",
+            ),
+        ],
+    ),
+    (
+        "Speculative decoding (engine metrics)",
+        [
+            P("Acceptance rate per server", [(ACCEPTANCE, PER_SERVER)], "percentunit", min=0, max=1),
+            P(
+                "Acceptance rate per pod",
+                [
+                    (
+                        f"{rate('vllm:spec_decode_num_accepted_tokens_total', by=BY + ', pod')}\n/\n"
+                        f"{rate('vllm:spec_decode_num_draft_tokens_total', by=BY + ', pod')}",
+                        "{{namespace}}/{{pod}}",
+                    )
+                ],
+                "percentunit",
+                min=0,
+                max=1,
+            ),
+            P(
+                "Mean accepted length per server",
+                [
+                    (
+                        f"1 + {rate('vllm:spec_decode_num_accepted_tokens_total')}\n/\n{rate('vllm:spec_decode_num_drafts_total')}",
+                        PER_SERVER,
+                    )
+                ],
+            ),
+            P(
+                "Mean accepted length per pod",
+                [
+                    (
+                        f"1 + {rate('vllm:spec_decode_num_accepted_tokens_total', by=BY + ', pod')}\n/\n"
+                        f"{rate('vllm:spec_decode_num_drafts_total', by=BY + ', pod')}",
+                        "{{namespace}}/{{pod}}",
+                    )
+                ],
+            ),
+            P("Drafts per second", [(rate("vllm:spec_decode_num_drafts_total"), PER_SERVER)], "ops"),
+            P(
+                "Acceptance per draft position",
+                [
+                    (
+                        f"{rate('vllm:spec_decode_num_accepted_tokens_per_pos_total', by=BY + ', position')}\n/ on ({BY}) group_left\n"
+                        f"{rate('vllm:spec_decode_num_drafts_total')}",
+                        PER_SERVER + " pos {{position}}",
+                    )
+                ],
+                "percentunit",
+                min=0,
+                max=1,
+            ),
+        ],
+    ),
+    (
+        "Operator view (windowed, from the operator's scraper)",
+        [
+            P(
+                "Acceptance rate (operator)",
+                [(f"max by ({BY}) (gdn_spec_acceptance_rate{{{SRV}}})", PER_SERVER)],
+                "percentunit",
+                8,
+                min=0,
+                max=1,
+            ),
+            P(
+                "Mean accepted length (operator)",
+                [(f"max by ({BY}) (gdn_spec_mean_accepted_length{{{SRV}}})", PER_SERVER)],
+                "short",
+                8,
+            ),
+            P(
+                "Acceptance rate per pod (operator)",
+                [(f"max by ({BY}, pod) (gdn_spec_pod_acceptance_rate{{{SRV}}})", "{{namespace}}/{{pod}}")],
+                "percentunit",
+                8,
+                min=0,
+                max=1,
+            ),
+            P("Drafts per second (operator)", [(f"max by ({BY}) (gdn_spec_drafts_per_second{{{SRV}}})", PER_SERVER)], "ops", 8),
+            P(
+                "Engine scrape errors",
+                [(rate("gdn_scrape_errors_total", sel=SRV, by=BY + ", reason"), PER_SERVER + " {{reason}}")],
+                "ops",
+                8,
+            ),
+            P(
+                "Engine scrape duration p95",
+                [("histogram_quantile(0.95, sum by (le) (rate(gdn_scrape_duration_seconds_bucket[$__rate_interval])))", "p95")],
+                "s",
+                8,
+            ),
+        ],
+    ),
+    (
+        "Engine health",
+        [
+            P(
+                "Engine crashes by signature",
+                [
+                    (
+                        f"sum by ({BY}, signature, upstream) (increase(gdn_engine_crashes_total{{{SRV}}}{RI}))",
+                        PER_SERVER + " {{signature}} ({{upstream}})",
+                    )
+                ],
+            ),
+            P(
+                "Crashes in range by signature",
+                [
+                    (
+                        f"sum by (signature, upstream) (increase(gdn_engine_crashes_total{{{SRV}}}[$__range]))",
+                        "{{signature}} ({{upstream}})",
+                    )
+                ],
+                "short",
+                6,
+                kind="bargauge",
+            ),
+            P(
+                "Remediations in range",
+                [
+                    (
+                        f"sum by (signature, action) (increase(gdn_remediations_total{{{SRV}}}[$__range]))",
+                        "{{signature}}: {{action}}",
+                    )
+                ],
+                "short",
+                6,
+                kind="bargauge",
+            ),
+            P("Engine restarts", [(f"max by ({BY}) (gdn_engine_restarts{{{SRV}}})", PER_SERVER)]),
+            P(
+                "Ready engine replicas",
+                [
+                    (f"max by ({BY}) (gdn_ready_replicas{{{SRV}}})", PER_SERVER + " ready"),
+                    (f"max by ({BY}) (gdn_desired_replicas{{{SRV}}})", PER_SERVER + " desired"),
+                ],
+            ),
+        ],
+    ),
+    (
+        "Admission",
+        [
+            P(
+                "Admission denials by rule",
+                [
+                    (
+                        'sum by (namespace, rule) (increase(gdn_admission_decisions_total{namespace=~"$namespace", decision="denied"}'
+                        + RI
+                        + "))",
+                        "{{namespace}} {{rule}}",
+                    )
+                ],
+            ),
+            P(
+                "Admission decisions",
+                [
+                    (
+                        'sum by (decision) (increase(gdn_admission_decisions_total{namespace=~"$namespace"}' + RI + "))",
+                        "{{decision}}",
+                    )
+                ],
+            ),
+        ],
+    ),
+    (
+        "Output probes",
+        [
+            P(
+                "Output probes by result",
+                [(rate("gdn_probe_total", sel=SRV, by=BY + ", result"), PER_SERVER + " {{result}}")],
+                "ops",
+            ),
+            P(
+                "Output inconsistent",
+                [(f"max by ({BY}, reason) (gdn_output_inconsistent{{{SRV}}})", PER_SERVER + " {{reason}}")],
+                "short",
+                6,
+                min=0,
+                max=1,
+            ),
+            P(
+                "Probe latency p95",
+                [
+                    (
+                        "histogram_quantile(0.95, sum by (le) (rate(gdn_probe_duration_seconds_bucket[$__rate_interval])))",
+                        "request p95",
+                    ),
+                    (
+                        "histogram_quantile(0.95, sum by (le) (rate(gdn_probe_round_duration_seconds_bucket[$__rate_interval])))",
+                        "round p95",
+                    ),
+                ],
+                "s",
+                6,
+            ),
+        ],
+    ),
+    (
+        "Engine stalls (requests in flight, no progress; /health still 200)",
+        [
+            P(
+                "Engines stalled",
+                [(f"max by ({BY}, pod) (gdn_engine_stalled{{{SRV}}})", "{{namespace}}/{{pod}}")],
+                "short",
+                min=0,
+                max=1,
+            ),
+            P(
+                "Seconds without progress",
+                [(f"max by ({BY}, pod) (gdn_engine_seconds_without_progress{{{SRV}}})", "{{namespace}}/{{pod}}")],
+                "s",
+            ),
+        ],
+    ),
 ]
 
 VARIABLES = [
@@ -180,7 +354,7 @@ VARIABLES = [
 
 
 def _panel(p: P, pid: int) -> timeseries.Panel | bargauge.Panel:
-    b = (bargauge.Panel() if p.kind == "bargauge" else timeseries.Panel())
+    b = bargauge.Panel() if p.kind == "bargauge" else timeseries.Panel()
     b = b.id(pid).title(p.title).datasource(DS).unit(p.unit).span(p.width).height(8)
     if p.description:
         b = b.description(p.description)
@@ -191,24 +365,40 @@ def _panel(p: P, pid: int) -> timeseries.Panel | bargauge.Panel:
     for i, (expr, legend) in enumerate(p.targets):
         b = b.with_target(prometheus.Dataquery().ref_id(chr(ord("A") + i)).expr(expr).legend_format(legend).datasource(DS))
     for ref, unit in p.right_axis.items():
-        b = b.with_override(MatcherConfig(id_val="byFrameRefID", options=ref), [
-            DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
-            DynamicConfigValue(id_val="unit", value=unit)])
+        b = b.with_override(
+            MatcherConfig(id_val="byFrameRefID", options=ref),
+            [DynamicConfigValue(id_val="custom.axisPlacement", value="right"), DynamicConfigValue(id_val="unit", value=unit)],
+        )
     return b
 
 
 def build() -> dict:
-    d = (dashboard.Dashboard("gdn-operator: MTP speculative decoding, serving SLOs and engine health")
-         .uid("gdn-operator-overview")
-         .description("Serving SLOs from vLLM's own metrics, MTP acceptance per server and pod, engine crashes by "
-                      "signature, restarts, stalls, admission and output probes. Shipped by the gdn-operator Helm chart.")
-         .tags(["gdn-operator", "vllm", "speculative-decoding"])
-         .editable().tooltip(DashboardCursorSync.CROSSHAIR).time("now-6h", "now").refresh("30s")
-         .with_variable(dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus")))
+    d = (
+        dashboard.Dashboard("gdn-operator: MTP speculative decoding, serving SLOs and engine health")
+        .uid("gdn-operator-overview")
+        .description(
+            "Serving SLOs from vLLM's own metrics, MTP acceptance per server and pod, engine crashes by "
+            "signature, restarts, stalls, admission and output probes. Shipped by the gdn-operator Helm chart."
+        )
+        .tags(["gdn-operator", "vllm", "speculative-decoding"])
+        .editable()
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .time("now-6h", "now")
+        .refresh("30s")
+        .with_variable(dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus"))
+    )
     for name, label, query in VARIABLES:
-        d = d.with_variable(dashboard.QueryVariable(name).label(label).datasource(DS).query(query)
-                            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.ALPHABETICAL_ASC)
-                            .multi(True).include_all(True).all_value(".*"))
+        d = d.with_variable(
+            dashboard.QueryVariable(name)
+            .label(label)
+            .datasource(DS)
+            .query(query)
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(VariableSort.ALPHABETICAL_ASC)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+        )
     pid = 0
     for title, panels in ROWS:
         pid += 1

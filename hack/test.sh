@@ -19,6 +19,8 @@ bash hack/bootstrap.sh
 PY="$ROOT/.venv/bin/python"
 # lint gate ([tool.ruff] in pyproject.toml: pyflakes, pycodestyle errors, B, UP, I, SIM, C90): a finding fails the run
 "$PY" -m ruff check --quiet . || { echo "test.sh: ruff found problems (run: .venv/bin/python -m ruff check . --fix)" >&2; exit 1; }
+# format gate (ruff format, applied once to the whole tree): an unformatted file fails the run
+"$PY" -m ruff format --check --quiet . || { echo "test.sh: files need formatting (run: .venv/bin/python -m ruff format .)" >&2; exit 1; }
 # type gate ([tool.mypy] in pyproject.toml: operator/gdn_operator, strict): a type error fails the run
 "$PY" -m mypy --no-error-summary || { echo "test.sh: mypy found type errors (run: .venv/bin/python -m mypy)" >&2; exit 1; }
 # layering gate ([tool.importlinter] in pyproject.toml: imports only go down): a broken contract fails the run

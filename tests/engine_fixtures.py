@@ -61,6 +61,7 @@ from controlplane import free_port as _free_port  # noqa: E402  (tests/cluster i
 
 # ---- raw /metrics counters, parsed with a regex independently of the operator's parser ----------
 
+
 def raw_sum(text: str, name: str, **labels: str) -> float:
     """Sum of all samples `name{...}` whose labels include `labels` (independent regex parse)."""
     total = 0.0
@@ -110,12 +111,16 @@ class Engine:
 
     def complete(self, prompt: list[int], max_tokens: int = 40, timeout: float = 120.0) -> dict:
         """POST /v1/completions with a token-id prompt (no tokenizer is loaded)."""
-        body = json.dumps({
-            "model": self.model, "prompt": prompt, "max_tokens": max_tokens,
-            "temperature": 0.0, "ignore_eos": True,
-        }).encode()
-        req = urllib.request.Request(self.base_url + "/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+        body = json.dumps(
+            {
+                "model": self.model,
+                "prompt": prompt,
+                "max_tokens": max_tokens,
+                "temperature": 0.0,
+                "ignore_eos": True,
+            }
+        ).encode()
+        req = urllib.request.Request(self.base_url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read())
 
@@ -127,11 +132,21 @@ class Engine:
             return e.code, e.read()
 
 
-def start_engine(workdir: Path, python: Path, startup_timeout: float = 180.0,
-                 extra_args: list[str] | None = None, *, weights_dir: Path | None = None,
-                 served_name: str = SERVED_NAME, num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS,
-                 max_model_len: int = 256, host: str = "127.0.0.1", port: int | None = None,
-                 model: str | None = None, extra_env: dict[str, str] | None = None) -> Engine:
+def start_engine(
+    workdir: Path,
+    python: Path,
+    startup_timeout: float = 180.0,
+    extra_args: list[str] | None = None,
+    *,
+    weights_dir: Path | None = None,
+    served_name: str = SERVED_NAME,
+    num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS,
+    max_model_len: int = 256,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    model: str | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Engine:
     """Start the engine and wait for /health 200. Raises RuntimeError (with log tail) on failure.
 
     Default: the shared tiny config with dummy weights and no tokenizer. ``weights_dir``: a complete
@@ -147,42 +162,53 @@ def start_engine(workdir: Path, python: Path, startup_timeout: float = 180.0,
         model_dir = workdir / "model"
         model_dir.mkdir(parents=True, exist_ok=True)
         # a copy: vLLM may write next to the config
-        for f in (sorted(p for p in source.iterdir() if p.is_file()) if weights_dir else
-                  [source / "config.json"]):
+        for f in sorted(p for p in source.iterdir() if p.is_file()) if weights_dir else [source / "config.json"]:
             shutil.copy(f, model_dir / f.name)
     else:
         workdir.mkdir(parents=True, exist_ok=True)
     port = port or _free_port()
     log_path = workdir / "engine.log"
     argv = [
-        str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", model or str(model_dir), "--served-model-name", served_name,
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model or str(model_dir),
+        "--served-model-name",
+        served_name,
         *([] if weights_dir or model else ["--load-format", "dummy", "--skip-tokenizer-init"]),
-        "--max-model-len", str(max_model_len), "--enforce-eager", "--gpu-memory-utilization", "0.3",
+        "--max-model-len",
+        str(max_model_len),
+        "--enforce-eager",
+        "--gpu-memory-utilization",
+        "0.3",
         "--no-enable-prefix-caching",  # prefix caching on kills the CPU engine (vllm-cpu-engine.md)
-        *(["--speculative-config",
-           json.dumps({"method": "mtp", "num_speculative_tokens": num_speculative_tokens})]
-          if num_speculative_tokens else []),
-        "--host", host, "--port", str(port),
+        *(
+            ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": num_speculative_tokens})]
+            if num_speculative_tokens
+            else []
+        ),
+        "--host",
+        host,
+        "--port",
+        str(port),
         *(extra_args or []),
     ]
     env = dict(os.environ)
-    env.update({"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
-                "PYTHONUNBUFFERED": "1"})
+    env.update({"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"})
     env.update(extra_env or {})
     env.pop("VIRTUAL_ENV", None)
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env,
-                                start_new_session=True)  # own process group: killpg at teardown
-    eng = Engine(f"http://{host}:{port}", port, proc, log_path, served_name, 0.0,
-                 num_speculative_tokens)
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env, start_new_session=True
+        )  # own process group: killpg at teardown
+    eng = Engine(f"http://{host}:{port}", port, proc, log_path, served_name, 0.0, num_speculative_tokens)
     deadline = t0 + startup_timeout
     try:
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"vLLM engine exited with {proc.returncode} during startup; "
-                                   f"log {log_path}:\n{eng.log_tail()}")
+                raise RuntimeError(f"vLLM engine exited with {proc.returncode} during startup; log {log_path}:\n{eng.log_tail()}")
             try:
                 status, _ = eng.get("/health", timeout=2.0)
                 if status == 200:
@@ -190,8 +216,7 @@ def start_engine(workdir: Path, python: Path, startup_timeout: float = 180.0,
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"vLLM engine not healthy after {startup_timeout:.0f}s; "
-                                   f"log {log_path}:\n{eng.log_tail()}")
+                raise RuntimeError(f"vLLM engine not healthy after {startup_timeout:.0f}s; log {log_path}:\n{eng.log_tail()}")
             time.sleep(1.0)
     except BaseException:  # timeout, Ctrl-C, dev mode's SIGTERM: the caller never gets a handle to stop
         stop_engine(eng)
@@ -250,8 +275,9 @@ def vllm_engine(tmp_path_factory):
         eng = start_engine(workdir, python, startup_timeout=timeout)
     except RuntimeError as exc:
         pytest.fail(str(exc), pytrace=False)
-    print(f"\n[engine] vllm-cpu {VLLM_CPU_VERSION} healthy after {eng.startup_seconds:.1f}s "
-          f"on {eng.base_url} (log {eng.log_path})")
+    print(
+        f"\n[engine] vllm-cpu {VLLM_CPU_VERSION} healthy after {eng.startup_seconds:.1f}s on {eng.base_url} (log {eng.log_path})"
+    )
     try:
         yield eng
     finally:
@@ -267,8 +293,12 @@ class ParserOracle:
 
     def __init__(self, python: Path):
         self.proc = subprocess.Popen(
-            [str(python), str(PARSER_ORACLE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True, bufsize=1,
+            [str(python), str(PARSER_ORACLE)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._in, self._out = self.proc.stdin, self.proc.stdout

@@ -64,8 +64,15 @@ class HubServer:
         m = re.fullmatch(r"/api/models/([^/]+/[^/]+)(?:/revision/([^/]+))?", path)
         if m and m.group(1) in self.repos:
             repo = m.group(1)
-            body = json.dumps({"id": repo, "modelId": repo, "sha": self.sha[repo], "private": False,
-                               "siblings": [{"rfilename": f} for f in self.files(repo)]}).encode()
+            body = json.dumps(
+                {
+                    "id": repo,
+                    "modelId": repo,
+                    "sha": self.sha[repo],
+                    "private": False,
+                    "siblings": [{"rfilename": f} for f in self.files(repo)],
+                }
+            ).encode()
             return self._send(h, 200, body, {"Content-Type": "application/json"}, head)
         m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)", path)
         if m and m.group(1) in self.repos:
@@ -73,8 +80,12 @@ class HubServer:
             entries = []
             for f in self.files(repo):
                 data = (self.repos[repo] / f).read_bytes()
-                entry: dict[str, Any] = {"type": "file", "path": f, "size": len(data),
-                                         "oid": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()}
+                entry: dict[str, Any] = {
+                    "type": "file",
+                    "path": f,
+                    "size": len(data),
+                    "oid": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest(),
+                }
                 if f.endswith(".safetensors"):  # stored with LFS on the Hub
                     entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
                 entries.append(entry)
@@ -84,8 +95,12 @@ class HubServer:
             repo, _rev, name = m.groups()
             data = (self.repos[repo] / name).read_bytes()
             etag = hashlib.sha256(data).hexdigest()
-            headers = {"X-Repo-Commit": self.sha[repo], "ETag": f'"{etag}"', "Content-Type": "application/octet-stream",
-                       "Accept-Ranges": "bytes"}
+            headers = {
+                "X-Repo-Commit": self.sha[repo],
+                "ETag": f'"{etag}"',
+                "Content-Type": "application/octet-stream",
+                "Accept-Ranges": "bytes",
+            }
             start = 0
             rng = h.headers.get("Range")
             if rng and not head:
@@ -107,8 +122,13 @@ class HubServer:
                 self.fail_after = None  # once
                 return None
             return self._send(h, 206 if start else 200, part, headers, head)
-        return self._send(h, 404, b'{"error":"Repository not found"}', {"Content-Type": "application/json",
-                                                                        "X-Error-Code": "RepoNotFound"}, head)
+        return self._send(
+            h,
+            404,
+            b'{"error":"Repository not found"}',
+            {"Content-Type": "application/json", "X-Error-Code": "RepoNotFound"},
+            head,
+        )
 
     @staticmethod
     def _send(h: BaseHTTPRequestHandler, code: int, body: bytes, headers: dict[str, str], head: bool) -> None:

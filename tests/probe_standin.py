@@ -68,12 +68,19 @@ class ProbeStandIn:
                         ids[WRONG_AT] = (ids[WRONG_AT] + 500) % 1000
                     elif mode == EARLY:
                         ids, finish = ids[:2], "stop"
-                    body = json.dumps({
-                        "id": "cmpl-standin", "object": "text_completion", "model": req["model"],
-                        "choices": [{"index": 0, "text": "", "token_ids": ids, "finish_reason": finish}],
-                        "usage": {"prompt_tokens": len(req["prompt"]), "completion_tokens": len(ids),
-                                  "total_tokens": len(req["prompt"]) + len(ids)},
-                    }).encode()
+                    body = json.dumps(
+                        {
+                            "id": "cmpl-standin",
+                            "object": "text_completion",
+                            "model": req["model"],
+                            "choices": [{"index": 0, "text": "", "token_ids": ids, "finish_reason": finish}],
+                            "usage": {
+                                "prompt_tokens": len(req["prompt"]),
+                                "completion_tokens": len(ids),
+                                "total_tokens": len(req["prompt"]) + len(ids),
+                            },
+                        }
+                    ).encode()
                     try:
                         self.send_response(200)
                         self.send_header("Content-Type", "application/json")

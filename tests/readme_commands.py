@@ -60,8 +60,13 @@ def declared(tests_dir: Path = ROOT / "tests", root: Path = ROOT) -> dict[str, l
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for dec in node.decorator_list:
-                if (isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute) and dec.func.attr == "readme"
-                        and dec.args and isinstance(dec.args[0], ast.Constant)):
+                if (
+                    isinstance(dec, ast.Call)
+                    and isinstance(dec.func, ast.Attribute)
+                    and dec.func.attr == "readme"
+                    and dec.args
+                    and isinstance(dec.args[0], ast.Constant)
+                ):
                     ref = f"{path.relative_to(root)}::{node.name}"
                     out.setdefault(key(dec.args[0].value), []).append(ref)
     return out

@@ -74,8 +74,16 @@ def series_from_log(path: Path) -> list[dict[str, Any]]:
             prompt += round(p_rate * LOG_INTERVAL)
         drafts += pending_drafts.get(t, 0)
         prev_t = t
-        points.append({"t": t, "running": running, "waiting": waiting, "generation_tokens": gen,
-                       "prompt_tokens": prompt, "draft_tokens": drafts})
+        points.append(
+            {
+                "t": t,
+                "running": running,
+                "waiting": waiting,
+                "generation_tokens": gen,
+                "prompt_tokens": prompt,
+                "draft_tokens": drafts,
+            }
+        )
     t0 = points[0]["t"] if points else 0.0
     for p in points:
         p["t"] -= t0
@@ -120,7 +128,7 @@ def _template_parts() -> list[Any]:
             key = "start"
         if key is None:
             continue
-        parts.append(text[pos:m.start("value")])
+        parts.append(text[pos : m.start("value")])
         parts.append((key,))
         pos = m.end("value")
     parts.append(text[pos:])
@@ -186,23 +194,37 @@ DERIVED = {
     "stalled-fullgraph-tp2": (
         "stall-rerun-serve-base-cudagraph.log",
         "default CUDA graphs (FULL_AND_PIECEWISE), MTP k=2, TP=2, second machine; the load ends at t=60, then "
-        "8, later 7, requests stay running at 0-2 tokens/s (one engine step every ~20 s) until the capture ends"),
+        "8, later 7, requests stay running at 0-2 tokens/s (one engine step every ~20 s) until the capture ends",
+    ),
     "stalled-fullgraph-tp2-1step-per-min": (
         "compiled-serve-base-cudagraph.log",
-        "default CUDA graphs, first machine; the load ends at t=110, then 8 requests stay running with one "
-        "engine step a minute"),
+        "default CUDA graphs, first machine; the load ends at t=110, then 8 requests stay running with one engine step a minute",
+    ),
     "healthy-piecewise-tp2": (
         "stall-rerun-serve-base-cg-piecewise.log",
         "PIECEWISE graphs, the same load beside the stalled engine; drains to 0 running within 30 s of the "
-        "load's end; 15 idle points appended after the last stats line (vLLM stops logging stats when idle)"),
+        "load's end; 15 idle points appended after the last stats line (vLLM stops logging stats when idle)",
+    ),
 }
 
 
 def _hand_made() -> dict[str, tuple[str, list[dict[str, Any]]]]:
     out: dict[str, tuple[str, list[dict[str, Any]]]] = {}
-    out["idle"] = ("an engine after traffic, nothing in flight for 300 s: counters frozen, 0 running, 0 waiting", [
-        {"t": 10.0 * i, "running": 0, "waiting": 0, "generation_tokens": 5120.0, "prompt_tokens": 20480.0,
-         "draft_tokens": 6800.0, "steps": 1900.0} for i in range(31)])
+    out["idle"] = (
+        "an engine after traffic, nothing in flight for 300 s: counters frozen, 0 running, 0 waiting",
+        [
+            {
+                "t": 10.0 * i,
+                "running": 0,
+                "waiting": 0,
+                "generation_tokens": 5120.0,
+                "prompt_tokens": 20480.0,
+                "draft_tokens": 6800.0,
+                "steps": 1900.0,
+            }
+            for i in range(31)
+        ],
+    )
     pts = []
     gen, prompt, steps, drafts = 1000.0, 4000.0, 400.0, 1200.0
     for i in range(31):
@@ -212,29 +234,74 @@ def _hand_made() -> dict[str, tuple[str, list[dict[str, Any]]]]:
             gen += 300
             steps += 100
             drafts += 200
-        pts.append({"t": 10.0 * i, "running": 1, "waiting": 1 if phase < 10 else 0, "generation_tokens": gen,
-                    "prompt_tokens": prompt, "draft_tokens": drafts, "steps": steps})
+        pts.append(
+            {
+                "t": 10.0 * i,
+                "running": 1,
+                "waiting": 1 if phase < 10 else 0,
+                "generation_tokens": gen,
+                "prompt_tokens": prompt,
+                "draft_tokens": drafts,
+                "steps": steps,
+            }
+        )
     out["long-prefill"] = (
         "lone 262144-token prompts, each prefilling for 100 s with one more waiting (vLLM counts a prompt only when "
-        "its prefill completes, so nothing advances meanwhile); shorter than the default stallSeconds 120", pts)
+        "its prefill completes, so nothing advances meanwhile); shorter than the default stallSeconds 120",
+        pts,
+    )
     pts = []
     gen = steps = 0.0
     for i in range(31):
-        pts.append({"t": 10.0 * i, "running": 8, "waiting": 4, "generation_tokens": gen, "prompt_tokens": 8192.0,
-                    "draft_tokens": round(gen * 2 / 1.5), "steps": steps})
+        pts.append(
+            {
+                "t": 10.0 * i,
+                "running": 8,
+                "waiting": 4,
+                "generation_tokens": gen,
+                "prompt_tokens": 8192.0,
+                "draft_tokens": round(gen * 2 / 1.5),
+                "steps": steps,
+            }
+        )
         gen += 8 * 1.5 * 10
         steps += 10
     out["slow-decode"] = (
-        "8 requests decoding at 1.5 tokens/s each (one engine step a second, 4 more waiting), 3x the floor: "
-        "slow but progressing", pts)
-    pts = [{"t": 10.0 * i, "running": 8, "waiting": 0, "generation_tokens": 40000.0, "prompt_tokens": 130000.0,
-            "draft_tokens": 78000.0, "steps": 9000.0, "start": 1795443353.0} for i in range(10)]
-    pts += [{"t": 10.0 * i, "running": 8, "waiting": 0, "generation_tokens": 24.0, "prompt_tokens": 4096.0,
-             "draft_tokens": 16.0, "steps": 2.0, "start": 1795443453.0} for i in range(10, 20)]
+        "8 requests decoding at 1.5 tokens/s each (one engine step a second, 4 more waiting), 3x the floor: slow but progressing",
+        pts,
+    )
+    pts = [
+        {
+            "t": 10.0 * i,
+            "running": 8,
+            "waiting": 0,
+            "generation_tokens": 40000.0,
+            "prompt_tokens": 130000.0,
+            "draft_tokens": 78000.0,
+            "steps": 9000.0,
+            "start": 1795443353.0,
+        }
+        for i in range(10)
+    ]
+    pts += [
+        {
+            "t": 10.0 * i,
+            "running": 8,
+            "waiting": 0,
+            "generation_tokens": 24.0,
+            "prompt_tokens": 4096.0,
+            "draft_tokens": 16.0,
+            "steps": 2.0,
+            "start": 1795443453.0,
+        }
+        for i in range(10, 20)
+    ]
     out["restarting"] = (
         "frozen with 8 running for 90 s, then the engine restarts between two scrapes (counters reset, new "
         "_created time, 8 requests resubmitted at once) and is frozen again for 90 s: two 90 s spans, never one "
-        "of 120 s", pts)
+        "of 120 s",
+        pts,
+    )
     return out
 
 

@@ -95,8 +95,14 @@ def test_render_runs_without_the_kubernetes_client():
         "sys.argv = ['gdnctl', 'render', '-f', 'examples/qwen3.5-27b-mtp.yaml', '--output', 'json']; "
         "runpy.run_module('gdn_operator.cli', run_name='__main__')"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
-                       env={"PYTHONPATH": str(ROOT / "operator"), "PATH": "/usr/bin:/bin"})
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT / "operator"), "PATH": "/usr/bin:/bin"},
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     kinds = [o["kind"] for o in json.loads(p.stdout)["items"]]
     assert "Deployment" in kinds

@@ -23,7 +23,14 @@ def test_render_two_node_example_shows_the_leader_worker_set():
 def test_render_autoscaled_example_hpa_or_keda_and_pool():
     r = run("render", "-f", "examples/autoscaled.yaml")
     assert r.returncode == 0, r.stderr
-    assert kinds(r.stdout) == ["Deployment", "Service", "PodMonitor", "PodDisruptionBudget", "HorizontalPodAutoscaler", "InferencePool"]
+    assert kinds(r.stdout) == [
+        "Deployment",
+        "Service",
+        "PodMonitor",
+        "PodDisruptionBudget",
+        "HorizontalPodAutoscaler",
+        "InferencePool",
+    ]
     r = run("render", "-f", "examples/autoscaled.yaml", "--autoscaler", "keda", "--prometheus-address", "http://prom:9090")
     assert r.returncode == 0, r.stderr
     docs = list(yaml.safe_load_all(r.stdout))

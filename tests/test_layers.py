@@ -18,8 +18,14 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 def lint_imports(project: Path, source_root: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(source_root)}  # ahead of the editable install's path entry
-    return subprocess.run([str(LINT_IMPORTS), "--no-cache", str(project / "pyproject.toml")], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", str(project / "pyproject.toml")],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_the_tree_keeps_every_contract():
@@ -28,24 +34,39 @@ def test_the_tree_keeps_every_contract():
     assert "3 kept, 0 broken" in r.stdout
 
 
-@pytest.mark.parametrize("module, line, broken", [
-    # the package layers: api (bottom) importing handlers (top)
-    ("api/base.py", "from gdn_operator.handlers import kube", "gdn_operator.api.base -> gdn_operator.handlers.kube"),
-    # watch beside render: neither imports the other
-    ("watch/groups.py", "from gdn_operator.render import lws", "gdn_operator.watch.groups -> gdn_operator.render.lws"),
-    # the floors of handlers/: a feature module importing the runtime (the composition root)
-    ("handlers/workload.py", "from gdn_operator.handlers.runtime import Runtime",
-     "gdn_operator.handlers.workload -> gdn_operator.handlers.runtime"),
-    # ... or a sibling feature (the crash watch is fanned out to by main.py, not called by the workload)
-    ("handlers/workload.py", "from gdn_operator.handlers.crashwatch import on_pod_event",
-     "gdn_operator.handlers.workload -> gdn_operator.handlers.crashwatch"),
-    # ... or the shared decision importing a feature
-    ("handlers/plan.py", "from gdn_operator.handlers.reconcile import reconcile_sync",
-     "gdn_operator.handlers.plan -> gdn_operator.handlers.reconcile"),
-    # nothing below handlers/ talks to the cluster, also not lazily inside a function
-    ("render/engine.py", "def _client():\n    import kubernetes\n    return kubernetes",
-     "gdn_operator.render.engine -> kubernetes"),
-])
+@pytest.mark.parametrize(
+    "module, line, broken",
+    [
+        # the package layers: api (bottom) importing handlers (top)
+        ("api/base.py", "from gdn_operator.handlers import kube", "gdn_operator.api.base -> gdn_operator.handlers.kube"),
+        # watch beside render: neither imports the other
+        ("watch/groups.py", "from gdn_operator.render import lws", "gdn_operator.watch.groups -> gdn_operator.render.lws"),
+        # the floors of handlers/: a feature module importing the runtime (the composition root)
+        (
+            "handlers/workload.py",
+            "from gdn_operator.handlers.runtime import Runtime",
+            "gdn_operator.handlers.workload -> gdn_operator.handlers.runtime",
+        ),
+        # ... or a sibling feature (the crash watch is fanned out to by main.py, not called by the workload)
+        (
+            "handlers/workload.py",
+            "from gdn_operator.handlers.crashwatch import on_pod_event",
+            "gdn_operator.handlers.workload -> gdn_operator.handlers.crashwatch",
+        ),
+        # ... or the shared decision importing a feature
+        (
+            "handlers/plan.py",
+            "from gdn_operator.handlers.reconcile import reconcile_sync",
+            "gdn_operator.handlers.plan -> gdn_operator.handlers.reconcile",
+        ),
+        # nothing below handlers/ talks to the cluster, also not lazily inside a function
+        (
+            "render/engine.py",
+            "def _client():\n    import kubernetes\n    return kubernetes",
+            "gdn_operator.render.engine -> kubernetes",
+        ),
+    ],
+)
 def test_an_upward_import_breaks_the_contract(tmp_path, module, line, broken):
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     pkg = tmp_path / "operator" / "gdn_operator"

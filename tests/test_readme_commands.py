@@ -23,7 +23,7 @@ from readme_commands import README, ROOT, declared, key, readme_commands
 NOT_RUN_HERE = {
     "hack/test.sh": "the whole suite: CI (.ci/run) runs exactly this; a test running it would run itself",
     "hack/gpu/bundle.sh 0.22.0": "downloads the multi-GB GPU wheel set; its resolution walk is tested on synthetic "
-                                 "bundles (tests/hack/test_gpu_bundle.py)",
+    "bundles (tests/hack/test_gpu_bundle.py)",
     "hack/gpu-test.sh": "needs an NVIDIA GPU and the installed bundle (the GPU tier, run on a GPU host)",
 }
 #: README placeholders -> real files of this repository
@@ -36,8 +36,14 @@ GDNCTL = [raw for k, raw in readme_commands().items() if k.startswith("gdnctl ")
 
 def test_the_readme_commands_are_found():
     cmds = readme_commands()
-    for k in ("hack/dev.sh", "hack/dev.sh --real-engine", "hack/dev.sh --real-engine-broken-mtp", "hack/test.sh --unit",
-              "gdnctl crd", "helm install gdn-operator charts/gdn-operator"):
+    for k in (
+        "hack/dev.sh",
+        "hack/dev.sh --real-engine",
+        "hack/dev.sh --real-engine-broken-mtp",
+        "hack/test.sh --unit",
+        "gdnctl crd",
+        "helm install gdn-operator charts/gdn-operator",
+    ):
         assert k in cmds, f"{k!r} not found in README.md any more: {sorted(cmds)}"
     assert "hack/tiers.py" not in cmds and "hack/gpu/README.md" not in cmds  # mentions, not commands
     assert len(GDNCTL) >= 5
@@ -48,7 +54,8 @@ def test_every_readme_command_is_exercised():
     missing = [k for k in readme_commands() if not k.startswith("gdnctl ") and k not in decl and k not in NOT_RUN_HERE]
     assert not missing, (
         "README.md tells users to run these, but no test does: add a test that runs each one (in the tier it "
-        "needs) and mark it @pytest.mark.readme(<the command as README.md writes it>):\n  " + "\n  ".join(missing))
+        "needs) and mark it @pytest.mark.readme(<the command as README.md writes it>):\n  " + "\n  ".join(missing)
+    )
 
 
 def test_declarations_and_exemptions_name_readme_commands():
@@ -62,7 +69,8 @@ def test_the_scanner_sees_a_new_command_and_its_marker(tmp_path):
     text = README.read_text() + "\n```sh\nhack/dev.sh --brand-new-flag   # does things\n```\n"
     assert "hack/dev.sh --brand-new-flag" in readme_commands(text)
     (tmp_path / "test_x.py").write_text(
-        "import pytest\n\n@pytest.mark.readme('hack/dev.sh   --brand-new-flag')\ndef test_it():\n    pass\n")
+        "import pytest\n\n@pytest.mark.readme('hack/dev.sh   --brand-new-flag')\ndef test_it():\n    pass\n"
+    )
     assert declared(tmp_path, root=tmp_path) == {"hack/dev.sh --brand-new-flag": ["test_x.py::test_it"]}
 
 
@@ -100,7 +108,9 @@ def test_gdnctl_line(raw):
 
 @pytest.mark.readme('.venv/bin/python -m pytest -p no:cacheprovider --collect-only -q -m "not harness" tests | tail -1')
 def test_count_the_operator_tests_line():
-    raw = readme_commands()[key('.venv/bin/python -m pytest -p no:cacheprovider --collect-only -q -m "not harness" tests | tail -1')]
+    raw = readme_commands()[
+        key('.venv/bin/python -m pytest -p no:cacheprovider --collect-only -q -m "not harness" tests | tail -1')
+    ]
     res = subprocess.run(["bash", "-c", raw], capture_output=True, text=True, cwd=ROOT, timeout=240)
     assert res.returncode == 0, res.stderr
     m = re.fullmatch(r"(\d+)/(\d+) tests collected \((\d+) deselected\).*", res.stdout.strip())
@@ -110,8 +120,9 @@ def test_count_the_operator_tests_line():
 
 def _test_sh(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GDN_SKIP_"))}
-    return subprocess.run(["bash", str(ROOT / "hack" / "test.sh"), *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        ["bash", str(ROOT / "hack" / "test.sh"), *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env
+    )
 
 
 @pytest.mark.timeout(600)
@@ -125,8 +136,13 @@ def test_test_sh_unit_selects_exactly_the_unit_tier():
     ids = [ln for ln in res.stdout.splitlines() if "::" in ln]
     assert any(i.startswith("tests/rules/") for i in ids) and any(i.startswith("tests/test_cli.py") for i in ids)
     # nothing that needs the control plane, the engine or a GPU
-    for needs in ("tests/integration/test_scaleout_cluster.py", "tests/integration/test_recall_engine.py",
-                  "tests/harness/test_cluster_full.py", "tests/hack/test_dev_cluster.py", "tests/gpu/"):
+    for needs in (
+        "tests/integration/test_scaleout_cluster.py",
+        "tests/integration/test_recall_engine.py",
+        "tests/harness/test_cluster_full.py",
+        "tests/hack/test_dev_cluster.py",
+        "tests/gpu/",
+    ):
         assert not any(i.startswith(needs) for i in ids), needs
 
 

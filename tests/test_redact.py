@@ -27,12 +27,15 @@ def test_credentials_are_redacted(text, secret):
     assert secret not in out and MASK in out
 
 
-@pytest.mark.parametrize("text", [
-    "AssertionError: num_decodes: 1, num_spec_decodes: 4",
-    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
-    "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.",
-    "max_num_batched_tokens (2048) is smaller than max_model_len (8192)",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "AssertionError: num_decodes: 1, num_spec_decodes: 4",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.",
+        "max_num_batched_tokens (2048) is smaller than max_model_len (8192)",
+    ],
+)
 def test_ordinary_crash_lines_are_untouched(text):
     assert redact(text) == text
 
@@ -44,9 +47,14 @@ def test_condition_messages_are_redacted():
 
 
 def test_findings_never_echo_env_values():
-    spec = parse_spec({"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.19.1", "vllmVersion": "0.19.1"},
-                       "tensorParallelSize": 2,
-                       "env": [{"name": "NCCL_P2P_DISABLE", "value": "1"}, {"name": "MY_SECRET", "value": "s3cr3t-value"}]})
+    spec = parse_spec(
+        {
+            "model": {"uri": "hf://Qwen/Qwen3.5-27B"},
+            "image": {"tag": "v0.19.1", "vllmVersion": "0.19.1"},
+            "tensorParallelSize": 2,
+            "env": [{"name": "NCCL_P2P_DISABLE", "value": "1"}, {"name": "MY_SECRET", "value": "s3cr3t-value"}],
+        }
+    )
     ev = evaluate(spec, default_policy="warn")
     text = " ".join(f.message for f in ev.findings)
     assert "s3cr3t-value" not in text

@@ -26,11 +26,20 @@ def test_defaults_when_nothing_is_set():
 
 
 def test_values_are_parsed():
-    s = Settings.from_env({
-        "GDN_WATCH_NAMESPACES": " a, b ,,", "GDN_DEFAULT_POLICY": "warn", "GDN_STREAM_LOGS": "off",
-        "GDN_CRASH_QUIET_SECONDS": "0.5", "GDN_LOG_LEVEL": "debug", "GDN_LIVENESS": "", "GDN_PEERING": "gdn",
-        "GDN_WEBHOOK_MODE": "service", "GDN_WEBHOOK_SERVICE": "hook", "POD_NAMESPACE": "gdn-system",
-    })
+    s = Settings.from_env(
+        {
+            "GDN_WATCH_NAMESPACES": " a, b ,,",
+            "GDN_DEFAULT_POLICY": "warn",
+            "GDN_STREAM_LOGS": "off",
+            "GDN_CRASH_QUIET_SECONDS": "0.5",
+            "GDN_LOG_LEVEL": "debug",
+            "GDN_LIVENESS": "",
+            "GDN_PEERING": "gdn",
+            "GDN_WEBHOOK_MODE": "service",
+            "GDN_WEBHOOK_SERVICE": "hook",
+            "POD_NAMESPACE": "gdn-system",
+        }
+    )
     assert s.namespaces == ("a", "b") and s.default_policy == "warn" and s.stream_logs is False
     assert s.crash_quiet_seconds == 0.5 and s.log_level == "DEBUG"
     assert s.liveness is None  # empty: liveness endpoint off
@@ -44,18 +53,21 @@ def test_auto_priority_differs_per_replica():
     assert Settings.from_env({"GDN_PEERING_PRIORITY": "7"}).resolved_priority() == 7
 
 
-@pytest.mark.parametrize("name, value, fix", [
-    ("GDN_DEFAULT_POLICY", "allow", "set one of reject, mitigate, warn"),
-    ("GDN_WEBHOOK_MODE", "remote", "set one of '' (empty), local, service"),
-    ("GDN_STREAM_LOGS", "maybe", "set true or false"),
-    ("GDN_METRICS_PORT", "80a", "not an integer"),
-    ("GDN_WEBHOOK_PORT", "0", "between 1 and 65535"),
-    ("GDN_MAX_WORKERS", "0", ">= 1"),
-    ("GDN_CRASH_QUIET_SECONDS", "-5", "positive number of seconds"),
-    ("GDN_ACCEPTANCE_WINDOW", "soon", "set seconds"),
-    ("GDN_PEERING_PRIORITY", "high", "an integer or 'auto'"),
-    ("GDN_LOG_LEVEL", "LOUD", "set one of DEBUG"),
-])
+@pytest.mark.parametrize(
+    "name, value, fix",
+    [
+        ("GDN_DEFAULT_POLICY", "allow", "set one of reject, mitigate, warn"),
+        ("GDN_WEBHOOK_MODE", "remote", "set one of '' (empty), local, service"),
+        ("GDN_STREAM_LOGS", "maybe", "set true or false"),
+        ("GDN_METRICS_PORT", "80a", "not an integer"),
+        ("GDN_WEBHOOK_PORT", "0", "between 1 and 65535"),
+        ("GDN_MAX_WORKERS", "0", ">= 1"),
+        ("GDN_CRASH_QUIET_SECONDS", "-5", "positive number of seconds"),
+        ("GDN_ACCEPTANCE_WINDOW", "soon", "set seconds"),
+        ("GDN_PEERING_PRIORITY", "high", "an integer or 'auto'"),
+        ("GDN_LOG_LEVEL", "LOUD", "set one of DEBUG"),
+    ],
+)
 def test_bad_values_name_the_variable_and_the_fix(name, value, fix):
     with pytest.raises(SettingsError) as e:
         Settings.from_env({name: value})

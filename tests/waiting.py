@@ -35,8 +35,9 @@ def _call(fn: Callable[[], T], retry: Retry) -> tuple[T | None, bool]:
         raise
 
 
-def poll(fn: Callable[[], T], *, until: Callable[[T], Any] = bool, timeout: float = 60.0,
-         interval: float = 0.25, retry: Retry = None) -> tuple[T | None, bool]:
+def poll(
+    fn: Callable[[], T], *, until: Callable[[T], Any] = bool, timeout: float = 60.0, interval: float = 0.25, retry: Retry = None
+) -> tuple[T | None, bool]:
     """Call ``fn`` every ``interval`` s until ``until(value)`` holds; return (last value, whether it held)."""
     deadline = time.monotonic() + timeout
     last: T | None = None
@@ -51,8 +52,9 @@ def poll(fn: Callable[[], T], *, until: Callable[[T], Any] = bool, timeout: floa
         time.sleep(interval)
 
 
-def wait_for(fn: Callable[[], T], timeout: float = 60.0, interval: float = 0.25, what: str = "condition",
-             *, retry: Retry = None) -> T:
+def wait_for(
+    fn: Callable[[], T], timeout: float = 60.0, interval: float = 0.25, what: str = "condition", *, retry: Retry = None
+) -> T:
     """The first truthy ``fn()``; AssertionError naming ``what`` after ``timeout`` seconds."""
     value, met = poll(fn, timeout=timeout, interval=interval, retry=retry)
     if not met:
@@ -72,8 +74,14 @@ async def _acall(fn: Callable[[], Any], retry: Retry) -> tuple[Any, bool]:
         raise
 
 
-async def async_poll(fn: Callable[[], T | Awaitable[T]], *, until: Callable[[T], Any] = bool,
-                     timeout: float = 60.0, interval: float = 0.25, retry: Retry = None) -> tuple[T | None, bool]:
+async def async_poll(
+    fn: Callable[[], T | Awaitable[T]],
+    *,
+    until: Callable[[T], Any] = bool,
+    timeout: float = 60.0,
+    interval: float = 0.25,
+    retry: Retry = None,
+) -> tuple[T | None, bool]:
     """``poll`` for async tests: ``fn`` may return an awaitable; sleeps without blocking the loop."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -89,8 +97,14 @@ async def async_poll(fn: Callable[[], T | Awaitable[T]], *, until: Callable[[T],
         await asyncio.sleep(interval)
 
 
-async def async_wait_for(fn: Callable[[], T | Awaitable[T]], timeout: float = 60.0, interval: float = 0.25,
-                         what: str = "condition", *, retry: Retry = None) -> T:
+async def async_wait_for(
+    fn: Callable[[], T | Awaitable[T]],
+    timeout: float = 60.0,
+    interval: float = 0.25,
+    what: str = "condition",
+    *,
+    retry: Retry = None,
+) -> T:
     """``wait_for`` for async tests."""
     value, met = await async_poll(fn, timeout=timeout, interval=interval, retry=retry)
     if not met:

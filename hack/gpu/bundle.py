@@ -79,11 +79,18 @@ def manylinux_tags(top: str, arch: str) -> list[str]:
 def marker_env(cfg: dict) -> dict[str, str]:
     t = cfg["target"]
     return {
-        "python_version": t["python_version"], "python_full_version": t["python_full_version"],
-        "implementation_name": "cpython", "implementation_version": t["python_full_version"],
-        "platform_python_implementation": "CPython", "os_name": "posix", "sys_platform": "linux",
-        "platform_system": "Linux", "platform_machine": t["arch"], "platform_release": "",
-        "platform_version": "", "extra": "",
+        "python_version": t["python_version"],
+        "python_full_version": t["python_full_version"],
+        "implementation_name": "cpython",
+        "implementation_version": t["python_full_version"],
+        "platform_python_implementation": "CPython",
+        "os_name": "posix",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": t["arch"],
+        "platform_release": "",
+        "platform_version": "",
+        "extra": "",
     }
 
 
@@ -91,10 +98,29 @@ def cmd_resolve(args, cfg) -> None:
     t = cfg["target"]
     py = t["python_version"]
     plats = [a for tag in manylinux_tags(t["manylinux"], t["arch"]) for a in ("--platform", tag)]
-    argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-            "--report", str(args.work / "report.json"), "--only-binary=:all:", "--no-cache-dir",
-            "--python-version", py, "--implementation", "cp", "--abi", "cp" + py.replace(".", ""),
-            *plats, "--target", str(args.work / "dry-target"), f"vllm=={args.vllm_version}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--quiet",
+        "--report",
+        str(args.work / "report.json"),
+        "--only-binary=:all:",
+        "--no-cache-dir",
+        "--python-version",
+        py,
+        "--implementation",
+        "cp",
+        "--abi",
+        "cp" + py.replace(".", ""),
+        *plats,
+        "--target",
+        str(args.work / "dry-target"),
+        f"vllm=={args.vllm_version}",
+    ]
     print("resolve:", " ".join(argv[3:8]), "…", f"vllm=={args.vllm_version}", flush=True)
     subprocess.run(argv, check=True)
 
@@ -105,11 +131,10 @@ def plan(report: dict, base: dict[str, str | None], cfg: dict, opt_in: set[str])
     optional = {norm(k): v for k, v in cfg["optional"].items()}
     unknown = opt_in - set(optional)
     if unknown:
-        raise SystemExit(f"--with {sorted(unknown)}: not an optional package in bundle.yaml "
-                         f"(choose from {sorted(optional)})")
-    include: dict[str, set[str]] = {}          # name → extras activated
-    excluded: dict[str, list[str]] = {}        # optional name → requirers
-    base_reqs: dict[str, list[dict]] = {}      # base name → [{by, spec}]
+        raise SystemExit(f"--with {sorted(unknown)}: not an optional package in bundle.yaml (choose from {sorted(optional)})")
+    include: dict[str, set[str]] = {}  # name → extras activated
+    excluded: dict[str, list[str]] = {}  # optional name → requirers
+    base_reqs: dict[str, list[dict]] = {}  # base name → [{by, spec}]
     todo = [("vllm", frozenset())]
     while todo:
         name, extras = todo.pop()
@@ -154,12 +179,21 @@ def plan(report: dict, base: dict[str, str | None], cfg: dict, opt_in: set[str])
     for name in sorted(include):
         it = items[name]
         ai = it["download_info"]
-        pkgs.append({"name": name, "version": it["metadata"]["version"], "url": ai["url"],
-                     "sha256": ai.get("archive_info", {}).get("hashes", {}).get("sha256")})
-    return {"packages": pkgs, "excluded_optional": {k: {"why": optional[k], "required_by": sorted(set(v))}
-                                                    for k, v in sorted(excluded.items())},
-            "base_requirements": {k: v for k, v in sorted(base_reqs.items())},
-            "conflicts_with_base_file": conflicts, "unverified_against_base_file": unverified}
+        pkgs.append(
+            {
+                "name": name,
+                "version": it["metadata"]["version"],
+                "url": ai["url"],
+                "sha256": ai.get("archive_info", {}).get("hashes", {}).get("sha256"),
+            }
+        )
+    return {
+        "packages": pkgs,
+        "excluded_optional": {k: {"why": optional[k], "required_by": sorted(set(v))} for k, v in sorted(excluded.items())},
+        "base_requirements": {k: v for k, v in sorted(base_reqs.items())},
+        "conflicts_with_base_file": conflicts,
+        "unverified_against_base_file": unverified,
+    }
 
 
 def sha256_file(path: Path) -> str:
@@ -219,8 +253,7 @@ def trim(site: Path, cfg: dict) -> list[dict]:
         for p in sorted(site.glob(pattern)):
             before = p.stat().st_size
             subprocess.run(["strip", "--strip-debug", str(p)], check=True)
-            done.append({"path": str(p.relative_to(site)), "bytes": before - p.stat().st_size,
-                         "why": "strip --strip-debug"})
+            done.append({"path": str(p.relative_to(site)), "bytes": before - p.stat().st_size, "why": "strip --strip-debug"})
     return done
 
 
@@ -240,8 +273,10 @@ def cmd_build(args, cfg) -> None:
     t0 = time.time()
     with concurrent.futures.ThreadPoolExecutor(4) as ex:
         wheels = list(ex.map(lambda pk: fetch(pk, cache), p["packages"]))
-    print(f"download: {len(wheels)} wheels, {sum(w.stat().st_size for w in wheels) / 1e6:.1f} MB "
-          f"({time.time() - t0:.0f}s)", flush=True)
+    print(
+        f"download: {len(wheels)} wheels, {sum(w.stat().st_size for w in wheels) / 1e6:.1f} MB ({time.time() - t0:.0f}s)",
+        flush=True,
+    )
     site = args.work / "site"
     if site.exists():
         shutil.rmtree(site)
@@ -250,8 +285,7 @@ def cmd_build(args, cfg) -> None:
         unpack_wheel(w, site)
     trimmed = trim(site, cfg)
     unpacked = sum(f.stat().st_size for f in site.rglob("*") if f.is_file())
-    print(f"unpack+trim: {unpacked / 2**20:.1f} MiB left, {sum(t['bytes'] for t in trimmed) / 2**20:.1f} MiB trimmed",
-          flush=True)
+    print(f"unpack+trim: {unpacked / 2**20:.1f} MiB left, {sum(t['bytes'] for t in trimmed) / 2**20:.1f} MiB trimmed", flush=True)
     out = args.out
     if out.exists():
         shutil.rmtree(out)
@@ -260,8 +294,11 @@ def cmd_build(args, cfg) -> None:
     archive = args.work / stem
     t0 = time.time()
     files = sorted(f for f in site.rglob("*") if f.is_file())
-    xz = subprocess.Popen(["nice", "-n", "10", "xz", f"-{args.xz_level}", f"-T{args.xz_threads}", "-c"],
-                          stdin=subprocess.PIPE, stdout=open(archive, "wb"))  # noqa: SIM115 - xz owns it
+    xz = subprocess.Popen(
+        ["nice", "-n", "10", "xz", f"-{args.xz_level}", f"-T{args.xz_threads}", "-c"],
+        stdin=subprocess.PIPE,
+        stdout=open(archive, "wb"),  # noqa: SIM115 - xz owns it
+    )
     with tarfile.open(fileobj=xz.stdin, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for f in files:
             ti = tar.gettarinfo(str(f), arcname=str(f.relative_to(site)))
@@ -276,22 +313,34 @@ def cmd_build(args, cfg) -> None:
     xz_s = time.time() - t0
     pieces = write_pieces([archive], out, stem, parse_size(args.piece_size))
     manifest = {
-        "vllm_version": args.vllm_version, "target": cfg["target"], "base_file": args.base.name,
-        "with": sorted(norm(w) for w in args.with_), "archive": stem, "archive_bytes": archive.stat().st_size,
-        "archive_sha256": sha256_file(archive), "unpacked_bytes": unpacked, "pieces": pieces,
+        "vllm_version": args.vllm_version,
+        "target": cfg["target"],
+        "base_file": args.base.name,
+        "with": sorted(norm(w) for w in args.with_),
+        "archive": stem,
+        "archive_bytes": archive.stat().st_size,
+        "archive_sha256": sha256_file(archive),
+        "unpacked_bytes": unpacked,
+        "pieces": pieces,
         "xz": {"level": args.xz_level, "threads": args.xz_threads, "seconds": round(xz_s, 1)},
-        "trimmed": trimmed, **p,
+        "trimmed": trimmed,
+        **p,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     archive.unlink()
-    print(f"bundle: {out} — {len(pieces)} pieces, {manifest['archive_bytes'] / 1e6:.1f} MB "
-          f"(xz -{args.xz_level} -T{args.xz_threads}: {xz_s:.0f}s), {len(p['packages'])} packages", flush=True)
+    print(
+        f"bundle: {out} — {len(pieces)} pieces, {manifest['archive_bytes'] / 1e6:.1f} MB "
+        f"(xz -{args.xz_level} -T{args.xz_threads}: {xz_s:.0f}s), {len(p['packages'])} packages",
+        flush=True,
+    )
     for c in p["conflicts_with_base_file"]:
         print(f"conflict with base: {c['package']} {c['base']} but {c['by']} requires {c['spec']}")
     if p["unverified_against_base_file"]:
         names = sorted({u["package"] for u in p["unverified_against_base_file"]})
-        print(f"base file gives no version for {len(names)} required packages ({', '.join(names)}); "
-              "install.sh checks them on the host")
+        print(
+            f"base file gives no version for {len(names)} required packages ({', '.join(names)}); "
+            "install.sh checks them on the host"
+        )
 
 
 def write_pieces(sources: list[Path], out: Path, stem: str, size: int) -> list[dict]:
@@ -337,8 +386,7 @@ def cmd_resplit(args, cfg) -> None:
 
 
 def cmd_plan(args, cfg) -> None:
-    p = plan(json.loads((args.work / "report.json").read_text()), parse_base(args.base), cfg,
-             {norm(w) for w in args.with_})
+    p = plan(json.loads((args.work / "report.json").read_text()), parse_base(args.base), cfg, {norm(w) for w in args.with_})
     json.dump(p, sys.stdout, indent=1)
     print()
 

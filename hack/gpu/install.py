@@ -61,16 +61,24 @@ def check_pieces(bundle: Path, manifest: dict) -> list[Path]:
         elif sha256_of([p]) != piece["sha256"]:
             bad.append(piece["file"])
     if missing or bad:
-        die(2, f"{bundle}: missing pieces {missing}, corrupt pieces {bad} "
-               f"(copy them again; hack/gpu/stage-piece.sh verifies each one as it arrives)")
+        die(
+            2,
+            f"{bundle}: missing pieces {missing}, corrupt pieces {bad} "
+            f"(copy them again; hack/gpu/stage-piece.sh verifies each one as it arrives)",
+        )
     if sha256_of(paths) != manifest["archive_sha256"]:
         die(2, "the reassembled archive's sha256 differs from the manifest's archive_sha256 (pieces from different builds?)")
     return paths
 
 
 def live_base(python: str) -> dict[str, str]:
-    out = subprocess.run([python, "-m", "pip", "list", "--format=json", "--disable-pip-version-check"],
-                         check=True, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH="")).stdout
+    out = subprocess.run(
+        [python, "-m", "pip", "list", "--format=json", "--disable-pip-version-check"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=""),
+    ).stdout
     return {norm(p["name"]): p["version"] for p in json.loads(out)}
 
 
@@ -123,8 +131,11 @@ def main(argv=None) -> None:
     ap.add_argument("bundle", type=Path, help="directory with manifest.json and the pieces")
     ap.add_argument("target", type=Path, help="site directory to create (put it on PYTHONPATH)")
     ap.add_argument("--python", default=sys.executable, help="interpreter whose packages are the base")
-    ap.add_argument("--accept", default=str(Path(__file__).resolve().parent / "accept-conflicts.yaml"),
-                    help="accept list of known-harmless conflicts ('' for none)")
+    ap.add_argument(
+        "--accept",
+        default=str(Path(__file__).resolve().parent / "accept-conflicts.yaml"),
+        help="accept list of known-harmless conflicts ('' for none)",
+    )
     ap.add_argument("--check-only", action="store_true", help="verify pieces and conflicts, write nothing")
     args = ap.parse_args(argv)
     mf_path = args.bundle / "manifest.json"
@@ -136,31 +147,46 @@ def main(argv=None) -> None:
         print(f"install: {args.target} already holds this bundle (archive {manifest['archive_sha256'][:12]})")
         return
     want = manifest["target"]["python_version"]
-    have_py = subprocess.run([args.python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    have_py = subprocess.run(
+        [args.python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], check=True, capture_output=True, text=True
+    ).stdout.strip()
     if have_py != want:
         die(2, f"--python {args.python} is Python {have_py}; the bundle was built for {want} (bundle.sh target)")
     base = live_base(args.python)
-    bad, ok, missing = conflicts(manifest, base, load_accept(Path(args.accept) if args.accept else None,
-                                                            manifest["vllm_version"]))
+    bad, ok, missing = conflicts(
+        manifest, base, load_accept(Path(args.accept) if args.accept else None, manifest["vllm_version"])
+    )
     shadow = [p["name"] for p in manifest["packages"] if p["name"] in base]
     for a in ok:
-        print(f"install: accepted conflict: {a['package']} {a['installed']} (vllm needs {a['required']} via {a['by']}): {a['reason']}")
+        print(
+            f"install: accepted conflict: {a['package']} {a['installed']} (vllm needs {a['required']} via {a['by']}): {a['reason']}"
+        )
     if shadow:
         print(f"install: the bundle's copy shadows the host's for: {', '.join(shadow)}")
     if missing or bad:
         for m in missing:
-            print(f"install: MISSING base package {m['package']} (required by {', '.join(m['required_by'])}); "
-                  "rebuild the bundle with a --base list that does not name it", file=sys.stderr)
+            print(
+                f"install: MISSING base package {m['package']} (required by {', '.join(m['required_by'])}); "
+                "rebuild the bundle with a --base list that does not name it",
+                file=sys.stderr,
+            )
         for b in bad:
-            print(f"install: CONFLICT {b['package']} {b['installed']} on the host, {b['by']} requires "
-                  f"{b['package']}{b['required']}", file=sys.stderr)
-        die(3, f"{len(bad)} version conflicts, {len(missing)} missing base packages. If a conflict is known to "
-               f"be harmless, add it to {args.accept or 'an accept list'} with the installed version and a reason.")
+            print(
+                f"install: CONFLICT {b['package']} {b['installed']} on the host, {b['by']} requires "
+                f"{b['package']}{b['required']}",
+                file=sys.stderr,
+            )
+        die(
+            3,
+            f"{len(bad)} version conflicts, {len(missing)} missing base packages. If a conflict is known to "
+            f"be harmless, add it to {args.accept or 'an accept list'} with the installed version and a reason.",
+        )
     if args.check_only:
         here = [p["file"] for p in manifest["pieces"] if (args.bundle / p["file"]).is_file()]
-        print(f"install: --check-only: no conflicts left; {len(here)}/{len(manifest['pieces'])} pieces present "
-              "(not verified); nothing written")
+        print(
+            f"install: --check-only: no conflicts left; {len(here)}/{len(manifest['pieces'])} pieces present "
+            "(not verified); nothing written"
+        )
         return
     pieces = check_pieces(args.bundle, manifest)
     print(f"install: {len(pieces)} pieces verified, archive sha256 {manifest['archive_sha256'][:12]}…")
@@ -169,12 +195,17 @@ def main(argv=None) -> None:
     tmp.mkdir(parents=True)
     with lzma.open(_Concat(pieces)) as xz, tarfile.open(fileobj=xz, mode="r|") as tar:
         tar.extractall(tmp, filter="data")
-    (tmp / STAMP).write_text(json.dumps({"archive_sha256": manifest["archive_sha256"],
-                                         "vllm_version": manifest["vllm_version"], "accepted": ok}, indent=1))
+    (tmp / STAMP).write_text(
+        json.dumps(
+            {"archive_sha256": manifest["archive_sha256"], "vllm_version": manifest["vllm_version"], "accepted": ok}, indent=1
+        )
+    )
     shutil.rmtree(args.target, ignore_errors=True)
     tmp.rename(args.target)
-    print(f"install: vLLM {manifest['vllm_version']} → {args.target} ({len(manifest['packages'])} packages); "
-          f"use PYTHONPATH={args.target}")
+    print(
+        f"install: vLLM {manifest['vllm_version']} → {args.target} ({len(manifest['packages'])} packages); "
+        f"use PYTHONPATH={args.target}"
+    )
 
 
 class _Concat:

@@ -66,16 +66,23 @@ _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)|\$\$")
 
 
 def manifest(eager: bool = True) -> dict:
-    m = harness.adapted_manifest(mtp=True, tensor_parallel_size=NODES, gpu_memory_utilization=0.12,
-                                 kv_cache_memory="2G", eager=eager)
+    m = harness.adapted_manifest(
+        mtp=True, tensor_parallel_size=NODES, gpu_memory_utilization=0.12, kv_cache_memory="2G", eager=eager
+    )
     m["spec"]["nodes"] = NODES
     return m
 
 
 def render_lws(m: dict) -> tuple[dict, list[str]]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(harness.OPERATOR_SRC), os.environ.get("PYTHONPATH", "")]))
-    p = subprocess.run([harness.PYTHON, "-m", "gdn_operator.cli", "render", "-f", "-", "--output", "json"],
-                       input=json.dumps(m), capture_output=True, text=True, env=env, timeout=120)
+    p = subprocess.run(
+        [harness.PYTHON, "-m", "gdn_operator.cli", "render", "-f", "-", "--output", "json"],
+        input=json.dumps(m),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     if p.returncode != 0:
         raise RuntimeError(f"gdnctl render exited {p.returncode}:\n{p.stderr}")
     lws = next(o for o in json.loads(p.stdout)["items"] if o["kind"] == "LeaderWorkerSet")
@@ -96,11 +103,19 @@ def pod_launch(lws: dict, role: str, index: int) -> dict[str, Any]:
         raise RuntimeError(f"{role}: rendered command {c['command']}, expected ['vllm', 'serve']")
     env = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
     skipped_env = [e["name"] for e in c.get("env", []) if "value" not in e]
-    injected = {"LWS_LEADER_ADDRESS": LEADER_ADDRESS, "LWS_WORKER_INDEX": str(index),
-                "LWS_GROUP_SIZE": str(lws["spec"]["leaderWorkerTemplate"]["size"])}
+    injected = {
+        "LWS_LEADER_ADDRESS": LEADER_ADDRESS,
+        "LWS_WORKER_INDEX": str(index),
+        "LWS_GROUP_SIZE": str(lws["spec"]["leaderWorkerTemplate"]["size"]),
+    }
     full_env = {**injected, **env}
-    return {"rendered_args": list(c["args"]), "args": [kubelet_expand(a, full_env) for a in c["args"]],
-            "env": full_env, "env_not_literal": skipped_env, "gpus": c["resources"]["limits"].get("nvidia.com/gpu")}
+    return {
+        "rendered_args": list(c["args"]),
+        "args": [kubelet_expand(a, full_env) for a in c["args"]],
+        "env": full_env,
+        "env_not_literal": skipped_env,
+        "gpus": c["resources"]["limits"].get("nvidia.com/gpu"),
+    }
 
 
 def _flag(argv: list[str], flag: str) -> str | None:
@@ -111,14 +126,22 @@ def launch_lines(eager: bool = True) -> dict[str, Any]:
     lws, notes = render_lws(manifest(eager))
     leader, worker = pod_launch(lws, "leader", 0), pod_launch(lws, "worker", 1)
     for role, p in (("leader", leader), ("worker", worker)):
-        want = {"--nnodes": str(NODES), "--node-rank": "0" if role == "leader" else "1",
-                "--master-addr": LEADER_ADDRESS, "--tensor-parallel-size": str(NODES)}
+        want = {
+            "--nnodes": str(NODES),
+            "--node-rank": "0" if role == "leader" else "1",
+            "--master-addr": LEADER_ADDRESS,
+            "--tensor-parallel-size": str(NODES),
+        }
         bad = {k: _flag(p["args"], k) for k, v in want.items() if _flag(p["args"], k) != v}
         if bad or (("--headless" in p["args"]) != (role == "worker")) or str(p["gpus"]) != "1":
             raise RuntimeError(f"{role}: the rendered launch line is not a 2-node TP=2 group member: {bad} {p}")
-    return {"leader": leader, "worker": worker, "render_notes": notes,
-            "lws": {k: lws["spec"]["leaderWorkerTemplate"][k] for k in ("size", "restartPolicy")}
-            | {"startupPolicy": lws["spec"].get("startupPolicy")}}
+    return {
+        "leader": leader,
+        "worker": worker,
+        "render_notes": notes,
+        "lws": {k: lws["spec"]["leaderWorkerTemplate"][k] for k in ("size", "restartPolicy")}
+        | {"startupPolicy": lws["spec"].get("startupPolicy")},
+    }
 
 
 def _classify(log_text: str, evidence: Any) -> dict[str, Any]:
@@ -128,10 +151,22 @@ def _classify(log_text: str, evidence: Any) -> dict[str, Any]:
     tail = log_text.encode()[-TERMINATION_TAIL_BYTES:].decode(errors="replace")
     r = best_result(classify_termination_message(tail, evidence=evidence), classify_text(log_text, evidence=evidence))
     if not r.crashed:  # as handlers/crashwatch.handle_death: killed without a recognisable log is still a crash
-        r = ClassificationResult(crashed=True, signature="engine-dead", title="Engine container terminated",
-                                 kind="generic", generic=True, root_cause="no recognisable log")
-    return {"signature": r.signature, "upstream": r.upstream, "generic": r.generic, "kind": r.kind,
-            "root_cause": (r.root_cause or "")[:400], "summary": r.summary()}
+        r = ClassificationResult(
+            crashed=True,
+            signature="engine-dead",
+            title="Engine container terminated",
+            kind="generic",
+            generic=True,
+            root_cause="no recognisable log",
+        )
+    return {
+        "signature": r.signature,
+        "upstream": r.upstream,
+        "generic": r.generic,
+        "kind": r.kind,
+        "root_cause": (r.root_cause or "")[:400],
+        "summary": r.summary(),
+    }
 
 
 def group_incident(deaths: list[dict[str, Any]]) -> dict[str, Any]:
@@ -148,8 +183,14 @@ def group_incident(deaths: list[dict[str, Any]]) -> dict[str, Any]:
         sig = prev["signature"] if incident and d["classification"]["generic"] else d["classification"]["signature"]
         counted += 0 if incident else 1
         members = (prev.get("incidentPods") or []) + [d["pod"]] if incident else [d["pod"]]
-        prev = {"time": d["finished"], "pod": d["pod"], "group": group, "generation": 1, "signature": sig,
-                "incidentPods": members}
+        prev = {
+            "time": d["finished"],
+            "pod": d["pod"],
+            "group": group,
+            "generation": 1,
+            "signature": sig,
+            "incidentPods": members,
+        }
         out.append({"pod": d["pod"], "finished": d["finished"], "same_incident": incident, "effective_signature": sig})
     return {"group": group, "window_s": GROUP_INCIDENT_SECONDS, "deaths": out, "crashes_counted": counted}
 
@@ -158,14 +199,22 @@ def _iso(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
-ISOLATE = ["unshare", "--ipc", "--mount", "--propagation", "private", "--", "sh", "-c",
-           'mount -t tmpfs -o size=16g tmpfs /dev/shm && exec "$0" "$@"']
+ISOLATE = [
+    "unshare",
+    "--ipc",
+    "--mount",
+    "--propagation",
+    "private",
+    "--",
+    "sh",
+    "-c",
+    'mount -t tmpfs -o size=16g tmpfs /dev/shm && exec "$0" "$@"',
+]
 
 
 def _start(name: str, p: dict, logdir: Path, cvd: str, listen: bool, node: int) -> harness.Engine:
     r = harness.Rendered(list(p["args"]), dict(p["env"]), [])
-    env = {"CUDA_VISIBLE_DEVICES": cvd, "NCCL_HOSTID": f"gdn-node-{node}", "NCCL_SOCKET_IFNAME": "lo",
-           "GLOO_SOCKET_IFNAME": "lo"}
+    env = {"CUDA_VISIBLE_DEVICES": cvd, "NCCL_HOSTID": f"gdn-node-{node}", "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
     wrap = ISOLATE if node and shutil.which("unshare") else []
     return harness.start(name, r, logdir, extra_env=env, listen=listen, wrap=wrap)
 
@@ -180,14 +229,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     logdir = out_dir / "mn-logs"
     lines = launch_lines(eager=not args.compiled)
-    res: dict[str, Any] = {"vllm_version": harness.VLLM_VERSION, "nodes": NODES, "parallel": "TP=2 across the 2 nodes",
-                           "launch": lines, "substitutions": [
-                               "leader --host 0.0.0.0 -> 127.0.0.1, --port 8000 -> a free port (harness.launch_argv)",
-                               "HF_HOME /cache/huggingface -> <out>/mn-logs/hf-home (no pod volume)",
-                               "CUDA_VISIBLE_DEVICES leader 0 / worker 1 (device plugin's part: one GPU per node)",
-                               "worker in its own IPC+mount namespace with a private /dev/shm; NCCL_HOSTID per node, "
-                               "NCCL_SOCKET_IFNAME=GLOO_SOCKET_IFNAME=lo (two processes of one host as two nodes)",
-                               "LWS_LEADER_ADDRESS=127.0.0.1, LWS_WORKER_INDEX, LWS_GROUP_SIZE (LWS webhook's part)"]}
+    res: dict[str, Any] = {
+        "vllm_version": harness.VLLM_VERSION,
+        "nodes": NODES,
+        "parallel": "TP=2 across the 2 nodes",
+        "launch": lines,
+        "substitutions": [
+            "leader --host 0.0.0.0 -> 127.0.0.1, --port 8000 -> a free port (harness.launch_argv)",
+            "HF_HOME /cache/huggingface -> <out>/mn-logs/hf-home (no pod volume)",
+            "CUDA_VISIBLE_DEVICES leader 0 / worker 1 (device plugin's part: one GPU per node)",
+            "worker in its own IPC+mount namespace with a private /dev/shm; NCCL_HOSTID per node, "
+            "NCCL_SOCKET_IFNAME=GLOO_SOCKET_IFNAME=lo (two processes of one host as two nodes)",
+            "LWS_LEADER_ADDRESS=127.0.0.1, LWS_WORKER_INDEX, LWS_GROUP_SIZE (LWS webhook's part)",
+        ],
+    }
     t0 = time.monotonic()
     leader = _start("leader", lines["leader"], logdir, "0", listen=True, node=0)
     worker = _start("worker", lines["worker"], logdir, "1", listen=False, node=1)
@@ -199,20 +254,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             res["error"] = str(e)[-1500:]
             res["worker_alive_at_failure"] = worker.proc.poll() is None
             return res
-        watch = metricswatch.Watch("leader", leader.url, args.stall_seconds, args.interval, t_ref=t0,
-                                   also_seconds=(60.0,)).start()
+        watch = metricswatch.Watch(
+            "leader", leader.url, args.stall_seconds, args.interval, t_ref=t0, also_seconds=(60.0,)
+        ).start()
         # recall load: exact answers and acceptance
         items = harness.heldout(args.requests)
         watch.mark("load_start")
-        got, wall = harness.run_requests(leader, items, args.concurrency, keep_errors=True,
-                                         timeout=max(5.0, min(120.0, until - time.time() - 120)))
+        got, wall = harness.run_requests(
+            leader, items, args.concurrency, keep_errors=True, timeout=max(5.0, min(120.0, until - time.time() - 120))
+        )
         eos = harness.eos_ids()
         verdicts = [harness.judge(it, g, eos) for it, g in zip(items, got, strict=True)]
-        res["recall"] = {"requests": len(items), "exact": verdicts.count("exact"), "short": verdicts.count("short"),
-                         "wrong": verdicts.count("wrong"), "errors": verdicts.count("error"), "wall_s": round(wall, 1),
-                         "tokens_per_s": round(sum(g.get("completion_tokens") or 0 for g in got) / wall, 1)}
-        res["recall"]["bad_sample"] = [{"expected": it["expected"], "got": g.get("text"), "verdict": v}
-                                       for it, g, v in zip(items, got, verdicts, strict=True) if v != "exact"][:3]
+        res["recall"] = {
+            "requests": len(items),
+            "exact": verdicts.count("exact"),
+            "short": verdicts.count("short"),
+            "wrong": verdicts.count("wrong"),
+            "errors": verdicts.count("error"),
+            "wall_s": round(wall, 1),
+            "tokens_per_s": round(sum(g.get("completion_tokens") or 0 for g in got) / wall, 1),
+        }
+        res["recall"]["bad_sample"] = [
+            {"expected": it["expected"], "got": g.get("text"), "verdict": v}
+            for it, g, v in zip(items, got, verdicts, strict=True)
+            if v != "exact"
+        ][:3]
         res["acceptance"] = acceptance(harness.metrics(leader))
         watch.mark("load_end")
         # a healthy idle group must stay unflagged for a detector window
@@ -228,8 +294,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         res["worker_exit"] = worker.proc.returncode
         cap = max(5.0, until - time.time() - 40)
         with concurrent.futures.ThreadPoolExecutor(4) as ex:
-            futs = [ex.submit(harness.run_requests, leader, harness.heldout(2), 2, keep_errors=True, timeout=cap)
-                    for _ in range(2)]
+            futs = [
+                ex.submit(harness.run_requests, leader, harness.heldout(2), 2, keep_errors=True, timeout=cap) for _ in range(2)
+            ]
             leader_exit_t = None
             while time.time() < until - 35:
                 if leader.proc.poll() is not None:
@@ -245,10 +312,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "requests_answered": sum(1 for r in after if "error" not in r),
             "requests_failed_or_pending": 4 - sum(1 for r in after if "error" not in r),
             "health_codes": watch.health_codes(since=t_kill),
-            "stall_flagged_s_after_kill": (round(watch.first_stalled_t - t_kill, 1)
-                                           if watch.first_stalled_t is not None and watch.first_stalled_t >= t_kill else None),
-            "stall_flagged_60s_detector_s_after_kill": next((round(t - t_kill, 1) for t in
-                                                             [watch.also_first_stalled_t.get("60")] if t is not None and t >= t_kill), None),
+            "stall_flagged_s_after_kill": (
+                round(watch.first_stalled_t - t_kill, 1)
+                if watch.first_stalled_t is not None and watch.first_stalled_t >= t_kill
+                else None
+            ),
+            "stall_flagged_60s_detector_s_after_kill": next(
+                (round(t - t_kill, 1) for t in [watch.also_first_stalled_t.get("60")] if t is not None and t >= t_kill), None
+            ),
         }
         deaths = [{"pod": "tiny-recall-0-1", "finished": _iso(kill_t), "log": worker.log_text()}]
         if leader_exit_t:
@@ -256,9 +327,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ev = evidence()
         for d in deaths:
             d["classification"] = _classify(d.pop("log"), ev)
-        res["crash_watch"] = {"classifications": {d["pod"]: d["classification"] for d in deaths},
-                              "leader_log_if_alive": None if leader_exit_t else _classify(leader.log_text(), ev),
-                              **group_incident(deaths)}
+        res["crash_watch"] = {
+            "classifications": {d["pod"]: d["classification"] for d in deaths},
+            "leader_log_if_alive": None if leader_exit_t else _classify(leader.log_text(), ev),
+            **group_incident(deaths),
+        }
         return res
     finally:
         if watch:
@@ -288,13 +361,27 @@ def acceptance(body: str) -> dict[str, Any]:
 
     snap = parse_exposition(body, timestamp=100.0)
     w = PodWindow(window=3600)
-    w.observe(EngineSnapshot(timestamp=0.0, num_drafts=0.0, num_draft_tokens=0.0, num_accepted_tokens=0.0,
-                             accepted_per_position=(0.0,) * len(snap.accepted_per_position), generation_tokens=0.0,
-                             start_time=snap.start_time, engines=1))
+    w.observe(
+        EngineSnapshot(
+            timestamp=0.0,
+            num_drafts=0.0,
+            num_draft_tokens=0.0,
+            num_accepted_tokens=0.0,
+            accepted_per_position=(0.0,) * len(snap.accepted_per_position),
+            generation_tokens=0.0,
+            start_time=snap.start_time,
+            engines=1,
+        )
+    )
     w.observe(snap)
     st = w.stats()
-    return {"drafts": st.drafts, "draft_tokens": st.draft_tokens, "accepted": st.accepted,
-            "acceptance_rate": st.acceptance_rate, "mean_accepted_length": st.mean_accepted_length}
+    return {
+        "drafts": st.drafts,
+        "draft_tokens": st.draft_tokens,
+        "accepted": st.accepted,
+        "acceptance_rate": st.acceptance_rate,
+        "mean_accepted_length": st.mean_accepted_length,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -315,12 +402,16 @@ def main(argv: list[str] | None = None) -> int:
     res = run(args)
     Path(args.out, "multinode.json").write_text(json.dumps(res, indent=1, default=str))
     rc, ak = res.get("recall", {}), res.get("after_kill", {})
-    print(f"multinode TP=2 x 2 nodes: leader ready {res.get('leader_ready_s')} s; recall {rc.get('exact')}/{rc.get('requests')} exact; "
-          f"acceptance {res.get('acceptance', {}).get('acceptance_rate')}; healthy phase flagged: "
-          f"{res.get('healthy_phase', {}).get('flagged')}")
-    print(f"worker killed: leader exited {ak.get('leader_exited')} after {ak.get('leader_exit_s_after_kill')} s "
-          f"(watched {ak.get('watched_s')} s); stall flagged {ak.get('stall_flagged_s_after_kill')} s after the kill; "
-          f"/health {ak.get('health_codes')}; crashes counted {res.get('crash_watch', {}).get('crashes_counted')}")
+    print(
+        f"multinode TP=2 x 2 nodes: leader ready {res.get('leader_ready_s')} s; recall {rc.get('exact')}/{rc.get('requests')} exact; "
+        f"acceptance {res.get('acceptance', {}).get('acceptance_rate')}; healthy phase flagged: "
+        f"{res.get('healthy_phase', {}).get('flagged')}"
+    )
+    print(
+        f"worker killed: leader exited {ak.get('leader_exited')} after {ak.get('leader_exit_s_after_kill')} s "
+        f"(watched {ak.get('watched_s')} s); stall flagged {ak.get('stall_flagged_s_after_kill')} s after the kill; "
+        f"/health {ak.get('health_codes')}; crashes counted {res.get('crash_watch', {}).get('crashes_counted')}"
+    )
     if res.get("error"):
         print("error:", res["error"][-600:])
     return 0 if res.get("recall") else 1

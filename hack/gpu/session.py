@@ -66,7 +66,7 @@ def trim_log(text: str, limit: int = LOG_LIMIT) -> str:
         out.append(f"# [session: {run - 3} more access-log lines]")
     s = "\n".join(out) + "\n"
     if len(s) > limit:
-        s = s[: limit // 3] + "\n# [session: middle cut]\n" + s[-(2 * limit) // 3:]
+        s = s[: limit // 3] + "\n# [session: middle cut]\n" + s[-(2 * limit) // 3 :]
     return s
 
 
@@ -74,35 +74,56 @@ def _py(script: str, *args: str) -> list[str]:
     return [sys.executable, str(REPO / script), *args]
 
 
-def step_cmd(step: str, work: Path, until: float, extra: list[str],
-             dry_run: bool = False) -> tuple[list[str], dict[str, str]]:
+def step_cmd(step: str, work: Path, until: float, extra: list[str], dry_run: bool = False) -> tuple[list[str], dict[str, str]]:
     """The step's command and which of its outputs go to $OUT (source path under work, or absolute -> name in $OUT)."""
     u = f"{until - 10:.0f}"
     if step == "prodmodel-train":
-        dev = (["--device", "cpu", "--threads", "2", "--batch", "2", "--n-max", "16", "--eval-limit", "8",
-                "--eval-every", "0"] if dry_run else ["--device", "cuda", "--threads", "8", "--eval-every", "250"])
-        cmd = _py("tests/models/train_recall.py", "--preset", "prod", "--out", str(PROD_MODEL), "--until", u,
-                  *dev, *extra)
+        dev = (
+            ["--device", "cpu", "--threads", "2", "--batch", "2", "--n-max", "16", "--eval-limit", "8", "--eval-every", "0"]
+            if dry_run
+            else ["--device", "cuda", "--threads", "8", "--eval-every", "250"]
+        )
+        cmd = _py("tests/models/train_recall.py", "--preset", "prod", "--out", str(PROD_MODEL), "--until", u, *dev, *extra)
         keep = {str(PROD_MODEL / "training.json"): "training.json"}
     elif step == "prodmodel-serve":
-        cmd = _py("bench/bench_gpu_mtp_graphs.py", "--out", str(work), "--until", u, "--model", str(PROD_MODEL),
-                  *(["--dry-run"] if dry_run else []), *extra)
-        keep = {"mtp-graphs.json": "mtp-graphs.json", "logs/serve-mtp.log": "serve-mtp.log",
-                "logs/serve-nomtp.log": "serve-nomtp.log", "logs/serve-mtp-full.log": "serve-mtp-full.log"}
+        cmd = _py(
+            "bench/bench_gpu_mtp_graphs.py",
+            "--out",
+            str(work),
+            "--until",
+            u,
+            "--model",
+            str(PROD_MODEL),
+            *(["--dry-run"] if dry_run else []),
+            *extra,
+        )
+        keep = {
+            "mtp-graphs.json": "mtp-graphs.json",
+            "logs/serve-mtp.log": "serve-mtp.log",
+            "logs/serve-nomtp.log": "serve-nomtp.log",
+            "logs/serve-mtp-full.log": "serve-mtp-full.log",
+        }
     elif step == "stall":
         cmd = _py("bench/bench_gpu_stall.py", "--out", str(work), "--until", u, *extra)
-        keep = {"stall.json": "stall.json",
-                "stall-base-cudagraph.metrics.jsonl": "stall-full.metrics.jsonl",
-                "stall-base-cg-piecewise.metrics.jsonl": "stall-piecewise.metrics.jsonl",
-                "tp-logs/serve-base-cudagraph.log": "stall-full.log",
-                "tp-logs/serve-base-cg-piecewise.log": "stall-piecewise.log"}
+        keep = {
+            "stall.json": "stall.json",
+            "stall-base-cudagraph.metrics.jsonl": "stall-full.metrics.jsonl",
+            "stall-base-cg-piecewise.metrics.jsonl": "stall-piecewise.metrics.jsonl",
+            "tp-logs/serve-base-cudagraph.log": "stall-full.log",
+            "tp-logs/serve-base-cg-piecewise.log": "stall-piecewise.log",
+        }
     elif step == "multinode":
         cmd = _py("hack/gpu/multinode.py", "--out", str(work), "--until", u, *extra)
-        keep = {n: n for n in ("multinode.json", "multinode-leader.log", "multinode-worker.log",
-                               "multinode-leader.metrics.jsonl")}
+        keep = {
+            n: n for n in ("multinode.json", "multinode-leader.log", "multinode-worker.log", "multinode-leader.metrics.jsonl")
+        }
     elif step == "check":
-        cmd = [sys.executable, "-c", "import runpy, sys; sys.argv=['multinode.py', '--dry-run']; "
-               f"runpy.run_path({str(REPO / 'hack/gpu/multinode.py')!r}, run_name='__main__')"]
+        cmd = [
+            sys.executable,
+            "-c",
+            "import runpy, sys; sys.argv=['multinode.py', '--dry-run']; "
+            f"runpy.run_path({str(REPO / 'hack/gpu/multinode.py')!r}, run_name='__main__')",
+        ]
         keep = {}
     else:
         raise SystemExit(f"session: unknown step {step!r} (stall, multinode, check, prodmodel-train, prodmodel-serve)")
@@ -118,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     # everything after a bare "--" goes to the step's script; the session's own options may come before or after
     # the step name (argparse's REMAINDER would swallow options written after it, --until included)
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     own = argv[: argv.index("--")] if "--" in argv else argv
     a = ap.parse_args(own)
     until = a.until or time.time() + a.budget
@@ -133,9 +154,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"session: {SITE} has no vllm; install the bundle first (hack/gpu/install.sh STAGE {SITE})", file=sys.stderr)
         return 2
     cmd, keep = step_cmd(a.step, work, until, extra, a.dry_run)
-    env = dict(os.environ, **NO_MULTICAST, **({"CUDA_VISIBLE_DEVICES": "0"} if a.step == "prodmodel-train" else {}), PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
-               PYTHONPATH=os.pathsep.join(x for x in [str(SITE) if SITE.is_dir() else "", str(REPO / "operator"),
-                                                      os.environ.get("PYTHONPATH", "")] if x))
+    env = dict(
+        os.environ,
+        **NO_MULTICAST,
+        **({"CUDA_VISIBLE_DEVICES": "0"} if a.step == "prodmodel-train" else {}),
+        PYTHONUNBUFFERED="1",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        PYTHONPATH=os.pathsep.join(
+            x for x in [str(SITE) if SITE.is_dir() else "", str(REPO / "operator"), os.environ.get("PYTHONPATH", "")] if x
+        ),
+    )
     left = until - time.time()
     print(f"session {a.step}: {left:.0f} s to the deadline; {' '.join(cmd[1:])}", flush=True)
     t0 = time.monotonic()
@@ -166,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         data = sp.read_text(errors="replace")
         (out / dst).write_text(trim_log(data) if dst.endswith(".log") else data)
         kept.append(dst)
-    print(f"session {a.step}: rc={rc} in {time.monotonic() - t0:.0f} s; in {out}: "
-          + " ".join(f"{n} ({(out / n).stat().st_size // 1024} KiB)" for n in [stdout.name, *kept]))
+    print(
+        f"session {a.step}: rc={rc} in {time.monotonic() - t0:.0f} s; in {out}: "
+        + " ".join(f"{n} ({(out / n).stat().st_size // 1024} KiB)" for n in [stdout.name, *kept])
+    )
     return rc if rc is not None else 124
 
 

@@ -59,9 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("render", help="print the Kubernetes objects the operator would create")
     s.add_argument("-f", "--filename", required=True, help="GDNModelServer manifest ('-' for stdin)")
     s.add_argument("--output", choices=["yaml", "json"], default="yaml")
-    s.add_argument("--autoscaler", choices=["hpa", "keda"], default="hpa",
-                   help="for spec.autoscaling: an HPA (default) or a KEDA ScaledObject, as the operator picks when KEDA is installed")
-    s.add_argument("--prometheus-address", default="", help="Prometheus URL for KEDA triggers (the chart's scaleOut.autoscaling.keda.prometheusAddress)")
+    s.add_argument(
+        "--autoscaler",
+        choices=["hpa", "keda"],
+        default="hpa",
+        help="for spec.autoscaling: an HPA (default) or a KEDA ScaledObject, as the operator picks when KEDA is installed",
+    )
+    s.add_argument(
+        "--prometheus-address",
+        default="",
+        help="Prometheus URL for KEDA triggers (the chart's scaleOut.autoscaling.keda.prometheusAddress)",
+    )
     s.set_defaults(func=_cmd_render)
 
     s = sub.add_parser(

@@ -31,9 +31,7 @@ _TOKENS = re.compile(
 )
 _AUTH = re.compile(r"(?i)\b(authorization\s*[:=]\s*[\"']?(?:bearer|basic|token)\s+)[^\s\"',;]+")
 _SECRET_KEY = r"[A-Za-z0-9_.\-]*(?:token|secret|passw(?:or)?d|api[_\-]?key|access[_\-]?key|private[_\-]?key|credential|auth)[A-Za-z0-9_.\-]*"
-_PAIR = re.compile(
-    r"(?i)(?P<key>[\"']?" + _SECRET_KEY + r"[\"']?\s*(?:=|:)\s*)(?P<q>[\"']?)(?P<val>[^\s\"',;}]+)"
-)
+_PAIR = re.compile(r"(?i)(?P<key>[\"']?" + _SECRET_KEY + r"[\"']?\s*(?:=|:)\s*)(?P<q>[\"']?)(?P<val>[^\s\"',;}]+)")
 
 
 def redact(text: str) -> str:

@@ -46,8 +46,9 @@ def _opt_ins(name: str, raw: str) -> tuple[str, ...]:
     listed = tuple(n.strip() for n in raw.split(",") if n.strip())
     unknown = [n for n in listed if n not in UNSAFE_OPT_INS]
     if unknown:
-        raise SettingsError(f"{name}={raw!r}: unknown opt-in {', '.join(unknown)}; set a comma-separated list of "
-                            f"{', '.join(UNSAFE_OPT_INS)}")
+        raise SettingsError(
+            f"{name}={raw!r}: unknown opt-in {', '.join(unknown)}; set a comma-separated list of {', '.join(UNSAFE_OPT_INS)}"
+        )
     return listed
 
 
@@ -102,15 +103,17 @@ def _labels(name: str, raw: str) -> tuple[tuple[str, str], ...]:
     except ValueError:
         obj = None
     if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in obj.items()):
-        raise SettingsError(f"{name}={raw!r}: set a JSON object of string labels, e.g. {{\"release\": \"kube-prometheus-stack\"}}")
+        raise SettingsError(f'{name}={raw!r}: set a JSON object of string labels, e.g. {{"release": "kube-prometheus-stack"}}')
     return tuple(sorted(obj.items()))
 
 
 def _webhook_configs(name: str, raw: str) -> str:
     v = raw.strip()
     if v not in WEBHOOK_CONFIGS:
-        raise SettingsError(f"{name}={raw!r}: must be managed (the operator creates the webhook configurations) "
-                            "or shipped (the chart installs them; the operator patches clientConfig)")
+        raise SettingsError(
+            f"{name}={raw!r}: must be managed (the operator creates the webhook configurations) "
+            "or shipped (the chart installs them; the operator patches clientConfig)"
+        )
     return v
 
 
@@ -124,8 +127,9 @@ def _priority(name: str, raw: str) -> int | Literal["auto"]:
         raise SettingsError(f"{name}={raw!r}: set an integer or 'auto' (a random priority per replica)") from None
 
 
-def _setting(env: str, default: Any, parse: Callable[[str, str], Any], doc: str, chart: str = "",
-             empty_means: Any = MISSING) -> Any:
+def _setting(
+    env: str, default: Any, parse: Callable[[str, str], Any], doc: str, chart: str = "", empty_means: Any = MISSING
+) -> Any:
     """A settings field: its variable, default, parser, one-line description and the chart value setting it.
     An empty value means the default, or `empty_means` where an empty value says something else (off)."""
     meta = {"env": env, "parse": parse, "doc": doc, "chart": chart, "empty": empty_means}
@@ -141,90 +145,154 @@ def _setting(env: str, default: Any, parse: Callable[[str, str], Any], doc: str,
 class Settings:
     # admission and scope
     default_policy: str = _setting(
-        "GDN_DEFAULT_POLICY", "reject", _choice(*ADMISSION_POLICIES),
-        "admission policy for servers without `spec.admissionPolicy`: reject, mitigate or warn", "operator.defaultPolicy")
+        "GDN_DEFAULT_POLICY",
+        "reject",
+        _choice(*ADMISSION_POLICIES),
+        "admission policy for servers without `spec.admissionPolicy`: reject, mitigate or warn",
+        "operator.defaultPolicy",
+    )
     allow_unsafe: tuple[str, ...] = _setting(
-        "GDN_ALLOW_UNSAFE", (), _opt_ins,
+        "GDN_ALLOW_UNSAFE",
+        (),
+        _opt_ins,
         "comma-separated opt-ins for engine pod settings refused by default: " + ", ".join(UNSAFE_OPT_INS),
-        "operator.allowUnsafe")
+        "operator.allowUnsafe",
+    )
     missing_api_policy: str = _setting(
-        "GDN_MISSING_API_POLICY", "warn", _choice("warn", "reject"),
+        "GDN_MISSING_API_POLICY",
+        "warn",
+        _choice("warn", "reject"),
         "admission of a server needing an API the cluster lacks (LeaderWorkerSet, Inference Extension): warn or reject",
-        "operator.missingApiPolicy")
+        "operator.missingApiPolicy",
+    )
     mutate_spec: bool = _setting(
-        "GDN_MUTATE_SPEC", False, _bool, "opt-in: the mutating webhook writes `mitigate` policy changes into the submitted "
-        "spec (off: they are operator-owned status.overrides and the spec stays as written)", "operator.mutateSpec")
+        "GDN_MUTATE_SPEC",
+        False,
+        _bool,
+        "opt-in: the mutating webhook writes `mitigate` policy changes into the submitted "
+        "spec (off: they are operator-owned status.overrides and the spec stays as written)",
+        "operator.mutateSpec",
+    )
     namespaces: tuple[str, ...] = _setting(
-        "GDN_WATCH_NAMESPACES", (), _namespaces, "comma-separated namespaces to watch; empty = all", "operator.watchNamespaces")
+        "GDN_WATCH_NAMESPACES", (), _namespaces, "comma-separated namespaces to watch; empty = all", "operator.watchNamespaces"
+    )
     # process
     log_level: str = _setting("GDN_LOG_LEVEL", "INFO", _choice(*LOG_LEVELS, upper=True), "Python log level", "operator.logLevel")
     # A burst of creates keeps every worker busy waiting for the API server (bench/bench_reconcile.py --py-spy):
     # 16 -> 64 halved p50 and cut p99 to 0.36x at load ~9, 0.91x / 0.76x at load ~4.5 (--compare-env, one run).
     max_workers: int = _setting(
-        "GDN_MAX_WORKERS", 64, _int(1), "kopf workers and threads for blocking Kubernetes calls (and as many pooled API "
-        "connections)", "operator.maxWorkers")
+        "GDN_MAX_WORKERS",
+        64,
+        _int(1),
+        "kopf workers and threads for blocking Kubernetes calls (and as many pooled API connections)",
+        "operator.maxWorkers",
+    )
     metrics_port: int = _setting(
-        "GDN_METRICS_PORT", 8080, _int(0, 65535), "port of the operator's /metrics; 0 = off", "metrics.port")
+        "GDN_METRICS_PORT", 8080, _int(0, 65535), "port of the operator's /metrics; 0 = off", "metrics.port"
+    )
     liveness: str | None = _setting(
-        "GDN_LIVENESS", "http://0.0.0.0:8081/healthz", _optional, "kopf liveness endpoint URL; empty = off", "liveness.port",
-        empty_means=None)
+        "GDN_LIVENESS",
+        "http://0.0.0.0:8081/healthz",
+        _optional,
+        "kopf liveness endpoint URL; empty = off",
+        "liveness.port",
+        empty_means=None,
+    )
     peering: str | None = _setting(
-        "GDN_PEERING", None, _optional, "kopf peering name (HA); empty = standalone", "peering.enabled")
+        "GDN_PEERING", None, _optional, "kopf peering name (HA); empty = standalone", "peering.enabled"
+    )
     peering_priority: int | Literal["auto"] = _setting(
-        "GDN_PEERING_PRIORITY", 0, _priority, "kopf peering priority, or `auto` (random per replica)", "peering.priority")
+        "GDN_PEERING_PRIORITY", 0, _priority, "kopf peering priority, or `auto` (random per replica)", "peering.priority"
+    )
     # crash watch
     stream_logs: bool = _setting(
-        "GDN_STREAM_LOGS", True, _bool, "crash watch: follow the logs of running engine containers", "operator.streamLogs")
+        "GDN_STREAM_LOGS", True, _bool, "crash watch: follow the logs of running engine containers", "operator.streamLogs"
+    )
     max_log_streams: int = _setting("GDN_MAX_LOG_STREAMS", 256, _int(1), "crash watch: threads for log streams (one per engine)")
     crash_quiet_seconds: float = _setting(
-        "GDN_CRASH_QUIET_SECONDS", 600.0, _seconds, "crash-free run time before CrashLooping / Degraded(EngineCrashed) clear")
+        "GDN_CRASH_QUIET_SECONDS", 600.0, _seconds, "crash-free run time before CrashLooping / Degraded(EngineCrashed) clear"
+    )
     # acceptance and probes
     acceptance_window: float = _setting("GDN_ACCEPTANCE_WINDOW", 300.0, _seconds, "acceptance sliding window (seconds)")
     scrape_timeout: float = _setting("GDN_SCRAPE_TIMEOUT", 5.0, _seconds, "timeout of one engine /metrics scrape (seconds)")
     scrape_concurrency: int = _setting("GDN_SCRAPE_CONCURRENCY", 64, _int(1), "engine /metrics scrapes in flight")
     scrape_servers_concurrency: int = _setting(
-        "GDN_SCRAPE_RESOURCES_CONCURRENCY", 32, _int(1), "servers whose acceptance round runs at once")
+        "GDN_SCRAPE_RESOURCES_CONCURRENCY", 32, _int(1), "servers whose acceptance round runs at once"
+    )
     probe_concurrency: int = _setting("GDN_PROBE_CONCURRENCY", 64, _int(1), "output-probe requests in flight")
     # managed kinds
     pod_monitors: bool = _setting(
-        "GDN_POD_MONITORS", True, _bool, "create a PodMonitor per server when the CRD exists",
-        "monitoring.enginePodMonitor.mode")
+        "GDN_POD_MONITORS", True, _bool, "create a PodMonitor per server when the CRD exists", "monitoring.enginePodMonitor.mode"
+    )
     pod_monitor_labels: tuple[tuple[str, str], ...] = _setting(
-        "GDN_POD_MONITOR_LABELS", (), _labels,
+        "GDN_POD_MONITOR_LABELS",
+        (),
+        _labels,
         "labels (JSON object) on every PodMonitor the operator creates, e.g. the `release` label a Prometheus selects",
-        "monitoring.enginePodMonitor.labels")
+        "monitoring.enginePodMonitor.labels",
+    )
     lws: bool = _setting("GDN_LWS", True, _bool, "watch and manage LeaderWorkerSets", "scaleOut.leaderWorkerSet.enabled")
     inference_pool: bool = _setting(
-        "GDN_INFERENCE_POOL", True, _bool, "watch and manage InferencePools", "scaleOut.inferencePool.enabled")
+        "GDN_INFERENCE_POOL", True, _bool, "watch and manage InferencePools", "scaleOut.inferencePool.enabled"
+    )
     hpa: bool = _setting("GDN_HPA", True, _bool, "manage HorizontalPodAutoscalers", "scaleOut.autoscaling.hpa.enabled")
     keda_prometheus_address: str = _setting(
-        "GDN_KEDA_PROMETHEUS_ADDRESS", "", _text, "Prometheus the KEDA ScaledObjects query; empty = HPA only",
-        "scaleOut.autoscaling.keda.prometheusAddress")
+        "GDN_KEDA_PROMETHEUS_ADDRESS",
+        "",
+        _text,
+        "Prometheus the KEDA ScaledObjects query; empty = HPA only",
+        "scaleOut.autoscaling.keda.prometheusAddress",
+    )
     # admission webhook
     webhook_mode: str = _setting(
-        "GDN_WEBHOOK_MODE", "", _choice(*WEBHOOK_MODES),
-        "admission webhook: empty = off, `local` (URL to this process), `service` (in-cluster Service)", "webhook.enabled")
+        "GDN_WEBHOOK_MODE",
+        "",
+        _choice(*WEBHOOK_MODES),
+        "admission webhook: empty = off, `local` (URL to this process), `service` (in-cluster Service)",
+        "webhook.enabled",
+    )
     webhook_addr: str = _setting("GDN_WEBHOOK_ADDR", "0.0.0.0", _text, "address the webhook server listens on")
     webhook_port: int = _setting("GDN_WEBHOOK_PORT", 9443, _int(1, 65535), "port the webhook server listens on", "webhook.port")
     webhook_host: str | None = _setting("GDN_WEBHOOK_HOST", None, _optional, "`local` mode: host name in the webhook URL")
     webhook_service: str | None = _setting(
-        "GDN_WEBHOOK_SERVICE", None, _optional, "`service` mode: the Service in front of the webhook", "webhook.enabled")
+        "GDN_WEBHOOK_SERVICE", None, _optional, "`service` mode: the Service in front of the webhook", "webhook.enabled"
+    )
     webhook_namespace: str | None = _setting(
-        "GDN_WEBHOOK_NAMESPACE", None, _optional, "namespace of that Service and of the certificate Secret (else POD_NAMESPACE)",
-        "webhook.enabled")
+        "GDN_WEBHOOK_NAMESPACE",
+        None,
+        _optional,
+        "namespace of that Service and of the certificate Secret (else POD_NAMESPACE)",
+        "webhook.enabled",
+    )
     webhook_cert_dir: str | None = _setting(
-        "GDN_WEBHOOK_CERT_DIR", None, _optional, "mounted cert-manager certificate (tls.crt, tls.key, ca.crt)",
-        "webhook.certManager.enabled")
+        "GDN_WEBHOOK_CERT_DIR",
+        None,
+        _optional,
+        "mounted cert-manager certificate (tls.crt, tls.key, ca.crt)",
+        "webhook.certManager.enabled",
+    )
     webhook_secret: str | None = _setting(
-        "GDN_WEBHOOK_SECRET", None, _optional, "Secret the operator keeps its self-signed CA and certificate in",
-        "webhook.secretName")
+        "GDN_WEBHOOK_SECRET",
+        None,
+        _optional,
+        "Secret the operator keeps its self-signed CA and certificate in",
+        "webhook.secretName",
+    )
     webhook_config_name: str = _setting(
-        "GDN_WEBHOOK_CONFIG_NAME", "gdn-operator.serving.gdn-operator.io", _text,
-        "name of the Validating/MutatingWebhookConfiguration the operator fills", "webhook.configName")
+        "GDN_WEBHOOK_CONFIG_NAME",
+        "gdn-operator.serving.gdn-operator.io",
+        _text,
+        "name of the Validating/MutatingWebhookConfiguration the operator fills",
+        "webhook.configName",
+    )
     webhook_configs: str = _setting(
-        "GDN_WEBHOOK_CONFIGS", "", _webhook_configs,
+        "GDN_WEBHOOK_CONFIGS",
+        "",
+        _webhook_configs,
         "webhook configurations: `shipped` (the chart installs them; the operator patches their clientConfig) or "
-        "`managed` (kopf creates them); empty = shipped in service mode, else managed", "webhook.enabled")
+        "`managed` (kopf creates them); empty = shipped in service mode, else managed",
+        "webhook.enabled",
+    )
 
     def __post_init__(self) -> None:
         if not self.webhook_configs:  # handlers/webhookconfigs.py: the chart ships them in service mode
@@ -232,8 +300,10 @@ class Settings:
         elif self.webhook_configs not in WEBHOOK_CONFIGS:
             _webhook_configs("GDN_WEBHOOK_CONFIGS", self.webhook_configs)
         if self.webhook_mode == "service" and not (self.webhook_service and self.webhook_namespace):
-            raise SettingsError("GDN_WEBHOOK_MODE=service needs GDN_WEBHOOK_SERVICE and GDN_WEBHOOK_NAMESPACE "
-                                "(or POD_NAMESPACE); set them, or leave GDN_WEBHOOK_MODE empty")
+            raise SettingsError(
+                "GDN_WEBHOOK_MODE=service needs GDN_WEBHOOK_SERVICE and GDN_WEBHOOK_NAMESPACE "
+                "(or POD_NAMESPACE); set them, or leave GDN_WEBHOOK_MODE empty"
+            )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

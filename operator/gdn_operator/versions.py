@@ -36,8 +36,15 @@ class Version:
 
     __slots__ = ("text", "release", "pre", "post", "dev", "local", "key")
 
-    def __init__(self, text: str, release: tuple[int, ...], pre: tuple[int, int] | None, post: int | None,
-                 dev: int | None, local: str | None):
+    def __init__(
+        self,
+        text: str,
+        release: tuple[int, ...],
+        pre: tuple[int, int] | None,
+        post: int | None,
+        dev: int | None,
+        local: str | None,
+    ):
         self.text = text
         self.release = release
         self.pre = pre

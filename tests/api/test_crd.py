@@ -39,7 +39,13 @@ def test_schema_carries_defaults_enums_and_bounds():
     spec = crd_manifest()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     props = spec["properties"]
     assert set(spec["required"]) == {"model", "image"}
-    assert props["tensorParallelSize"] == {**props["tensorParallelSize"], "type": "integer", "minimum": 1, "maximum": 64, "default": 1}
+    assert props["tensorParallelSize"] == {
+        **props["tensorParallelSize"],
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 64,
+        "default": 1,
+    }
     sd = props["speculativeDecoding"]
     assert sd["default"] == {}
     assert sd["properties"]["method"]["enum"] == ["mtp", "qwen3_next_mtp", "qwen3_5_mtp"]

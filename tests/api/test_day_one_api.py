@@ -22,55 +22,83 @@ def refused(**kw) -> str:
 
 
 def test_pod_settings_parse():
-    s = spec(pod={
-        "imagePullSecrets": [{"name": "regcred"}], "serviceAccountName": "vllm-reader", "runtimeClassName": "nvidia",
-        "priorityClassName": "inference-high", "schedulerName": "kai-scheduler",
-        "labels": {"kueue.x-k8s.io/queue-name": "gpu"}, "annotations": {"sidecar.istio.io/inject": "false"},
-        "volumes": [{"name": "media", "persistentVolumeClaim": {"claimName": "media"}}],
-        "volumeMounts": [{"name": "media", "mountPath": "/media", "readOnly": True}],
-        "securityContext": {"runAsNonRoot": True, "fsGroup": 1000},
-        "containerSecurityContext": {"allowPrivilegeEscalation": False},
-    }, env=[{"name": "S3_ENDPOINT", "configMapKeyRef": {"name": "storage", "key": "endpoint"}}])
+    s = spec(
+        pod={
+            "imagePullSecrets": [{"name": "regcred"}],
+            "serviceAccountName": "vllm-reader",
+            "runtimeClassName": "nvidia",
+            "priorityClassName": "inference-high",
+            "schedulerName": "kai-scheduler",
+            "labels": {"kueue.x-k8s.io/queue-name": "gpu"},
+            "annotations": {"sidecar.istio.io/inject": "false"},
+            "volumes": [{"name": "media", "persistentVolumeClaim": {"claimName": "media"}}],
+            "volumeMounts": [{"name": "media", "mountPath": "/media", "readOnly": True}],
+            "securityContext": {"runAsNonRoot": True, "fsGroup": 1000},
+            "containerSecurityContext": {"allowPrivilegeEscalation": False},
+        },
+        env=[{"name": "S3_ENDPOINT", "configMapKeyRef": {"name": "storage", "key": "endpoint"}}],
+    )
     assert s.pod.service_account_name == "vllm-reader"
     assert s.env[0].config_map_key_ref.key == "endpoint"
     assert unsafe_refusals(s) == []
 
 
-@pytest.mark.parametrize("key, instead", [
-    ("containers", "the operator renders the engine container"), ("command", "spec.extraArgs"), ("args", "spec.extraArgs"),
-    ("ports", "port 8000"), ("resources", "spec.resources"), ("livenessProbe", "spec.startupBudgetSeconds"),
-    ("nodeSelector", "spec.nodeSelector"), ("tolerations", "spec.tolerations"), ("affinity", "spec.affinity"),
-    ("env", "spec.env"), ("terminationGracePeriodSeconds", "spec.shutdownTimeoutSeconds"), ("hostNetwork", "network"),
-])
+@pytest.mark.parametrize(
+    "key, instead",
+    [
+        ("containers", "the operator renders the engine container"),
+        ("command", "spec.extraArgs"),
+        ("args", "spec.extraArgs"),
+        ("ports", "port 8000"),
+        ("resources", "spec.resources"),
+        ("livenessProbe", "spec.startupBudgetSeconds"),
+        ("nodeSelector", "spec.nodeSelector"),
+        ("tolerations", "spec.tolerations"),
+        ("affinity", "spec.affinity"),
+        ("env", "spec.env"),
+        ("terminationGracePeriodSeconds", "spec.shutdownTimeoutSeconds"),
+        ("hostNetwork", "network"),
+    ],
+)
 def test_operator_owned_pod_fields_refused_naming_the_field_to_use(key, instead):
     msg = refused(pod={key: {} if key not in ("hostNetwork",) else True})
     assert f"spec.pod.{key} is owned by the operator" in msg and instead in msg, msg
 
 
-@pytest.mark.parametrize("pod, text", [
-    ({"labels": {"app.kubernetes.io/instance": "x"}}, "label 'app.kubernetes.io/instance' is set by the operator"),
-    ({"labels": {"serving.gdn-operator.io/server": "x"}}, "is set by the operator"),
-    ({"annotations": {"kubectl.kubernetes.io/default-container": "x"}}, "is set by the operator"),
-    ({"volumes": [{"name": "cache", "emptyDir": {}}]}, "'cache' is the operator's volume"),
-    ({"volumes": [{"name": "a", "emptyDir": {}, "secret": {"secretName": "s"}}]}, "exactly one volume source"),
-    ({"volumes": [{"name": "a", "emptyDir": {"sizeLimt": "1Gi"}}]}, "unknown field"),
-    ({"volumeMounts": [{"name": "nope", "mountPath": "/x"}]}, "is not a volume of spec.pod.volumes"),
-    ({"volumes": [{"name": "a", "emptyDir": {}}], "volumeMounts": [{"name": "a", "mountPath": "/cache/x"}]},
-     "overlaps the operator's mount /cache"),
-    ({"volumes": [{"name": "a", "emptyDir": {}}], "volumeMounts": [{"name": "a", "mountPath": "/dev"}]},
-     "overlaps the operator's mount /dev/shm"),
-    ({"securityContext": {"runAsUser": "root"}}, "securityContext"),
-    ({"serviceAccountName": "Not_A_Name"}, "not a valid object name"),
-])
+@pytest.mark.parametrize(
+    "pod, text",
+    [
+        ({"labels": {"app.kubernetes.io/instance": "x"}}, "label 'app.kubernetes.io/instance' is set by the operator"),
+        ({"labels": {"serving.gdn-operator.io/server": "x"}}, "is set by the operator"),
+        ({"annotations": {"kubectl.kubernetes.io/default-container": "x"}}, "is set by the operator"),
+        ({"volumes": [{"name": "cache", "emptyDir": {}}]}, "'cache' is the operator's volume"),
+        ({"volumes": [{"name": "a", "emptyDir": {}, "secret": {"secretName": "s"}}]}, "exactly one volume source"),
+        ({"volumes": [{"name": "a", "emptyDir": {"sizeLimt": "1Gi"}}]}, "unknown field"),
+        ({"volumeMounts": [{"name": "nope", "mountPath": "/x"}]}, "is not a volume of spec.pod.volumes"),
+        (
+            {"volumes": [{"name": "a", "emptyDir": {}}], "volumeMounts": [{"name": "a", "mountPath": "/cache/x"}]},
+            "overlaps the operator's mount /cache",
+        ),
+        (
+            {"volumes": [{"name": "a", "emptyDir": {}}], "volumeMounts": [{"name": "a", "mountPath": "/dev"}]},
+            "overlaps the operator's mount /dev/shm",
+        ),
+        ({"securityContext": {"runAsUser": "root"}}, "securityContext"),
+        ({"serviceAccountName": "Not_A_Name"}, "not a valid object name"),
+    ],
+)
 def test_bad_pod_settings_name_the_field(pod, text):
     msg = refused(pod=pod)
     assert text in msg and "spec.pod" in msg, msg
 
 
 def test_configmap_env_names_are_checked_like_any_env():
-    assert "set spec.model.hfTokenSecret instead" in refused(env=[{"name": "HF_TOKEN", "configMapKeyRef": {"name": "c", "key": "k"}}])
+    assert "set spec.model.hfTokenSecret instead" in refused(
+        env=[{"name": "HF_TOKEN", "configMapKeyRef": {"name": "c", "key": "k"}}]
+    )
     assert "one of value, secretKeyRef or configMapKeyRef" in refused(
-        env=[{"name": "A", "value": "1", "configMapKeyRef": {"name": "c", "key": "k"}}])
+        env=[{"name": "A", "value": "1", "configMapKeyRef": {"name": "c", "key": "k"}}]
+    )
 
 
 UNSAFE = [
@@ -99,9 +127,13 @@ def test_unsafe_settings_refused_unless_opted_in_naming_the_chart_value(opt_in, 
 
 
 def test_local_media_path_inside_a_mounted_media_volume_is_admitted():
-    s = spec(extraArgs=["--allowed-local-media-path", "/media/images"], pod={
-        "volumes": [{"name": "media", "persistentVolumeClaim": {"claimName": "media", "readOnly": True}}],
-        "volumeMounts": [{"name": "media", "mountPath": "/media", "readOnly": True}]})
+    s = spec(
+        extraArgs=["--allowed-local-media-path", "/media/images"],
+        pod={
+            "volumes": [{"name": "media", "persistentVolumeClaim": {"claimName": "media", "readOnly": True}}],
+            "volumeMounts": [{"name": "media", "mountPath": "/media", "readOnly": True}],
+        },
+    )
     assert unsafe_refusals(s) == []
     assert unsafe_refusals(spec(extraArgs=["--allowed-local-media-path", "/mediax"], pod=s.pod.dump()))
 
@@ -113,21 +145,28 @@ def test_allow_unsafe_setting_parses_and_names_the_choices():
 
 
 def test_model_cache_choices():
-    s = spec(model={**BASE["model"], "cache": {"persistentVolumeClaim": {"size": "200Gi", "storageClassName": "fast"}}},
-             replicas=3)
+    s = spec(
+        model={**BASE["model"], "cache": {"persistentVolumeClaim": {"size": "200Gi", "storageClassName": "fast"}}}, replicas=3
+    )
     assert s.model.cache.persistent_volume_claim.access_mode == "ReadWriteMany"
     assert "claimName (an existing claim) or size" in refused(model={**BASE["model"], "cache": {"persistentVolumeClaim": {}}})
     assert "emptyDir or persistentVolumeClaim, not both" in refused(
-        model={**BASE["model"], "cache": {"emptyDir": {}, "persistentVolumeClaim": {"claimName": "c"}}})
-    assert "applies to hf:// models" in refused(model={"uri": "pvc://weights/q", "cache": {"persistentVolumeClaim": {"size": "1Gi"}}})
+        model={**BASE["model"], "cache": {"emptyDir": {}, "persistentVolumeClaim": {"claimName": "c"}}}
+    )
+    assert "applies to hf:// models" in refused(
+        model={"uri": "pvc://weights/q", "cache": {"persistentVolumeClaim": {"size": "1Gi"}}}
+    )
     assert "not an http(s) URL" in refused(model={**BASE["model"], "hubEndpoint": "ftp://mirror"})
 
 
-@pytest.mark.parametrize("extra, where", [
-    ({"replicas": 2}, "replicas 2"),
-    ({"autoscaling": {"maxReplicas": 4, "target": 5}}, "autoscaling"),
-    ({"nodes": 2, "tensorParallelSize": 2}, "nodes 2"),
-])
+@pytest.mark.parametrize(
+    "extra, where",
+    [
+        ({"replicas": 2}, "replicas 2"),
+        ({"autoscaling": {"maxReplicas": 4, "target": 5}}, "autoscaling"),
+        ({"nodes": 2, "tensorParallelSize": 2}, "nodes 2"),
+    ],
+)
 def test_single_node_claim_refused_for_several_pods(extra, where):
     cache = {"persistentVolumeClaim": {"claimName": "weights", "accessMode": "ReadWriteOnce"}}
     msg = refused(model={**BASE["model"], "cache": cache}, **extra)

@@ -19,8 +19,13 @@ from gdn_operator.handlers.reconcile import refused_as_invalid
 from gdn_operator.render.engine import RenderError, check_names
 
 BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.32.0", "vllmVersion": "0.32.0"}}
-NODE_AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-    "nodeSelectorTerms": [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["H100"]}]}]}}}
+NODE_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["H100"]}]}]
+        }
+    }
+}
 
 
 def refused(patch) -> str:
@@ -34,21 +39,58 @@ def refused(patch) -> str:
     [
         ({"affinity": {"x": 1}}, "spec.affinity: affinity.x: unknown field (Kubernetes Affinity)"),
         ({"affinity": {"node_affinity": {}}}, "affinity.node_affinity: not a Kubernetes field name"),
-        ({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {}}]}}},
-         "topologyKey: Field required"),
-        ({"tolerations": [{"key": "a", "tolerationSeconds": "10"}]}, "tolerations[0].tolerationSeconds: Input should be a valid integer"),
+        (
+            {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {}}]}}},
+            "topologyKey: Field required",
+        ),
+        (
+            {"tolerations": [{"key": "a", "tolerationSeconds": "10"}]},
+            "tolerations[0].tolerationSeconds: Input should be a valid integer",
+        ),
         ({"tolerations": [{"key": "a", "bogus": 1}]}, "tolerations[0].bogus: unknown field"),
         # semantic rules of the API server's pod validation
         ({"tolerations": [{"key": "a", "tolerationSeconds": 10}]}, "must be NoExecute when tolerationSeconds is set"),
         ({"tolerations": [{"value": "x"}]}, "tolerations[0].operator: must be Exists when key is empty"),
-        ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}},
-         "nodeSelectorTerms: must be non-empty"),
-        ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "a", "operator": "Bogus", "values": ["b"]}]}]}}}}, "operator: 'Bogus' is not one of"),
-        ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "a", "operator": "In"}]}]}}}}, "values: must be non-empty with operator In"),
-        ({"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-            {"weight": 0, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}}}, "weight: must be 1..100"),
+        (
+            {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}},
+            "nodeSelectorTerms: must be non-empty",
+        ),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Bogus", "values": ["b"]}]}]
+                        }
+                    }
+                }
+            },
+            "operator: 'Bogus' is not one of",
+        ),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "In"}]}]
+                        }
+                    }
+                }
+            },
+            "values: must be non-empty with operator In",
+        ),
+        (
+            {
+                "affinity": {
+                    "podAntiAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {"weight": 0, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}
+                        ]
+                    }
+                }
+            },
+            "weight: must be 1..100",
+        ),
         ({"resources": {"cpu": "16\n"}}, "spec.resources.cpu: '16\\n' is not a Kubernetes quantity"),
         ({"resources": {"memory": "0"}}, "spec.resources.memory"),
         ({"resources": {"shmSize": "-1Gi"}}, "spec.resources.shmSize"),
@@ -69,10 +111,17 @@ def test_undeployable_values_refused_with_field_path(patch, expected):
 
 
 def test_real_kubernetes_shapes_admitted():
-    spec = parse_spec({**BASE, "affinity": NODE_AFFINITY,
-                       "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-                                       {"key": "spot", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}],
-                       "resources": {"cpu": "1.5", "memory": "64Gi", "shmSize": "1e9"}})
+    spec = parse_spec(
+        {
+            **BASE,
+            "affinity": NODE_AFFINITY,
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "spot", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
+            ],
+            "resources": {"cpu": "1.5", "memory": "64Gi", "shmSize": "1e9"},
+        }
+    )
     assert spec.affinity == NODE_AFFINITY and spec.resources.shm_size == "1e9"
 
 
@@ -82,8 +131,21 @@ def test_names_that_cannot_name_a_service_are_refused(name):
         check_names(name)
 
 
-@pytest.mark.parametrize("value, ok", [("8", True), ("500m", True), ("1.5Gi", True), ("1e3", True), ("16\n", False),
-                                       ("0", False), ("-1", False), ("1Gb", False), ("", False), (".5", True)])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("8", True),
+        ("500m", True),
+        ("1.5Gi", True),
+        ("1e3", True),
+        ("16\n", False),
+        ("0", False),
+        ("-1", False),
+        ("1Gb", False),
+        ("", False),
+        (".5", True),
+    ],
+)
 def test_quantity_grammar(value, ok):
     assert k8s.positive_quantity(value) is ok
 
@@ -94,8 +156,9 @@ _QUANTITIES = st.builds(
     st.sampled_from(["", "+", "-"]),
     st.sampled_from(["", "0", "1", "8", "64", "1024", "007"]),
     st.sampled_from(["", ".", ".5", ".25", ".000"]),
-    st.sampled_from(["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E",
-                     "e3", "E3", "e-2", "e+1", "e0"]),
+    st.sampled_from(
+        ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E", "e3", "E3", "e-2", "e+1", "e0"]
+    ),
 )
 
 
@@ -141,8 +204,10 @@ def test_oversized_spec_names_the_largest_field():
 
 def test_webhook_precheck_answers_a_422_review_for_undecodable_nesting():
     deep = '{"x":[' * 1500 + "1" + "]}" * 1500
-    text = ('{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-1","object":'
-            '{"spec":{"affinity":' + deep + "}}}}")
+    text = (
+        '{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-1","object":'
+        '{"spec":{"affinity":' + deep + "}}}}"
+    )
     review, deny = webhook_limits.precheck(text)
     assert review is None
     body = json.loads(deny.text)
@@ -168,9 +233,16 @@ def _api_error(status: int, body: dict) -> ApiException:
 @pytest.mark.parametrize(
     "status, body, permanent",
     [
-        (500, {"reason": "InternalError", "message": "failed to create typed patch object (ns/x; apps/v1, Kind=Deployment): "
-               ".spec.template.spec.affinity.x: field not declared in schema"}, True),
-        (422, {"reason": "Invalid", "message": "Deployment.apps \"x\" is invalid"}, True),
+        (
+            500,
+            {
+                "reason": "InternalError",
+                "message": "failed to create typed patch object (ns/x; apps/v1, Kind=Deployment): "
+                ".spec.template.spec.affinity.x: field not declared in schema",
+            },
+            True,
+        ),
+        (422, {"reason": "Invalid", "message": 'Deployment.apps "x" is invalid'}, True),
         (400, {"reason": "BadRequest"}, True),
         (500, {"reason": "InternalError", "message": "etcdserver: request timed out"}, False),
         (503, {"reason": "ServiceUnavailable"}, False),

@@ -48,10 +48,16 @@ def test_dump_is_camel_case_and_round_trips():
         ({"replicas": -1}, "spec.replicas: Input should be greater than or equal to 0"),
         ({"gpuMemoryUtilization": 1.5}, "spec.gpuMemoryUtilization: Input should be less than or equal to 0.99"),
         ({"speculativeDecoding": {"numSpeculativeTokens": 99}}, "spec.speculativeDecoding.numSpeculativeTokens"),
-        ({"speculativeDecoding": {"method": "eagle"}}, "spec.speculativeDecoding.method: Input should be 'mtp', 'qwen3_next_mtp' or 'qwen3_5_mtp'"),
+        (
+            {"speculativeDecoding": {"method": "eagle"}},
+            "spec.speculativeDecoding.method: Input should be 'mtp', 'qwen3_next_mtp' or 'qwen3_5_mtp'",
+        ),
         ({"tensorParalelSize": 2}, "spec.tensorParalelSize: unknown field"),
         ({"modelRunner": "v3"}, "spec.modelRunner: Input should be 'auto', 'v1' or 'v2'"),
-        ({"extraArgs": ["--tensor-parallel-size=4"]}, "extraArgs[0] '--tensor-parallel-size' sets --tensor-parallel-size, which the operator owns; set spec.tensorParallelSize instead"),
+        (
+            {"extraArgs": ["--tensor-parallel-size=4"]},
+            "extraArgs[0] '--tensor-parallel-size' sets --tensor-parallel-size, which the operator owns; set spec.tensorParallelSize instead",
+        ),
         ({"extraArgs": ["--trust-remote-code", "--no-async-scheduling"]}, "set spec.asyncScheduling instead"),
         ({"env": [{"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "1"}]}, "set spec.modelRunner instead"),
         # vLLM's parser spellings that would smuggle an owned option past the rules

@@ -26,8 +26,11 @@ def test_two_nodes_of_eight_gpus():
     [
         ({"tensorParallelSize": 8, "nodes": 3}, "spec.nodes:", "use nodes in [1, 2, 4, 8]"),
         ({"tensorParallelSize": 2, "pipelineParallelSize": 3, "nodes": 4}, "spec.nodes:", "2 x 3 = 6 GPUs"),
-        ({"tensorParallelSize": 8, "pipelineParallelSize": 2, "nodes": 2, "resources": {"gpusPerNode": 4}},
-         "spec.resources:", "gpusPerNode 4 x nodes 2 = 8 GPUs, but tensorParallelSize x pipelineParallelSize = 8 x 2 = 16"),
+        (
+            {"tensorParallelSize": 8, "pipelineParallelSize": 2, "nodes": 2, "resources": {"gpusPerNode": 4}},
+            "spec.resources:",
+            "gpusPerNode 4 x nodes 2 = 8 GPUs, but tensorParallelSize x pipelineParallelSize = 8 x 2 = 16",
+        ),
         ({"tensorParallelSize": 4, "resources": {"gpusPerNode": 8}}, "spec.resources:", "nodes 1"),
         ({"nodes": 0}, "spec.nodes:", "greater than or equal to 1"),
     ],
@@ -58,9 +61,20 @@ def test_autoscaling_bounds(auto, hint):
     assert p.startswith("spec.autoscaling") and hint in p
 
 
-@pytest.mark.parametrize("flag", ["--nnodes=2", "-n", "--node-rank=1", "--master-addr=x", "--headless",
-                                  "--pipeline-parallel-size=2", "-pp", "--shutdown-timeout=5",
-                                  "--distributed-executor-backend=ray"])
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--nnodes=2",
+        "-n",
+        "--node-rank=1",
+        "--master-addr=x",
+        "--headless",
+        "--pipeline-parallel-size=2",
+        "-pp",
+        "--shutdown-timeout=5",
+        "--distributed-executor-backend=ray",
+    ],
+)
 def test_multinode_flags_are_operator_owned(flag):
     (p,) = problems(extraArgs=[flag])
     assert p.startswith("spec.extraArgs") and "which the operator owns" in p

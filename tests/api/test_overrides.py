@@ -5,13 +5,22 @@ from __future__ import annotations
 import copy
 
 from gdn_operator.api.overrides import (
-    CLEAR_ANNOTATION, CLEARED_KEY, add_override, apply_overrides, live_overrides, revision,
+    CLEAR_ANNOTATION,
+    CLEARED_KEY,
+    add_override,
+    apply_overrides,
+    live_overrides,
+    revision,
 )
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.specpatch import SpecPatch
 
-SPEC = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"},
-        "tensorParallelSize": 2, "asyncScheduling": True}
+SPEC = {
+    "model": {"uri": "hf://Qwen/Qwen3.5-27B"},
+    "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"},
+    "tensorParallelSize": 2,
+    "asyncScheduling": True,
+}
 
 
 def _status_with(patch: SpecPatch, spec=SPEC, reason="cuda-illegal-address-accepted-sync", gen=1):
@@ -32,9 +41,16 @@ def test_apply_overrides_is_pure_and_sets_the_value():
 def test_entry_records_path_value_reason_generation_since_and_the_users_value():
     status = _status_with(SpecPatch.of({"asyncScheduling": False, "gdnPrefillBackend": "triton"}))
     a, g = status["overrides"]
-    assert a == {"path": "asyncScheduling", "value": False, "reason": "cuda-illegal-address-accepted-sync",
-                 "source": "remediation", "generation": 1, "since": "2026-11-22T10:00:00Z", "userValue": True,
-                 "vllmVersion": "0.33.0"}
+    assert a == {
+        "path": "asyncScheduling",
+        "value": False,
+        "reason": "cuda-illegal-address-accepted-sync",
+        "source": "remediation",
+        "generation": 1,
+        "since": "2026-11-22T10:00:00Z",
+        "userValue": True,
+        "vllmVersion": "0.33.0",
+    }
     assert g["userValue"] == {"unset": True}  # the user left it unset
     # a later override of the same path replaces the earlier one
     add_override(status, SpecPatch.of({"asyncScheduling": None}), reason="x", generation=2, since="t", spec=SPEC)
@@ -50,8 +66,10 @@ def test_an_override_lasts_across_unrelated_edits():
 
 def test_an_override_ends_when_the_user_changes_that_field():
     status = _status_with(SpecPatch.of({"asyncScheduling": False}))
-    for spec in ({**SPEC, "asyncScheduling": False},  # the user adopted the value: redundant
-                 {k: v for k, v in SPEC.items() if k != "asyncScheduling"}):  # the user unset it
+    for spec in (
+        {**SPEC, "asyncScheduling": False},  # the user adopted the value: redundant
+        {k: v for k, v in SPEC.items() if k != "asyncScheduling"},
+    ):  # the user unset it
         kept, ended, _ = live_overrides(status, spec, {})
         assert not kept and ended[0][1] == "the spec changed asyncScheduling"
 

@@ -27,35 +27,45 @@ def test_off_by_default_and_defaults_when_set():
 
 
 def test_default_mode_for_a_given_expectation_is_exact_and_learn_prefix_is_capped():
-    p = spec({"prompts": [
-        {"name": "a", "promptTokenIds": [1, 2], "expectedTokenIds": [3, 4], "maxTokens": 2},
-        {"name": "b", "prompt": "x", "maxTokens": 4},
-        {"name": "c", "prompt": "x", "mode": "minLength:3", "maxTokens": 4},
-    ]}).probes
+    p = spec(
+        {
+            "prompts": [
+                {"name": "a", "promptTokenIds": [1, 2], "expectedTokenIds": [3, 4], "maxTokens": 2},
+                {"name": "b", "prompt": "x", "maxTokens": 4},
+                {"name": "c", "prompt": "x", "mode": "minLength:3", "maxTokens": 4},
+            ]
+        }
+    ).probes
     assert [q.comparison for q in p.prompts] == [("exact", None), ("prefix", 4), ("minLength", 3)]
     assert not p.prompts[0].learns and p.prompts[1].learns
 
 
-@pytest.mark.parametrize("probes, needle", [
-    ({"prompts": []}, "prompts"),
-    ({"prompts": [{"name": "a"}]}, "set exactly one of prompt and promptTokenIds"),
-    ({"prompts": [{"name": "a", "prompt": "x", "promptTokenIds": [1]}]}, "set exactly one of prompt and promptTokenIds"),
-    ({"prompts": [{"name": "A b", "prompt": "x"}]}, "lowercase letters"),
-    ({"prompts": [{"name": "a", "prompt": "x"}, {"name": "a", "prompt": "y"}]}, "repeated: a"),
-    ({"prompts": [{"name": "a", "prompt": "x", "mode": "fuzzy"}]}, "exact, prefix, prefix:N or minLength:N"),
-    ({"prompts": [{"name": "a", "prompt": "x", "mode": "prefix:20"}]}, "maxTokens is 16"),
-    ({"prompts": [{"name": "a", "prompt": "x", "expected": " Paris", "mode": "prefix:2"}]}, "give expectedTokenIds"),
-    ({"prompts": [{"name": "a", "prompt": "x", "expected": "y", "expectedTokenIds": [1]}]}, "not both"),
-    ({"prompts": [{"name": "a", "prompt": "x", "expectedTokenIds": [1, 2, 3], "maxTokens": 2}]}, "raise maxTokens"),
-    ({"prompts": [{"name": "a", "prompt": "x", "maxTokens": 1000}]}, "maxTokens"),
-    ({"prompts": [{"name": "a", "prompt": "x" * 3000}]}, "prompt"),
-    ({"prompts": [{"name": "a", "promptTokenIds": [-1]}]}, "promptTokenIds"),
-    ({"prompts": [{"name": f"p{i}", "prompt": "x"} for i in range(9)]}, "prompts"),
-    ({"intervalSeconds": 10, "timeoutSeconds": 10, "prompts": [{"name": "a", "prompt": "x"}]}, "must be below intervalSeconds"),
-    ({"intervalSeconds": 1, "prompts": [{"name": "a", "prompt": "x"}]}, "intervalSeconds"),
-    ({"failureThreshold": 0, "prompts": [{"name": "a", "prompt": "x"}]}, "failureThreshold"),
-    ({"prompts": [{"name": "a", "prompt": "x", "temperature": 1}]}, "temperature"),
-])
+@pytest.mark.parametrize(
+    "probes, needle",
+    [
+        ({"prompts": []}, "prompts"),
+        ({"prompts": [{"name": "a"}]}, "set exactly one of prompt and promptTokenIds"),
+        ({"prompts": [{"name": "a", "prompt": "x", "promptTokenIds": [1]}]}, "set exactly one of prompt and promptTokenIds"),
+        ({"prompts": [{"name": "A b", "prompt": "x"}]}, "lowercase letters"),
+        ({"prompts": [{"name": "a", "prompt": "x"}, {"name": "a", "prompt": "y"}]}, "repeated: a"),
+        ({"prompts": [{"name": "a", "prompt": "x", "mode": "fuzzy"}]}, "exact, prefix, prefix:N or minLength:N"),
+        ({"prompts": [{"name": "a", "prompt": "x", "mode": "prefix:20"}]}, "maxTokens is 16"),
+        ({"prompts": [{"name": "a", "prompt": "x", "expected": " Paris", "mode": "prefix:2"}]}, "give expectedTokenIds"),
+        ({"prompts": [{"name": "a", "prompt": "x", "expected": "y", "expectedTokenIds": [1]}]}, "not both"),
+        ({"prompts": [{"name": "a", "prompt": "x", "expectedTokenIds": [1, 2, 3], "maxTokens": 2}]}, "raise maxTokens"),
+        ({"prompts": [{"name": "a", "prompt": "x", "maxTokens": 1000}]}, "maxTokens"),
+        ({"prompts": [{"name": "a", "prompt": "x" * 3000}]}, "prompt"),
+        ({"prompts": [{"name": "a", "promptTokenIds": [-1]}]}, "promptTokenIds"),
+        ({"prompts": [{"name": f"p{i}", "prompt": "x"} for i in range(9)]}, "prompts"),
+        (
+            {"intervalSeconds": 10, "timeoutSeconds": 10, "prompts": [{"name": "a", "prompt": "x"}]},
+            "must be below intervalSeconds",
+        ),
+        ({"intervalSeconds": 1, "prompts": [{"name": "a", "prompt": "x"}]}, "intervalSeconds"),
+        ({"failureThreshold": 0, "prompts": [{"name": "a", "prompt": "x"}]}, "failureThreshold"),
+        ({"prompts": [{"name": "a", "prompt": "x", "temperature": 1}]}, "temperature"),
+    ],
+)
 def test_bad_probes_name_the_field_and_the_fix(probes, needle):
     text = problems(probes)
     assert "probes" in text and needle in text, text

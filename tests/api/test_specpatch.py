@@ -42,12 +42,25 @@ def test_set_and_get_path_create_parents_and_unset():
 
 
 def test_merge_is_rfc7386():
-    spec = {"speculativeDecoding": {"method": "mtp", "numSpeculativeTokens": 5}, "prefixCaching": True,
-            "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]}
-    out = merge(spec, {"speculativeDecoding": {"numSpeculativeTokens": 4}, "prefixCaching": None,
-                       "env": [{"name": "B", "value": "2"}], "resources": {"cpu": "4"}})
-    assert out == {"speculativeDecoding": {"method": "mtp", "numSpeculativeTokens": 4},
-                   "env": [{"name": "B", "value": "2"}], "resources": {"cpu": "4"}}
+    spec = {
+        "speculativeDecoding": {"method": "mtp", "numSpeculativeTokens": 5},
+        "prefixCaching": True,
+        "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+    }
+    out = merge(
+        spec,
+        {
+            "speculativeDecoding": {"numSpeculativeTokens": 4},
+            "prefixCaching": None,
+            "env": [{"name": "B", "value": "2"}],
+            "resources": {"cpu": "4"},
+        },
+    )
+    assert out == {
+        "speculativeDecoding": {"method": "mtp", "numSpeculativeTokens": 4},
+        "env": [{"name": "B", "value": "2"}],
+        "resources": {"cpu": "4"},
+    }
     assert spec["prefixCaching"] is True and len(spec["env"]) == 2  # the input is not changed
 
 
@@ -62,8 +75,11 @@ def test_describe_summary_and_merge_patch():
     p = SpecPatch.of({"speculativeDecoding.enabled": False, "gdnPrefillBackend": "triton", "shutdownTimeoutSeconds": None})
     assert p.describe() == "speculativeDecoding.enabled=false, gdnPrefillBackend=triton, shutdownTimeoutSeconds=unset"
     assert p.summary() == "speculativeDecoding.enabled: false, gdnPrefillBackend: triton, shutdownTimeoutSeconds: unset"
-    assert p.merge_patch() == {"speculativeDecoding": {"enabled": False}, "gdnPrefillBackend": "triton",
-                               "shutdownTimeoutSeconds": None}
+    assert p.merge_patch() == {
+        "speculativeDecoding": {"enabled": False},
+        "gdnPrefillBackend": "triton",
+        "shutdownTimeoutSeconds": None,
+    }
     assert SpecPatch.of([("env", [])], label="env X removed").describe() == "env X removed"
 
 
@@ -73,11 +89,14 @@ def test_check_path_names_the_bad_part():
     assert "has no sub-fields" in check_path("prefixCaching.enabled")
 
 
-@pytest.mark.parametrize("changes", [
-    [("speculativeDecoding.numSpeculativeTokens", 4), ("prefixCaching", False)],
-    [("prefixCaching", False), ("prefixCaching", None), ("asyncScheduling", False)],
-    [("gdnPrefillBackend", None), ("resources.cpu", "4")],
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        [("speculativeDecoding.numSpeculativeTokens", 4), ("prefixCaching", False)],
+        [("prefixCaching", False), ("prefixCaching", None), ("asyncScheduling", False)],
+        [("gdnPrefillBackend", None), ("resources.cpu", "4")],
+    ],
+)
 def test_the_three_forms_agree(changes):
     original = {**BASE, "gdnPrefillBackend": "cutedsl", "prefixCaching": True}
     p = SpecPatch.of(changes)
@@ -86,11 +105,14 @@ def test_the_three_forms_agree(changes):
     assert apply_ops({"spec": original}, p.json_patch(original))["spec"] == applied
 
 
-@pytest.mark.parametrize("version, fields", [
-    ("0.20.0", {"prefixCaching": True, "asyncScheduling": True}),  # two mitigations chained (vllm#43559, vllm#45100)
-    ("0.17.1", {"gdnPrefillBackend": "triton", "speculativeDecoding": {"enabled": False}}),  # an unset
-    ("0.20.0", {"prefixCaching": True, "speculativeDecoding": {"numSpeculativeTokens": 6}, "attentionBackend": "FLASHINFER"}),
-])
+@pytest.mark.parametrize(
+    "version, fields",
+    [
+        ("0.20.0", {"prefixCaching": True, "asyncScheduling": True}),  # two mitigations chained (vllm#43559, vllm#45100)
+        ("0.17.1", {"gdnPrefillBackend": "triton", "speculativeDecoding": {"enabled": False}}),  # an unset
+        ("0.20.0", {"prefixCaching": True, "speculativeDecoding": {"numSpeculativeTokens": 6}, "attentionBackend": "FLASHINFER"}),
+    ],
+)
 def test_webhook_merge_patch_gives_the_mitigated_spec(version, fields):
     submitted = {**BASE, "image": {"tag": f"v{version}", "vllmVersion": version}, **fields}
     ev = evaluate(GDNModelServerSpec.model_validate(submitted), default_policy="mitigate")

@@ -68,7 +68,7 @@ def test_owned_destinations_refused_whatever_the_spelling(args, dest_hint):
 @pytest.mark.parametrize(
     "args, reason",
     [
-        (["--additional-config={\"x\":1}"], "gdn-guard"),
+        (['--additional-config={"x":1}'], "gdn-guard"),
         (["--additional-config.x", "1"], "gdn-guard"),
         (["-O3"], "CUDA graph mode"),
         (["-O", "0"], "CUDA graph mode"),
@@ -122,7 +122,8 @@ def test_arguments_that_make_vllm_exit_are_refused(args, text):
         ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
         ["--allowed-media-domains", "a.example", "b.example"],
         ["--cudagraph-capture-sizes", "1", "2", "4"],
-        ["--long-prefill-token-threshold", "8000"], ["--safetensors-prefetch-block-size", "8M"],
+        ["--long-prefill-token-threshold", "8000"],
+        ["--safetensors-prefetch-block-size", "8M"],
         ["--enable-lora", "--lora-modules", "a=/x", '{"name":"b","path":"/y"}'],
     ],
 )
@@ -200,7 +201,10 @@ def test_table_is_generated_from_the_real_parser():
     table = yaml.safe_load((vllm_args._TABLES / f"{EXACT}.yaml").read_text())
     assert table["generated_by"] == "hack/gen_vllm_options.py"
     assert table["parser"]["preprocessing"] == {
-        "underscore_to_dash": True, "dotted_json_keys": True, "o_level_shorthand": True, "config_file": True,
+        "underscore_to_dash": True,
+        "dotted_json_keys": True,
+        "o_level_shorthand": True,
+        "config_file": True,
     }
     by_dest = {o["dest"]: o for o in table["options"]}
     assert by_dest["gpu_memory_utilization"]["options"] == ["--gpu-memory-utilization", "--device-memory-utilization"]
@@ -229,7 +233,9 @@ def test_rule_relevant_or_owned_env_refused_even_with_opt_in(name):
 
 
 def test_ordinary_vllm_env_admitted():
-    spec = parse_spec({**BASE, "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}, {"name": "NCCL_P2P_DISABLE", "value": "1"}]})
+    spec = parse_spec(
+        {**BASE, "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}, {"name": "NCCL_P2P_DISABLE", "value": "1"}]}
+    )
     assert [e.name for e in spec.env] == ["VLLM_LOGGING_LEVEL", "NCCL_P2P_DISABLE"]
 
 

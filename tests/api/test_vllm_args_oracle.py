@@ -34,15 +34,17 @@ from gdn_operator.render.engine import vllm_args as rendered_args
 pytestmark = pytest.mark.engine
 
 VERSION = "0.32.0"
-SPEC = parse_spec({
-    "model": {"uri": "hf://Qwen/Qwen3.5-27B"},
-    "image": {"tag": "v0.32.0", "vllmVersion": VERSION},
-    "speculativeDecoding": {"numSpeculativeTokens": 2},
-    "prefixCaching": False,
-    "asyncScheduling": False,
-    "maxModelLen": 8192,
-    "cudagraphMode": "PIECEWISE",
-})
+SPEC = parse_spec(
+    {
+        "model": {"uri": "hf://Qwen/Qwen3.5-27B"},
+        "image": {"tag": "v0.32.0", "vllmVersion": VERSION},
+        "speculativeDecoding": {"numSpeculativeTokens": 2},
+        "prefixCaching": False,
+        "asyncScheduling": False,
+        "maxModelLen": 8192,
+        "cudagraphMode": "PIECEWISE",
+    }
+)
 RENDERED = rendered_args("srv", SPEC)
 
 
@@ -51,8 +53,25 @@ _POL = vllm_args.policy()
 GUARDED = set(_POL["owned"]) | set(_POL["rule_relevant"])
 ALL_OPTS = sorted(s for o in _TABLE["options"] for s in o["options"] if s not in ("-h", "--help"))
 GUARDED_OPTS = sorted(s for o in _TABLE["options"] if o["dest"] in GUARDED for s in o["options"] if s not in ("-h", "--help"))
-VALUES = ["1", "0", "2", "4", "mtp", "{}", '{"mode":0}', '{"cudagraph_mode":"NONE"}',
-          '{"method":"mtp","num_speculative_tokens":4}', "fp8", "true", "auto", "NONE", "8k", "x.y", "-1", "hermes"]
+VALUES = [
+    "1",
+    "0",
+    "2",
+    "4",
+    "mtp",
+    "{}",
+    '{"mode":0}',
+    '{"cudagraph_mode":"NONE"}',
+    '{"method":"mtp","num_speculative_tokens":4}',
+    "fp8",
+    "true",
+    "auto",
+    "NONE",
+    "8k",
+    "x.y",
+    "-1",
+    "hermes",
+]
 KEYS = ["mode", "cudagraph_mode", "method", "num_speculative_tokens", "backend", "level"]
 
 
@@ -87,17 +106,30 @@ def group(draw) -> list[str]:
 
 
 _BY_STRING = {s: o for o in _TABLE["options"] for s in o["options"]}
-_TYPED_VALUE = {"int": "3", "float": "0.5", "human_int": "8k", "human_int_or_auto": "4k", "json": "{}", "json_object": "{}",
-                "json_or_str": "{}", "str": "x"}
-_STDLIB_ACTIONS = {"StoreAction", "StoreTrueAction", "StoreFalseAction", "StoreConstAction", "AppendAction",
-                   "BooleanOptionalAction", "HelpAction", "CountAction",
-                   "LoRAParserAction"}  # mirrored in api/vllm_args.py (_CUSTOM_ACTION_VALUES)
+_TYPED_VALUE = {
+    "int": "3",
+    "float": "0.5",
+    "human_int": "8k",
+    "human_int_or_auto": "4k",
+    "json": "{}",
+    "json_object": "{}",
+    "json_or_str": "{}",
+    "str": "x",
+}
+_STDLIB_ACTIONS = {
+    "StoreAction",
+    "StoreTrueAction",
+    "StoreFalseAction",
+    "StoreConstAction",
+    "AppendAction",
+    "BooleanOptionalAction",
+    "HelpAction",
+    "CountAction",
+    "LoRAParserAction",
+}  # mirrored in api/vllm_args.py (_CUSTOM_ACTION_VALUES)
 #: options whose JSON value is a config dataclass: the operator checks the top-level keys, not the nested values
 #: and options with vLLM's own argparse Action classes (LoRAParserAction, ...), whose value checks are code
-_DATACLASS_DESTS = {
-    o["dest"] for o in _TABLE["options"]
-    if o.get("type") == "json_object" or o["action"] not in _STDLIB_ACTIONS
-}
+_DATACLASS_DESTS = {o["dest"] for o in _TABLE["options"] if o.get("type") == "json_object" or o["action"] not in _STDLIB_ACTIONS}
 
 
 @st.composite
@@ -112,9 +144,9 @@ def typed_group(draw) -> list[str]:
     return [f"{sp}={value}"] if draw(st.booleans()) else [sp, value]
 
 
-extra_args = st.lists(
-    st.one_of(typed_group(), typed_group(), typed_group(), group()), min_size=1, max_size=2
-).map(lambda gs: [t for g in gs for t in g])
+extra_args = st.lists(st.one_of(typed_group(), typed_group(), typed_group(), group()), min_size=1, max_size=2).map(
+    lambda gs: [t for g in gs for t in g]
+)
 
 
 def test_rendered_arguments_parse(parser_oracle):
@@ -150,11 +182,25 @@ def test_no_admitted_extra_args_change_an_owned_or_rule_relevant_field(parser_or
 @pytest.mark.parametrize(
     "extra",
     [
-        ["--spec-method=mtp", "--spec-tokens=4"], ["--as"], ["--async"], ["--gd=triton"], ["--te=2"], ["-t", "2"],
-        ["--device-memory-utilization", "0.5"], ["-cc.cudagraph_mode=NONE"], ["--compilation.mode=0"],
-        ["-c", '{"mode":0}'], ["-ac.backend=TRITON_ATTN"], ["-s", '{"method":"mtp","num_speculative_tokens":4}'],
-        ["--no-enable-chunked"], ["--enforce"], ["--enable-prefix"], ["-O0"], ["--additional-config={\"x\":1}"],
-        ["--hf-token=hf_abcdefghijklmnop"], ["--max_num_seqs=4"],
+        ["--spec-method=mtp", "--spec-tokens=4"],
+        ["--as"],
+        ["--async"],
+        ["--gd=triton"],
+        ["--te=2"],
+        ["-t", "2"],
+        ["--device-memory-utilization", "0.5"],
+        ["-cc.cudagraph_mode=NONE"],
+        ["--compilation.mode=0"],
+        ["-c", '{"mode":0}'],
+        ["-ac.backend=TRITON_ATTN"],
+        ["-s", '{"method":"mtp","num_speculative_tokens":4}'],
+        ["--no-enable-chunked"],
+        ["--enforce"],
+        ["--enable-prefix"],
+        ["-O0"],
+        ['--additional-config={"x":1}'],
+        ["--hf-token=hf_abcdefghijklmnop"],
+        ["--max_num_seqs=4"],
     ],
 )
 def test_refused_spellings_really_reach_a_guarded_field(parser_oracle, extra):
@@ -169,6 +215,11 @@ def test_refused_spellings_really_reach_a_guarded_field(parser_oracle, extra):
 def test_committed_table_is_what_the_generator_prints():
     """The shipped 0.32.0 table is the generator's output for the engine venv's vLLM (never hand-edited)."""
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([str(require_engine_python()), str(root / "hack" / "gen_vllm_options.py")],
-                         capture_output=True, text=True, timeout=300, check=True).stdout
+    out = subprocess.run(
+        [str(require_engine_python()), str(root / "hack" / "gen_vllm_options.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
     assert out == (vllm_args._TABLES / f"{VERSION}.yaml").read_text()

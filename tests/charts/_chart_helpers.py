@@ -66,8 +66,14 @@ def value_args(files: list[Path] = (), sets: dict[str, Any] | None = None) -> li
     return args
 
 
-def render_text(files: list[Path] = (), sets: dict[str, Any] | None = None, *, include_crds: bool = False,
-                namespace: str = NAMESPACE, release: str = RELEASE) -> str:
+def render_text(
+    files: list[Path] = (),
+    sets: dict[str, Any] | None = None,
+    *,
+    include_crds: bool = False,
+    namespace: str = NAMESPACE,
+    release: str = RELEASE,
+) -> str:
     args = ["template", release, str(CHART), "-n", namespace, *value_args(files, sets)]
     if include_crds:
         args.append("--include-crds")

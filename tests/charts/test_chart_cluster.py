@@ -42,33 +42,55 @@ FOREIGN_CRDS = [
 
 def _crd(group: str, kind: str, plural: str) -> dict:
     return {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{plural}.{group}"},
-        "spec": {"group": group, "scope": "Namespaced",
-                 "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": kind + "List"},
-                 "versions": [{"name": "v1", "served": True, "storage": True,
-                               "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                                   "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}}}]},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": kind + "List"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                        }
+                    },
+                }
+            ],
+        },
     }
 
 
 def kubectl(cp, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
     from _chart_helpers import tools
 
-    res = subprocess.run([tools()["kubectl"], "--kubeconfig", str(cp.kubeconfig), *args],
-                         input=input, capture_output=True, text=True)
+    res = subprocess.run(
+        [tools()["kubectl"], "--kubeconfig", str(cp.kubeconfig), *args], input=input, capture_output=True, text=True
+    )
     if check and res.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed:\n{res.stdout}\n{res.stderr}")
     return res
 
 
-
-
 def apply_crds(cp, objs: list[dict]) -> None:
     if not objs:
         return
-    kubectl(cp, "apply", "--server-side", "--force-conflicts", "--field-manager", "chart-tests", "-f", "-",
-            input=yaml.safe_dump_all(objs))
+    kubectl(
+        cp,
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager",
+        "chart-tests",
+        "-f",
+        "-",
+        input=yaml.safe_dump_all(objs),
+    )
     for o in objs:
         kubectl(cp, "wait", "--for=condition=Established", "--timeout=60s", f"crd/{o['metadata']['name']}")
 
@@ -87,8 +109,11 @@ def test_rendered_manifests_pass_server_side_dry_run(chart_tools, foreign_crds, 
     objs = docs(render_text(VALUE_SETS[name], include_crds=True))
     crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
     # `helm test` hooks (templates/tests/) are not installed; their pod's ServiceAccount exists only while it runs
-    rest = [o for o in objs if o["kind"] != "CustomResourceDefinition"
-            and "helm.sh/hook" not in ((o.get("metadata") or {}).get("annotations") or {})]
+    rest = [
+        o
+        for o in objs
+        if o["kind"] != "CustomResourceDefinition" and "helm.sh/hook" not in ((o.get("metadata") or {}).get("annotations") or {})
+    ]
     # CRDs for real (their kinds must exist for the dry run of the objects using them) ...
     apply_crds(cp, crds)
     kubectl(cp, "apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(crds))
@@ -116,8 +141,7 @@ def test_server_dry_run_rejects_a_broken_manifest(chart_tools, foreign_crds):
 class LocalReplica:
     """One operator replica run locally with the chart's command + env, authenticated by the SA token."""
 
-    def __init__(self, deployment: dict, namespace: str, pod_id: str, kubeconfig: Path, workdir: Path,
-                 webhook_port: int):
+    def __init__(self, deployment: dict, namespace: str, pod_id: str, kubeconfig: Path, workdir: Path, webhook_port: int):
         (c,) = deployment["spec"]["template"]["spec"]["containers"]
         cmd = list(c["command"])
         assert cmd == ["gdn-operator"], cmd
@@ -126,22 +150,34 @@ class LocalReplica:
         for e in c["env"]:
             if "value" in e:
                 env[e["name"]] = e["value"]
-        env.update(POD_NAMESPACE=namespace, POD_ID=pod_id, KUBECONFIG=str(kubeconfig),
-                   NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+        env.update(
+            POD_NAMESPACE=namespace,
+            POD_ID=pod_id,
+            KUBECONFIG=str(kubeconfig),
+            NO_PROXY="127.0.0.1,localhost",
+            no_proxy="127.0.0.1,localhost",
+        )
         self.liveness = free_port()
         # in-cluster the webhook is reached through the Service; here the API server calls us directly
         # on one port that all replicas bind (SO_REUSEPORT), like the Service in front of the pods
-        env.update(GDN_WEBHOOK_MODE="local", GDN_WEBHOOK_ADDR="127.0.0.1", GDN_WEBHOOK_HOST="127.0.0.1",
-                   GDN_WEBHOOK_PORT=str(webhook_port), GDN_METRICS_PORT=str(free_port()),
-                   GDN_LIVENESS=f"http://127.0.0.1:{self.liveness}/healthz", GDN_LOG_LEVEL="DEBUG")
+        env.update(
+            GDN_WEBHOOK_MODE="local",
+            GDN_WEBHOOK_ADDR="127.0.0.1",
+            GDN_WEBHOOK_HOST="127.0.0.1",
+            GDN_WEBHOOK_PORT=str(webhook_port),
+            GDN_METRICS_PORT=str(free_port()),
+            GDN_LIVENESS=f"http://127.0.0.1:{self.liveness}/healthz",
+            GDN_LOG_LEVEL="DEBUG",
+        )
         self.env, self.pod_id = env, pod_id
         self.log = workdir / f"{pod_id}.log"
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> LocalReplica:
         with open(self.log, "ab") as f:
-            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=f, stderr=subprocess.STDOUT,
-                                         start_new_session=True, cwd=str(ROOT))
+            self.proc = subprocess.Popen(
+                self.argv, env=self.env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(ROOT)
+            )
         wait_for(self.alive, 90, what=f"liveness of {self.pod_id} (log {self.log})")
         return self
 
@@ -171,17 +207,38 @@ def server(name: str, **over) -> dict:
     spec = {
         "model": {"uri": "hf://Qwen/Qwen3.5-27B", "architecture": "Qwen3_5ForConditionalGeneration"},
         "image": {"repository": "ghcr.io/gdn-operator/vllm-gdn", "tag": "v0.33.0-gdn1", "vllmVersion": "0.33.0"},
-        "tensorParallelSize": 1, "speculativeDecoding": {"numSpeculativeTokens": 2}, "prefixCaching": False,
+        "tensorParallelSize": 1,
+        "speculativeDecoding": {"numSpeculativeTokens": 2},
+        "prefixCaching": False,
         "resources": {"cpu": "1", "memory": "1Gi", "shmSize": "1Gi"},
     }
     spec.update(over)
     return {"apiVersion": "serving.gdn-operator.io/v1alpha1", "kind": "GDNModelServer", "metadata": {"name": name}, "spec": spec}
 
 
-def _can(api: client.ApiClient, ns: str | None, verb: str, resource: str, group: str = "", name: str | None = None,
-         sub: str | None = None) -> bool:
-    r = client.AuthorizationV1Api(api).create_self_subject_access_review({"spec": {"resourceAttributes": {
-        "namespace": ns, "verb": verb, "resource": resource, "group": group, "name": name, "subresource": sub}}})
+def _can(
+    api: client.ApiClient,
+    ns: str | None,
+    verb: str,
+    resource: str,
+    group: str = "",
+    name: str | None = None,
+    sub: str | None = None,
+) -> bool:
+    r = client.AuthorizationV1Api(api).create_self_subject_access_review(
+        {
+            "spec": {
+                "resourceAttributes": {
+                    "namespace": ns,
+                    "verb": verb,
+                    "resource": resource,
+                    "group": group,
+                    "name": name,
+                    "subresource": sub,
+                }
+            }
+        }
+    )
     return r.status.allowed
 
 
@@ -205,8 +262,18 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
 
     replicas: list[LocalReplica] = []
     try:
-        helm("install", rel, str(old_chart), "-n", rel_ns, "--create-namespace", "--take-ownership",
-             "--force-conflicts", *value_args(sets=sets), kubeconfig=kc)
+        helm(
+            "install",
+            rel,
+            str(old_chart),
+            "-n",
+            rel_ns,
+            "--create-namespace",
+            "--take-ownership",
+            "--force-conflicts",
+            *value_args(sets=sets),
+            kubeconfig=kc,
+        )
         ext = client.ApiextensionsV1Api(admin)
         crd_name = old_crd["metadata"]["name"]
 
@@ -229,14 +296,18 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
         token = cp.create_token(rel_ns, sa)
         sa_kc = cp.write_token_kubeconfig(token, tmp_path / "sa.kubeconfig")
         sa_api = cp.api_client(token=token)
-        secret = next(e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] == "GDN_WEBHOOK_SECRET")
+        secret = next(
+            e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] == "GDN_WEBHOOK_SECRET"
+        )
         wait_for(lambda: _can(sa_api, watched, "create", "deployments", "apps"), 20, what="RBAC for the SA")
         assert _can(sa_api, watched, "get", "pods", sub="log")
         assert _can(sa_api, watched, "delete", "pods")  # the stall detector's restart (handlers/stall.py)
         assert _can(sa_api, rel_ns, "update", "secrets", name=secret)
         for ns, verb, res, grp, name in [
-            (watched, "delete", "deployments", "apps", None), (watched, "create", "pods", "", None),
-            (watched, "get", "secrets", "", None), (rel_ns, "get", "secrets", "", "someone-elses"),
+            (watched, "delete", "deployments", "apps", None),
+            (watched, "create", "pods", "", None),
+            (watched, "get", "secrets", "", None),
+            (rel_ns, "get", "secrets", "", "someone-elses"),
             ("default", "create", "deployments", "apps", None),  # not a watched namespace
             (None, "patch", "validatingwebhookconfigurations", "admissionregistration.k8s.io", "other-webhooks"),
             (watched, "update", "gdnmodelservers", "serving.gdn-operator.io", None),
@@ -244,12 +315,18 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
             assert not _can(sa_api, ns, verb, res, grp, name), f"SA may {verb} {res} {name or ''} in {ns}"
 
         # -- the self-signed webhook Secret path (handlers/certs.py) as the SA -------------------------
-        prog = ("import sys; from gdn_operator.handlers import certs; "
-                "b = certs.ensure_secret_bundle(sys.argv[1], sys.argv[2], sys.argv[3:]); print(b.ca_pem.decode().splitlines()[1])")
+        prog = (
+            "import sys; from gdn_operator.handlers import certs; "
+            "b = certs.ensure_secret_bundle(sys.argv[1], sys.argv[2], sys.argv[3:]); print(b.ca_pem.decode().splitlines()[1])"
+        )
         env = {**os.environ, "KUBECONFIG": str(sa_kc), "NO_PROXY": "127.0.0.1"}
         sans = [f"x.{rel_ns}.svc"]
-        runs = [subprocess.run([sys.executable, "-c", prog, rel_ns, secret, *s], capture_output=True, text=True, env=env, cwd=str(ROOT))
-                for s in (sans, sans, sans + [f"y.{rel_ns}.svc"])]  # create, read, renew (update)
+        runs = [
+            subprocess.run(
+                [sys.executable, "-c", prog, rel_ns, secret, *s], capture_output=True, text=True, env=env, cwd=str(ROOT)
+            )
+            for s in (sans, sans, sans + [f"y.{rel_ns}.svc"])
+        ]  # create, read, renew (update)
         for r in runs:
             assert r.returncode == 0, r.stderr[-3000:]
         assert runs[0].stdout == runs[1].stdout == runs[2].stdout, "CA must survive reads and renewals"
@@ -258,7 +335,9 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
         webhook_port = free_port()
         for i in range(2):
             replicas.append(LocalReplica(dep, rel_ns, f"{rel}-replica-{i}", sa_kc, tmp_path, webhook_port).start())
-        peering_name = next(e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] == "GDN_PEERING")
+        peering_name = next(
+            e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] == "GDN_PEERING"
+        )
 
         def peers():
             obj = co.get_namespaced_custom_object("kopf.dev", "v1", watched, "kopfpeerings", peering_name)
@@ -285,15 +364,31 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
         wait_for(lambda: apps.read_namespaced_deployment("qwen-a", watched), 60, what="engine Deployment")
 
         def validated(name):
-            st = co.get_namespaced_custom_object("serving.gdn-operator.io", "v1alpha1", watched, "gdnmodelservers", name).get("status") or {}
+            st = (
+                co.get_namespaced_custom_object("serving.gdn-operator.io", "v1alpha1", watched, "gdnmodelservers", name).get(
+                    "status"
+                )
+                or {}
+            )
             return next((c for c in st.get("conditions", []) if c["type"] == "Validated" and c["status"] == "True"), None)
 
         wait_for(lambda: validated("qwen-a"), 60, what="Validated=True")
-        wait_for(lambda: (co.get_namespaced_custom_object("serving.gdn-operator.io", "v1alpha1", watched, "gdnmodelservers", "qwen-a")
-                          .get("status", {}).get("readyReplicas") == 1), 90, what="readyReplicas=1 (kwok engine pod)")
+        wait_for(
+            lambda: (
+                co.get_namespaced_custom_object("serving.gdn-operator.io", "v1alpha1", watched, "gdnmodelservers", "qwen-a")
+                .get("status", {})
+                .get("readyReplicas")
+                == 1
+            ),
+            90,
+            what="readyReplicas=1 (kwok engine pod)",
+        )
         if any(c.metadata.name == "podmonitors.monitoring.coreos.com" for c in ext.list_custom_resource_definition().items):
-            wait_for(lambda: co.get_namespaced_custom_object("monitoring.coreos.com", "v1", watched, "podmonitors", "qwen-a"), 30,
-                     what="per-server PodMonitor")
+            wait_for(
+                lambda: co.get_namespaced_custom_object("monitoring.coreos.com", "v1", watched, "podmonitors", "qwen-a"),
+                30,
+                what="per-server PodMonitor",
+            )
 
         # Positive evidence that the standby cannot see qwen-a (instead of a fixed sleep): its own log says
         # its watch-stream of GDNModelServers is paused (kopf logs it at DEBUG when the peering pauses it,
@@ -308,7 +403,7 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
         assert not watch_paused(active), "the active replica must be watching GDNModelServers"
         assert is_active(active) and not is_active(standby), "the lower-priority replica must stay paused"
         since_pause = standby.text()
-        since_pause = since_pause[since_pause.rfind(paused):] if paused in since_pause else since_pause
+        since_pause = since_pause[since_pause.rfind(paused) :] if paused in since_pause else since_pause
         assert "reconciled: applied" in active.text(), "the active replica reconciles"
         assert "reconciled" not in since_pause, "the paused replica must not reconcile"
 
@@ -317,10 +412,17 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
         # patches only clientConfig: here the local replicas' URL and CA instead of the Service
         adm = client.AdmissionregistrationV1Api(admin)
         for read in (adm.read_validating_webhook_configuration, adm.read_mutating_webhook_configuration):
-            wait_for(lambda read=read: all(h.client_config.url and h.client_config.ca_bundle for h in read(cfg_name).webhooks),
-                     60, what="webhooks pointed at the replicas")
-        bad = server("qwen-bad", image={"repository": "vllm/vllm-openai", "tag": "v0.28.0", "vllmVersion": "0.28.0"},
-                     prefixCaching=True, admissionPolicy="reject")
+            wait_for(
+                lambda read=read: all(h.client_config.url and h.client_config.ca_bundle for h in read(cfg_name).webhooks),
+                60,
+                what="webhooks pointed at the replicas",
+            )
+        bad = server(
+            "qwen-bad",
+            image={"repository": "vllm/vllm-openai", "tag": "v0.28.0", "vllmVersion": "0.28.0"},
+            prefixCaching=True,
+            admissionPolicy="reject",
+        )
         with pytest.raises(ApiException) as e:
             co.create_namespaced_custom_object("serving.gdn-operator.io", "v1alpha1", watched, "gdnmodelservers", bad)
         assert e.value.status in (403, 422) and "43559" in e.value.body, e.value.body
@@ -336,16 +438,24 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
         for r in replicas:
             t = r.text()
             for needle in ("Forbidden", "Not enough permissions", "(403)", " 403 "):
-                assert needle not in t, f"{r.pod_id}: {needle!r} in the operator log:\n" + "\n".join(
-                    ln for ln in t.splitlines() if needle in ln)[:4000]
+                assert needle not in t, (
+                    f"{r.pod_id}: {needle!r} in the operator log:\n"
+                    + "\n".join(ln for ln in t.splitlines() if needle in ln)[:4000]
+                )
 
         # clean up the servers while an operator still runs (it owns their finalizers)
         for n in ("qwen-a", "qwen-b"):
             co.delete_namespaced_custom_object("serving.gdn-operator.io", "v1alpha1", watched, "gdnmodelservers", n)
         for n in ("qwen-a", "qwen-b"):
-            wait_for(lambda n=n: not co.list_namespaced_custom_object("serving.gdn-operator.io", "v1alpha1", watched,
-                                                                     "gdnmodelservers", field_selector=f"metadata.name={n}")["items"],
-                     60, what=f"{n} deleted")
+            wait_for(
+                lambda n=n: (
+                    not co.list_namespaced_custom_object(
+                        "serving.gdn-operator.io", "v1alpha1", watched, "gdnmodelservers", field_selector=f"metadata.name={n}"
+                    )["items"]
+                ),
+                60,
+                what=f"{n} deleted",
+            )
     finally:
         for r in replicas:
             r.stop()

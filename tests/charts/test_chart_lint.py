@@ -22,7 +22,10 @@ BAD_VALUES = [
     ({"peering.priority": "high"}, ["/peering/priority", "'auto'"]),
     ({"monitoring.enginePodMonitor.mode": "both"}, ["/monitoring/enginePodMonitor/mode", "'perServer', 'global', 'none'"]),
     ({"operator.watchNamespaces[0]": "Team_A"}, ["/operator/watchNamespaces/0", "does not match pattern"]),
-    ({"monitoring.prometheusRule.acceptanceCollapse.threshold": 1.5}, ["/monitoring/prometheusRule/acceptanceCollapse/threshold", "maximum"]),
+    (
+        {"monitoring.prometheusRule.acceptanceCollapse.threshold": 1.5},
+        ["/monitoring/prometheusRule/acceptanceCollapse/threshold", "maximum"],
+    ),
     ({"webhook.certManager.issuerRef.kind": "Vault"}, ["/webhook/certManager/issuerRef/kind", "'Issuer', 'ClusterIssuer'"]),
     ({"monitoring.serviceMonitor.interval": "soon"}, ["/monitoring/serviceMonitor/interval", "does not match pattern"]),
     # HA (replicaCount > 1) needs kopf peering with a per-pod priority (schema if/then)

@@ -23,8 +23,16 @@ from paths import CPU_CAPTURES
 
 VLLM_FIXTURE = CPU_CAPTURES / "metrics-mtp2.prom"
 METRICS_SVC = f"{RELEASE}-gdn-operator-metrics"
-ALERTS = {"GDNEngineDead", "GDNEngineCrashLoop", "GDNSpecAcceptanceCollapse", "GDNEngineScrapeFailures",
-          "GDNAdmissionDenialsSpike", "GDNOperatorDown", "GDNOutputInconsistent", "GDNEngineStalled"}
+ALERTS = {
+    "GDNEngineDead",
+    "GDNEngineCrashLoop",
+    "GDNSpecAcceptanceCollapse",
+    "GDNEngineScrapeFailures",
+    "GDNAdmissionDenialsSpike",
+    "GDNOperatorDown",
+    "GDNOutputInconsistent",
+    "GDNEngineStalled",
+}
 
 
 def promtool(chart_tools, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -75,111 +83,254 @@ IN0, IN1 = 'instance="10.0.0.5:8080"', 'instance="10.0.0.6:8080"'  # the operato
 B1 = 'signature="gdn-mixed-batch-assert",upstream="vllm#36917"'
 CASES = [
     # ---- GDNEngineDead ------------------------------------------------------------------------
-    ("engine dead: no ready replica, restarts climbing", [
-        s(f"gdn_ready_replicas{{{SRV},{OP0}}}", "1 1 0x40"),
-        s(f"gdn_engine_restarts{{{SRV},{OP0}}}", "0 0 1 1 2 2 3 3 4 4 5 5 6 6 7 7 8 8 9 9 10x30"),
-    ], [fires("GDNEngineDead", "10m", {"severity": "critical", "namespace": "ml", "server": "qwen"})]),
-    ("engine dead: crashes counted by the crash watch, restarts unknown", [
-        s(f"gdn_ready_replicas{{{SRV},{OP0}}}", "0x40"),
-        s(f"gdn_engine_crashes_total{{{SRV},{B1},{OP0}}}", "0 1 2 2 2 2 2 2 2 2x30"),
-    ], [fires("GDNEngineDead", "8m", {"severity": "critical", "namespace": "ml", "server": "qwen"})]),
-    ("not dead: scaled to zero, nothing restarts", [
-        s(f"gdn_ready_replicas{{{SRV},{OP0}}}", "0x40"),
-        s(f"gdn_engine_restarts{{{SRV},{OP0}}}", "3x40"),
-    ], [silent("GDNEngineDead", "30m")]),
-    ("not dead: restarts but one replica still ready (a stale 0 from a standby is ignored by max)", [
-        s(f"gdn_ready_replicas{{{SRV},{OP0}}}", "1x40"),
-        s(f"gdn_ready_replicas{{{SRV},{OP1}}}", "0x40"),
-        s(f"gdn_engine_restarts{{{SRV},{OP0}}}", "0+1x40"),
-    ], [silent("GDNEngineDead", "20m")]),
-    ("not dead yet: only 1 minute without a ready replica (for: 2m)", [
-        s(f"gdn_ready_replicas{{{SRV},{OP0}}}", "1x9 0x5"),
-        s(f"gdn_engine_restarts{{{SRV},{OP0}}}", "0x9 1x5"),
-    ], [silent("GDNEngineDead", "10m"), fires("GDNEngineDead", "12m", {"severity": "critical", "namespace": "ml", "server": "qwen"})]),
+    (
+        "engine dead: no ready replica, restarts climbing",
+        [
+            s(f"gdn_ready_replicas{{{SRV},{OP0}}}", "1 1 0x40"),
+            s(f"gdn_engine_restarts{{{SRV},{OP0}}}", "0 0 1 1 2 2 3 3 4 4 5 5 6 6 7 7 8 8 9 9 10x30"),
+        ],
+        [fires("GDNEngineDead", "10m", {"severity": "critical", "namespace": "ml", "server": "qwen"})],
+    ),
+    (
+        "engine dead: crashes counted by the crash watch, restarts unknown",
+        [
+            s(f"gdn_ready_replicas{{{SRV},{OP0}}}", "0x40"),
+            s(f"gdn_engine_crashes_total{{{SRV},{B1},{OP0}}}", "0 1 2 2 2 2 2 2 2 2x30"),
+        ],
+        [fires("GDNEngineDead", "8m", {"severity": "critical", "namespace": "ml", "server": "qwen"})],
+    ),
+    (
+        "not dead: scaled to zero, nothing restarts",
+        [
+            s(f"gdn_ready_replicas{{{SRV},{OP0}}}", "0x40"),
+            s(f"gdn_engine_restarts{{{SRV},{OP0}}}", "3x40"),
+        ],
+        [silent("GDNEngineDead", "30m")],
+    ),
+    (
+        "not dead: restarts but one replica still ready (a stale 0 from a standby is ignored by max)",
+        [
+            s(f"gdn_ready_replicas{{{SRV},{OP0}}}", "1x40"),
+            s(f"gdn_ready_replicas{{{SRV},{OP1}}}", "0x40"),
+            s(f"gdn_engine_restarts{{{SRV},{OP0}}}", "0+1x40"),
+        ],
+        [silent("GDNEngineDead", "20m")],
+    ),
+    (
+        "not dead yet: only 1 minute without a ready replica (for: 2m)",
+        [
+            s(f"gdn_ready_replicas{{{SRV},{OP0}}}", "1x9 0x5"),
+            s(f"gdn_engine_restarts{{{SRV},{OP0}}}", "0x9 1x5"),
+        ],
+        [
+            silent("GDNEngineDead", "10m"),
+            fires("GDNEngineDead", "12m", {"severity": "critical", "namespace": "ml", "server": "qwen"}),
+        ],
+    ),
     # ---- GDNEngineCrashLoop -------------------------------------------------------------------
-    ("crash loop: same signature every 3 minutes", [
-        s(f"gdn_engine_crashes_total{{{SRV},{B1},{OP0}}}", "0 0 0 1 1 1 2 2 2 3 3 3 4 4 4 5x30"),
-    ], [fires("GDNEngineCrashLoop", "15m", {"severity": "critical", "namespace": "ml", "server": "qwen",
-                                             "signature": "gdn-mixed-batch-assert", "upstream": "vllm#36917"})]),
-    ("crash loop: counted over both operator replicas (sum)", [
-        s(f"gdn_engine_crashes_total{{{SRV},{B1},{OP0}}}", "0 0 1 1 2 2 2x30"),
-        s(f"gdn_engine_crashes_total{{{SRV},{B1},{OP1}}}", "0 0 0 0 0 1 2 2x30"),
-    ], [fires("GDNEngineCrashLoop", "10m", {"severity": "critical", "namespace": "ml", "server": "qwen",
-                                             "signature": "gdn-mixed-batch-assert", "upstream": "vllm#36917"})]),
-    ("no crash loop: two crashes in an hour", [
-        s(f"gdn_engine_crashes_total{{{SRV},{B1},{OP0}}}", "0x10 1x20 2x40"),
-    ], [silent("GDNEngineCrashLoop", "40m"), silent("GDNEngineCrashLoop", "65m")]),
-    ("no crash loop: three different signatures once each", [
-        s(f'gdn_engine_crashes_total{{{SRV},signature="a",upstream="x",{OP0}}}', "0 1x40"),
-        s(f'gdn_engine_crashes_total{{{SRV},signature="b",upstream="y",{OP0}}}', "0 0 1x40"),
-        s(f'gdn_engine_crashes_total{{{SRV},signature="c",upstream="z",{OP0}}}', "0 0 0 1x40"),
-    ], [silent("GDNEngineCrashLoop", "10m")]),
+    (
+        "crash loop: same signature every 3 minutes",
+        [
+            s(f"gdn_engine_crashes_total{{{SRV},{B1},{OP0}}}", "0 0 0 1 1 1 2 2 2 3 3 3 4 4 4 5x30"),
+        ],
+        [
+            fires(
+                "GDNEngineCrashLoop",
+                "15m",
+                {
+                    "severity": "critical",
+                    "namespace": "ml",
+                    "server": "qwen",
+                    "signature": "gdn-mixed-batch-assert",
+                    "upstream": "vllm#36917",
+                },
+            )
+        ],
+    ),
+    (
+        "crash loop: counted over both operator replicas (sum)",
+        [
+            s(f"gdn_engine_crashes_total{{{SRV},{B1},{OP0}}}", "0 0 1 1 2 2 2x30"),
+            s(f"gdn_engine_crashes_total{{{SRV},{B1},{OP1}}}", "0 0 0 0 0 1 2 2x30"),
+        ],
+        [
+            fires(
+                "GDNEngineCrashLoop",
+                "10m",
+                {
+                    "severity": "critical",
+                    "namespace": "ml",
+                    "server": "qwen",
+                    "signature": "gdn-mixed-batch-assert",
+                    "upstream": "vllm#36917",
+                },
+            )
+        ],
+    ),
+    (
+        "no crash loop: two crashes in an hour",
+        [
+            s(f"gdn_engine_crashes_total{{{SRV},{B1},{OP0}}}", "0x10 1x20 2x40"),
+        ],
+        [silent("GDNEngineCrashLoop", "40m"), silent("GDNEngineCrashLoop", "65m")],
+    ),
+    (
+        "no crash loop: three different signatures once each",
+        [
+            s(f'gdn_engine_crashes_total{{{SRV},signature="a",upstream="x",{OP0}}}', "0 1x40"),
+            s(f'gdn_engine_crashes_total{{{SRV},signature="b",upstream="y",{OP0}}}', "0 0 1x40"),
+            s(f'gdn_engine_crashes_total{{{SRV},signature="c",upstream="z",{OP0}}}', "0 0 0 1x40"),
+        ],
+        [silent("GDNEngineCrashLoop", "10m")],
+    ),
     # ---- GDNSpecAcceptanceCollapse ------------------------------------------------------------
-    ("acceptance collapse under load", [
-        s(f"gdn_spec_acceptance_rate{{{SRV},{OP0}}}", "0.8x10 0.05x40"),
-        s(f"gdn_spec_drafts_per_second{{{SRV},{OP0}}}", "40x50"),
-    ], [silent("GDNSpecAcceptanceCollapse", "20m"),
-        fires("GDNSpecAcceptanceCollapse", "30m", {"severity": "warning", "namespace": "ml", "server": "qwen"})]),
-    ("no collapse: idle engine (no drafts) reports 0 acceptance", [
-        s(f"gdn_spec_acceptance_rate{{{SRV},{OP0}}}", "0x50"),
-        s(f"gdn_spec_drafts_per_second{{{SRV},{OP0}}}", "0x50"),
-    ], [silent("GDNSpecAcceptanceCollapse", "40m")]),
-    ("no collapse: healthy MTP acceptance", [
-        s(f"gdn_spec_acceptance_rate{{{SRV},{OP0}}}", "0.72x50"),
-        s(f"gdn_spec_drafts_per_second{{{SRV},{OP0}}}", "40x50"),
-    ], [silent("GDNSpecAcceptanceCollapse", "40m")]),
+    (
+        "acceptance collapse under load",
+        [
+            s(f"gdn_spec_acceptance_rate{{{SRV},{OP0}}}", "0.8x10 0.05x40"),
+            s(f"gdn_spec_drafts_per_second{{{SRV},{OP0}}}", "40x50"),
+        ],
+        [
+            silent("GDNSpecAcceptanceCollapse", "20m"),
+            fires("GDNSpecAcceptanceCollapse", "30m", {"severity": "warning", "namespace": "ml", "server": "qwen"}),
+        ],
+    ),
+    (
+        "no collapse: idle engine (no drafts) reports 0 acceptance",
+        [
+            s(f"gdn_spec_acceptance_rate{{{SRV},{OP0}}}", "0x50"),
+            s(f"gdn_spec_drafts_per_second{{{SRV},{OP0}}}", "0x50"),
+        ],
+        [silent("GDNSpecAcceptanceCollapse", "40m")],
+    ),
+    (
+        "no collapse: healthy MTP acceptance",
+        [
+            s(f"gdn_spec_acceptance_rate{{{SRV},{OP0}}}", "0.72x50"),
+            s(f"gdn_spec_drafts_per_second{{{SRV},{OP0}}}", "40x50"),
+        ],
+        [silent("GDNSpecAcceptanceCollapse", "40m")],
+    ),
     # ---- GDNEngineScrapeFailures --------------------------------------------------------------
-    ("scrape failures: a timeout every minute", [
-        s(f'gdn_scrape_errors_total{{{SRV},reason="timeout",{OP0}}}', "0+1x40"),
-    ], [fires("GDNEngineScrapeFailures", "30m", {"severity": "warning", "namespace": "ml", "server": "qwen", "reason": "timeout"})]),
-    ("no scrape alert: a failure every 5 minutes", [
-        s(f'gdn_scrape_errors_total{{{SRV},reason="connect",{OP0}}}', "0+0.2x40"),
-    ], [silent("GDNEngineScrapeFailures", "30m")]),
+    (
+        "scrape failures: a timeout every minute",
+        [
+            s(f'gdn_scrape_errors_total{{{SRV},reason="timeout",{OP0}}}', "0+1x40"),
+        ],
+        [
+            fires(
+                "GDNEngineScrapeFailures",
+                "30m",
+                {"severity": "warning", "namespace": "ml", "server": "qwen", "reason": "timeout"},
+            )
+        ],
+    ),
+    (
+        "no scrape alert: a failure every 5 minutes",
+        [
+            s(f'gdn_scrape_errors_total{{{SRV},reason="connect",{OP0}}}', "0+0.2x40"),
+        ],
+        [silent("GDNEngineScrapeFailures", "30m")],
+    ),
     # ---- GDNAdmissionDenialsSpike -------------------------------------------------------------
-    ("denial spike: a pipeline retries a rejected config", [
-        s(f'gdn_admission_decisions_total{{namespace="ml",decision="denied",rule="b7-prefix-caching-mtp",{OP0}}}', "0+1x30"),
-        s(f'gdn_admission_decisions_total{{namespace="ml",decision="denied",rule="invalid-spec",{OP1}}}', "0+1x30"),
-    ], [fires("GDNAdmissionDenialsSpike", "15m", {"severity": "info", "namespace": "ml"})]),
-    ("no spike: many admissions, few denials", [
-        s(f'gdn_admission_decisions_total{{namespace="ml",decision="admitted",rule="",{OP0}}}', "0+10x30"),
-        s(f'gdn_admission_decisions_total{{namespace="ml",decision="denied",rule="b1",{OP0}}}', "0+0.2x30"),
-    ], [silent("GDNAdmissionDenialsSpike", "20m")]),
+    (
+        "denial spike: a pipeline retries a rejected config",
+        [
+            s(f'gdn_admission_decisions_total{{namespace="ml",decision="denied",rule="b7-prefix-caching-mtp",{OP0}}}', "0+1x30"),
+            s(f'gdn_admission_decisions_total{{namespace="ml",decision="denied",rule="invalid-spec",{OP1}}}', "0+1x30"),
+        ],
+        [fires("GDNAdmissionDenialsSpike", "15m", {"severity": "info", "namespace": "ml"})],
+    ),
+    (
+        "no spike: many admissions, few denials",
+        [
+            s(f'gdn_admission_decisions_total{{namespace="ml",decision="admitted",rule="",{OP0}}}', "0+10x30"),
+            s(f'gdn_admission_decisions_total{{namespace="ml",decision="denied",rule="b1",{OP0}}}', "0+0.2x30"),
+        ],
+        [silent("GDNAdmissionDenialsSpike", "20m")],
+    ),
     # ---- GDNOutputInconsistent ----------------------------------------------------------------
-    ("output inconsistent: the operator raised OutputConsistent=False (ProbeMismatch)", [
-        s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeMismatch",{OP0}}}', "0x5 1x20"),
-        s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeError",{OP0}}}', "0x25"),
-    ], [silent("GDNOutputInconsistent", "5m"),
-        fires("GDNOutputInconsistent", "8m", {"severity": "critical", "namespace": "ml", "server": "qwen", "reason": "ProbeMismatch"})]),
-    ("output inconsistent: one active replica reports it, the standby's stale 0 is ignored (max)", [
-        s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeEarlyStop",{OP0}}}', "1x20"),
-        s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeEarlyStop",{OP1}}}', "0x20"),
-    ], [fires("GDNOutputInconsistent", "5m", {"severity": "critical", "namespace": "ml", "server": "qwen", "reason": "ProbeEarlyStop"})]),
-    ("output consistent: probes pass (gauge 0), and a 30 s flip shorter than `for` does not fire", [
-        s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeMismatch",{OP0}}}', "0x10 1 0x10"),
-    ], [silent("GDNOutputInconsistent", "5m"), silent("GDNOutputInconsistent", "11m"), silent("GDNOutputInconsistent", "15m")]),
+    (
+        "output inconsistent: the operator raised OutputConsistent=False (ProbeMismatch)",
+        [
+            s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeMismatch",{OP0}}}', "0x5 1x20"),
+            s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeError",{OP0}}}', "0x25"),
+        ],
+        [
+            silent("GDNOutputInconsistent", "5m"),
+            fires(
+                "GDNOutputInconsistent",
+                "8m",
+                {"severity": "critical", "namespace": "ml", "server": "qwen", "reason": "ProbeMismatch"},
+            ),
+        ],
+    ),
+    (
+        "output inconsistent: one active replica reports it, the standby's stale 0 is ignored (max)",
+        [
+            s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeEarlyStop",{OP0}}}', "1x20"),
+            s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeEarlyStop",{OP1}}}', "0x20"),
+        ],
+        [
+            fires(
+                "GDNOutputInconsistent",
+                "5m",
+                {"severity": "critical", "namespace": "ml", "server": "qwen", "reason": "ProbeEarlyStop"},
+            )
+        ],
+    ),
+    (
+        "output consistent: probes pass (gauge 0), and a 30 s flip shorter than `for` does not fire",
+        [
+            s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeMismatch",{OP0}}}', "0x10 1 0x10"),
+        ],
+        [silent("GDNOutputInconsistent", "5m"), silent("GDNOutputInconsistent", "11m"), silent("GDNOutputInconsistent", "15m")],
+    ),
     # ---- GDNEngineStalled (issue 24) ------------------------------------------------------------
     # the series carry the engine pod as `pod` (ServiceMonitor honorLabels); operator replicas differ by instance
-    ("engine stalled: the detector flags one pod for longer than `for` (5m)", [
-        s(f'gdn_engine_stalled{{namespace="ml",server="qwen",pod="qwen-0",{IN0}}}', "0x5 1x20"),
-        s(f'gdn_engine_stalled{{namespace="ml",server="qwen",pod="qwen-1",{IN0}}}', "0x25"),
-    ], [silent("GDNEngineStalled", "9m"),
-        fires("GDNEngineStalled", "12m", {"severity": "critical", "namespace": "ml", "server": "qwen", "pod": "qwen-0"})]),
-    ("engine stalled: the standby replica's stale 0 does not hide the active one's 1 (max)", [
-        s(f'gdn_engine_stalled{{namespace="ml",server="qwen",pod="qwen-0",{IN0}}}', "1x20"),
-        s(f'gdn_engine_stalled{{namespace="ml",server="qwen",pod="qwen-0",{IN1}}}', "0x20"),
-    ], [fires("GDNEngineStalled", "10m", {"severity": "critical", "namespace": "ml", "server": "qwen", "pod": "qwen-0"})]),
-    ("engine not stalled: a stall the operator's restart ended within `for` does not fire", [
-        s(f'gdn_engine_stalled{{namespace="ml",server="qwen",pod="qwen-0",{IN0}}}', "0x5 1x3 0x20"),
-    ], [silent("GDNEngineStalled", "8m"), silent("GDNEngineStalled", "15m")]),
+    (
+        "engine stalled: the detector flags one pod for longer than `for` (5m)",
+        [
+            s(f'gdn_engine_stalled{{namespace="ml",server="qwen",pod="qwen-0",{IN0}}}', "0x5 1x20"),
+            s(f'gdn_engine_stalled{{namespace="ml",server="qwen",pod="qwen-1",{IN0}}}', "0x25"),
+        ],
+        [
+            silent("GDNEngineStalled", "9m"),
+            fires("GDNEngineStalled", "12m", {"severity": "critical", "namespace": "ml", "server": "qwen", "pod": "qwen-0"}),
+        ],
+    ),
+    (
+        "engine stalled: the standby replica's stale 0 does not hide the active one's 1 (max)",
+        [
+            s(f'gdn_engine_stalled{{namespace="ml",server="qwen",pod="qwen-0",{IN0}}}', "1x20"),
+            s(f'gdn_engine_stalled{{namespace="ml",server="qwen",pod="qwen-0",{IN1}}}', "0x20"),
+        ],
+        [fires("GDNEngineStalled", "10m", {"severity": "critical", "namespace": "ml", "server": "qwen", "pod": "qwen-0"})],
+    ),
+    (
+        "engine not stalled: a stall the operator's restart ended within `for` does not fire",
+        [
+            s(f'gdn_engine_stalled{{namespace="ml",server="qwen",pod="qwen-0",{IN0}}}', "0x5 1x3 0x20"),
+        ],
+        [silent("GDNEngineStalled", "8m"), silent("GDNEngineStalled", "15m")],
+    ),
     # ---- GDNOperatorDown ----------------------------------------------------------------------
-    ("operator down: no replica up", [
-        s(f'up{{job="{METRICS_SVC}",namespace="{NAMESPACE}",pod="a"}}', "1x5 0x30"),
-        s(f'up{{job="{METRICS_SVC}",namespace="{NAMESPACE}",pod="b"}}', "1x5 0x30"),
-    ], [silent("GDNOperatorDown", "10m"), fires("GDNOperatorDown", "20m", {"severity": "critical"})]),
-    ("operator up: one replica of two is down", [
-        s(f'up{{job="{METRICS_SVC}",namespace="{NAMESPACE}",pod="a"}}', "1x30"),
-        s(f'up{{job="{METRICS_SVC}",namespace="{NAMESPACE}",pod="b"}}', "0x30"),
-    ], [silent("GDNOperatorDown", "25m")]),
+    (
+        "operator down: no replica up",
+        [
+            s(f'up{{job="{METRICS_SVC}",namespace="{NAMESPACE}",pod="a"}}', "1x5 0x30"),
+            s(f'up{{job="{METRICS_SVC}",namespace="{NAMESPACE}",pod="b"}}', "1x5 0x30"),
+        ],
+        [silent("GDNOperatorDown", "10m"), fires("GDNOperatorDown", "20m", {"severity": "critical"})],
+    ),
+    (
+        "operator up: one replica of two is down",
+        [
+            s(f'up{{job="{METRICS_SVC}",namespace="{NAMESPACE}",pod="a"}}', "1x30"),
+            s(f'up{{job="{METRICS_SVC}",namespace="{NAMESPACE}",pod="b"}}', "0x30"),
+        ],
+        [silent("GDNOperatorDown", "25m")],
+    ),
 ]
 
 
@@ -202,11 +353,15 @@ def _write_rules_without_annotations(rule_groups, path: Path) -> None:
 @pytest.mark.parametrize("title,series,tests", CASES, ids=[c[0] for c in CASES])
 def test_alert_fires_or_stays_silent(chart_tools, rule_groups, tmp_path, title, series, tests):
     _write_rules_without_annotations(rule_groups, tmp_path / "rules.yaml")
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump({
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [{"name": title, "interval": "1m", "input_series": series, "alert_rule_test": tests}],
-    }))
+    (tmp_path / "test.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": ["rules.yaml"],
+                "evaluation_interval": "1m",
+                "tests": [{"name": title, "interval": "1m", "input_series": series, "alert_rule_test": tests}],
+            }
+        )
+    )
     res = promtool(chart_tools, "test", "rules", "test.yaml", cwd=tmp_path)
     assert res.returncode == 0, f"{title}:\n{res.stdout}\n{res.stderr}"
     assert "SUCCESS" in res.stdout
@@ -216,29 +371,49 @@ def test_promtool_test_detects_a_wrong_expectation(chart_tools, rule_groups, tmp
     """Guard: a firing case asserted as silent fails, so the cases above can fail."""
     _write_rules_without_annotations(rule_groups, tmp_path / "rules.yaml")
     title, series, _ = CASES[0]
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump({
-        "rule_files": ["rules.yaml"], "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": [silent("GDNEngineDead", "10m")]}],
-    }))
+    (tmp_path / "test.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": ["rules.yaml"],
+                "evaluation_interval": "1m",
+                "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": [silent("GDNEngineDead", "10m")]}],
+            }
+        )
+    )
     res = promtool(chart_tools, "test", "rules", "test.yaml", cwd=tmp_path)
     assert res.returncode != 0 and "GDNEngineDead" in res.stdout + res.stderr
 
 
 def test_thresholds_come_from_values(chart_tools):
-    objs = docs(render_text(VALUE_SETS["monitoring"], sets={
-        "monitoring.prometheusRule.acceptanceCollapse.threshold": 0.35,
-        "monitoring.prometheusRule.crashLoop.count": 5,
-        "monitoring.prometheusRule.crashLoop.window": "1h",
-    }))
+    objs = docs(
+        render_text(
+            VALUE_SETS["monitoring"],
+            sets={
+                "monitoring.prometheusRule.acceptanceCollapse.threshold": 0.35,
+                "monitoring.prometheusRule.crashLoop.count": 5,
+                "monitoring.prometheusRule.crashLoop.window": "1h",
+            },
+        )
+    )
     rules = {r["alert"]: r for g in one(objs, "PrometheusRule")["spec"]["groups"] for r in g["rules"]}
     assert "< 0.35" in rules["GDNSpecAcceptanceCollapse"]["expr"]
     assert "[1h])) >= 5" in rules["GDNEngineCrashLoop"]["expr"]
-    assert "GDNOperatorDown" not in {r["alert"] for g in one(docs(render_text(sets={"monitoring.prometheusRule.enabled": True})), "PrometheusRule")["spec"]["groups"] for r in g["rules"]}
+    assert "GDNOperatorDown" not in {
+        r["alert"]
+        for g in one(docs(render_text(sets={"monitoring.prometheusRule.enabled": True})), "PrometheusRule")["spec"]["groups"]
+        for r in g["rules"]
+    }
 
 
 # ---- dashboard ------------------------------------------------------------------------------------
-GRAFANA_VARS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h",
-                "$namespace": ".*", "$model": ".*", "$server": ".*"}
+GRAFANA_VARS = {
+    "$__rate_interval": "5m",
+    "$__interval": "1m",
+    "$__range": "1h",
+    "$namespace": ".*",
+    "$model": ".*",
+    "$server": ".*",
+}
 
 
 def _panels(d: dict) -> list[dict]:
@@ -266,12 +441,28 @@ def test_dashboard_structure(dashboard):
     ids = [p["id"] for p in _panels(dashboard)]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
     titles = " | ".join(p["title"] for p in _panels(dashboard)).lower()
-    for needle in ("acceptance rate per server", "acceptance rate per pod", "mean accepted length per server",
-                   "mean accepted length per pod", "drafts per second", "crashes by signature",
-                   "engine restarts", "admission denials", "output probes by result", "output inconsistent",
-                   # serving SLOs from vLLM's own metrics (issue 28)
-                   "time to first token", "inter-token latency", "end-to-end request latency", "requests running / waiting",
-                   "kv-cache usage", "preemptions", "request error rate", "generation tokens/s", "mtp value"):
+    for needle in (
+        "acceptance rate per server",
+        "acceptance rate per pod",
+        "mean accepted length per server",
+        "mean accepted length per pod",
+        "drafts per second",
+        "crashes by signature",
+        "engine restarts",
+        "admission denials",
+        "output probes by result",
+        "output inconsistent",
+        # serving SLOs from vLLM's own metrics (issue 28)
+        "time to first token",
+        "inter-token latency",
+        "end-to-end request latency",
+        "requests running / waiting",
+        "kv-cache usage",
+        "preemptions",
+        "request error rate",
+        "generation tokens/s",
+        "mtp value",
+    ):
         assert needle in titles, needle
     for p in _panels(dashboard):
         if p["type"] == "row":
@@ -310,7 +501,9 @@ def test_dashboard_queries_parse_with_promtool(chart_tools, dashboard, tmp_path)
 
 
 def _vllm_metric_names() -> set[str]:
-    return {line.split("{")[0].split(" ")[0] for line in VLLM_FIXTURE.read_text().splitlines() if line and not line.startswith("#")}
+    return {
+        line.split("{")[0].split(" ")[0] for line in VLLM_FIXTURE.read_text().splitlines() if line and not line.startswith("#")
+    }
 
 
 def test_every_metric_name_exists(dashboard, rule_groups):
@@ -344,16 +537,35 @@ def test_dashboard_acceptance_query_on_real_vllm_counters(chart_tools, dashboard
         s(f"vllm:spec_decode_num_draft_tokens_total{{{lbl}}}", "0+200x20"),
         s(f"vllm:spec_decode_num_accepted_tokens_total{{{lbl}}}", "0+150x20"),
     ]
-    rules = {"groups": [{"name": "d", "rules": [{"record": "dash:acceptance", "expr": acc}, {"record": "dash:mal", "expr": mal}]}]}
+    rules = {
+        "groups": [{"name": "d", "rules": [{"record": "dash:acceptance", "expr": acc}, {"record": "dash:mal", "expr": mal}]}]
+    }
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(rules))
-    (tmp_path / "t.yaml").write_text(yaml.safe_dump({
-        "rule_files": ["r.yaml"], "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": [
-            {"expr": "dash:acceptance", "eval_time": "15m",
-             "exp_samples": [{"labels": 'dash:acceptance{namespace="ml",server="qwen"}', "value": 0.75}]},
-            {"expr": "dash:mal", "eval_time": "15m",
-             "exp_samples": [{"labels": 'dash:mal{namespace="ml",server="qwen"}', "value": 2.5}]},
-        ]}],
-    }))
+    (tmp_path / "t.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": ["r.yaml"],
+                "evaluation_interval": "1m",
+                "tests": [
+                    {
+                        "interval": "1m",
+                        "input_series": series,
+                        "promql_expr_test": [
+                            {
+                                "expr": "dash:acceptance",
+                                "eval_time": "15m",
+                                "exp_samples": [{"labels": 'dash:acceptance{namespace="ml",server="qwen"}', "value": 0.75}],
+                            },
+                            {
+                                "expr": "dash:mal",
+                                "eval_time": "15m",
+                                "exp_samples": [{"labels": 'dash:mal{namespace="ml",server="qwen"}', "value": 2.5}],
+                            },
+                        ],
+                    }
+                ],
+            }
+        )
+    )
     res = promtool(chart_tools, "test", "rules", "t.yaml", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr

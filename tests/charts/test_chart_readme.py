@@ -45,7 +45,9 @@ def test_readme_helm_install_and_upgrade_on_a_clean_cluster(chart_tools, tmp_pat
             dep = client.AppsV1Api(api).read_namespaced_deployment("gdn-operator", "default")
             assert dep.spec.template.spec.service_account_name == "gdn-operator"
             client.ApiextensionsV1Api(api).read_custom_resource_definition("gdnmodelservers.serving.gdn-operator.io")
-            names = [w.metadata.name for w in client.AdmissionregistrationV1Api(api).list_validating_webhook_configuration().items]
+            names = [
+                w.metadata.name for w in client.AdmissionregistrationV1Api(api).list_validating_webhook_configuration().items
+            ]
             assert any("gdn-operator" in n for n in names), names
         res = _run("helm upgrade gdn-operator charts/gdn-operator", cp.kubeconfig, helm_dir)
         assert res.returncode == 0 and "has been upgraded" in res.stdout, res.stdout + res.stderr

@@ -55,10 +55,17 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("", "persistentvolumeclaims"): {"get", "create", "patch", "delete"},
 }
 NAMESPACED_RESOURCES = {
-    ("serving.gdn-operator.io", "gdnmodelservers"), ("serving.gdn-operator.io", "gdnmodelservers/status"),
+    ("serving.gdn-operator.io", "gdnmodelservers"),
+    ("serving.gdn-operator.io", "gdnmodelservers/status"),
     ("serving.gdn-operator.io", "gdnmodelservers/finalizers"),
-    ("apps", "deployments"), ("", "services"), ("", "pods"), ("", "pods/log"), ("", "events"),
-    ("monitoring.coreos.com", "podmonitors"), ("policy", "poddisruptionbudgets"), ("", "persistentvolumeclaims"),
+    ("apps", "deployments"),
+    ("", "services"),
+    ("", "pods"),
+    ("", "pods/log"),
+    ("", "events"),
+    ("monitoring.coreos.com", "podmonitors"),
+    ("policy", "poddisruptionbudgets"),
+    ("", "persistentvolumeclaims"),
 }
 #: Verbs that must be limited to one object by resourceNames (the API allows it for them).
 NAME_RESTRICTED = {
@@ -101,7 +108,9 @@ def test_rbac_has_no_wildcards_and_only_allowed_rules(chart_tools, name):
             assert not rule.get("nonResourceURLs"), rule
             for g in rule["apiGroups"]:
                 for r in rule["resources"]:
-                    assert (g, r) in ALLOWED, f"{role['kind']} {role['metadata']['name']} grants {g}/{r}: not used by the operator"
+                    assert (g, r) in ALLOWED, (
+                        f"{role['kind']} {role['metadata']['name']} grants {g}/{r}: not used by the operator"
+                    )
                     extra = set(rule["verbs"]) - ALLOWED[(g, r)]
                     assert not extra, f"{g}/{r}: verbs {extra} are not used by the operator"
                     limited = NAME_RESTRICTED.get((g, r), set()) & set(rule["verbs"])
@@ -122,7 +131,9 @@ def test_cluster_wide_scope_uses_one_cluster_role(chart_tools):
     assert set(grants(cr)) >= NAMESPACED_RESOURCES
     crb = one(objs, "ClusterRoleBinding")
     assert crb["roleRef"]["name"] == cr["metadata"]["name"]
-    assert crb["subjects"] == [{"kind": "ServiceAccount", "name": one(objs, "ServiceAccount")["metadata"]["name"], "namespace": NAMESPACE}]
+    assert crb["subjects"] == [
+        {"kind": "ServiceAccount", "name": one(objs, "ServiceAccount")["metadata"]["name"], "namespace": NAMESPACE}
+    ]
     # the only Role is the webhook Secret's, in the release namespace
     (role,) = by_kind(objs, "Role")
     assert role["metadata"]["namespace"] == NAMESPACE and set(grants(role)) == {("", "secrets")}
@@ -147,7 +158,11 @@ def test_namespaced_scope_uses_roles_per_namespace(chart_tools):
         assert {k for k in g if k in NAMESPACED_RESOURCES} == NAMESPACED_RESOURCES - {("monitoring.coreos.com", "podmonitors")}
         assert g[("kopf.dev", "kopfpeerings")] == {"list", "watch", "patch"}
         rb = [b for b in by_kind(objs, "RoleBinding") if b["metadata"]["namespace"] == ns]
-        assert len(rb) == 1 and rb[0]["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role[0]["metadata"]["name"]}
+        assert len(rb) == 1 and rb[0]["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": role[0]["metadata"]["name"],
+        }
         assert rb[0]["subjects"][0]["name"] == sa and rb[0]["subjects"][0]["namespace"] == NAMESPACE
     assert env_of(objs)["GDN_WATCH_NAMESPACES"] == ",".join(watched)
     peerings = by_kind(objs, "KopfPeering")
@@ -165,7 +180,10 @@ def test_engine_pod_monitor_mode_controls_operator_and_rbac(chart_tools):
     assert env_of(glob)["GDN_POD_MONITORS"] == "false"
     assert ("monitoring.coreos.com", "podmonitors") not in all_grants(glob)
     pm = one(glob, "PodMonitor")
-    assert pm["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/managed-by": "gdn-operator", "app.kubernetes.io/component": "engine"}
+    assert pm["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/managed-by": "gdn-operator",
+        "app.kubernetes.io/component": "engine",
+    }
     assert pm["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "http"
 
@@ -251,7 +269,9 @@ def test_self_signed_webhook_tls_gets_exactly_its_secret(chart_tools):
     assert "GDN_WEBHOOK_CERT_DIR" not in env
     (role,) = by_kind(objs, "Role")
     named = [r for r in role["rules"] if r.get("resourceNames")]
-    assert named == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [env["GDN_WEBHOOK_SECRET"]], "verbs": ["get", "update"]}]
+    assert named == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [env["GDN_WEBHOOK_SECRET"]], "verbs": ["get", "update"]}
+    ]
     assert not by_kind(objs, "Certificate")
 
 
@@ -276,7 +296,11 @@ def test_cert_manager_mode_mounts_the_certificate_and_needs_no_secret_rbac(chart
     vol = next(v for v in pod["volumes"] if v["name"] == mount["name"])
     assert vol["secret"]["secretName"] == serving["spec"]["secretName"] and mount["readOnly"] is True
 
-    ext = docs(render_text(VALUE_SETS["certmanager"], sets={"webhook.certManager.issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}))
+    ext = docs(
+        render_text(
+            VALUE_SETS["certmanager"], sets={"webhook.certManager.issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}
+        )
+    )
     assert not by_kind(ext, "Issuer")
     (cert,) = by_kind(ext, "Certificate")
     assert cert["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
@@ -340,8 +364,14 @@ def test_crd_install_and_keep_switches(chart_tools):
 
 @pytest.mark.parametrize("name", SETS)
 def test_every_object_is_namespaced_correctly(chart_tools, name):
-    cluster_kinds = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ClusterKopfPeering",
-                     "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+    cluster_kinds = {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "ClusterKopfPeering",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    }
     for o in render_set(name):
         assert o.get("apiVersion") and o.get("kind") and o["metadata"].get("name"), o
         if o["kind"] in cluster_kinds:

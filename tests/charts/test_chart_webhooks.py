@@ -100,8 +100,9 @@ def test_namespace_selector_follows_watch_namespaces(chart_tools):
     assert watched == ["team-a", "team-b"]
     for kind in KINDS:
         for h in one(namespaced, kind)["webhooks"]:
-            assert h["namespaceSelector"] == {"matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": watched}]}
+            assert h["namespaceSelector"] == {
+                "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": watched}]
+            }
 
 
 def test_config_name_and_release_namespace_propagate(chart_tools):
@@ -115,9 +116,14 @@ def test_config_name_and_release_namespace_propagate(chart_tools):
             assert h["clientConfig"]["service"]["name"] == env["GDN_WEBHOOK_SERVICE"]
             assert h["clientConfig"]["service"]["namespace"] == "ops"
     rules = [r for r in one(objs, "ClusterRole")["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
-    assert rules == [{"apiGroups": ["admissionregistration.k8s.io"],
-                      "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
-                      "resourceNames": ["hooks.example.com"], "verbs": ["get", "patch"]}]
+    assert rules == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+            "resourceNames": ["hooks.example.com"],
+            "verbs": ["get", "patch"],
+        }
+    ]
 
 
 def test_webhook_disabled_ships_no_configurations_and_no_webhook_rbac(chart_tools):
@@ -134,8 +140,9 @@ def test_a_changed_handler_is_caught(chart_tools, handlers):
     """Guard: the comparison sees a handler change (here: DELETE added to the validating handler)."""
     objs = render_set("default")
     env = env_of(objs)
-    changed = [dataclasses.replace(h, operations=["CREATE", "UPDATE", "DELETE"]) if h.id == "gdn-admission" else h
-               for h in handlers]
+    changed = [
+        dataclasses.replace(h, operations=["CREATE", "UPDATE", "DELETE"]) if h.id == "gdn-admission" else h for h in handlers
+    ]
     target = one(objs, webhookconfigs.VALIDATING)["webhooks"][0]["clientConfig"]
     target = {"service": {**target["service"], "path": ""}}
     want = webhookconfigs.desired_webhooks(changed, env["GDN_WEBHOOK_CONFIG_NAME"], target)

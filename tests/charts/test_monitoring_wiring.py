@@ -24,8 +24,11 @@ def test_every_gdn_series_names_the_server_server():
 
     seen = 0
     for metric in telemetry.METRICS_REGISTRY.collect():
-        labels = set(getattr(telemetry, next(k for k, v in vars(telemetry).items()
-                                             if getattr(v, "_name", None) == metric.name))._labelnames)
+        labels = set(
+            getattr(
+                telemetry, next(k for k, v in vars(telemetry).items() if getattr(v, "_name", None) == metric.name)
+            )._labelnames
+        )
         assert "name" not in labels, f"{metric.name} labels {labels}: the server label is `server`"
         if "namespace" in labels and labels != {"namespace", "decision", "rule"}:
             assert "server" in labels, f"{metric.name}: a per-server series needs `server`"
@@ -34,21 +37,29 @@ def test_every_gdn_series_names_the_server_server():
 
 
 def test_service_monitor_honors_the_operators_labels(chart_tools):
-    sm = one(docs(render_text(VALUE_SETS["monitoring"], sets={"monitoring.serviceMonitor.labels": LIVE_LABELS})),
-             "ServiceMonitor")
+    sm = one(
+        docs(render_text(VALUE_SETS["monitoring"], sets={"monitoring.serviceMonitor.labels": LIVE_LABELS})), "ServiceMonitor"
+    )
     assert sm["metadata"]["labels"]["release"] == "kps"
     (ep,) = sm["spec"]["endpoints"]
     assert ep["honorLabels"] is True  # else namespace/pod of the servers become exported_namespace/exported_pod
 
 
 def test_global_pod_monitor_adds_server_and_does_not_honor_engine_labels(chart_tools):
-    pm = one(docs(render_text(sets={"monitoring.enginePodMonitor.mode": "global",
-                                    "monitoring.enginePodMonitor.labels": LIVE_LABELS})), "PodMonitor")
+    pm = one(
+        docs(render_text(sets={"monitoring.enginePodMonitor.mode": "global", "monitoring.enginePodMonitor.labels": LIVE_LABELS})),
+        "PodMonitor",
+    )
     assert pm["metadata"]["labels"]["release"] == "kps"
     (ep,) = pm["spec"]["podMetricsEndpoints"]
     assert not ep.get("honorLabels")
-    assert ep["relabelings"] == [{"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_label_serving_gdn_operator_io_server"],
-                                  "targetLabel": "server"}]
+    assert ep["relabelings"] == [
+        {
+            "action": "replace",
+            "sourceLabels": ["__meta_kubernetes_pod_label_serving_gdn_operator_io_server"],
+            "targetLabel": "server",
+        }
+    ]
 
 
 def test_per_server_pod_monitor_labels_reach_the_operator(chart_tools):
@@ -63,7 +74,8 @@ def test_per_server_pod_monitor_labels_reach_the_operator(chart_tools):
     assert dict(cfg.pod_monitor_labels) == LIVE_LABELS
     default = one(docs(render_text()), "Deployment")
     assert {e["name"]: e.get("value") for e in default["spec"]["template"]["spec"]["containers"][0]["env"]}[
-        "GDN_POD_MONITOR_LABELS"] == "{}"
+        "GDN_POD_MONITOR_LABELS"
+    ] == "{}"
 
 
 @pytest.mark.parametrize("raw", ["release=kps", "[1]", '{"a": 1}'])
@@ -98,8 +110,10 @@ def test_every_alert_has_a_runbook_in_the_repo(chart_tools):
 
 
 def test_alert_for_durations_come_from_values(chart_tools):
-    rules = {r["alert"]: r for r in _rules({"monitoring.prometheusRule.engineDead.for": "30s",
-                                            "monitoring.prometheusRule.operatorDown.for": "1m"})}
+    rules = {
+        r["alert"]: r
+        for r in _rules({"monitoring.prometheusRule.engineDead.for": "30s", "monitoring.prometheusRule.operatorDown.for": "1m"})
+    }
     assert rules["GDNEngineDead"]["for"] == "30s" and rules["GDNOperatorDown"]["for"] == "1m"
     assert "for 1m:" in rules["GDNOperatorDown"]["annotations"]["description"]
 
@@ -113,6 +127,7 @@ def test_alerts_group_by_namespace_and_server(chart_tools):
 
 
 # ---- dashboard: generated with grafana-foundation-sdk -------------------------------------------------
+
 
 def test_dashboard_json_is_generated_by_the_typed_builder():
     res = subprocess.run([sys.executable, str(ROOT / "hack" / "gen_dashboard.py"), "--check"], capture_output=True, text=True)

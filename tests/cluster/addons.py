@@ -25,8 +25,10 @@ import yaml
 
 from controlplane import BUILD_SH, ControlPlane, ControlPlaneError, _tail, free_port
 
-LWS_CRDS = ("config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml",
-            "config/crd/bases/disaggregatedset.x-k8s.io_disaggregatedsets.yaml")
+LWS_CRDS = (
+    "config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+    "config/crd/bases/disaggregatedset.x-k8s.io_disaggregatedsets.yaml",
+)
 KEDA_CRDS = ("config/crd/bases/keda.sh_scaledobjects.yaml",)
 GIE_CRDS = ("config/crd/bases/inference.networking.k8s.io_inferencepools.yaml",)
 WEBHOOK_CONFIG = "gdn-test-lws"
@@ -139,7 +141,11 @@ class LWSController:
         log = open(self.log, "ab")  # noqa: SIM115 - the controller process writes to it for its whole life
         self.proc = subprocess.Popen(
             [str(self.paths.lws_manager), f"--config={cfg_path}", f"--kubeconfig={self.cp.kubeconfig}", "--zap-log-level=info"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         log.close()
         self._wait_ready(timeout)
@@ -184,16 +190,28 @@ class LWSController:
         mutating = {
             "metadata": {"name": WEBHOOK_CONFIG},
             "webhooks": [
-                self._hook("mleaderworkerset.kb.io", "/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset", lws_group,
-                           "leaderworkersets", ["CREATE", "UPDATE"], False),
+                self._hook(
+                    "mleaderworkerset.kb.io",
+                    "/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+                    lws_group,
+                    "leaderworkersets",
+                    ["CREATE", "UPDATE"],
+                    False,
+                ),
                 self._hook("mpod.kb.io", "/mutate--v1-pod", "", "pods", ["CREATE"], True),
             ],
         }
         validating = {
             "metadata": {"name": WEBHOOK_CONFIG},
             "webhooks": [
-                self._hook("vleaderworkerset.kb.io", "/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset", lws_group,
-                           "leaderworkersets", ["CREATE", "UPDATE"], False),
+                self._hook(
+                    "vleaderworkerset.kb.io",
+                    "/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+                    lws_group,
+                    "leaderworkersets",
+                    ["CREATE", "UPDATE"],
+                    False,
+                ),
                 self._hook("vpod.kb.io", "/validate--v1-pod", "", "pods", ["CREATE", "UPDATE"], True),
             ],
         }

@@ -187,9 +187,15 @@ def _write_pki(d: Path) -> None:
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -238,9 +244,7 @@ def _write_pki(d: Path) -> None:
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     save_key(sa, "sa.key")
     (d / "sa.pub").write_bytes(
-        sa.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
+        sa.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
 
 
@@ -418,8 +422,7 @@ class ControlPlane:
         missing = self.binaries.missing(self.tier)
         if missing:
             raise ControlPlaneError(
-                f"missing binaries for tier {self.tier!r}: {', '.join(map(str, missing))}; "
-                f"run: {BUILD_SH} {self.tier}"
+                f"missing binaries for tier {self.tier!r}: {', '.join(map(str, missing))}; run: {BUILD_SH} {self.tier}"
             )
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
@@ -532,9 +535,7 @@ class ControlPlane:
         )
         src = self.binaries.kwok_src
         if src is None or not src.is_dir():
-            raise ControlPlaneError(
-                f"kwok module source not found ({src}); run `go mod download` in {HERE / 'kwok'}"
-            )
+            raise ControlPlaneError(f"kwok module source not found ({src}); run `go mod download` in {HERE / 'kwok'}")
         stages = [src / s for s in KWOK_STAGES] + [EXTRA_STAGES]
         for s in stages:
             if not s.is_file():
@@ -605,10 +606,7 @@ class ControlPlane:
         for p in self._procs:
             rc = p.popen.poll()
             if rc is not None:
-                raise ControlPlaneError(
-                    f"{p.name} exited with code {rc} during start; last lines of {p.log}:\n"
-                    f"{_tail(p.log)}"
-                )
+                raise ControlPlaneError(f"{p.name} exited with code {rc} during start; last lines of {p.log}:\n{_tail(p.log)}")
 
     def _wait(self, name: str, ready, what: str | None = None, timeout: float | None = None) -> None:
         deadline = time.monotonic() + (timeout or self.start_timeout)
@@ -644,9 +642,7 @@ class ControlPlane:
 
     def _apiserver_ready(self) -> bool:
         try:
-            with urllib.request.urlopen(
-                f"{self.server}/readyz", timeout=3, context=self.ssl_context()
-            ) as r:
+            with urllib.request.urlopen(f"{self.server}/readyz", timeout=3, context=self.ssl_context()) as r:
                 return r.status == 200
         except urllib.error.HTTPError:
             return False
@@ -682,9 +678,7 @@ class ControlPlane:
             cfg.api_key_prefix = {"authorization": "Bearer"}
         return client.ApiClient(cfg)
 
-    def create_token(
-        self, namespace: str, service_account: str, expiration_seconds: int = 3600
-    ) -> str:
+    def create_token(self, namespace: str, service_account: str, expiration_seconds: int = 3600) -> str:
         """TokenRequest for an existing ServiceAccount (like ``kubectl create token``)."""
         from kubernetes import client
 
@@ -692,9 +686,7 @@ class ControlPlane:
             tr = client.AuthenticationV1TokenRequest(
                 spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=expiration_seconds)
             )
-            out = client.CoreV1Api(api).create_namespaced_service_account_token(
-                service_account, namespace, tr
-            )
+            out = client.CoreV1Api(api).create_namespaced_service_account_token(service_account, namespace, tr)
             return out.status.token
 
     def write_token_kubeconfig(self, token: str, path: str | os.PathLike[str]) -> Path:
@@ -767,8 +759,15 @@ class ControlPlane:
                         raise ControlPlaneError(f"kwok CRD {name} not Established")
                     time.sleep(0.1)
 
-    def serve_pod_logs(self, namespace: str, log_file: str | os.PathLike[str], *, containers: list[str] | None = None,
-                       follow: bool = False, name: str | None = None) -> str:
+    def serve_pod_logs(
+        self,
+        namespace: str,
+        log_file: str | os.PathLike[str],
+        *,
+        containers: list[str] | None = None,
+        follow: bool = False,
+        name: str | None = None,
+    ) -> str:
         """Make `kubectl logs` of every pod in `namespace` return `log_file` (CRI log format:
         `<RFC3339Nano> stdout F <line>`), through kwok's ClusterLogs. Returns the object's name."""
         from kubernetes import client

@@ -48,9 +48,21 @@ from addons import install_crds
 from controlplane import BUILD_SH, ControlPlane, ControlPlaneError, _tail, free_port
 
 CRD_DIR = "example/prometheus-operator-crd"
-CRDS = tuple(f"{CRD_DIR}/monitoring.coreos.com_{p}.yaml" for p in (
-    "alertmanagerconfigs", "alertmanagers", "podmonitors", "probes", "prometheusagents", "prometheuses",
-    "prometheusrules", "scrapeconfigs", "servicemonitors", "thanosrulers"))
+CRDS = tuple(
+    f"{CRD_DIR}/monitoring.coreos.com_{p}.yaml"
+    for p in (
+        "alertmanagerconfigs",
+        "alertmanagers",
+        "podmonitors",
+        "probes",
+        "prometheusagents",
+        "prometheuses",
+        "prometheusrules",
+        "scrapeconfigs",
+        "servicemonitors",
+        "thanosrulers",
+    )
+)
 IN_CLUSTER_RULES = "/etc/prometheus/rules/"
 
 
@@ -70,8 +82,12 @@ def find_monitoring(build: bool = True) -> MonitoringPaths:
             raise ControlPlaneError(f"build.sh monitoring failed:\n{res.stderr[-3000:]}")
     out = subprocess.run(["bash", str(BUILD_SH), "paths"], capture_output=True, text=True, check=True).stdout
     kv = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    paths = MonitoringPaths(Path(kv["PROMETHEUS_OPERATOR"]), Path(kv["PROMOP_SRC"]) if kv.get("PROMOP_SRC") else None,
-                            kv["PROMOP_VERSION"], Path(kv["PROMETHEUS"]))
+    paths = MonitoringPaths(
+        Path(kv["PROMETHEUS_OPERATOR"]),
+        Path(kv["PROMOP_SRC"]) if kv.get("PROMOP_SRC") else None,
+        kv["PROMOP_VERSION"],
+        Path(kv["PROMETHEUS"]),
+    )
     for p in (paths.operator, paths.prometheus):
         if not p.is_file():
             raise ControlPlaneError(f"{p} missing; run {BUILD_SH} monitoring")
@@ -111,7 +127,12 @@ class PrometheusOperator:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [str(self.paths.operator), f"--web.listen-address=127.0.0.1:{self.port}", "--log-level=info"],
-                env=self.cp.env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                env=self.cp.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -188,14 +209,27 @@ class ServiceHostNode:
 
         cap = {"cpu": "8", "memory": "32Gi", "pods": "10", "ephemeral-storage": "100Gi"}
         v1 = client.CoreV1Api(self.api)
-        v1.create_node({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": self.name, "annotations": {self.fake_annotation[0]: self.fake_annotation[1]},
-                         "labels": {"kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux",
-                                    "kubernetes.io/arch": "amd64", "type": "kwok"}},
-            "spec": {"podCIDR": f"{ipaddress.IPv4Address(self.ip) - 1}/32",
-                     "taints": [{"key": self.TAINT, "value": "true", "effect": "NoSchedule"}]},
-            "status": {"capacity": cap, "allocatable": cap}})
+        v1.create_node(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": self.name,
+                    "annotations": {self.fake_annotation[0]: self.fake_annotation[1]},
+                    "labels": {
+                        "kubernetes.io/hostname": self.name,
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64",
+                        "type": "kwok",
+                    },
+                },
+                "spec": {
+                    "podCIDR": f"{ipaddress.IPv4Address(self.ip) - 1}/32",
+                    "taints": [{"key": self.TAINT, "value": "true", "effect": "NoSchedule"}],
+                },
+                "status": {"capacity": cap, "allocatable": cap},
+            }
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             node = v1.read_node(self.name)
@@ -234,10 +268,20 @@ class PrometheusServer:
     def start(self, timeout: float = 60.0) -> PrometheusServer:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [str(self.binary), f"--config.file={self.config}", f"--storage.tsdb.path={self.workdir / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle", "--log.level=info"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                env={**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"})
+                [
+                    str(self.binary),
+                    f"--config.file={self.config}",
+                    f"--storage.tsdb.path={self.workdir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--web.enable-lifecycle",
+                    "--log.level=info",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"},
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

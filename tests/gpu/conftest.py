@@ -82,8 +82,24 @@ def guard_dir(workdir) -> Path:
     src = workdir / "gdn-guard-src"
     shutil.copytree(harness.REPO / "images" / "gdn-guard", src)
     dest = workdir / "gdn-guard"
-    p = subprocess.run([harness.PYTHON, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                        "--target", str(dest), str(src)], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=""))
+    p = subprocess.run(
+        [
+            harness.PYTHON,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(dest),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=""),
+    )
     if p.returncode == 0:
         return dest
     print(f"gdn-guard: pip could not build it here ({p.stderr.strip().splitlines()[-1:]}); writing the layout directly")
@@ -93,8 +109,10 @@ def guard_dir(workdir) -> Path:
     info = dest / f"gdn_guard-{proj['version']}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {proj['name']}\nVersion: {proj['version']}\n")
-    eps = "".join(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items()) + "\n"
-                  for group, entries in proj["entry-points"].items())
+    eps = "".join(
+        f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items()) + "\n"
+        for group, entries in proj["entry-points"].items()
+    )
     (info / "entry_points.txt").write_text(eps)
     return dest
 
@@ -114,8 +132,11 @@ def engines(gpu_site, workdir, guard_dir, artifacts):
     """Start every configuration now; tests call ``ready(engines, name)``. Logs go to artifacts at the end."""
     model = harness.model_dir()
     if not (model / "config.json").is_file() or not (model / "heldout.jsonl").is_file():
-        pytest.fail(f"{model}: the trained tiny model (config.json, model.safetensors, heldout.jsonl) is missing; "
-                    "set GDN_GPU_MODEL or merge branch model", pytrace=False)
+        pytest.fail(
+            f"{model}: the trained tiny model (config.json, model.safetensors, heldout.jsonl) is missing; "
+            "set GDN_GPU_MODEL or merge branch model",
+            pytrace=False,
+        )
     started: dict[str, harness.Engine] = {}
     try:
         for name, kw in CONFIGS.items():

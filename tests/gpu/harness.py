@@ -61,10 +61,17 @@ def heldout(limit: int | None = None) -> list[dict]:
     return items[:limit] if limit else items
 
 
-def adapted_manifest(*, mtp: bool = True, async_scheduling: bool | None = None, eager: bool = True,
-                     policy: str = "mitigate", gpu_memory_utilization: float = 0.15,
-                     kv_cache_memory: str | None = "4G", extra_args: list[str] | None = None,
-                     tensor_parallel_size: int = 1) -> dict:
+def adapted_manifest(
+    *,
+    mtp: bool = True,
+    async_scheduling: bool | None = None,
+    eager: bool = True,
+    policy: str = "mitigate",
+    gpu_memory_utilization: float = 0.15,
+    kv_cache_memory: str | None = "4G",
+    extra_args: list[str] | None = None,
+    tensor_parallel_size: int = 1,
+) -> dict:
     """examples/qwen3.5-27b-mtp.yaml adapted to the tiny model on one GPU with the offline bundle.
 
     Adaptations (each needed by the host, not by the operator): local model, vLLM 0.22.0, TP 1 (or
@@ -80,8 +87,7 @@ def adapted_manifest(*, mtp: bool = True, async_scheduling: bool | None = None, 
     m = yaml.safe_load(EXAMPLE.read_text())
     m["metadata"]["name"] = "tiny-recall"
     s = m["spec"]
-    s["model"] = {"uri": f"file://{model_dir()}", "servedName": SERVED_NAME,
-                  "architecture": "Qwen3NextForCausalLM"}
+    s["model"] = {"uri": f"file://{model_dir()}", "servedName": SERVED_NAME, "architecture": "Qwen3NextForCausalLM"}
     s["image"]["tag"] = f"v{VLLM_VERSION}-gdn1"
     s["image"]["vllmVersion"] = VLLM_VERSION
     s["tensorParallelSize"] = tensor_parallel_size
@@ -102,16 +108,22 @@ def adapted_manifest(*, mtp: bool = True, async_scheduling: bool | None = None, 
 
 @dataclass
 class Rendered:
-    argv: list[str]          # after `vllm serve`
+    argv: list[str]  # after `vllm serve`
     env: dict[str, str]
-    notes: list[str]         # gdnctl's findings (stderr lines)
+    notes: list[str]  # gdnctl's findings (stderr lines)
 
 
 def render(manifest: dict) -> Rendered:
     """Run `gdnctl render` (the operator's own CLI) on the manifest and return the engine container."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(OPERATOR_SRC), os.environ.get("PYTHONPATH", "")]))
-    p = subprocess.run([PYTHON, "-m", "gdn_operator.cli", "render", "-f", "-", "--output", "json"],
-                       input=json.dumps(manifest), capture_output=True, text=True, env=env, timeout=120)
+    p = subprocess.run(
+        [PYTHON, "-m", "gdn_operator.cli", "render", "-f", "-", "--output", "json"],
+        input=json.dumps(manifest),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     if p.returncode != 0:
         raise RuntimeError(f"gdnctl render exited {p.returncode}:\n{p.stderr}")
     items = json.loads(p.stdout)["items"]
@@ -128,8 +140,11 @@ def flip(rendered: Rendered, old: str, new: str) -> Rendered:
     render, e.g. MTP + async scheduling at 0.22.0, which vllm#45100 makes it refuse)."""
     if rendered.argv.count(old) != 1:
         raise ValueError(f"{old} occurs {rendered.argv.count(old)} times in the rendered argv, expected once")
-    return Rendered([new if a == old else a for a in rendered.argv], dict(rendered.env),
-                    rendered.notes + [f"# flipped {old} -> {new} after rendering"])
+    return Rendered(
+        [new if a == old else a for a in rendered.argv],
+        dict(rendered.env),
+        rendered.notes + [f"# flipped {old} -> {new} after rendering"],
+    )
 
 
 def config_rendered(mtp: bool, async_scheduling: bool | None, **kw) -> Rendered:
@@ -168,9 +183,17 @@ class Engine:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
-def start(name: str, rendered: Rendered, logdir: Path, *, site_path: str | None = None,
-          extra_pythonpath: list[str] = (), extra_env: dict | None = None, listen: bool = True,
-          wrap: list[str] = ()) -> Engine:
+def start(
+    name: str,
+    rendered: Rendered,
+    logdir: Path,
+    *,
+    site_path: str | None = None,
+    extra_pythonpath: list[str] = (),
+    extra_env: dict | None = None,
+    listen: bool = True,
+    wrap: list[str] = (),
+) -> Engine:
     """Start `vllm serve` (as `python3 -m vllm.entrypoints.cli.main serve`, what the console script runs).
     listen=False (a headless multi-node worker: no API server) keeps the rendered --host/--port as they are.
     wrap: a command prefix that execs the rest (multinode.py puts a "node" in its own IPC namespace)."""
@@ -179,14 +202,14 @@ def start(name: str, rendered: Rendered, logdir: Path, *, site_path: str | None 
     logdir.mkdir(parents=True, exist_ok=True)
     log = logdir / f"serve-{name}.log"
     pp = [*extra_pythonpath, *(x for x in (site_path or os.environ.get("PYTHONPATH", "")).split(os.pathsep) if x)]
-    env = dict(os.environ, **rendered.env, HF_HUB_OFFLINE="1", PYTHONPATH=os.pathsep.join(pp),
-               **(extra_env or {}))
+    env = dict(os.environ, **rendered.env, HF_HUB_OFFLINE="1", PYTHONPATH=os.pathsep.join(pp), **(extra_env or {}))
     env["HF_HOME"] = str(logdir / "hf-home")  # the pod's /cache volume does not exist on the host
     with open(log, "wb") as f:
         f.write(("# " + " ".join(["vllm", "serve", *argv]) + "\n").encode())
         f.flush()
-        proc = subprocess.Popen([*wrap, PYTHON, *SERVE, *argv], env=env,
-                                stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [*wrap, PYTHON, *SERVE, *argv], env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+        )
     return Engine(name, argv, port, log, proc, time.monotonic())
 
 
@@ -206,16 +229,19 @@ def wait_ready(eng: Engine, timeout: float | None = None) -> float:
     timeout = timeout or float(os.environ.get("GDN_GPU_STARTUP_TIMEOUT", "420"))
     while True:
         if eng.proc.poll() is not None:
-            raise RuntimeError(f"engine {eng.name} exited {eng.proc.returncode} during start-up; log tail:\n"
-                               + "\n".join(eng.log_text().splitlines()[-40:]))
+            raise RuntimeError(
+                f"engine {eng.name} exited {eng.proc.returncode} during start-up; log tail:\n"
+                + "\n".join(eng.log_text().splitlines()[-40:])
+            )
         if _get(eng.url + "/health")[0] == 200:
             code, body = _get(eng.url + "/v1/models")
             if code == 200 and SERVED_NAME in body:
                 eng.ready_s = time.monotonic() - eng.started
                 return eng.ready_s
         if time.monotonic() - eng.started > timeout:
-            raise RuntimeError(f"engine {eng.name} not ready after {timeout:.0f}s; log tail:\n"
-                               + "\n".join(eng.log_text().splitlines()[-40:]))
+            raise RuntimeError(
+                f"engine {eng.name} not ready after {timeout:.0f}s; log tail:\n" + "\n".join(eng.log_text().splitlines()[-40:])
+            )
         time.sleep(1.0)
 
 
@@ -246,18 +272,30 @@ def metrics(eng: Engine) -> str:
     return body
 
 
-def complete(eng: Engine, prompt_token_ids: list[int], max_tokens: int, *, ignore_eos: bool = False,
-             timeout: float = 120.0) -> dict:
+def complete(
+    eng: Engine, prompt_token_ids: list[int], max_tokens: int, *, ignore_eos: bool = False, timeout: float = 120.0
+) -> dict:
     """Greedy completion of a token-id prompt. Returns {"text", "token_ids", "finish_reason", "completion_tokens"}."""
-    body = {"model": SERVED_NAME, "prompt": prompt_token_ids, "max_tokens": max_tokens, "temperature": 0.0,
-            "ignore_eos": ignore_eos, "return_token_ids": True}
-    req = urllib.request.Request(eng.url + "/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    body = {
+        "model": SERVED_NAME,
+        "prompt": prompt_token_ids,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "ignore_eos": ignore_eos,
+        "return_token_ids": True,
+    }
+    req = urllib.request.Request(
+        eng.url + "/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=timeout) as r:
         out = json.loads(r.read())
     ch = out["choices"][0]
-    return {"text": ch["text"], "token_ids": ch.get("token_ids"), "finish_reason": ch.get("finish_reason"),
-            "completion_tokens": out.get("usage", {}).get("completion_tokens")}
+    return {
+        "text": ch["text"],
+        "token_ids": ch.get("token_ids"),
+        "finish_reason": ch.get("finish_reason"),
+        "completion_tokens": out.get("usage", {}).get("completion_tokens"),
+    }
 
 
 def eos_ids() -> set[int]:
@@ -267,7 +305,7 @@ def eos_ids() -> set[int]:
 
 
 def judge(item: dict, got: dict, eos: set[int] | frozenset = frozenset()) -> str:
-    """"exact" (the expected tokens, then EOS), "short" (a strict prefix of them, then a stop: early EOS),
+    """ "exact" (the expected tokens, then EOS), "short" (a strict prefix of them, then a stop: early EOS),
     "wrong", or "error" (the request failed).  Compares token ids (a trailing EOS id removed) when the
     engine returns them, else text."""
     if "error" in got:
@@ -283,13 +321,14 @@ def judge(item: dict, got: dict, eos: set[int] | frozenset = frozenset()) -> str
         return "wrong"
     if out == exp:
         return "exact"
-    if len(out) < len(exp) and exp[:len(out)] == out:
+    if len(out) < len(exp) and exp[: len(out)] == out:
         return "short"
     return "wrong"
 
 
-def run_requests(eng: Engine, items: list[dict], concurrency: int, *, keep_errors: bool = False,
-                 **kw) -> tuple[list[dict], float]:
+def run_requests(
+    eng: Engine, items: list[dict], concurrency: int, *, keep_errors: bool = False, **kw
+) -> tuple[list[dict], float]:
     """Send the items with `concurrency` in flight; returns (results in item order, wall seconds).
     A failed request raises, or with keep_errors=True becomes {"error": ..., "completion_tokens": 0}."""
 
@@ -299,8 +338,13 @@ def run_requests(eng: Engine, items: list[dict], concurrency: int, *, keep_error
         except (OSError, ValueError, KeyError) as e:  # URLError/HTTPError/ConnectionError are OSErrors
             if not keep_errors:
                 raise
-            return {"error": f"{type(e).__name__}: {e}", "text": "", "token_ids": None, "finish_reason": None,
-                    "completion_tokens": 0}
+            return {
+                "error": f"{type(e).__name__}: {e}",
+                "text": "",
+                "token_ids": None,
+                "finish_reason": None,
+                "completion_tokens": 0,
+            }
 
     t0 = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(concurrency) as ex:

@@ -103,8 +103,15 @@ class Watch:
         self.detector = StallDetector(self.stall_seconds)
         self.also = {f"{s:g}": StallDetector(s) for s in self.also_seconds}
         self.also_first_stalled_t = {k: None for k in self.also}
-        self.lines.append({"engine": self.name, "interval_s": self.interval, "stall_seconds": self.stall_seconds,
-                           "also_stall_seconds": list(self.also), "wall_clock_at_t0": time.time() - (time.monotonic() - self.t_ref)})
+        self.lines.append(
+            {
+                "engine": self.name,
+                "interval_s": self.interval,
+                "stall_seconds": self.stall_seconds,
+                "also_stall_seconds": list(self.also),
+                "wall_clock_at_t0": time.time() - (time.monotonic() - self.t_ref),
+            }
+        )
 
     def mark(self, label: str) -> float:
         t = round(time.monotonic() - self.t_ref, 2)
@@ -124,9 +131,15 @@ class Watch:
             rec["set"] = {k: v for k, v in cur.items() if self._prev.get(k) != v}
             self._prev = cur
             v = self.detector.observe_text(now, text)
-            rec["verdict"] = {"stalled": bool(v.stalled), "seconds_without_progress": round(float(v.seconds_without_progress or 0.0), 1),
-                              "running": v.running, "waiting": v.waiting, "reason": v.reason,
-                              "rate": getattr(v, "rate", None), "steps": getattr(v, "steps", None)}
+            rec["verdict"] = {
+                "stalled": bool(v.stalled),
+                "seconds_without_progress": round(float(v.seconds_without_progress or 0.0), 1),
+                "running": v.running,
+                "waiting": v.waiting,
+                "reason": v.reason,
+                "rate": getattr(v, "rate", None),
+                "steps": getattr(v, "steps", None),
+            }
             if self.also:
                 rec["also"] = {k: bool(d.observe_text(now, text).stalled) for k, d in self.also.items()}
                 for k, flagged in rec["also"].items():
@@ -146,7 +159,9 @@ class Watch:
             try:
                 self.poll_once()
             except Exception as e:  # noqa: BLE001 - a broken poll is recorded, the watch goes on
-                self.lines.append({"t": round(time.monotonic() - self.t_ref, 2), "set": None, "error": f"{type(e).__name__}: {e}"[:300]})
+                self.lines.append(
+                    {"t": round(time.monotonic() - self.t_ref, 2), "set": None, "error": f"{type(e).__name__}: {e}"[:300]}
+                )
             nxt += self.interval
             self._stop.wait(max(0.0, nxt - time.monotonic()))
 
@@ -179,8 +194,11 @@ class Watch:
                 f.write(json.dumps(rec, separators=(",", ":")) + "\n")
 
     def summary(self) -> dict[str, Any]:
-        return {"samples": sum(1 for r in self.lines if "t" in r and "mark" not in r),
-                "flagged_samples": self.flagged_samples, "first_stalled_t": self.first_stalled_t,
-                "also_first_stalled_t": dict(self.also_first_stalled_t),
-                "max_seconds_without_progress": self.max_seconds_without_progress,
-                "last_verdict": self.last_verdict()}
+        return {
+            "samples": sum(1 for r in self.lines if "t" in r and "mark" not in r),
+            "flagged_samples": self.flagged_samples,
+            "first_stalled_t": self.first_stalled_t,
+            "also_first_stalled_t": dict(self.also_first_stalled_t),
+            "max_seconds_without_progress": self.max_seconds_without_progress,
+            "last_verdict": self.last_verdict(),
+        }

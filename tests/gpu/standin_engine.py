@@ -47,11 +47,16 @@ def main() -> None:
                 with lock:
                     lines = [f'vllm:generation_tokens_total{{engine="0"}} {c["generation"]}']
                     if a.mtp:
-                        lines += [f'vllm:spec_decode_num_drafts_total{{engine="0"}} {c["drafts"]}',
-                                  f'vllm:spec_decode_num_draft_tokens_total{{engine="0"}} {c["draft_tokens"]}',
-                                  f'vllm:spec_decode_num_accepted_tokens_total{{engine="0"}} {c["accepted"]}']
-                        lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="{p}"}} '
-                                  f'{c["drafts"] if p == 0 else c["accepted"] - c["drafts"]}' for p in (0, 1)]
+                        lines += [
+                            f'vllm:spec_decode_num_drafts_total{{engine="0"}} {c["drafts"]}',
+                            f'vllm:spec_decode_num_draft_tokens_total{{engine="0"}} {c["draft_tokens"]}',
+                            f'vllm:spec_decode_num_accepted_tokens_total{{engine="0"}} {c["accepted"]}',
+                        ]
+                        lines += [
+                            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="{p}"}} '
+                            f"{c['drafts'] if p == 0 else c['accepted'] - c['drafts']}"
+                            for p in (0, 1)
+                        ]
                 return self._send(200, ("\n".join(lines) + "\n").encode(), "text/plain")
             return self._send(404, b"{}")
 
@@ -68,8 +73,15 @@ def main() -> None:
                 c["accepted"] += 2 * len(out) / 3
             reason = "stop" if out and out[-1] == EOS else "length"
             text = "".join(chr(96 + (t % 26)) for t in out if t != EOS)
-            self._send(200, json.dumps({"choices": [{"text": text, "token_ids": out, "finish_reason": reason}],
-                                        "usage": {"completion_tokens": len(out)}}).encode())
+            self._send(
+                200,
+                json.dumps(
+                    {
+                        "choices": [{"text": text, "token_ids": out, "finish_reason": reason}],
+                        "usage": {"completion_tokens": len(out)},
+                    }
+                ).encode(),
+            )
 
         def log_message(self, fmt, *args) -> None:  # an access line per request, like the engine's
             print(f'INFO: "{self.command} {self.path} HTTP/1.1" {args[1] if len(args) > 1 else ""}', flush=True)

@@ -65,8 +65,9 @@ def _matches(dest: str, want: str, got: str | None) -> bool:
     if want in ("True", "False"):
         return got == want
     if want.startswith("{"):  # JSON flag: every key/value survives parsing (dict or enum member repr)
-        return all(re.search(rf"'{re.escape(k)}': (<[A-Za-z]+\.)?'?{re.escape(str(v))}\b", got)
-                   for k, v in json.loads(want).items())
+        return all(
+            re.search(rf"'{re.escape(k)}': (<[A-Za-z]+\.)?'?{re.escape(str(v))}\b", got) for k, v in json.loads(want).items()
+        )
     return want.lower() in got.lower() or got.strip("'\"[]") == want
 
 
@@ -77,13 +78,24 @@ def test_every_rendered_flag_parses_with_vllm_0_22_parser(gpu_site, engines):
         spec = GDNModelServerSpec.model_validate(spec_dict)
         ev = evaluate(spec, default_policy="mitigate")
         if not ev.allowed:
-            skipped.append((spec_dict.get("gdnPrefillBackend"), spec_dict.get("attentionBackend"),
-                            [f.rule for f in ev.findings if f.action == "rejected"]))
+            skipped.append(
+                (
+                    spec_dict.get("gdnPrefillBackend"),
+                    spec_dict.get("attentionBackend"),
+                    [f.rule for f in ev.findings if f.action == "rejected"],
+                )
+            )
             continue
         argvs.append(vllm_args("tiny-recall", ev.mitigated_spec or spec))
     assert len(argvs) >= 20, f"too few admitted variants to cover the renderer: skipped {skipped}"
-    p = subprocess.run([harness.PYTHON, str(PROBE)], input=json.dumps(argvs), capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=gpu_site), timeout=300)
+    p = subprocess.run(
+        [harness.PYTHON, str(PROBE)],
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=gpu_site),
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     mark = [ln for ln in p.stdout.splitlines() if ln.startswith("GDN-PARSE-PROBE-RESULT ")]
     assert len(mark) == 1, p.stdout[-3000:]
@@ -97,5 +109,7 @@ def test_every_rendered_flag_parses_with_vllm_0_22_parser(gpu_site, engines):
             got = res["values"].get(dest, res["values"].get(f"engine_args.{dest}"))
             if not _matches(dest, want, got):
                 failures.append((argv[1:], f"{dest}: rendered {want!r}, vLLM parsed {got!r}"))
-    assert not failures, f"{len(failures)} rendered launch lines vLLM 0.22.0 does not take as meant " \
-                         f"(operator-refused variants skipped: {skipped}):\n" + "\n".join(map(str, failures))
+    assert not failures, (
+        f"{len(failures)} rendered launch lines vLLM 0.22.0 does not take as meant "
+        f"(operator-refused variants skipped: {skipped}):\n" + "\n".join(map(str, failures))
+    )

@@ -34,8 +34,13 @@ def test_v2_runner_hybrid_refused_and_classified(gpu_site, workdir, artifacts, e
         harness.stop(eng)
     shutil.copyfile(eng.log, artifacts / "serve-v2-runner-0.22.0.log")
     assert "VLLM_USE_V2_MODEL_RUNNER does not yet support: hybrid/mamba models" in eng.log_text()
-    p = subprocess.run([harness.PYTHON, "-m", "gdn_operator.cli", "classify-log", str(eng.log), "--output", "json"],
-                       capture_output=True, text=True, env=dict(os.environ), timeout=120)
+    p = subprocess.run(
+        [harness.PYTHON, "-m", "gdn_operator.cli", "classify-log", str(eng.log), "--output", "json"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr  # 0: a crash was found
     doc = json.loads(p.stdout)
     assert doc["crashed"] and doc["upstream"] == "vllm#38041", doc

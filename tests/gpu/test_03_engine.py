@@ -16,8 +16,12 @@ from waiting import poll
 from gdn_operator.watch.acceptance import PodWindow, parse_exposition
 from gdn_operator.watch.guardline import check_patch_set, parse_guard_line
 
-SPEC_SERIES = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
-               "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_per_pos_total")
+SPEC_SERIES = (
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+)
 
 
 def _raw(body: str, series: str) -> dict[str, float]:
@@ -47,8 +51,12 @@ def test_rendered_engine_serves_and_acceptance_equals_raw_counters(engines, arti
     # The API server records an engine step's stats as it handles the step's outputs, which may be just
     # after the last response went out: wait until the generated tokens of all responses are counted.
     want = sum(_raw(before, "vllm:generation_tokens_total").values()) + sum(g["completion_tokens"] for g in got)
-    after, _ = poll(lambda: harness.metrics(eng), timeout=15, interval=0.2,
-                    until=lambda text: sum(_raw(text, "vllm:generation_tokens_total").values()) >= want)
+    after, _ = poll(
+        lambda: harness.metrics(eng),
+        timeout=15,
+        interval=0.2,
+        until=lambda text: sum(_raw(text, "vllm:generation_tokens_total").values()) >= want,
+    )
     (artifacts / "metrics-rendered.prom").write_text(after)
     for s in SPEC_SERIES:
         assert s in after, f"{s} missing from /metrics"
@@ -61,7 +69,9 @@ def test_rendered_engine_serves_and_acceptance_equals_raw_counters(engines, arti
     assert drafts > 0 and draft_tokens == 2 * drafts
     assert (st.drafts, st.draft_tokens, st.accepted) == (drafts, draft_tokens, accepted)
     pos_before, pos_after = (_raw(b, SPEC_SERIES[3]) for b in (before, after))
-    per_pos = [pos_after[k] - pos_before.get(k, 0.0) for k in sorted(pos_after, key=lambda k: re.search(r'position="(\d+)"', k).group(1))]
+    per_pos = [
+        pos_after[k] - pos_before.get(k, 0.0) for k in sorted(pos_after, key=lambda k: re.search(r'position="(\d+)"', k).group(1))
+    ]
     assert list(st.accepted_per_position) == per_pos and sum(per_pos) == accepted
     assert st.acceptance_rate == pytest.approx(accepted / draft_tokens, abs=0, rel=1e-12)
     assert st.mean_accepted_length == pytest.approx(1 + accepted / drafts, abs=0, rel=1e-12)
@@ -69,9 +79,14 @@ def test_rendered_engine_serves_and_acceptance_equals_raw_counters(engines, arti
     assert st.generation_tokens == gen == sum(g["completion_tokens"] for g in got)
     # The trained head copies the prompt: a working MTP head has real acceptance (dummy weights give 0).
     assert accepted > 0.5 * draft_tokens, f"acceptance {accepted}/{draft_tokens}: is the MTP head trained?"
-    results["acceptance_rendered"] = {"drafts": drafts, "draft_tokens": draft_tokens, "accepted": accepted,
-                                      "per_position": per_pos, "acceptance_rate": st.acceptance_rate,
-                                      "mean_accepted_length": st.mean_accepted_length}
+    results["acceptance_rendered"] = {
+        "drafts": drafts,
+        "draft_tokens": draft_tokens,
+        "accepted": accepted,
+        "per_position": per_pos,
+        "acceptance_rate": st.acceptance_rate,
+        "mean_accepted_length": st.mean_accepted_length,
+    }
 
 
 def test_gdn_guard_loads_in_api_server_and_engine_core(engines):
@@ -101,9 +116,15 @@ def test_exact_greedy_answers(engines, artifacts, results, name):
     eos = harness.eos_ids()
     verdicts = [harness.judge(i, g, eos) for i, g in zip(items, got)]
     results.setdefault("answers", {})[name] = {
-        "argv": eng.argv, "ready_s": round(eng.ready_s, 1), "concurrency": conc, "wall_s": round(wall, 2),
-        "exact": verdicts.count("exact"), "short": verdicts.count("short"), "wrong": verdicts.count("wrong"),
-        "tokens": sum(g["completion_tokens"] for g in got)}
+        "argv": eng.argv,
+        "ready_s": round(eng.ready_s, 1),
+        "concurrency": conc,
+        "wall_s": round(wall, 2),
+        "exact": verdicts.count("exact"),
+        "short": verdicts.count("short"),
+        "wrong": verdicts.count("wrong"),
+        "tokens": sum(g["completion_tokens"] for g in got),
+    }
     if name == "nomtp-async":
         (artifacts / "metrics-nomtp-async.prom").write_text(harness.metrics(eng))
     bad = [(i["id"], i["expected"], g) for i, g, v in zip(items, got, verdicts) if v != "exact"]

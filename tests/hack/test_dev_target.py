@@ -16,16 +16,24 @@ sys.path.insert(0, str(REPO / "hack"))
 from dev_engine import Candidate, api_serving_pod, choose_target, order_candidates  # noqa: E402
 
 OK = {"type": "Validated", "status": "True", "reason": "Admitted"}
-MISSING_LWS = {"type": "Validated", "status": "False", "reason": "MissingAPI",
-               "message": "spec.nodes 2 needs the LeaderWorkerSet API"}
+MISSING_LWS = {
+    "type": "Validated",
+    "status": "False",
+    "reason": "MissingAPI",
+    "message": "spec.nodes 2 needs the LeaderWorkerSet API",
+}
 
 
 def cands() -> list[Candidate]:
     # file order, as dev mode applies examples/*.yaml
     return [
         Candidate("default", "qwen35-27b-autoscaled", "autoscaled.yaml", validated=OK),
-        Candidate("default", "qwen36-35b-a3b", "denied-qwen3.6-prefix-caching-mtp.yaml",
-                  refused='admission webhook denied the request: ... vllm#43559'),
+        Candidate(
+            "default",
+            "qwen36-35b-a3b",
+            "denied-qwen3.6-prefix-caching-mtp.yaml",
+            refused="admission webhook denied the request: ... vllm#43559",
+        ),
         Candidate("default", "qwen35-27b", "qwen3.5-27b-mtp.yaml", validated=OK, pod="qwen35-27b-abc", ip="127.0.0.9"),
         Candidate("default", "qwen35-397b", "qwen3.5-397b-a17b-2node.yaml", validated=MISSING_LWS),
     ]
@@ -57,8 +65,10 @@ def test_no_qualifying_server_names_each_one_and_why():
     assert "default/qwen35-27b (qwen3.5-27b-mtp.yaml): admitted, but no engine pod with an IP after 30s" in text
     assert "default/qwen36-35b-a3b (denied-qwen3.6-prefix-caching-mtp.yaml): refused at admission: " in text
     assert "vllm#43559" in text
-    assert ("default/qwen35-397b (qwen3.5-397b-a17b-2node.yaml): not admitted: Validated=False (MissingAPI): "
-            "spec.nodes 2 needs the LeaderWorkerSet API") in text
+    assert (
+        "default/qwen35-397b (qwen3.5-397b-a17b-2node.yaml): not admitted: Validated=False (MissingAPI): "
+        "spec.nodes 2 needs the LeaderWorkerSet API"
+    ) in text
 
 
 def test_a_named_server_is_the_only_one_considered():
@@ -87,8 +97,10 @@ def test_observe_runs_lazily_in_order():
 
 def _pod(name, ip, index=None, deleting=False):
     labels = {} if index is None else {"leaderworkerset.sigs.k8s.io/worker-index": index}
-    return SimpleNamespace(metadata=SimpleNamespace(name=name, labels=labels, deletion_timestamp="x" if deleting else None),
-                           status=SimpleNamespace(pod_ip=ip))
+    return SimpleNamespace(
+        metadata=SimpleNamespace(name=name, labels=labels, deletion_timestamp="x" if deleting else None),
+        status=SimpleNamespace(pod_ip=ip),
+    )
 
 
 def test_api_serving_pod_is_a_group_leader_with_an_ip():

@@ -25,22 +25,46 @@ CFG = yaml.safe_load((HACK / "bundle.yaml").read_text())
 
 
 def _item(name, version, requires=()):
-    return {"metadata": {"name": name, "version": version, "requires_dist": list(requires)},
-            "download_info": {"url": f"https://files.example/{name}-{version}-py3-none-any.whl",
-                              "archive_info": {"hashes": {"sha256": "0" * 64}}}}
+    return {
+        "metadata": {"name": name, "version": version, "requires_dist": list(requires)},
+        "download_info": {
+            "url": f"https://files.example/{name}-{version}-py3-none-any.whl",
+            "archive_info": {"hashes": {"sha256": "0" * 64}},
+        },
+    }
 
 
-REPORT = {"install": [
-    _item("vllm", "0.22.0", ["torch==2.11.0", "numpy<2.4", "pydantic>=2.12", "flashinfer-python==0.6.8",
-                             "uvicorn[standard]", "pywin32; sys_platform == 'win32'", "numba==0.65.0; python_version < '3.13'"]),
-    _item("torch", "2.11.0", ["nvidia-cublas==13.0.0", "triton==3.6.0"]),
-    _item("nvidia-cublas", "13.0.0"), _item("triton", "3.6.0"), _item("numpy", "2.3.5"), _item("numba", "0.65.0"),
-    _item("pydantic", "2.14.3", ["pydantic-core==2.50.4", "typing-extensions>=4.14"]),
-    _item("pydantic-core", "2.50.4", ["typing-extensions>=4.14"]), _item("typing-extensions", "4.15.0"),
-    _item("flashinfer-python", "0.6.8", ["nvidia-cudnn-frontend>=1.0"]), _item("nvidia-cudnn-frontend", "1.1"),
-    _item("uvicorn", "0.54.0", ["h11>=0.8", "httptools>=0.6; extra == 'standard'"]), _item("h11", "0.16.0"),
-    _item("httptools", "0.9.0"), _item("pywin32", "311"),
-]}
+REPORT = {
+    "install": [
+        _item(
+            "vllm",
+            "0.22.0",
+            [
+                "torch==2.11.0",
+                "numpy<2.4",
+                "pydantic>=2.12",
+                "flashinfer-python==0.6.8",
+                "uvicorn[standard]",
+                "pywin32; sys_platform == 'win32'",
+                "numba==0.65.0; python_version < '3.13'",
+            ],
+        ),
+        _item("torch", "2.11.0", ["nvidia-cublas==13.0.0", "triton==3.6.0"]),
+        _item("nvidia-cublas", "13.0.0"),
+        _item("triton", "3.6.0"),
+        _item("numpy", "2.3.5"),
+        _item("numba", "0.65.0"),
+        _item("pydantic", "2.14.3", ["pydantic-core==2.50.4", "typing-extensions>=4.14"]),
+        _item("pydantic-core", "2.50.4", ["typing-extensions>=4.14"]),
+        _item("typing-extensions", "4.15.0"),
+        _item("flashinfer-python", "0.6.8", ["nvidia-cudnn-frontend>=1.0"]),
+        _item("nvidia-cudnn-frontend", "1.1"),
+        _item("uvicorn", "0.54.0", ["h11>=0.8", "httptools>=0.6; extra == 'standard'"]),
+        _item("h11", "0.16.0"),
+        _item("httptools", "0.9.0"),
+        _item("pywin32", "311"),
+    ]
+}
 BASE = {"torch": "2.11.0+cu130", "numpy": "2.5.2", "numba": None, "typing-extensions": "4.15.0", "h11": "0.16.0"}
 
 
@@ -87,21 +111,29 @@ def _fake_bundle(tmp_path: Path, base_requirements: dict, piece_size: int = 300)
     out.mkdir()
     pieces = []
     for i in range(0, len(archive), piece_size):
-        chunk = archive[i:i + piece_size]
+        chunk = archive[i : i + piece_size]
         name = f"site.tar.xz.{i // piece_size:02d}"
         (out / name).write_bytes(chunk)
         pieces.append({"file": name, "bytes": len(chunk), "sha256": hashlib.sha256(chunk).hexdigest()})
     assert len(pieces) >= 2
-    manifest = {"vllm_version": "0.22.0", "target": {"python_version": "%d.%d" % sys.version_info[:2]},
-                "archive_sha256": hashlib.sha256(archive).hexdigest(), "pieces": pieces,
-                "packages": [{"name": "fakepkg", "version": "1.0"}], "base_requirements": base_requirements}
+    manifest = {
+        "vllm_version": "0.22.0",
+        "target": {"python_version": "%d.%d" % sys.version_info[:2]},
+        "archive_sha256": hashlib.sha256(archive).hexdigest(),
+        "pieces": pieces,
+        "packages": [{"name": "fakepkg", "version": "1.0"}],
+        "base_requirements": base_requirements,
+    }
     (out / "manifest.json").write_text(json.dumps(manifest))
     return out
 
 
 def _install(bundle_dir, target, *extra):
-    return subprocess.run(["bash", str(HACK / "install.sh"), str(bundle_dir), str(target), "--python", sys.executable,
-                           *extra], capture_output=True, text=True)
+    return subprocess.run(
+        ["bash", str(HACK / "install.sh"), str(bundle_dir), str(target), "--python", sys.executable, *extra],
+        capture_output=True,
+        text=True,
+    )
 
 
 @pytest.mark.readme("hack/gpu/install.sh")
@@ -129,8 +161,11 @@ def test_install_refuses_a_version_conflict_unless_accepted(tmp_path):
     (tmp_path / "again").mkdir()
     b = _fake_bundle(tmp_path / "again", {"pyyaml": [{"by": "fakepkg", "spec": "<6"}]})
     acc = tmp_path / "accept.yaml"
-    acc.write_text(y.safe_dump({"accepted": [{"package": "PyYAML", "installed": f"=={y.__version__}", "vllm": "==0.22.0",
-                                              "reason": "test"}]}))
+    acc.write_text(
+        y.safe_dump(
+            {"accepted": [{"package": "PyYAML", "installed": f"=={y.__version__}", "vllm": "==0.22.0", "reason": "test"}]}
+        )
+    )
     r = _install(b, tmp_path / "site", "--accept", str(acc))
     assert r.returncode == 0, r.stderr
     assert "accepted conflict: pyyaml" in r.stdout

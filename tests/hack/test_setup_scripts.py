@@ -39,6 +39,17 @@ def test_build_sh_full_is_cached():
     assert "built in" not in out, out
 
 
+@pytest.mark.monitoring
+@pytest.mark.readme("tests/cluster/build.sh monitoring")
+def test_build_sh_monitoring_is_cached():
+    if os.environ.get("GDN_SKIP_CLUSTER") == "1":
+        pytest.skip("GDN_SKIP_CLUSTER=1")
+    out = _run("tests/cluster/build.sh", "monitoring")
+    for component in ("prometheus-operator", "prometheus v"):
+        assert any(component in ln and "cached" in ln for ln in out.splitlines()), f"{component}:\n{out}"
+    assert "built in" not in out, out
+
+
 @pytest.mark.tools
 @pytest.mark.readme("hack/tools.sh")
 def test_tools_sh_is_idempotent():

@@ -24,7 +24,9 @@ def test_mitigate_policy_patches_spec_and_annotation():
 
 def test_reject_policy_and_clean_specs_are_not_mutated():
     assert mitigation_patch({**SPEC, "prefixCaching": True, "admissionPolicy": "reject"}, "reject") is None
-    assert mitigation_patch({**SPEC, "prefixCaching": False, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}, "reject") is None
+    assert (
+        mitigation_patch({**SPEC, "prefixCaching": False, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}, "reject") is None
+    )
     assert mitigation_patch({"model": "not a mapping"}, "mitigate") is None  # validation explains; mutation stays out
 
 
@@ -36,8 +38,11 @@ import pytest  # noqa: E402
 from gdn_operator.handlers.admission import admission  # noqa: E402
 from runtime_helpers import FakeCrds, make_runtime  # noqa: E402
 
-CLEAN = {"model": {"uri": "hf://Qwen/Qwen3.6-35B-A3B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"},
-         "prefixCaching": False}
+CLEAN = {
+    "model": {"uri": "hf://Qwen/Qwen3.6-35B-A3B"},
+    "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"},
+    "prefixCaching": False,
+}
 
 
 def admit(spec, rt=None):
@@ -66,10 +71,16 @@ def test_literal_api_key_and_owned_pod_fields_refused_as_invalid():
     assert "spec.pod.tolerations is owned by the operator; set spec.tolerations instead" in str(ei.value)
 
 
-@pytest.mark.parametrize("extra, needle", [
-    ({"nodes": 2, "tensorParallelSize": 2}, "LeaderWorkerSet API (leaderworkersets.leaderworkerset.x-k8s.io)"),
-    ({"router": {"inferencePool": {"endpointPicker": {"name": "epp"}}}}, "Gateway API Inference Extension (inferencepools.inference.networking.k8s.io)"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        ({"nodes": 2, "tensorParallelSize": 2}, "LeaderWorkerSet API (leaderworkersets.leaderworkerset.x-k8s.io)"),
+        (
+            {"router": {"inferencePool": {"endpointPicker": {"name": "epp"}}}},
+            "Gateway API Inference Extension (inferencepools.inference.networking.k8s.io)",
+        ),
+    ],
+)
 def test_missing_optional_api_warns_or_refuses_by_policy(extra, needle):
     spec = {**CLEAN, **extra}
     [warning] = admit(spec)

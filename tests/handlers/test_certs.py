@@ -55,6 +55,7 @@ def test_ca_key_that_cannot_sign_is_refused_by_name():
 
     ca_pem, _ = certs.make_ca()
     bad = x25519.X25519PrivateKey.generate().private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     with pytest.raises(TypeError, match="X25519PrivateKey, which cannot sign certificates; delete the webhook Secret"):
         certs.make_serving_cert(ca_pem, bad, ["gdn-operator.svc"])

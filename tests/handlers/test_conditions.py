@@ -107,8 +107,13 @@ def test_only_the_conditions_module_writes_degraded():
     import gdn_operator
 
     pkg = Path(gdn_operator.__file__).parent
-    writers = [f"{p.relative_to(pkg)}:{i}" for p in pkg.rglob("*.py") if p != pkg / "handlers" / "conditions.py"
-               for i, line in enumerate(p.read_text().splitlines(), 1) if "DEGRADED" in line and "set_condition" in line]
+    writers = [
+        f"{p.relative_to(pkg)}:{i}"
+        for p in pkg.rglob("*.py")
+        if p != pkg / "handlers" / "conditions.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if "DEGRADED" in line and "set_condition" in line
+    ]
     assert writers == []
 
 

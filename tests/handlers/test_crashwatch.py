@@ -18,7 +18,11 @@ def test_last_and_current_termination_share_one_key():
     # Before the kubelet restarts it: state.terminated with restartCount 2 → the 3rd death.
     now = deaths_in(pod(restartCount=2, state={"terminated": {"exitCode": 1, "reason": "Error", "message": "boom"}}))
     # After the restart the same death shows as lastState with restartCount 3.
-    later = deaths_in(pod(restartCount=3, state={"running": {}}, lastState={"terminated": {"exitCode": 1, "reason": "Error", "message": "boom"}}))
+    later = deaths_in(
+        pod(
+            restartCount=3, state={"running": {}}, lastState={"terminated": {"exitCode": 1, "reason": "Error", "message": "boom"}}
+        )
+    )
     assert [d.restart_count for d in now] == [3] == [d.restart_count for d in later]
     assert now[0].message == "boom" and now[0].exit_code == 1
 
@@ -31,7 +35,9 @@ def test_clean_exit_and_other_containers_are_not_deaths():
 
 
 def test_crash_loop_backoff_is_flagged():
-    d = deaths_in(pod(restartCount=4, state={"waiting": {"reason": "CrashLoopBackOff"}}, lastState={"terminated": {"exitCode": 1}}))
+    d = deaths_in(
+        pod(restartCount=4, state={"waiting": {"reason": "CrashLoopBackOff"}}, lastState={"terminated": {"exitCode": 1}})
+    )
     assert d[0].crash_loop
 
 
@@ -41,7 +47,11 @@ def test_crash_loop_backoff_is_flagged():
         ("disable-async-scheduling", {}, {"asyncScheduling": False}),
         ("disable-async-scheduling", {"asyncScheduling": False}, None),  # already applied: never again
         ("disable-spec-decode", {}, {"speculativeDecoding": {"enabled": False}}),
-        ("lower-num-speculative-tokens", {"speculativeDecoding": {"numSpeculativeTokens": 5}}, {"speculativeDecoding": {"numSpeculativeTokens": 4}}),
+        (
+            "lower-num-speculative-tokens",
+            {"speculativeDecoding": {"numSpeculativeTokens": 5}},
+            {"speculativeDecoding": {"numSpeculativeTokens": 4}},
+        ),
         ("lower-num-speculative-tokens", {"speculativeDecoding": {"numSpeculativeTokens": 1}}, None),
         ("gdn-prefill-backend-triton", {}, {"gdnPrefillBackend": "triton"}),
         ("disable-v2-model-runner", {"modelRunner": "v2"}, {"modelRunner": "v1"}),
@@ -57,8 +67,10 @@ def test_remediation_map(action, spec, patch):
 
 
 def test_merged_spec_is_deep():
-    merged = _merged_spec({"speculativeDecoding": {"method": "mtp", "numSpeculativeTokens": 5}, "replicas": 2},
-                          {"speculativeDecoding": {"numSpeculativeTokens": 4}})
+    merged = _merged_spec(
+        {"speculativeDecoding": {"method": "mtp", "numSpeculativeTokens": 5}, "replicas": 2},
+        {"speculativeDecoding": {"numSpeculativeTokens": 4}},
+    )
     assert merged == {"speculativeDecoding": {"method": "mtp", "numSpeculativeTokens": 4}, "replicas": 2}
 
 
@@ -92,8 +104,18 @@ def server(monkeypatch):
 def death(pod, restarts, finished, args=()):
     from gdn_operator.handlers.crashwatch import Death
 
-    return Death(pod, f"uid-{pod}", "vllm", restarts, 1, "Error", "AssertionError: num_decodes: 1, num_spec_decodes: 4",
-                 finished, False, tuple(args))
+    return Death(
+        pod,
+        f"uid-{pod}",
+        "vllm",
+        restarts,
+        1,
+        "Error",
+        "AssertionError: num_decodes: 1, num_spec_decodes: 4",
+        finished,
+        False,
+        tuple(args),
+    )
 
 
 def test_replayed_deaths_after_an_operator_restart_are_not_counted_again(server, rt):
@@ -126,8 +148,11 @@ def test_change_from_a_rule_mitigation_is_a_merge_patch_and_never_reapplied():
     c = change_from_mitigation("vllm#51508", {"asyncScheduling": False}, {})
     assert c.patch == {"asyncScheduling": False} and c.action == "asyncScheduling=false"
     assert change_from_mitigation("vllm#51508", {"asyncScheduling": False}, {"asyncScheduling": False}) is None
-    nested = change_from_mitigation("r", {"speculativeDecoding.enabled": False, "prefixCaching": None},
-                                    {"speculativeDecoding": {"enabled": True}, "prefixCaching": True})
+    nested = change_from_mitigation(
+        "r",
+        {"speculativeDecoding.enabled": False, "prefixCaching": None},
+        {"speculativeDecoding": {"enabled": True}, "prefixCaching": True},
+    )
     assert nested.patch == {"speculativeDecoding": {"enabled": False}, "prefixCaching": None}  # null unsets (merge patch)
     assert change_from_mitigation("r", None, {}) is None
 
@@ -169,24 +194,41 @@ def test_drop_nccl_p2p_disable_remediation():
         (TP2A, ["env NCCL_P2P_DISABLE removed"], "asyncScheduling=false", "step 2 of 2"),
         # the user put NCCL_P2P_DISABLE=1 back after step 1: async off alone would still be refused by
         # admission (vllm#41190 is enforced with P2P disabled), so only the last resort is left
-        ({**TP2A, **P2P}, ["env NCCL_P2P_DISABLE removed"], "speculativeDecoding.enabled=false", "would itself be refused by admission"),
+        (
+            {**TP2A, **P2P},
+            ["env NCCL_P2P_DISABLE removed"],
+            "speculativeDecoding.enabled=false",
+            "would itself be refused by admission",
+        ),
         (TP2A, [], "asyncScheduling=false", "step 2 of 2"),  # P2P not disabled: step 1 does not apply
         # async left unset already runs off (safe default): step 2 is in effect, only the last resort is left
         (TP2, [], "speculativeDecoding.enabled=false", "last resort"),
         ({**TP2, "asyncScheduling": False}, [], "speculativeDecoding.enabled=false", "last resort"),
         (TP2A, ["asyncScheduling=false"], "speculativeDecoding.enabled=false", "asyncScheduling=false (tried before)"),
-        ({**BASE, "speculativeDecoding": {"numSpeculativeTokens": 2}}, [], "speculativeDecoding.enabled=false", None),  # TP=1: no ladder
+        (
+            {**BASE, "speculativeDecoding": {"numSpeculativeTokens": 2}},
+            [],
+            "speculativeDecoding.enabled=false",
+            None,
+        ),  # TP=1: no ladder
     ],
 )
 def test_tp2_illegal_address_ladder_keeps_mtp_on_first(spec, tried, action, reason):
     from gdn_operator.handlers.remediation import choose_remediation
 
-    obj = {"spec": spec, "status": {"remediations": [
-        {"signature": "cuda-illegal-address-accepted-sync", "action": a, "generation": g} for g, a in enumerate(tried, 1)
-    ]}}
+    obj = {
+        "spec": spec,
+        "status": {
+            "remediations": [
+                {"signature": "cuda-illegal-address-accepted-sync", "action": a, "generation": g} for g, a in enumerate(tried, 1)
+            ]
+        },
+    }
     from gdn_operator.handlers.remediation import running_spec
 
-    change, refusal, why = choose_remediation("cuda-illegal-address-accepted-sync", b4_result(), running_spec(obj, "reject"), obj, "reject")
+    change, refusal, why = choose_remediation(
+        "cuda-illegal-address-accepted-sync", b4_result(), running_spec(obj, "reject"), obj, "reject"
+    )
     assert refusal is None and change.action == action
     if reason is None:
         assert why is None
@@ -242,7 +284,9 @@ def test_generic_class_without_evidence_is_never_remediated(monkeypatch):
     monkeypatch.setattr(kube, "update_status", fake.update_status)
     monkeypatch.setattr(kube, "emit_event", fake.emit_event)
     monkeypatch.setattr(kube, "patch_server", lambda *a: pytest.fail("no automatic change without evidence"))
-    r = classify_text("[rank1]:[E0601 04:12:55.1 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600077 milliseconds before timing out.\n")
+    r = classify_text(
+        "[rank1]:[E0601 04:12:55.1 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600077 milliseconds before timing out.\n"
+    )
     assert r.signature == "nccl-watchdog-timeout" and r.upstream is None
     assert remediation.maybe_remediate("ns", "s", fake.obj, r, 3, 1, policy="reject") is None
     assert fake.obj["status"]["remediations"][0]["action"] == "none"

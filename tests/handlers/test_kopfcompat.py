@@ -19,8 +19,9 @@ def test_the_admission_errors_are_exceptions_kopf_raises():
         assert inspect.isclass(err) and issubclass(err, Exception), err
     # kopf's own _serve maps exactly these (webhook_limits.BoundedWebhookServer._serve maps them the same way)
     serve = inspect.getsource(kopf.WebhookServer._serve)
-    assert all(e.__name__ in serve for e in (kopfcompat.AmbiguousResourceError, kopfcompat.UnknownResourceError,
-                                             kopfcompat.WebhookError))
+    assert all(
+        e.__name__ in serve for e in (kopfcompat.AmbiguousResourceError, kopfcompat.UnknownResourceError, kopfcompat.WebhookError)
+    )
 
 
 def test_webhook_server_serve_is_the_static_method_the_bounded_server_overrides():
@@ -51,9 +52,11 @@ def test_build_webhooks_takes_the_arguments_webhookconfigs_passes():
     registry = kopf.OperatorRegistry()
     kopf.on.mutate("serving.gdn-operator.io", "v1alpha1", "gdnmodelservers", id="m", registry=registry)(lambda **_: None)
     hooks = kopfcompat.build_webhooks(
-        kopfcompat.webhook_handlers(registry), resources=[kopf.Resource("serving.gdn-operator.io", "v1alpha1",
-                                                                         "gdnmodelservers", namespaced=True)],
-        name_suffix="gdn", client_config=kopf.WebhookClientConfig(url="https://x/"))
+        kopfcompat.webhook_handlers(registry),
+        resources=[kopf.Resource("serving.gdn-operator.io", "v1alpha1", "gdnmodelservers", namespaced=True)],
+        name_suffix="gdn",
+        client_config=kopf.WebhookClientConfig(url="https://x/"),
+    )
     assert len(hooks) == 1 and hooks[0]["clientConfig"]["url"].startswith("https://x/") and hooks[0]["rules"]
 
 
@@ -62,7 +65,12 @@ def test_only_the_adapter_imports_kopf_internals():
     found = []
     for path in pkg.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             found += [f"{path.relative_to(pkg)}: {n}" for n in names if n.startswith("kopf._")]
     assert found and all(f.startswith("handlers/kopfcompat.py: ") for f in found), found

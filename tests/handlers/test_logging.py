@@ -9,20 +9,25 @@ from pathlib import Path
 import gdn_operator
 from gdn_operator.handlers import kube
 
-BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"},
-        "prefixCaching": False}
+BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}, "prefixCaching": False}
 
 
 def test_a_status_write_that_changes_a_condition_is_one_info_line(caplog):
     caplog.set_level(logging.DEBUG, logger="gdn_operator.handlers.kube")
     before = {"Ready": ("False", "EnginesNotReady")}
-    status = {"phase": "Ready", "conditions": [{"type": "Ready", "status": "True", "reason": "EnginesReady"},
-                                               {"type": "Validated", "status": "True", "reason": "Admitted"}]}
+    status = {
+        "phase": "Ready",
+        "conditions": [
+            {"type": "Ready", "status": "True", "reason": "EnginesReady"},
+            {"type": "Validated", "status": "True", "reason": "Admitted"},
+        ],
+    }
     kube._log_status_written("ns", "s", 4, before, status)
     kube._log_status_written("ns", "s", 4, kube._condition_states(status), status)  # figures only
     (info,) = [r for r in caplog.records if r.levelno == logging.INFO]
-    assert info.getMessage() == ("status written ns/s generation 4: phase Ready; Ready=True (EnginesReady), "
-                                 "Validated=True (Admitted)")
+    assert info.getMessage() == (
+        "status written ns/s generation 4: phase Ready; Ready=True (EnginesReady), Validated=True (Admitted)"
+    )
     assert [r.levelno for r in caplog.records] == [logging.INFO, logging.DEBUG]
 
 
@@ -37,7 +42,8 @@ def test_drift_correction_is_logged_with_the_generation(monkeypatch, caplog, rt)
     assert workload.correct_drift(rt, "ns", "s", None, server)
     assert applied == ["Deployment"] and events == ["DriftCorrected"]
     assert [r.getMessage() for r in caplog.records] == [
-        "drift corrected on ns/s generation 7: engine Deployment deleted outside the operator, re-applied"]
+        "drift corrected on ns/s generation 7: engine Deployment deleted outside the operator, re-applied"
+    ]
 
 
 def test_no_module_defines_a_logger_it_never_uses():
@@ -45,6 +51,8 @@ def test_no_module_defines_a_logger_it_never_uses():
     unused = []
     for path in pkg.rglob("*.py"):
         text = path.read_text()
-        if re.search(r"^log = logging\.getLogger", text, re.M) and not re.search(r"\blog\.(debug|info|warning|error|exception)\(", text):
+        if re.search(r"^log = logging\.getLogger", text, re.M) and not re.search(
+            r"\blog\.(debug|info|warning|error|exception)\(", text
+        ):
             unused.append(str(path.relative_to(pkg)))
     assert unused == []

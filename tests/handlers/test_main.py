@@ -40,11 +40,14 @@ def test_import_registers_no_admission_handler():
     assert {"converge-generation", "acceptance-registry", "pod_event", "deployment_event"} <= ids["watching"]
 
 
-@pytest.mark.parametrize("settings, webhook, expected", [
-    ({}, True, {"leader_worker_set_event", "inference_pool_event", "gdn-mitigate", "gdn-admission"}),
-    ({"lws": False, "inference_pool": False}, False, set()),
-    ({"inference_pool": False}, False, {"leader_worker_set_event"}),
-])
+@pytest.mark.parametrize(
+    "settings, webhook, expected",
+    [
+        ({}, True, {"leader_worker_set_event", "inference_pool_event", "gdn-mitigate", "gdn-admission"}),
+        ({"lws": False, "inference_pool": False}, False, set()),
+        ({"inference_pool": False}, False, {"leader_worker_set_event"}),
+    ],
+)
 def test_optional_handlers_follow_the_settings(settings, webhook, expected):
     registry = kopf.OperatorRegistry()
     rt = make_runtime(**settings)
@@ -76,8 +79,9 @@ def test_startup_builds_the_runtime_from_the_settings_main_parsed(monkeypatch):
     memo = kopf.Memo({main.SETTINGS_MEMO_KEY: cfg})
 
     async def run() -> Runtime:
-        await main.startup(settings=kopf.OperatorSettings(), logger=kopf.LocalObjectLogger(body={}, settings=kopf.OperatorSettings()),
-                           memo=memo)
+        await main.startup(
+            settings=kopf.OperatorSettings(), logger=kopf.LocalObjectLogger(body={}, settings=kopf.OperatorSettings()), memo=memo
+        )
         rt = runtime_of(memo)
         names = sorted(t.get_name() for t in rt.tasks)
         rt.stop()

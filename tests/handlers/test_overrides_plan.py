@@ -8,14 +8,22 @@ from gdn_operator.api.overrides import CLEAR_ANNOTATION, add_override
 from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.handlers.plan import plan
 
-SPEC = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"},
-        "tensorParallelSize": 2, "asyncScheduling": True, "resources": {"cpu": "1", "memory": "1Gi", "shmSize": "1Gi"}}
+SPEC = {
+    "model": {"uri": "hf://Qwen/Qwen3.5-27B"},
+    "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"},
+    "tensorParallelSize": 2,
+    "asyncScheduling": True,
+    "resources": {"cpu": "1", "memory": "1Gi", "shmSize": "1Gi"},
+}
 SIG = "cuda-illegal-address-accepted-sync"
 
 
 def body(spec=SPEC, status=None, annotations=None, gen=1):
-    return {"metadata": {"name": "s", "namespace": "ns", "uid": "u", "generation": gen, "annotations": annotations or {}},
-            "spec": copy.deepcopy(spec), "status": status or {}}
+    return {
+        "metadata": {"name": "s", "namespace": "ns", "uid": "u", "generation": gen, "annotations": annotations or {}},
+        "spec": copy.deepcopy(spec),
+        "status": status or {},
+    }
 
 
 def argv(p):
@@ -52,7 +60,8 @@ def test_mitigations_under_policy_mitigate_are_overrides_too(rt):
     p = plan(body(spec), rt)
     assert "--no-enable-prefix-caching" in argv(p)
     assert [(o["path"], o["value"], o["reason"], o["source"]) for o in p.overrides] == [
-        ("prefixCaching", False, "vllm#43559", "mitigation")]
+        ("prefixCaching", False, "vllm#43559", "mitigation")
+    ]
     # the next reconcile keeps the recorded entry as it was (no status churn)
     again = plan(body(spec, status={"overrides": p.overrides}), rt)
     assert again.overrides == p.overrides
@@ -66,7 +75,10 @@ def test_unset_fields_render_their_safe_defaults(rt):
         assert flag in a
     assert a[a.index("--gdn-prefill-backend") + 1] == "triton"
     assert {d["field"]: d["rule"] for d in p.ev.effective.model_dump(by_alias=True)["defaults"]} == {
-        "prefixCaching": "vllm#43559", "asyncScheduling": "vllm#51508", "gdnPrefillBackend": "flashinfer#3329"}
+        "prefixCaching": "vllm#43559",
+        "asyncScheduling": "vllm#51508",
+        "gdnPrefillBackend": "flashinfer#3329",
+    }
     assert not p.overrides  # defaults are not overrides: the user set nothing they replace
 
 
@@ -79,8 +91,12 @@ def test_upgrade_a_server_patched_by_the_old_remediation_keeps_running_its_patch
     from gdn_operator.watch.signatures import classify_text
 
     patched = {**SPEC, "asyncScheduling": False, "remediation": {"mode": "auto", "threshold": 1}}
-    old = body(patched, gen=2, annotations={"serving.gdn-operator.io/last-remediation": f"{SIG}: asyncScheduling=false"},
-               status={"remediations": [{"signature": SIG, "generation": 1, "action": "asyncScheduling=false"}]})
+    old = body(
+        patched,
+        gen=2,
+        annotations={"serving.gdn-operator.io/last-remediation": f"{SIG}: asyncScheduling=false"},
+        status={"remediations": [{"signature": SIG, "generation": 1, "action": "asyncScheduling=false"}]},
+    )
     p = plan(old, rt)
     assert p.objects and "--no-async-scheduling" in argv(p) and not p.overrides
     # the next crash loop on the new operator: an override; the spec and the annotation untouched
@@ -101,7 +117,8 @@ def test_upgrade_a_server_patched_by_the_old_remediation_keeps_running_its_patch
     assert change is not None and change.action == "speculativeDecoding.enabled=false"
     assert obj["spec"] == old["spec"] and obj["metadata"] == old["metadata"]
     assert [(o["path"], o["reason"], o["generation"]) for o in obj["status"]["overrides"]] == [
-        ("speculativeDecoding.enabled", r.signature, 2)]
+        ("speculativeDecoding.enabled", r.signature, 2)
+    ]
     assert len(obj["status"]["remediations"]) == 2  # the old record (generation 1) kept, the new one added
 
 

@@ -23,20 +23,38 @@ from gdn_operator.handlers.probes import ProbeSupervisor, ServerProbes  # noqa: 
 from gdn_operator.watch.probes import ProbeBook  # noqa: E402
 
 PROMPTS = [[5, 6, 7], [100, 200]]
-WARNED = [{"rule": "vllm#51508", "title": "stale zero-accept spec rows", "workaround": "Set asyncScheduling false",
-           "mitigation": {"asyncScheduling": False}}]
+WARNED = [
+    {
+        "rule": "vllm#51508",
+        "title": "stale zero-accept spec rows",
+        "workaround": "Set asyncScheduling false",
+        "mitigation": {"asyncScheduling": False},
+    }
+]
 
 
 def probes_spec(threshold: int = 2, timeout: int = 2, **kw) -> ProbesSpec:
-    return ProbesSpec.model_validate({
-        "intervalSeconds": 5, "timeoutSeconds": timeout, "failureThreshold": threshold,
-        "prompts": [{"name": f"p{i}", "promptTokenIds": p, "maxTokens": 8, **kw} for i, p in enumerate(PROMPTS)],
-    })
+    return ProbesSpec.model_validate(
+        {
+            "intervalSeconds": 5,
+            "timeoutSeconds": timeout,
+            "failureThreshold": threshold,
+            "prompts": [{"name": f"p{i}", "promptTokenIds": p, "maxTokens": 8, **kw} for i, p in enumerate(PROMPTS)],
+        }
+    )
 
 
 def server(spec: ProbesSpec, warned=None, auto=True) -> ServerProbes:
-    return ServerProbes(spec, generation=4, image="img:1", model="srv", engine="cur", warned=list(warned or []),
-                        remediation_auto=auto, book=ProbeBook([p.name for p in spec.prompts], spec.failure_threshold))
+    return ServerProbes(
+        spec,
+        generation=4,
+        image="img:1",
+        model="srv",
+        engine="cur",
+        warned=list(warned or []),
+        remediation_auto=auto,
+        book=ProbeBook([p.name for p in spec.prompts], spec.failure_threshold),
+    )
 
 
 class Fakes:
@@ -81,17 +99,29 @@ def sup_for(pods, fakes, port, **kw) -> ProbeSupervisor:
 async def test_probes_only_ready_pods_of_the_current_spec_and_learns(engines, port):
     a, b = engines("127.0.0.2"), engines("127.0.0.3")
     not_ready, stale = engines("127.0.0.4"), engines("127.0.0.5")
-    pods = [pod("b", "127.0.0.3"), pod("a", "127.0.0.2"), pod("nr", "127.0.0.4", ready=False),
-            pod("old", "127.0.0.5", engine="previous"), pod("gone", "127.0.0.6", deleting=True)]
+    pods = [
+        pod("b", "127.0.0.3"),
+        pod("a", "127.0.0.2"),
+        pod("nr", "127.0.0.4", ready=False),
+        pod("old", "127.0.0.5", engine="previous"),
+        pod("gone", "127.0.0.6", deleting=True),
+    ]
     fakes = Fakes()
     sup = sup_for(pods, fakes, port)
     s = server(probes_spec())
     cond = await sup.round("ns", "srv", s)
     assert cond.value is True and cond.reason == "ProbesPassing"
     assert (a.requests, b.requests, not_ready.requests, stale.requests) == (2, 2, 0, 0)
-    assert a.bodies[0] == {"model": "srv", "prompt": [5, 6, 7], "max_tokens": 8, "temperature": 0.0, "n": 1,
-                           "stream": False, "return_token_ids": True}
-    (_, _, body, _), = fakes.writes
+    assert a.bodies[0] == {
+        "model": "srv",
+        "prompt": [5, 6, 7],
+        "max_tokens": 8,
+        "temperature": 0.0,
+        "n": 1,
+        "stream": False,
+        "return_token_ids": True,
+    }
+    ((_, _, body, _),) = fakes.writes
     assert body["podsProbed"] == 2 and body["podsSkipped"] == 1 and body["state"] == "Consistent"
     ref = body["reference"]
     assert ref["pod"] == "a" and ref["generation"] == 4 and ref["image"] == "img:1"  # first pod by name
@@ -210,8 +240,11 @@ BODY_SPEC = {
 
 
 def body(gen: int, status: dict | None = None, **spec) -> dict:
-    return {"metadata": {"name": "srv", "namespace": "ns", "uid": "u", "generation": gen},
-            "spec": {**BODY_SPEC, **spec}, "status": status or {}}
+    return {
+        "metadata": {"name": "srv", "namespace": "ns", "uid": "u", "generation": gen},
+        "spec": {**BODY_SPEC, **spec},
+        "status": status or {},
+    }
 
 
 @pytest.fixture
@@ -238,10 +271,19 @@ def test_server_from_body_renders_the_engine_identity_pods_are_matched_with(no_a
 def test_server_from_body_restores_counts_and_reference_of_the_same_generation_only(no_api):
     from gdn_operator.handlers.probes import server_from_body
 
-    saved = {"probes": {"generation": 3, "results": [{"probe": "q", "consecutiveFailures": 2, "lastResult": "mismatch"}],
-                        "reference": {"generation": 3, "image": "ghcr.io/gdn-operator/vllm-gdn:v0.33.0-gdn1", "pod": "p",
-                                      "answers": [{"probe": "q", "tokenIds": [7, 8], "text": ""}]}},
-             "conditions": [{"type": "OutputConsistent", "status": "True", "reason": "ProbesPassing"}]}
+    saved = {
+        "probes": {
+            "generation": 3,
+            "results": [{"probe": "q", "consecutiveFailures": 2, "lastResult": "mismatch"}],
+            "reference": {
+                "generation": 3,
+                "image": "ghcr.io/gdn-operator/vllm-gdn:v0.33.0-gdn1",
+                "pod": "p",
+                "answers": [{"probe": "q", "tokenIds": [7, 8], "text": ""}],
+            },
+        },
+        "conditions": [{"type": "OutputConsistent", "status": "True", "reason": "ProbesPassing"}],
+    }
     s = server_from_body(body(3, saved), no_api)
     assert s.book.tracks["q"].consecutive == 2 and s.book.condition.value is True
     assert s.reference["q"].token_ids == (7, 8) and s.ref_meta["pod"] == "p"
@@ -259,8 +301,15 @@ def test_no_probes_or_a_rejected_spec_means_nothing_to_probe(no_api):
 
 
 # A remediation override of asyncScheduling (what handlers/remediation.remediate_once records on generation 3)
-OVERRIDE = {"path": "asyncScheduling", "value": False, "reason": "vllm#51508", "source": "remediation", "generation": 3,
-            "userValue": True, "vllmVersion": "0.33.0"}
+OVERRIDE = {
+    "path": "asyncScheduling",
+    "value": False,
+    "reason": "vllm#51508",
+    "source": "remediation",
+    "generation": 3,
+    "userValue": True,
+    "vllmVersion": "0.33.0",
+}
 
 
 def test_a_remediation_override_is_a_new_revision_probed_afresh(no_api):
@@ -268,13 +317,29 @@ def test_a_remediation_override_is_a_new_revision_probed_afresh(no_api):
     the revision before it do not carry over; the engine identity is the overridden render's."""
     from gdn_operator.handlers.probes import server_from_body
 
-    ref = {"generation": 3, "image": "ghcr.io/gdn-operator/vllm-gdn:v0.33.0-gdn1", "pod": "p",
-           "answers": [{"probe": "q", "tokenIds": [7, 8], "text": ""}]}
-    saved = {"probes": {"generation": 3, "results": [{"probe": "q", "consecutiveFailures": 3, "lastResult": "mismatch"}],
-                        "reference": ref},
-             "conditions": [{"type": "OutputConsistent", "status": "False", "reason": "ProbeMismatch"}],
-             "remediations": [{"signature": "vllm#51508", "generation": 3, "revision": "3", "action": "asyncScheduling=false",
-                               "reason": "output probes: ProbeMismatch on generation 3 matches vllm#51508"}]}
+    ref = {
+        "generation": 3,
+        "image": "ghcr.io/gdn-operator/vllm-gdn:v0.33.0-gdn1",
+        "pod": "p",
+        "answers": [{"probe": "q", "tokenIds": [7, 8], "text": ""}],
+    }
+    saved = {
+        "probes": {
+            "generation": 3,
+            "results": [{"probe": "q", "consecutiveFailures": 3, "lastResult": "mismatch"}],
+            "reference": ref,
+        },
+        "conditions": [{"type": "OutputConsistent", "status": "False", "reason": "ProbeMismatch"}],
+        "remediations": [
+            {
+                "signature": "vllm#51508",
+                "generation": 3,
+                "revision": "3",
+                "action": "asyncScheduling=false",
+                "reason": "output probes: ProbeMismatch on generation 3 matches vllm#51508",
+            }
+        ],
+    }
     before = server_from_body(body(3, saved, asyncScheduling=True), no_api)
     assert before.revision == "3" and before.remediated and before.reference["q"].token_ids == (7, 8)
     assert before.book.tracks["q"].consecutive == 3 and [w["rule"] for w in before.warned] == ["vllm#51508"]
@@ -288,9 +353,16 @@ def test_a_remediation_override_is_a_new_revision_probed_afresh(no_api):
     assert after.engine == plain.engine  # the override renders what setting the field would
 
     # an operator restart on the overridden revision carries its own counts and reference over
-    saved2 = {**saved, "overrides": [OVERRIDE],
-              "probes": {"generation": 3, "revision": after.revision, "results": [{"probe": "q", "consecutiveFailures": 1}],
-                         "reference": {**ref, "revision": after.revision, "answers": [{"probe": "q", "tokenIds": [9], "text": ""}]}}}
+    saved2 = {
+        **saved,
+        "overrides": [OVERRIDE],
+        "probes": {
+            "generation": 3,
+            "revision": after.revision,
+            "results": [{"probe": "q", "consecutiveFailures": 1}],
+            "reference": {**ref, "revision": after.revision, "answers": [{"probe": "q", "tokenIds": [9], "text": ""}]},
+        },
+    }
     again = server_from_body(body(3, saved2, asyncScheduling=True), no_api)
     assert again.revision == after.revision and again.book.tracks["q"].consecutive == 1
     assert again.reference["q"].token_ids == (9,) and again.ref_meta["revision"] == after.revision
@@ -359,8 +431,9 @@ async def test_the_override_is_rendered_even_when_its_new_revision_cancels_the_r
         time.sleep(0.3)
         return True
 
-    sup = ProbeSupervisor(lambda ns, name: [pod("a", "127.0.0.2")], writer=Fakes().writer, remediator=remediator,
-                          port=port, seed=1, rt=no_api)
+    sup = ProbeSupervisor(
+        lambda ns, name: [pod("a", "127.0.0.2")], writer=Fakes().writer, remediator=remediator, port=port, seed=1, rt=no_api
+    )
     s = server(probes_spec(threshold=1), warned=WARNED)
     assert (await sup.round("ns-c", "srv", s)).value is True
     e.set(WRONG)

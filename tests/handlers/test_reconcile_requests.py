@@ -96,9 +96,14 @@ class ApiServer:
 
 @pytest.fixture
 def api(monkeypatch):
-    server = ApiServer({"apiVersion": "serving.gdn-operator.io/v1alpha1", "kind": "GDNModelServer",
-                        "metadata": {"name": "s", "namespace": "ns", "uid": "u1", "generation": 1, "resourceVersion": "10"},
-                        "spec": copy.deepcopy(SPEC)})
+    server = ApiServer(
+        {
+            "apiVersion": "serving.gdn-operator.io/v1alpha1",
+            "kind": "GDNModelServer",
+            "metadata": {"name": "s", "namespace": "ns", "uid": "u1", "generation": 1, "resourceVersion": "10"},
+            "spec": copy.deepcopy(SPEC),
+        }
+    )
     server.applied: list[str] = []
     server.events: list[tuple[str, str, str]] = []
     server.workload_changes = True
@@ -217,8 +222,14 @@ def test_a_server_an_older_operator_reconciled_is_pruned_over_every_enabled_kind
 
 
 def test_status_patch_writes_changed_keys_guarded_by_what_they_were_computed_from():
-    old = {"observedGeneration": 1, "readyReplicas": 0, "conditions": [{"type": "Validated", "status": "True"}],
-           "phase": "Progressing", "acceptance": {"rate": 0.5}, "probes": {"state": "x"}}
+    old = {
+        "observedGeneration": 1,
+        "readyReplicas": 0,
+        "conditions": [{"type": "Validated", "status": "True"}],
+        "phase": "Progressing",
+        "acceptance": {"rate": 0.5},
+        "probes": {"state": "x"},
+    }
     new = {**old, "observedGeneration": 2, "conditions": [{"type": "Validated", "status": "False"}], "phase": "Rejected"}
     del new["probes"]
     ops = status_patch(old, new, "7")
@@ -232,18 +243,29 @@ def test_status_patch_writes_changed_keys_guarded_by_what_they_were_computed_fro
         guarded = status_patch({**old, "ready": text}, {**old, "ready": "1/1"}, "7")
         assert guarded[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}, text
         assert [o["op"] for o in guarded] == ["test", "add"]
-    assert status_patch({**old, "acceptance": {"rate": 0.5}}, {**old, "acceptance": {"rate": 0.6}}, "7")[0]["path"] == "/metadata/resourceVersion"
+    assert (
+        status_patch({**old, "acceptance": {"rate": 0.5}}, {**old, "acceptance": {"rate": 0.6}}, "7")[0]["path"]
+        == "/metadata/resourceVersion"
+    )
     # a key added now cannot be tested for absence: the whole object's version guards the write instead
     added = status_patch(old, {**old, "lastCrash": {"count": 1}}, "7")
     assert added[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}
     assert status_patch({}, {"phase": "Pending"}, "7") == [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}, {"op": "add", "path": "/status", "value": {"phase": "Pending"}}]
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+        {"op": "add", "path": "/status", "value": {"phase": "Pending"}},
+    ]
 
 
 def test_changed_by_apply_reads_the_managers_field_time_against_the_response_date():
     def applied(time: str | None) -> dict[str, Any]:
-        return {"metadata": {"managedFields": [{"manager": "kube-controller-manager", "operation": "Update", "time": "2026-11-23T18:00:09Z"},
-                                               {"manager": kube.FIELD_MANAGER, "operation": "Apply", "time": time}]}}
+        return {
+            "metadata": {
+                "managedFields": [
+                    {"manager": "kube-controller-manager", "operation": "Update", "time": "2026-11-23T18:00:09Z"},
+                    {"manager": kube.FIELD_MANAGER, "operation": "Apply", "time": time},
+                ]
+            }
+        }
 
     date = "Mon, 23 Nov 2026 18:00:10 GMT"
     assert changed_by_apply(applied("2026-11-23T18:00:10Z"), date)

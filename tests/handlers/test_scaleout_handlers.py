@@ -13,8 +13,11 @@ NCCL = "RuntimeError: NCCL communicator was aborted on rank 0"
 
 class Fake:
     def __init__(self):
-        self.obj = {"metadata": {"name": "s", "namespace": "ns", "generation": 1},
-                    "spec": {**BASE, "nodes": 2, "tensorParallelSize": 2, "remediation": {"mode": "none"}}, "status": {}}
+        self.obj = {
+            "metadata": {"name": "s", "namespace": "ns", "generation": 1},
+            "spec": {**BASE, "nodes": 2, "tensorParallelSize": 2, "remediation": {"mode": "none"}},
+            "status": {},
+        }
         self.events: list[tuple[str, str]] = []
 
     def update_status(self, ns, name, mutate, retries=8, obj=None):
@@ -47,9 +50,14 @@ def death(pod, restarts, finished, message, group="s/0"):
 def test_group_pods_are_labelled_with_their_group():
     from gdn_operator.handlers.crashwatch import deaths_in
 
-    pod = {"metadata": {"name": "s-0-1", "uid": "u", "labels": {"leaderworkerset.sigs.k8s.io/name": "s",
-                                                                  "leaderworkerset.sigs.k8s.io/group-index": "0"}},
-           "status": {"containerStatuses": [{"name": "vllm", "restartCount": 1, "lastState": {"terminated": {"exitCode": 1}}}]}}
+    pod = {
+        "metadata": {
+            "name": "s-0-1",
+            "uid": "u",
+            "labels": {"leaderworkerset.sigs.k8s.io/name": "s", "leaderworkerset.sigs.k8s.io/group-index": "0"},
+        },
+        "status": {"containerStatuses": [{"name": "vllm", "restartCount": 1, "lastState": {"terminated": {"exitCode": 1}}}]},
+    }
     assert deaths_in(pod)[0].group == "s/0"
 
 
@@ -85,9 +93,12 @@ def cond(t, s, reason="R", msg=""):
 
 
 def test_pool_conditions_are_aggregated_over_parents():
-    agg = router_h.aggregate(pool(("gw-a", [cond("Accepted", "True", "Accepted"), cond("ResolvedRefs", "True")]),
-                                  ("gw-b", [cond("Accepted", "False", "NotSupportedByParent", "no EPP"),
-                                            cond("Exported", "True")])))
+    agg = router_h.aggregate(
+        pool(
+            ("gw-a", [cond("Accepted", "True", "Accepted"), cond("ResolvedRefs", "True")]),
+            ("gw-b", [cond("Accepted", "False", "NotSupportedByParent", "no EPP"), cond("Exported", "True")]),
+        )
+    )
     assert agg["Accepted"] == (False, "NotSupportedByParent", "gateway gw-b: no EPP")
     assert agg["ResolvedRefs"][0] is True and "Exported" not in agg
     assert router_h.aggregate({"status": {}}) == {}
@@ -98,10 +109,15 @@ def test_pool_conditions_are_mirrored_and_dropped(monkeypatch):
 
     f = Fake()
     monkeypatch.setattr(kube, "update_status", f.update_status)
-    router_h.mirror("ns", "s", pool(("gw", [cond("Accepted", "True", "Accepted"), cond("ResolvedRefs", "False", "InvalidExtensionRef")])))
+    router_h.mirror(
+        "ns", "s", pool(("gw", [cond("Accepted", "True", "Accepted"), cond("ResolvedRefs", "False", "InvalidExtensionRef")]))
+    )
     conds = {c["type"]: c for c in f.obj["status"]["conditions"]}
     assert conds["InferencePoolAccepted"]["status"] == "True"
-    assert conds["InferencePoolResolvedRefs"]["status"] == "False" and conds["InferencePoolResolvedRefs"]["reason"] == "InvalidExtensionRef"
+    assert (
+        conds["InferencePoolResolvedRefs"]["status"] == "False"
+        and conds["InferencePoolResolvedRefs"]["reason"] == "InvalidExtensionRef"
+    )
     router_h.mirror("ns", "s", None)  # pool deleted
     assert not [c for c in f.obj["status"]["conditions"] if c["type"].startswith("InferencePool")]
 
@@ -121,8 +137,10 @@ def test_a_pod_of_the_incident_dying_again_is_a_new_crash(fake, rt):
 def test_missing_apis_are_refused_with_the_field_and_the_fix(rt):
     from gdn_operator.handlers import plan
 
-    body = {"metadata": {"name": "s", "namespace": "ns", "uid": "u"},
-            "spec": {**BASE, "tensorParallelSize": 2, "nodes": 2, "prefixCaching": False}}
+    body = {
+        "metadata": {"name": "s", "namespace": "ns", "uid": "u"},
+        "spec": {**BASE, "tensorParallelSize": 2, "nodes": 2, "prefixCaching": False},
+    }
     p = plan.plan(body, rt)  # rt: no optional CRD installed
     assert p.objects is None
     assert p.problem.startswith("spec.nodes 2 needs the LeaderWorkerSet API") and "set spec.nodes to 1" in p.problem
@@ -134,8 +152,11 @@ def test_keda_only_with_a_prometheus_address_and_its_crd():
     from runtime_helpers import FakeCrds, make_runtime
     from gdn_operator.handlers import plan
 
-    spec_body = {"metadata": {"name": "s", "namespace": "ns"}, "status": {},
-                 "spec": {**BASE, "prefixCaching": False, "autoscaling": {"maxReplicas": 3, "target": 2}}}
+    spec_body = {
+        "metadata": {"name": "s", "namespace": "ns"},
+        "status": {},
+        "spec": {**BASE, "prefixCaching": False, "autoscaling": {"maxReplicas": 3, "target": 2}},
+    }
     hpa_only = make_runtime()
     hpa_only.crds = FakeCrds(all=True)
     kinds = [o["kind"] for o in plan.plan(spec_body, hpa_only).objects]

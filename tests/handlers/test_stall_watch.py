@@ -108,19 +108,25 @@ def test_no_condition_is_created_just_to_say_no_stall():
 
 
 def _spec(**over: Any) -> dict[str, Any]:
-    spec = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.22.0", "vllmVersion": "0.22.0"},
-            "tensorParallelSize": 2}
+    spec = {
+        "model": {"uri": "hf://Qwen/Qwen3.5-27B"},
+        "image": {"tag": "v0.22.0", "vllmVersion": "0.22.0"},
+        "tensorParallelSize": 2,
+    }
     spec.update(over)
     return spec
 
 
-@pytest.mark.parametrize(("over", "trigger"), [
-    ({}, True),  # unset = vLLM's default FULL_AND_PIECEWISE, MTP on
-    ({"cudagraphMode": "FULL_DECODE_ONLY"}, True),
-    ({"cudagraphMode": "PIECEWISE"}, False),
-    ({"enforceEager": True}, False),
-    ({"speculativeDecoding": {"enabled": False}}, False),
-])
+@pytest.mark.parametrize(
+    ("over", "trigger"),
+    [
+        ({}, True),  # unset = vLLM's default FULL_AND_PIECEWISE, MTP on
+        ({"cudagraphMode": "FULL_DECODE_ONLY"}, True),
+        ({"cudagraphMode": "PIECEWISE"}, False),
+        ({"enforceEager": True}, False),
+        ({"speculativeDecoding": {"enabled": False}}, False),
+    ],
+)
 def test_g1_trigger_reads_the_effective_configuration(over, trigger):
     from gdn_operator.api.load import parse_spec
 
@@ -165,7 +171,12 @@ def test_ladder_restarts_once_then_piecewise_as_an_override(monkeypatch):
     assert stall.end_stall("ns", "srv", obj, _stalled("p9", "u9"), "m", restarted, None) == "cudagraphMode=PIECEWISE"
     assert k.deleted == [("p0", "u0")] and not k.patched and obj["spec"] == spec  # the user's spec is never written
     (ov,) = obj["status"]["overrides"]
-    assert (ov["path"], ov["value"], ov["reason"], ov["source"]) == ("cudagraphMode", "PIECEWISE", "engine-stall/cudagraph", "remediation")
+    assert (ov["path"], ov["value"], ov["reason"], ov["source"]) == (
+        "cudagraphMode",
+        "PIECEWISE",
+        "engine-stall/cudagraph",
+        "remediation",
+    )
     assert k.events[-1][0] == "Remediated" and "keeps MTP on" in k.events[-1][1]
     # a new revision (the override): a stall of it starts the ladder again, with a restart
     assert stall.end_stall("ns", "srv", obj, _stalled("p8", "u8"), "m", restarted, None) == "restart p8"
@@ -177,16 +188,22 @@ def test_ladder_restarts_once_then_piecewise_as_an_override(monkeypatch):
 
 
 def test_ladder_without_g1_trigger_says_nothing_automatic_is_left(monkeypatch):
-    obj = {"metadata": {"name": "srv", "namespace": "ns", "generation": 1}, "spec": _spec(cudagraphMode="PIECEWISE"),
-           "status": {"remediations": [{"signature": "engine-stall", "generation": 1, "action": "restart p0"}]}}
+    obj = {
+        "metadata": {"name": "srv", "namespace": "ns", "generation": 1},
+        "spec": _spec(cudagraphMode="PIECEWISE"),
+        "status": {"remediations": [{"signature": "engine-stall", "generation": 1, "action": "restart p0"}]},
+    }
     k = FakeKube(monkeypatch, obj)
     assert stall.end_stall("ns", "srv", obj, _stalled("p1", "u1"), "m", set(), None) == "advice"
     assert "no automatic step is left" in k.events[-1][1] and not k.deleted
 
 
 def test_remediation_mode_none_only_reports(monkeypatch):
-    obj = {"metadata": {"name": "srv", "namespace": "ns", "generation": 1},
-           "spec": _spec(remediation={"mode": "none"}), "status": {}}
+    obj = {
+        "metadata": {"name": "srv", "namespace": "ns", "generation": 1},
+        "spec": _spec(remediation={"mode": "none"}),
+        "status": {},
+    }
     k = FakeKube(monkeypatch, obj)
     assert stall.end_stall("ns", "srv", obj, _stalled(), "m", set(), None) is None
     assert not k.deleted and not k.events and "remediations" not in obj["status"]

@@ -46,12 +46,23 @@ def test_one_webhook_per_handler_named_and_routed_like_kopf(registry):
     assert set(d) == {VALIDATING, MUTATING}
     (v,), (m,) = d[VALIDATING], d[MUTATING]
     assert v["name"] == f"gdn-admission.{CONFIG}" and m["name"] == f"gdn-mitigate.{CONFIG}"
-    assert v["clientConfig"] == {"service": {"name": "gdn-webhook", "namespace": "gdn-system", "port": 443,
-                                             "path": "/gdn-admission"}, "caBundle": "Q0E="}
-    assert v["rules"] == [{"apiGroups": ["serving.gdn-operator.io"], "apiVersions": ["v1alpha1"], "resources": ["gdnmodelservers"],
-                           "operations": ["CREATE", "UPDATE"], "scope": "*"}]
+    assert v["clientConfig"] == {
+        "service": {"name": "gdn-webhook", "namespace": "gdn-system", "port": 443, "path": "/gdn-admission"},
+        "caBundle": "Q0E=",
+    }
+    assert v["rules"] == [
+        {
+            "apiGroups": ["serving.gdn-operator.io"],
+            "apiVersions": ["v1alpha1"],
+            "resources": ["gdnmodelservers"],
+            "operations": ["CREATE", "UPDATE"],
+            "scope": "*",
+        }
+    ]
     assert v["failurePolicy"] == "Fail" and v["sideEffects"] == "None"
-    assert v["namespaceSelector"] == {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]}]}
+    assert v["namespaceSelector"] == {
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]}]
+    }
     assert "objectSelector" not in v  # kopf's None, left out as a manifest would
     assert "namespaceSelector" not in desired(registry)[VALIDATING][0]  # all namespaces
 
@@ -61,8 +72,10 @@ def test_chart_config_without_ca_gets_only_the_ca_bundle(registry):
     for kind in (VALIDATING, MUTATING):
         p = plan(kind, live_of(kind, d[kind]), d[kind])
         assert p.drift == []
-        assert p.patch == [{"op": "test", "path": "/webhooks/0/name", "value": d[kind][0]["name"]},
-                           {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": "Q0E="}]
+        assert p.patch == [
+            {"op": "test", "path": "/webhooks/0/name", "value": d[kind][0]["name"]},
+            {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": "Q0E="},
+        ]
 
 
 def test_pointed_config_needs_no_patch(registry):
@@ -79,8 +92,10 @@ def test_other_target_replaces_the_client_config_at_the_right_index(registry):
     local = {"url": "https://127.0.0.1:9443/gdn-admission", "caBundle": "TE9D"}
     want = [{**d[VALIDATING][0], "clientConfig": local}]
     p = plan(VALIDATING, live, want)
-    assert p.patch == [{"op": "test", "path": "/webhooks/1/name", "value": f"gdn-admission.{CONFIG}"},
-                       {"op": "replace", "path": "/webhooks/1/clientConfig", "value": local}]
+    assert p.patch == [
+        {"op": "test", "path": "/webhooks/1/name", "value": f"gdn-admission.{CONFIG}"},
+        {"op": "replace", "path": "/webhooks/1/clientConfig", "value": local},
+    ]
     assert p.drift == [f"{VALIDATING} {CONFIG}: webhook other.{CONFIG} is not served by this operator"]
 
 
@@ -161,8 +176,9 @@ def test_webhook_configs_mode_from_env():
 
 
 async def test_no_registered_handlers_is_an_error_not_a_silent_success(caplog):
-    wrapped = webhookconfigs.ShippedConfigurations(FakeServer([]), config_name=CONFIG, registry=kopf.OperatorRegistry(),
-                                                   api=object())
+    wrapped = webhookconfigs.ShippedConfigurations(
+        FakeServer([]), config_name=CONFIG, registry=kopf.OperatorRegistry(), api=object()
+    )
     await wrapped.publish(webhookconfigs.service_client_config("s", "n", 443, None, "Q0E="))
     assert not wrapped.published.is_set()
     assert any(r.levelname == "ERROR" and "no admission handlers" in r.getMessage() for r in caplog.records)

@@ -9,8 +9,16 @@ from gdn_operator.handlers.workload import is_subset
 
 def test_subset_ignores_server_defaults_but_sees_edits():
     want = {"replicas": 1, "template": {"spec": {"containers": [{"name": "vllm", "args": ["a", "b"]}]}}}
-    have = {"replicas": 1, "progressDeadlineSeconds": 600,
-            "template": {"spec": {"dnsPolicy": "ClusterFirst", "containers": [{"name": "vllm", "args": ["a", "b"], "terminationMessagePath": "/dev/termination-log"}]}}}
+    have = {
+        "replicas": 1,
+        "progressDeadlineSeconds": 600,
+        "template": {
+            "spec": {
+                "dnsPolicy": "ClusterFirst",
+                "containers": [{"name": "vllm", "args": ["a", "b"], "terminationMessagePath": "/dev/termination-log"}],
+            }
+        },
+    }
     assert is_subset(want, have)
     edited = {**have, "template": {"spec": {"containers": [{"name": "vllm", "args": ["a", "--enforce-eager"]}]}}}
     assert not is_subset(want, edited)
@@ -32,8 +40,12 @@ def test_subset_accepts_what_the_api_server_canonicalises():
 
 
 def test_owner_name():
-    meta = {"ownerReferences": [{"kind": "ReplicaSet", "name": "x", "controller": True},
-                                {"kind": "GDNModelServer", "name": "srv", "controller": True}]}
+    meta = {
+        "ownerReferences": [
+            {"kind": "ReplicaSet", "name": "x", "controller": True},
+            {"kind": "GDNModelServer", "name": "srv", "controller": True},
+        ]
+    }
     assert owner_name(meta) == "srv"
     assert owner_name({}) is None
 
@@ -43,8 +55,14 @@ def test_pod_summary_unschedulable_and_restarts():
         "metadata": {"name": "p", "uid": "u"},
         "status": {
             "phase": "Pending",
-            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                            "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}],
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+                }
+            ],
             "containerStatuses": [{"restartCount": 2}, {"restartCount": 1}],
         },
     }
@@ -80,13 +98,23 @@ def server(monkeypatch):
 
 
 def rolling(updated=0, ready=1):
-    return {"kind": "Deployment", "spec": {"replicas": 1},
-            "status": {"replicas": 2, "readyReplicas": ready, "updatedReplicas": updated,
-                       "conditions": [{"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}]}}
+    return {
+        "kind": "Deployment",
+        "spec": {"replicas": 1},
+        "status": {
+            "replicas": 2,
+            "readyReplicas": ready,
+            "updatedReplicas": updated,
+            "conditions": [{"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}],
+        },
+    }
 
 
-PENDING = {"unschedulable": True, "unschedulable_message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
-           "restarts": 0}
+PENDING = {
+    "unschedulable": True,
+    "unschedulable_message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+    "restarts": 0,
+}
 
 
 @pytest.mark.parametrize("strategy, hint", [(None, "spec.rollout.strategy: InPlace"), ("InPlace", "free the GPUs")])

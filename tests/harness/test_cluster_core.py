@@ -71,9 +71,7 @@ def test_custom_object_create_get_patch(kube_api, crd):
     assert got["spec"]["speculativeDecoding"]["numSpeculativeTokens"] == 2
     assert got["metadata"]["generation"] == 1
 
-    patched = co.patch_namespaced_custom_object(
-        GROUP, VERSION, ns, PLURAL, "qwen", {"spec": {"replicas": 3}}
-    )
+    patched = co.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "qwen", {"spec": {"replicas": 3}})
     assert patched["spec"]["replicas"] == 3
     assert patched["metadata"]["generation"] == 2
 
@@ -95,25 +93,24 @@ def test_status_subresource_is_separate_from_spec(kube_api, crd):
     co.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
 
     out = co.patch_namespaced_custom_object_status(
-        GROUP, VERSION, ns, PLURAL, "qwen",
-        {"status": {"phase": "Progressing", "observedGeneration": 1, "replicas": 1},
-         "spec": {"replicas": 7}},
+        GROUP,
+        VERSION,
+        ns,
+        PLURAL,
+        "qwen",
+        {"status": {"phase": "Progressing", "observedGeneration": 1, "replicas": 1}, "spec": {"replicas": 7}},
     )
     assert out["status"]["phase"] == "Progressing"
     assert out["spec"]["replicas"] == body["spec"]["replicas"], "status endpoint must ignore spec"
     assert out["metadata"]["generation"] == 1, "a status write must not bump generation"
 
     # And the main endpoint ignores status.
-    out = co.patch_namespaced_custom_object(
-        GROUP, VERSION, ns, PLURAL, "qwen", {"status": {"phase": "Ready"}}
-    )
+    out = co.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "qwen", {"status": {"phase": "Ready"}})
     assert out["status"]["phase"] == "Progressing"
 
     # Enum in the status schema is enforced too.
     with pytest.raises(ApiException) as err:
-        co.patch_namespaced_custom_object_status(
-            GROUP, VERSION, ns, PLURAL, "qwen", {"status": {"phase": "Exploded"}}
-        )
+        co.patch_namespaced_custom_object_status(GROUP, VERSION, ns, PLURAL, "qwen", {"status": {"phase": "Exploded"}})
     assert err.value.status == 422
 
 
@@ -125,14 +122,15 @@ def _limited_sa(kube_api) -> tuple[str, str]:
     core.create_namespaced_service_account(ns, {"metadata": {"name": "limited"}})
     rbac.create_namespaced_role(
         ns,
-        {"metadata": {"name": "pod-reader"},
-         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]},
+        {"metadata": {"name": "pod-reader"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]},
     )
     rbac.create_namespaced_role_binding(
         ns,
-        {"metadata": {"name": "pod-reader"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
-         "subjects": [{"kind": "ServiceAccount", "name": "limited", "namespace": ns}]},
+        {
+            "metadata": {"name": "pod-reader"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "limited", "namespace": ns}],
+        },
     )
     return ns, "limited"
 
@@ -188,9 +186,7 @@ def test_impersonation_of_limited_sa_is_denied(control_plane, kube_api):
         admin_as_sa.set_default_header("Impersonate-User", f"system:serviceaccount:{ns}:{sa}")
         _wait_allowed(lambda: client.CoreV1Api(admin_as_sa).list_namespaced_pod(ns))
         with pytest.raises(ApiException) as err:
-            client.CoreV1Api(admin_as_sa).create_namespaced_config_map(
-                ns, {"metadata": {"name": "nope"}}
-            )
+            client.CoreV1Api(admin_as_sa).create_namespaced_config_map(ns, {"metadata": {"name": "nope"}})
         assert err.value.status == 403
 
     # SelfSubjectAccessReview as the SA agrees with what the requests above saw.

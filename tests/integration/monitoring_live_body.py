@@ -108,15 +108,24 @@ class Traffic:
 
 
 def _probes(items):
-    return {"intervalSeconds": 15, "timeoutSeconds": 10, "failureThreshold": 3,
-            "prompts": [{"name": f"learn-{i}", "promptTokenIds": it["prompt_token_ids"], "maxTokens": it["max_tokens"]}
-                        for i, it in enumerate(items[:2])]}
+    return {
+        "intervalSeconds": 15,
+        "timeoutSeconds": 10,
+        "failureThreshold": 3,
+        "prompts": [
+            {"name": f"learn-{i}", "promptTokenIds": it["prompt_token_ids"], "maxTokens": it["max_tokens"]}
+            for i, it in enumerate(items[:2])
+        ],
+    }
 
 
 def _pod(k: Kube, ns: str, name: str):
     def one():
-        pods = [p for p in k.engine_pods(ns, name) if p.status.phase == "Running" and p.status.pod_ip
-                and not p.metadata.deletion_timestamp]
+        pods = [
+            p
+            for p in k.engine_pods(ns, name)
+            if p.status.phase == "Running" and p.status.pod_ip and not p.metadata.deletion_timestamp
+        ]
         return pods[0] if len(pods) == 1 else None
 
     pod = wait_for(one, 120, what=f"the running kwok engine pod of {ns}/{name}")
@@ -148,12 +157,31 @@ def stack(full_cluster, kube_api, tmp_path_factory):
         co = client.CustomObjectsApi(kube_api)
 
         def prometheus(name, monitors):  # monitors: the selector for ServiceMonitors, PodMonitors and Probes
-            co.create_namespaced_custom_object("monitoring.coreos.com", "v1", mon_ns, "prometheuses", {
-                "apiVersion": "monitoring.coreos.com/v1", "kind": "Prometheus", "metadata": {"name": name},
-                "spec": {"version": prometheus_version(paths.prometheus), "replicas": 1, "scrapeInterval": "5s",
-                         "evaluationInterval": "5s", "serviceMonitorSelector": monitors, "serviceMonitorNamespaceSelector": {},
-                         "podMonitorSelector": monitors, "podMonitorNamespaceSelector": {}, "ruleSelector": sel,
-                         "ruleNamespaceSelector": {}, "probeSelector": monitors, "probeNamespaceSelector": {}}})
+            co.create_namespaced_custom_object(
+                "monitoring.coreos.com",
+                "v1",
+                mon_ns,
+                "prometheuses",
+                {
+                    "apiVersion": "monitoring.coreos.com/v1",
+                    "kind": "Prometheus",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "version": prometheus_version(paths.prometheus),
+                        "replicas": 1,
+                        "scrapeInterval": "5s",
+                        "evaluationInterval": "5s",
+                        "serviceMonitorSelector": monitors,
+                        "serviceMonitorNamespaceSelector": {},
+                        "podMonitorSelector": monitors,
+                        "podMonitorNamespaceSelector": {},
+                        "ruleSelector": sel,
+                        "ruleNamespaceSelector": {},
+                        "probeSelector": monitors,
+                        "probeNamespaceSelector": {},
+                    },
+                },
+            )
 
         prometheus(PROM, sel)
         # the negative control (issue 28: "the label fix is proven by that test failing on today's monitors"): a
@@ -174,34 +202,73 @@ def stack(full_cluster, kube_api, tmp_path_factory):
         cleanup.append(node.delete)
         op = OperatorProcess(cp, work / "operator", webhook=True)
         sets = {
-            "replicaCount": 1, "peering.enabled": False, "webhook.enabled": False, "metrics.port": op.metrics_port,
-            "nodeSelector": node.node_selector(), "tolerations": node.tolerations(),
+            "replicaCount": 1,
+            "peering.enabled": False,
+            "webhook.enabled": False,
+            "metrics.port": op.metrics_port,
+            "nodeSelector": node.node_selector(),
+            "tolerations": node.tolerations(),
             "operator.watchNamespaces": [ns_ok, ns_bad, ns_crash],
             "monitoring.serviceMonitor.interval": "5s",
             "monitoring.prometheusRule.acceptanceCollapse.for": "30s",
         }
-        helm("install", rel, str(CHART), "-n", rel_ns, "--create-namespace", "--take-ownership", "--force-conflicts",
-             *value_args(VALUE_SETS["monitoring"], sets), kubeconfig=str(cp.kubeconfig))
+        helm(
+            "install",
+            rel,
+            str(CHART),
+            "-n",
+            rel_ns,
+            "--create-namespace",
+            "--take-ownership",
+            "--force-conflicts",
+            *value_args(VALUE_SETS["monitoring"], sets),
+            kubeconfig=str(cp.kubeconfig),
+        )
         cleanup.append(lambda: helm("uninstall", rel, "-n", rel_ns, "--wait=false", check=False, kubeconfig=str(cp.kubeconfig)))
         manifest = docs(helm("get", "manifest", rel, "-n", rel_ns, kubeconfig=str(cp.kubeconfig)).stdout)
         sm = next(o for o in manifest if o["kind"] == "ServiceMonitor")
         assert all(ep.get("honorLabels") is True for ep in sm["spec"]["endpoints"]), sm  # the fix
-        co.create_namespaced_custom_object("monitoring.coreos.com", "v1", rel_ns, "servicemonitors", {
-            "apiVersion": sm["apiVersion"], "kind": sm["kind"],
-            "metadata": {"name": f"{sm['metadata']['name']}-{PRE_FIX}", "labels": pre_sel["matchLabels"]},
-            "spec": {**sm["spec"], "endpoints": [{k: v for k, v in ep.items() if k != "honorLabels"}
-                                                 for ep in sm["spec"]["endpoints"]]}})
+        co.create_namespaced_custom_object(
+            "monitoring.coreos.com",
+            "v1",
+            rel_ns,
+            "servicemonitors",
+            {
+                "apiVersion": sm["apiVersion"],
+                "kind": sm["kind"],
+                "metadata": {"name": f"{sm['metadata']['name']}-{PRE_FIX}", "labels": pre_sel["matchLabels"]},
+                "spec": {
+                    **sm["spec"],
+                    "endpoints": [{k: v for k, v in ep.items() if k != "honorLabels"} for ep in sm["spec"]["endpoints"]],
+                },
+            },
+        )
         dep = next(o for o in manifest if o["kind"] == "Deployment")
         (c,) = dep["spec"]["template"]["spec"]["containers"]
         chart_env = {e["name"]: e["value"] for e in c["env"] if "value" in e and not e["name"].startswith(OWN_ENV)}
-        op_pod = wait_for(lambda: next((p for p in k.core.list_namespaced_pod(rel_ns).items
-                                        if p.status.pod_ip and p.status.phase == "Running"), None), 120,
-                          what="the chart's operator pod (kwok)")
-        assert op_pod.spec.node_name == node.name and op_pod.status.pod_ip == host_ip, (op_pod.spec.node_name, op_pod.status.pod_ip)
+        op_pod = wait_for(
+            lambda: next(
+                (p for p in k.core.list_namespaced_pod(rel_ns).items if p.status.pod_ip and p.status.phase == "Running"), None
+            ),
+            120,
+            what="the chart's operator pod (kwok)",
+        )
+        assert op_pod.spec.node_name == node.name and op_pod.status.pod_ip == host_ip, (
+            op_pod.spec.node_name,
+            op_pod.status.pod_ip,
+        )
         # the chart's metrics Service has the operator's pod as its endpoint (what the ServiceMonitor's job reads)
         disc = client.DiscoveryV1Api(kube_api)
-        wait_for(lambda: any(host_ip in (ep.addresses or []) for sl in disc.list_namespaced_endpoint_slice(rel_ns).items
-                             for ep in (sl.endpoints or [])), 60, interval=1, what=f"an EndpointSlice in {rel_ns} with {host_ip}")
+        wait_for(
+            lambda: any(
+                host_ip in (ep.addresses or [])
+                for sl in disc.list_namespaced_endpoint_slice(rel_ns).items
+                for ep in (sl.endpoints or [])
+            ),
+            60,
+            interval=1,
+            what=f"an EndpointSlice in {rel_ns} with {host_ip}",
+        )
         # the real operator stands in for the chart's pod: same env, metrics on <pod IP>:<metrics.port>
         op.extra_env.update(chart_env, POD_NAMESPACE=rel_ns, GDN_ACCEPTANCE_WINDOW="30", GDN_WEBHOOK_CONFIG_NAME=WEBHOOK_CONFIG)
         op.start()
@@ -210,8 +277,9 @@ def stack(full_cluster, kube_api, tmp_path_factory):
 
         # -- servers: healthy and broken MTP (real engines), a fake one that crashes, one denied change -------------
         # prefix caching set on by the user + MTP on 0.28 (vllm#43559): denied (unset, it resolves to off)
-        known_crash = gms("denied", image={"tag": "v0.28.0", "vllmVersion": "0.28.0"}, admissionPolicy="reject",
-                          prefixCaching=True)
+        known_crash = gms(
+            "denied", image={"tag": "v0.28.0", "vllmVersion": "0.28.0"}, admissionPolicy="reject", prefixCaching=True
+        )
         adm = client.AdmissionregistrationV1Api(kube_api)
         wait_for(lambda: adm.read_validating_webhook_configuration(WEBHOOK_CONFIG), 60, what="the webhook configuration")
 
@@ -236,9 +304,17 @@ def stack(full_cluster, kube_api, tmp_path_factory):
         engines = {}
 
         def serve(name, weights):
-            engines[name] = start_engine(work / f"engine-{name}", python, 420, ["--gpu-memory-utilization", "0.05"],
-                                         weights_dir=weights, served_name=name, max_model_len=1024,
-                                         host=pods[name].status.pod_ip, port=ENGINE_PORT)
+            engines[name] = start_engine(
+                work / f"engine-{name}",
+                python,
+                420,
+                ["--gpu-memory-utilization", "0.05"],
+                weights_dir=weights,
+                served_name=name,
+                max_model_len=1024,
+                host=pods[name].status.pod_ip,
+                port=ENGINE_PORT,
+            )
 
         threads = [threading.Thread(target=serve, args=a) for a in ((ok, recall.MODEL_DIR), (bad, BROKEN_MODEL))]
         for t in threads:
@@ -256,8 +332,11 @@ def stack(full_cluster, kube_api, tmp_path_factory):
         msg = tail("b9-np-repeat-negative.tail.log")
         for _ in range(2):
             crash(k, ns_crash, pods[crashy].metadata.name, msg)
-        wait_for(lambda: [r for r in k.status(ns_crash, crashy).get("remediations") or [] if r.get("changes")] or None, 60,
-                 what="remediation of crashy (asyncScheduling=false)")
+        wait_for(
+            lambda: [r for r in k.status(ns_crash, crashy).get("remediations") or [] if r.get("changes")] or None,
+            60,
+            what="remediation of crashy (asyncScheduling=false)",
+        )
 
         # -- Prometheus on the generated configuration, once it holds our monitors and rules ---------------------
         want_jobs = {f"serviceMonitor/{rel_ns}/", f"podMonitor/{ns_ok}/{ok}/", f"podMonitor/{ns_bad}/{bad}/"}
@@ -268,9 +347,15 @@ def stack(full_cluster, kube_api, tmp_path_factory):
                 return None
             cfg, rules = got
             jobs = " ".join(j["job_name"] for j in cfg.get("scrape_configs") or [])
-            return got if all(w in jobs for w in want_jobs) and any("GDNSpecAcceptanceCollapse" in r for r in rules.values()) else None
+            return (
+                got
+                if all(w in jobs for w in want_jobs) and any("GDNSpecAcceptanceCollapse" in r for r in rules.values())
+                else None
+            )
 
-        cfg, rules = wait_for(config_ready, 120, interval=1, what=f"generated Prometheus config with {want_jobs} (log {promop.log})")
+        cfg, rules = wait_for(
+            config_ready, 120, interval=1, what=f"generated Prometheus config with {want_jobs} (log {promop.log})"
+        )
         prom = PrometheusServer(paths.prometheus, localize(cfg, rules, cp.kubeconfig, work, f"prometheus-{PROM}-0"), work).start()
         cleanup.append(prom.stop)
 
@@ -282,12 +367,25 @@ def stack(full_cluster, kube_api, tmp_path_factory):
         pre_cfg, pre_rules = wait_for(pre_config_ready, 120, interval=1, what=f"generated config of Prometheus {PRE_FIX}")
         pre_work = work / PRE_FIX
         pre_work.mkdir()
-        pre = PrometheusServer(paths.prometheus, localize(pre_cfg, pre_rules, cp.kubeconfig, pre_work,
-                                                          f"prometheus-{PRE_FIX}-0"), pre_work).start()
+        pre = PrometheusServer(
+            paths.prometheus, localize(pre_cfg, pre_rules, cp.kubeconfig, pre_work, f"prometheus-{PRE_FIX}-0"), pre_work
+        ).start()
         cleanup.append(pre.stop)
-        yield {"prom": prom, "pre": pre, "pre_cfg": pre_cfg, "k": k, "op": op, "rel_ns": rel_ns, "ok": (ns_ok, ok),
-               "bad": (ns_bad, bad), "crashy": (ns_crash, crashy), "manifest": manifest, "cfg": cfg, "traffic": traffic,
-               "work": work}
+        yield {
+            "prom": prom,
+            "pre": pre,
+            "pre_cfg": pre_cfg,
+            "k": k,
+            "op": op,
+            "rel_ns": rel_ns,
+            "ok": (ns_ok, ok),
+            "bad": (ns_bad, bad),
+            "crashy": (ns_crash, crashy),
+            "manifest": manifest,
+            "cfg": cfg,
+            "traffic": traffic,
+            "work": work,
+        }
     finally:
         for fn in reversed(cleanup):
             try:
@@ -312,22 +410,37 @@ def test_prometheus_scrapes_operator_and_engines_with_their_servers_labels(stack
         ts = prom.targets()
         up = [t for t in ts if t["health"] == "up"]
         pools = " ".join(t["scrapePool"] for t in up)
-        return ts if all(p in pools for p in (f"serviceMonitor/{stack['rel_ns']}/", f"podMonitor/{ns_ok}/{ok}/",
-                                              f"podMonitor/{ns_bad}/{bad}/")) else None
+        return (
+            ts
+            if all(
+                p in pools
+                for p in (f"serviceMonitor/{stack['rel_ns']}/", f"podMonitor/{ns_ok}/{ok}/", f"podMonitor/{ns_bad}/{bad}/")
+            )
+            else None
+        )
 
     targets, met = poll(all_up, timeout=300, interval=5)
     assert met, "operator and both engines not all scraped: " + json.dumps(
-        [(t["scrapePool"], t["health"], t.get("lastError"), t["scrapeUrl"]) for t in prom.targets()])
+        [(t["scrapePool"], t["health"], t.get("lastError"), t["scrapeUrl"]) for t in prom.targets()]
+    )
     eng = [t for t in targets if t["scrapePool"].startswith(f"podMonitor/{ns_ok}/")]
     assert eng[0]["labels"]["server"] == ok and eng[0]["labels"]["namespace"] == ns_ok
     # the operator's series keep the servers' namespace (honorLabels), never exported_namespace
-    rows = wait_for(lambda: _series(prom, f'gdn_ready_replicas{{server="{bad}"}}') or None, 60, interval=2,
-                    what="gdn_ready_replicas of the broken server")
+    rows = wait_for(
+        lambda: _series(prom, f'gdn_ready_replicas{{server="{bad}"}}') or None,
+        60,
+        interval=2,
+        what="gdn_ready_replicas of the broken server",
+    )
     assert {r["metric"]["namespace"] for r in rows} == {ns_bad}
     assert not _series(prom, 'count({__name__=~"gdn_.+", exported_namespace!=""})')
     # vLLM's series carry the same namespace + server
-    vllm = wait_for(lambda: _series(prom, f'vllm:generation_tokens_total{{server="{bad}"}}') or None, 60, interval=2,
-                    what="vLLM series of the broken server")
+    vllm = wait_for(
+        lambda: _series(prom, f'vllm:generation_tokens_total{{server="{bad}"}}') or None,
+        60,
+        interval=2,
+        what="vLLM series of the broken server",
+    )
     assert {r["metric"]["namespace"] for r in vllm} == {ns_bad}
 
 
@@ -359,12 +472,17 @@ def test_every_dashboard_query_returns_series(stack):
         expr = _substitute(m.group(1), values)
         want = wants[v["name"]]
 
-        got, _ = poll(lambda m=m, expr=expr: {r["metric"].get(m.group(2)) for r in _series(prom, expr)},
-                      until=lambda got, want=want: want <= got, timeout=120, interval=2)
+        got, _ = poll(
+            lambda m=m, expr=expr: {r["metric"].get(m.group(2)) for r in _series(prom, expr)},
+            until=lambda got, want=want: want <= got,
+            timeout=120,
+            interval=2,
+        )
         assert want <= got, (v["name"], want, got)
         values[f"${v['name']}"] = "|".join(sorted(want))
     targets = [(p["title"], t["expr"]) for p in d["panels"] for t in p.get("targets", [])]
     assert len(targets) >= 30
+
     # every query has data once traffic, probes, crashes and the denial have been scraped
     # (1m rate windows: poll for positive evidence, never a fixed sleep)
     def missing():
@@ -391,11 +509,13 @@ def test_acceptance_alert_fires_for_broken_mtp_only(stack):
         return next((a for a in mine if a["state"] == "firing"), None)
 
     firing = wait_for(state, 300, interval=1, what=f"{name} firing for {ns_bad}/{bad}")
+
     # pending -> firing within for:, from Prometheus' own record of its alert states (the ALERTS series, one
     # sample per evaluation), whenever the earlier tests let it happen
     def first(alertstate):
-        res = prom.api("query", query=f'ALERTS{{alertname="{name}", namespace="{ns_bad}", server="{bad}", '
-                                      f'alertstate="{alertstate}"}}[1h]')["result"]
+        res = prom.api(
+            "query", query=f'ALERTS{{alertname="{name}", namespace="{ns_bad}", server="{bad}", alertstate="{alertstate}"}}[1h]'
+        )["result"]
         return min((float(t) for r in res for t, _ in r["values"]), default=None)
 
     pending_at, firing_at = first("pending"), first("firing")
@@ -448,8 +568,12 @@ def test_pre_fix_monitors_fail_the_label_assertions(stack):
     jobs = [j["job_name"] for j in stack["pre_cfg"]["scrape_configs"]]
     assert [j for j in jobs if j.startswith(f"serviceMonitor/{rel_ns}/")], jobs
     assert not [j for j in jobs if j.startswith("podMonitor/")], jobs  # kube-prometheus-stack selected no engine
-    rows = wait_for(lambda: _series(pre, f'gdn_ready_replicas{{server="{bad}"}}') or None, 120, interval=2,
-                    what=f"gdn_ready_replicas of the broken server in Prometheus {PRE_FIX}")
+    rows = wait_for(
+        lambda: _series(pre, f'gdn_ready_replicas{{server="{bad}"}}') or None,
+        120,
+        interval=2,
+        what=f"gdn_ready_replicas of the broken server in Prometheus {PRE_FIX}",
+    )
     assert {r["metric"]["namespace"] for r in rows} == {rel_ns}, rows
     assert {r["metric"].get("exported_namespace") for r in rows} == {ns_bad}, rows
     assert _series(pre, 'count({__name__=~"gdn_.+", exported_namespace!=""})')
@@ -460,9 +584,12 @@ def test_pre_fix_monitors_fail_the_label_assertions(stack):
     assert not {ns_ok, ns_bad} & {r["metric"]["namespace"] for r in _series(pre, "gdn_ready_replicas")}
     # the chart's acceptance alert fires for the broken server, under the operator's namespace
     name = "GDNSpecAcceptanceCollapse"
-    firing = wait_for(lambda: next((a for a in _alerts(pre, name) if a["labels"].get("server") == bad
-                                    and a["state"] == "firing"), None), 300, interval=2,
-                      what=f"{name} firing for {bad} in Prometheus {PRE_FIX}")
+    firing = wait_for(
+        lambda: next((a for a in _alerts(pre, name) if a["labels"].get("server") == bad and a["state"] == "firing"), None),
+        300,
+        interval=2,
+        what=f"{name} firing for {bad} in Prometheus {PRE_FIX}",
+    )
     assert firing["labels"]["namespace"] == rel_ns, firing["labels"]
     with pytest.raises(ApiException) as e:
         k.get(rel_ns, bad)  # the pair the alert names: no such GDNModelServer

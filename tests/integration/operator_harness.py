@@ -78,8 +78,15 @@ def install_crd(api: kubernetes.client.ApiClient, crd: dict[str, Any] | None = N
 class OperatorProcess:
     """The operator as a child process (its own session, so a kill takes everything)."""
 
-    def __init__(self, cluster: Any, workdir: Path, *, webhook: bool = False, env: dict[str, str] | None = None,
-                 kubeconfig: Path | None = None):
+    def __init__(
+        self,
+        cluster: Any,
+        workdir: Path,
+        *,
+        webhook: bool = False,
+        env: dict[str, str] | None = None,
+        kubeconfig: Path | None = None,
+    ):
         self.cluster = cluster
         self.workdir = Path(workdir)
         self.webhook = webhook
@@ -272,8 +279,9 @@ class Kube:
                 return c
         return None
 
-    def wait_condition(self, ns: str, name: str, type_: str, status: str = "True", timeout: float = 60,
-                       reason: str | None = None) -> dict[str, Any]:
+    def wait_condition(
+        self, ns: str, name: str, type_: str, status: str = "True", timeout: float = 60, reason: str | None = None
+    ) -> dict[str, Any]:
         def check():
             c = self.condition(ns, name, type_)
             return c if c and c["status"] == status and (reason is None or c.get("reason") == reason) else None
@@ -288,6 +296,7 @@ class Kube:
 
     def ready_pod(self, ns: str, name: str, not_named: str | None = None) -> Any:
         """Wait for a Ready engine pod of `ns/name` with an IP, not being deleted (and not `not_named`)."""
+
         def find() -> Any:
             for p in self.engine_pods(ns, name):
                 ready = any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
@@ -295,8 +304,9 @@ class Kube:
                     return p
             return None
 
-        return wait_for(find, 90, interval=0.5, what=f"a Ready engine pod of {ns}/{name}"
-                        + (f" other than {not_named}" if not_named else ""))
+        return wait_for(
+            find, 90, interval=0.5, what=f"a Ready engine pod of {ns}/{name}" + (f" other than {not_named}" if not_named else "")
+        )
 
     def events(self, ns: str, name: str, reason: str | None = None) -> list[Any]:
         evs = self.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items

@@ -74,6 +74,7 @@ def test_acceptance_from_a_running_engine_reaches_status_and_gauges(op, kube_api
     assert ip.startswith("127."), f"kwok pod IP {ip} is not loopback"
     engine = StandIn(ip)
     try:
+
         def measured():
             acc = k.status(ns, "acc").get("acceptance") or {}
             return acc if acc.get("state") == "Ok" else None

@@ -19,8 +19,6 @@ def op(full_cluster, kube_api, tmp_path_factory):
         yield proc
 
 
-
-
 def create_until_webhook_answers(k, ns, obj):
     """The API server may need a moment to pick up a fresh webhook configuration."""
 
@@ -46,8 +44,9 @@ def test_webhook_configuration_has_ca_bundle(op, kube_api):
 
 
 def test_known_crash_denied_with_upstream_issue_fields_and_fix(op, k, ns):
-    obj = gms("denied", image={"tag": "v0.28.0", "vllmVersion": "0.28.0"}, admissionPolicy="reject",
-              prefixCaching=True)  # set by the user: judged by the policy (unset, it resolves to false)
+    obj = gms(
+        "denied", image={"tag": "v0.28.0", "vllmVersion": "0.28.0"}, admissionPolicy="reject", prefixCaching=True
+    )  # set by the user: judged by the policy (unset, it resolves to false)
     outcome, err = create_until_webhook_answers(k, ns, obj)
     assert outcome == "denied"
     assert err.status == 403

@@ -24,8 +24,10 @@ def cri(lines: list[str]) -> str:
 
 def guard_line(version: str, ids: list[str]) -> str:
     guards = ["spec-decode-uniform-batch"] if ids else []
-    return (f"(EngineCore_DP0 pid=812) INFO 11-22 10:00:01 [plugin.py:115] gdn-guard 0.1.0: vLLM {version}, "
-            f"active guards: [{', '.join(guards)}], patch ids: [{', '.join(ids)}]")
+    return (
+        f"(EngineCore_DP0 pid=812) INFO 11-22 10:00:01 [plugin.py:115] gdn-guard 0.1.0: vLLM {version}, "
+        f"active guards: [{', '.join(guards)}], patch ids: [{', '.join(ids)}]"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,17 @@ def test_streamed_log_gives_the_diagnosis_when_the_termination_message_does_not(
     pod = wait_for(lambda: next((p for p in k.engine_pods(ns, "streamed") if p.status.phase == "Running"), None), 90)
     # the follower reads the log while the container runs; wait until it has fetched it
     wait_for(lambda: f"pods/{pod.metadata.name}/log" in op.log_tail(400), 30, what="operator followed the log")
-    k.core.patch_namespaced_pod(pod.metadata.name, ns, {"metadata": {"annotations": {
-        "gdn-operator.io/test-crash-message": "container exited", "gdn-operator.io/test-crash-exit-code": "1"}}})
+    k.core.patch_namespaced_pod(
+        pod.metadata.name,
+        ns,
+        {
+            "metadata": {
+                "annotations": {
+                    "gdn-operator.io/test-crash-message": "container exited",
+                    "gdn-operator.io/test-crash-exit-code": "1",
+                }
+            }
+        },
+    )
     lc = wait_for(lambda: k.status(ns, "streamed").get("lastCrash"), 30, what="lastCrash")
     assert lc["signature"] == "gdn-mixed-spec-decode-assert" and lc["upstream"] == "vllm#36917"

@@ -51,16 +51,20 @@ def test_missing_leader_worker_set_api_is_a_warning_naming_what_to_install(op, k
         assert e.status == 404
         installed = False
     obj = gms("two-nodes", tensorParallelSize=2, nodes=2)
-    r = k.co.create_namespaced_custom_object("serving.gdn-operator.io", "v1alpha1", ns, "gdnmodelservers", obj,
-                                             _preload_content=False)
+    r = k.co.create_namespaced_custom_object(
+        "serving.gdn-operator.io", "v1alpha1", ns, "gdnmodelservers", obj, _preload_content=False
+    )
     warnings = " ".join(r.headers.getlist("Warning")) if hasattr(r.headers, "getlist") else str(r.headers.get("Warning", ""))
     if installed:  # another test of this session installed LWS: nothing to warn about
         assert "LeaderWorkerSet API" not in warnings
     else:
         assert "not runnable on this cluster yet" in warnings and lws.CRD in warnings and "install" in warnings, warnings
         # the status says the same once the operator reconciled it
-        wait_for(lambda: (k.condition(ns, "two-nodes", "Validated") or {}).get("status") == "False", 60,
-                 what="Validated=False for the missing API")
+        wait_for(
+            lambda: (k.condition(ns, "two-nodes", "Validated") or {}).get("status") == "False",
+            60,
+            what="Validated=False for the missing API",
+        )
         assert lws.CRD in k.condition(ns, "two-nodes", "Validated")["message"]
 
 
@@ -69,23 +73,35 @@ def test_pod_settings_cache_claim_budget_and_url_applied(op, k, ns, kube_api):
     core.create_namespaced_service_account(ns, {"metadata": {"name": "vllm-reader"}})
     node = kubernetes.client.NodeV1Api(kube_api)
     sched = kubernetes.client.SchedulingV1Api(kube_api)
-    for create, body in ((node.create_runtime_class, {"metadata": {"name": "nvidia-dayone"}, "handler": "nvidia"}),
-                         (sched.create_priority_class, {"metadata": {"name": "inference-dayone"}, "value": 1000})):
+    for create, body in (
+        (node.create_runtime_class, {"metadata": {"name": "nvidia-dayone"}, "handler": "nvidia"}),
+        (sched.create_priority_class, {"metadata": {"name": "inference-dayone"}, "value": 1000}),
+    ):
         try:
             create(body)
         except ApiException as e:
             if e.status != 409:
                 raise
     pod = {
-        "imagePullSecrets": [{"name": "regcred"}], "serviceAccountName": "vllm-reader",
-        "runtimeClassName": "nvidia-dayone", "priorityClassName": "inference-dayone",
-        "labels": {"kueue.x-k8s.io/queue-name": "gpu"}, "annotations": {"example.com/team": "ml"},
-        "volumes": [{"name": "media", "emptyDir": {}}], "volumeMounts": [{"name": "media", "mountPath": "/media"}],
-        "securityContext": {"fsGroup": 1000}, "containerSecurityContext": {"allowPrivilegeEscalation": False},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "serviceAccountName": "vllm-reader",
+        "runtimeClassName": "nvidia-dayone",
+        "priorityClassName": "inference-dayone",
+        "labels": {"kueue.x-k8s.io/queue-name": "gpu"},
+        "annotations": {"example.com/team": "ml"},
+        "volumes": [{"name": "media", "emptyDir": {}}],
+        "volumeMounts": [{"name": "media", "mountPath": "/media"}],
+        "securityContext": {"fsGroup": 1000},
+        "containerSecurityContext": {"allowPrivilegeEscalation": False},
     }
-    obj = gms("dayone", pod=pod, apiKeySecret={"name": "vllm-key", "key": "key"}, rollout={"strategy": "InPlace"},
-              model={"cache": {"persistentVolumeClaim": {"size": "1Gi", "accessMode": "ReadWriteOnce"}}},
-              env=[{"name": "S3_REGION", "configMapKeyRef": {"name": "storage", "key": "region"}}])
+    obj = gms(
+        "dayone",
+        pod=pod,
+        apiKeySecret={"name": "vllm-key", "key": "key"},
+        rollout={"strategy": "InPlace"},
+        model={"cache": {"persistentVolumeClaim": {"size": "1Gi", "accessMode": "ReadWriteOnce"}}},
+        env=[{"name": "S3_REGION", "configMapKeyRef": {"name": "storage", "key": "region"}}],
+    )
     outcome, created = create_until_webhook_answers(k, ns, obj)
     assert outcome == "created", created
     uid = created["metadata"]["uid"]
@@ -94,7 +110,10 @@ def test_pod_settings_cache_claim_budget_and_url_applied(op, k, ns, kube_api):
     assert dep.spec.strategy.rolling_update.max_surge == 0 and dep.spec.strategy.rolling_update.max_unavailable == 1
     ps = dep.spec.template.spec
     assert (ps.service_account_name, ps.runtime_class_name, ps.priority_class_name) == (
-        "vllm-reader", "nvidia-dayone", "inference-dayone")
+        "vllm-reader",
+        "nvidia-dayone",
+        "inference-dayone",
+    )
     assert ps.init_containers[0].name == "model-download"
     env = {e.name: e for e in ps.containers[0].env}
     assert env["VLLM_API_KEY"].value_from.secret_key_ref.name == "vllm-key" and env["VLLM_API_KEY"].value is None
@@ -109,8 +128,11 @@ def test_pod_settings_cache_claim_budget_and_url_applied(op, k, ns, kube_api):
     assert pdb.spec.selector.match_labels == dep.spec.selector.match_labels
 
     # the API server's pod admission (ServiceAccount, RuntimeClass, Priority) accepts the pod the settings make
-    pods = wait_for(lambda: core.list_namespaced_pod(ns, label_selector="serving.gdn-operator.io/server=dayone").items,
-                    60, what="engine pod created")
+    pods = wait_for(
+        lambda: core.list_namespaced_pod(ns, label_selector="serving.gdn-operator.io/server=dayone").items,
+        60,
+        what="engine pod created",
+    )
     assert pods[0].spec.priority == 1000 and pods[0].metadata.labels["kueue.x-k8s.io/queue-name"] == "gpu"
     assert pods[0].metadata.annotations["example.com/team"] == "ml"
 
@@ -120,8 +142,11 @@ def test_pod_settings_cache_claim_budget_and_url_applied(op, k, ns, kube_api):
 
     # dropping the budget deletes the owned PodDisruptionBudget
     k.patch(ns, "dayone", {"spec": {"disruptionBudget": {"enabled": False}}})
-    wait_for(lambda: _get(kubernetes.client.PolicyV1Api(kube_api).read_namespaced_pod_disruption_budget, "dayone", ns)
-             is None, 60, what="PodDisruptionBudget pruned")
+    wait_for(
+        lambda: _get(kubernetes.client.PolicyV1Api(kube_api).read_namespaced_pod_disruption_budget, "dayone", ns) is None,
+        60,
+        what="PodDisruptionBudget pruned",
+    )
 
 
 def _get(read, name, ns):
@@ -148,8 +173,10 @@ def test_helm_test_hook_passes_only_while_the_webhook_refuses(op, k, ns, full_cl
     pods = [d for d in docs(render_text()) if d["kind"] == "Pod" and "test" in d["metadata"]["annotations"]["helm.sh/hook"]]
     [pod] = pods
     script = pod["spec"]["containers"][0]["args"][0]
-    shim = ("import kubernetes, os; kubernetes.config.load_incluster_config = "
-            "lambda: kubernetes.config.load_kube_config(os.environ['KUBECONFIG'])\n")
+    shim = (
+        "import kubernetes, os; kubernetes.config.load_incluster_config = "
+        "lambda: kubernetes.config.load_kube_config(os.environ['KUBECONFIG'])\n"
+    )
     env = {**full_cluster.env(), "KUBECONFIG": str(full_cluster.kubeconfig), "TEST_NAMESPACE": ns}
     create_until_webhook_answers(k, ns, gms("warm-up"))  # the webhook answers from here on
     run = subprocess.run([_sys.executable, "-c", shim + script], env=env, capture_output=True, text=True, timeout=60)

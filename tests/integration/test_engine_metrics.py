@@ -28,11 +28,14 @@ MAX_TOKENS = 40
 
 def scraped_counters(snap) -> dict[str, float]:
     return {
-        "drafts": snap.num_drafts, "draft_tokens": snap.num_draft_tokens,
+        "drafts": snap.num_drafts,
+        "draft_tokens": snap.num_draft_tokens,
         "accepted": snap.num_accepted_tokens,
-        "pos0": snap.accepted_per_position[0], "pos1": snap.accepted_per_position[1],
+        "pos0": snap.accepted_per_position[0],
+        "pos1": snap.accepted_per_position[1],
         "generation_tokens": snap.generation_tokens,
-        "length": snap.request_success["length"], "stop": snap.request_success["stop"],
+        "length": snap.request_success["length"],
+        "stop": snap.request_success["stop"],
         "gen_count": snap.generation_length.count,
     }
 
@@ -70,8 +73,11 @@ async def test_engine_acceptance_matches_raw_counters_and_flags_broken_mtp_head(
     # counters are recorded when the output is processed; wait until all requests are counted
     c0 = raw_counters(raw0)
     (res1, raw1), _ = await async_poll(
-        lambda: _scrape_and_raw(eng), timeout=15, interval=0.5,
-        until=lambda got: raw_counters(got[1])["length"] - c0["length"] >= NUM_REQUESTS)
+        lambda: _scrape_and_raw(eng),
+        timeout=15,
+        interval=0.5,
+        until=lambda got: raw_counters(got[1])["length"] - c0["length"] >= NUM_REQUESTS,
+    )
     c1 = raw_counters(raw1)
     snap1 = res1.snapshot
     assert scraped_counters(snap1) == c1

@@ -24,15 +24,20 @@ def op(full_cluster, kube_api, tmp_path_factory):
     with running_webhook_operator(full_cluster, kube_api, tmp_path_factory.mktemp("operator-hostile")) as proc:
         # positive evidence the API server calls the webhook: a dry-run create of a valid object is admitted.
         # After this, an HTTP 500 in a test is the webhook failing, never a webhook not yet in use.
-        wait_for(lambda: post_raw(kube_api, "default", json.dumps(gms("warmup")), dry_run=True)[0] == 201, 60,
-                 interval=0.5, what="webhook answering")
+        wait_for(
+            lambda: post_raw(kube_api, "default", json.dumps(gms("warmup")), dry_run=True)[0] == 201,
+            60,
+            interval=0.5,
+            what="webhook answering",
+        )
         yield proc
 
 
 def post_raw(api: kubernetes.client.ApiClient, ns: str, text: str, dry_run: bool = False) -> tuple[int, dict]:
     """POST a GDNModelServer as raw JSON text (the Python client cannot serialise 1000-deep values)."""
     method, url, headers, body, _ = api.param_serialize(
-        "POST", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}" + ("?dryRun=All" if dry_run else ""),
+        "POST",
+        f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}" + ("?dryRun=All" if dry_run else ""),
         header_params={"Content-Type": "application/json", "Accept": "application/json"},
     )
     # the client json-encodes any body it is given: send the text through its connection pool as is
@@ -67,8 +72,19 @@ def test_extra_args_bypass_spellings_denied_by_the_webhook(op, kube_api, ns, arg
         ("aff", {"affinity": {"x": 1}}, "spec.affinity: affinity.x: unknown field"),
         ("tol", {"tolerations": [{"key": "a", "tolerationSeconds": "10"}]}, "tolerations[0].tolerationSeconds"),
         ("cpu", {"resources": {"cpu": "16\n"}}, "spec.resources.cpu"),
-        ("sem", {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "a", "operator": "Bogus", "values": ["b"]}]}]}}}}, "operator: 'Bogus' is not one of"),
+        (
+            "sem",
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Bogus", "values": ["b"]}]}]
+                        }
+                    }
+                }
+            },
+            "operator: 'Bogus' is not one of",
+        ),
         ("tsec", {"tolerations": [{"key": "a", "tolerationSeconds": 10}]}, "must be NoExecute when tolerationSeconds"),
         ("ver", {"image": {"tag": "v0.28.0", "vllmVersion": "0.28.0\n"}}, "spec.image.vllmVersion"),
         ("1abc", {}, "DNS-1035"),
@@ -106,24 +122,52 @@ def test_apply_refused_as_invalid_is_permanent_not_retried(op, k, kube_api, ns):
     status says why, Progressing is not left True, and the handler finishes (no retry loop)."""
     adm = kubernetes.client.AdmissionregistrationV1Api(kube_api)
     policy = f"deny-{ns}"
-    adm.create_validating_admission_policy({
-        "metadata": {"name": policy},
-        "spec": {"failurePolicy": "Fail",
-                 "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
-                                                         "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]}]},
-                 "validations": [{"expression": "object.metadata.name != 'semantic'",
-                                  "message": "engine Deployments named semantic are not allowed here"}]},
-    })
-    adm.create_validating_admission_policy_binding({
-        "metadata": {"name": policy},
-        "spec": {"policyName": policy, "validationActions": ["Deny"],
-                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}},
-    })
+    adm.create_validating_admission_policy(
+        {
+            "metadata": {"name": policy},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": ["apps"],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE", "UPDATE"],
+                            "resources": ["deployments"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": "object.metadata.name != 'semantic'",
+                        "message": "engine Deployments named semantic are not allowed here",
+                    }
+                ],
+            },
+        }
+    )
+    adm.create_validating_admission_policy_binding(
+        {
+            "metadata": {"name": policy},
+            "spec": {
+                "policyName": policy,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}},
+            },
+        }
+    )
     try:
+
         def refused_by_policy():  # the policy takes a moment to be enforced: probe with a dry-run Deployment
-            probe = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "semantic", "namespace": ns},
-                     "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
-                         "metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}}
+            probe = {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "semantic", "namespace": ns},
+                "spec": {
+                    "selector": {"matchLabels": {"a": "b"}},
+                    "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}},
+                },
+            }
             try:
                 k.apps.create_namespaced_deployment(ns, probe, dry_run="All")
             except ApiException as e:
@@ -147,13 +191,20 @@ def test_apply_refused_as_invalid_is_permanent_not_retried(op, k, kube_api, ns):
 def test_server_side_apply_500_for_undeclared_fields_is_classified_permanent(kube_api, ns):
     """The API server answers SSA of an undeclared field with HTTP 500; the operator must not retry it."""
     dep = {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ssa", "namespace": ns},
-        "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
-            "metadata": {"labels": {"a": "b"}},
-            "spec": {"affinity": {"x": 1}, "containers": [{"name": "c", "image": "busybox"}]}}},
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "ssa", "namespace": ns},
+        "spec": {
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {
+                "metadata": {"labels": {"a": "b"}},
+                "spec": {"affinity": {"x": 1}, "containers": [{"name": "c", "image": "busybox"}]},
+            },
+        },
     }
     with pytest.raises(ApiException) as ei:
         kubernetes.client.AppsV1Api(kube_api).patch_namespaced_deployment(
-            "ssa", ns, dep, field_manager="t", force=True, _content_type="application/apply-patch+yaml")
+            "ssa", ns, dep, field_manager="t", force=True, _content_type="application/apply-patch+yaml"
+        )
     assert ei.value.status in (400, 422, 500)
     assert refused_as_invalid(ei.value), ei.value.body

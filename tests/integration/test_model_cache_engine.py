@@ -36,8 +36,13 @@ pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
 REPO = "gdn-tests/tiny-qwen3-next-recall"
 KEY = "sk-gdn-test-7f3a"
-SPEC = parse_spec({"model": {"uri": f"hf://{REPO}"}, "image": {"tag": "v0.32.0", "vllmVersion": "0.32.0"},
-                   "apiKeySecret": {"name": "vllm-key", "key": "key"}})
+SPEC = parse_spec(
+    {
+        "model": {"uri": f"hf://{REPO}"},
+        "image": {"tag": "v0.32.0", "vllmVersion": "0.32.0"},
+        "apiKeySecret": {"name": "vllm-key", "key": "key"},
+    }
+)
 
 
 def download(python: Path, hf_home: Path, endpoint: str) -> subprocess.CompletedProcess:
@@ -111,14 +116,23 @@ def test_engine_starts_offline_from_the_cache_and_guards_v1_with_the_key(cache, 
         assert eng.get("/v1/models")[0] == 401  # the API: guarded
 
         items = load_heldout(MODEL)[:3]
-        probes = [Probe.model_validate({"name": f"p{i}", "promptTokenIds": it["prompt_token_ids"],
-                                        "maxTokens": it["max_tokens"], "expectedTokenIds": it["expected_token_ids"]})
-                  for i, it in enumerate(items)]
+        probes = [
+            Probe.model_validate(
+                {
+                    "name": f"p{i}",
+                    "promptTokenIds": it["prompt_token_ids"],
+                    "maxTokens": it["max_tokens"],
+                    "expectedTokenIds": it["expected_token_ids"],
+                }
+            )
+            for i, it in enumerate(items)
+        ]
 
         async def ask(key):
             async with ProbeClient(4) as client:
-                return await client.ask_pod(completions_url("127.0.0.1", eng.port), SERVED_NAME, probes, "pod-0", 120,
-                                            api_key=key)
+                return await client.ask_pod(
+                    completions_url("127.0.0.1", eng.port), SERVED_NAME, probes, "pod-0", 120, api_key=key
+                )
 
         refused = asyncio.run(ask(None))
         assert all(a.error == "http" and a.message.startswith("HTTP 401") for a in refused), refused

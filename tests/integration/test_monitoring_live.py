@@ -28,9 +28,24 @@ SERVICE_HOST_ENV = "GDN_TEST_SERVICE_HOST_IP"  # read by monitoring_live_body.py
 
 def test_monitoring_stack_live_in_its_own_network_namespace(tmp_path):
     assert shutil.which("unshare") and shutil.which("ip"), "the live monitoring test needs util-linux unshare and iproute2 ip"
-    setup = f"ip link set lo up && ip addr add {SERVICE_HOST_IP}/32 dev lo && exec \"$0\" \"$@\""
-    cmd = ["unshare", "-n", "--", "sh", "-c", setup, sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-           "-q", "-rA", f"--basetemp={tmp_path / 'body'}", str(HERE / "monitoring_live_body.py")]
+    setup = f'ip link set lo up && ip addr add {SERVICE_HOST_IP}/32 dev lo && exec "$0" "$@"'
+    cmd = [
+        "unshare",
+        "-n",
+        "--",
+        "sh",
+        "-c",
+        setup,
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rA",
+        f"--basetemp={tmp_path / 'body'}",
+        str(HERE / "monitoring_live_body.py"),
+    ]
     env = {**os.environ, SERVICE_HOST_ENV: SERVICE_HOST_IP}
     res = subprocess.run(cmd, env=env, cwd=HERE.parents[1], capture_output=True, text=True, timeout=1700)
     out = res.stdout + res.stderr

@@ -19,8 +19,6 @@ def op(full_cluster, kube_api, tmp_path_factory):
         yield proc
 
 
-
-
 def args_of(dep):
     return dep.spec.template.spec.containers[0].args
 
@@ -142,8 +140,11 @@ def test_operator_killed_mid_reconcile_resumes_without_duplicates(op, k, ns):
     op.start()
     k.wait_condition(ns, "crashy", "Ready", timeout=90)
     # the interrupted handler is re-run after the restart: it completes what it had not applied yet
-    wait_for(lambda: k.core.list_namespaced_service(ns, label_selector="serving.gdn-operator.io/server=crashy").items,
-             90, what="Service applied by the resumed handler")
+    wait_for(
+        lambda: k.core.list_namespaced_service(ns, label_selector="serving.gdn-operator.io/server=crashy").items,
+        90,
+        what="Service applied by the resumed handler",
+    )
     deps = k.apps.list_namespaced_deployment(ns, label_selector="serving.gdn-operator.io/server=crashy").items
     svcs = k.core.list_namespaced_service(ns, label_selector="serving.gdn-operator.io/server=crashy").items
     assert len(deps) == 1 and len(svcs) == 1

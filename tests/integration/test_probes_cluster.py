@@ -24,7 +24,9 @@ pytestmark = pytest.mark.timeout(600)
 PORT = 8000  # render/engine.py ENGINE_PORT: the operator probes pod-ip:8000
 COUNT, RECALL = [5, 6, 7], [100, 200]
 PROBES = {
-    "intervalSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 3,
+    "intervalSeconds": 5,
+    "timeoutSeconds": 2,
+    "failureThreshold": 3,
     "prompts": [
         {"name": "count", "promptTokenIds": COUNT, "maxTokens": 8},  # expected: learn
         {"name": "recall", "promptTokenIds": RECALL, "maxTokens": 8, "expectedTokenIds": answer_for(RECALL, 8)},
@@ -72,16 +74,23 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         body = eng.bodies[0]
         assert body["temperature"] == 0.0 and body["model"] == "pr" and body["return_token_ids"] is True
         wait_for(lambda: k.events(ns, "pr", "OutputConsistent"), 15, what="OutputConsistent Event")
-        wait_for(lambda: metric(op.metrics(), "gdn_probe_total", absent=0.0, server="pr", probe="count", result="pass") >= 1, 30,
-                 what="a counted pass")
+        wait_for(
+            lambda: metric(op.metrics(), "gdn_probe_total", absent=0.0, server="pr", probe="count", result="pass") >= 1,
+            30,
+            what="a counted pass",
+        )
         text = op.metrics()
         assert metric(text, "gdn_probe_total", absent=0.0, namespace=ns, server="pr", probe="count", result="learned") == 1
         assert metric(text, "gdn_probe_duration_seconds_count", absent=0.0) >= 2
 
         # ---- one blip: counted, no alarm ------------------------------------------------------
         eng.set(WRONG)
-        r = wait_for(lambda: (lambda r: r if r.get("consecutiveFailures") == 1 else None)(result(k, ns, "pr", "count")),
-                     30, interval=0.2, what="one failed round")
+        r = wait_for(
+            lambda: (lambda r: r if r.get("consecutiveFailures") == 1 else None)(result(k, ns, "pr", "count")),
+            30,
+            interval=0.2,
+            what="one failed round",
+        )
         eng.set(CORRECT)
         assert r["lastResult"] == "mismatch" and r["lastFailure"]["position"] == WRONG_AT
         assert k.condition(ns, "pr", "OutputConsistent")["status"] == "True"
@@ -99,19 +108,31 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         assert ev[0].type == "Warning"
         # the remediation is an operator-owned override: listed in status, rendered into the Deployment; the
         # spec, its generation and the user's annotations are never written
-        obj = wait_for(lambda: (lambda o: o if (o.get("status") or {}).get("overrides") else None)(k.get(ns, "pr")), 30,
-                       what="the remediation's override in status.overrides")
+        obj = wait_for(
+            lambda: (lambda o: o if (o.get("status") or {}).get("overrides") else None)(k.get(ns, "pr")),
+            30,
+            what="the remediation's override in status.overrides",
+        )
         assert obj["spec"] == spec and obj["spec"]["asyncScheduling"] is True and obj["metadata"]["generation"] == gen
         assert "serving.gdn-operator.io/last-remediation" not in (obj["metadata"].get("annotations") or {})
         (ov,) = obj["status"]["overrides"]
         assert (ov["path"], ov["value"], ov["reason"], ov["source"], ov["generation"], ov["userValue"]) == (
-            "asyncScheduling", False, "vllm#51508", "remediation", gen, True)
+            "asyncScheduling",
+            False,
+            "vllm#51508",
+            "remediation",
+            gen,
+            True,
+        )
         (rem,) = obj["status"]["remediations"]
         assert rem["signature"] == "vllm#51508" and rem["generation"] == gen and rem["changes"] == {"asyncScheduling": False}
         assert rem["revision"] == str(gen)  # made on the revision before the override
         assert k.condition(ns, "pr", "Overridden")["status"] == "True"
-        wait_for(lambda: "--no-async-scheduling" in k.deployment(ns, "pr").spec.template.spec.containers[0].args, 30,
-                 what="the override rendered into the Deployment")
+        wait_for(
+            lambda: "--no-async-scheduling" in k.deployment(ns, "pr").spec.template.spec.containers[0].args,
+            30,
+            what="the override rendered into the Deployment",
+        )
         assert wait_for(lambda: k.events(ns, "pr", "Remediated"), 15, what="Remediated Event")
         assert metric(op.metrics(), "gdn_output_inconsistent", absent=0.0, namespace=ns, server="pr", reason="ProbeMismatch") == 1
 
@@ -128,8 +149,11 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
             p = k.status(ns, "pr").get("probes") or {}
             c = k.condition(ns, "pr", "OutputConsistent") or {}
             ref = p.get("reference") or {}
-            ok = (p.get("revision") not in (None, str(gen)) and ref.get("revision") == p.get("revision")
-                  and c.get("status") == "True")
+            ok = (
+                p.get("revision") not in (None, str(gen))
+                and ref.get("revision") == p.get("revision")
+                and c.get("status") == "True"
+            )
             return p if ok else None
 
         p2 = wait_for(relearned, 90, interval=0.5, what="re-learned reference on the overridden revision")

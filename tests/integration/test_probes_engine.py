@@ -44,8 +44,11 @@ def heldout(n: int) -> list[dict]:
 def engine(tmp_path_factory):
     python = require_engine_python()
     if not (MODEL / "config.json").exists() or not HELDOUT.exists():
-        pytest.fail(f"trained tiny model missing at {MODEL} (config.json, heldout.jsonl): built by "
-                    "tests/models/train_recall.py on the model branch", pytrace=False)
+        pytest.fail(
+            f"trained tiny model missing at {MODEL} (config.json, heldout.jsonl): built by "
+            "tests/models/train_recall.py on the model branch",
+            pytrace=False,
+        )
     try:
         eng = start_engine(tmp_path_factory.mktemp("vllm-probes"), python, startup_timeout=300, weights_dir=MODEL)
     except RuntimeError as exc:
@@ -66,10 +69,17 @@ class Recorder:
 
 
 def server(prompts: list[dict], threshold: int = 2) -> ServerProbes:
-    spec = ProbesSpec.model_validate({"intervalSeconds": 30, "timeoutSeconds": 20, "failureThreshold": threshold,
-                                      "prompts": prompts})
-    return ServerProbes(spec, generation=1, image="vllm-cpu:0.32.0", model=SERVED_NAME, engine="",
-                        book=ProbeBook([p.name for p in spec.prompts], threshold))
+    spec = ProbesSpec.model_validate(
+        {"intervalSeconds": 30, "timeoutSeconds": 20, "failureThreshold": threshold, "prompts": prompts}
+    )
+    return ServerProbes(
+        spec,
+        generation=1,
+        image="vllm-cpu:0.32.0",
+        model=SERVED_NAME,
+        engine="",
+        book=ProbeBook([p.name for p in spec.prompts], threshold),
+    )
 
 
 def drafts(engine) -> float:
@@ -84,12 +94,21 @@ async def test_learn_then_consistent_expected_passes_wrong_alarms(engine):
     pods = [{"name": "engine-0", "ip": "127.0.0.1", "ready": True, "engine": "", "deleting": False}]
     rec = Recorder()
     sup = ProbeSupervisor(lambda ns, name: pods, writer=rec.writer, remediator=lambda *a: None, port=engine.port)
-    learn = [{"name": f"learn-{i}", "promptTokenIds": it["prompt_token_ids"], "maxTokens": it["max_tokens"], "mode": "exact"}
-             for i, it in enumerate(items[:2])]
+    learn = [
+        {"name": f"learn-{i}", "promptTokenIds": it["prompt_token_ids"], "maxTokens": it["max_tokens"], "mode": "exact"}
+        for i, it in enumerate(items[:2])
+    ]
     # the held-out answer (without the EOS that ends it) must begin the engine's answer
-    right = [{"name": f"known-{i}", "promptTokenIds": it["prompt_token_ids"], "maxTokens": it["max_tokens"],
-              "expectedTokenIds": it["expected_token_ids"][: it["max_tokens"]], "mode": "prefix"}
-             for i, it in enumerate(items[2:4])]
+    right = [
+        {
+            "name": f"known-{i}",
+            "promptTokenIds": it["prompt_token_ids"],
+            "maxTokens": it["max_tokens"],
+            "expectedTokenIds": it["expected_token_ids"][: it["max_tokens"]],
+            "mode": "prefix",
+        }
+        for i, it in enumerate(items[2:4])
+    ]
     s = server(learn + right)
     d0 = drafts(engine)
     rounds = []
@@ -107,16 +126,28 @@ async def test_learn_then_consistent_expected_passes_wrong_alarms(engine):
         got = ref[f"learn-{i}"]
         assert got[: len(exp)] == exp and len(got) <= len(exp) + 1, f"item {it['id']}: {got} vs {exp}"
     assert drafts(engine) > d0, "MTP must have drafted during the probe rounds"
-    print(f"\n[probes] real-engine round (4 probes, sequential): "
-          f"median {sorted(rounds)[len(rounds) // 2] * 1000:.0f} ms, max {max(rounds) * 1000:.0f} ms")
+    print(
+        f"\n[probes] real-engine round (4 probes, sequential): "
+        f"median {sorted(rounds)[len(rounds) // 2] * 1000:.0f} ms, max {max(rounds) * 1000:.0f} ms"
+    )
 
     # a wrong expectation: one token altered → a mismatch at exactly that position, alarm only at threshold
     it = items[2]
     wrong = list(it["expected_token_ids"][: it["max_tokens"]])
     at = min(2, len(wrong) - 1)
     wrong[at] += 1  # any other id: the comparison is on ids
-    bad = server([{"name": "wrong", "promptTokenIds": it["prompt_token_ids"], "maxTokens": it["max_tokens"],
-                   "expectedTokenIds": wrong, "mode": "prefix"}], threshold=2)
+    bad = server(
+        [
+            {
+                "name": "wrong",
+                "promptTokenIds": it["prompt_token_ids"],
+                "maxTokens": it["max_tokens"],
+                "expectedTokenIds": wrong,
+                "mode": "prefix",
+            }
+        ],
+        threshold=2,
+    )
     first = await sup.round("engine", "tiny-bad", bad)
     assert first.value is not False, "one failed round must not alarm"
     assert bad.book.tracks["wrong"].consecutive == 1

@@ -29,9 +29,29 @@ ROOT = Path(__file__).resolve().parents[2]
 def checkpoint(tmp_path_factory) -> Path:
     python = require_engine_python()
     out = tmp_path_factory.mktemp("prod-geometry")
-    p = subprocess.run([str(python), str(ROOT / "tests" / "models" / "train_recall.py"), "--preset", "prod",
-                        "--out", str(out), "--steps", "1", "--batch", "2", "--n-max", "8", "--eval-limit", "4",
-                        "--eval-every", "0"], capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            str(python),
+            str(ROOT / "tests" / "models" / "train_recall.py"),
+            "--preset",
+            "prod",
+            "--out",
+            str(out),
+            "--steps",
+            "1",
+            "--batch",
+            "2",
+            "--n-max",
+            "8",
+            "--eval-limit",
+            "4",
+            "--eval-every",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     return out
 
@@ -43,8 +63,14 @@ def test_checkpoint_serves_with_mtp_k2(checkpoint, tmp_path):
     assert training["parameters"] > 250e6 and len(training["weights_sha256"]) == 64
     vocab = json.loads((checkpoint / "tokenizer.json").read_text())["model"]["vocab"]
     assert len(vocab) == cfg["vocab_size"]
-    eng = start_engine(tmp_path, require_engine_python(), startup_timeout=600, weights_dir=checkpoint,
-                       max_model_len=512, num_speculative_tokens=2)
+    eng = start_engine(
+        tmp_path,
+        require_engine_python(),
+        startup_timeout=600,
+        weights_dir=checkpoint,
+        max_model_len=512,
+        num_speculative_tokens=2,
+    )
     try:
         held = [json.loads(ln) for ln in (checkpoint / "heldout.jsonl").read_text().splitlines()[:4]]
         for it in held:

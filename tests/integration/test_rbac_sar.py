@@ -59,8 +59,9 @@ class Install:
         self.groups = ["system:serviceaccounts", f"system:serviceaccounts:{self.namespace}", "system:authenticated"]
 
     def kubectl(self, *args: str, input: str) -> None:
-        res = subprocess.run([tools()["kubectl"], "--kubeconfig", str(self.cp.kubeconfig), *args],
-                             input=input, capture_output=True, text=True)
+        res = subprocess.run(
+            [tools()["kubectl"], "--kubeconfig", str(self.cp.kubeconfig), *args], input=input, capture_output=True, text=True
+        )
         assert res.returncode == 0, f"kubectl {' '.join(args)}:\n{res.stdout}\n{res.stderr}"
 
     def __enter__(self) -> Install:
@@ -80,12 +81,19 @@ class Install:
             except ApiException:
                 pass
 
-    def can(self, verb: str, resource: str, group: str = "", ns: str | None = None, name: str | None = None,
-            sub: str | None = None) -> bool:
+    def can(
+        self, verb: str, resource: str, group: str = "", ns: str | None = None, name: str | None = None, sub: str | None = None
+    ) -> bool:
         attrs = {"verb": verb, "resource": resource, "group": group, "namespace": ns, "name": name, "subresource": sub}
-        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-                  "spec": {"user": self.user, "groups": self.groups,
-                           "resourceAttributes": {k: v for k, v in attrs.items() if v is not None}}}
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": self.user,
+                "groups": self.groups,
+                "resourceAttributes": {k: v for k, v in attrs.items() if v is not None},
+            },
+        }
         return bool(kubernetes.client.AuthorizationV1Api(self.api).create_subject_access_review(review).status.allowed)
 
     def check(self, allowed: list[tuple], denied: list[tuple]) -> None:
@@ -109,27 +117,39 @@ def common_denials(i: Install, ns: str) -> list[tuple]:
     secret = i.env["GDN_WEBHOOK_SECRET"]
     return [
         # webhook configurations: nothing but get/patch of the chart's two by name
-        ("create", VWC, ADM), ("create", MWC, ADM),
-        ("list", VWC, ADM), ("watch", VWC, ADM),
-        ("get", VWC, ADM, None, "some-other-webhook"), ("patch", VWC, ADM, None, "some-other-webhook"),
+        ("create", VWC, ADM),
+        ("create", MWC, ADM),
+        ("list", VWC, ADM),
+        ("watch", VWC, ADM),
+        ("get", VWC, ADM, None, "some-other-webhook"),
+        ("patch", VWC, ADM, None, "some-other-webhook"),
         ("patch", MWC, ADM, None, "some-other-webhook"),
-        ("update", VWC, ADM, None, i.config_name), ("delete", VWC, ADM, None, i.config_name),
+        ("update", VWC, ADM, None, i.config_name),
+        ("delete", VWC, ADM, None, i.config_name),
         ("delete", MWC, ADM, None, i.config_name),
         # Secrets: only its own webhook Secret, in its own namespace
-        ("get", "secrets", "", ns), ("list", "secrets", "", i.namespace),
-        ("get", "secrets", "", i.namespace, "someone-elses"), ("update", "secrets", "", i.namespace, "someone-elses"),
+        ("get", "secrets", "", ns),
+        ("list", "secrets", "", i.namespace),
+        ("get", "secrets", "", i.namespace, "someone-elses"),
+        ("update", "secrets", "", i.namespace, "someone-elses"),
         ("get", "secrets", "", "kube-system", secret),
         # no deletes but a stalled engine pod's (issue 24: the stall ladder's restart, allowed below), no pods of
         # its own, no spec writes beyond patch
-        ("delete", "deployments", "apps", ns), ("create", "pods", "", ns), ("deletecollection", "pods", "", ns),
+        ("delete", "deployments", "apps", ns),
+        ("create", "pods", "", ns),
+        ("deletecollection", "pods", "", ns),
         ("update", "gdnmodelservers", "serving.gdn-operator.io", ns),
         ("delete", "gdnmodelservers", "serving.gdn-operator.io", ns),
         ("create", "pods", "", ns, None, "exec"),
         # nothing on nodes or RBAC itself
-        ("get", "nodes"), ("list", "nodes"),
-        ("create", "clusterroles", "rbac.authorization.k8s.io"), ("bind", "clusterroles", "rbac.authorization.k8s.io"),
-        ("escalate", "clusterroles", "rbac.authorization.k8s.io"), ("create", "rolebindings", "rbac.authorization.k8s.io", ns),
-        ("create", "namespaces"), ("delete", "namespaces", "", None, ns),
+        ("get", "nodes"),
+        ("list", "nodes"),
+        ("create", "clusterroles", "rbac.authorization.k8s.io"),
+        ("bind", "clusterroles", "rbac.authorization.k8s.io"),
+        ("escalate", "clusterroles", "rbac.authorization.k8s.io"),
+        ("create", "rolebindings", "rbac.authorization.k8s.io", ns),
+        ("create", "namespaces"),
+        ("delete", "namespaces", "", None, ns),
     ]
 
 
@@ -140,33 +160,49 @@ def test_namespaced_install_grants_only_the_watched_namespaces(kube_api, control
         peering = i.env["GDN_PEERING"]
         allowed = [
             *[(v, "deployments", "apps", ns) for ns in (a, b) for v in ("get", "list", "watch", "create", "patch")],
-            ("create", "services", "", a), ("patch", "services", "", b),
-            ("get", "pods", "", a), ("list", "pods", "", b), ("get", "pods", "", a, None, "log"),
+            ("create", "services", "", a),
+            ("patch", "services", "", b),
+            ("get", "pods", "", a),
+            ("list", "pods", "", b),
+            ("get", "pods", "", a, None, "log"),
             ("delete", "pods", "", a),  # the stall ladder restarts a stalled engine pod (issue 24)
             ("create", "events", "", b),
             ("patch", "gdnmodelservers", "serving.gdn-operator.io", a),
             ("patch", "gdnmodelservers", "serving.gdn-operator.io", a, None, "status"),
-            ("list", "kopfpeerings", "kopf.dev", a), ("patch", "kopfpeerings", "kopf.dev", b, peering),
-            ("get", VWC, ADM, None, i.config_name), ("patch", VWC, ADM, None, i.config_name),
-            ("get", MWC, ADM, None, i.config_name), ("patch", MWC, ADM, None, i.config_name),
+            ("list", "kopfpeerings", "kopf.dev", a),
+            ("patch", "kopfpeerings", "kopf.dev", b, peering),
+            ("get", VWC, ADM, None, i.config_name),
+            ("patch", VWC, ADM, None, i.config_name),
+            ("get", MWC, ADM, None, i.config_name),
+            ("patch", MWC, ADM, None, i.config_name),
             ("list", "customresourcedefinitions", "apiextensions.k8s.io"),
-            ("list", "namespaces"), ("watch", "namespaces"),
-            ("get", "secrets", "", i.namespace, secret), ("update", "secrets", "", i.namespace, secret),
+            ("list", "namespaces"),
+            ("watch", "namespaces"),
+            ("get", "secrets", "", i.namespace, secret),
+            ("update", "secrets", "", i.namespace, secret),
             ("create", "secrets", "", i.namespace),
         ]
         denied = [
             # outside the watched namespaces: kube-system (coredns), default, its own release namespace
-            ("patch", "deployments", "apps", "kube-system", "coredns"), ("create", "deployments", "apps", "kube-system"),
-            ("patch", "services", "", "kube-system", "kube-dns"), ("create", "deployments", "apps", "default"),
-            ("get", "pods", "", "kube-system", None, "log"), ("get", "pods", "", "default", None, "log"),
-            ("get", "pods", "", i.namespace, None, "log"), ("create", "events", "", "kube-system"),
-            ("delete", "pods", "", "kube-system"), ("delete", "pods", "", i.namespace),
+            ("patch", "deployments", "apps", "kube-system", "coredns"),
+            ("create", "deployments", "apps", "kube-system"),
+            ("patch", "services", "", "kube-system", "kube-dns"),
+            ("create", "deployments", "apps", "default"),
+            ("get", "pods", "", "kube-system", None, "log"),
+            ("get", "pods", "", "default", None, "log"),
+            ("get", "pods", "", i.namespace, None, "log"),
+            ("create", "events", "", "kube-system"),
+            ("delete", "pods", "", "kube-system"),
+            ("delete", "pods", "", i.namespace),
             ("patch", "gdnmodelservers", "serving.gdn-operator.io", "default"),
             # status is written as a guarded JSON patch only: no whole-object replace
             ("update", "gdnmodelservers", "serving.gdn-operator.io", a, None, "status"),
             # nothing across all namespaces at once
-            ("list", "deployments", "apps"), ("list", "pods"), ("get", "pods", "", None, None, "log"),
-            ("patch", "kopfpeerings", "kopf.dev", a, "someone-elses-peering"), ("list", "clusterkopfpeerings", "kopf.dev"),
+            ("list", "deployments", "apps"),
+            ("list", "pods"),
+            ("get", "pods", "", None, None, "log"),
+            ("patch", "kopfpeerings", "kopf.dev", a, "someone-elses-peering"),
+            ("list", "clusterkopfpeerings", "kopf.dev"),
             ("create", "secrets", "", a),
             *common_denials(i, a),
         ]
@@ -179,14 +215,20 @@ def test_cluster_wide_install_keeps_webhooks_and_secrets_narrow(kube_api, contro
     with Install(control_plane, kube_api, watched=[], webhooks=False) as i:
         ns = f"anywhere-{uuid.uuid4().hex[:4]}"  # need not exist for a review
         allowed = [
-            ("patch", "deployments", "apps", ns), ("list", "deployments", "apps"),
-            ("get", "pods", "", ns, None, "log"), ("patch", "clusterkopfpeerings", "kopf.dev", None, i.env["GDN_PEERING"]),
+            ("patch", "deployments", "apps", ns),
+            ("list", "deployments", "apps"),
+            ("get", "pods", "", ns, None, "log"),
+            ("patch", "clusterkopfpeerings", "kopf.dev", None, i.env["GDN_PEERING"]),
             ("delete", "pods", "", ns),  # the stall ladder restarts a stalled engine pod (issue 24)
-            ("get", VWC, ADM, None, i.config_name), ("patch", MWC, ADM, None, i.config_name),
+            ("get", VWC, ADM, None, i.config_name),
+            ("patch", MWC, ADM, None, i.config_name),
             ("get", "secrets", "", i.namespace, i.env["GDN_WEBHOOK_SECRET"]),
         ]
-        denied = [("list", "namespaces"), ("patch", "clusterkopfpeerings", "kopf.dev", None, "someone-elses-peering"),
-                  *common_denials(i, ns)]
+        denied = [
+            ("list", "namespaces"),
+            ("patch", "clusterkopfpeerings", "kopf.dev", None, "someone-elses-peering"),
+            *common_denials(i, ns),
+        ]
         i.check(allowed, denied)
 
 
@@ -197,14 +239,17 @@ def test_operator_points_the_shipped_webhooks_with_only_its_rbac(kube_api, contr
         token = control_plane.create_token(i.namespace, i.sa)
         sa_api = control_plane.api_client(token=token)
         adm = kubernetes.client.AdmissionregistrationV1Api(kube_api)
-        read = {webhookconfigs.VALIDATING: adm.read_validating_webhook_configuration,
-                webhookconfigs.MUTATING: adm.read_mutating_webhook_configuration}
+        read = {
+            webhookconfigs.VALIDATING: adm.read_validating_webhook_configuration,
+            webhookconfigs.MUTATING: adm.read_mutating_webhook_configuration,
+        }
         shipped = {o["kind"]: o for o in i.applied if o["kind"] in WEBHOOK_KINDS}
         ca = certs.new_bundle(["x"]).ca_pem
         bundle = base64.b64encode(ca).decode()
         served = webhookconfigs.service_client_config(i.env["GDN_WEBHOOK_SERVICE"], i.namespace, 443, None, bundle)
-        desired = webhookconfigs.desired_webhooks(webhookconfigs.registered_handlers(_registry()), i.config_name, served,
-                                                  i.watched)
+        desired = webhookconfigs.desired_webhooks(
+            webhookconfigs.registered_handlers(_registry()), i.config_name, served, i.watched
+        )
         wait_for(lambda: i.can("patch", MWC, ADM, None, i.config_name), 30, what="the SA's webhook RBAC")
         try:
             drift = webhookconfigs.point_webhooks(sa_api, i.config_name, desired)
@@ -223,16 +268,21 @@ def test_operator_points_the_shipped_webhooks_with_only_its_rbac(kube_api, contr
 
             # another configuration (admin-made, same content): the SA can neither read nor patch it
             other = {**shipped[webhookconfigs.VALIDATING], "metadata": {"name": f"other-{i.config_name}"}}
-            other["webhooks"] = [{**h, "name": h["name"].replace(i.config_name, other["metadata"]["name"])}
-                                 for h in other["webhooks"]]
+            other["webhooks"] = [
+                {**h, "name": h["name"].replace(i.config_name, other["metadata"]["name"])} for h in other["webhooks"]
+            ]
             adm.create_validating_webhook_configuration(other)
             try:
-                theirs = {webhookconfigs.VALIDATING: webhookconfigs.desired_webhooks(
-                    webhookconfigs.registered_handlers(_registry()), other["metadata"]["name"], served,
-                    i.watched)[webhookconfigs.VALIDATING]}
+                theirs = {
+                    webhookconfigs.VALIDATING: webhookconfigs.desired_webhooks(
+                        webhookconfigs.registered_handlers(_registry()), other["metadata"]["name"], served, i.watched
+                    )[webhookconfigs.VALIDATING]
+                }
                 with pytest.raises(webhookconfigs.ConfigurationProblem, match="not allowed to read"):
                     webhookconfigs.point_webhooks(sa_api, other["metadata"]["name"], theirs)
-                assert not adm.read_validating_webhook_configuration(other["metadata"]["name"]).webhooks[0].client_config.ca_bundle
+                assert (
+                    not adm.read_validating_webhook_configuration(other["metadata"]["name"]).webhooks[0].client_config.ca_bundle
+                )
             finally:
                 adm.delete_validating_webhook_configuration(other["metadata"]["name"])
         finally:

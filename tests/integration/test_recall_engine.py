@@ -85,8 +85,12 @@ def _phase(eng, items, send=None, **kw) -> Phase:
         outs = [send(eng, it) for it in items]
     # counters are recorded when outputs are processed: wait until every request is counted
     c0 = raw_counters(raw0)
-    (raw1, t1), _ = poll(lambda: _metrics(eng), timeout=30, interval=0.5,
-                         until=lambda m: sum(raw_counters(m[0])[k] - c0[k] for k in ("stop", "length")) >= len(items))
+    (raw1, t1), _ = poll(
+        lambda: _metrics(eng),
+        timeout=30,
+        interval=0.5,
+        until=lambda m: sum(raw_counters(m[0])[k] - c0[k] for k in ("stop", "length")) >= len(items),
+    )
     return Phase(raw0, raw1, t0, t1, outs)
 
 
@@ -96,10 +100,17 @@ STOP_TOKEN_IDS = [recall.FIRST_SYMBOL_ID + i for i in range(16)]
 
 
 def _complete_with_stop(eng, item):
-    body = {"model": SERVED, "prompt": item["prompt_token_ids"], "max_tokens": item["max_tokens"],
-            "temperature": 0.0, "stop_token_ids": STOP_TOKEN_IDS, "return_token_ids": True}
-    req = urllib.request.Request(eng.base_url + "/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    body = {
+        "model": SERVED,
+        "prompt": item["prompt_token_ids"],
+        "max_tokens": item["max_tokens"],
+        "temperature": 0.0,
+        "stop_token_ids": STOP_TOKEN_IDS,
+        "return_token_ids": True,
+    }
+    req = urllib.request.Request(
+        eng.base_url + "/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=300) as resp:
         return json.loads(resp.read())["choices"][0]
 
@@ -109,8 +120,16 @@ def _serve(tmp_path_factory, name, weights, spec, extra=(), drive=None) -> dict:
     workdir = tmp_path_factory.mktemp(f"recall-{name}")
     timeout = float(os.environ.get("GDN_ENGINE_STARTUP_TIMEOUT", "240"))
     try:
-        eng = start_engine(workdir, python, timeout, list(extra), weights_dir=weights,
-                           served_name=SERVED, num_speculative_tokens=spec, max_model_len=1024)
+        eng = start_engine(
+            workdir,
+            python,
+            timeout,
+            list(extra),
+            weights_dir=weights,
+            served_name=SERVED,
+            num_speculative_tokens=spec,
+            max_model_len=1024,
+        )
     except RuntimeError as exc:
         pytest.fail(str(exc), pytrace=False)
     try:
@@ -160,8 +179,7 @@ def broken_run(tmp_path_factory):
 def _assert_exact(run, label):
     items, outs = run["items"], run["heldout"].outs
     s = recall.score(items, outs)
-    print(f"\n[{label}] token accuracy {s.token_accuracy:.5f}, exact {s.exact}/{s.sequences}, "
-          f"mismatches {s.mismatches[:10]}")
+    print(f"\n[{label}] token accuracy {s.token_accuracy:.5f}, exact {s.exact}/{s.sequences}, mismatches {s.mismatches[:10]}")
     assert s.token_accuracy >= MIN_TOKEN_ACCURACY, (label, s.mismatches[:10])
     stops = sum(o.finish_reason == "stop" for o in outs)
     assert stops >= MIN_TOKEN_ACCURACY * len(outs), f"{label}: only {stops} answers ended on EOS"
@@ -196,9 +214,11 @@ def test_mtp_answers_exact_and_acceptance_equals_raw_counters(mtp_run):
     assert st.acceptance_rate == pytest.approx(d["accepted"] / d["draft_tokens"])
     assert st.mean_accepted_length == pytest.approx(1 + d["accepted"] / d["drafts"])
     assert st.per_position == pytest.approx((d["pos0"] / d["drafts"], d["pos1"] / d["drafts"]))
-    print(f"\n[mtp k=2] acceptance {st.acceptance_rate:.4f}, mean accepted length "
-          f"{st.mean_accepted_length:.3f}, per position {tuple(round(x, 4) for x in st.per_position)}"
-          f" ({int(d['drafts'])} drafts)")
+    print(
+        f"\n[mtp k=2] acceptance {st.acceptance_rate:.4f}, mean accepted length "
+        f"{st.mean_accepted_length:.3f}, per position {tuple(round(x, 4) for x in st.per_position)}"
+        f" ({int(d['drafts'])} drafts)"
+    )
     assert st.acceptance_rate >= 0.6
     assert st.per_position[0] >= 0.7
     s = tracker.summary(*KEY[:2])
@@ -282,15 +302,14 @@ def test_renamed_checkpoint_tensor_fails_engine_start_loudly(tmp_path):
     shutil.copytree(src, bad)
     raw = (src / "model.safetensors").read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8: 8 + n])
+    header = json.loads(raw[8 : 8 + n])
     header["mtp.fc_renamed.weight"] = header.pop("mtp.fc.weight")
     hb = json.dumps(header).encode()
     hb += b" " * (-len(hb) % 8)
-    (bad / "model.safetensors").write_bytes(struct.pack("<Q", len(hb)) + hb + raw[8 + n:])
+    (bad / "model.safetensors").write_bytes(struct.pack("<Q", len(hb)) + hb + raw[8 + n :])
     workdir = tmp_path / "engine"
     workdir.mkdir()
     with pytest.raises(RuntimeError, match="exited with"):
-        start_engine(workdir, python, 240, weights_dir=bad, served_name=SERVED,
-                     num_speculative_tokens=2, max_model_len=1024)
+        start_engine(workdir, python, 240, weights_dir=bad, served_name=SERVED, num_speculative_tokens=2, max_model_len=1024)
     log = (workdir / "engine.log").read_text(errors="replace")
     assert "There is no module or parameter named 'fc_renamed'" in log

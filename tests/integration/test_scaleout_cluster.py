@@ -16,7 +16,7 @@ from operator_harness import gms, running_operator, wait_for
 
 LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 POOL = ("inference.networking.k8s.io", "v1", "inferencepools")
-B1 = "AssertionError: num_decodes: 1, num_spec_decodes: 4\n  File \"vllm/v1/attention/backends/gdn_attn.py\", line 312, in build"
+B1 = 'AssertionError: num_decodes: 1, num_spec_decodes: 4\n  File "vllm/v1/attention/backends/gdn_attn.py", line 312, in build'
 NCCL = "RuntimeError: NCCL communicator was aborted on rank 0."
 
 
@@ -144,14 +144,24 @@ def test_worker_crash_in_a_group_is_diagnosed_once(op, k, ns, addons):
     leaders, workers = group_pods(k, ns, "wc")
     uids = {p.metadata.uid for p in leaders + workers}
     crash(k, ns, workers[0].metadata.name, B1)
-    lc = wait_for(lambda: (k.status(ns, "wc").get("lastCrash") or {}).get("pod") == workers[0].metadata.name
-                  and k.status(ns, "wc")["lastCrash"], 30, what="worker crash in status")
+    lc = wait_for(
+        lambda: (
+            (k.status(ns, "wc").get("lastCrash") or {}).get("pod") == workers[0].metadata.name and k.status(ns, "wc")["lastCrash"]
+        ),
+        30,
+        what="worker crash in status",
+    )
     assert lc["signature"] == "gdn-mixed-spec-decode-assert" and lc["upstream"] == "vllm#36917"
     assert lc["group"] == "wc/0" and lc["count"] == 1
     # the leader's engine dies with it (its peer is gone): the same incident, counted once
     crash(k, ns, leaders[0].metadata.name, NCCL)
-    lc = wait_for(lambda: (k.status(ns, "wc").get("lastCrash") or {}).get("pod") == leaders[0].metadata.name
-                  and k.status(ns, "wc")["lastCrash"], 30, what="leader crash in status")
+    lc = wait_for(
+        lambda: (
+            (k.status(ns, "wc").get("lastCrash") or {}).get("pod") == leaders[0].metadata.name and k.status(ns, "wc")["lastCrash"]
+        ),
+        30,
+        what="leader crash in status",
+    )
     assert lc["count"] == 1 and lc["signature"] == "gdn-mixed-spec-decode-assert"
     ev = [e.message for e in k.events(ns, "wc", "EngineCrashed")]
     assert any("Engine group wc/0" in m and "counted once" in m for m in ev), ev
@@ -168,8 +178,13 @@ def test_scale_event_on_an_autoscaled_server(op, k, ns, addons):
     h = wait_for(lambda: hpa.read_namespaced_horizontal_pod_autoscaler("auto", ns), 30, what="HPA")
     assert h.spec.scale_target_ref.kind == "Deployment" and h.spec.metrics[0].pods.metric.name == "vllm_num_requests_waiting"
     # the real HPA controller picked it up (it cannot read the metric here: no custom metrics API)
-    wait_for(lambda: any(c.type == "AbleToScale" for c in (hpa.read_namespaced_horizontal_pod_autoscaler("auto", ns).status.conditions or [])),
-             60, what="HPA controller reconciled the HPA")
+    wait_for(
+        lambda: any(
+            c.type == "AbleToScale" for c in (hpa.read_namespaced_horizontal_pod_autoscaler("auto", ns).status.conditions or [])
+        ),
+        60,
+        what="HPA controller reconciled the HPA",
+    )
     dep = k.deployment(ns, "auto")
     assert "--shutdown-timeout" in dep.spec.template.spec.containers[0].args
     assert dep.spec.template.spec.containers[0].lifecycle.pre_stop.sleep.seconds > 0
@@ -178,8 +193,11 @@ def test_scale_event_on_an_autoscaled_server(op, k, ns, addons):
     ready(k, ns, "auto", "2/2")
     # a later reconcile (spec change) must not take the replicas back: the operator does not own them
     k.patch(ns, "auto", {"spec": {"maxNumSeqs": 64}})
-    wait_for(lambda: k.status(ns, "auto").get("observedGeneration") == k.get(ns, "auto")["metadata"]["generation"], 30,
-             what="reconciled")
+    wait_for(
+        lambda: k.status(ns, "auto").get("observedGeneration") == k.get(ns, "auto")["metadata"]["generation"],
+        30,
+        what="reconciled",
+    )
     wait_for(lambda: "64" in k.deployment(ns, "auto").spec.template.spec.containers[0].args, 30, what="new template")
     assert k.deployment(ns, "auto").spec.replicas == 2
 
@@ -220,13 +238,31 @@ def test_inference_pool_applied_and_its_conditions_mirrored(op, k, ns, addons):
     assert p["spec"]["targetPorts"] == [{"number": 8000}]
     assert p["spec"]["endpointPickerRef"]["name"] == "pool-epp"
     # what a GIE gateway controller writes (none runs here)
-    p["status"] = {"parents": [{"parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"},
-                                "conditions": [
-                                    {"type": "Accepted", "status": "True", "reason": "Accepted", "message": "ok",
-                                     "lastTransitionTime": "2026-11-23T10:00:00Z", "observedGeneration": 1},
-                                    {"type": "ResolvedRefs", "status": "False", "reason": "InvalidExtensionRef",
-                                     "message": "Service pool-epp not found", "lastTransitionTime": "2026-11-23T10:00:00Z",
-                                     "observedGeneration": 1}]}]}
+    p["status"] = {
+        "parents": [
+            {
+                "parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"},
+                "conditions": [
+                    {
+                        "type": "Accepted",
+                        "status": "True",
+                        "reason": "Accepted",
+                        "message": "ok",
+                        "lastTransitionTime": "2026-11-23T10:00:00Z",
+                        "observedGeneration": 1,
+                    },
+                    {
+                        "type": "ResolvedRefs",
+                        "status": "False",
+                        "reason": "InvalidExtensionRef",
+                        "message": "Service pool-epp not found",
+                        "lastTransitionTime": "2026-11-23T10:00:00Z",
+                        "observedGeneration": 1,
+                    },
+                ],
+            }
+        ]
+    }
     k.co.replace_namespaced_custom_object_status(*POOL[:2], ns, POOL[2], "pool", p)
     k.wait_condition(ns, "pool", "InferencePoolAccepted", "True", timeout=30)
     c = k.wait_condition(ns, "pool", "InferencePoolResolvedRefs", "False", timeout=30)
@@ -243,12 +279,28 @@ def test_keda_scaled_object_is_accepted_by_the_real_crd(k, ns, addons):
     from gdn_operator.render.scaleout import ScaleOutOptions
 
     spec = parse_spec(gms("k", autoscaling={"minReplicas": 1, "maxReplicas": 4, "target": 4})["spec"])
-    so = next(o for o in render_all("k", ns, spec, scaleout=ScaleOutOptions(keda=True, prometheus_address="http://prom:9090",
-                                                                        scale_up_paused=True)) if o["kind"] == "ScaledObject")
+    so = next(
+        o
+        for o in render_all(
+            "k", ns, spec, scaleout=ScaleOutOptions(keda=True, prometheus_address="http://prom:9090", scale_up_paused=True)
+        )
+        if o["kind"] == "ScaledObject"
+    )
     import json
 
-    got = json.loads(k.co.patch_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", "k", so, field_manager="test",
-                                                         _content_type="application/apply-patch+yaml", _preload_content=False).data)
+    got = json.loads(
+        k.co.patch_namespaced_custom_object(
+            "keda.sh",
+            "v1alpha1",
+            ns,
+            "scaledobjects",
+            "k",
+            so,
+            field_manager="test",
+            _content_type="application/apply-patch+yaml",
+            _preload_content=False,
+        ).data
+    )
     assert got["spec"]["triggers"] == so["spec"]["triggers"]  # nothing pruned by the structural schema
     assert got["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleUp"]["selectPolicy"] == "Disabled"
     # and the schema is really enforced: a wrong type is refused by validation
@@ -265,8 +317,7 @@ def test_group_crash_loop_is_remediated_once_per_generation(op, k, ns, addons):
     from test_crashwatch_cluster import crash, tail
 
     # asyncScheduling set on: the value the remediation changes (left unset, the safe default is already off)
-    k.create(ns, small("grp", tensorParallelSize=2, nodes=2, asyncScheduling=True,
-                       remediation={"mode": "auto", "threshold": 3}))
+    k.create(ns, small("grp", tensorParallelSize=2, nodes=2, asyncScheduling=True, remediation={"mode": "auto", "threshold": 3}))
     ready(k, ns, "grp")
     leaders, workers = group_pods(k, ns, "grp")
     message = tail("b9-np-repeat-negative.tail.log")
@@ -277,6 +328,7 @@ def test_group_crash_loop_is_remediated_once_per_generation(op, k, ns, addons):
             crash(k, ns, leaders[0].metadata.name, NCCL)
             wait_for(lambda: (k.status(ns, "grp").get("lastCrash") or {}).get("pod") == leaders[0].metadata.name, 30)
             assert k.status(ns, "grp")["lastCrash"]["count"] == i + 1  # the leader's death did not count
+
     def overridden():
         o = k.get(ns, "grp")
         ov = [x for x in (o.get("status") or {}).get("overrides") or [] if x.get("path") == "asyncScheduling"]
@@ -287,8 +339,14 @@ def test_group_crash_loop_is_remediated_once_per_generation(op, k, ns, addons):
     assert len(rem) == 1 and rem[0]["signature"] == "spec-decode-negative-repeat" and rem[0]["generation"] == 1
     assert obj["metadata"]["generation"] == 1 and obj["spec"]["asyncScheduling"] is True  # the spec is never written
     # the LeaderWorkerSet rolls the group to the override
-    lw = wait_for(lambda: (o := lws_obj(k, ns, "grp")) and "--no-async-scheduling" in
-                  o["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["args"] and o, 30)
+    lw = wait_for(
+        lambda: (
+            (o := lws_obj(k, ns, "grp"))
+            and "--no-async-scheduling" in o["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["args"]
+            and o
+        ),
+        30,
+    )
     assert "--no-async-scheduling" in lw["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["args"]
 
 
@@ -299,12 +357,16 @@ def test_deleted_leader_worker_set_is_restored(op, k, ns, addons):
     # beside it: with LWS's Shared subdomain both wanted the name "drift" (two controller owners, apply refused)
     group_svc = wait_for(lambda: _svc_or_none(k, ns, "drift-0"), 60, what="LWS headless Service drift-0")
     assert group_svc.spec.cluster_ip == "None"
-    assert [(r.kind, r.controller) for r in k.core.read_namespaced_service("drift", ns).metadata.owner_references] \
-        == [("GDNModelServer", True)]
+    assert [(r.kind, r.controller) for r in k.core.read_namespaced_service("drift", ns).metadata.owner_references] == [
+        ("GDNModelServer", True)
+    ]
     uid = lws_obj(k, ns, "drift")["metadata"]["uid"]
     k.co.delete_namespaced_custom_object(*LWS[:2], ns, LWS[2], "drift")
-    wait_for(lambda: (o := _lws_or_none(k, ns, "drift")) is not None and o["metadata"]["uid"] != uid, 60,
-             what="LeaderWorkerSet re-created by the operator")
+    wait_for(
+        lambda: (o := _lws_or_none(k, ns, "drift")) is not None and o["metadata"]["uid"] != uid,
+        60,
+        what="LeaderWorkerSet re-created by the operator",
+    )
     ev = wait_for(lambda: k.events(ns, "drift", "DriftCorrected"), 30, what="DriftCorrected event")
     assert "Engine LeaderWorkerSet was deleted" in ev[0].message
     ready(k, ns, "drift")

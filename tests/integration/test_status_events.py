@@ -32,8 +32,9 @@ def test_observed_generation_converges_after_back_to_back_patches(op, k, ns):
         for v in (4096, 8192, 4096, 8192):
             k.patch(ns, n, {"spec": {"maxModelLen": v}})
     for n in names:
-        gen, observed = wait_for(lambda n=n: (g := generations(k, ns, n))[0] == g[1] and g, 30,
-                                 what=f"{n}: observedGeneration == generation")
+        gen, observed = wait_for(
+            lambda n=n: (g := generations(k, ns, n))[0] == g[1] and g, 30, what=f"{n}: observedGeneration == generation"
+        )
         assert gen == 5
         dep = k.deployment(ns, n)
         args = dep.spec.template.spec.containers[0].args
@@ -44,8 +45,11 @@ def test_observed_generation_converges_after_back_to_back_patches(op, k, ns):
 
 def ours(k, ns, name):
     """The operator's own Events on the GDNModelServer (not the Deployment's or Service's)."""
-    return sorted((e.reason, e.message) for e in k.events(ns, name)
-                  if e.involved_object.kind == "GDNModelServer" and e.source and e.source.component == "gdn-operator")
+    return sorted(
+        (e.reason, e.message)
+        for e in k.events(ns, name)
+        if e.involved_object.kind == "GDNModelServer" and e.source and e.source.component == "gdn-operator"
+    )
 
 
 def test_operator_restart_emits_no_events(op, k, ns):
@@ -59,6 +63,7 @@ def test_operator_restart_emits_no_events(op, k, ns):
     mark = op.log_path.read_text(errors="replace").count("reconciled:")
     op.stop()
     op.start()
+
     # positive evidence: both objects were reconciled again by the resumed handlers
     def resumed():
         log = op.log_path.read_text(errors="replace")
@@ -76,7 +81,7 @@ def test_tokens_in_crash_output_are_redacted(op, k, ns):
     pod = running_pod(k, ns, "leaky")
     message = (
         "INFO downloading with Authorization: Bearer " + TOKEN + "\n"
-        "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+        'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
         "OSError: 401 Client Error for url https://huggingface.co/api/models?token=" + TOKEN + "\n"
     )
     crash(k, ns, pod.metadata.name, message)

@@ -66,8 +66,9 @@ def test_a_concurrent_change_of_the_same_key_is_read_again_and_kept(server):
 
 def test_a_non_ascii_value_is_guarded_by_the_version(server):
     k, ns, reads = server
-    body = kube.update_status(ns, "s", _set(st.VALIDATED, True, "AdmittedWithWarnings", "vllm#1 — affects >=0.18.0"),
-                              obj=k.get(ns, "s"))
+    body = kube.update_status(
+        ns, "s", _set(st.VALIDATED, True, "AdmittedWithWarnings", "vllm#1 — affects >=0.18.0"), obj=k.get(ns, "s")
+    )
     reads.clear()
     # the API server's test would not find this text equal to itself: the resourceVersion guards instead
     out = kube.update_status(ns, "s", _set(st.VALIDATED, True, "Admitted", "plain"), obj=body)

@@ -42,8 +42,7 @@ class Completion:
     finish_reason: str | None
 
 
-def complete(base_url: str, model: str, item: dict, *, text_prompt: bool = False,
-             timeout: float = 300.0) -> Completion:
+def complete(base_url: str, model: str, item: dict, *, text_prompt: bool = False, timeout: float = 300.0) -> Completion:
     """One greedy completion; ``return_token_ids`` makes vLLM report the generated ids."""
     body = {
         "model": model,
@@ -52,9 +51,9 @@ def complete(base_url: str, model: str, item: dict, *, text_prompt: bool = False
         "temperature": 0.0,
         "return_token_ids": True,
     }
-    req = urllib.request.Request(base_url.rstrip("/") + "/v1/completions",
-                                 data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        base_url.rstrip("/") + "/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         choice = json.loads(resp.read())["choices"][0]
     ids = choice.get("token_ids")
@@ -63,8 +62,9 @@ def complete(base_url: str, model: str, item: dict, *, text_prompt: bool = False
     return Completion(item["id"], list(ids), choice.get("text") or "", choice.get("finish_reason"))
 
 
-def complete_many(base_url: str, model: str, items: list[dict], *, concurrency: int = 16,
-                  text_prompt: bool = False) -> list[Completion]:
+def complete_many(
+    base_url: str, model: str, items: list[dict], *, concurrency: int = 16, text_prompt: bool = False
+) -> list[Completion]:
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         return list(pool.map(lambda it: complete(base_url, model, it, text_prompt=text_prompt), items))
 

@@ -40,11 +40,15 @@ def expected_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
     conv = 2 * nk * kd + nv * vd
 
     def moe(p):
-        out = {f"{p}.mlp.gate.weight": (E, H), f"{p}.mlp.shared_expert_gate.weight": (1, H),
-               f"{p}.mlp.shared_expert.gate_proj.weight": (S, H),
-               f"{p}.mlp.shared_expert.up_proj.weight": (S, H),
-               f"{p}.mlp.shared_expert.down_proj.weight": (H, S),
-               f"{p}.input_layernorm.weight": (H,), f"{p}.post_attention_layernorm.weight": (H,)}
+        out = {
+            f"{p}.mlp.gate.weight": (E, H),
+            f"{p}.mlp.shared_expert_gate.weight": (1, H),
+            f"{p}.mlp.shared_expert.gate_proj.weight": (S, H),
+            f"{p}.mlp.shared_expert.up_proj.weight": (S, H),
+            f"{p}.mlp.shared_expert.down_proj.weight": (H, S),
+            f"{p}.input_layernorm.weight": (H,),
+            f"{p}.post_attention_layernorm.weight": (H,),
+        }
         for e in range(E):
             out[f"{p}.mlp.experts.{e}.gate_proj.weight"] = (I, H)
             out[f"{p}.mlp.experts.{e}.up_proj.weight"] = (I, H)
@@ -52,19 +56,25 @@ def expected_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
         return out
 
     def attn(p):  # gated attention: q_proj carries the output gate too
-        return {f"{p}.self_attn.q_proj.weight": (2 * nq * hd, H),
-                f"{p}.self_attn.k_proj.weight": (nkv * hd, H),
-                f"{p}.self_attn.v_proj.weight": (nkv * hd, H),
-                f"{p}.self_attn.o_proj.weight": (H, nq * hd),
-                f"{p}.self_attn.q_norm.weight": (hd,), f"{p}.self_attn.k_norm.weight": (hd,)}
+        return {
+            f"{p}.self_attn.q_proj.weight": (2 * nq * hd, H),
+            f"{p}.self_attn.k_proj.weight": (nkv * hd, H),
+            f"{p}.self_attn.v_proj.weight": (nkv * hd, H),
+            f"{p}.self_attn.o_proj.weight": (H, nq * hd),
+            f"{p}.self_attn.q_norm.weight": (hd,),
+            f"{p}.self_attn.k_norm.weight": (hd,),
+        }
 
     def gdn(p):
-        return {f"{p}.linear_attn.in_proj_qkvz.weight": (2 * nk * kd + 2 * nv * vd, H),
-                f"{p}.linear_attn.in_proj_ba.weight": (2 * nv, H),
-                f"{p}.linear_attn.conv1d.weight": (conv, 1, cfg["linear_conv_kernel_dim"]),
-                f"{p}.linear_attn.A_log": (nv,), f"{p}.linear_attn.dt_bias": (nv,),
-                f"{p}.linear_attn.norm.weight": (vd,),
-                f"{p}.linear_attn.out_proj.weight": (H, nv * vd)}
+        return {
+            f"{p}.linear_attn.in_proj_qkvz.weight": (2 * nk * kd + 2 * nv * vd, H),
+            f"{p}.linear_attn.in_proj_ba.weight": (2 * nv, H),
+            f"{p}.linear_attn.conv1d.weight": (conv, 1, cfg["linear_conv_kernel_dim"]),
+            f"{p}.linear_attn.A_log": (nv,),
+            f"{p}.linear_attn.dt_bias": (nv,),
+            f"{p}.linear_attn.norm.weight": (vd,),
+            f"{p}.linear_attn.out_proj.weight": (H, nv * vd),
+        }
 
     out = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,), "lm_head.weight": (V, H)}
     n = cfg["num_hidden_layers"]
@@ -72,8 +82,12 @@ def expected_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
         p = f"model.layers.{i}"
         full = (i + 1) % cfg["full_attention_interval"] == 0
         out |= moe(p) | (attn(p) if full else gdn(p))
-    out |= {"mtp.fc.weight": (H, 2 * H), "mtp.pre_fc_norm_embedding.weight": (H,),
-            "mtp.pre_fc_norm_hidden.weight": (H,), "mtp.norm.weight": (H,)}
+    out |= {
+        "mtp.fc.weight": (H, 2 * H),
+        "mtp.pre_fc_norm_embedding.weight": (H,),
+        "mtp.pre_fc_norm_hidden.weight": (H,),
+        "mtp.norm.weight": (H,),
+    }
     for j in range(cfg["num_nextn_predict_layers"]):
         out |= moe(f"mtp.layers.{j}") | attn(f"mtp.layers.{j}")
     return out
@@ -113,8 +127,7 @@ def test_heldout_matches_tokenizer_and_spans_lengths():
     assert special["<|endoftext|>"] == eos == recall.EOS_TOKEN_ID
     assert json.loads((MODEL / "tokenizer_config.json").read_text())["eos_token"] == "<|endoftext|>"
     for it in items:
-        assert set(it) == {"id", "prompt", "prompt_token_ids", "expected", "expected_token_ids",
-                           "max_tokens"}
+        assert set(it) == {"id", "prompt", "prompt_token_ids", "expected", "expected_token_ids", "max_tokens"}
         assert [vocab[c] for c in it["prompt"]] == it["prompt_token_ids"]
         assert [vocab[c] for c in it["expected"]] == it["expected_token_ids"]
         assert it["prompt"] == it["expected"] + "="  # the copy task
@@ -138,7 +151,7 @@ def test_broken_variant_scrambles_only_the_mtp_head(tmp_path):
 
     def data(raw, base, meta):
         s, e = meta["data_offsets"]
-        return raw[base + s: base + e]
+        return raw[base + s : base + e]
 
     changed = {k for k in a if data(raw_a, base_a, a[k]) != data(raw_b, base_b, b[k])}
     # a permutation of a constant tensor is the same tensor (the MTP layer's routed experts are all
@@ -146,8 +159,7 @@ def test_broken_variant_scrambles_only_the_mtp_head(tmp_path):
     scrambled = {k for k in a if k.startswith("mtp.") and "norm" not in k}
     varied = {k for k in scrambled if len(set(memoryview(data(raw_a, base_a, a[k])).cast("H"))) > 1}
     assert changed == varied
-    assert {"mtp.fc.weight", "mtp.layers.0.self_attn.q_proj.weight",
-            "mtp.layers.0.mlp.shared_expert.up_proj.weight"} <= changed
+    assert {"mtp.fc.weight", "mtp.layers.0.self_attn.q_proj.weight", "mtp.layers.0.mlp.shared_expert.up_proj.weight"} <= changed
 
 
 def test_make_broken_refuses_a_dir_without_weights(tmp_path):

@@ -122,10 +122,20 @@ _PROD_SETTINGS = json.loads((PROD_DIR / "training-settings.json").read_text())
 #: Trainer settings per preset (command-line flags override). prod: sized for ~4.5 min on one H100 (time-budgeted
 #: with --until; the LR schedule and the curriculum follow the elapsed share of the budget), strings up to 128.
 PRESETS = {
-    "tiny": {"config": CONFIG, "steps": 3000, "batch": 32, "n_max": 250, "lr": 2e-3, "p_runs": 0.25,
-             "warmup": 50, "heldout_long_max": 250},
-    "prod": {"config": PROD_CONFIG, **{k: _PROD_SETTINGS[k] for k in ("steps", "batch", "n_max", "lr", "p_runs",
-                                                                       "warmup", "heldout_long_max")}},
+    "tiny": {
+        "config": CONFIG,
+        "steps": 3000,
+        "batch": 32,
+        "n_max": 250,
+        "lr": 2e-3,
+        "p_runs": 0.25,
+        "warmup": 50,
+        "heldout_long_max": 250,
+    },
+    "prod": {
+        "config": PROD_CONFIG,
+        **{k: _PROD_SETTINGS[k] for k in ("steps", "batch", "n_max", "lr", "p_runs", "warmup", "heldout_long_max")},
+    },
 }
 _ACTIVE = {"config": CONFIG}  # the preset build()/save() use (set once by main())
 
@@ -232,9 +242,7 @@ class RecallMTP(nn.Module):
         self.norm = Qwen3NextRMSNorm(h, eps=config.rms_norm_eps)
 
     def forward(self, emb, hidden, rotary, positions, mask=None):
-        x = self.fc(
-            torch.cat([self.pre_fc_norm_embedding(emb), self.pre_fc_norm_hidden(hidden)], dim=-1)
-        )
+        x = self.fc(torch.cat([self.pre_fc_norm_embedding(emb), self.pre_fc_norm_hidden(hidden)], dim=-1))
         x = self.layers[0](x, position_embeddings=rotary(x, positions), attention_mask=mask)
         return self.norm(x)
 
@@ -453,8 +461,12 @@ def heldout_set(seed: int, long_max: int = 250) -> list[dict]:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
-                    help="geometry + trainer defaults (tiny: the committed 2 M model; prod: issue 25's shapes)")
+    ap.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default="tiny",
+        help="geometry + trainer defaults (tiny: the committed 2 M model; prod: issue 25's shapes)",
+    )
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--batch", type=int, default=None)
@@ -465,15 +477,22 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-minutes", type=float, default=0, help="stop early after this long (0: no)")
-    ap.add_argument("--until", type=float, default=None,
-                    help="deadline (epoch s) for training + checkpoint + evaluation: training stops --reserve s "
-                         "before it, and the LR schedule / curriculum follow the elapsed share of that budget")
+    ap.add_argument(
+        "--until",
+        type=float,
+        default=None,
+        help="deadline (epoch s) for training + checkpoint + evaluation: training stops --reserve s "
+        "before it, and the LR schedule / curriculum follow the elapsed share of that budget",
+    )
     ap.add_argument("--reserve", type=float, default=45.0, help="seconds kept for saving and evaluating")
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--eval-limit", type=int, default=0, help="score only the first N held-out prompts (0: all)")
-    ap.add_argument("--experts", default="auto",
-                    help="transformers experts implementation: eager, grouped_mm, or auto (grouped_mm on CUDA if a "
-                         "probe step runs, else eager)")
+    ap.add_argument(
+        "--experts",
+        default="auto",
+        help="transformers experts implementation: eager, grouped_mm, or auto (grouped_mm on CUDA if a "
+        "probe step runs, else eager)",
+    )
     ap.add_argument("--bf16", choices=["auto", "on", "off"], default="auto", help="bf16 autocast (auto: on CUDA)")
     args = ap.parse_args(argv)
     preset = PRESETS[args.preset]
@@ -493,8 +512,11 @@ def main(argv=None) -> None:
     rng = random.Random(args.seed)
     model = build(args.device)
     args.experts, args.experts_probe = _pick_experts(model, args)
-    print(f"preset {args.preset}: {sum(p.numel() for p in model.parameters()):,} parameters, experts "
-          f"{args.experts}, bf16 autocast {amp}, {_left(train_until)}", flush=True)
+    print(
+        f"preset {args.preset}: {sum(p.numel() for p in model.parameters()):,} parameters, experts "
+        f"{args.experts}, bf16 autocast {amp}, {_left(train_until)}",
+        flush=True,
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
     warm = preset["warmup"]
 
@@ -616,8 +638,7 @@ def save(model, args, held, train_s: float, steps_done: int) -> None:
     cfg = dict(_ACTIVE["config"])
     (out / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
     (out / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD, "do_sample": False}, indent=1)
-        + "\n"
+        json.dumps({"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD, "do_sample": False}, indent=1) + "\n"
     )
     write_tokenizer(out)
     with open(out / "heldout.jsonl", "w") as f:

@@ -13,12 +13,17 @@ from gdn_operator.render.lws import leader_worker_set
 
 BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.32.0", "vllmVersion": "0.32.0"}}
 POD = {
-    "imagePullSecrets": [{"name": "regcred"}], "serviceAccountName": "vllm-reader", "runtimeClassName": "nvidia",
-    "priorityClassName": "inference-high", "schedulerName": "kai-scheduler",
-    "labels": {"kueue.x-k8s.io/queue-name": "gpu"}, "annotations": {"sidecar.istio.io/inject": "false"},
+    "imagePullSecrets": [{"name": "regcred"}],
+    "serviceAccountName": "vllm-reader",
+    "runtimeClassName": "nvidia",
+    "priorityClassName": "inference-high",
+    "schedulerName": "kai-scheduler",
+    "labels": {"kueue.x-k8s.io/queue-name": "gpu"},
+    "annotations": {"sidecar.istio.io/inject": "false"},
     "volumes": [{"name": "media", "persistentVolumeClaim": {"claimName": "media"}}],
     "volumeMounts": [{"name": "media", "mountPath": "/media", "readOnly": True}],
-    "securityContext": {"fsGroup": 1000}, "containerSecurityContext": {"allowPrivilegeEscalation": False},
+    "securityContext": {"fsGroup": 1000},
+    "containerSecurityContext": {"allowPrivilegeEscalation": False},
 }
 
 
@@ -40,7 +45,11 @@ def test_pod_settings_on_every_engine_pod_template(extra):
         ps, c = tpl["spec"], tpl["spec"]["containers"][0]
         assert ps["imagePullSecrets"] == [{"name": "regcred"}]
         assert (ps["serviceAccountName"], ps["runtimeClassName"], ps["priorityClassName"], ps["schedulerName"]) == (
-            "vllm-reader", "nvidia", "inference-high", "kai-scheduler")
+            "vllm-reader",
+            "nvidia",
+            "inference-high",
+            "kai-scheduler",
+        )
         assert ps["securityContext"] == {"fsGroup": 1000}
         assert tpl["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu"
         assert tpl["metadata"]["labels"]["serving.gdn-operator.io/server"] == "srv"  # the operator's stay
@@ -60,8 +69,10 @@ def test_unset_pod_settings_render_nothing_new():
 
 
 def test_env_from_configmap_key_and_api_key_from_secret():
-    s = spec(env=[{"name": "S3_ENDPOINT", "configMapKeyRef": {"name": "storage", "key": "endpoint"}}],
-             apiKeySecret={"name": "vllm-key", "key": "api-key"})
+    s = spec(
+        env=[{"name": "S3_ENDPOINT", "configMapKeyRef": {"name": "storage", "key": "endpoint"}}],
+        apiKeySecret={"name": "vllm-key", "key": "api-key"},
+    )
     for tpl in templates(s):
         c = tpl["spec"]["containers"][0]
         env = {e["name"]: e for e in c["env"]}
@@ -73,8 +84,14 @@ def test_env_from_configmap_key_and_api_key_from_secret():
 
 
 def test_default_cache_is_per_pod_with_a_download_step_and_an_offline_engine():
-    s = spec(model={**BASE["model"], "hubEndpoint": "https://hf-mirror.example.com", "hfTokenSecret": {"name": "hf"},
-                    "cache": {"emptyDir": {"sizeLimit": "80Gi"}}})
+    s = spec(
+        model={
+            **BASE["model"],
+            "hubEndpoint": "https://hf-mirror.example.com",
+            "hfTokenSecret": {"name": "hf"},
+            "cache": {"emptyDir": {"sizeLimit": "80Gi"}},
+        }
+    )
     ps = templates(s)[0]["spec"]
     assert {"name": "cache", "emptyDir": {"sizeLimit": "80Gi"}} in ps["volumes"]
     [init] = ps["initContainers"]
@@ -102,14 +119,20 @@ def test_cache_claims_existing_and_owned():
     assert {"name": "cache", "persistentVolumeClaim": {"claimName": "shared-hf"}} in templates(s)[0]["spec"]["volumes"]
     assert "PersistentVolumeClaim" not in [o["kind"] for o in render_all("srv", "ns", s, uid="u")]
 
-    s = spec(model={**BASE["model"], "cache": {"persistentVolumeClaim": {"size": "200Gi", "storageClassName": "fast"}}},
-             nodes=2, tensorParallelSize=2)
+    s = spec(
+        model={**BASE["model"], "cache": {"persistentVolumeClaim": {"size": "200Gi", "storageClassName": "fast"}}},
+        nodes=2,
+        tensorParallelSize=2,
+    )
     objs = {o["kind"]: o for o in render_all("srv", "ns", s, uid="u")}
     pvc = objs["PersistentVolumeClaim"]
     assert pvc["metadata"]["name"] == "srv-model-cache"
     assert pvc["metadata"]["ownerReferences"][0]["uid"] == "u"  # deleted with the server
-    assert pvc["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "200Gi"}},
-                           "storageClassName": "fast"}
+    assert pvc["spec"] == {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": "200Gi"}},
+        "storageClassName": "fast",
+    }
     for tpl in templates(s):  # leader and workers share the claim
         assert {"name": "cache", "persistentVolumeClaim": {"claimName": "srv-model-cache"}} in tpl["spec"]["volumes"]
 
@@ -122,13 +145,16 @@ def test_rollout_strategy_on_deployment_and_leader_worker_set(strategy, surge, u
     assert lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"] == {"maxSurge": surge, "maxUnavailable": unavailable}
 
 
-@pytest.mark.parametrize("fields, max_unavailable", [
-    ({}, 0),  # one replica: a drain waits instead of taking the only engine down
-    ({"replicas": 3}, 1),
-    ({"autoscaling": {"minReplicas": 2, "maxReplicas": 4, "target": 5}}, 1),
-    ({"autoscaling": {"maxReplicas": 4, "target": 5}}, 0),
-    ({"replicas": 4, "disruptionBudget": {"maxUnavailable": 2}}, 2),
-])
+@pytest.mark.parametrize(
+    "fields, max_unavailable",
+    [
+        ({}, 0),  # one replica: a drain waits instead of taking the only engine down
+        ({"replicas": 3}, 1),
+        ({"autoscaling": {"minReplicas": 2, "maxReplicas": 4, "target": 5}}, 1),
+        ({"autoscaling": {"maxReplicas": 4, "target": 5}}, 0),
+        ({"replicas": 4, "disruptionBudget": {"maxUnavailable": 2}}, 2),
+    ],
+)
 def test_disruption_budget_default_and_override(fields, max_unavailable):
     objs = {o["kind"]: o for o in render_all("srv", "ns", spec(**fields), uid="u")}
     pdb = objs["PodDisruptionBudget"]

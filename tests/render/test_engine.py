@@ -35,15 +35,35 @@ def test_argv_core_flags():
 
 def test_argv_leaves_vllm_defaults_alone_when_unset():
     args = vllm_args("srv", spec())
-    for f in ("--async-scheduling", "--no-async-scheduling", "--enable-prefix-caching", "--no-enable-prefix-caching",
-              "--attention-backend", "--gdn-prefill-backend", "--compilation-config", "--enforce-eager", "--max-model-len"):
+    for f in (
+        "--async-scheduling",
+        "--no-async-scheduling",
+        "--enable-prefix-caching",
+        "--no-enable-prefix-caching",
+        "--attention-backend",
+        "--gdn-prefill-backend",
+        "--compilation-config",
+        "--enforce-eager",
+        "--max-model-len",
+    ):
         assert f not in args
 
 
 def test_argv_explicit_toggles_and_backends():
-    args = vllm_args("srv", spec(asyncScheduling=False, prefixCaching=False, chunkedPrefill=True,
-                                 attentionBackend="FLASHINFER", gdnPrefillBackend="triton", cudagraphMode="FULL_AND_PIECEWISE",
-                                 maxNumSeqs=64, maxNumBatchedTokens=8192, extraArgs=["--trust-remote-code"]))
+    args = vllm_args(
+        "srv",
+        spec(
+            asyncScheduling=False,
+            prefixCaching=False,
+            chunkedPrefill=True,
+            attentionBackend="FLASHINFER",
+            gdnPrefillBackend="triton",
+            cudagraphMode="FULL_AND_PIECEWISE",
+            maxNumSeqs=64,
+            maxNumBatchedTokens=8192,
+            extraArgs=["--trust-remote-code"],
+        ),
+    )
     assert "--no-async-scheduling" in args and "--no-enable-prefix-caching" in args and "--enable-chunked-prefill" in args
     assert flag_value(args, "--attention-backend") == "FLASHINFER"
     assert flag_value(args, "--gdn-prefill-backend") == "triton"
@@ -52,21 +72,24 @@ def test_argv_explicit_toggles_and_backends():
     assert args[-1] == "--trust-remote-code"
 
 
-_FLAG_FIELDS = st.fixed_dictionaries({}, optional={
-    "tensorParallelSize": st.sampled_from([1, 2, 4]),
-    "gpuMemoryUtilization": st.sampled_from([0.5, 0.85, 0.9, 0.95, 0.123]),
-    "maxModelLen": st.sampled_from([4096, 32768, 262144]),
-    "maxNumSeqs": st.integers(1, 512),
-    "maxNumBatchedTokens": st.sampled_from([2048, 8192]),
-    "asyncScheduling": st.booleans(),
-    "prefixCaching": st.booleans(),
-    "chunkedPrefill": st.booleans(),
-    "attentionBackend": st.sampled_from(["FLASH_ATTN", "FLASHINFER"]),
-    "gdnPrefillBackend": st.sampled_from(["flashinfer", "triton"]),
-    "cudagraphMode": st.sampled_from(["PIECEWISE", "FULL_AND_PIECEWISE"]),
-    "enforceEager": st.booleans(),
-    "speculativeDecoding": st.sampled_from([{"enabled": False}, {"numSpeculativeTokens": 1}, {"numSpeculativeTokens": 4}]),
-})
+_FLAG_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "tensorParallelSize": st.sampled_from([1, 2, 4]),
+        "gpuMemoryUtilization": st.sampled_from([0.5, 0.85, 0.9, 0.95, 0.123]),
+        "maxModelLen": st.sampled_from([4096, 32768, 262144]),
+        "maxNumSeqs": st.integers(1, 512),
+        "maxNumBatchedTokens": st.sampled_from([2048, 8192]),
+        "asyncScheduling": st.booleans(),
+        "prefixCaching": st.booleans(),
+        "chunkedPrefill": st.booleans(),
+        "attentionBackend": st.sampled_from(["FLASH_ATTN", "FLASHINFER"]),
+        "gdnPrefillBackend": st.sampled_from(["flashinfer", "triton"]),
+        "cudagraphMode": st.sampled_from(["PIECEWISE", "FULL_AND_PIECEWISE"]),
+        "enforceEager": st.booleans(),
+        "speculativeDecoding": st.sampled_from([{"enabled": False}, {"numSpeculativeTokens": 1}, {"numSpeculativeTokens": 4}]),
+    },
+)
 
 
 @settings(deadline=None)  # timing belongs in bench/: a loaded machine's first example can take 500 ms
@@ -78,8 +101,9 @@ def test_rendered_argv_reads_back_to_the_same_settings(fields):
     rendered = spec(**fields)
     argv = vllm_args("srv", rendered)
     options = [a for a in argv if a.startswith("-")]
-    written = {sp for f in (*flags.READ_FLAGS, flags.PIPELINE_PARALLEL, flags.SERVED_NAME, flags.SHUTDOWN_TIMEOUT)
-               for sp in f.spellings} | {flags.HOST, flags.PORT, flags.SPECULATIVE_CONFIG, flags.COMPILATION_CONFIG}
+    written = {
+        sp for f in (*flags.READ_FLAGS, flags.PIPELINE_PARALLEL, flags.SERVED_NAME, flags.SHUTDOWN_TIMEOUT) for sp in f.spellings
+    } | {flags.HOST, flags.PORT, flags.SPECULATIVE_CONFIG, flags.COMPILATION_CONFIG}
     assert set(options) <= written, set(options) - written  # every option the renderer writes is in the table
     back = parse_launch_line(["vllm", "serve", *argv], vllm_version="0.33.0").spec.model_dump(by_alias=True)
     want = rendered.model_dump(by_alias=True)
@@ -106,10 +130,18 @@ def test_pvc_model_is_mounted_read_only():
 
 
 def test_deployment_gpu_resources_probes_and_placement():
-    d = deployment("srv", "ns", spec(tensorParallelSize=4, startupBudgetSeconds=3600,
-                                     resources={"gpuType": "NVIDIA-H100-80GB-HBM3"}, nodeSelector={"pool": "gpu"},
-                                     tolerations=[{"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}]),
-                   uid="u-1")
+    d = deployment(
+        "srv",
+        "ns",
+        spec(
+            tensorParallelSize=4,
+            startupBudgetSeconds=3600,
+            resources={"gpuType": "NVIDIA-H100-80GB-HBM3"},
+            nodeSelector={"pool": "gpu"},
+            tolerations=[{"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}],
+        ),
+        uid="u-1",
+    )
     pod = d["spec"]["template"]["spec"]
     c = pod["containers"][0]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "4" == c["resources"]["requests"]["nvidia.com/gpu"]
@@ -127,8 +159,15 @@ def test_deployment_gpu_resources_probes_and_placement():
 
 
 def test_model_runner_and_secrets_as_env():
-    d = deployment("srv", "ns", spec(modelRunner="v2", model={"uri": "hf://Qwen/Qwen3.5-27B", "hfTokenSecret": {"name": "hf"}},
-                                     env=[{"name": "NCCL_P2P_DISABLE", "value": "1"}, {"name": "X", "secretKeyRef": {"name": "s", "key": "k"}}]))
+    d = deployment(
+        "srv",
+        "ns",
+        spec(
+            modelRunner="v2",
+            model={"uri": "hf://Qwen/Qwen3.5-27B", "hfTokenSecret": {"name": "hf"}},
+            env=[{"name": "NCCL_P2P_DISABLE", "value": "1"}, {"name": "X", "secretKeyRef": {"name": "s", "key": "k"}}],
+        ),
+    )
     env = {e["name"]: e for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["VLLM_USE_V2_MODEL_RUNNER"]["value"] == "1"
     # the token goes to the download step; the engine runs offline from the cache it filled
@@ -146,7 +185,11 @@ def test_service_and_pod_monitor():
     svc = objs[1]
     assert {p["name"] for p in svc["spec"]["ports"]} == {"http", "metrics"}
     assert objs[2]["spec"]["podMetricsEndpoints"][0]["interval"] == "30s"
-    assert [o["kind"] for o in render_all("srv", "ns", spec(metrics={"enabled": False}))] == ["Deployment", "Service", "PodDisruptionBudget"]
+    assert [o["kind"] for o in render_all("srv", "ns", spec(metrics={"enabled": False}))] == [
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+    ]
 
 
 def test_pod_monitor_labels_and_server_label():

@@ -65,19 +65,31 @@ def test_two_node_engine_is_a_leader_worker_set_with_mp_launcher_wiring():
 
 
 def test_api_objects_select_group_leaders_only():
-    objs = by_kind(render_all("q", "ns", parse_spec({**TWO_NODES, "router": {"inferencePool": {"endpointPicker": {"name": "epp"}}}})))
-    for sel in (objs["Service"]["spec"]["selector"], objs["PodMonitor"]["spec"]["selector"]["matchLabels"],
-                objs["InferencePool"]["spec"]["selector"]["matchLabels"]):
+    objs = by_kind(
+        render_all("q", "ns", parse_spec({**TWO_NODES, "router": {"inferencePool": {"endpointPicker": {"name": "epp"}}}}))
+    )
+    for sel in (
+        objs["Service"]["spec"]["selector"],
+        objs["PodMonitor"]["spec"]["selector"]["matchLabels"],
+        objs["InferencePool"]["spec"]["selector"]["matchLabels"],
+    ):
         assert sel[LABEL_WORKER_INDEX] == "0"
     single = by_kind(render_all("s", "ns", spec()))
     assert LABEL_WORKER_INDEX not in single["Service"]["spec"]["selector"]
 
 
 def test_inference_pool_targets_the_engine_port_and_the_epp():
-    pool = by_kind(render_all("s", "ns", spec(router={"inferencePool": {"endpointPicker": {"name": "epp", "port": 9002}}})))["InferencePool"]
+    pool = by_kind(render_all("s", "ns", spec(router={"inferencePool": {"endpointPicker": {"name": "epp", "port": 9002}}})))[
+        "InferencePool"
+    ]
     assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
     assert pool["spec"]["targetPorts"] == [{"number": ENGINE_PORT}]
-    assert pool["spec"]["endpointPickerRef"] == {"kind": "Service", "name": "epp", "port": {"number": 9002}, "failureMode": "FailClose"}
+    assert pool["spec"]["endpointPickerRef"] == {
+        "kind": "Service",
+        "name": "epp",
+        "port": {"number": 9002},
+        "failureMode": "FailClose",
+    }
     assert pool["spec"]["selector"]["matchLabels"]["serving.gdn-operator.io/server"] == "s"
 
 
@@ -97,22 +109,39 @@ def test_hpa_scales_the_workload_not_the_server_and_owns_replicas():
 
 
 def test_keda_scaled_object_queries_this_servers_series():
-    objs = by_kind(render_all("q", "ns", parse_spec({**TWO_NODES, "autoscaling": {**AUTO, "metric": "kv_cache_usage_perc", "target": 0.8}}),
-                              scaleout=ScaleOutOptions(keda=True, prometheus_address="http://prom:9090")))
+    objs = by_kind(
+        render_all(
+            "q",
+            "ns",
+            parse_spec({**TWO_NODES, "autoscaling": {**AUTO, "metric": "kv_cache_usage_perc", "target": 0.8}}),
+            scaleout=ScaleOutOptions(keda=True, prometheus_address="http://prom:9090"),
+        )
+    )
     so = objs["ScaledObject"]
     assert so["spec"]["scaleTargetRef"] == {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": "q"}
     trig = so["spec"]["triggers"][0]
     assert trig["type"] == "prometheus" and trig["metricType"] == "Value"  # a mean usage is not per engine
-    assert trig["metadata"] == {"serverAddress": "http://prom:9090", "threshold": "0.8",
-                                "query": 'avg(vllm:kv_cache_usage_perc{namespace="ns",model_name="q"})'}
+    assert trig["metadata"] == {
+        "serverAddress": "http://prom:9090",
+        "threshold": "0.8",
+        "query": 'avg(vllm:kv_cache_usage_perc{namespace="ns",model_name="q"})',
+    }
     assert "replicas" not in objs["LeaderWorkerSet"]["spec"]
 
 
 def test_request_metrics_are_summed_and_targeted_per_engine():
-    so = by_kind(render_all("s", "ns", spec(autoscaling=AUTO, model={"uri": "hf://Qwen/Qwen3.5-27B", "servedName": "q35"}),
-                            scaleout=ScaleOutOptions(keda=True, prometheus_address="http://p:9090")))["ScaledObject"]
+    so = by_kind(
+        render_all(
+            "s",
+            "ns",
+            spec(autoscaling=AUTO, model={"uri": "hf://Qwen/Qwen3.5-27B", "servedName": "q35"}),
+            scaleout=ScaleOutOptions(keda=True, prometheus_address="http://p:9090"),
+        )
+    )["ScaledObject"]
     t = so["spec"]["triggers"][0]
-    assert t["metricType"] == "AverageValue" and t["metadata"]["query"].startswith('sum(vllm:num_requests_waiting{namespace="ns",model_name="q35"})')
+    assert t["metricType"] == "AverageValue" and t["metadata"]["query"].startswith(
+        'sum(vllm:num_requests_waiting{namespace="ns",model_name="q35"})'
+    )
 
 
 @pytest.mark.parametrize("keda", [False, True])
@@ -120,7 +149,9 @@ def test_crash_loop_pauses_scale_up_only(keda):
     opts = ScaleOutOptions(keda=keda, prometheus_address="http://p:9090", scale_up_paused=True)
     scaler = render_all("s", "ns", spec(autoscaling=AUTO), scaleout=opts)[-1]
     assert autoscale.scale_up_paused(scaler)
-    calm = render_all("s", "ns", spec(autoscaling=AUTO), scaleout=ScaleOutOptions(keda=keda, prometheus_address="http://p:9090"))[-1]
+    calm = render_all("s", "ns", spec(autoscaling=AUTO), scaleout=ScaleOutOptions(keda=keda, prometheus_address="http://p:9090"))[
+        -1
+    ]
     assert not autoscale.scale_up_paused(calm)
 
 

@@ -33,13 +33,27 @@ def test_vllm_parses_the_leader_and_worker_argv():
     from engine_fixtures import require_engine_python
 
     python = require_engine_python()
-    spec = parse_spec({"model": {"uri": "hf://Qwen/Qwen3.5-397B-A17B"}, "image": {"tag": "x", "vllmVersion": "0.32.0"},
-                       "tensorParallelSize": 8, "pipelineParallelSize": 2, "nodes": 2, "shutdownTimeoutSeconds": 60})
+    spec = parse_spec(
+        {
+            "model": {"uri": "hf://Qwen/Qwen3.5-397B-A17B"},
+            "image": {"tag": "x", "vllmVersion": "0.32.0"},
+            "tensorParallelSize": 8,
+            "pipelineParallelSize": 2,
+            "nodes": 2,
+            "shutdownTimeoutSeconds": 60,
+        }
+    )
     lw = render_all("q", "ns", spec)[0]
     t = lw["spec"]["leaderWorkerTemplate"]
     leader_addr = "q-0.q.ns"  # what the LWS pod webhook sets: <lws>-<group>.<subdomain>.<namespace>
-    argvs = [expand(t["leaderTemplate"]["spec"]["containers"][0]["args"], {"LWS_WORKER_INDEX": "0", "LWS_LEADER_ADDRESS": leader_addr}),
-             expand(t["workerTemplate"]["spec"]["containers"][0]["args"], {"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": leader_addr})]
+    argvs = [
+        expand(
+            t["leaderTemplate"]["spec"]["containers"][0]["args"], {"LWS_WORKER_INDEX": "0", "LWS_LEADER_ADDRESS": leader_addr}
+        ),
+        expand(
+            t["workerTemplate"]["spec"]["containers"][0]["args"], {"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": leader_addr}
+        ),
+    ]
     r = subprocess.run([str(python), str(PROBE), json.dumps(argvs)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     leader, worker = json.loads(r.stdout.strip().splitlines()[-1])

@@ -18,10 +18,16 @@ def understood(argv: list[str]) -> dict:
         args.model = args.model_tag  # what `vllm serve` does before building the engine
     ea = EngineArgs.from_cli_args(args)
     return {
-        "model": ea.model, "nnodes": ea.nnodes, "node_rank": ea.node_rank, "master_addr": ea.master_addr,
-        "master_port": ea.master_port, "headless": bool(getattr(args, "headless", False)),
-        "tensor_parallel_size": ea.tensor_parallel_size, "pipeline_parallel_size": ea.pipeline_parallel_size,
-        "shutdown_timeout": ea.shutdown_timeout, "port": getattr(args, "port", None),
+        "model": ea.model,
+        "nnodes": ea.nnodes,
+        "node_rank": ea.node_rank,
+        "master_addr": ea.master_addr,
+        "master_port": ea.master_port,
+        "headless": bool(getattr(args, "headless", False)),
+        "tensor_parallel_size": ea.tensor_parallel_size,
+        "pipeline_parallel_size": ea.pipeline_parallel_size,
+        "shutdown_timeout": ea.shutdown_timeout,
+        "port": getattr(args, "port", None),
     }
 
 

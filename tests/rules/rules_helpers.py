@@ -15,8 +15,9 @@ def spec_dict(version: str = "0.33.0", model: str = "hf://Qwen/Qwen3.5-27B", **f
     return d
 
 
-def mk(version: str = "0.33.0", model: str = "hf://Qwen/Qwen3.5-27B", patches: list[str] | None = None,
-       **fields: Any) -> GDNModelServerSpec:
+def mk(
+    version: str = "0.33.0", model: str = "hf://Qwen/Qwen3.5-27B", patches: list[str] | None = None, **fields: Any
+) -> GDNModelServerSpec:
     d = spec_dict(version, model, **fields)
     if patches:
         d["image"]["patches"] = list(patches)

@@ -23,19 +23,23 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 DENIED = "denied-qwen3.6-prefix-caching-mtp.yaml"
 
+
 #: flag in the rendered argv for a defaulted field's value
 def _flag(field: str, value) -> list[str]:
     return {
         ("prefixCaching", False): ["--no-enable-prefix-caching"],
         ("asyncScheduling", False): ["--no-async-scheduling"],
         ("gdnPrefillBackend", "triton"): ["--gdn-prefill-backend", "triton"],
-        ("cudagraphMode", "PIECEWISE"): ["--compilation-config", json.dumps({"cudagraph_mode": "PIECEWISE"}, separators=(",", ":"))],
+        ("cudagraphMode", "PIECEWISE"): [
+            "--compilation-config",
+            json.dumps({"cudagraph_mode": "PIECEWISE"}, separators=(",", ":")),
+        ],
         ("chunkedPrefill", True): ["--enable-chunked-prefill"],
     }[(field, value)]
 
 
 def _contains(argv: list[str], seq: list[str]) -> bool:
-    return any(argv[i:i + len(seq)] == seq for i in range(len(argv)))
+    return any(argv[i : i + len(seq)] == seq for i in range(len(argv)))
 
 
 def _traced(ev) -> dict[str, tuple]:
@@ -44,13 +48,21 @@ def _traced(ev) -> dict[str, tuple]:
 
 # what each catalogued release needs, from the rules (release -> field -> (value, rule))
 MINIMAL = {
-    "0.22.0": {"asyncScheduling": (False, "vllm#45100"),
-               "cudagraphMode": ("PIECEWISE", "gdn-operator/mtp-full-decode-cudagraph"),
-               "gdnPrefillBackend": ("triton", "flashinfer#3329")},
-    "0.26.0": {"prefixCaching": (False, "vllm#43559"), "asyncScheduling": (False, "vllm#53962"),
-               "gdnPrefillBackend": ("triton", "flashinfer#3329")},
-    "0.33.0": {"prefixCaching": (False, "vllm#43559"), "asyncScheduling": (False, "vllm#51508"),
-               "gdnPrefillBackend": ("triton", "flashinfer#3329")},
+    "0.22.0": {
+        "asyncScheduling": (False, "vllm#45100"),
+        "cudagraphMode": ("PIECEWISE", "gdn-operator/mtp-full-decode-cudagraph"),
+        "gdnPrefillBackend": ("triton", "flashinfer#3329"),
+    },
+    "0.26.0": {
+        "prefixCaching": (False, "vllm#43559"),
+        "asyncScheduling": (False, "vllm#53962"),
+        "gdnPrefillBackend": ("triton", "flashinfer#3329"),
+    },
+    "0.33.0": {
+        "prefixCaching": (False, "vllm#43559"),
+        "asyncScheduling": (False, "vllm#51508"),
+        "gdnPrefillBackend": ("triton", "flashinfer#3329"),
+    },
 }
 
 

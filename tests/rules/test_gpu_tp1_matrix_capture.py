@@ -44,15 +44,22 @@ RESULTS = _results()
 
 
 def _evaluate(result: dict):
-    line = parse_launch_line(["vllm", "serve", *result["argv"]], vllm_version="0.22.0",
-                             architecture="Qwen3NextForCausalLM")
+    line = parse_launch_line(["vllm", "serve", *result["argv"]], vllm_version="0.22.0", architecture="Qwen3NextForCausalLM")
     return line, evaluate(line.spec, overrides=line.overrides, policy="reject", defaults=False)  # as the GPU ran it
 
 
 def test_capture_has_every_configuration_measured():
     names = {r["config"] for r in RESULTS}
-    assert {"base", "async-on", "nomtp-async-on", "base-cudagraph", "nomtp-cudagraph", "base-cg-piecewise",
-            "base-cg-full-decode-only", "async-on-cudagraph"} <= names
+    assert {
+        "base",
+        "async-on",
+        "nomtp-async-on",
+        "base-cudagraph",
+        "nomtp-cudagraph",
+        "base-cg-piecewise",
+        "base-cg-full-decode-only",
+        "async-on-cudagraph",
+    } <= names
     for r in RESULTS:
         assert r["started"] and r["load"]["failed"] == 0 and r["load"]["recall"] >= 500, (r["run"], r["config"])
         assert not r["load"]["crashed"], (r["run"], r["config"])

@@ -23,9 +23,24 @@ def test_packaged_rule_file_loads_once():
     assert a is load_rules()
     assert str(a.newest) == "0.33.0" and str(a.oldest) == "0.17.0" and len(a.releases) == 25
     # seed bugs and every configuration-triggered B-item are covered
-    for ref in ["vllm#36917", "vllm#45100", "vllm#38041", "vllm#41190", "vllm#32716", "vllm#35447", "vllm#51562",
-                "vllm#37035", "vllm#43559", "vllm#53912", "vllm#51571", "vllm#53962", "flashinfer#3329",
-                "vllm#50708", "vllm#40756", "vllm#51508"]:
+    for ref in [
+        "vllm#36917",
+        "vllm#45100",
+        "vllm#38041",
+        "vllm#41190",
+        "vllm#32716",
+        "vllm#35447",
+        "vllm#51562",
+        "vllm#37035",
+        "vllm#43559",
+        "vllm#53912",
+        "vllm#51571",
+        "vllm#53962",
+        "flashinfer#3329",
+        "vllm#50708",
+        "vllm#40756",
+        "vllm#51508",
+    ]:
         assert a.rule(ref) is not None, ref
     assert a.rule("vllm#53912").id == "vllm#43559"  # alias lookup
 
@@ -99,8 +114,11 @@ def test_malformed_yaml():
         ({"gte": {"num_speculative_tokens": 5}}, {"num_speculative_tokens": None}, False),
         ({"not": {"eq": {"mamba_cache_mode": "align"}}}, {"mamba_cache_mode": "none"}, True),
         ({"in": {"gdn_prefill_backend": ["flashinfer", "auto"]}}, {"gdn_prefill_backend": "auto"}, True),
-        ({"any": [{"eq": {"mtp": False}}, {"lte": {"scheduled_token_budget": 0}}]},
-         {"mtp": True, "scheduled_token_budget": -1792}, True),
+        (
+            {"any": [{"eq": {"mtp": False}}, {"lte": {"scheduled_token_budget": 0}}]},
+            {"mtp": True, "scheduled_token_budget": -1792},
+            True,
+        ),
         ({"eq": {"env.NCCL_P2P_DISABLE": "1"}}, {}, False),
         ({"has_arg": "--kv-cache-dtype"}, {"extra_args_flags": frozenset({"--kv-cache-dtype"})}, True),
     ],
@@ -114,8 +132,17 @@ def test_version_predicate_false_for_unparseable_version():
     assert p({}, None) is False
 
 
-@pytest.mark.parametrize("bad", [{}, {"all": []}, {"eq": {"mtp": [1]}}, {"gte": {"tensor_parallel_size": "2"}},
-                                 {"eq": {"mtp": True}, "ne": {"mtp": False}}, ["eq"]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {},
+        {"all": []},
+        {"eq": {"mtp": [1]}},
+        {"gte": {"tensor_parallel_size": "2"}},
+        {"eq": {"mtp": True}, "ne": {"mtp": False}},
+        ["eq"],
+    ],
+)
 def test_bad_predicates(bad):
     with pytest.raises(PredicateError):
         compile_predicate(bad)

@@ -78,14 +78,12 @@ def test_vllm_version_override_and_patch_flag(tmp_path):
     p = run("-f", str(f), "--vllm-version", "0.17.1")  # vllm#36917
     assert p.returncode == 1 and "vllm#36917" in p.stdout
     # the shipped guard neutralises #36917; the planned #45100 backport is not relied on
-    p = run("-f", str(f), "--vllm-version", "0.17.1", "--patch", "gdn-guard/vllm-36917", "--patch",
-            "gdn-guard/vllm-45100")
+    p = run("-f", str(f), "--vllm-version", "0.17.1", "--patch", "gdn-guard/vllm-36917", "--patch", "gdn-guard/vllm-45100")
     assert "vllm#36917" not in p.stdout and p.returncode == 0, p.stdout
     assert "default: asyncScheduling=false (unset; rule vllm#45100)" in p.stdout  # the unset field avoids it
     assert "not shipped" in p.stdout
     f.write_text(MANIFEST.format(name="m", version="0.33.0", extra="  prefixCaching: false\n  asyncScheduling: true\n"))
-    p = run("-f", str(f), "--vllm-version", "0.17.1", "--patch", "gdn-guard/vllm-36917", "--patch",
-            "gdn-guard/vllm-45100")
+    p = run("-f", str(f), "--vllm-version", "0.17.1", "--patch", "gdn-guard/vllm-36917", "--patch", "gdn-guard/vllm-45100")
     assert "[rejected]" in p.stdout and "vllm#45100" in p.stdout and p.returncode == 1, p.stdout
     f.write_text(MANIFEST.format(name="m", version="0.33.0", extra="  prefixCaching: false\n  asyncScheduling: false\n"))
     p = run("-f", str(f), "--vllm-version", "0.17.1", "--patch", "gdn-guard/vllm-36917")
@@ -132,14 +130,29 @@ def test_unparseable_version_is_a_finding_exit_1_not_2(tmp_path):
 
 
 def test_launch_line_rejected_exits_1_vllm_45100():
-    p = run("--vllm-version", "0.19.1", "--", "vllm", "serve", "Qwen/Qwen3.6-27B", "--speculative-config",
-            '{"method":"mtp","num_speculative_tokens":2}')
+    p = run(
+        "--vllm-version",
+        "0.19.1",
+        "--",
+        "vllm",
+        "serve",
+        "Qwen/Qwen3.6-27B",
+        "--speculative-config",
+        '{"method":"mtp","num_speculative_tokens":2}',
+    )
     assert p.returncode == 1 and "vllm#45100" in p.stdout
 
 
 def test_launch_line_good_exits_0():
-    p = run("--vllm-version", "0.33.0", "--output", "json", "--", "vllm serve Qwen/Qwen3.5-27B "
-            "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":1}' --no-enable-prefix-caching")
+    p = run(
+        "--vllm-version",
+        "0.33.0",
+        "--output",
+        "json",
+        "--",
+        "vllm serve Qwen/Qwen3.5-27B "
+        '--speculative-config \'{"method":"mtp","num_speculative_tokens":1}\' --no-enable-prefix-caching',
+    )
     assert p.returncode == 0, p.stdout
     res = json.loads(p.stdout)["results"][0]
     assert res["source"] == "launch line" and res["model"] == "Qwen/Qwen3.5-27B" and res["policy"] == "reject"
@@ -162,27 +175,59 @@ def test_usage_errors_exit_2(args, needle):
 
 def test_launch_line_unrecognised_family_exits_2_cannot_tell():
     # issue 16: not a known-crash rejection (exit 1) but "cannot tell", with the fix
-    p = run("--vllm-version", "0.21.0", "--", "vllm", "serve", "/models/my-finetune",
-            "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}')
+    p = run(
+        "--vllm-version",
+        "0.21.0",
+        "--",
+        "vllm",
+        "serve",
+        "/models/my-finetune",
+        "--speculative-config",
+        '{"method":"mtp","num_speculative_tokens":2}',
+    )
     assert p.returncode == 2
     assert p.stdout == ""
     assert p.stderr.startswith("error: cannot tell:") and "pass --architecture" in p.stderr
     assert "Qwen3_5ForConditionalGeneration" in p.stderr and "REJECTED" not in p.stderr
     # the same line with the family given is evaluated (vllm#36917 applies on 0.17.1)
-    p = run("--vllm-version", "0.17.1", "--architecture", "Qwen3_5ForConditionalGeneration", "--", "vllm", "serve",
-            "/models/my-finetune", "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}')
+    p = run(
+        "--vllm-version",
+        "0.17.1",
+        "--architecture",
+        "Qwen3_5ForConditionalGeneration",
+        "--",
+        "vllm",
+        "serve",
+        "/models/my-finetune",
+        "--speculative-config",
+        '{"method":"mtp","num_speculative_tokens":2}',
+    )
     assert p.returncode == 1 and "vllm#36917" in p.stdout
 
 
 def test_launch_line_additional_config_triton_silences_flashinfer_3329():
-    base = ["--vllm-version", "0.21.0", "--output", "json", "--", "vllm", "serve", "Qwen/Qwen3.5-35B-A3B", "-tp", "2",
-            "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}']
+    base = [
+        "--vllm-version",
+        "0.21.0",
+        "--output",
+        "json",
+        "--",
+        "vllm",
+        "serve",
+        "Qwen/Qwen3.5-35B-A3B",
+        "-tp",
+        "2",
+        "--speculative-config",
+        '{"method":"mtp","num_speculative_tokens":2}',
+    ]
     warned = {f["rule"] for f in json.loads(run(*base).stdout)["results"][0]["findings"]}
     assert "flashinfer#3329" in warned
-    for extra in (["--additional-config", '{"gdn_prefill_backend": "triton"}'],
-                  ['--additional-config={"gdn_prefill_backend":"triton"}'],
-                  ["--additional-config.gdn_prefill_backend", "triton"],
-                  ["--gdn-prefill-backend", "triton"]):
+    for extra in (
+        ["--additional-config", '{"gdn_prefill_backend": "triton"}'],
+        ['--additional-config={"gdn_prefill_backend":"triton"}'],
+        ["--additional-config.gdn_prefill_backend", "triton"],
+        ["--gdn-prefill-backend", "triton"],
+    ):
         doc = json.loads(run(*base, *extra).stdout)
         rules = {f["rule"] for f in doc["results"][0]["findings"]}
         assert "flashinfer#3329" not in rules, extra

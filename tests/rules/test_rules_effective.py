@@ -28,8 +28,7 @@ DEFAULTS = [
 @pytest.mark.parametrize("version, async_, prefix, mamba, runner", DEFAULTS, ids=[d[0] for d in DEFAULTS])
 def test_version_defaults(version, async_, prefix, mamba, runner):
     eff = effective_config(mk(version))
-    assert (eff.async_scheduling, eff.prefix_caching, eff.mamba_cache_mode, eff.model_runner) == (
-        async_, prefix, mamba, runner)
+    assert (eff.async_scheduling, eff.prefix_caching, eff.mamba_cache_mode, eff.model_runner) == (async_, prefix, mamba, runner)
     assert eff.chunked_prefill is True
     assert eff.spec_method == "mtp" and eff.mtp
     status = eff.to_status()
@@ -38,10 +37,14 @@ def test_version_defaults(version, async_, prefix, mamba, runner):
 
 
 def test_explicit_fields_win_over_defaults():
-    eff = effective_config(mk("0.33.0", asyncScheduling=False, prefixCaching=False, modelRunner="v1",
-                              chunkedPrefill=False))
+    eff = effective_config(mk("0.33.0", asyncScheduling=False, prefixCaching=False, modelRunner="v1", chunkedPrefill=False))
     assert (eff.async_scheduling, eff.prefix_caching, eff.mamba_cache_mode, eff.model_runner, eff.chunked_prefill) == (
-        False, False, "none", "v1", False)
+        False,
+        False,
+        "none",
+        "v1",
+        False,
+    )
     assert eff.sources["model_runner"].startswith("spec.modelRunner: v1")
 
 

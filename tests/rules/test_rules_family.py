@@ -82,7 +82,8 @@ def test_a_non_gdn_config_is_not_overruled_by_a_hybrid_name(tmp_path: Path) -> N
 def test_explicit_architecture_wins_over_hf_overrides_with_a_note() -> None:
     line = parse_launch_line(
         ["vllm", "serve", "x/y", "--hf-overrides", '{"architectures": ["Qwen3NextForCausalLM"]}'],
-        vllm_version=V, architecture="Qwen3_5ForConditionalGeneration",
+        vllm_version=V,
+        architecture="Qwen3_5ForConditionalGeneration",
     )
     assert line.spec.model.architecture == "Qwen3_5ForConditionalGeneration"
     assert any("--hf-overrides architectures says Qwen3NextForCausalLM" in n for n in line.notes)

@@ -12,8 +12,9 @@ SC2 = '{"method":"mtp","num_speculative_tokens":2}'
 
 
 def test_vllm_serve_with_json_speculative_config():
-    line = parse_launch_line(["--", "vllm", "serve", "Qwen/Qwen3.5-27B", "--speculative-config", SC2, "-tp", "2"],
-                             vllm_version="0.33.0")
+    line = parse_launch_line(
+        ["--", "vllm", "serve", "Qwen/Qwen3.5-27B", "--speculative-config", SC2, "-tp", "2"], vllm_version="0.33.0"
+    )
     s = line.spec
     assert s.model.uri == "hf://Qwen/Qwen3.5-27B" and line.model == "Qwen/Qwen3.5-27B"
     assert s.speculative_decoding.enabled and s.speculative_decoding.num_speculative_tokens == 2
@@ -22,9 +23,19 @@ def test_vllm_serve_with_json_speculative_config():
 
 def test_python_module_form_with_model_flag_and_equals_values():
     line = parse_launch_line(
-        ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model=Qwen/Qwen3-Next-80B-A3B-Instruct",
-         "--tensor-parallel-size=4", f"--speculative-config={SC2}", "--max-num-seqs=64",
-         "--max-num-batched-tokens", "8192", "--max-model-len", "32k"],
+        [
+            "python3",
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model=Qwen/Qwen3-Next-80B-A3B-Instruct",
+            "--tensor-parallel-size=4",
+            f"--speculative-config={SC2}",
+            "--max-num-seqs=64",
+            "--max-num-batched-tokens",
+            "8192",
+            "--max-model-len",
+            "32k",
+        ],
         vllm_version="0.24.0",
     )
     s = line.spec
@@ -33,8 +44,9 @@ def test_python_module_form_with_model_flag_and_equals_values():
 
 
 def test_env_assignments_v2_runner_vllm_38041():
-    _, ev = evaluate_launch(["VLLM_USE_V2_MODEL_RUNNER=1", "NCCL_P2P_DISABLE=1", "vllm", "serve",
-                             "Qwen/Qwen3.5-27B"], vllm_version="0.19.1")
+    _, ev = evaluate_launch(
+        ["VLLM_USE_V2_MODEL_RUNNER=1", "NCCL_P2P_DISABLE=1", "vllm", "serve", "Qwen/Qwen3.5-27B"], vllm_version="0.19.1"
+    )
     assert ev.effective.model_runner == "v2"
     assert "vllm#38041" in rules_of(ev, "rejected")
     assert ev.detail.values["env.NCCL_P2P_DISABLE"] == "1"
@@ -42,7 +54,9 @@ def test_env_assignments_v2_runner_vllm_38041():
 
 def test_single_quoted_string_is_shlex_split_vllm_36917():
     line, ev = evaluate_launch(
-        ["vllm serve Qwen/Qwen3.5-397B-A17B -tp 8 --speculative-config '{\"method\":\"qwen3_next_mtp\",\"num_speculative_tokens\":1}'"],
+        [
+            'vllm serve Qwen/Qwen3.5-397B-A17B -tp 8 --speculative-config \'{"method":"qwen3_next_mtp","num_speculative_tokens":1}\''
+        ],
         vllm_version="0.17.0",
     )
     assert line.spec.tensor_parallel_size == 8
@@ -53,23 +67,55 @@ def test_single_quoted_string_is_shlex_split_vllm_36917():
 
 
 def test_short_sc_flag_and_flashinfer_k5_vllm_37035():
-    _, ev = evaluate_launch(["vllm", "serve", "cyankiwi/Qwen3.5-27B-AWQ-BF16-INT4", "-tp", "2", "-sc",
-                             '{"method": "qwen3_next_mtp", "num_speculative_tokens": 5}',
-                             "--attention-backend", "FLASHINFER"], vllm_version="0.17.1rc1.dev126+gbc2c0c86e")
+    _, ev = evaluate_launch(
+        [
+            "vllm",
+            "serve",
+            "cyankiwi/Qwen3.5-27B-AWQ-BF16-INT4",
+            "-tp",
+            "2",
+            "-sc",
+            '{"method": "qwen3_next_mtp", "num_speculative_tokens": 5}',
+            "--attention-backend",
+            "FLASHINFER",
+        ],
+        vllm_version="0.17.1rc1.dev126+gbc2c0c86e",
+    )
     assert "vllm#37035" in rules_of(ev, "rejected")
 
 
 def test_dotted_speculative_config_form():
-    line = parse_launch_line(["vllm", "serve", "Qwen/Qwen3.5-9B", "--speculative-config.method", "mtp",
-                              "--speculative-config.num_speculative_tokens", "3"], vllm_version="0.33.0")
+    line = parse_launch_line(
+        [
+            "vllm",
+            "serve",
+            "Qwen/Qwen3.5-9B",
+            "--speculative-config.method",
+            "mtp",
+            "--speculative-config.num_speculative_tokens",
+            "3",
+        ],
+        vllm_version="0.33.0",
+    )
     assert line.spec.speculative_decoding.num_speculative_tokens == 3
 
 
 def test_async_prefix_chunked_flags_and_backends():
     line, ev = evaluate_launch(
-        ["vllm", "serve", "Qwen/Qwen3.6-27B", "--speculative-config", SC2, "--no-async-scheduling",
-         "--enable-prefix-caching", "--no-enable-chunked-prefill", "--gdn-prefill-backend", "triton",
-         "--attention-backend", "flash_attn"],
+        [
+            "vllm",
+            "serve",
+            "Qwen/Qwen3.6-27B",
+            "--speculative-config",
+            SC2,
+            "--no-async-scheduling",
+            "--enable-prefix-caching",
+            "--no-enable-chunked-prefill",
+            "--gdn-prefill-backend",
+            "triton",
+            "--attention-backend",
+            "flash_attn",
+        ],
         vllm_version="0.28.0",
     )
     s = line.spec
@@ -80,50 +126,82 @@ def test_async_prefix_chunked_flags_and_backends():
 
 
 def test_mamba_cache_mode_flag():
-    _, ev = evaluate_launch(["vllm", "serve", "Qwen/Qwen3.6-27B", "--speculative-config", SC2,
-                             "--mamba-cache-mode", "align", "--enable-prefix-caching"], vllm_version="0.27.1")
+    _, ev = evaluate_launch(
+        [
+            "vllm",
+            "serve",
+            "Qwen/Qwen3.6-27B",
+            "--speculative-config",
+            SC2,
+            "--mamba-cache-mode",
+            "align",
+            "--enable-prefix-caching",
+        ],
+        vllm_version="0.27.1",
+    )
     assert ev.effective.mamba_cache_mode == "align"
     _, ev = evaluate_launch(["vllm", "serve", "Qwen/Qwen3.6-27B", "--mamba-cache-mode=none"], vllm_version="0.33.0")
     assert any("no-op" in n for n in ev.notes)
 
 
 def test_compilation_config_and_enforce_eager():
-    line = parse_launch_line(["vllm", "serve", "Qwen/Qwen3.5-9B", "--compilation-config",
-                              '{"cudagraph_mode": "FULL_DECODE_ONLY"}'], vllm_version="0.33.0")
+    line = parse_launch_line(
+        ["vllm", "serve", "Qwen/Qwen3.5-9B", "--compilation-config", '{"cudagraph_mode": "FULL_DECODE_ONLY"}'],
+        vllm_version="0.33.0",
+    )
     assert line.spec.cudagraph_mode == "FULL_DECODE_ONLY" and not line.spec.enforce_eager
-    line = parse_launch_line(["vllm", "serve", "Qwen/Qwen3.5-9B", "-cc", '{"cudagraph_mode": "FULL"}',
-                              "--enforce-eager"], vllm_version="0.33.0")
+    line = parse_launch_line(
+        ["vllm", "serve", "Qwen/Qwen3.5-9B", "-cc", '{"cudagraph_mode": "FULL"}', "--enforce-eager"], vllm_version="0.33.0"
+    )
     assert line.spec.enforce_eager and line.spec.cudagraph_mode is None
 
 
 def test_dflash_budget_vllm_50708():
-    _, ev = evaluate_launch(["vllm", "serve", "Qwen/Qwen3.5-122B-A10B", "--speculative-config",
-                             '{"method":"dflash","num_speculative_tokens":16}'], vllm_version="0.26.0")
+    _, ev = evaluate_launch(
+        ["vllm", "serve", "Qwen/Qwen3.5-122B-A10B", "--speculative-config", '{"method":"dflash","num_speculative_tokens":16}'],
+        vllm_version="0.26.0",
+    )
     assert ev.detail.scheduled_token_budget == -1792
     assert "vllm#50708" in rules_of(ev, "rejected")
 
 
 def test_unknown_flags_are_ignored_with_a_note():
-    line = parse_launch_line(["vllm", "serve", "Qwen/Qwen3.5-9B", "--port", "8000", "--trust-remote-code",
-                              "--frobnicate", "7", "--shiny-new-switch", "--another=1"], vllm_version="0.33.0")
+    line = parse_launch_line(
+        [
+            "vllm",
+            "serve",
+            "Qwen/Qwen3.5-9B",
+            "--port",
+            "8000",
+            "--trust-remote-code",
+            "--frobnicate",
+            "7",
+            "--shiny-new-switch",
+            "--another=1",
+        ],
+        vllm_version="0.33.0",
+    )
     joined = " | ".join(line.notes)
     assert "--frobnicate 7" in joined and "--shiny-new-switch" in joined and "--another=1" in joined
     assert "--port" not in joined
 
 
 def test_architecture_flag_for_an_unrecognised_name():
-    _, ev = evaluate_launch(["vllm", "serve", "/models/my-finetune", "--speculative-config", SC2],
-                            vllm_version="0.17.1")
+    _, ev = evaluate_launch(["vllm", "serve", "/models/my-finetune", "--speculative-config", SC2], vllm_version="0.17.1")
     assert "gdn-operator/unrecognised-model-family" in rules_of(ev, "rejected")
-    line, ev = evaluate_launch(["vllm", "serve", "/models/my-finetune", "--speculative-config", SC2],
-                               vllm_version="0.17.1", architecture="qwen3_5forconditionalgeneration")
+    line, ev = evaluate_launch(
+        ["vllm", "serve", "/models/my-finetune", "--speculative-config", SC2],
+        vllm_version="0.17.1",
+        architecture="qwen3_5forconditionalgeneration",
+    )
     assert line.spec.model.uri == "file:///models/my-finetune"
     assert "vllm#36917" in rules_of(ev, "rejected")
 
 
 def test_patches_from_the_command_line():
-    _, ev = evaluate_launch(["vllm", "serve", "Qwen/Qwen3.5-9B", "--speculative-config", SC2],
-                            vllm_version="0.17.1", patches=["gdn-guard/vllm-36917"])
+    _, ev = evaluate_launch(
+        ["vllm", "serve", "Qwen/Qwen3.5-9B", "--speculative-config", SC2], vllm_version="0.17.1", patches=["gdn-guard/vllm-36917"]
+    )
     assert "vllm#36917" not in rules_of(ev)
 
 
@@ -160,34 +238,60 @@ def test_bad_architecture():
 # issue 16: JSON-carried settings vLLM accepts are understood like their dedicated flags
 
 
-@pytest.mark.parametrize("extra", [
-    ["--additional-config", '{"gdn_prefill_backend": "triton"}'],
-    ['--additional-config={"gdn_prefill_backend": "TRITON", "enable_cpu_binding": true}'],
-    ["--additional-config.gdn_prefill_backend", "triton"],
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--additional-config", '{"gdn_prefill_backend": "triton"}'],
+        ['--additional-config={"gdn_prefill_backend": "TRITON", "enable_cpu_binding": true}'],
+        ["--additional-config.gdn_prefill_backend", "triton"],
+    ],
+)
 def test_additional_config_gdn_prefill_backend_flashinfer_3329(extra):
-    line, ev = evaluate_launch(["vllm", "serve", "Qwen/Qwen3.5-35B-A3B", "-tp", "2", "--speculative-config", SC2, *extra],
-                               vllm_version="0.21.0")
+    line, ev = evaluate_launch(
+        ["vllm", "serve", "Qwen/Qwen3.5-35B-A3B", "-tp", "2", "--speculative-config", SC2, *extra], vllm_version="0.21.0"
+    )
     assert line.spec.gdn_prefill_backend == "triton"
     assert "flashinfer#3329" not in rules_of(ev, "warned") | rules_of(ev, "rejected")
-    _, ev = evaluate_launch(["vllm", "serve", "Qwen/Qwen3.5-35B-A3B", "-tp", "2", "--speculative-config", SC2],
-                            vllm_version="0.21.0")
+    _, ev = evaluate_launch(
+        ["vllm", "serve", "Qwen/Qwen3.5-35B-A3B", "-tp", "2", "--speculative-config", SC2], vllm_version="0.21.0"
+    )
     assert "flashinfer#3329" in rules_of(ev, "warned")
 
 
 def test_additional_config_bad_backend_and_disagreement():
     with pytest.raises(ManifestError, match=r"--additional-config: gdn_prefill_backend 'fast'"):
-        parse_launch_line(["vllm", "serve", "Qwen/Qwen3.5-9B", "--additional-config", '{"gdn_prefill_backend": "fast"}'],
-                          vllm_version="0.33.0")
-    line = parse_launch_line(["vllm", "serve", "Qwen/Qwen3.5-9B", "--gdn-prefill-backend", "flashinfer",
-                              "--additional-config", '{"gdn_prefill_backend": "triton", "foo": 1}'], vllm_version="0.33.0")
+        parse_launch_line(
+            ["vllm", "serve", "Qwen/Qwen3.5-9B", "--additional-config", '{"gdn_prefill_backend": "fast"}'], vllm_version="0.33.0"
+        )
+    line = parse_launch_line(
+        [
+            "vllm",
+            "serve",
+            "Qwen/Qwen3.5-9B",
+            "--gdn-prefill-backend",
+            "flashinfer",
+            "--additional-config",
+            '{"gdn_prefill_backend": "triton", "foo": 1}',
+        ],
+        vllm_version="0.33.0",
+    )
     assert line.spec.gdn_prefill_backend == "flashinfer"
     assert any("disagree" in n for n in line.notes) and any("'foo'" in n for n in line.notes)
 
 
 def test_hf_overrides_architectures_reveal_the_family():
-    line, ev = evaluate_launch(["vllm", "serve", "/models/my-finetune", "--speculative-config", SC2, "--hf-overrides",
-                                '{"architectures": ["Qwen3_5ForConditionalGeneration"]}'], vllm_version="0.17.1")
+    line, ev = evaluate_launch(
+        [
+            "vllm",
+            "serve",
+            "/models/my-finetune",
+            "--speculative-config",
+            SC2,
+            "--hf-overrides",
+            '{"architectures": ["Qwen3_5ForConditionalGeneration"]}',
+        ],
+        vllm_version="0.17.1",
+    )
     assert line.spec.model.architecture == "Qwen3_5ForConditionalGeneration"
     assert "gdn-operator/unrecognised-model-family" not in rules_of(ev, "rejected")
     assert "vllm#36917" in rules_of(ev, "rejected")

@@ -47,10 +47,19 @@ def _spell(draw: Any, option: str) -> str:
 def setting(draw: Any) -> list[str]:
     kind = draw(st.sampled_from(["bool", "int", "gmu", "spec_json", "spec_split", "spec_dotted", "junk"]))
     if kind == "bool":
-        opt = draw(st.sampled_from([
-            "--async-scheduling", "--no-async-scheduling", "--enable-prefix-caching", "--no-enable-prefix-caching",
-            "--enforce-eager", "--enable-chunked-prefill", "--no-enable-chunked-prefill",
-        ]))
+        opt = draw(
+            st.sampled_from(
+                [
+                    "--async-scheduling",
+                    "--no-async-scheduling",
+                    "--enable-prefix-caching",
+                    "--no-enable-prefix-caching",
+                    "--enforce-eager",
+                    "--enable-chunked-prefill",
+                    "--no-enable-chunked-prefill",
+                ]
+            )
+        )
         return [_spell(draw, opt)]
     if kind == "int":
         opt = draw(st.sampled_from(["--tensor-parallel-size", "-tp", "--max-model-len", "--max-num-seqs"]))
@@ -147,13 +156,16 @@ def test_launch_line_reads_what_vllm_parses(parser_oracle, groups):  # noqa: F81
     assert facts == vllm, flags
 
 
-@pytest.mark.parametrize("flags, fact, expected", [
-    (["--as"], "asyncScheduling", True),  # argparse abbreviation of --async-scheduling
-    (["--no-async"], "asyncScheduling", False),
-    (["--spec-method=mtp", "--spec-tokens=2"], "spec", ("mtp", 2)),
-    (["--device-memory-utilization", "0.5"], "gpuMemoryUtilization", 0.5),
-    (["--enable-prefix"], "prefixCaching", True),
-])
+@pytest.mark.parametrize(
+    "flags, fact, expected",
+    [
+        (["--as"], "asyncScheduling", True),  # argparse abbreviation of --async-scheduling
+        (["--no-async"], "asyncScheduling", False),
+        (["--spec-method=mtp", "--spec-tokens=2"], "spec", ("mtp", 2)),
+        (["--device-memory-utilization", "0.5"], "gpuMemoryUtilization", 0.5),
+        (["--enable-prefix"], "prefixCaching", True),
+    ],
+)
 def test_spellings_the_old_reader_ignored(parser_oracle, flags, fact, expected):  # noqa: F811
     got = parser_oracle.parse([MODEL, *flags])
     assert got["ok"], got

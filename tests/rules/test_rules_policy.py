@@ -36,7 +36,8 @@ def test_reject_policy_denies_vllm_43559_example():
     assert rules_of(ev, "rejected") == {"vllm#43559"}
     # vllm#51571 (align + async, V1) is avoided by the unset asyncScheduling's safe default, not rejected
     assert [(d.field, d.value, d.rule) for d in ev.defaults if d.field == "asyncScheduling"] == [
-        ("asyncScheduling", False, "vllm#51571")]
+        ("asyncScheduling", False, "vllm#51571")
+    ]
     msg = ev.denial_message()
     assert msg.splitlines()[0].startswith("GDNModelServer refused by 1 known-crash rule ")
     for needle in ("vllm#43559", "spec.prefixCaching", "prefixCaching: false", "0.26.0"):
@@ -110,8 +111,14 @@ def test_mitigate_policy_rejects_rules_without_mitigation():
 
 def _with_rules(monkeypatch, *extra):
     raw = yaml.safe_load(default_rule_file().read_text())
-    base = {"bug": "test", "kind": "runtime-crash", "severity": "critical", "versions": "*",
-            "workaround": "synthetic workaround", "evidence": "synthetic test rule"}
+    base = {
+        "bug": "test",
+        "kind": "runtime-crash",
+        "severity": "critical",
+        "versions": "*",
+        "workaround": "synthetic workaround",
+        "evidence": "synthetic test rule",
+    }
     raw["rules"] += [{**base, **r} for r in extra]
     cat = parse_rule_file(yaml.safe_dump(raw), "test")
     monkeypatch.setattr(evaluator_mod, "load_rules", lambda: cat)
@@ -122,10 +129,14 @@ def test_mitigation_that_triggers_another_reject_is_not_applied(monkeypatch):
     # rule X's mitigation (enforceEager: true) walks into rule Y, which has no mitigation
     _with_rules(
         monkeypatch,
-        {"id": "vllm#99998", "title": "synthetic X", "when": {"eq": {"gdn_hybrid": True, "enforce_eager": False}},
-         "fields": ["spec.enforceEager"], "mitigation": {"enforceEager": True}},
-        {"id": "vllm#99997", "title": "synthetic Y", "when": {"eq": {"enforce_eager": True}},
-         "fields": ["spec.enforceEager"]},
+        {
+            "id": "vllm#99998",
+            "title": "synthetic X",
+            "when": {"eq": {"gdn_hybrid": True, "enforce_eager": False}},
+            "fields": ["spec.enforceEager"],
+            "mitigation": {"enforceEager": True},
+        },
+        {"id": "vllm#99997", "title": "synthetic Y", "when": {"eq": {"enforce_eager": True}}, "fields": ["spec.enforceEager"]},
     )
     ev = evaluate(mk("0.33.0", prefixCaching=False), default_policy="mitigate")
     f = next(f for f in ev.findings if f.rule == "vllm#99998")
@@ -138,9 +149,13 @@ def test_chained_mitigation_that_cannot_finish_is_refused_as_a_whole(monkeypatch
     # vllm-config/gdn-prefill-backend-unsupported, whose own mitigation (unset) would undo X's: a loop
     _with_rules(
         monkeypatch,
-        {"id": "vllm#99999", "title": "synthetic X",
-         "when": {"all": [{"eq": {"gdn_hybrid": True, "mtp": True}}, {"ne": {"gdn_prefill_backend": "triton"}}]},
-         "fields": ["spec.gdnPrefillBackend"], "mitigation": {"gdnPrefillBackend": "triton"}},
+        {
+            "id": "vllm#99999",
+            "title": "synthetic X",
+            "when": {"all": [{"eq": {"gdn_hybrid": True, "mtp": True}}, {"ne": {"gdn_prefill_backend": "triton"}}]},
+            "fields": ["spec.gdnPrefillBackend"],
+            "mitigation": {"gdnPrefillBackend": "triton"},
+        },
     )
     ev = evaluate(mk("0.17.1", asyncScheduling=False, patches=["gdn-guard/vllm-36917"]), default_policy="mitigate")
     assert not ev.allowed and ev.patch == [] and ev.mitigated_spec is None
@@ -159,10 +174,20 @@ def test_chained_mitigation_that_cannot_finish_is_refused_as_a_whole(monkeypatch
 def test_mitigation_loop_is_detected(monkeypatch):
     _with_rules(
         monkeypatch,
-        {"id": "vllm#99991", "title": "eager is bad", "when": {"eq": {"enforce_eager": True}},
-         "fields": ["spec.enforceEager"], "mitigation": {"enforceEager": False}},
-        {"id": "vllm#99992", "title": "graphs are bad", "when": {"eq": {"enforce_eager": False}},
-         "fields": ["spec.enforceEager"], "mitigation": {"enforceEager": True}},
+        {
+            "id": "vllm#99991",
+            "title": "eager is bad",
+            "when": {"eq": {"enforce_eager": True}},
+            "fields": ["spec.enforceEager"],
+            "mitigation": {"enforceEager": False},
+        },
+        {
+            "id": "vllm#99992",
+            "title": "graphs are bad",
+            "when": {"eq": {"enforce_eager": False}},
+            "fields": ["spec.enforceEager"],
+            "mitigation": {"enforceEager": True},
+        },
     )
     ev = evaluate(mk("0.33.0", prefixCaching=False), default_policy="mitigate")
     assert not ev.allowed  # the evaluator stops instead of oscillating
@@ -171,8 +196,7 @@ def test_mitigation_loop_is_detected(monkeypatch):
 
 def test_advisory_rules_stay_warnings_under_every_policy():
     for policy in ("reject", "mitigate", "warn"):
-        ev = evaluate(mk("0.25.0", prefixCaching=False, asyncScheduling=True, gdnPrefillBackend="flashinfer"),
-                      policy=policy)
+        ev = evaluate(mk("0.25.0", prefixCaching=False, asyncScheduling=True, gdnPrefillBackend="flashinfer"), policy=policy)
         # vllm#53962 (0.25-0.28 async + spec) and flashinfer#3329 are warn rules: values the user SET are
         # warned (with the field and value that avoid them), never changed under any policy
         assert {"vllm#53962", "flashinfer#3329"} <= rules_of(ev, "warned")
@@ -186,8 +210,12 @@ def test_advisory_rules_stay_warnings_under_every_policy():
 def test_escalation_turns_an_advisory_rule_into_an_enforced_one_vllm_37035():
     warned = evaluate(mk("0.33.0", prefixCaching=False, speculativeDecoding={"numSpeculativeTokens": 5}))
     assert "vllm#37035" in rules_of(warned, "warned") and warned.allowed
-    spec = mk("0.33.0", prefixCaching=False, attentionBackend="FLASHINFER",
-              speculativeDecoding={"method": "qwen3_next_mtp", "numSpeculativeTokens": 5})
+    spec = mk(
+        "0.33.0",
+        prefixCaching=False,
+        attentionBackend="FLASHINFER",
+        speculativeDecoding={"method": "qwen3_next_mtp", "numSpeculativeTokens": 5},
+    )
     assert "vllm#37035" in rules_of(evaluate(spec), "rejected")
     ev = evaluate(spec, default_policy="mitigate")
     assert ev.allowed and ev.mitigated_spec.speculative_decoding.num_speculative_tokens == 4
@@ -196,23 +224,23 @@ def test_escalation_turns_an_advisory_rule_into_an_enforced_one_vllm_37035():
 
 def test_patch_adds_missing_parent_objects_and_removes_unset_fields():
     assert SpecPatch.of([("speculativeDecoding.numSpeculativeTokens", 4)]).json_patch({}) == [
-        {"op": "add", "path": "/spec/speculativeDecoding", "value": {"numSpeculativeTokens": 4}}]
+        {"op": "add", "path": "/spec/speculativeDecoding", "value": {"numSpeculativeTokens": 4}}
+    ]
     assert SpecPatch.of([("gdnPrefillBackend", None)]).json_patch({"gdnPrefillBackend": "cutedsl"}) == [
-        {"op": "remove", "path": "/spec/gdnPrefillBackend"}]
+        {"op": "remove", "path": "/spec/gdnPrefillBackend"}
+    ]
     assert SpecPatch.of([("gdnPrefillBackend", None)]).json_patch({}) == []
 
 
 def test_unset_mitigation_gdn_prefill_backend_on_0_17():
-    ev = evaluate(mk("0.17.1", gdnPrefillBackend="triton", speculativeDecoding={"enabled": False}),
-                  default_policy="mitigate")
+    ev = evaluate(mk("0.17.1", gdnPrefillBackend="triton", speculativeDecoding={"enabled": False}), default_policy="mitigate")
     assert "vllm-config/gdn-prefill-backend-unsupported" in rules_of(ev, "mitigated")
     assert {"op": "remove", "path": "/spec/gdnPrefillBackend"} in ev.patch
     assert ev.mitigated_spec.gdn_prefill_backend is None
 
 
 def test_patch_applied_to_the_object_gives_the_mitigated_spec():
-    spec = mk("0.20.0", prefixCaching=True, speculativeDecoding={"numSpeculativeTokens": 6},
-              attentionBackend="FLASHINFER")
+    spec = mk("0.20.0", prefixCaching=True, speculativeDecoding={"numSpeculativeTokens": 6}, attentionBackend="FLASHINFER")
     ev = evaluate(spec, default_policy="mitigate")
     assert ev.allowed and ev.changed
     obj = {"spec": spec.model_dump(by_alias=True, exclude_unset=True, mode="json")}
@@ -244,8 +272,9 @@ def test_nightly_version_parses_as_prerelease():
     # < 0.24.0: vllm#45100 matches vLLM's default async scheduling, so the unset field resolves to off
     assert "vllm#45100" not in rules_of(ev)
     assert ("asyncScheduling", False, "vllm#45100") in [(d.field, d.value, d.rule) for d in ev.defaults]
-    assert "vllm#45100" in rules_of(evaluate(mk("0.19.2rc1.dev226+g53b9640fb", prefixCaching=False,
-                                                 asyncScheduling=True)), "rejected")
+    assert "vllm#45100" in rules_of(
+        evaluate(mk("0.19.2rc1.dev226+g53b9640fb", prefixCaching=False, asyncScheduling=True)), "rejected"
+    )
 
 
 @pytest.mark.parametrize("version", ["0.34.0", "0.33.1rc1", "1.0.0"])

@@ -16,10 +16,26 @@ from gdn_operator.rules.defaults import keeps_spec_decoding
 from gdn_operator.rules import effective_config, evaluate, load_rules
 
 CAT = load_rules()
-VERSIONS = list(CAT.releases) + ["0.19.2rc1.dev226+g53b9640fb", "0.17.1rc1", "v0.26.0", "0.34.0", "0.16.0",
-                                 "latest", "0.33.0rc1", "1!2", "0.25"]
-MODELS = ["hf://Qwen/Qwen3.5-27B", "hf://Qwen/Qwen3.6-35B-A3B", "hf://Qwen/Qwen3-Next-80B-A3B-Instruct",
-          "hf://Qwen/Qwen3.8-27B", "pvc://models/qwen3_5-9b", "hf://Qwen/Qwen3-8B", "hf://acme/finetune"]
+VERSIONS = list(CAT.releases) + [
+    "0.19.2rc1.dev226+g53b9640fb",
+    "0.17.1rc1",
+    "v0.26.0",
+    "0.34.0",
+    "0.16.0",
+    "latest",
+    "0.33.0rc1",
+    "1!2",
+    "0.25",
+]
+MODELS = [
+    "hf://Qwen/Qwen3.5-27B",
+    "hf://Qwen/Qwen3.6-35B-A3B",
+    "hf://Qwen/Qwen3-Next-80B-A3B-Instruct",
+    "hf://Qwen/Qwen3.8-27B",
+    "pvc://models/qwen3_5-9b",
+    "hf://Qwen/Qwen3-8B",
+    "hf://acme/finetune",
+]
 ARCHS = [None, "Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForCausalLM"]
 PATCHES = list(CAT.patch_ids) + ["gdn-guard/vllm-1", "vendor/thing"]
 
@@ -164,7 +180,14 @@ def test_rematch_equals_a_full_match(d1, d2, version):
 def test_rule_reads_cover_every_predicate_operator():
     from gdn_operator.rules.predicates import referenced_fields
 
-    pred = {"all": [{"has_arg": "--x"}, {"has_patch": "p"}, {"version": "<1"}, {"not": {"eq": {"env.A": "1"}}},
-                    {"any": [{"in": {"spec_method": ["mtp"]}}, {"gte": {"max_num_seqs": 1}}]}]}
+    pred = {
+        "all": [
+            {"has_arg": "--x"},
+            {"has_patch": "p"},
+            {"version": "<1"},
+            {"not": {"eq": {"env.A": "1"}}},
+            {"any": [{"in": {"spec_method": ["mtp"]}}, {"gte": {"max_num_seqs": 1}}]},
+        ]
+    }
     assert referenced_fields(pred) == {"extra_args_flags", "patches", "vllm_version", "env.A", "spec_method", "max_num_seqs"}
     assert all(r.reads >= ({"patches"} if r.patches else set()) for r in CAT.rules)

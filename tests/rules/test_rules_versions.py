@@ -28,8 +28,9 @@ def test_parse(text, base, pre):
     assert v.is_prerelease is pre
 
 
-@pytest.mark.parametrize("text", ["latest", "", "nightly", "0.x", "v", "1.2.3.4.5.6.7", "0.33.0 beta", None, 33,
-                                  "1!0.33.0"])  # an epoch: no vLLM release has one
+@pytest.mark.parametrize(
+    "text", ["latest", "", "nightly", "0.x", "v", "1.2.3.4.5.6.7", "0.33.0 beta", None, 33, "1!0.33.0"]
+)  # an epoch: no vLLM release has one
 def test_unparseable(text):
     assert parse_version(text) is None
 

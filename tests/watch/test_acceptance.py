@@ -130,14 +130,12 @@ def test_parse_real_fixture_matches_full_parse():
     assert s.num_draft_tokens == 2 * s.num_drafts
     assert s.generation_tokens == full_parse_sum(TEXT, "vllm:generation_tokens_total")
     for reason in ("stop", "length", "abort", "error", "repetition"):
-        assert s.request_success[reason] == full_parse_sum(
-            TEXT, "vllm:request_success_total", finished_reason=reason)
+        assert s.request_success[reason] == full_parse_sum(TEXT, "vllm:request_success_total", finished_reason=reason)
     h = s.generation_length
     assert h is not None and math.isinf(h.bounds[-1])
     assert h.count == full_parse_sum(TEXT, "vllm:request_generation_tokens_count")
     assert h.sum == full_parse_sum(TEXT, "vllm:request_generation_tokens_sum")
-    assert h.cumulative[h.bounds.index(50.0)] == full_parse_sum(
-        TEXT, "vllm:request_generation_tokens_bucket", le="50.0")
+    assert h.cumulative[h.bounds.index(50.0)] == full_parse_sum(TEXT, "vllm:request_generation_tokens_bucket", le="50.0")
     assert s.num_requests_running == full_parse_sum(TEXT, "vllm:num_requests_running")
     assert s.engines == 1 and s.model_names == ("tiny-qwen3-next",)
     assert s.start_time == pytest.approx(full_parse_sum(TEXT, "vllm:spec_decode_num_drafts_created"))
@@ -177,11 +175,13 @@ def test_multiple_engines_are_summed_per_pod():
     # duplicate every spec/generation sample as engine="1" with 10x values (data-parallel engines)
     extra = []
     for line in TEXT.splitlines():
-        if line.startswith(("vllm:spec_decode", "vllm:generation_tokens_total",
-                            "vllm:request_success_total")) and "_created" not in line:
+        if (
+            line.startswith(("vllm:spec_decode", "vllm:generation_tokens_total", "vllm:request_success_total"))
+            and "_created" not in line
+        ):
             m = _SAMPLE.match(line)
             extra.append(
-                f'{m.group("name")}{m.group("labels").replace(chr(34) + "0" + chr(34), chr(34) + "1" + chr(34), 1)} '
+                f"{m.group('name')}{m.group('labels').replace(chr(34) + '0' + chr(34), chr(34) + '1' + chr(34), 1)} "
                 f"{float(m.group('value')) * 10 + 1}"
             )
     text = TEXT + "\n".join(extra) + "\n"
@@ -297,8 +297,7 @@ def test_no_traffic_gives_none_not_zero_division():
 def test_window_eviction_and_bounded_memory():
     w = PodWindow(window=300, max_points=64)
     for i in range(200):
-        w.observe(snap(i * 15.0, drafts=156 + i * 10, draft_tokens=312 + i * 20, accepted=i * 5,
-                       pos=(i * 3, i * 2)))
+        w.observe(snap(i * 15.0, drafts=156 + i * 10, draft_tokens=312 + i * 20, accepted=i * 5, pos=(i * 3, i * 2)))
     assert len(w) <= 300 / 15 + 2
     st = w.stats()
     assert 300 <= st.seconds < 315
@@ -346,10 +345,8 @@ def _feed(tr, key, points):
 
 def test_tracker_aggregates_sum_of_deltas_over_pods():
     tr = AcceptanceTracker(window=300)
-    _feed(tr, ("ns", "m", "p0"), [(0, {}), (15, dict(drafts=156 + 100, draft_tokens=312 + 200,
-                                                      accepted=180, pos=(100, 80)))])
-    _feed(tr, ("ns", "m", "p1"), [(0, {}), (30, dict(drafts=156 + 300, draft_tokens=312 + 600,
-                                                      accepted=60, pos=(50, 10)))])
+    _feed(tr, ("ns", "m", "p0"), [(0, {}), (15, dict(drafts=156 + 100, draft_tokens=312 + 200, accepted=180, pos=(100, 80)))])
+    _feed(tr, ("ns", "m", "p1"), [(0, {}), (30, dict(drafts=156 + 300, draft_tokens=312 + 600, accepted=60, pos=(50, 10)))])
     st = tr.window_stats("ns", "m")
     assert st.pods == 2
     assert st.acceptance_rate == pytest.approx((180 + 60) / (200 + 600))  # not mean of 0.9 and 0.1
@@ -404,10 +401,9 @@ def test_tracker_scrape_errors_counted_and_forgetting():
 def test_update_gauges_sets_and_removes_label_sets():
     reg = telemetry.METRICS_REGISTRY
     tr = AcceptanceTracker(window=300)
-    _feed(tr, ("g-ns", "g-m", "p0"), [(0, {}), (15, dict(drafts=356, draft_tokens=712, accepted=240,
-                                                          pos=(150, 90)))])
+    _feed(tr, ("g-ns", "g-m", "p0"), [(0, {}), (15, dict(drafts=356, draft_tokens=712, accepted=240, pos=(150, 90)))])
     tr.update_gauges("g-ns", "g-m")
-    lab = {"namespace": "g-ns", "name": "g-m"}
+    lab = {"namespace": "g-ns", "server": "g-m"}
     assert reg.get_sample_value("gdn_spec_acceptance_rate", lab) == pytest.approx(0.6)
     assert reg.get_sample_value("gdn_spec_mean_accepted_length", lab) == pytest.approx(2.2)
     assert reg.get_sample_value("gdn_spec_drafts_per_second", lab) == pytest.approx(200 / 15)
@@ -425,11 +421,11 @@ def test_update_gauges_drops_forgotten_pod():
     for pod in ("a", "b"):
         _feed(tr, ("g2", "m", pod), [(0, {}), (15, dict(drafts=356, draft_tokens=712, accepted=100))])
     tr.update_gauges("g2", "m")
-    assert reg.get_sample_value("gdn_spec_pod_acceptance_rate", {"namespace": "g2", "name": "m", "pod": "b"}) is not None
+    assert reg.get_sample_value("gdn_spec_pod_acceptance_rate", {"namespace": "g2", "server": "m", "pod": "b"}) is not None
     tr.retain("g2", "m", ["a"])
     tr.update_gauges("g2", "m")
-    assert reg.get_sample_value("gdn_spec_pod_acceptance_rate", {"namespace": "g2", "name": "m", "pod": "b"}) is None
-    assert reg.get_sample_value("gdn_spec_pod_acceptance_rate", {"namespace": "g2", "name": "m", "pod": "a"}) is not None
+    assert reg.get_sample_value("gdn_spec_pod_acceptance_rate", {"namespace": "g2", "server": "m", "pod": "b"}) is None
+    assert reg.get_sample_value("gdn_spec_pod_acceptance_rate", {"namespace": "g2", "server": "m", "pod": "a"}) is not None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -467,8 +463,7 @@ def test_near_zero_idle_engine_does_not_alarm():
 
 
 def _window(drafts, draft_tokens, accepted, seconds=300.0, **kw):
-    return WindowStats(seconds=seconds, spec_decode=True, drafts=drafts, draft_tokens=draft_tokens,
-                       accepted=accepted, **kw)
+    return WindowStats(seconds=seconds, spec_decode=True, drafts=drafts, draft_tokens=draft_tokens, accepted=accepted, **kw)
 
 
 def test_acceptance_drop_vs_baseline():
@@ -493,8 +488,7 @@ def _gen_window(n, stop, length, mean_len, short=0.0, hist=True):
         bounds = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, math.inf)
         s = n * short
         cum = (0, 0, 0, 0, s, s + (n - s) / 2, n, n, n)
-        kw.update(gen_bounds=bounds, gen_buckets=tuple(float(c) for c in cum),
-                  gen_count=float(n), gen_sum=n * mean_len)
+        kw.update(gen_bounds=bounds, gen_buckets=tuple(float(c) for c in cum), gen_count=float(n), gen_sum=n * mean_len)
     return _window(500, 1000, 600, **kw)
 
 
@@ -526,10 +520,10 @@ def test_early_stop_shift_without_histogram_uses_generation_tokens():
 def test_early_stop_from_real_histogram_text():
     # baseline window: 100 requests of ~40 tokens ending on length; then 100 short ones ending on stop
     t0 = snap(0.0, gen_tokens=160, stop=0, length=4, hist=((0, 0, 0, 0, 0, 4, 4, 4, 4), 160))
-    t1 = snap(300.0, gen_tokens=4160, stop=5, length=99,
-              hist=((0, 0, 0, 0, 0, 104, 104, 104, 104), 4160))
-    t2 = snap(600.0, gen_tokens=4160 + 800, stop=5 + 90, length=99 + 10,
-              hist=((0, 0, 10, 60, 100, 204, 204, 204, 204), 4160 + 800))
+    t1 = snap(300.0, gen_tokens=4160, stop=5, length=99, hist=((0, 0, 0, 0, 0, 104, 104, 104, 104), 4160))
+    t2 = snap(
+        600.0, gen_tokens=4160 + 800, stop=5 + 90, length=99 + 10, hist=((0, 0, 10, 60, 100, 204, 204, 204, 204), 4160 + 800)
+    )
     base = _stats(t0, t1)
     cur = _stats(t1, t2)
     assert base.gen_count == 100 and base.mean_generation_length == pytest.approx(40.0)
@@ -593,7 +587,7 @@ def test_anomaly_gauge_follows_findings():
     _feed(tr, key, [(0, {}), (15, dict(drafts=656, draft_tokens=1312, accepted=0))])
     tr.summary("an-ns", "m")
     tr.update_gauges("an-ns", "m")
-    lab = {"namespace": "an-ns", "name": "m"}
+    lab = {"namespace": "an-ns", "server": "m"}
     assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceNearZero"}) == 1.0
     assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceDrop"}) == 0.0
     # acceptance recovers (new window) → 0
@@ -612,6 +606,6 @@ def test_anomaly_gauge_current_when_update_gauges_called_before_summary():
     key = ("order-ns", "m", "p0")
     _feed(tr, key, [(0, {}), (15, dict(drafts=656, draft_tokens=1312, accepted=0))])
     tr.update_gauges("order-ns", "m")  # no summary() yet this round
-    lab = {"namespace": "order-ns", "name": "m", "reason": "SpecAcceptanceNearZero"}
+    lab = {"namespace": "order-ns", "server": "m", "reason": "SpecAcceptanceNearZero"}
     assert reg.get_sample_value("gdn_spec_anomaly", lab) == 1.0
     assert [f.reason for f in tr.findings("order-ns", "m")] == ["SpecAcceptanceNearZero"]

@@ -18,9 +18,14 @@ from gdn_operator.watch.acceptance import (
 
 
 def spec(ts: float, drafts: float, draft_tokens: float, accepted: float) -> EngineSnapshot:
-    return EngineSnapshot(timestamp=ts, num_drafts=drafts, num_draft_tokens=draft_tokens,
-                          num_accepted_tokens=accepted, accepted_per_position=(accepted * 0.75, accepted * 0.25),
-                          engines=1)
+    return EngineSnapshot(
+        timestamp=ts,
+        num_drafts=drafts,
+        num_draft_tokens=draft_tokens,
+        num_accepted_tokens=accepted,
+        accepted_per_position=(accepted * 0.75, accepted * 0.25),
+        engines=1,
+    )
 
 
 def plain(ts: float, gen: float) -> EngineSnapshot:
@@ -95,7 +100,7 @@ def test_gauges_of_a_resource_removed_when_speculative_decoding_switches_off():
     reg = telemetry.METRICS_REGISTRY
     tr = AcceptanceTracker(window=300)
     key = ("off-ns", "m", "p0")
-    lab = {"namespace": "off-ns", "name": "m"}
+    lab = {"namespace": "off-ns", "server": "m"}
     feed(tr, key, 0.0, 2, rate=0.6)
     tr.update_gauges("off-ns", "m")
     assert reg.get_sample_value("gdn_spec_acceptance_rate", lab) == pytest.approx(0.6)
@@ -118,8 +123,7 @@ def test_gauges_of_a_resource_removed_when_speculative_decoding_switches_off():
 
 
 def _window(accepted: float, draft_tokens: float = 2000.0) -> WindowStats:
-    return WindowStats(seconds=60.0, spec_decode=True, drafts=draft_tokens / 2, draft_tokens=draft_tokens,
-                       accepted=accepted)
+    return WindowStats(seconds=60.0, spec_decode=True, drafts=draft_tokens / 2, draft_tokens=draft_tokens, accepted=accepted)
 
 
 def test_pod_near_zero_names_the_broken_pods_sorted_and_capped():

@@ -33,30 +33,102 @@ def up(name: str) -> str:
 
 PREFIXES = [
     # (source, raw line, level, payload, process, logger source)
-    ("vllm#6976 old header, table frame", "│ ERROR 09-27 06:46:46 engine.py:157] RuntimeError: CUDA error: an illegal memory access was encountered     │",
-     "ERROR", "RuntimeError: CUDA error: an illegal memory access was encountered", None, "engine.py:157"),
-    ("vllm#11366 dated header, CR", "2024-12-19 21:40:35 ERROR 56542 [async_llm_engine.py:64] RuntimeError: Error in model execution: CUDA error: an illegal memory access was encountered\r",
-     "ERROR", "RuntimeError: Error in model execution: CUDA error: an illegal memory access was encountered", None, "async_llm_engine.py:64"),
-    ("vllm#31709 caret ANSI, ^M", "^[[1;36m(EngineCore_DP0 pid=43065)^[[0;0m ERROR 01-04 04:31:09 [core.py:844] For debugging consider passing CUDA_LAUNCH_BLOCKING=1^M",
-     "ERROR", "For debugging consider passing CUDA_LAUNCH_BLOCKING=1", "EngineCore_DP0 pid=43065", "core.py:844"),
-    ("vllm#22793 ESC as text", "ESC[1;36m(EngineCore_0 pid=114)ESC[0;0m ERROR 08-12 14:37:44 [core.py:718] EngineCore failed to start.",
-     "ERROR", "EngineCore failed to start.", "EngineCore_0 pid=114", "core.py:718"),
-    ("vllm#2734 ESC byte lost", " [36m(RayWorkerVllm pid=5085) [0m [E ProcessGroupNCCL.cpp:475] [Rank 4] Watchdog caught collective operation timeout",
-     "ERROR", "[Rank 4] Watchdog caught collective operation timeout", "RayWorkerVllm pid=5085", "ProcessGroupNCCL.cpp:475"),
-    ("vllm#6042 piped, glog without timestamp", "  | [rank0]:[E ProcessGroupNCCL.cpp:1537] [PG 2 Rank 0] Timeout at NCCL work: 2",
-     "ERROR", "[PG 2 Rank 0] Timeout at NCCL work: 2", None, "ProcessGroupNCCL.cpp:1537"),
-    ("vllm#36122 double process prefix", "(Worker pid=357) (Worker_TP0 pid=357) ERROR 03-05 05:40:33 [multiproc_executor.py:880]     assert not (num_decodes > 0 and num_spec_decodes > 0), (",
-     "ERROR", "    assert not (num_decodes > 0 and num_spec_decodes > 0), (", "Worker_TP0 pid=357", "multiproc_executor.py:880"),
-    ("vllm PR#38081 header without timestamp", "(Worker_TP0 pid=73635) ERROR [multiproc_executor.py:949]",
-     "ERROR", "", "Worker_TP0 pid=73635", "multiproc_executor.py:949"),
-    ("vllm#18916 log-viewer timestamp", "2025-05-30 18:28:27.890 | RuntimeError: CUDA error: no kernel image is available for execution on the device",
-     None, "RuntimeError: CUDA error: no kernel image is available for execution on the device", None, None),
-    ("vllm#17098 Ray C++ log", "[2025-04-15 00:31:11,815 E 808 17795] logging.cc:108: Unhandled exception: N3c1016DistBackendErrorE.",
-     "ERROR", "logging.cc:108: Unhandled exception: N3c1016DistBackendErrorE.", None, None),
-    ("speculators#266 rank prefix", "[1/8,TP1][pid=5510] ERROR 01-28 10:47:07.623 [forward_context.py:617] Traceback (most recent call last):",
-     "ERROR", "Traceback (most recent call last):", "TP1", "forward_context.py:617"),
-    ("vllm-ascend#6611 path in the header", "(Worker_TP0 pid=911501) ERROR 02-07 18:18:59 [v1/executor/multiproc_executor.py:824] RuntimeError: NPU out of memory.",
-     "ERROR", "RuntimeError: NPU out of memory.", "Worker_TP0 pid=911501", "v1/executor/multiproc_executor.py:824"),
+    (
+        "vllm#6976 old header, table frame",
+        "│ ERROR 09-27 06:46:46 engine.py:157] RuntimeError: CUDA error: an illegal memory access was encountered     │",
+        "ERROR",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        None,
+        "engine.py:157",
+    ),
+    (
+        "vllm#11366 dated header, CR",
+        "2024-12-19 21:40:35 ERROR 56542 [async_llm_engine.py:64] RuntimeError: Error in model execution: CUDA error: an illegal memory access was encountered\r",
+        "ERROR",
+        "RuntimeError: Error in model execution: CUDA error: an illegal memory access was encountered",
+        None,
+        "async_llm_engine.py:64",
+    ),
+    (
+        "vllm#31709 caret ANSI, ^M",
+        "^[[1;36m(EngineCore_DP0 pid=43065)^[[0;0m ERROR 01-04 04:31:09 [core.py:844] For debugging consider passing CUDA_LAUNCH_BLOCKING=1^M",
+        "ERROR",
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+        "EngineCore_DP0 pid=43065",
+        "core.py:844",
+    ),
+    (
+        "vllm#22793 ESC as text",
+        "ESC[1;36m(EngineCore_0 pid=114)ESC[0;0m ERROR 08-12 14:37:44 [core.py:718] EngineCore failed to start.",
+        "ERROR",
+        "EngineCore failed to start.",
+        "EngineCore_0 pid=114",
+        "core.py:718",
+    ),
+    (
+        "vllm#2734 ESC byte lost",
+        " [36m(RayWorkerVllm pid=5085) [0m [E ProcessGroupNCCL.cpp:475] [Rank 4] Watchdog caught collective operation timeout",
+        "ERROR",
+        "[Rank 4] Watchdog caught collective operation timeout",
+        "RayWorkerVllm pid=5085",
+        "ProcessGroupNCCL.cpp:475",
+    ),
+    (
+        "vllm#6042 piped, glog without timestamp",
+        "  | [rank0]:[E ProcessGroupNCCL.cpp:1537] [PG 2 Rank 0] Timeout at NCCL work: 2",
+        "ERROR",
+        "[PG 2 Rank 0] Timeout at NCCL work: 2",
+        None,
+        "ProcessGroupNCCL.cpp:1537",
+    ),
+    (
+        "vllm#36122 double process prefix",
+        "(Worker pid=357) (Worker_TP0 pid=357) ERROR 03-05 05:40:33 [multiproc_executor.py:880]     assert not (num_decodes > 0 and num_spec_decodes > 0), (",
+        "ERROR",
+        "    assert not (num_decodes > 0 and num_spec_decodes > 0), (",
+        "Worker_TP0 pid=357",
+        "multiproc_executor.py:880",
+    ),
+    (
+        "vllm PR#38081 header without timestamp",
+        "(Worker_TP0 pid=73635) ERROR [multiproc_executor.py:949]",
+        "ERROR",
+        "",
+        "Worker_TP0 pid=73635",
+        "multiproc_executor.py:949",
+    ),
+    (
+        "vllm#18916 log-viewer timestamp",
+        "2025-05-30 18:28:27.890 | RuntimeError: CUDA error: no kernel image is available for execution on the device",
+        None,
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+        None,
+        None,
+    ),
+    (
+        "vllm#17098 Ray C++ log",
+        "[2025-04-15 00:31:11,815 E 808 17795] logging.cc:108: Unhandled exception: N3c1016DistBackendErrorE.",
+        "ERROR",
+        "logging.cc:108: Unhandled exception: N3c1016DistBackendErrorE.",
+        None,
+        None,
+    ),
+    (
+        "speculators#266 rank prefix",
+        "[1/8,TP1][pid=5510] ERROR 01-28 10:47:07.623 [forward_context.py:617] Traceback (most recent call last):",
+        "ERROR",
+        "Traceback (most recent call last):",
+        "TP1",
+        "forward_context.py:617",
+    ),
+    (
+        "vllm-ascend#6611 path in the header",
+        "(Worker_TP0 pid=911501) ERROR 02-07 18:18:59 [v1/executor/multiproc_executor.py:824] RuntimeError: NPU out of memory.",
+        "ERROR",
+        "RuntimeError: NPU out of memory.",
+        "Worker_TP0 pid=911501",
+        "v1/executor/multiproc_executor.py:824",
+    ),
 ]
 
 
@@ -71,20 +143,85 @@ def test_real_prefix_forms(raw, level, payload, proc, src) -> None:
 
 
 WORDINGS = [
-    ("vllm#26863 torch.OutOfMemoryError", "vllm-26863-oom-message-wrapped.log", "cuda-oom", "torch.OutOfMemoryError: CUDA out of memory."),
-    ("vllm-ascend#6611 RuntimeError: NPU out of memory", "vllm-ascend-6611-qwen3-next-npu-oom.log", "cuda-oom", "RuntimeError: NPU out of memory."),
-    ("vllm-ascend#4678 c10 NPU out of memory", "vllm-ascend-4678-npu-oom-glog-pta.log", "cuda-oom", "NPU out of memory. NPUWorkspaceAllocator"),
-    ("vllm#27571 torch.AcceleratorError + hint", "vllm-27571-qwen3-next-illegal-address-transfer-sync.log", "cuda-illegal-address", "torch.AcceleratorError: CUDA error: an illegal memory access"),
-    ("vllm#40756 hint line alone", "vllm-40756-illegal-address-hint-only-tp.log", "cuda-illegal-address", "Search for `cudaErrorIllegalAddress'"),
-    ("vllm#11366 Error in model execution", "vllm-11366-illegal-address-custom-header-crlf.log", "cuda-illegal-address", "RuntimeError: Error in model execution: CUDA error: an illegal memory access"),
-    ("vllm#17098 Triton Error [CUDA]", "vllm-17098-triton-error-illegal-address-old-header.log", "cuda-illegal-address", "RuntimeError: Triton Error [CUDA]: an illegal memory access"),
-    ("vllm#8177 watchdog terminated with CUDA error", "vllm-8177-watchdog-terminated-illegal-address-glog.log", "cuda-illegal-address", "Process group watchdog thread terminated with exception: CUDA error"),
-    ("vllm#6042 NCCL watchdog (torch 2.3 glog)", "vllm-6042-nccl-watchdog-worker-died-piped.log", "nccl-watchdog-timeout", "[Rank 0] Watchdog caught collective operation timeout"),
-    ("vllm#8978 NCCL watchdog (torch 2.4 glog)", "vllm-8978-nccl-watchdog-llama-vision-hang.log", "nccl-watchdog-timeout", "[Rank 2] Watchdog caught collective operation timeout"),
-    ("vllm#2734 NCCL watchdog via Ray", "vllm-2734-nccl-watchdog-ray-lost-ansi.log", "nccl-watchdog-timeout", "[Rank 4] Watchdog caught"),
+    (
+        "vllm#26863 torch.OutOfMemoryError",
+        "vllm-26863-oom-message-wrapped.log",
+        "cuda-oom",
+        "torch.OutOfMemoryError: CUDA out of memory.",
+    ),
+    (
+        "vllm-ascend#6611 RuntimeError: NPU out of memory",
+        "vllm-ascend-6611-qwen3-next-npu-oom.log",
+        "cuda-oom",
+        "RuntimeError: NPU out of memory.",
+    ),
+    (
+        "vllm-ascend#4678 c10 NPU out of memory",
+        "vllm-ascend-4678-npu-oom-glog-pta.log",
+        "cuda-oom",
+        "NPU out of memory. NPUWorkspaceAllocator",
+    ),
+    (
+        "vllm#27571 torch.AcceleratorError + hint",
+        "vllm-27571-qwen3-next-illegal-address-transfer-sync.log",
+        "cuda-illegal-address",
+        "torch.AcceleratorError: CUDA error: an illegal memory access",
+    ),
+    (
+        "vllm#40756 hint line alone",
+        "vllm-40756-illegal-address-hint-only-tp.log",
+        "cuda-illegal-address",
+        "Search for `cudaErrorIllegalAddress'",
+    ),
+    (
+        "vllm#11366 Error in model execution",
+        "vllm-11366-illegal-address-custom-header-crlf.log",
+        "cuda-illegal-address",
+        "RuntimeError: Error in model execution: CUDA error: an illegal memory access",
+    ),
+    (
+        "vllm#17098 Triton Error [CUDA]",
+        "vllm-17098-triton-error-illegal-address-old-header.log",
+        "cuda-illegal-address",
+        "RuntimeError: Triton Error [CUDA]: an illegal memory access",
+    ),
+    (
+        "vllm#8177 watchdog terminated with CUDA error",
+        "vllm-8177-watchdog-terminated-illegal-address-glog.log",
+        "cuda-illegal-address",
+        "Process group watchdog thread terminated with exception: CUDA error",
+    ),
+    (
+        "vllm#6042 NCCL watchdog (torch 2.3 glog)",
+        "vllm-6042-nccl-watchdog-worker-died-piped.log",
+        "nccl-watchdog-timeout",
+        "[Rank 0] Watchdog caught collective operation timeout",
+    ),
+    (
+        "vllm#8978 NCCL watchdog (torch 2.4 glog)",
+        "vllm-8978-nccl-watchdog-llama-vision-hang.log",
+        "nccl-watchdog-timeout",
+        "[Rank 2] Watchdog caught collective operation timeout",
+    ),
+    (
+        "vllm#2734 NCCL watchdog via Ray",
+        "vllm-2734-nccl-watchdog-ray-lost-ansi.log",
+        "nccl-watchdog-timeout",
+        "[Rank 4] Watchdog caught",
+    ),
     ("vllm#31709 cudaErrorAssert", "vllm-31709-device-assert-caret-ansi.log", "cuda-device-assert", "cudaErrorAssert"),
-    ("vllm#25240 'Engine core proc ... died'", "vllm-25240-qwen3-next-mtp-died-no-traceback.log", "engine-dead", "Engine core proc EngineCore_DP0 died unexpectedly"),
-    ("vllm#26328 WorkerProc failed to start", "vllm-26328-eagle3-gpt-oss-workerproc-failed.log", "engine-dead", "WorkerProc failed to start."),
+    (
+        "vllm#25240 'Engine core proc ... died'",
+        "vllm-25240-qwen3-next-mtp-died-no-traceback.log",
+        "engine-dead",
+        "Engine core proc EngineCore_DP0 died unexpectedly",
+    ),
+    (
+        "vllm#26328 WorkerProc failed to start",
+        "vllm-26328-eagle3-gpt-oss-workerproc-failed.log",
+        "engine-dead",
+        "WorkerProc failed to start.",
+    ),
 ]
 
 
@@ -112,8 +249,11 @@ def test_nccl_watchdog_without_gdn_evidence_names_no_issue() -> None:
 def test_rendered_spec_is_evidence_vllm_38916(backend, named) -> None:
     from gdn_operator.api.load import parse_spec
 
-    spec = {"model": {"uri": "hf://Qwen/Qwen3.5-35B-A3B"}, "image": {"tag": "v0.21.0", "vllmVersion": "0.21.0"},
-            "tensorParallelSize": 2}
+    spec = {
+        "model": {"uri": "hf://Qwen/Qwen3.5-35B-A3B"},
+        "image": {"tag": "v0.21.0", "vllmVersion": "0.21.0"},
+        "tensorParallelSize": 2,
+    }
     if backend:
         spec["gdnPrefillBackend"] = backend
     r = classify_text(up("vllm-38916-qwen3.5-flashinfer-gdn-timeout.log"), evidence=Evidence.from_spec(parse_spec(spec)))
@@ -151,8 +291,13 @@ def test_other_family_in_the_log_rules_out_a_gdn_issue() -> None:
 def test_spec_decode_off_rules_out_b1() -> None:
     from gdn_operator.api.load import parse_spec
 
-    spec = parse_spec({"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.17.1", "vllmVersion": "0.17.1"},
-                       "speculativeDecoding": {"enabled": False}})
+    spec = parse_spec(
+        {
+            "model": {"uri": "hf://Qwen/Qwen3.5-27B"},
+            "image": {"tag": "v0.17.1", "vllmVersion": "0.17.1"},
+            "speculativeDecoding": {"enabled": False},
+        }
+    )
     text = up("vllm-34871-gdn-assert-message-only.log")
     assert classify_text(text).upstream == "vllm#36917"
     r = classify_text(text, evidence=Evidence.from_spec(spec))
@@ -211,7 +356,9 @@ def test_request_error_at_the_end_is_not_a_crash() -> None:
     line = "(APIServer pid=1) ERROR 02-10 15:10:20 [serving_chat.py:193] ValueError: This model's maximum context length is 32768 tokens.\n"
     assert not classify_text(line).crashed
     assert not classify_text(line + SHUTDOWN).crashed
-    assert not classify_text(up("vllm-5881-healthy-asgi-exception.log") + "AttributeError: 'NoneType' object has no attribute 'x'\n").crashed
+    assert not classify_text(
+        up("vllm-5881-healthy-asgi-exception.log") + "AttributeError: 'NoneType' object has no attribute 'x'\n"
+    ).crashed
 
 
 @pytest.mark.parametrize("name", sorted({p.name for p in UP.glob("*.log")}))
@@ -245,19 +392,30 @@ def test_prefilter_skips_steady_state_noise() -> None:
 
 
 def _cat(**over):
-    sig = {"id": "x", "title": "t", "kind": "runtime-crash", "upstream": "vllm#1", "priority": 1, "keywords": ["boom"],
-           "match": ["boom"], "remediation": {"action": "investigate", "hint": "h"}}
+    sig = {
+        "id": "x",
+        "title": "t",
+        "kind": "runtime-crash",
+        "upstream": "vllm#1",
+        "priority": 1,
+        "keywords": ["boom"],
+        "match": ["boom"],
+        "remediation": {"action": "investigate", "hint": "h"},
+    }
     sig.update(over)
     return {"schema": 1, "signatures": [sig]}
 
 
-@pytest.mark.parametrize("over,needle", [
-    ({"attribution": {"needs": {"family": "gdn-hybrid"}}}, "needs an 'upstream' and a 'parent'"),
-    ({"attribution": {"needs": {"family": "llama"}}, "parent": "x"}, "unknown fact or value family: 'llama'"),
-    ({"attribution": {"needs": {"spec_decode": True}}, "parent": "x"}, "spec_decode: True"),  # YAML `on` unquoted
-    ({"attribution": {"versions": "~1"}, "parent": "x"}, "attribution.versions"),
-    ({"parent": "nope", "attribution": {}}, "parent 'nope' is neither a signature nor a class"),
-])
+@pytest.mark.parametrize(
+    "over,needle",
+    [
+        ({"attribution": {"needs": {"family": "gdn-hybrid"}}}, "needs an 'upstream' and a 'parent'"),
+        ({"attribution": {"needs": {"family": "llama"}}, "parent": "x"}, "unknown fact or value family: 'llama'"),
+        ({"attribution": {"needs": {"spec_decode": True}}, "parent": "x"}, "spec_decode: True"),  # YAML `on` unquoted
+        ({"attribution": {"versions": "~1"}, "parent": "x"}, "attribution.versions"),
+        ({"parent": "nope", "attribution": {}}, "parent 'nope' is neither a signature nor a class"),
+    ],
+)
 def test_attribution_validation(over, needle) -> None:
     with pytest.raises(CatalogueError, match=re.escape(needle)):
         parse_catalogue(_cat(**over), "t.yaml")
@@ -283,7 +441,9 @@ def test_cli_spec_flag_names_the_issue(capsys) -> None:
     assert main(["classify-log", log, "--output", "json", "--spec", str(SPECS / "qwen3.5-35b-flashinfer-gdn-tp2.yaml")]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["upstream"] == "flashinfer#3329" and doc["evidence"]["vllm_version"] == "0.21.0 (spec)"
-    assert main(["classify-log", log, "--spec", str(SPECS / "qwen3.5-35b-flashinfer-gdn-tp2.yaml"), "--vllm-version", "0.25.0"]) == 0
+    assert (
+        main(["classify-log", log, "--spec", str(SPECS / "qwen3.5-35b-flashinfer-gdn-tp2.yaml"), "--vllm-version", "0.25.0"]) == 0
+    )
     out = capsys.readouterr().out
     assert "vllm_version=0.25.0 (spec)" in out and "upstream:    flashinfer#3329" in out
 
@@ -318,10 +478,15 @@ def test_fact_scan_cut_is_the_same_in_line_and_block_mode(monkeypatch) -> None:
     import gdn_operator.watch.signatures as sigmod
 
     monkeypatch.setattr(sigmod, "FACT_SCAN_LINES", 7)
-    lines = ["x"] * 5 + ["(APIServer pid=1) INFO 03-18 08:50:31 [model.py:531] Resolved architecture: LlamaForCausalLM"] + ["y"] * 3 + [
-        "INFO 03-18 08:50:31 [api_server.py:972] vLLM API server version 0.8.0rc3.dev6+g53a0cf8b",  # vllm#15016
-        "RuntimeError: CUDA error: an illegal memory access was encountered",
-    ]
+    lines = (
+        ["x"] * 5
+        + ["(APIServer pid=1) INFO 03-18 08:50:31 [model.py:531] Resolved architecture: LlamaForCausalLM"]
+        + ["y"] * 3
+        + [
+            "INFO 03-18 08:50:31 [api_server.py:972] vLLM API server version 0.8.0rc3.dev6+g53a0cf8b",  # vllm#15016
+            "RuntimeError: CUDA error: an illegal memory access was encountered",
+        ]
+    )
     one = sigmod.LogClassifier()
     one.feed_lines(lines)
     assert one.facts == {"family": "other"}  # the version line came after the cut
@@ -335,11 +500,19 @@ def test_fact_scan_cut_is_the_same_in_line_and_block_mode(monkeypatch) -> None:
 
 
 def test_remediation_ladder_validation_and_data() -> None:
-    bad = _cat(upstream=None, remediation={"action": "disable-spec-decode", "hint": "h", "ladder": [{"action": "pray", "reason": "r"}]})
+    bad = _cat(
+        upstream=None, remediation={"action": "disable-spec-decode", "hint": "h", "ladder": [{"action": "pray", "reason": "r"}]}
+    )
     with pytest.raises(CatalogueError, match=re.escape("remediation.ladder[0]: needs 'action'")):
         parse_catalogue(bad, "t.yaml")
-    bad = _cat(upstream=None, remediation={"action": "disable-spec-decode", "hint": "h",
-                                           "ladder": [{"action": "disable-async-scheduling", "reason": "r", "min_tp": 0}]})
+    bad = _cat(
+        upstream=None,
+        remediation={
+            "action": "disable-spec-decode",
+            "hint": "h",
+            "ladder": [{"action": "disable-async-scheduling", "reason": "r", "min_tp": 0}],
+        },
+    )
     with pytest.raises(CatalogueError, match="min_tp"):
         parse_catalogue(bad, "t.yaml")
     # issue 18: the TP spec-decode illegal-address signatures keep MTP on before disabling it

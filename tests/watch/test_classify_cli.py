@@ -42,8 +42,20 @@ def test_healthy_fixture_json(capsys) -> None:
 @pytest.mark.parametrize(
     "name,sig,upstream,kind,root",
     [
-        ("b1-gdn-assert-tp2-interleaved.tail.log", "gdn-mixed-spec-decode-assert", "vllm#36917", "runtime-crash", "AssertionError: num_decodes: 1, num_spec_decodes: 7"),
-        ("b4-illegal-address-accepted-sync-tp2.tail.log", "cuda-illegal-address-accepted-sync", "vllm#41190", "runtime-crash", "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"),
+        (
+            "b1-gdn-assert-tp2-interleaved.tail.log",
+            "gdn-mixed-spec-decode-assert",
+            "vllm#36917",
+            "runtime-crash",
+            "AssertionError: num_decodes: 1, num_spec_decodes: 7",
+        ),
+        (
+            "b4-illegal-address-accepted-sync-tp2.tail.log",
+            "cuda-illegal-address-accepted-sync",
+            "vllm#41190",
+            "runtime-crash",
+            "torch.AcceleratorError: CUDA error: an illegal memory access was encountered",
+        ),
         ("b14-negative-token-budget.tail.log", "negative-token-budget", "vllm#50708", "config-error", None),
         ("unknown-crash-keyerror.tail.log", "engine-dead", None, "generic", "KeyError: 'model.layers.0.mlp.experts.w13_weight'"),
     ],

@@ -30,8 +30,9 @@ def _raw_sum(body: str, series: str) -> float:
 
 
 def _per_position(body: str) -> list[float]:
-    rows = re.findall(r'^vllm:spec_decode_num_accepted_tokens_per_pos_total\{[^}]*position="(\d+)"[^}]*\} ([0-9.eE+-]+)$',
-                      body, re.M)
+    rows = re.findall(
+        r'^vllm:spec_decode_num_accepted_tokens_per_pos_total\{[^}]*position="(\d+)"[^}]*\} ([0-9.eE+-]+)$', body, re.M
+    )
     return [float(v) for _, v in sorted(rows, key=lambda r: int(r[0]))]
 
 
@@ -41,14 +42,26 @@ def test_mtp_exposition_figures_equal_raw_counters():
     assert snap.spec_decode_enabled and snap.engines == 1
     raw = {k: _raw_sum(body, f"vllm:spec_decode_num_{k}_total") for k in ("drafts", "draft_tokens", "accepted_tokens")}
     assert (snap.num_drafts, snap.num_draft_tokens, snap.num_accepted_tokens) == (
-        raw["drafts"], raw["draft_tokens"], raw["accepted_tokens"])
+        raw["drafts"],
+        raw["draft_tokens"],
+        raw["accepted_tokens"],
+    )
     assert list(snap.accepted_per_position) == _per_position(body)
     assert snap.generation_tokens == _raw_sum(body, "vllm:generation_tokens_total")
     # The window from an engine that had served nothing to this scrape: figures are the raw counters.
     w = PodWindow(window=3600)
-    w.observe(EngineSnapshot(timestamp=0.0, num_drafts=0.0, num_draft_tokens=0.0, num_accepted_tokens=0.0,
-                             accepted_per_position=(0.0,) * len(snap.accepted_per_position), generation_tokens=0.0,
-                             start_time=snap.start_time, engines=1))
+    w.observe(
+        EngineSnapshot(
+            timestamp=0.0,
+            num_drafts=0.0,
+            num_draft_tokens=0.0,
+            num_accepted_tokens=0.0,
+            accepted_per_position=(0.0,) * len(snap.accepted_per_position),
+            generation_tokens=0.0,
+            start_time=snap.start_time,
+            engines=1,
+        )
+    )
     w.observe(snap)
     st = w.stats()
     assert (st.drafts, st.draft_tokens, st.accepted) == (raw["drafts"], raw["draft_tokens"], raw["accepted_tokens"])
@@ -61,8 +74,11 @@ def test_dummy_weight_mtp_capture_is_flagged_near_zero_acceptance():
     body = (CAPTURES / "metrics-mtp2-eager.prom").read_text()
     snap = parse_exposition(body, timestamp=100.0)
     w = PodWindow(window=3600)
-    w.observe(EngineSnapshot(timestamp=0.0, num_drafts=0.0, num_draft_tokens=0.0, num_accepted_tokens=0.0,
-                             start_time=snap.start_time, engines=1))
+    w.observe(
+        EngineSnapshot(
+            timestamp=0.0, num_drafts=0.0, num_draft_tokens=0.0, num_accepted_tokens=0.0, start_time=snap.start_time, engines=1
+        )
+    )
     w.observe(snap)
     f = detect_near_zero_acceptance(w.stats())
     assert f is not None and f.reason == REASON_NEAR_ZERO

@@ -20,8 +20,15 @@ ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "fixtures" / "vllm-0.22.0-h100x2-multinode"
 REPO = ROOT.parent
 
-MULTINODE_FLAGS = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--tensor-parallel-size",
-                   "--pipeline-parallel-size", "--speculative-config")
+MULTINODE_FLAGS = (
+    "--nnodes",
+    "--node-rank",
+    "--master-addr",
+    "--master-port",
+    "--tensor-parallel-size",
+    "--pipeline-parallel-size",
+    "--speculative-config",
+)
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +87,12 @@ def test_group_counting_over_the_recorded_deaths_matches_the_crash_watch(result)
         incident = prev is not None and same_incident(prev, cw["group"], d["pod"], 1, d["finished"])
         assert incident == d["same_incident"]
         counted += not incident
-        prev = {"time": d["finished"], "pod": d["pod"], "group": cw["group"], "generation": 1,
-                "signature": d["effective_signature"], "incidentPods": [d["pod"]]}
+        prev = {
+            "time": d["finished"],
+            "pod": d["pod"],
+            "group": cw["group"],
+            "generation": 1,
+            "signature": d["effective_signature"],
+            "incidentPods": [d["pod"]],
+        }
     assert counted == cw["crashes_counted"] and cw["window_s"] == GROUP_INCIDENT_SECONDS

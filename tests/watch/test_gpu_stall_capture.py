@@ -103,8 +103,12 @@ def test_full_graph_engine_stalls_and_is_flagged_while_health_is_200(result):
         if not base:
             continue
         t0, s0 = base[-1]
-        out = (_sum(s, "vllm:generation_tokens_total") + _sum(s, "vllm:prompt_tokens_total")
-               - _sum(s0, "vllm:generation_tokens_total") - _sum(s0, "vllm:prompt_tokens_total"))
+        out = (
+            _sum(s, "vllm:generation_tokens_total")
+            + _sum(s, "vllm:prompt_tokens_total")
+            - _sum(s0, "vllm:generation_tokens_total")
+            - _sum(s0, "vllm:prompt_tokens_total")
+        )
         assert out < DEFAULT_FLOOR * _sum(s, "vllm:num_requests_running") * (t - t0), t
     # detection within stallSeconds + two scrape intervals of the last 30 s window that kept the floor
     header = lines[0]

@@ -26,9 +26,18 @@ def _raw(body: str, series: str) -> float:
 def _window(body: str) -> PodWindow:
     snap = parse_exposition(body, timestamp=100.0)
     w = PodWindow(window=3600)
-    w.observe(EngineSnapshot(timestamp=0.0, num_drafts=0.0, num_draft_tokens=0.0, num_accepted_tokens=0.0,
-                             accepted_per_position=(0.0,) * len(snap.accepted_per_position), generation_tokens=0.0,
-                             start_time=snap.start_time, engines=1))
+    w.observe(
+        EngineSnapshot(
+            timestamp=0.0,
+            num_drafts=0.0,
+            num_draft_tokens=0.0,
+            num_accepted_tokens=0.0,
+            accepted_per_position=(0.0,) * len(snap.accepted_per_position),
+            generation_tokens=0.0,
+            start_time=snap.start_time,
+            engines=1,
+        )
+    )
     w.observe(snap)
     return w
 
@@ -42,9 +51,15 @@ def test_trained_mtp_acceptance_equals_raw_counters_and_is_high():
     assert (st.drafts, st.draft_tokens, st.accepted) == (drafts, draft_tokens, accepted)
     assert st.acceptance_rate == accepted / draft_tokens
     assert st.mean_accepted_length == 1.0 + accepted / drafts
-    per_pos = [float(v) for _, v in sorted(re.findall(
-        r'^vllm:spec_decode_num_accepted_tokens_per_pos_total\{[^}]*position="(\d+)"[^}]*\} ([0-9.eE+-]+)$', body, re.M),
-        key=lambda r: int(r[0]))]
+    per_pos = [
+        float(v)
+        for _, v in sorted(
+            re.findall(
+                r'^vllm:spec_decode_num_accepted_tokens_per_pos_total\{[^}]*position="(\d+)"[^}]*\} ([0-9.eE+-]+)$', body, re.M
+            ),
+            key=lambda r: int(r[0]),
+        )
+    ]
     assert len(per_pos) == 2 and sum(per_pos) == accepted
     # what the GPU showed with a working head (k=2): both positions accepted almost always
     assert per_pos[0] / drafts >= 0.9 and per_pos[1] / drafts >= 0.9

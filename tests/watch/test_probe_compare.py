@@ -111,7 +111,12 @@ def probe(name: str, **kw) -> Probe:
 
 def test_learn_takes_the_first_answer_then_compares_the_others():
     p = probe("q", mode="exact")
-    asked = [Asked("pod-a", "q", REF), Asked("pod-b", "q", REF), Asked("pod-c", "q", ids(11, 12, finish="stop")), Asked("pod-d", "q", ids(11, 0))]
+    asked = [
+        Asked("pod-a", "q", REF),
+        Asked("pod-b", "q", REF),
+        Asked("pod-c", "q", ids(11, 12, finish="stop")),
+        Asked("pod-d", "q", ids(11, 0)),
+    ]
     out, learned = judge_round([p], {}, asked)
     assert [o.result for o in out] == [LEARNED, PASS, EARLY_STOP, MISMATCH]
     assert learned == {"q": ("pod-a", REF)}
@@ -143,8 +148,13 @@ def test_existing_reference_is_compared_with_default_prefix():
 
 
 def o(probe: str, result: str, pod: str = "pod-a", position: int | None = None) -> Outcome:
-    return Outcome(pod, probe, Verdict(result, position, "[1]" if position is not None else None,
-                                       "[2]" if position is not None else None, f"{result} here"))
+    return Outcome(
+        pod,
+        probe,
+        Verdict(
+            result, position, "[1]" if position is not None else None, "[2]" if position is not None else None, f"{result} here"
+        ),
+    )
 
 
 def test_one_blip_never_alarms_and_a_pass_resets():
@@ -164,8 +174,15 @@ def test_threshold_consecutive_failures_alarm_with_the_failure_reason():
     c = b.observe([o("q", EARLY_STOP, pod="pod-b", position=2), o("r", PASS)], now="2026-11-23T14:00:00Z")
     assert (c.value, c.reason, c.failure) == (False, "ProbeEarlyStop", EARLY_STOP)
     assert "probe q failed 3 rounds in a row on pod pod-b" in c.message and "expected [1], got [2]" in c.message
-    assert b.tracks["q"].last_failure == {"time": "2026-11-23T14:00:00Z", "pod": "pod-b", "result": EARLY_STOP,
-                                          "position": 2, "expected": "[1]", "got": "[2]", "message": "early-stop here"}
+    assert b.tracks["q"].last_failure == {
+        "time": "2026-11-23T14:00:00Z",
+        "pod": "pod-b",
+        "result": EARLY_STOP,
+        "position": 2,
+        "expected": "[1]",
+        "got": "[2]",
+        "message": "early-stop here",
+    }
     assert b.state == "Inconsistent"
 
 
@@ -203,9 +220,12 @@ def test_empty_round_changes_nothing():
 
 
 def test_restore_from_status_keeps_counts_and_alarm():
-    b = ProbeBook.restore(["q"], 3,
-                          [{"probe": "q", "consecutiveFailures": 2, "lastResult": MISMATCH}, {"probe": "old", "consecutiveFailures": 9}],
-                          {"type": "OutputConsistent", "status": "True", "reason": "ProbesPassing", "message": "m"})
+    b = ProbeBook.restore(
+        ["q"],
+        3,
+        [{"probe": "q", "consecutiveFailures": 2, "lastResult": MISMATCH}, {"probe": "old", "consecutiveFailures": 9}],
+        {"type": "OutputConsistent", "status": "True", "reason": "ProbesPassing", "message": "m"},
+    )
     assert set(b.tracks) == {"q"} and b.tracks["q"].consecutive == 2 and b.condition.value is True
     c = b.observe([o("q", MISMATCH, position=0)])
     assert (c.value, c.reason) == (False, "ProbeMismatch")

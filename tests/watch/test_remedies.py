@@ -15,8 +15,16 @@ P2P = {"env": [{"name": "NCCL_P2P_DISABLE", "value": "1"}, {"name": "OTHER", "va
 
 
 def _doc(actions=None, action="investigate"):
-    sig = {"id": "x", "title": "t", "kind": "runtime-crash", "upstream": None, "priority": 1, "keywords": ["boom"],
-           "match": ["boom"], "remediation": {"action": action, "hint": "h"}}
+    sig = {
+        "id": "x",
+        "title": "t",
+        "kind": "runtime-crash",
+        "upstream": None,
+        "priority": 1,
+        "keywords": ["boom"],
+        "match": ["boom"],
+        "remediation": {"action": action, "hint": "h"},
+    }
     doc = {"schema": 1, "signatures": [sig]}
     if actions is not None:
         doc["actions"] = actions
@@ -28,25 +36,41 @@ def test_every_action_id_is_defined_once_in_the_data():
     assert tuple(cat.actions) == ACTIONS
     used = {s.remediation.action for s in cat.signatures} | {st.action for s in cat.signatures for st in s.remediation.ladder}
     assert used <= set(ACTIONS)
-    assert {a for a, d in cat.actions.items() if d.manual} == {"patched-image", "raise-max-num-batched-tokens", "reduce-memory", "investigate"}
+    assert {a for a, d in cat.actions.items() if d.manual} == {
+        "patched-image",
+        "raise-max-num-batched-tokens",
+        "reduce-memory",
+        "investigate",
+    }
 
 
-@pytest.mark.parametrize("action, spec, described", [
-    # the texts status.remediations[].action recorded before the actions became data (ladder "tried" checks read them)
-    ("disable-spec-decode", {}, "speculativeDecoding.enabled=false"),
-    ("disable-async-scheduling", {}, "asyncScheduling=false"),
-    ("lower-num-speculative-tokens", {"speculativeDecoding": {"numSpeculativeTokens": 6}}, "speculativeDecoding.numSpeculativeTokens=4"),
-    ("lower-num-speculative-tokens", {"speculativeDecoding": {"numSpeculativeTokens": 3}}, "speculativeDecoding.numSpeculativeTokens=2"),
-    ("lower-num-speculative-tokens", {"speculativeDecoding": {"numSpeculativeTokens": 3, "enabled": False}}, None),
-    ("gdn-prefill-backend-triton", {"gdnPrefillBackend": "flashinfer"}, "gdnPrefillBackend=triton"),
-    ("disable-v2-model-runner", {"modelRunner": "v2"}, "modelRunner=v1"),
-    ("disable-v2-model-runner", {"modelRunner": "v1"}, None),
-    ("enable-chunked-prefill", {"chunkedPrefill": False}, "chunkedPrefill=true"),
-    ("disable-prefix-caching", {"prefixCaching": True}, "prefixCaching=false"),
-    ("drop-nccl-p2p-disable", P2P, "env NCCL_P2P_DISABLE removed"),
-    ("drop-nccl-p2p-disable", {"env": [{"name": "NCCL_P2P_DISABLE", "value": "0"}]}, None),  # not disabled
-    ("reduce-memory", {}, None),
-])
+@pytest.mark.parametrize(
+    "action, spec, described",
+    [
+        # the texts status.remediations[].action recorded before the actions became data (ladder "tried" checks read them)
+        ("disable-spec-decode", {}, "speculativeDecoding.enabled=false"),
+        ("disable-async-scheduling", {}, "asyncScheduling=false"),
+        (
+            "lower-num-speculative-tokens",
+            {"speculativeDecoding": {"numSpeculativeTokens": 6}},
+            "speculativeDecoding.numSpeculativeTokens=4",
+        ),
+        (
+            "lower-num-speculative-tokens",
+            {"speculativeDecoding": {"numSpeculativeTokens": 3}},
+            "speculativeDecoding.numSpeculativeTokens=2",
+        ),
+        ("lower-num-speculative-tokens", {"speculativeDecoding": {"numSpeculativeTokens": 3, "enabled": False}}, None),
+        ("gdn-prefill-backend-triton", {"gdnPrefillBackend": "flashinfer"}, "gdnPrefillBackend=triton"),
+        ("disable-v2-model-runner", {"modelRunner": "v2"}, "modelRunner=v1"),
+        ("disable-v2-model-runner", {"modelRunner": "v1"}, None),
+        ("enable-chunked-prefill", {"chunkedPrefill": False}, "chunkedPrefill=true"),
+        ("disable-prefix-caching", {"prefixCaching": True}, "prefixCaching=false"),
+        ("drop-nccl-p2p-disable", P2P, "env NCCL_P2P_DISABLE removed"),
+        ("drop-nccl-p2p-disable", {"env": [{"name": "NCCL_P2P_DISABLE", "value": "0"}]}, None),  # not disabled
+        ("reduce-memory", {}, None),
+    ],
+)
 def test_action_changes(action, spec, described):
     p = default_catalogue().remedy_patch(action, parse_spec({**BASE, **spec}))
     assert (p.describe() if p else None) == described
@@ -63,20 +87,32 @@ def test_an_applied_action_is_valid_and_never_applies_twice(extra):
         after = parse_spec(merge(spec, p.merge_patch()))  # what the API server stores after the crash watch's patch
         again = cat.remedy_patch(action, after)
         if action == "lower-num-speculative-tokens":  # steps down one token per generation, to the floor
-            assert again is None or again.as_dict()["speculativeDecoding.numSpeculativeTokens"] < after.speculative_decoding.num_speculative_tokens
+            assert (
+                again is None
+                or again.as_dict()["speculativeDecoding.numSpeculativeTokens"] < after.speculative_decoding.num_speculative_tokens
+            )
         else:
             assert again is None, action
 
 
-@pytest.mark.parametrize("actions, needle", [
-    ({"investigate": {"set": {"speculativeDecoding.numSpecTokens": 1}}}, "actions.investigate.set: unknown spec field 'numSpecTokens'"),
-    ({"investigate": {"manual": "why", "set": {"prefixCaching": False}}}, "'manual' is a non-empty reason and stands alone"),
-    ({"investigate": {"only_if": {"prefixCaching": True}}}, "needs a spec change"),
-    ({"investigate": {"lower": {"maxNumSeqs": {"by": 1}}}}, "needs exactly by, at_most and at_least"),
-    ({"investigate": {"unset": ["prefixCaching"]}}, "unknown field(s) unset"),
-    ({"investigate": None}, "needs one of set, lower, drop_env"),
-    ({"other": {"manual": "m"}}, "field 'remediation' needs 'action' (one of other)"),  # its own table replaces the packaged one
-])
+@pytest.mark.parametrize(
+    "actions, needle",
+    [
+        (
+            {"investigate": {"set": {"speculativeDecoding.numSpecTokens": 1}}},
+            "actions.investigate.set: unknown spec field 'numSpecTokens'",
+        ),
+        ({"investigate": {"manual": "why", "set": {"prefixCaching": False}}}, "'manual' is a non-empty reason and stands alone"),
+        ({"investigate": {"only_if": {"prefixCaching": True}}}, "needs a spec change"),
+        ({"investigate": {"lower": {"maxNumSeqs": {"by": 1}}}}, "needs exactly by, at_most and at_least"),
+        ({"investigate": {"unset": ["prefixCaching"]}}, "unknown field(s) unset"),
+        ({"investigate": None}, "needs one of set, lower, drop_env"),
+        (
+            {"other": {"manual": "m"}},
+            "field 'remediation' needs 'action' (one of other)",
+        ),  # its own table replaces the packaged one
+    ],
+)
 def test_action_table_validation(actions, needle):
     with pytest.raises(CatalogueError, match=re.escape(needle)):
         parse_catalogue(_doc(actions), "t.yaml")

@@ -87,14 +87,17 @@ def test_message_split_across_fed_chunks() -> None:
     assert c.result().root_cause == "Input should be greater than 0"
 
 
-@pytest.mark.parametrize(("raw", "level", "payload"), [
-    ("(Worker_TP1) ERROR RuntimeError: boom", "ERROR", "RuntimeError: boom"),
-    ("(Worker_TP1) ERROR [multiproc_executor.py:962] x", "ERROR", "x"),
-    ("`(EngineCore_DP0 pid=1) ERROR 01-02 10:00:00 [core.py:1] ValueError: x`", "ERROR", "ValueError: x"),
-    ("`AssertionError: initial_state must be float32`", None, "AssertionError: initial_state must be float32"),
-    ("(most recent call last)", None, "(most recent call last)"),
-    ("(Worker_TP1) INFO hello", "INFO", "hello"),
-])
+@pytest.mark.parametrize(
+    ("raw", "level", "payload"),
+    [
+        ("(Worker_TP1) ERROR RuntimeError: boom", "ERROR", "RuntimeError: boom"),
+        ("(Worker_TP1) ERROR [multiproc_executor.py:962] x", "ERROR", "x"),
+        ("`(EngineCore_DP0 pid=1) ERROR 01-02 10:00:00 [core.py:1] ValueError: x`", "ERROR", "ValueError: x"),
+        ("`AssertionError: initial_state must be float32`", None, "AssertionError: initial_state must be float32"),
+        ("(most recent call last)", None, "(most recent call last)"),
+        ("(Worker_TP1) INFO hello", "INFO", "hello"),
+    ],
+)
 def test_prefix_forms(raw: str, level: str | None, payload: str) -> None:
     p = parse_line(raw)
     assert (p.level, p.payload) == (level, payload)

@@ -156,9 +156,15 @@ async def test_unreachable_port_is_connect_error_not_exception():
 
 async def test_http_error_parse_error_and_bad_url(server):
     res = await scrape_many(
-        [T(server.url("/500"), pod="a"), T(server.url("/garbage"), pod="b"),
-         T(server.url("/missing"), pod="c"), T("not a url", pod="d")],
-        timeout=2, concurrency=4)
+        [
+            T(server.url("/500"), pod="a"),
+            T(server.url("/garbage"), pod="b"),
+            T(server.url("/missing"), pod="c"),
+            T("not a url", pod="d"),
+        ],
+        timeout=2,
+        concurrency=4,
+    )
     by = {r.target.pod: r for r in res}
     assert by["a"].error == "http" and by["a"].status == 500 and "500" in by["a"].message
     assert by["b"].error == "parse" and by["b"].status == 200
@@ -173,7 +179,7 @@ async def test_body_size_cap(server):
 
 async def test_telemetry_records_errors_and_durations(server):
     reg = telemetry.METRICS_REGISTRY
-    lab = {"namespace": "tele", "name": "m", "reason": "timeout"}
+    lab = {"namespace": "tele", "server": "m", "reason": "timeout"}
     before_err = reg.get_sample_value("gdn_scrape_errors_total", lab) or 0.0
     before_n = reg.get_sample_value("gdn_scrape_duration_seconds_count") or 0.0
     targets = [Target("tele", "m", "slow", server.url("/slow")), Target("tele", "m", "ok", server.url("/ok/1"))]

@@ -120,12 +120,8 @@ def _fired(r: ClassificationResult) -> set[str]:
     return ({r.signature} if r.signature else set()) | set(r.other_signatures)
 
 
-EXAMPLES = [
-    pytest.param(s.id, ex, id=f"{s.id}/example{i}") for s in CAT.signatures for i, ex in enumerate(s.examples)
-]
-NEAR_MISSES = [
-    pytest.param(s.id, ex, id=f"{s.id}/near-miss{i}") for s in CAT.signatures for i, ex in enumerate(s.near_misses)
-]
+EXAMPLES = [pytest.param(s.id, ex, id=f"{s.id}/example{i}") for s in CAT.signatures for i, ex in enumerate(s.examples)]
+NEAR_MISSES = [pytest.param(s.id, ex, id=f"{s.id}/near-miss{i}") for s in CAT.signatures for i, ex in enumerate(s.near_misses)]
 
 
 @pytest.mark.parametrize("sig_id,text", EXAMPLES)
@@ -149,38 +145,143 @@ ERR = "(Worker_TP0 pid=826) ERROR 11-12 10:00:01 [multiproc_executor.py:880] "
 
 # (doc citation, text, expected winning signature or None)
 DOC_QUOTES = [
-    ("B1-#36918-AssertionError-num_decodes-1-num_spec_decodes-7", "AssertionError: num_decodes: 1, num_spec_decodes: 7", "gdn-mixed-spec-decode-assert"),
-    ("B1-#34871-AssertionError-num_decodes-1-num_spec_decodes-2", "AssertionError: num_decodes: 1, num_spec_decodes: 2", "gdn-mixed-spec-decode-assert"),
-    ("B10-PR53077-AssertionError-num_decodes-2-num_spec_decodes-2", "AssertionError: num_decodes: 2, num_spec_decodes: 2", "gdn-mixed-spec-decode-assert"),
-    ("B1-TP-prefix-multiproc_executor.py:880", ERR + "AssertionError: num_decodes: 1, num_spec_decodes: 7", "gdn-mixed-spec-decode-assert"),
-    ("B3-#38041-assert-isinstance-kv_cache_spec-AttentionSpec", ERR + "    assert isinstance(kv_cache_spec, AttentionSpec)", "v2-runner-hybrid-kv-cache-assert"),
-    ("B3-0.20-VLLM_USE_V2_MODEL_RUNNER-does-not-yet-support-hybrid-mamba", "ValueError: VLLM_USE_V2_MODEL_RUNNER does not yet support: hybrid/mamba models", "v2-runner-hybrid-config-reject"),
-    ("B3-0.23-Model-Runner-V2-does-not-yet-support-align-cache-mode", "ValueError: Model Runner V2 does not yet support: hybrid/mamba models with align cache mode", "v2-runner-hybrid-config-reject"),
-    ("B3-near-miss-§4-fallback-'using the V1 model runner instead'", "(APIServer pid=1) WARNING 06-20 11:00:00 [vllm.py:725] Model Runner V2 does not yet support hybrid/mamba models with align cache mode; using the V1 model runner instead.", None),
-    ("B4-#41190-cudaErrorIllegalAddress-at-num_accepted_tokens_event.synchronize", "    self.num_accepted_tokens_event.synchronize()\ntorch.AcceleratorError: CUDA error: an illegal memory access was encountered", "cuda-illegal-address-accepted-sync"),
-    ("B6-#37035-cudaErrorIllegalAddress-in-gdn_attn.py:237", "cudaErrorIllegalAddress in gdn_attn.py:237 when using qwen3_next_mtp with num_speculative_tokens=5 under load", "cuda-illegal-address-gdn-spec-state"),
-    ("B6-#37035-spec_state_indices_tensor-=-block_table_tensor", "    spec_state_indices_tensor = block_table_tensor[spec_sequence_masks, : self.num_spec + 1]\nRuntimeError: CUDA error: an illegal memory access was encountered", "cuda-illegal-address-gdn-spec-state"),
+    (
+        "B1-#36918-AssertionError-num_decodes-1-num_spec_decodes-7",
+        "AssertionError: num_decodes: 1, num_spec_decodes: 7",
+        "gdn-mixed-spec-decode-assert",
+    ),
+    (
+        "B1-#34871-AssertionError-num_decodes-1-num_spec_decodes-2",
+        "AssertionError: num_decodes: 1, num_spec_decodes: 2",
+        "gdn-mixed-spec-decode-assert",
+    ),
+    (
+        "B10-PR53077-AssertionError-num_decodes-2-num_spec_decodes-2",
+        "AssertionError: num_decodes: 2, num_spec_decodes: 2",
+        "gdn-mixed-spec-decode-assert",
+    ),
+    (
+        "B1-TP-prefix-multiproc_executor.py:880",
+        ERR + "AssertionError: num_decodes: 1, num_spec_decodes: 7",
+        "gdn-mixed-spec-decode-assert",
+    ),
+    (
+        "B3-#38041-assert-isinstance-kv_cache_spec-AttentionSpec",
+        ERR + "    assert isinstance(kv_cache_spec, AttentionSpec)",
+        "v2-runner-hybrid-kv-cache-assert",
+    ),
+    (
+        "B3-0.20-VLLM_USE_V2_MODEL_RUNNER-does-not-yet-support-hybrid-mamba",
+        "ValueError: VLLM_USE_V2_MODEL_RUNNER does not yet support: hybrid/mamba models",
+        "v2-runner-hybrid-config-reject",
+    ),
+    (
+        "B3-0.23-Model-Runner-V2-does-not-yet-support-align-cache-mode",
+        "ValueError: Model Runner V2 does not yet support: hybrid/mamba models with align cache mode",
+        "v2-runner-hybrid-config-reject",
+    ),
+    (
+        "B3-near-miss-§4-fallback-'using the V1 model runner instead'",
+        "(APIServer pid=1) WARNING 06-20 11:00:00 [vllm.py:725] Model Runner V2 does not yet support hybrid/mamba models with align cache mode; using the V1 model runner instead.",
+        None,
+    ),
+    (
+        "B4-#41190-cudaErrorIllegalAddress-at-num_accepted_tokens_event.synchronize",
+        "    self.num_accepted_tokens_event.synchronize()\ntorch.AcceleratorError: CUDA error: an illegal memory access was encountered",
+        "cuda-illegal-address-accepted-sync",
+    ),
+    (
+        "B6-#37035-cudaErrorIllegalAddress-in-gdn_attn.py:237",
+        "cudaErrorIllegalAddress in gdn_attn.py:237 when using qwen3_next_mtp with num_speculative_tokens=5 under load",
+        "cuda-illegal-address-gdn-spec-state",
+    ),
+    (
+        "B6-#37035-spec_state_indices_tensor-=-block_table_tensor",
+        "    spec_state_indices_tensor = block_table_tensor[spec_sequence_masks, : self.num_spec + 1]\nRuntimeError: CUDA error: an illegal memory access was encountered",
+        "cuda-illegal-address-gdn-spec-state",
+    ),
     # issue 16: the execute_model frame is on every worker fault's path; without GDN + spec-decode evidence
     # B11 is only a candidate, with it (the reporter's config lines) it is named
-    ("B11-#40756-gpu_worker.py-line-813-in-execute_model-no-evidence", '  File "/v/vllm/v1/worker/gpu_worker.py", line 813, in execute_model\nRuntimeError: CUDA error: an illegal memory access was encountered', "cuda-illegal-address"),
-    ("B11-#40756-gpu_worker.py-line-813-in-execute_model-with-evidence", "(EngineCore pid=1) INFO 05-13 10:00:00 [core.py:1] Initializing a V1 LLM engine (v0.19.1) with config: model='Qwen/Qwen3.6-27B-FP8', speculative_config=SpeculativeConfig(method='mtp', num_spec_tokens=5)\n" + '  File "/v/vllm/v1/worker/gpu_worker.py", line 813, in execute_model\nRuntimeError: CUDA error: an illegal memory access was encountered', "cuda-illegal-address-worker-execute"),
-    ("B12-PR51508-causal_conv1d_update-usually-faults-first", "    mixed_qkv_spec = causal_conv1d_update(\ntorch.AcceleratorError: CUDA error: an illegal memory access was encountered", "cuda-illegal-address-conv1d-update"),
-    ("§4-generic-CUDA-error-an-illegal-memory-access-was-encountered", "RuntimeError: CUDA error: an illegal memory access was encountered", "cuda-illegal-address"),
-    ("§4-generic-cudaErrorIllegalAddress", "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:368 cudaErrorIllegalAddress", "cuda-illegal-address"),
-    ("B9-PR53962-np.repeat-negative-count-ValueError", "    req_indices = np.repeat(self.arange_np[:num_reqs], num_scheduled_tokens)\nValueError: repeats may not contain negative values.", "spec-decode-negative-repeat"),
-    ("B14-#50708-max_num_scheduled_tokens-is-set-to--1792", "  Value error, max_num_scheduled_tokens is set to -1792, which does not allow any tokens to be scheduled [type=value_error]", "negative-token-budget"),
-    ("B14-near-miss-fixture-max_num_scheduled_tokens-is-set-to-2048", "(APIServer pid=20406) WARNING 11-22 13:16:43 [vllm.py:2276] max_num_scheduled_tokens is set to 2048 based on the speculative decoding settings.", None),
-    ("§2-Chunked-prefill-is-required-for-mamba-cache-mode-align", "AssertionError: Chunked prefill is required for mamba cache mode 'align'.", "align-requires-chunked-prefill"),
-    ("cpu-engine-TypeError-function-object-not-subscriptable-precopy_mamba_align_fused_kernel", "    precopy_mamba_align_fused_kernel[grid](\nTypeError: 'function' object is not subscriptable", "cpu-align-kernel-unsupported"),
-    ("B13-NCCL-watchdog-collective-timeout", "[rank1]:[E0601 04:12:55.117824196 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4312, OpType=ALLREDUCE, NumelIn=8192, NumelOut=8192, Timeout(ms)=600000) ran for 600077 milliseconds before timing out.", "nccl-watchdog-timeout"),
+    (
+        "B11-#40756-gpu_worker.py-line-813-in-execute_model-no-evidence",
+        '  File "/v/vllm/v1/worker/gpu_worker.py", line 813, in execute_model\nRuntimeError: CUDA error: an illegal memory access was encountered',
+        "cuda-illegal-address",
+    ),
+    (
+        "B11-#40756-gpu_worker.py-line-813-in-execute_model-with-evidence",
+        "(EngineCore pid=1) INFO 05-13 10:00:00 [core.py:1] Initializing a V1 LLM engine (v0.19.1) with config: model='Qwen/Qwen3.6-27B-FP8', speculative_config=SpeculativeConfig(method='mtp', num_spec_tokens=5)\n"
+        + '  File "/v/vllm/v1/worker/gpu_worker.py", line 813, in execute_model\nRuntimeError: CUDA error: an illegal memory access was encountered',
+        "cuda-illegal-address-worker-execute",
+    ),
+    (
+        "B12-PR51508-causal_conv1d_update-usually-faults-first",
+        "    mixed_qkv_spec = causal_conv1d_update(\ntorch.AcceleratorError: CUDA error: an illegal memory access was encountered",
+        "cuda-illegal-address-conv1d-update",
+    ),
+    (
+        "§4-generic-CUDA-error-an-illegal-memory-access-was-encountered",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "cuda-illegal-address",
+    ),
+    (
+        "§4-generic-cudaErrorIllegalAddress",
+        "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:368 cudaErrorIllegalAddress",
+        "cuda-illegal-address",
+    ),
+    (
+        "B9-PR53962-np.repeat-negative-count-ValueError",
+        "    req_indices = np.repeat(self.arange_np[:num_reqs], num_scheduled_tokens)\nValueError: repeats may not contain negative values.",
+        "spec-decode-negative-repeat",
+    ),
+    (
+        "B14-#50708-max_num_scheduled_tokens-is-set-to--1792",
+        "  Value error, max_num_scheduled_tokens is set to -1792, which does not allow any tokens to be scheduled [type=value_error]",
+        "negative-token-budget",
+    ),
+    (
+        "B14-near-miss-fixture-max_num_scheduled_tokens-is-set-to-2048",
+        "(APIServer pid=20406) WARNING 11-22 13:16:43 [vllm.py:2276] max_num_scheduled_tokens is set to 2048 based on the speculative decoding settings.",
+        None,
+    ),
+    (
+        "§2-Chunked-prefill-is-required-for-mamba-cache-mode-align",
+        "AssertionError: Chunked prefill is required for mamba cache mode 'align'.",
+        "align-requires-chunked-prefill",
+    ),
+    (
+        "cpu-engine-TypeError-function-object-not-subscriptable-precopy_mamba_align_fused_kernel",
+        "    precopy_mamba_align_fused_kernel[grid](\nTypeError: 'function' object is not subscriptable",
+        "cpu-align-kernel-unsupported",
+    ),
+    (
+        "B13-NCCL-watchdog-collective-timeout",
+        "[rank1]:[E0601 04:12:55.117824196 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4312, OpType=ALLREDUCE, NumelIn=8192, NumelOut=8192, Timeout(ms)=600000) ran for 600077 milliseconds before timing out.",
+        "nccl-watchdog-timeout",
+    ),
     ("oom-torch.OutOfMemoryError", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "cuda-oom"),
-    ("§4-EngineCore-encountered-an-issue", "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.", "engine-dead"),
-    ("§4-EngineCore-encountered-a-fatal-error", "(EngineCore_DP0 pid=123) ERROR 11-12 10:00:01 [core.py:1586] EngineCore encountered a fatal error.", "engine-dead"),
+    (
+        "§4-EngineCore-encountered-an-issue",
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.",
+        "engine-dead",
+    ),
+    (
+        "§4-EngineCore-encountered-a-fatal-error",
+        "(EngineCore_DP0 pid=123) ERROR 11-12 10:00:01 [core.py:1586] EngineCore encountered a fatal error.",
+        "engine-dead",
+    ),
     ("§4-Worker-proc-died-unexpectedly", "Worker proc VllmWorker-1 died unexpectedly, shutting down executor.", "engine-dead"),
     ("§4-Engine-core-process-died-unexpectedly", "Engine core process EngineCore_DP0 died unexpectedly.", "engine-dead"),
-    ("generic-Engine-core-initialization-failed", "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}", "engine-dead"),
+    (
+        "generic-Engine-core-initialization-failed",
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+        "engine-dead",
+    ),
     # WARNING-level lines never trigger, even with a crash string (vLLM logs handled errors as WARNING)
-    ("level-filter-WARNING-illegal-address", "(APIServer pid=1) WARNING 11-22 13:17:14 [base.py:380] RuntimeError: CUDA error: an illegal memory access was encountered", None),
+    (
+        "level-filter-WARNING-illegal-address",
+        "(APIServer pid=1) WARNING 11-22 13:17:14 [base.py:380] RuntimeError: CUDA error: an illegal memory access was encountered",
+        None,
+    ),
     ("level-filter-INFO-EngineDeadError", "(APIServer pid=1) INFO 11-22 13:17:14 [x.py:1] imported EngineDeadError", None),
 ]
 
@@ -198,14 +299,30 @@ def test_doc_quote(text: str, expected: str | None) -> None:
 
 STRIP_CASES = [
     ("(Worker_TP4 pid=826) ERROR 11-12 10:00:01 [multiproc_executor.py:880] AssertionError: x", "ERROR", "AssertionError: x"),
-    ("(EngineCore_DP0 pid=123) ERROR 11-12 10:00:01 [core.py:1100]   File \"a.py\", line 1, in f", "ERROR", '  File "a.py", line 1, in f'),
-    ("\x1b[1;36m(APIServer pid=1)\x1b[0;0m \x1b[1;33mWARNING\x1b[0m 11-22 13:17:14 [base.py:380] ValueError: y", "WARNING", "ValueError: y"),
+    (
+        '(EngineCore_DP0 pid=123) ERROR 11-12 10:00:01 [core.py:1100]   File "a.py", line 1, in f',
+        "ERROR",
+        '  File "a.py", line 1, in f',
+    ),
+    (
+        "\x1b[1;36m(APIServer pid=1)\x1b[0;0m \x1b[1;33mWARNING\x1b[0m 11-22 13:17:14 [base.py:380] ValueError: y",
+        "WARNING",
+        "ValueError: y",
+    ),
     ("2026-11-22T13:16:43.123456789Z stderr F (EngineCore pid=5) ERROR 11-22 13:16:43 [core.py:1] boom", "ERROR", "boom"),
     ("2026-11-22T13:16:43.123456789+00:00 stdout P partial text", None, "partial text"),
-    ("2026-11-22T13:16:43.123456789Z INFO:     127.0.0.1:1 - \"GET /health HTTP/1.1\" 200 OK", "INFO", '127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK'),
+    (
+        '2026-11-22T13:16:43.123456789Z INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK',
+        "INFO",
+        '127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK',
+    ),
     ("[rank0]:[E1122 13:17:04.188303432 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog", "ERROR", "[Rank 0] Watchdog"),
     ("[W1122 13:17:04.188303432 utils.cpp:68] Warning: NUMA binding", "WARNING", "Warning: NUMA binding"),
-    ("qwen3.5-4b  | (APIServer pid=1) RuntimeError: Engine core initialization failed.", None, "RuntimeError: Engine core initialization failed."),
+    (
+        "qwen3.5-4b  | (APIServer pid=1) RuntimeError: Engine core initialization failed.",
+        None,
+        "RuntimeError: Engine core initialization failed.",
+    ),
     ("(RayWorkerWrapper pid=77, ip=10.0.0.2) ERROR 01-01 00:00:00 [w.py:1] x", "ERROR", "x"),
     ("ERROR:    Exception in ASGI application", "ERROR", "Exception in ASGI application"),
     ("ValueError: plain line\r", None, "ValueError: plain line"),
@@ -257,26 +374,138 @@ def test_real_startup_log_is_not_a_crash(startup_log: str) -> None:
 
 CRASH_LOGS = [
     # file, signature, upstream, kind, root-cause regex, other signatures that must also have fired
-    ("b1-gdn-assert-tp2-interleaved.tail.log", "gdn-mixed-spec-decode-assert", "vllm#36917", "runtime-crash", r"^AssertionError: num_decodes: 1, num_spec_decodes: 7$", {"engine-dead"}),
-    ("b3-v2-runner-assert.tail.log", "v2-runner-hybrid-kv-cache-assert", "vllm#38041", "startup-crash", r"^assert isinstance\(kv_cache_spec, AttentionSpec\)$", {"engine-dead"}),
-    ("b3-v2-config-reject.tail.log", "v2-runner-hybrid-config-reject", "vllm#38041", "config-error", r"VLLM_USE_V2_MODEL_RUNNER does not yet support: hybrid/mamba models", set()),
-    ("b3-v2-config-reject-align.tail.log", "v2-runner-hybrid-config-reject", "vllm#38041", "config-error", r"^ValueError: Model Runner V2 does not yet support: hybrid/mamba models with align cache mode$", set()),
-    ("b4-illegal-address-accepted-sync-tp2.tail.log", "cuda-illegal-address-accepted-sync", "vllm#41190", "runtime-crash", r"^torch\.AcceleratorError: CUDA error: an illegal memory access", {"cuda-illegal-address", "engine-dead"}),
-    ("b6-gdn-attn-237.tail.log", "cuda-illegal-address-gdn-spec-state", "vllm#37035", "runtime-crash", r"illegal memory access", {"cuda-illegal-address"}),
-    ("b11-illegal-address-worker-tp4.tail.log", "cuda-illegal-address-worker-execute", "vllm#40756", "runtime-crash", r"illegal memory access", {"cuda-illegal-address"}),
-    ("b12-conv1d-update.tail.log", "cuda-illegal-address-conv1d-update", "vllm#51508", "runtime-crash", r"illegal memory access", {"cuda-illegal-address"}),
-    ("illegal-address-generic.tail.log", "cuda-illegal-address", None, "runtime-crash", r"^RuntimeError: CUDA error: an illegal memory access was encountered$", {"engine-dead"}),
-    ("b9-np-repeat-negative.tail.log", "spec-decode-negative-repeat", "vllm#53962", "runtime-crash", r"^ValueError: repeats may not contain negative values\.$", {"engine-dead"}),
-    ("b14-negative-token-budget.tail.log", "negative-token-budget", "vllm#50708", "config-error", r"max_num_scheduled_tokens is set to -1792", set()),
-    ("align-requires-chunked-prefill.tail.log", "align-requires-chunked-prefill", None, "config-error", r"^AssertionError: Chunked prefill is required", set()),
-    ("cpu-align-kernel.tail.log", "cpu-align-kernel-unsupported", None, "runtime-crash", r"^TypeError: 'function' object is not subscriptable$", {"engine-dead"}),
+    (
+        "b1-gdn-assert-tp2-interleaved.tail.log",
+        "gdn-mixed-spec-decode-assert",
+        "vllm#36917",
+        "runtime-crash",
+        r"^AssertionError: num_decodes: 1, num_spec_decodes: 7$",
+        {"engine-dead"},
+    ),
+    (
+        "b3-v2-runner-assert.tail.log",
+        "v2-runner-hybrid-kv-cache-assert",
+        "vllm#38041",
+        "startup-crash",
+        r"^assert isinstance\(kv_cache_spec, AttentionSpec\)$",
+        {"engine-dead"},
+    ),
+    (
+        "b3-v2-config-reject.tail.log",
+        "v2-runner-hybrid-config-reject",
+        "vllm#38041",
+        "config-error",
+        r"VLLM_USE_V2_MODEL_RUNNER does not yet support: hybrid/mamba models",
+        set(),
+    ),
+    (
+        "b3-v2-config-reject-align.tail.log",
+        "v2-runner-hybrid-config-reject",
+        "vllm#38041",
+        "config-error",
+        r"^ValueError: Model Runner V2 does not yet support: hybrid/mamba models with align cache mode$",
+        set(),
+    ),
+    (
+        "b4-illegal-address-accepted-sync-tp2.tail.log",
+        "cuda-illegal-address-accepted-sync",
+        "vllm#41190",
+        "runtime-crash",
+        r"^torch\.AcceleratorError: CUDA error: an illegal memory access",
+        {"cuda-illegal-address", "engine-dead"},
+    ),
+    (
+        "b6-gdn-attn-237.tail.log",
+        "cuda-illegal-address-gdn-spec-state",
+        "vllm#37035",
+        "runtime-crash",
+        r"illegal memory access",
+        {"cuda-illegal-address"},
+    ),
+    (
+        "b11-illegal-address-worker-tp4.tail.log",
+        "cuda-illegal-address-worker-execute",
+        "vllm#40756",
+        "runtime-crash",
+        r"illegal memory access",
+        {"cuda-illegal-address"},
+    ),
+    (
+        "b12-conv1d-update.tail.log",
+        "cuda-illegal-address-conv1d-update",
+        "vllm#51508",
+        "runtime-crash",
+        r"illegal memory access",
+        {"cuda-illegal-address"},
+    ),
+    (
+        "illegal-address-generic.tail.log",
+        "cuda-illegal-address",
+        None,
+        "runtime-crash",
+        r"^RuntimeError: CUDA error: an illegal memory access was encountered$",
+        {"engine-dead"},
+    ),
+    (
+        "b9-np-repeat-negative.tail.log",
+        "spec-decode-negative-repeat",
+        "vllm#53962",
+        "runtime-crash",
+        r"^ValueError: repeats may not contain negative values\.$",
+        {"engine-dead"},
+    ),
+    (
+        "b14-negative-token-budget.tail.log",
+        "negative-token-budget",
+        "vllm#50708",
+        "config-error",
+        r"max_num_scheduled_tokens is set to -1792",
+        set(),
+    ),
+    (
+        "align-requires-chunked-prefill.tail.log",
+        "align-requires-chunked-prefill",
+        None,
+        "config-error",
+        r"^AssertionError: Chunked prefill is required",
+        set(),
+    ),
+    (
+        "cpu-align-kernel.tail.log",
+        "cpu-align-kernel-unsupported",
+        None,
+        "runtime-crash",
+        r"^TypeError: 'function' object is not subscriptable$",
+        {"engine-dead"},
+    ),
     ("cuda-oom-startup.tail.log", "cuda-oom", None, "oom", r"^torch\.OutOfMemoryError: CUDA out of memory", {"engine-dead"}),
     # issue 16: the startup log shows the CPU GDN prefill kernel, not FlashInfer: flashinfer#3329 is only a candidate
-    ("nccl-watchdog-timeout.tail.log", "nccl-watchdog-timeout", None, "deadlock", r"^\[Rank 1\] Watchdog caught collective operation timeout", {"engine-dead"}),
+    (
+        "nccl-watchdog-timeout.tail.log",
+        "nccl-watchdog-timeout",
+        None,
+        "deadlock",
+        r"^\[Rank 1\] Watchdog caught collective operation timeout",
+        {"engine-dead"},
+    ),
     # unknown crashes: generic signature, root cause = last exception line above the engine-death message
-    ("unknown-crash-keyerror.tail.log", "engine-dead", None, "generic", r"^KeyError: 'model\.layers\.0\.mlp\.experts\.w13_weight'$", set()),
+    (
+        "unknown-crash-keyerror.tail.log",
+        "engine-dead",
+        None,
+        "generic",
+        r"^KeyError: 'model\.layers\.0\.mlp\.experts\.w13_weight'$",
+        set(),
+    ),
     ("worker-died-no-exception.tail.log", "engine-dead", None, "generic", r"^Worker proc VllmWorker-0 died unexpectedly", set()),
-    ("unhandled-startup-exception.tail.log", "unhandled-exception", None, "generic", r"^ValueError: Unsupported speculative method: 'mtp2'$", set()),
+    (
+        "unhandled-startup-exception.tail.log",
+        "unhandled-exception",
+        None,
+        "generic",
+        r"^ValueError: Unsupported speculative method: 'mtp2'$",
+        set(),
+    ),
 ]
 
 
@@ -320,7 +549,9 @@ def test_unknown_crash_ignores_warning_traceback_and_wrappers(startup_head: str)
 
 
 def test_generic_only_when_nothing_specific() -> None:
-    r = classify_text("EngineCore encountered a fatal error.\nRuntimeError: CUDA error: an illegal memory access was encountered\n")
+    r = classify_text(
+        "EngineCore encountered a fatal error.\nRuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
     assert r.signature == "cuda-illegal-address" and not r.generic
     r = classify_text("RuntimeError: boom\nEngineCore encountered a fatal error.\n")
     assert r.signature == "engine-dead" and r.root_cause == "RuntimeError: boom"
@@ -340,7 +571,11 @@ def test_specific_priority_wins_over_earlier_lower_priority() -> None:
 
 
 def test_window_bounds_co_occurrence() -> None:
-    text = "    self.num_accepted_tokens_event.synchronize()\n" + "x\n" * 500 + "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    text = (
+        "    self.num_accepted_tokens_event.synchronize()\n"
+        + "x\n" * 500
+        + "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
     assert classify_text(text).signature == "cuda-illegal-address"
 
 
@@ -353,12 +588,15 @@ def test_engine_dead_root_cause_not_stale() -> None:
     assert r.root_cause.startswith("Worker proc VllmWorker-0 died unexpectedly")
 
 
-@pytest.mark.parametrize("name,sig", [
-    ("b1-gdn-assert-tp2-interleaved.tail.log", "gdn-mixed-spec-decode-assert"),
-    ("cpu-align-kernel.tail.log", "cpu-align-kernel-unsupported"),
-    ("b9-np-repeat-negative.tail.log", "spec-decode-negative-repeat"),
-    ("unknown-crash-keyerror.tail.log", "engine-dead"),
-])
+@pytest.mark.parametrize(
+    "name,sig",
+    [
+        ("b1-gdn-assert-tp2-interleaved.tail.log", "gdn-mixed-spec-decode-assert"),
+        ("cpu-align-kernel.tail.log", "cpu-align-kernel-unsupported"),
+        ("b9-np-repeat-negative.tail.log", "spec-decode-negative-repeat"),
+        ("unknown-crash-keyerror.tail.log", "engine-dead"),
+    ],
+)
 def test_termination_message_tail(startup_head: str, name: str, sig: str) -> None:
     """FallbackToLogsOnError: at most 2048 bytes / 80 lines of the log tail, first line possibly cut."""
     data = (startup_head + tail(name)).encode()
@@ -407,22 +645,31 @@ def test_long_line_is_cut_at_cap() -> None:
 
 def _minimal(**over):
     sig = {
-        "id": "x", "title": "t", "kind": "runtime-crash", "upstream": None, "priority": 1,
-        "keywords": ["boom"], "match": ["boom"], "remediation": {"action": "investigate", "hint": "h"},
+        "id": "x",
+        "title": "t",
+        "kind": "runtime-crash",
+        "upstream": None,
+        "priority": 1,
+        "keywords": ["boom"],
+        "match": ["boom"],
+        "remediation": {"action": "investigate", "hint": "h"},
     }
     sig.update(over)
     return {"schema": 1, "signatures": [sig]}
 
 
-@pytest.mark.parametrize("over,needle", [
-    ({"kind": "explosion"}, "field 'kind'"),
-    ({"match": ["("]}, "invalid regex"),
-    ({"keywords": []}, "field 'keywords'"),
-    ({"remediation": {"action": "pray", "hint": "h"}}, "field 'remediation'"),
-    ({"upstream": "36917"}, "field 'upstream'"),
-    ({"match": [{"all": ["a", "b"]}]}, "'window'"),
-    ({"id": "Bad Id"}, "field 'id'"),
-])
+@pytest.mark.parametrize(
+    "over,needle",
+    [
+        ({"kind": "explosion"}, "field 'kind'"),
+        ({"match": ["("]}, "invalid regex"),
+        ({"keywords": []}, "field 'keywords'"),
+        ({"remediation": {"action": "pray", "hint": "h"}}, "field 'remediation'"),
+        ({"upstream": "36917"}, "field 'upstream'"),
+        ({"match": [{"all": ["a", "b"]}]}, "'window'"),
+        ({"id": "Bad Id"}, "field 'id'"),
+    ],
+)
 def test_catalogue_validation_errors(over, needle) -> None:
     with pytest.raises(CatalogueError, match=re.escape(needle)):
         parse_catalogue(_minimal(**over), "t.yaml")

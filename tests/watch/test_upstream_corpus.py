@@ -60,8 +60,16 @@ def _none(v: str) -> str | None:
 def load_rows() -> list[Row]:
     with open(CORPUS / "expected.tsv", encoding="utf-8", newline="") as fh:
         return [
-            Row(r["file"], r["source"], r["class"], r["expect"], _none(r["signature"]), _none(r["upstream"]),
-                _none(r["root_cause"]), _none(r["spec"]))
+            Row(
+                r["file"],
+                r["source"],
+                r["class"],
+                r["expect"],
+                _none(r["signature"]),
+                _none(r["upstream"]),
+                _none(r["root_cause"]),
+                _none(r["spec"]),
+            )
             for r in csv.DictReader(fh, delimiter="\t")
         ]
 
@@ -82,7 +90,10 @@ def verdict(row: Row, r: ClassificationResult) -> dict[str, bool]:
         "known_ok": row.expect == "known" and r.signature == row.signature and r.upstream == row.upstream,
         "crash_ok": row.expect == "crash" and r.crashed and root_ok and r.upstream is None,
         "false_crash": row.expect == "healthy" and r.crashed,
-        "exact": r.signature == row.signature and r.upstream == row.upstream and root_ok and r.crashed is (row.expect != "healthy"),
+        "exact": r.signature == row.signature
+        and r.upstream == row.upstream
+        and root_ok
+        and r.crashed is (row.expect != "healthy"),
     }
 
 
@@ -183,9 +194,10 @@ def test_validate_decides_the_family_of_real_launch_lines(row: dict[str, str], t
         (model_dir / "config.json").write_text(json.dumps({"architectures": [row["config"]]}), encoding="utf-8")
         line = line.replace("MODEL_DIR", str(model_dir))
     p = subprocess.run(
-        [gdnctl(), "validate", "--vllm-version", row["vllm_version"], "--output", "json",
-         "--", *shlex.split(line)],
-        capture_output=True, text=True, timeout=120,
+        [gdnctl(), "validate", "--vllm-version", row["vllm_version"], "--output", "json", "--", *shlex.split(line)],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     if row["family"] == "cannot-tell":
         assert p.returncode == 2 and p.stderr.startswith("error: cannot tell:"), (p.returncode, p.stderr)

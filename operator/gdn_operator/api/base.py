@@ -27,6 +27,4 @@ class _Model(BaseModel):
 
 class _Status(_Model):
     # Status is written by the operator; tolerate fields from newer operator versions.
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="ignore", use_enum_values=True
-    )
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", use_enum_values=True)

@@ -38,7 +38,8 @@ def _quantity(v: str | None) -> str | None:
 
 class EmptyDirCache(_Model):
     size_limit: str | None = Field(
-        default=None, max_length=32,
+        default=None,
+        max_length=32,
         description="Bound of the per-pod cache (the kubelet evicts a pod that writes more); unset = unbounded.",
     )
 
@@ -50,14 +51,17 @@ class ClaimCache(_Model):
         default=None, max_length=253, description="An existing PersistentVolumeClaim (its access mode must suit the replicas)."
     )
     size: str | None = Field(
-        default=None, max_length=32,
+        default=None,
+        max_length=32,
         description="Create a claim `<server>-model-cache` of this size, owned by the server (deleted with it).",
     )
     storage_class_name: str | None = Field(default=None, max_length=253, description="StorageClass of the created claim.")
     access_mode: AccessMode = Field(
         default=AccessMode.RWX,
-        description=("Access mode of the created claim; for an existing claim, the mode it was made with. Several "
-                     "replicas or nodes need ReadWriteMany."),
+        description=(
+            "Access mode of the created claim; for an existing claim, the mode it was made with. Several "
+            "replicas or nodes need ReadWriteMany."
+        ),
     )
 
     _size = field_validator("size")(classmethod(lambda cls, v: _quantity(v)))
@@ -85,8 +89,10 @@ class ModelCacheSpec(_Model):
     )
     download: bool = Field(
         default=True,
-        description=("hf:// models: download into the cache in an init container before the engine starts (idempotent, "
-                     "resumable), then run the engine offline (HF_HUB_OFFLINE=1). false: vLLM downloads at start."),
+        description=(
+            "hf:// models: download into the cache in an init container before the engine starts (idempotent, "
+            "resumable), then run the engine offline (HF_HUB_OFFLINE=1). false: vLLM downloads at start."
+        ),
     )
 
     @model_validator(mode="after")

@@ -112,8 +112,6 @@ def to_structural(schema: dict[str, Any]) -> dict[str, Any]:
     return _structural(_resolve(schema, defs))
 
 
-
-
 def openapi_schema() -> dict[str, Any]:
     spec = to_structural(GDNModelServerSpec.model_json_schema(by_alias=True, mode="validation"))
     status = to_structural(GDNModelServerStatus.model_json_schema(by_alias=True, mode="validation"))

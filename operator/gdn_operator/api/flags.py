@@ -97,8 +97,17 @@ HEADLESS = "--headless"
 #: Flags the launch-line reader maps back onto the spec (pipeline parallelism is rendered but read as a
 #: setting the rules do not need; the served name is family evidence, rules/family.py).
 READ_FLAGS: tuple[Flag, ...] = (
-    TENSOR_PARALLEL, MAX_NUM_SEQS, MAX_BATCHED_TOKENS, MAX_MODEL_LEN, GPU_MEMORY,
-    ASYNC_SCHEDULING, PREFIX_CACHING, CHUNKED_PREFILL, ENFORCE_EAGER, ATTENTION_BACKEND, GDN_PREFILL_BACKEND,
+    TENSOR_PARALLEL,
+    MAX_NUM_SEQS,
+    MAX_BATCHED_TOKENS,
+    MAX_MODEL_LEN,
+    GPU_MEMORY,
+    ASYNC_SCHEDULING,
+    PREFIX_CACHING,
+    CHUNKED_PREFILL,
+    ENFORCE_EAGER,
+    ATTENTION_BACKEND,
+    GDN_PREFILL_BACKEND,
 )
 
 #: JSON options and the keys the spec maps to them
@@ -110,7 +119,10 @@ ADDITIONAL_CONFIG = "--additional-config"
 HF_OVERRIDES = "--hf-overrides"
 HF_CONFIG_PATH = "--hf-config-path"
 JSON_FLAGS = {
-    SPECULATIVE_CONFIG: {"speculativeDecoding.method": "method", "speculativeDecoding.numSpeculativeTokens": "num_speculative_tokens"},
+    SPECULATIVE_CONFIG: {
+        "speculativeDecoding.method": "method",
+        "speculativeDecoding.numSpeculativeTokens": "num_speculative_tokens",
+    },
     COMPILATION_CONFIG: {"cudagraphMode": "cudagraph_mode"},
     ADDITIONAL_CONFIG: {"gdnPrefillBackend": "gdn_prefill_backend"},
     HF_OVERRIDES: {"model.architecture": "architectures"},

@@ -55,7 +55,9 @@ class Override(_Status):
     path: str = Field(description="camelCase spec path, e.g. asyncScheduling.")
     value: Any = Field(default=None, description="The value rendered (null: the field is left unset).")
     reason: str = Field(description="The rule id (mitigation) or crash signature (remediation) behind it.")
-    source: Source = Field(default="remediation", description="mitigation (admission policy) or remediation (crash watch, output probes).")
+    source: Source = Field(
+        default="remediation", description="mitigation (admission policy) or remediation (crash watch, output probes)."
+    )
     generation: int | None = Field(default=None, description="Spec generation it was made on.")
     since: str | None = Field(default=None, description="RFC 3339 time it was made.")
     user_value: Any = Field(default=None, description="The spec's value at path when it was made ({unset: true} when unset).")
@@ -77,19 +79,36 @@ def _user_value(spec: Mapping[str, Any], path: str) -> Any:
     return copy.deepcopy(value) if present else dict(_ABSENT)
 
 
-def entries(patch: SpecPatch, *, reason: str, source: Source, generation: int | None, since: str | None,
-            spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+def entries(
+    patch: SpecPatch, *, reason: str, source: Source, generation: int | None, since: str | None, spec: Mapping[str, Any]
+) -> list[dict[str, Any]]:
     """status.overrides entries for a change to the user's `spec` (camelCase dict, as stored)."""
     version = get_path(spec, "image.vllmVersion")[1]
     return [
-        Override(path=p, value=copy.deepcopy(v), reason=reason, source=source, generation=generation, since=since,
-                 user_value=_user_value(spec, p), vllm_version=version).model_dump(by_alias=True, exclude_none=True, mode="json")
+        Override(
+            path=p,
+            value=copy.deepcopy(v),
+            reason=reason,
+            source=source,
+            generation=generation,
+            since=since,
+            user_value=_user_value(spec, p),
+            vllm_version=version,
+        ).model_dump(by_alias=True, exclude_none=True, mode="json")
         for p, v in patch.changes
     ]
 
 
-def add_override(status: dict[str, Any], patch: SpecPatch, *, reason: str, generation: int | None, since: str | None,
-                 spec: Mapping[str, Any], source: Source = "remediation") -> list[dict[str, Any]]:
+def add_override(
+    status: dict[str, Any],
+    patch: SpecPatch,
+    *,
+    reason: str,
+    generation: int | None,
+    since: str | None,
+    spec: Mapping[str, Any],
+    source: Source = "remediation",
+) -> list[dict[str, Any]]:
     """Record `patch` as operator-owned overrides in `status` (in place; a later entry for a path replaces an
     earlier one). Returns the new entries. The one way handlers add an override."""
     new = entries(patch, reason=reason, source=source, generation=generation, since=since, spec=spec)
@@ -110,8 +129,9 @@ def ended_because(o: Mapping[str, Any], spec: Mapping[str, Any]) -> str | None:
     return None
 
 
-def live_overrides(status: Mapping[str, Any], spec: Mapping[str, Any], annotations: Mapping[str, Any] | None
-                   ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], str]], str | None]:
+def live_overrides(
+    status: Mapping[str, Any], spec: Mapping[str, Any], annotations: Mapping[str, Any] | None
+) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], str]], str | None]:
     """(remediation overrides still in force, [(ended override, why)], clear token to record or None).
 
     Mitigation entries are not returned: they are recomputed from the spec on every reconcile."""
@@ -134,5 +154,7 @@ def revision(generation: int | None, overrides: Iterable[Mapping[str, Any]]) -> 
     """The configuration a crash is counted against: the generation and the remediation overrides in force
     (a remediation changes what runs without a new generation, so the crash ladder's next step counts
     crashes of the new configuration only)."""
-    live = sorted(json.dumps([o.get("path"), o.get("value")], sort_keys=True) for o in overrides if o.get("source") != "mitigation")
+    live = sorted(
+        json.dumps([o.get("path"), o.get("value")], sort_keys=True) for o in overrides if o.get("source") != "mitigation"
+    )
     return f"{generation}" if not live else f"{generation}+{hashlib.sha256(''.join(live).encode()).hexdigest()[:8]}"

@@ -83,7 +83,8 @@ class ModelSpec(_Model):
         default=None, description="Secret holding a Hugging Face token, passed to the download step and the engine as HF_TOKEN."
     )
     hub_endpoint: str | None = Field(
-        default=None, max_length=1024,
+        default=None,
+        max_length=1024,
         description="Hugging Face Hub mirror for hf:// downloads (HF_ENDPOINT), e.g. https://hf-mirror.example.com.",
     )
     cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec, description="Where the model cache lives (HF_HOME).")
@@ -105,8 +106,10 @@ class ModelSpec(_Model):
     def _cache_for_hub_models(self) -> ModelSpec:
         if not self.uri.startswith("hf://") and (self.cache.persistent_volume_claim is not None or self.hub_endpoint):
             what = "cache.persistentVolumeClaim" if self.cache.persistent_volume_claim is not None else "hubEndpoint"
-            raise ValueError(f"{what} applies to hf:// models (downloaded from the Hub); {self.uri.split('://')[0]}:// "
-                             "models are not downloaded into the cache; remove it")
+            raise ValueError(
+                f"{what} applies to hf:// models (downloaded from the Hub); {self.uri.split('://')[0]}:// "
+                "models are not downloaded into the cache; remove it"
+            )
         return self
 
     @property
@@ -230,8 +233,11 @@ class ResourcesSpec(_Model):
     @classmethod
     def _label_value(cls, v: str | None) -> str | None:
         if v is not None and not _k8s.label_value(v):
-            raise ValueError(f"{v!r} is not a valid label value (the node label nvidia.com/gpu.product uses '-' for spaces, e.g. NVIDIA-H100-80GB-HBM3)")
+            raise ValueError(
+                f"{v!r} is not a valid label value (the node label nvidia.com/gpu.product uses '-' for spaces, e.g. NVIDIA-H100-80GB-HBM3)"
+            )
         return v
+
     cpu: str = Field(default="8", max_length=32, description="CPU request and limit per engine pod.")
     memory: str = Field(default="64Gi", max_length=32, description="Memory request and limit per engine pod.")
     shm_size: str = Field(default="16Gi", max_length=32, description="Size of the memory-backed /dev/shm.")
@@ -288,4 +294,3 @@ class HealthSpec(_Model):
             "at least twice spec.metrics.scrapeIntervalSeconds."
         ),
     )
-

@@ -118,22 +118,28 @@ class PodSettings(_Model):
     priority_class_name: str | None = Field(default=None, max_length=253, description="PriorityClass of the engine pods.")
     scheduler_name: str | None = Field(default=None, max_length=253, description="Scheduler of the engine pods.")
     labels: dict[str, str] = Field(
-        default_factory=dict, max_length=64,
+        default_factory=dict,
+        max_length=64,
         description="Extra pod labels (the operator's app.kubernetes.io/*, serving.gdn-operator.io/* are refused).",
     )
     annotations: dict[str, str] = Field(default_factory=dict, max_length=64, description="Extra pod annotations.")
     volumes: list[dict[str, Any]] = Field(
-        default_factory=list, max_length=32,
+        default_factory=list,
+        max_length=32,
         description="Extra volumes (Kubernetes Volume); names dshm, cache and model are the operator's.",
     )
     volume_mounts: list[dict[str, Any]] = Field(
-        default_factory=list, max_length=32,
+        default_factory=list,
+        max_length=32,
         description="Mounts of spec.pod.volumes in the engine container (Kubernetes VolumeMount).",
     )
     env_from: list[dict[str, Any]] = Field(
-        default_factory=list, max_length=8,
-        description=("Whole Secrets/ConfigMaps as environment (Kubernetes EnvFromSource). Refused unless the operator "
-                     "opts in: prefer spec.env with secretKeyRef/configMapKeyRef per key, whose names are checked."),
+        default_factory=list,
+        max_length=8,
+        description=(
+            "Whole Secrets/ConfigMaps as environment (Kubernetes EnvFromSource). Refused unless the operator "
+            "opts in: prefer spec.env with secretKeyRef/configMapKeyRef per key, whose names are checked."
+        ),
     )
     security_context: dict[str, Any] | None = Field(
         default=None, description="Pod securityContext (Kubernetes PodSecurityContext)."
@@ -163,8 +169,10 @@ class PodSettings(_Model):
         _k8s.check_labels(v)
         for key in v:
             if key.startswith(OWNED_KEY_PREFIXES):
-                raise ValueError(f"label {key!r} is set by the operator (it selects engine pods on its labels); "
-                                 "use a key outside app.kubernetes.io/, serving.gdn-operator.io/ and leaderworkerset.sigs.k8s.io/")
+                raise ValueError(
+                    f"label {key!r} is set by the operator (it selects engine pods on its labels); "
+                    "use a key outside app.kubernetes.io/, serving.gdn-operator.io/ and leaderworkerset.sigs.k8s.io/"
+                )
         return v
 
     @field_validator("annotations")
@@ -190,8 +198,9 @@ class PodSettings(_Model):
                 raise ValueError(f"volumes[{i}].name {name!r} is not a DNS-1123 label")
             if name in OPERATOR_VOLUMES:
                 what = "spec.model.cache" if name == "cache" else "spec.resources.shmSize" if name == "dshm" else "spec.model.uri"
-                raise ValueError(f"volumes[{i}].name {name!r} is the operator's volume; choose another name (configure "
-                                 f"it through {what})")
+                raise ValueError(
+                    f"volumes[{i}].name {name!r} is the operator's volume; choose another name (configure it through {what})"
+                )
             if name in seen:
                 raise ValueError(f"volumes[{i}].name {name!r} is used twice")
             seen.add(name)
@@ -208,16 +217,19 @@ class PodSettings(_Model):
         paths: set[str] = set()
         for i, m in enumerate(v):
             if m.get("name") not in names:
-                raise ValueError(f"volumeMounts[{i}].name {m.get('name')!r} is not a volume of spec.pod.volumes; "
-                                 "add it there (the operator's own volumes cannot be mounted again)")
+                raise ValueError(
+                    f"volumeMounts[{i}].name {m.get('name')!r} is not a volume of spec.pod.volumes; "
+                    "add it there (the operator's own volumes cannot be mounted again)"
+                )
             path = m.get("mountPath", "")
             if not path.startswith("/"):
                 raise ValueError(f"volumeMounts[{i}].mountPath {path!r} must be an absolute path")
             norm = posixpath.normpath(path)
             for own in (SHM_MOUNT, CACHE_MOUNT, MODEL_MOUNT):
                 if norm == own or norm.startswith(own + "/") or own.startswith(norm + "/") or norm == "/":
-                    raise ValueError(f"volumeMounts[{i}].mountPath {path!r} overlaps the operator's mount {own}; "
-                                     "choose another path")
+                    raise ValueError(
+                        f"volumeMounts[{i}].mountPath {path!r} overlaps the operator's mount {own}; choose another path"
+                    )
             if norm in paths:
                 raise ValueError(f"volumeMounts[{i}].mountPath {path!r} is mounted twice")
             paths.add(norm)
@@ -252,12 +264,25 @@ class PodSettings(_Model):
 #: Variables the NVIDIA container toolkit (or the CUDA/ROCm runtimes) read to choose which GPUs and driver
 #: features a container sees: on nodes whose toolkit honours them, NVIDIA_VISIBLE_DEVICES=all exposes every
 #: GPU of the node, beyond what the device plugin allocated.
-GPU_VISIBILITY_ENV = frozenset({
-    "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_DISABLE_REQUIRE", "NVIDIA_MIG_CONFIG_DEVICES",
-    "NVIDIA_MIG_MONITOR_DEVICES", "NVIDIA_IMEX_CHANNELS", "NVIDIA_GDRCOPY", "NVIDIA_GDS", "NVIDIA_MOFED",
-    "NVIDIA_NVSWITCH", "NVIDIA_FABRICMANAGER", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL",
-})
+GPU_VISIBILITY_ENV = frozenset(
+    {
+        "NVIDIA_VISIBLE_DEVICES",
+        "NVIDIA_DRIVER_CAPABILITIES",
+        "NVIDIA_DISABLE_REQUIRE",
+        "NVIDIA_MIG_CONFIG_DEVICES",
+        "NVIDIA_MIG_MONITOR_DEVICES",
+        "NVIDIA_IMEX_CHANNELS",
+        "NVIDIA_GDRCOPY",
+        "NVIDIA_GDS",
+        "NVIDIA_MOFED",
+        "NVIDIA_NVSWITCH",
+        "NVIDIA_FABRICMANAGER",
+        "CUDA_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+        "GPU_DEVICE_ORDINAL",
+    }
+)
 GPU_VISIBILITY_PREFIXES = ("NVIDIA_REQUIRE_",)
 INSECURE_SERIALIZATION_ENV = "VLLM_ALLOW_INSECURE_SERIALIZATION"
 
@@ -272,12 +297,16 @@ def _local_media_problem(spec: GDNModelServerSpec) -> str | None:
     if norm == "/":
         why = "/ lets requests read every file of the engine container"
     elif not any(norm == m or norm.startswith(m + "/") for m in mounts):
-        why = (f"{path!r} is not inside a spec.pod.volumeMounts path ({', '.join(mounts) or 'none'}), so requests "
-               "could read the container's own files")
+        why = (
+            f"{path!r} is not inside a spec.pod.volumeMounts path ({', '.join(mounts) or 'none'}), so requests "
+            "could read the container's own files"
+        )
     else:
         return None
-    return (f"spec.extraArgs --allowed-local-media-path: {why}; mount a media volume and point it there, or it is "
-            f"{_opt_in('local-media-path')}")
+    return (
+        f"spec.extraArgs --allowed-local-media-path: {why}; mount a media volume and point it there, or it is "
+        f"{_opt_in('local-media-path')}"
+    )
 
 
 def unsafe_refusals(spec: GDNModelServerSpec, allowed: frozenset[str] | tuple[str, ...] = ()) -> list[str]:
@@ -287,28 +316,40 @@ def unsafe_refusals(spec: GDNModelServerSpec, allowed: frozenset[str] | tuple[st
     out: list[str] = []
     for i, e in enumerate(spec.env):
         if "gpu-visibility-env" not in allowed and (e.name in GPU_VISIBILITY_ENV or e.name.startswith(GPU_VISIBILITY_PREFIXES)):
-            out.append(f"spec.env[{i}] {e.name!r} chooses which GPUs and driver features the container sees (the NVIDIA "
-                       "container toolkit can expose every GPU of the node); the operator requests GPUs from the device "
-                       f"plugin; {_opt_in('gpu-visibility-env')}")
+            out.append(
+                f"spec.env[{i}] {e.name!r} chooses which GPUs and driver features the container sees (the NVIDIA "
+                "container toolkit can expose every GPU of the node); the operator requests GPUs from the device "
+                f"plugin; {_opt_in('gpu-visibility-env')}"
+            )
         if e.name == INSECURE_SERIALIZATION_ENV and "insecure-serialization" not in allowed:
-            out.append(f"spec.env[{i}] {e.name!r} lets the engine's internal channels unpickle data (code execution for "
-                       f"whoever reaches them); {_opt_in('insecure-serialization')}")
+            out.append(
+                f"spec.env[{i}] {e.name!r} lets the engine's internal channels unpickle data (code execution for "
+                f"whoever reaches them); {_opt_in('insecure-serialization')}"
+            )
     pod = spec.pod
     if pod.env_from and "env-from" not in allowed:
-        out.append("spec.pod.envFrom sets every key of a Secret/ConfigMap as a variable, so the operator cannot check the "
-                   "names (GPU visibility, LD_PRELOAD, owned variables); list keys in spec.env with secretKeyRef or "
-                   f"configMapKeyRef instead; {_opt_in('env-from')}")
+        out.append(
+            "spec.pod.envFrom sets every key of a Secret/ConfigMap as a variable, so the operator cannot check the "
+            "names (GPU visibility, LD_PRELOAD, owned variables); list keys in spec.env with secretKeyRef or "
+            f"configMapKeyRef instead; {_opt_in('env-from')}"
+        )
     for i, vol in enumerate(pod.volumes):
         if "hostPath" in vol and "host-path" not in allowed:
-            out.append(f"spec.pod.volumes[{i}].hostPath gives the engine pod the node's files; use a PersistentVolumeClaim, "
-                       f"or it is {_opt_in('host-path')}")
+            out.append(
+                f"spec.pod.volumes[{i}].hostPath gives the engine pod the node's files; use a PersistentVolumeClaim, "
+                f"or it is {_opt_in('host-path')}"
+            )
     sc = pod.container_security_context or {}
     if sc.get("privileged") and "privileged" not in allowed:
-        out.append("spec.pod.containerSecurityContext.privileged: a privileged engine container sees every device of "
-                   f"the node (every GPU); {_opt_in('privileged')}")
+        out.append(
+            "spec.pod.containerSecurityContext.privileged: a privileged engine container sees every device of "
+            f"the node (every GPU); {_opt_in('privileged')}"
+        )
     if ((sc.get("capabilities") or {}).get("add")) and "capabilities" not in allowed:
-        out.append("spec.pod.containerSecurityContext.capabilities.add: added Linux capabilities widen what the engine "
-                   f"may do to the node; {_opt_in('capabilities')}")
+        out.append(
+            "spec.pod.containerSecurityContext.capabilities.add: added Linux capabilities widen what the engine "
+            f"may do to the node; {_opt_in('capabilities')}"
+        )
     if "local-media-path" not in allowed:
         problem = _local_media_problem(spec)
         if problem:

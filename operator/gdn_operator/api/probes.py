@@ -30,26 +30,36 @@ class Probe(_Model):
     """One known-answer request, sent greedily (temperature 0) to each Ready engine pod every interval."""
 
     name: str = Field(
-        min_length=1, max_length=63, json_schema_extra={"pattern": _NAME.pattern},
+        min_length=1,
+        max_length=63,
+        json_schema_extra={"pattern": _NAME.pattern},
         description="Probe name (lowercase letters, digits, '-'); unique within spec.probes.prompts. A metric label.",
     )
     prompt: str | None = Field(
-        default=None, min_length=1, max_length=2048,
+        default=None,
+        min_length=1,
+        max_length=2048,
         description="Prompt text (/v1/completions, no chat template). Set this or promptTokenIds.",
     )
     prompt_token_ids: list[_TokenId] | None = Field(
-        default=None, min_length=1, max_length=512,
+        default=None,
+        min_length=1,
+        max_length=512,
         description="Prompt as token ids, for models served without a tokenizer. Set this or prompt.",
     )
     max_tokens: int = Field(
-        default=16, ge=1, le=MAX_PROBE_TOKENS,
+        default=16,
+        ge=1,
+        le=MAX_PROBE_TOKENS,
         description="Tokens to generate (greedy). Probe traffic per round is (prompt + maxTokens) tokens per probe per pod.",
     )
     stop: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
         default_factory=list, max_length=4, description="Stop strings (needs a tokenizer in the engine)."
     )
     expected: str = Field(
-        default=LEARN, min_length=1, max_length=2048,
+        default=LEARN,
+        min_length=1,
+        max_length=2048,
         description=(
             "The expected continuation (text), or `learn`: the first answer of a freshly Ready engine of the "
             "current spec generation and image becomes the reference (kept in status.probes.reference, "
@@ -58,11 +68,15 @@ class Probe(_Model):
         ),
     )
     expected_token_ids: list[_TokenId] | None = Field(
-        default=None, min_length=1, max_length=MAX_PROBE_TOKENS,
+        default=None,
+        min_length=1,
+        max_length=MAX_PROBE_TOKENS,
         description="The expected continuation as token ids (instead of expected text).",
     )
     mode: str | None = Field(
-        default=None, max_length=16, json_schema_extra={"pattern": _MODE.pattern},
+        default=None,
+        max_length=16,
+        json_schema_extra={"pattern": _MODE.pattern},
         description=(
             "How to compare: `exact` (the whole answer), `prefix` (the expectation is a prefix of the answer), "
             "`prefix:N` (the first N tokens; token expectations or learn), `minLength:N` (only: did it produce at "
@@ -132,7 +146,9 @@ class ProbesSpec(_Model):
     interval_seconds: int = Field(default=60, ge=5, le=3600, description="Seconds between probe rounds (jittered by ±10%).")
     timeout_seconds: int = Field(default=10, ge=1, le=300, description="Deadline of one probe request.")
     failure_threshold: int = Field(
-        default=3, ge=1, le=100,
+        default=3,
+        ge=1,
+        le=100,
         description="Consecutive failing rounds of one probe before OutputConsistent turns False (one blip never alarms).",
     )
     prompts: list[Probe] = Field(min_length=1, max_length=8, description="The probes (at most 8).")
@@ -144,9 +160,7 @@ class ProbesSpec(_Model):
         if dup:
             raise ValueError(f"probe names must be unique; repeated: {', '.join(dup)}")
         if self.timeout_seconds >= self.interval_seconds:
-            raise ValueError(
-                f"timeoutSeconds ({self.timeout_seconds}) must be below intervalSeconds ({self.interval_seconds})"
-            )
+            raise ValueError(f"timeoutSeconds ({self.timeout_seconds}) must be below intervalSeconds ({self.interval_seconds})")
         return self
 
 
@@ -205,7 +219,8 @@ class ProbesStatus(_Status):
     )
     generation: int | None = Field(default=None, description="Spec generation the counts below belong to.")
     revision: str | None = Field(
-        default=None, description="Generation + remediation overrides in force the counts belong to (api/overrides.revision).")
+        default=None, description="Generation + remediation overrides in force the counts belong to (api/overrides.revision)."
+    )
     pods_probed: int | None = None
     pods_skipped: int | None = Field(default=None, description="Ready pods not probed: running a previous spec (rollout).")
     reference: ProbeReference | None = None

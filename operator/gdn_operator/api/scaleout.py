@@ -62,7 +62,9 @@ class AutoscalingSpec(_Model):
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingSpec:
         if self.min_replicas > self.max_replicas:
-            raise ValueError(f"minReplicas {self.min_replicas} is above maxReplicas {self.max_replicas}; raise maxReplicas or lower minReplicas")
+            raise ValueError(
+                f"minReplicas {self.min_replicas} is above maxReplicas {self.max_replicas}; raise maxReplicas or lower minReplicas"
+            )
         if self.metric == AutoscalingMetric.KV_CACHE_USAGE.value and self.target > 1:
             raise ValueError(f"target {self.target:g} for kv_cache_usage_perc must be a fraction between 0 and 1 (e.g. 0.8)")
         return self

@@ -77,26 +77,30 @@ class GDNModelServerSpec(_Model):
     )
     max_model_len: int | None = Field(default=None, ge=16, le=10_000_000, description="vLLM --max-model-len.")
     max_num_seqs: int | None = Field(default=None, ge=1, le=65536, description="vLLM --max-num-seqs.")
-    max_num_batched_tokens: int | None = Field(
-        default=None, ge=1, le=10_000_000, description="vLLM --max-num-batched-tokens."
-    )
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=10_000_000, description="vLLM --max-num-batched-tokens.")
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=0.99, description="vLLM --gpu-memory-utilization.")
     async_scheduling: bool | None = Field(
-        default=None, description="vLLM async scheduling; unset = the value the known-issue rules accept for this vLLM version (status.effective.defaults), else vLLM's default (on with MTP)."
+        default=None,
+        description="vLLM async scheduling; unset = the value the known-issue rules accept for this vLLM version (status.effective.defaults), else vLLM's default (on with MTP).",
     )
     prefix_caching: bool | None = Field(
-        default=None, description="vLLM prefix caching; unset = the value the rules accept (off with MTP, vllm#43559), else vLLM's default (on for hybrids from 0.26.0)."
+        default=None,
+        description="vLLM prefix caching; unset = the value the rules accept (off with MTP, vllm#43559), else vLLM's default (on for hybrids from 0.26.0).",
     )
-    chunked_prefill: bool | None = Field(default=None, description="vLLM chunked prefill; unset = the value the rules accept, else vLLM's default.")
+    chunked_prefill: bool | None = Field(
+        default=None, description="vLLM chunked prefill; unset = the value the rules accept, else vLLM's default."
+    )
     model_runner: ModelRunner = Field(
         default=ModelRunner.AUTO, description="auto (vLLM decides), v1 or v2 (VLLM_USE_V2_MODEL_RUNNER)."
     )
     attention_backend: AttentionBackend | None = Field(default=None, description="vLLM --attention-backend.")
     gdn_prefill_backend: GDNPrefillBackend | None = Field(
-        default=None, description="vLLM --gdn-prefill-backend (from 0.18.0); unset = the value the rules accept, else vLLM's choice."
+        default=None,
+        description="vLLM --gdn-prefill-backend (from 0.18.0); unset = the value the rules accept, else vLLM's choice.",
     )
     cudagraph_mode: CudagraphMode | None = Field(
-        default=None, description="CUDA graph mode (--compilation-config cudagraph_mode); unset = the value the rules accept, else vLLM's default."
+        default=None,
+        description="CUDA graph mode (--compilation-config cudagraph_mode); unset = the value the rules accept, else vLLM's default.",
     )
     enforce_eager: bool = Field(default=False, description="vLLM --enforce-eager (no CUDA graphs).")
     extra_args: list[Annotated[str, Field(max_length=4096)]] = Field(
@@ -161,13 +165,17 @@ class GDNModelServerSpec(_Model):
     router: RouterSpec | None = Field(default=None, description="LLM-aware routing (Gateway API Inference Extension).")
     pod: PodSettings = Field(
         default_factory=PodSettings,
-        description=("Ordinary pod settings of every engine pod (pull secrets, service account, runtime/priority class, "
-                     "labels, annotations, volumes, securityContext). Scheduling: spec.nodeSelector/tolerations/affinity."),
+        description=(
+            "Ordinary pod settings of every engine pod (pull secrets, service account, runtime/priority class, "
+            "labels, annotations, volumes, securityContext). Scheduling: spec.nodeSelector/tolerations/affinity."
+        ),
     )
     api_key_secret: SecretKeyRef | None = Field(
         default=None,
-        description=("Secret key holding the API key clients must send (Authorization: Bearer) to /v1/*; the engine "
-                     "reads it as VLLM_API_KEY, the operator's output probes send it. /health and /metrics stay open."),
+        description=(
+            "Secret key holding the API key clients must send (Authorization: Bearer) to /v1/*; the engine "
+            "reads it as VLLM_API_KEY, the operator's output probes send it. /health and /metrics stay open."
+        ),
     )
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How a new generation replaces the engines.")
     disruption_budget: DisruptionBudgetSpec = Field(
@@ -222,7 +230,8 @@ class GDNModelServerSpec(_Model):
                 f"gpusPerNode {v.gpus_per_node} x nodes {nodes} = {v.gpus_per_node * nodes} GPUs, but tensorParallelSize x "
                 f"pipelineParallelSize = {tp} x {pp} = {tp * pp}; GPUs per node x nodes must equal TP x PP "
                 f"(e.g. nodes {max(1, (tp * pp) // v.gpus_per_node)} with {v.gpus_per_node} GPUs per node"
-                + ("" if (tp * pp) % v.gpus_per_node == 0 else ", after changing the parallel sizes") + ")"
+                + ("" if (tp * pp) % v.gpus_per_node == 0 else ", after changing the parallel sizes")
+                + ")"
             )
         return v
 
@@ -295,14 +304,18 @@ class GDNModelServerSpec(_Model):
         where = _k8s.too_deep(data, MAX_SPEC_DEPTH)
         if where is not None:
             top = where.split(".")[0].split("[")[0]
-            raise ValueError(f"spec.{top} nests deeper than {MAX_SPEC_DEPTH} levels (at spec.{where[:160]}); "
-                             "no GDNModelServer field needs that")
+            raise ValueError(
+                f"spec.{top} nests deeper than {MAX_SPEC_DEPTH} levels (at spec.{where[:160]}); "
+                "no GDNModelServer field needs that"
+            )
         size = len(json.dumps(data, default=str))
         if size > MAX_SPEC_BYTES:
             sizes = {k: len(json.dumps(v, default=str)) for k, v in data.items()}
             biggest = max(sizes, key=lambda k: sizes[k])
-            raise ValueError(f"the spec is {size // 1024} KiB of JSON, more than the {MAX_SPEC_BYTES // 1024} KiB limit; "
-                             f"the largest field is spec.{biggest} ({sizes[biggest] // 1024} KiB)")
+            raise ValueError(
+                f"the spec is {size // 1024} KiB of JSON, more than the {MAX_SPEC_BYTES // 1024} KiB limit; "
+                f"the largest field is spec.{biggest} ({sizes[biggest] // 1024} KiB)"
+            )
         return data
 
     @model_validator(mode="after")
@@ -311,13 +324,19 @@ class GDNModelServerSpec(_Model):
             raise ValueError("enforceEager: true disables CUDA graphs; drop cudagraphMode or enforceEager")
         claim = self.model.cache.persistent_volume_claim
         if claim is not None and claim.access_mode not in SHARED_MODES:
-            several = [what for what, yes in (
-                (f"replicas {self.replicas}", self.replicas > 1 and self.autoscaling is None),
-                ("autoscaling", self.autoscaling is not None and self.autoscaling.max_replicas > 1),
-                (f"nodes {self.nodes}", self.nodes > 1)) if yes]
+            several = [
+                what
+                for what, yes in (
+                    (f"replicas {self.replicas}", self.replicas > 1 and self.autoscaling is None),
+                    ("autoscaling", self.autoscaling is not None and self.autoscaling.max_replicas > 1),
+                    (f"nodes {self.nodes}", self.nodes > 1),
+                )
+                if yes
+            ]
             if several:
                 raise ValueError(
                     f"spec.model.cache.persistentVolumeClaim.accessMode {claim.access_mode} lets one node (or pod) mount the "
                     f"claim, but {' and '.join(several)} put engine pods on several nodes: they would wait for the volume "
-                    "forever; use accessMode ReadWriteMany (a claim all pods share) or spec.model.cache.emptyDir (a cache per pod)")
+                    "forever; use accessMode ReadWriteMany (a claim all pods share) or spec.model.cache.emptyDir (a cache per pod)"
+                )
         return self

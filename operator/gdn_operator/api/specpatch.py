@@ -202,11 +202,11 @@ class SpecPatch:
         return ops
 
     def describe(self) -> str:
-        """"path=value, ..." (or the label): the action recorded in status.remediations and Events."""
+        """ "path=value, ..." (or the label): the action recorded in status.remediations and Events."""
         return self.label or ", ".join(f"{p}={_text(v)}" for p, v in self.changes)
 
     def summary(self) -> str:
-        """"path: value, ...": how admission findings name the mitigation."""
+        """ "path: value, ...": how admission findings name the mitigation."""
         return ", ".join(f"{p}: {_text(v)}" for p, v in self.changes)
 
 

@@ -57,7 +57,9 @@ class CrashInfo(_Status):
     restart_count: int | None = None
     count: int | None = Field(default=None, description="Crashes with this signature on this generation.")
     generation: int | None = Field(default=None, description="Spec generation the crashes were counted on.")
-    revision: str | None = Field(default=None, description="Generation + remediation overrides in force the crashes were counted on.")
+    revision: str | None = Field(
+        default=None, description="Generation + remediation overrides in force the crashes were counted on."
+    )
     remediation_hint: str | None = Field(default=None, description="What the catalogue says to do about it.")
 
 
@@ -68,7 +70,9 @@ class Remediation(_Status):
     signature: str
     upstream: str | None = None
     generation: int | None = Field(default=None, description="Spec generation the remediation was applied on.")
-    revision: str | None = Field(default=None, description="Generation + remediation overrides in force (api/overrides.revision).")
+    revision: str | None = Field(
+        default=None, description="Generation + remediation overrides in force (api/overrides.revision)."
+    )
     action: str = Field(description="What was changed, e.g. asyncScheduling=false.")
     changes: dict[str, Any] = Field(default_factory=dict, description="Spec fields changed (camelCase path → value).")
     reason: str = ""
@@ -122,7 +126,8 @@ class PodStall(_Status):
     waiting: int = Field(default=0, description="Requests stuck waiting.")
     seconds_without_progress: float = 0.0
     tokens_per_request_second: float | None = Field(
-        default=None, description="Output tokens per running request per second over that time (floor 0.5).")
+        default=None, description="Output tokens per running request per second over that time (floor 0.5)."
+    )
     engine_steps: float | None = Field(default=None, description="Engine steps over that time, when exposed.")
     hang_evidence: str | None = Field(default=None, description="Hang wording in the pod's log (supporting evidence).")
     probe_timeouts: int | None = Field(default=None, description="Output-probe timeouts (supporting evidence).")
@@ -158,8 +163,10 @@ class EffectiveConfig(_Status):
     gdn_prefill_backend: str | None = None
     cudagraph_mode: str | None = None
     defaults: list[DefaultedField] = Field(
-        default_factory=list, max_length=32,
-        description="Unset fields set to the value the rules accept for this vLLM version, each with its rule.")
+        default_factory=list,
+        max_length=32,
+        description="Unset fields set to the value the rules accept for this vLLM version, each with its rule.",
+    )
 
 
 class GDNModelServerStatus(_Status):
@@ -177,22 +184,28 @@ class GDNModelServerStatus(_Status):
         description="The in-cluster OpenAI endpoint (http://<name>.<namespace>.svc:8000/v1); set once the engine Service is applied.",
     )
     owned_kinds: list[str] | None = Field(
-        default=None, max_length=16,
+        default=None,
+        max_length=16,
         description="Optional kinds (Deployment, LeaderWorkerSet, HorizontalPodAutoscaler, ScaledObject, InferencePool) "
-        "this server may own: the reconciler deletes those its spec stops rendering.")
+        "this server may own: the reconciler deletes those its spec stops rendering.",
+    )
     conditions: list[Condition] = Field(default_factory=list)
     findings: list[RuleFinding] = Field(default_factory=list, description="Known-issue rules that matched.")
     effective: EffectiveConfig | None = None
     last_crash: CrashInfo | None = None
     remediations: list[Remediation] = Field(default_factory=list, max_length=32)
     overrides: list[Override] = Field(
-        default_factory=list, max_length=32,
+        default_factory=list,
+        max_length=32,
         description="Values the operator runs instead of the spec's (admission mitigations, crash remediations); "
-        "the spec itself is never written. See api/overrides.py for when one ends.")
+        "the spec itself is never written. See api/overrides.py for when one ends.",
+    )
     overrides_cleared: str | None = Field(
-        default=None, description="The last serving.gdn-operator.io/clear-overrides annotation value acted on.")
+        default=None, description="The last serving.gdn-operator.io/clear-overrides annotation value acted on."
+    )
     advisories: list[RuleFinding] = Field(
-        default_factory=list, description="Known risks no spec value avoids yet (not warned on every apply).")
+        default_factory=list, description="Known risks no spec value avoids yet (not warned on every apply)."
+    )
     acceptance: AcceptanceStatus | None = None
     stall: StallStatus | None = None
     probes: ProbesStatus | None = None

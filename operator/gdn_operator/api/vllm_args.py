@@ -192,7 +192,9 @@ class OptionTable:
         if unknown:
             raise ValueError(f"option table {self.version}: unknown preprocessing {sorted(unknown)}; update api/vllm_args.py")
         self.parser = _MirrorParser(
-            prog="vllm serve", add_help=False, allow_abbrev=self.allow_abbrev,
+            prog="vllm serve",
+            add_help=False,
+            allow_abbrev=self.allow_abbrev,
             prefix_chars=parser_facts.get("prefix_chars", "-"),
         )
         self.canonical: dict[str, str] = {}

@@ -31,7 +31,6 @@ from gdn_operator.watch.scraper import Scraper, Target
 log = logging.getLogger(__name__)
 
 
-
 def status_from_summary(summary: dict[str, Any], pods: list[dict[str, Any]], window: float) -> dict[str, Any]:
     """Tracker summary (+ per-pod figures) → the status.acceptance object (api.status.AcceptanceStatus)."""
     rate = summary.get("acceptanceRate")
@@ -75,9 +74,15 @@ def pod_figures(tracker: AcceptanceTracker, namespace: str, name: str, errors: d
     return out
 
 
-def write_acceptance(namespace: str, name: str, acceptance: dict[str, Any], targets: int, failed: dict[str, str],
-                     stall: dict[str, Any] | None = None, bodies: ServerBodies | None = None
-                     ) -> tuple[list[tuple[str, str, str]], dict[str, Any] | None]:
+def write_acceptance(
+    namespace: str,
+    name: str,
+    acceptance: dict[str, Any],
+    targets: int,
+    failed: dict[str, str],
+    stall: dict[str, Any] | None = None,
+    bodies: ServerBodies | None = None,
+) -> tuple[list[tuple[str, str, str]], dict[str, Any] | None]:
     """Write status (from `bodies`' newest server body when given: no read); returns the Events emitted (type,
     reason, message) for condition transitions, and the server as written (None when it is gone)."""
     events: list[tuple[str, str, str]] = []
@@ -92,11 +97,17 @@ def write_acceptance(namespace: str, name: str, acceptance: dict[str, Any], targ
             if len(failed) == targets:
                 reasons = sorted(set(failed.values()))
                 changed = st.set_condition(
-                    status, st.METRICS_AVAILABLE, False, "ScrapeFailed",
-                    f"no engine pod's /metrics could be read ({', '.join(reasons)})", gen,
+                    status,
+                    st.METRICS_AVAILABLE,
+                    False,
+                    "ScrapeFailed",
+                    f"no engine pod's /metrics could be read ({', '.join(reasons)})",
+                    gen,
                 )
                 if changed:
-                    events.append(("Warning", "ScrapeFailed", f"/metrics unreachable on all {targets} engine pods ({', '.join(reasons)})"))
+                    events.append(
+                        ("Warning", "ScrapeFailed", f"/metrics unreachable on all {targets} engine pods ({', '.join(reasons)})")
+                    )
             else:
                 msg = f"{targets - len(failed)}/{targets} engine pods scraped"
                 if failed:
@@ -118,7 +129,9 @@ def write_acceptance(namespace: str, name: str, acceptance: dict[str, Any], targ
             elif prev:
                 st.set_condition(status, st.ACCEPTANCE, None, state or "NoData", f"acceptance state {state}", gen)
             if prev.get("status") == "False" and prev.get("reason") in st.ACCEPTANCE_REASONS:
-                events.append(("Normal", "AcceptanceRecovered", f"acceptance state {state}, {acceptance.get('rateDisplay') or 'no rate'}"))
+                events.append(
+                    ("Normal", "AcceptanceRecovered", f"acceptance state {state}, {acceptance.get('rateDisplay') or 'no rate'}")
+                )
 
     obj = bodies.update_status(namespace, name, mutate) if bodies is not None else kube.update_status(namespace, name, mutate)
     if obj is not None:
@@ -140,7 +153,9 @@ class AcceptanceSupervisor:
     (Not a kopf daemon or timer: those make kopf put a finalizer on every GDNModelServer, so deleting one
     would hang whenever the operator is down.)"""
 
-    def __init__(self, tracker: AcceptanceTracker, scraper: Scraper, concurrency: int, bodies: ServerBodies | None = None) -> None:
+    def __init__(
+        self, tracker: AcceptanceTracker, scraper: Scraper, concurrency: int, bodies: ServerBodies | None = None
+    ) -> None:
         self.tracker = tracker
         #: the newest server bodies seen (handlers/bodies.py): status writes from them need no read
         self.bodies = bodies
@@ -166,8 +181,11 @@ class AcceptanceSupervisor:
         metrics = (body.get("spec") or {}).get("metrics") or {}
         entry = self.servers.setdefault((namespace, name), {"next": 0.0})
         health = (body.get("spec") or {}).get("health") or {}
-        entry.update(interval=float(metrics.get("scrapeIntervalSeconds") or 15), enabled=bool(metrics.get("enabled", True)),
-                     stall_seconds=float(health.get("stallSeconds") or stall_watch.DEFAULT_STALL_SECONDS))
+        entry.update(
+            interval=float(metrics.get("scrapeIntervalSeconds") or 15),
+            enabled=bool(metrics.get("enabled", True)),
+            stall_seconds=float(health.get("stallSeconds") or stall_watch.DEFAULT_STALL_SECONDS),
+        )
         if not entry["enabled"] and entry.get("was_enabled"):
             entry["clear"] = True
         entry["was_enabled"] = entry["enabled"]
@@ -199,20 +217,33 @@ class AcceptanceSupervisor:
         tracker.update_gauges(namespace, name)
         summary = tracker.summary(namespace, name)
         acceptance = status_from_summary(summary, pod_figures(tracker, namespace, name, failed), tracker.window)
-        stall_seconds = float((self.servers.get((namespace, name)) or {}).get("stall_seconds") or stall_watch.DEFAULT_STALL_SECONDS)
+        stall_seconds = float(
+            (self.servers.get((namespace, name)) or {}).get("stall_seconds") or stall_watch.DEFAULT_STALL_SECONDS
+        )
         verdicts = self.stall.observe_round(namespace, name, stall_seconds, live, results)
-        stall = stall_watch.stall_status(verdicts, stall_seconds, lambda pod: self.hang_of(namespace, pod),
-                                         lambda pod: self.probe_timeouts_of(namespace, name, pod))
+        stall = stall_watch.stall_status(
+            verdicts,
+            stall_seconds,
+            lambda pod: self.hang_of(namespace, pod),
+            lambda pod: self.probe_timeouts_of(namespace, name, pod),
+        )
         fp = _fingerprint(acceptance, len(targets), failed, stall)
         if self.last_written.get((namespace, name)) == fp:
             return
-        _, obj = await asyncio.to_thread(write_acceptance, namespace, name, acceptance, len(targets), failed, stall,
-                                         self.bodies)
+        _, obj = await asyncio.to_thread(write_acceptance, namespace, name, acceptance, len(targets), failed, stall, self.bodies)
         self.last_written[(namespace, name)] = fp
         if obj is not None and stall is not None:
             stalled = [pv for pv in verdicts if pv.verdict.stalled]
-            await asyncio.to_thread(stall_watch.end_stall, namespace, name, obj, stalled,
-                                    stall_watch.condition_message(stall), self.stall.restarted, self.plan_inputs)
+            await asyncio.to_thread(
+                stall_watch.end_stall,
+                namespace,
+                name,
+                obj,
+                stalled,
+                stall_watch.condition_message(stall),
+                self.stall.restarted,
+                self.plan_inputs,
+            )
 
     def clear(self, namespace: str, name: str) -> None:
         """Metrics turned off: acceptance figures and their conditions no longer say anything."""
@@ -262,6 +293,8 @@ def clear_acceptance(namespace: str, name: str) -> None:
             st.set_condition(status, st.METRICS_AVAILABLE, None, "MetricsDisabled", "spec.metrics.enabled is false", gen)
         status.pop("stall", None)
         if st.get_condition(status, st.STALLED) is not None:
-            st.set_condition(status, st.STALLED, None, "MetricsDisabled", "spec.metrics.enabled is false: no stall detection", gen)
+            st.set_condition(
+                status, st.STALLED, None, "MetricsDisabled", "spec.metrics.enabled is false: no stall detection", gen
+            )
 
     kube.update_status(namespace, name, mutate)

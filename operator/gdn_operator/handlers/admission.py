@@ -32,9 +32,7 @@ MITIGATIONS_ANNOTATION = "serving.gdn-operator.io/mitigations"
 
 def mitigations_note(findings: list[Any]) -> str:
     """The value of the mitigations annotation: rule id → the spec change applied for it."""
-    return json.dumps(
-        {f.rule: f.mitigation for f in findings if f.action == "mitigated"}, sort_keys=True, separators=(",", ":")
-    )
+    return json.dumps({f.rule: f.mitigation for f in findings if f.action == "mitigated"}, sort_keys=True, separators=(",", ":"))
 
 
 def _spec_unchanged(old: Any, new_spec: Any) -> bool:
@@ -55,8 +53,15 @@ def mitigation_patch(spec: dict[str, Any], default_policy: str) -> tuple[dict[st
     return merge, mitigated
 
 
-def mitigate(spec: kopf.Spec, patch: kopf.Patch, warnings: list[str], namespace: str | None, name: str | None,
-             old: kopf.Body | None, default_policy: str) -> None:
+def mitigate(
+    spec: kopf.Spec,
+    patch: kopf.Patch,
+    warnings: list[str],
+    namespace: str | None,
+    name: str | None,
+    old: kopf.Body | None,
+    default_policy: str,
+) -> None:
     """The mutating webhook (policy `mitigate`): the rules' spec changes, as a patch with a warning each."""
     if _spec_unchanged(old, spec):
         return
@@ -72,8 +77,9 @@ def mitigate(spec: kopf.Spec, patch: kopf.Patch, warnings: list[str], namespace:
     log.info("admission mutated %s/%s: mitigated %s", namespace, name, ", ".join(f.rule for f in mitigated))
 
 
-def admission(spec: kopf.Spec, warnings: list[str], namespace: str | None, name: str | None, old: kopf.Body | None,
-              rt: PlanInputs) -> None:
+def admission(
+    spec: kopf.Spec, warnings: list[str], namespace: str | None, name: str | None, old: kopf.Body | None, rt: PlanInputs
+) -> None:
     """The validating webhook: the rules' verdict, the pod-isolation opt-ins and the cluster's optional APIs
     (AdmissionError when refused)."""
     cfg = rt.settings

@@ -38,13 +38,19 @@ def apply_autoscaler(namespace: str, name: str, inputs: PlanInputs) -> str | Non
     except ApiException as e:
         if e.status != 403:
             raise
-        log.warning("%s/%s: cannot update the %s (RBAC: enable it in the chart's scaleOut values)", namespace, name, scaler["kind"])
+        log.warning(
+            "%s/%s: cannot update the %s (RBAC: enable it in the chart's scaleOut values)", namespace, name, scaler["kind"]
+        )
         return None
     word = "paused" if paused else "resumed"
     log.info("%s/%s: scale-up %s (%s)", namespace, name, word, "CrashLooping" if paused else "crash loop over")
-    kube.emit_event(body, "ScaleUpPaused" if paused else "ScaleUpResumed",
-                    f"{scaler['kind']} scale-up {word}: " + ("the engines are crash-looping; more replicas would only multiply the crash"
-                                                             if paused else "the engines run again"), "Warning" if paused else "Normal")
+    kube.emit_event(
+        body,
+        "ScaleUpPaused" if paused else "ScaleUpResumed",
+        f"{scaler['kind']} scale-up {word}: "
+        + ("the engines are crash-looping; more replicas would only multiply the crash" if paused else "the engines run again"),
+        "Warning" if paused else "Normal",
+    )
     return word
 
 

@@ -68,8 +68,13 @@ class ServerBodies:
         with self._lock:
             self._bodies.pop((namespace, name), None)
 
-    def update_status(self, namespace: str, name: str, mutate: Callable[[dict[str, Any], dict[str, Any]], None],
-                      obj: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    def update_status(
+        self,
+        namespace: str,
+        name: str,
+        mutate: Callable[[dict[str, Any], dict[str, Any]], None],
+        obj: dict[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
         """kube.update_status from the newest of `obj` and the body seen last (no read; a read only when there
         is neither, or the guarded patch finds the status moved), remembering what was written."""
         seen = self.get(namespace, name, (obj or {}).get("metadata", {}).get("uid"))

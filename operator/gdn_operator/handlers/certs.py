@@ -48,8 +48,13 @@ class TLSBundle:
 
 
 #: private keys that can sign a certificate (a key loaded from the Secret could be any kind)
-_ISSUER_KEY_TYPES = (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey, dsa.DSAPrivateKey, ed25519.Ed25519PrivateKey,
-                     ed448.Ed448PrivateKey)
+_ISSUER_KEY_TYPES = (
+    ec.EllipticCurvePrivateKey,
+    rsa.RSAPrivateKey,
+    dsa.DSAPrivateKey,
+    ed25519.Ed25519PrivateKey,
+    ed448.Ed448PrivateKey,
+)
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -76,9 +81,7 @@ def make_ca(common_name: str = "gdn-operator-webhook-ca") -> tuple[bytes, bytes]
         .not_valid_before(_now() - dt.timedelta(minutes=5))
         .not_valid_after(_now() + dt.timedelta(days=CA_DAYS))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
-        )
+        .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
         .sign(key, hashes.SHA256())
     )
     return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
@@ -88,8 +91,10 @@ def make_serving_cert(ca_pem: bytes, ca_key_pem: bytes, sans: list[str], days: i
     ca = x509.load_pem_x509_certificate(ca_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
     if not isinstance(ca_key, _ISSUER_KEY_TYPES):
-        raise TypeError(f"the webhook CA key is a {type(ca_key).__name__}, which cannot sign certificates; "
-                        "delete the webhook Secret to have a new CA made")
+        raise TypeError(
+            f"the webhook CA key is a {type(ca_key).__name__}, which cannot sign certificates; "
+            "delete the webhook Secret to have a new CA made"
+        )
     key = _key()
     alt: list[x509.GeneralName] = []
     for s in sans:
@@ -125,9 +130,7 @@ def needs_renewal(cert_pem: bytes, sans: list[str], at: dt.datetime | None = Non
         have = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
         return True
-    names = {str(v) for v in have.get_values_for_type(x509.DNSName)} | {
-        str(v) for v in have.get_values_for_type(x509.IPAddress)
-    }
+    names = {str(v) for v in have.get_values_for_type(x509.DNSName)} | {str(v) for v in have.get_values_for_type(x509.IPAddress)}
     return not set(sans) <= names
 
 

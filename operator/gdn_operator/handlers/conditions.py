@@ -34,22 +34,32 @@ OVERRIDDEN = "Overridden"
 
 #: Every condition type: (the module that writes it, what it says). README's condition table lists these.
 CONDITIONS: dict[str, tuple[str, str]] = {
-    VALIDATED: ("handlers/reconcile.py", "the spec passed admission (reason Admitted, Mitigated, AdmittedWithWarnings) or why not"),
+    VALIDATED: (
+        "handlers/reconcile.py",
+        "the spec passed admission (reason Admitted, Mitigated, AdmittedWithWarnings) or why not",
+    ),
     PROGRESSING: ("handlers/reconcile.py, handlers/workloadstatus.py", "a new generation is being applied and rolled out"),
     READY: ("handlers/workloadstatus.py", "every engine pod (or group) is ready"),
     UNSCHEDULABLE: ("handlers/workload.py", "engine pods cannot be scheduled (InsufficientGPUs)"),
-    CRASH_LOOPING: ("handlers/crashwatch.py, handlers/remediation.py, handlers/quiet.py",
-                    "True: a known crash repeats; False/EngineCrashed: one crash, within the quiet period"),
+    CRASH_LOOPING: (
+        "handlers/crashwatch.py, handlers/remediation.py, handlers/quiet.py",
+        "True: a known crash repeats; False/EngineCrashed: one crash, within the quiet period",
+    ),
     PATCH_SET: ("handlers/patchset.py", "the gdn-guard plugin applied the patches spec.image.patches declares"),
     ACCEPTANCE: ("handlers/acceptance.py", "speculative-decoding acceptance is healthy (False: an acceptance finding)"),
     METRICS_AVAILABLE: ("handlers/acceptance.py", "the engines' /metrics could be scraped"),
     OUTPUT_CONSISTENT: ("handlers/probes.py", "output probes answer as expected"),
-    STALLED: ("handlers/stall.py", "True/EngineStalled: an engine holds requests but makes no progress (pods, requests "
-              "stuck, seconds without progress); False once none is"),
+    STALLED: (
+        "handlers/stall.py",
+        "True/EngineStalled: an engine holds requests but makes no progress (pods, requests "
+        "stuck, seconds without progress); False once none is",
+    ),
     INFERENCE_POOL_ACCEPTED: ("handlers/router.py", "mirrors the InferencePool's Accepted (all parent gateways)"),
     INFERENCE_POOL_RESOLVED_REFS: ("handlers/router.py", "mirrors the InferencePool's ResolvedRefs"),
-    OVERRIDDEN: ("handlers/reconcile.py, handlers/remediation.py",
-                 "True (Overrides): the operator runs values of status.overrides instead of the spec's; False: none"),
+    OVERRIDDEN: (
+        "handlers/reconcile.py, handlers/remediation.py",
+        "True (Overrides): the operator runs values of status.overrides instead of the spec's; False: none",
+    ),
     DEGRADED: ("handlers/conditions.py (derived)", "one or more causes below hold; reason = the first, message lists all"),
 }
 
@@ -225,7 +235,15 @@ def set_overridden(status: dict[str, Any], generation: int | None = None) -> boo
     """Overridden from status.overrides: True with each path=value (reason), False (NoOverrides) when none."""
     items = status.get("overrides") or []
     if not items:
-        return set_condition(status, OVERRIDDEN, False, "NoOverrides", "The engine runs the spec as written (and its safe defaults).", generation)
+        return set_condition(
+            status, OVERRIDDEN, False, "NoOverrides", "The engine runs the spec as written (and its safe defaults).", generation
+        )
     listed = ", ".join(f"{o.get('path')}={o.get('value')!r} ({o.get('reason')})" for o in items)
-    return set_condition(status, OVERRIDDEN, True, "Overrides",
-                         f"{len(items)} operator override(s) in force, the spec is unchanged: {listed}", generation)
+    return set_condition(
+        status,
+        OVERRIDDEN,
+        True,
+        "Overrides",
+        f"{len(items)} operator override(s) in force, the spec is unchanged: {listed}",
+        generation,
+    )

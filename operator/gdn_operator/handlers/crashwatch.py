@@ -60,7 +60,9 @@ def deaths_in(pod: dict[str, Any]) -> list[Death]:
     meta, status = pod["metadata"], pod.get("status") or {}
     if meta.get("deletionTimestamp"):
         return []  # killed on purpose (rollout, scale-down, eviction): not an engine crash
-    args = next((tuple(c.get("args") or ()) for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == CONTAINER), ())
+    args = next(
+        (tuple(c.get("args") or ()) for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == CONTAINER), ()
+    )
     group = group_of(meta.get("labels") or {})
     for cs in status.get("containerStatuses") or []:
         if cs.get("name") != CONTAINER:
@@ -183,8 +185,7 @@ def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -
         # crashes count per revision: the generation plus the remediation overrides in force (a remediation
         # changes what runs without a new generation; the ladder's next step counts the new configuration's)
         rev = revision(gen, live_overrides(status, obj.get("spec") or {}, obj["metadata"].get("annotations"))[0])
-        same = (prev.get("signature") == eff_sig and prev.get("generation") == gen
-                and prev.get("revision", str(gen)) == rev)
+        same = prev.get("signature") == eff_sig and prev.get("generation") == gen and prev.get("revision", str(gen)) == rev
         if stale or incident:
             count = int(prev.get("count") or 0) if same or incident else 0
             count = max(count, 0 if stale else 1)
@@ -218,7 +219,12 @@ def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -
         died = f"engine in pod {death.pod} died: {result.summary()}"
         if looping:
             st.set_condition(
-                status, st.CRASH_LOOPING, True, "RepeatedCrash", f"{count} crashes of {label} on generation {gen}; last: {died}", gen
+                status,
+                st.CRASH_LOOPING,
+                True,
+                "RepeatedCrash",
+                f"{count} crashes of {label} on generation {gen}; last: {died}",
+                gen,
             )
         elif not st.is_true(status, st.CRASH_LOOPING):
             # one crash: not a loop yet, but Degraded (EngineCrashed) until the quiet period clears it
@@ -239,12 +245,25 @@ def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -
     if hint:
         msg += f". Remedy: {hint}"
     kube.emit_event(obj, "EngineCrashed", msg, "Warning")
-    log.info("engine crash on %s/%s generation %s: pod %s restart %s, %s, count %s%s", namespace, name,
-             outcome["generation"], death.pod, death.restart_count, outcome["signature"], outcome["count"],
-             " (previous spec, not counted)" if outcome.get("stale") else " (same group incident)" if outcome.get("incident") else "")
-    if not outcome.get("stale") and not outcome.get("incident") and maybe_remediate(
-        namespace, name, obj, result, outcome["count"], outcome["generation"], policy=rt.settings.default_policy
-    ) is not None:
+    log.info(
+        "engine crash on %s/%s generation %s: pod %s restart %s, %s, count %s%s",
+        namespace,
+        name,
+        outcome["generation"],
+        death.pod,
+        death.restart_count,
+        outcome["signature"],
+        outcome["count"],
+        " (previous spec, not counted)" if outcome.get("stale") else " (same group incident)" if outcome.get("incident") else "",
+    )
+    if (
+        not outcome.get("stale")
+        and not outcome.get("incident")
+        and maybe_remediate(
+            namespace, name, obj, result, outcome["count"], outcome["generation"], policy=rt.settings.default_policy
+        )
+        is not None
+    ):
         reapply(namespace, name, rt)  # the override is in status; render and apply it now
     sync_scale_up(namespace, name, obj, rt)
     return obj.get("status")

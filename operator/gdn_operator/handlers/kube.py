@@ -34,10 +34,19 @@ log = logging.getLogger(__name__)
 #: import lock: the first burst of reconciles had every worker thread waiting ~3 s on it (importlib
 #: _ModuleLock.acquire under emit_event / get_object in bench/bench_reconcile.py --py-spy). Resolve the
 #: classes the handlers use once, here, before kopf starts any.
-WARM_CLASSES = tuple(getattr(kubernetes.client, n) for n in (
-    "AppsV1Api", "CoreV1Api", "CustomObjectsApi", "AutoscalingV2Api", "ApiextensionsV1Api",
-    "CoreV1Event", "V1DeleteOptions", "V1Secret",
-))
+WARM_CLASSES = tuple(
+    getattr(kubernetes.client, n)
+    for n in (
+        "AppsV1Api",
+        "CoreV1Api",
+        "CustomObjectsApi",
+        "AutoscalingV2Api",
+        "ApiextensionsV1Api",
+        "CoreV1Event",
+        "V1DeleteOptions",
+        "V1Secret",
+    )
+)
 
 #: Pooled connections of the process's API client (`api_client`, built on first use): one per worker thread
 #: (fewer: urllib3 opens and discards extra connections, a TLS handshake and a "pool is full" warning each).
@@ -82,10 +91,17 @@ def with_default_timeout(rest_client: Any, timeout: tuple[float, float] = REQUES
     timeout=None to urllib3, which means wait forever, whatever the pool's default)."""
     request = rest_client.request
 
-    def bounded(method: str, url: str, headers: dict[str, str] | None = None, body: Any = None,
-                post_params: Any = None, _request_timeout: Any = None) -> Any:
-        return request(method, url, headers=headers, body=body, post_params=post_params,
-                       _request_timeout=_request_timeout or timeout)
+    def bounded(
+        method: str,
+        url: str,
+        headers: dict[str, str] | None = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> Any:
+        return request(
+            method, url, headers=headers, body=body, post_params=post_params, _request_timeout=_request_timeout or timeout
+        )
 
     rest_client.request = bounded
 
@@ -179,8 +195,14 @@ def changed_by_apply(obj: dict[str, Any], date: str | None) -> bool:
     adds, changes or removes one of its fields (a no-op apply writes nothing), so the apply changed the object
     iff that time is not older than the response (both in whole seconds: one second of slack). Unknown
     (no Date, no entry): True, which at worst repeats an "Applied" Event."""
-    entry = next((m for m in (obj.get("metadata") or {}).get("managedFields") or []
-                  if m.get("manager") == FIELD_MANAGER and m.get("operation") == "Apply"), None)
+    entry = next(
+        (
+            m
+            for m in (obj.get("metadata") or {}).get("managedFields") or []
+            if m.get("manager") == FIELD_MANAGER and m.get("operation") == "Apply"
+        ),
+        None,
+    )
     if not date or entry is None or not entry.get("time"):
         return True
     try:
@@ -211,14 +233,18 @@ def get_object(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         if kind == "Deployment":
             r = kubernetes.client.AppsV1Api(c).read_namespaced_deployment(name, namespace, _preload_content=False)
         elif kind == "HorizontalPodAutoscaler":
-            r = kubernetes.client.AutoscalingV2Api(c).read_namespaced_horizontal_pod_autoscaler(name, namespace, _preload_content=False)
+            r = kubernetes.client.AutoscalingV2Api(c).read_namespaced_horizontal_pod_autoscaler(
+                name, namespace, _preload_content=False
+            )
         elif kind == "PodDisruptionBudget":
             r = kubernetes.client.PolicyV1Api(c).read_namespaced_pod_disruption_budget(name, namespace, _preload_content=False)
         elif kind == "PersistentVolumeClaim":
             r = kubernetes.client.CoreV1Api(c).read_namespaced_persistent_volume_claim(name, namespace, _preload_content=False)
         else:
             group, version, plural = CUSTOM_KINDS[kind]
-            r = kubernetes.client.CustomObjectsApi(c).get_namespaced_custom_object(group, version, namespace, plural, name, _preload_content=False)
+            r = kubernetes.client.CustomObjectsApi(c).get_namespaced_custom_object(
+                group, version, namespace, plural, name, _preload_content=False
+            )
     except ApiException as e:
         if e.status in (403, 404):
             return None
@@ -248,7 +274,9 @@ def delete_owned(kind: str, namespace: str, name: str, owner_uid: str | None, cr
             kubernetes.client.CoreV1Api(c).delete_namespaced_persistent_volume_claim(name, namespace, body=body)
         else:
             group, version, plural = CUSTOM_KINDS[kind]
-            kubernetes.client.CustomObjectsApi(c).delete_namespaced_custom_object(group, version, namespace, plural, name, body=body)
+            kubernetes.client.CustomObjectsApi(c).delete_namespaced_custom_object(
+                group, version, namespace, plural, name, body=body
+            )
     except ApiException as e:
         if e.status != 404:
             raise
@@ -323,9 +351,12 @@ def read_secret_key(namespace: str, name: str, key: str) -> tuple[str | None, st
 def get_server(namespace: str, name: str) -> dict[str, Any] | None:
     try:
         # custom objects come back as the decoded JSON dict (the client annotates them as `object`)
-        return cast(dict[str, Any], kubernetes.client.CustomObjectsApi(api_client()).get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name
-        ))
+        return cast(
+            dict[str, Any],
+            kubernetes.client.CustomObjectsApi(api_client()).get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name
+            ),
+        )
     except ApiException as e:
         if e.status == 404:
             return None
@@ -334,9 +365,12 @@ def get_server(namespace: str, name: str) -> dict[str, Any] | None:
 
 def patch_server(namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
     """Merge-patch the GDNModelServer itself (spec/metadata), e.g. a remediation."""
-    return cast(dict[str, Any], kubernetes.client.CustomObjectsApi(api_client()).patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name, patch, _content_type="application/merge-patch+json"
-    ))
+    return cast(
+        dict[str, Any],
+        kubernetes.client.CustomObjectsApi(api_client()).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, patch, _content_type="application/merge-patch+json"
+        ),
+    )
 
 
 def delete_pod(namespace: str, name: str, uid: str | None) -> bool:
@@ -379,8 +413,10 @@ def status_patch(old: dict[str, Any] | None, new: dict[str, Any], resource_versi
             tests = by_version
             break
         tests.append({"op": "test", "path": _pointer(k), "value": old[k]})
-    writes = [{"op": "add", "path": _pointer(k), "value": new[k]} if k in new else {"op": "remove", "path": _pointer(k)}
-              for k in changed]
+    writes = [
+        {"op": "add", "path": _pointer(k), "value": new[k]} if k in new else {"op": "remove", "path": _pointer(k)}
+        for k in changed
+    ]
     return tests + writes
 
 
@@ -483,9 +519,18 @@ def update_status(
         if attempt >= 2:
             ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}] + [o for o in ops if o["op"] != "test"]
         try:
-            out = _json(api.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, PLURAL, name, ops, _content_type="application/json-patch+json",
-                _preload_content=False))
+            out = _json(
+                api.patch_namespaced_custom_object_status(
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    PLURAL,
+                    name,
+                    ops,
+                    _content_type="application/json-patch+json",
+                    _preload_content=False,
+                )
+            )
             _log_status_written(namespace, name, obj["metadata"].get("generation"), conditions_before, status)
             return out
         except ApiException as e:
@@ -511,15 +556,22 @@ def _condition_states(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return {c.get("type", ""): (c.get("status", ""), c.get("reason", "")) for c in status.get("conditions") or []}
 
 
-def _log_status_written(namespace: str, name: str, generation: Any, before: dict[str, tuple[str, str]],
-                        status: dict[str, Any]) -> None:
+def _log_status_written(
+    namespace: str, name: str, generation: Any, before: dict[str, tuple[str, str]], status: dict[str, Any]
+) -> None:
     """One INFO line per status write that changes a condition (what changed); figures-only writes at DEBUG."""
     after = _condition_states(status)
     changes = [f"{t}={s} ({r})" for t, (s, r) in after.items() if before.get(t) != (s, r)]
     changes += [f"{t} removed" for t in before if t not in after]
     if changes:
-        log.info("status written %s/%s generation %s: phase %s; %s", namespace, name, generation, status.get("phase"),
-                 ", ".join(changes))
+        log.info(
+            "status written %s/%s generation %s: phase %s; %s",
+            namespace,
+            name,
+            generation,
+            status.get("phase"),
+            ", ".join(changes),
+        )
     else:
         log.debug("status written %s/%s generation %s (no condition changed)", namespace, name, generation)
 

@@ -84,7 +84,11 @@ class StreamState:
 
 
 def _stream_once(
-    namespace: str, pod: str, stop: Callable[[], bool], on_guard: Callable[[GuardLine | None], None], state: StreamState,
+    namespace: str,
+    pod: str,
+    stop: Callable[[], bool],
+    on_guard: Callable[[GuardLine | None], None],
+    state: StreamState,
 ) -> str:
     """Follow one container instance's log until the stream ends. Returns why it ended."""
     core = kubernetes.client.CoreV1Api(kube.api_client())
@@ -135,7 +139,8 @@ def _instance_running(namespace: str, pod: str, uid: str, restart: int) -> bool 
     if body["metadata"].get("uid") != uid or body["metadata"].get("deletionTimestamp"):
         return False
     cs: dict[str, Any] = next(
-        (c for c in (body.get("status") or {}).get("containerStatuses") or [] if c.get("name") == CONTAINER), {})
+        (c for c in (body.get("status") or {}).get("containerStatuses") or [] if c.get("name") == CONTAINER), {}
+    )
     return int(cs.get("restartCount") or 0) == restart and bool((cs.get("state") or {}).get("running"))
 
 
@@ -205,8 +210,9 @@ class LogFollowers:
                         return
                     backoff = 1.0  # a clean end: the API server closed the stream (or the container ended)
                 except Exception as e:  # noqa: BLE001 - disconnects, 4xx from fake nodes: retry with backoff
-                    log.warning("log stream of %s/%s (server %s) interrupted, retrying in %.0fs: %s",
-                                namespace, pod, server, backoff, e)
+                    log.warning(
+                        "log stream of %s/%s (server %s) interrupted, retrying in %.0fs: %s", namespace, pod, server, backoff, e
+                    )
                 running = await loop.run_in_executor(self.pool, _instance_running, namespace, pod, uid, restart)
                 if running is False:
                     state.classifier.close()

@@ -77,8 +77,9 @@ def register_optional(rt: Runtime, *, webhook: bool, registry: kopf.OperatorRegi
         kopf.on.event(lws.GROUP, lws.VERSION, lws.PLURAL, labels=MANAGED, registry=reg)(leader_worker_set_event)
         ids.append("leader_worker_set_event")
     if rt.settings.inference_pool:  # likewise InferencePools
-        kopf.on.event(router_render.GROUP, router_render.VERSION, router_render.PLURAL, labels=MANAGED,
-                      registry=reg)(inference_pool_event)
+        kopf.on.event(router_render.GROUP, router_render.VERSION, router_render.PLURAL, labels=MANAGED, registry=reg)(
+            inference_pool_event
+        )
         ids.append("inference_pool_event")
     if webhook:
         ids += register_admission(reg)
@@ -90,10 +91,12 @@ def register_admission(registry: kopf.OperatorRegistry) -> list[str]:
     """The two admission webhooks into `registry` (also what the chart's shipped webhook configurations are
     checked against: tests/charts/test_chart_webhooks.py). Persistent: a replica that stops (HA hand-over)
     must not strip the webhooks from the configuration the active replica serves."""
-    kopf.on.mutate(GROUP, VERSION, PLURAL, id="gdn-mitigate", operations=["CREATE", "UPDATE"], persistent=True,
-                   registry=registry)(mitigate)
-    kopf.on.validate(GROUP, VERSION, PLURAL, id="gdn-admission", operations=["CREATE", "UPDATE"], persistent=True,
-                     registry=registry)(validate)
+    kopf.on.mutate(
+        GROUP, VERSION, PLURAL, id="gdn-mitigate", operations=["CREATE", "UPDATE"], persistent=True, registry=registry
+    )(mitigate)
+    kopf.on.validate(
+        GROUP, VERSION, PLURAL, id="gdn-admission", operations=["CREATE", "UPDATE"], persistent=True, registry=registry
+    )(validate)
     return ["gdn-mitigate", "gdn-admission"]
 
 
@@ -113,8 +116,7 @@ async def converge_generation(body: kopf.Body, logger: kopf.Logger, memo: kopf.M
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, id="acceptance-registry")
-async def track_servers(type: str, body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo,
-                        **kwargs: Any) -> None:
+async def track_servers(type: str, body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
     rt = runtime_of(memo)
     rt.acceptance.pods_index = kwargs["engine_pods"]  # kopf passes each index by its name; a live view
     ns = kube.require_namespace(namespace)
@@ -142,8 +144,9 @@ def engine_pods(body: kopf.Body, namespace: str | None, labels: Mapping[str, str
 
 
 @kopf.on.event("", "v1", "pods", labels=MANAGED)
-async def pod_event(type: str, body: kopf.Body, namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo,
-                    **kwargs: Any) -> None:
+async def pod_event(
+    type: str, body: kopf.Body, namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo, **kwargs: Any
+) -> None:
     """The one handler for engine pod events, fanned out: the crash watch's part, then the server's
     pod-derived status (from all of its pods in kopf's index, also when the crash watch failed)."""
     ns, name = kube.require_namespace(namespace), labels.get(LABEL_SERVER)
@@ -156,14 +159,14 @@ async def pod_event(type: str, body: kopf.Body, namespace: str | None, labels: M
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-async def deployment_event(type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, memo: kopf.Memo,
-                           **_: Any) -> None:
+async def deployment_event(type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, memo: kopf.Memo, **_: Any) -> None:
     await workload.deployment_event(runtime_of(memo), type, body, namespace, meta)
 
 
 # registered by register_optional
-async def leader_worker_set_event(type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, memo: kopf.Memo,
-                                  **_: Any) -> None:
+async def leader_worker_set_event(
+    type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, memo: kopf.Memo, **_: Any
+) -> None:
     await workload.deployment_event(runtime_of(memo), type, body, namespace, meta, kind=lws.KIND)
 
 
@@ -175,13 +178,28 @@ async def inference_pool_event(type: str, body: kopf.Body, namespace: str | None
 
 
 # kopf passes `old` (None on CREATE) to admission handlers although its WebhookFn protocol omits it
-def mitigate(spec: kopf.Spec, patch: kopf.Patch, warnings: list[str], namespace: str | None, memo: kopf.Memo,
-             name: str | None = None, old: kopf.Body | None = None, **_: Any) -> None:
+def mitigate(
+    spec: kopf.Spec,
+    patch: kopf.Patch,
+    warnings: list[str],
+    namespace: str | None,
+    memo: kopf.Memo,
+    name: str | None = None,
+    old: kopf.Body | None = None,
+    **_: Any,
+) -> None:
     cfg = runtime_of(memo).settings
     if cfg.mutate_spec:  # opt-in; by default mitigations are status.overrides and the spec stays as written
         admission.mitigate(spec, patch, warnings, namespace, name, old, cfg.default_policy)
 
 
-def validate(spec: kopf.Spec, warnings: list[str], namespace: str | None, memo: kopf.Memo, name: str | None = None,
-             old: kopf.Body | None = None, **_: Any) -> None:
+def validate(
+    spec: kopf.Spec,
+    warnings: list[str],
+    namespace: str | None,
+    memo: kopf.Memo,
+    name: str | None = None,
+    old: kopf.Body | None = None,
+    **_: Any,
+) -> None:
     admission.admission(spec, warnings, namespace, name, old, runtime_of(memo))

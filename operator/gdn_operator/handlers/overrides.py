@@ -29,6 +29,10 @@ def reapply(namespace: str, name: str, inputs: PlanInputs) -> bool:
         _out, obj_changed = kube.apply_changed(obj)
         changed = changed or (obj_changed and obj["kind"] in ("Deployment", "LeaderWorkerSet"))
     # the decision (an override added) is logged at INFO where it is made (remediation.remediate_once)
-    log.debug("applied overrides to %s/%s: %s", namespace, name,
-             ", ".join(f"{o.get('path')}={o.get('value')!r} ({o.get('reason')})" for o in p.overrides) or "none in force")
+    log.debug(
+        "applied overrides to %s/%s: %s",
+        namespace,
+        name,
+        ", ".join(f"{o.get('path')}={o.get('value')!r} ({o.get('reason')})" for o in p.overrides) or "none in force",
+    )
     return changed

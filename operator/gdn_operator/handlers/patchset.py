@@ -34,6 +34,12 @@ def report_patch_check(namespace: str, name: str, pod: str, line: GuardLine | No
     obj = kube.update_status(namespace, name, mutate)
     if obj is not None:
         for reason, msg in events:
-            log.warning("patch set of %s/%s generation %s not verified (%s): %s", namespace, name,
-                        obj["metadata"].get("generation"), reason, msg)
+            log.warning(
+                "patch set of %s/%s generation %s not verified (%s): %s",
+                namespace,
+                name,
+                obj["metadata"].get("generation"),
+                reason,
+                msg,
+            )
             kube.emit_event(obj, reason, msg, "Warning")

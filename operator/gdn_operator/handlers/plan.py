@@ -88,9 +88,14 @@ def plan(body: dict[str, Any], inputs: PlanInputs) -> Plan:
         ev = evaluate(spec, default_policy=cfg.default_policy)
     if not ev.allowed:
         return Plan(spec, ev, problem=ev.denial_message(), ended=ended, cleared=cleared)
-    out = Plan(spec, ev, monitoring=cfg.pod_monitors and inputs.crds.exists(PODMONITOR_CRD),
-               overrides=kept + mitigation_overrides(ev, status, meta.get("generation"), user),
-               ended=ended, cleared=cleared)
+    out = Plan(
+        spec,
+        ev,
+        monitoring=cfg.pod_monitors and inputs.crds.exists(PODMONITOR_CRD),
+        overrides=kept + mitigation_overrides(ev, status, meta.get("generation"), user),
+        ended=ended,
+        cleared=cleared,
+    )
     run_spec = ev.run_spec or spec  # = out.run_spec: safe defaults filled in, mitigations applied
     unsafe = unsafe_refusals(run_spec, cfg.allow_unsafe)  # also at admission; here for servers admitted without it
     if unsafe:
@@ -101,24 +106,35 @@ def plan(body: dict[str, Any], inputs: PlanInputs) -> Plan:
         out.problem = missing
         return out
     try:
-        out.objects = render_all(meta["name"], meta["namespace"], run_spec, meta.get("uid"), with_monitoring=out.monitoring,
-                                 scaleout=scaleout_options(body, run_spec, inputs),
-                                 monitor_labels=dict(cfg.pod_monitor_labels))
+        out.objects = render_all(
+            meta["name"],
+            meta["namespace"],
+            run_spec,
+            meta.get("uid"),
+            with_monitoring=out.monitoring,
+            scaleout=scaleout_options(body, run_spec, inputs),
+            monitor_labels=dict(cfg.pod_monitor_labels),
+        )
     except RenderError as e:
         out.problem = str(e)
     return out
 
 
-def mitigation_overrides(ev: Evaluation, status: dict[str, Any], generation: int | None,
-                         user: dict[str, Any]) -> list[dict[str, Any]]:
+def mitigation_overrides(
+    ev: Evaluation, status: dict[str, Any], generation: int | None, user: dict[str, Any]
+) -> list[dict[str, Any]]:
     """status.overrides entries for the admission policy's mitigations (source mitigation), keeping the
     generation and time of an identical entry already recorded (no status churn on a resync)."""
-    before = {(o.get("path"), json.dumps(o.get("value")), o.get("reason")): o
-              for o in status.get("overrides") or [] if o.get("source") == "mitigation"}
+    before = {
+        (o.get("path"), json.dumps(o.get("value")), o.get("reason")): o
+        for o in status.get("overrides") or []
+        if o.get("source") == "mitigation"
+    }
     out = []
     for f in ev.mitigated:
-        for e in entries(SpecPatch.of(f.mitigation), reason=f.rule, source="mitigation", generation=generation,
-                         since=kube.now(), spec=user):
+        for e in entries(
+            SpecPatch.of(f.mitigation), reason=f.rule, source="mitigation", generation=generation, since=kube.now(), spec=user
+        ):
             out.append(before.get((e["path"], json.dumps(e["value"]), e["reason"]), e))
     return out
 
@@ -133,17 +149,25 @@ def missing_apis(spec: GDNModelServerSpec, inputs: PlanInputs) -> str:
     it), or "". Admission warns with it (or refuses, GDN_MISSING_API_POLICY); the reconciler reports it."""
     cfg, crds = inputs.settings, inputs.crds
     if spec.nodes > 1 and not cfg.lws:
-        return (f"spec.nodes {spec.nodes} needs LeaderWorkerSets, which this operator does not manage; set the chart "
-                "value scaleOut.leaderWorkerSet.enabled=true (GDN_LWS) or set spec.nodes to 1")
+        return (
+            f"spec.nodes {spec.nodes} needs LeaderWorkerSets, which this operator does not manage; set the chart "
+            "value scaleOut.leaderWorkerSet.enabled=true (GDN_LWS) or set spec.nodes to 1"
+        )
     if spec.router is not None and spec.router.inference_pool is not None and not cfg.inference_pool:
-        return ("spec.router.inferencePool needs InferencePools, which this operator does not manage; set the chart value "
-                "scaleOut.inferencePool.enabled=true (GDN_INFERENCE_POOL) or remove spec.router.inferencePool")
+        return (
+            "spec.router.inferencePool needs InferencePools, which this operator does not manage; set the chart value "
+            "scaleOut.inferencePool.enabled=true (GDN_INFERENCE_POOL) or remove spec.router.inferencePool"
+        )
     if spec.nodes > 1 and not crds.exists(lws.CRD):
-        return (f"spec.nodes {spec.nodes} needs the LeaderWorkerSet API ({lws.CRD}), which is not installed; "
-                "install LeaderWorkerSet (sigs.k8s.io/lws) or set spec.nodes to 1")
+        return (
+            f"spec.nodes {spec.nodes} needs the LeaderWorkerSet API ({lws.CRD}), which is not installed; "
+            "install LeaderWorkerSet (sigs.k8s.io/lws) or set spec.nodes to 1"
+        )
     if spec.router is not None and spec.router.inference_pool is not None and not crds.exists(router.CRD):
-        return (f"spec.router.inferencePool needs the Gateway API Inference Extension ({router.CRD}), which is not "
-                "installed; install its CRDs or remove spec.router.inferencePool")
+        return (
+            f"spec.router.inferencePool needs the Gateway API Inference Extension ({router.CRD}), which is not "
+            "installed; install its CRDs or remove spec.router.inferencePool"
+        )
     return ""
 
 

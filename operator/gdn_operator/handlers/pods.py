@@ -46,7 +46,9 @@ def pod_summary(body: dict[str, Any]) -> dict[str, Any]:
         "unschedulable_message": sched.get("message", ""),
         "restarts": restarts,
         "deleting": bool(body["metadata"].get("deletionTimestamp")),
-        "engine": engine_fingerprint(next((c for c in (body.get("spec") or {}).get("containers") or [] if c.get("name") == CONTAINER), None)),
+        "engine": engine_fingerprint(
+            next((c for c in (body.get("spec") or {}).get("containers") or [] if c.get("name") == CONTAINER), None)
+        ),
         # multi-node engines: which LeaderWorkerSet group, and whether this pod serves the API (the leader)
         "group": labels.get(LABEL_GROUP_INDEX),
         "leader": is_leader(labels),

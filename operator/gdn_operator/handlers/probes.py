@@ -137,8 +137,14 @@ def server_from_body(body: dict[str, Any], rt: PlanInputs) -> ServerProbes:
     run = p.run_spec or p.spec
     probes_spec = p.spec.probes  # s.spec: not None here
     s = ServerProbes(
-        probes_spec, gen, rev, image=container.get("image", ""), model=run.model.served_name or meta["name"],
-        engine=engine_fingerprint(container), warned=_warned_rules(p.ev), remediation_auto=run.remediation.mode == "auto",
+        probes_spec,
+        gen,
+        rev,
+        image=container.get("image", ""),
+        model=run.model.served_name or meta["name"],
+        engine=engine_fingerprint(container),
+        warned=_warned_rules(p.ev),
+        remediation_auto=run.remediation.mode == "auto",
         policy=rt.settings.default_policy,
         api_key=_api_key(meta["namespace"], meta["name"], run.api_key_secret),
     )
@@ -146,14 +152,16 @@ def server_from_body(body: dict[str, Any], rt: PlanInputs) -> ServerProbes:
     status = body.get("status") or {}
     saved = status.get("probes") or {}
     if saved and _rev_of(saved) == rev:  # operator restart: carry counts, alarm and reference over
-        s.book = ProbeBook.restore(names, probes_spec.failure_threshold, saved.get("results") or [],
-                                   st.get_condition(status, st.OUTPUT_CONSISTENT))
+        s.book = ProbeBook.restore(
+            names, probes_spec.failure_threshold, saved.get("results") or [], st.get_condition(status, st.OUTPUT_CONSISTENT)
+        )
         ref = saved.get("reference") or {}
         if ref and _rev_of(ref) == rev and ref.get("image") == s.image:
             s.reference = {a["probe"]: Answer.from_status(a) for a in ref.get("answers") or [] if a.get("probe") in names}
             s.ref_meta = {k: ref.get(k) for k in ("generation", "revision", "image", "pod", "learnedAt")}
-        s.remediated = any(_rev_of(r) == rev and str(r.get("reason", "")).startswith("output probes")
-                           for r in status.get("remediations") or [])
+        s.remediated = any(
+            _rev_of(r) == rev and str(r.get("reason", "")).startswith("output probes") for r in status.get("remediations") or []
+        )
     else:
         s.book = ProbeBook(names, probes_spec.failure_threshold)
     return s
@@ -171,8 +179,10 @@ def probes_status(s: ServerProbes, probed: int, skipped: int, diagnosis: dict[st
         "results": s.book.results(),
     }
     if s.reference:
-        out["reference"] = {**{k: v for k, v in s.ref_meta.items() if v is not None},
-                            "answers": [s.reference[n].to_status(n) for n in s.book.names if n in s.reference]}
+        out["reference"] = {
+            **{k: v for k, v in s.ref_meta.items() if v is not None},
+            "answers": [s.reference[n].to_status(n) for n in s.book.names if n in s.reference],
+        }
     if diagnosis:
         out["diagnosis"] = diagnosis
     return out
@@ -184,8 +194,11 @@ def diagnose(s: ServerProbes, cond: Condition) -> dict[str, Any] | None:
         return None
     rules = [w["rule"] for w in s.warned]
     first = s.warned[0]
-    msg = ("wrong output on a configuration admitted with a silent-corruption warning: "
-           + "; ".join(f"{w['rule']} ({w['title']})" for w in s.warned) + f". Workaround: {first['workaround']}")
+    msg = (
+        "wrong output on a configuration admitted with a silent-corruption warning: "
+        + "; ".join(f"{w['rule']} ({w['title']})" for w in s.warned)
+        + f". Workaround: {first['workaround']}"
+    )
     return {"rules": rules, "message": msg[:1024]}
 
 
@@ -227,14 +240,25 @@ def remediate(namespace: str, name: str, s: ServerProbes, cond: Condition, obj: 
     rule = next((w for w in s.warned if w.get("mitigation")), s.warned[0])
     change, refusal = vet_change(obj, change_from_mitigation(rule["rule"], rule.get("mitigation"), running), s.policy)
     trigger = f"output probes: {cond.reason} on generation {s.generation} matches {rule['rule']}"
-    why = refusal or ("the rule has no automatic mitigation" if not rule.get("mitigation") else "its mitigation is already in effect")
-    return remediate_once(
-        namespace, name, obj, signature=rule["rule"], upstream=rule["rule"], generation=s.generation, change=change,
-        reason=trigger + ("" if change else f"; no automatic workaround left ({why}): {rule['workaround']}"),
-        not_possible=f"{trigger}; no automatic workaround left ({why}): {rule['workaround']}",
-        applied=f"Applied {{action}} ({rule['rule']}: {rule['title']}) after output probes failed ({cond.reason}); "
-        "as an operator override (status.overrides; the spec is unchanged); the probes re-learn.",
-    ) is not None
+    why = refusal or (
+        "the rule has no automatic mitigation" if not rule.get("mitigation") else "its mitigation is already in effect"
+    )
+    return (
+        remediate_once(
+            namespace,
+            name,
+            obj,
+            signature=rule["rule"],
+            upstream=rule["rule"],
+            generation=s.generation,
+            change=change,
+            reason=trigger + ("" if change else f"; no automatic workaround left ({why}): {rule['workaround']}"),
+            not_possible=f"{trigger}; no automatic workaround left ({why}): {rule['workaround']}",
+            applied=f"Applied {{action}} ({rule['rule']}: {rule['title']}) after output probes failed ({cond.reason}); "
+            "as an operator override (status.overrides; the spec is unchanged); the probes re-learn.",
+        )
+        is not None
+    )
 
 
 def _fingerprint(body: dict[str, Any], cond: Condition) -> str:
@@ -244,11 +268,17 @@ def _fingerprint(body: dict[str, Any], cond: Condition) -> str:
 class ProbeSupervisor:
     """Holds the probe state of every tracked server and runs the probing loop."""
 
-    def __init__(self, pods_of: Callable[[str, str], list[dict[str, Any]]], *,
-                 writer: Callable[..., dict[str, Any] | None] = write_status,
-                 remediator: Callable[..., Any] = remediate,
-                 concurrency: int = 64, seed: int | None = None, port: int = ENGINE_PORT,
-                 rt: PlanInputs | None = None) -> None:
+    def __init__(
+        self,
+        pods_of: Callable[[str, str], list[dict[str, Any]]],
+        *,
+        writer: Callable[..., dict[str, Any] | None] = write_status,
+        remediator: Callable[..., Any] = remediate,
+        concurrency: int = 64,
+        seed: int | None = None,
+        port: int = ENGINE_PORT,
+        rt: PlanInputs | None = None,
+    ) -> None:
         self.pods_of = pods_of
         self.port = port
         self.writer = writer
@@ -285,9 +315,15 @@ class ProbeSupervisor:
             old.task.cancel()  # a round of the previous revision reports nothing
         if s.spec is not None:
             s.next_due = time.monotonic() + self.rng.uniform(0, s.spec.interval_seconds)
-            log.info("output probes for %s/%s: %d probe(s) every %ss on revision %s%s", namespace, name,
-                     len(s.spec.prompts), s.spec.interval_seconds, s.revision,
-                     f", reference of revision {s.revision} kept" if s.reference else "")
+            log.info(
+                "output probes for %s/%s: %d probe(s) every %ss on revision %s%s",
+                namespace,
+                name,
+                len(s.spec.prompts),
+                s.spec.interval_seconds,
+                s.revision,
+                f", reference of revision {s.revision} kept" if s.reference else "",
+            )
         self.servers[key] = s
         if s.spec is None and body is not None:
             status = body.get("status") or {}
@@ -345,11 +381,14 @@ class ProbeSupervisor:
         current = sorted((p for p in ready if not s.engine or p.get("engine") == s.engine), key=lambda p: p["name"])
         skipped = len(ready) - len(current)
         timeout = float(s.spec.timeout_seconds)
-        per_pod = await asyncio.gather(*(
-            self.client.ask_pod(completions_url(p["ip"], self.port), s.model, s.spec.prompts, p["name"], timeout,
-                                api_key=s.api_key)
-            for p in current
-        ))
+        per_pod = await asyncio.gather(
+            *(
+                self.client.ask_pod(
+                    completions_url(p["ip"], self.port), s.model, s.spec.prompts, p["name"], timeout, api_key=s.api_key
+                )
+                for p in current
+            )
+        )
         asked: list[Asked] = [a for pod in per_pod for a in pod]
         for p in current:
             key = (namespace, name, p["name"])
@@ -362,27 +401,53 @@ class ProbeSupervisor:
         if learned:
             for probe, (_pod, answer) in learned.items():
                 s.reference[probe] = answer
-            s.ref_meta = {"generation": s.generation, "revision": s.revision, "image": s.image,
-                          "pod": next(iter(learned.values()))[0], "learnedAt": now}
-            log.info("output probes for %s/%s learned %d reference answer(s) from pod %s on revision %s",
-                     namespace, name, len(learned), s.ref_meta["pod"], s.revision)
+            s.ref_meta = {
+                "generation": s.generation,
+                "revision": s.revision,
+                "image": s.image,
+                "pod": next(iter(learned.values()))[0],
+                "learnedAt": now,
+            }
+            log.info(
+                "output probes for %s/%s learned %d reference answer(s) from pod %s on revision %s",
+                namespace,
+                name,
+                len(learned),
+                s.ref_meta["pod"],
+                s.revision,
+            )
         self._record(namespace, name, outcomes)
         before = s.book.condition
         cond = s.book.observe(outcomes, now) if outcomes else (s.book.condition if s.book.rounds else LEARNING)
         telemetry.PROBE_ROUND_DURATION.observe(time.perf_counter() - t0)
         for reason in PROBE_REASONS:
-            telemetry.OUTPUT_INCONSISTENT.labels(namespace, name, reason).set(1.0 if cond.value is False and cond.reason == reason else 0.0)
+            telemetry.OUTPUT_INCONSISTENT.labels(namespace, name, reason).set(
+                1.0 if cond.value is False and cond.reason == reason else 0.0
+            )
         diagnosis = diagnose(s, cond)
         body = probes_status(s, len(current), skipped, diagnosis)
         fp = _fingerprint(body, cond)
         if fp != s.written:
             if (before.value, before.reason) != (cond.value, cond.reason):
-                log.info("output probes for %s/%s: OutputConsistent %s (%s): %s", namespace, name,
-                         "Unknown" if cond.value is None else cond.value, cond.reason, cond.message)
+                log.info(
+                    "output probes for %s/%s: OutputConsistent %s (%s): %s",
+                    namespace,
+                    name,
+                    "Unknown" if cond.value is None else cond.value,
+                    cond.reason,
+                    cond.message,
+                )
             obj = await asyncio.to_thread(self.writer, namespace, name, s, body, cond)
             s.written = fp
-            if (obj is not None and cond.value is False and diagnosis and s.remediation_auto and not s.remediated
-                    and obj["metadata"].get("generation") == s.generation and body_revision(obj) == s.revision):
+            if (
+                obj is not None
+                and cond.value is False
+                and diagnosis
+                and s.remediation_auto
+                and not s.remediated
+                and obj["metadata"].get("generation") == s.generation
+                and body_revision(obj) == s.revision
+            ):
                 s.remediated = True
                 # shielded: the override's own status write starts a new revision, whose tracking cancels this
                 # round; recording the override and rendering it must still both happen

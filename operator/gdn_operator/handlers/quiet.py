@@ -54,8 +54,13 @@ def clear_crash_conditions(namespace: str, name: str, quiet_seconds: float) -> d
     obj = kube.update_status(namespace, name, mutate)
     if obj is None or not cleared:
         return obj
-    log.info("crash conditions cleared on %s/%s generation %s: no crash for %.0fs and Ready",
-             namespace, name, obj["metadata"].get("generation"), quiet_seconds)
+    log.info(
+        "crash conditions cleared on %s/%s generation %s: no crash for %.0fs and Ready",
+        namespace,
+        name,
+        obj["metadata"].get("generation"),
+        quiet_seconds,
+    )
     return obj
 
 
@@ -86,8 +91,9 @@ class QuietPeriod:
     async def run(self) -> None:
         while True:
             keys = sorted(self.flagged)
-            results = await asyncio.gather(*(asyncio.to_thread(self.check, ns, name) for ns, name in keys),
-                                           return_exceptions=True)
+            results = await asyncio.gather(
+                *(asyncio.to_thread(self.check, ns, name) for ns, name in keys), return_exceptions=True
+            )
             for (ns, name), r in zip(keys, results, strict=True):
                 if isinstance(r, Exception):
                     log.warning("quiet-period check of %s/%s failed (retried in %.0fs): %s", ns, name, CHECK_SECONDS, r)

@@ -74,9 +74,15 @@ def prune_candidates(body: dict[str, Any], objects: list[dict[str, Any]], rt: Pl
     if recorded is None:
         cfg = rt.settings
         # only kinds the operator may manage (the chart grants RBAC per enabled feature): never a forbidden call
-        enabled = {"Deployment": True, "PodDisruptionBudget": True, "PersistentVolumeClaim": True,
-                   lws.KIND: cfg.lws, "InferencePool": cfg.inference_pool,
-                   "HorizontalPodAutoscaler": cfg.hpa, "ScaledObject": bool(cfg.keda_prometheus_address)}
+        enabled = {
+            "Deployment": True,
+            "PodDisruptionBudget": True,
+            "PersistentVolumeClaim": True,
+            lws.KIND: cfg.lws,
+            "InferencePool": cfg.inference_pool,
+            "HorizontalPodAutoscaler": cfg.hpa,
+            "ScaledObject": bool(cfg.keda_prometheus_address),
+        }
         recorded = [kind for _, kind in MANAGED_KINDS if enabled.get(kind)]
     return sorted({str(k) for k in recorded} - kept)
 
@@ -90,15 +96,19 @@ def prune(body: dict[str, Any], candidates: list[str], rt: PlanInputs) -> list[s
     switch to a LeaderWorkerSet, an HPA replaced by a ScaledObject, a dropped InferencePool): one read per
     candidate kind (prune_candidates), none for a server whose kinds did not change."""
     meta = body["metadata"]
-    gone = [kind for kind in candidates
-            if kube.delete_owned(kind, meta["namespace"], owned_name(kind, meta["name"]), meta.get("uid"), rt.crds)]
+    gone = [
+        kind
+        for kind in candidates
+        if kube.delete_owned(kind, meta["namespace"], owned_name(kind, meta["name"]), meta.get("uid"), rt.crds)
+    ]
     if gone:
         log.info("%s/%s: deleted %s no longer in the spec", meta["namespace"], meta["name"], ", ".join(gone))
     return gone
 
 
-def _not_validated(bodies: ServerBodies, body: dict[str, Any], reason: str, event: str, msg: str,
-                   ev: Evaluation | None = None) -> None:
+def _not_validated(
+    bodies: ServerBodies, body: dict[str, Any], reason: str, event: str, msg: str, ev: Evaluation | None = None
+) -> None:
     """Record why nothing (new) is applied: Validated=False with the reason, findings, and an Event when
     that is news (a retry, a resumed handler or an operator restart repeats no Event). One status write,
     from the body the event delivered (read again only if the status changed meanwhile)."""
@@ -204,12 +214,23 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
         if st.set_condition(status, st.VALIDATED, True, reason, vmsg, gen):
             news["changed"] = True
         ready = int(status.get("readyReplicas") or 0)
-        desired = run_spec.replicas if run_spec.autoscaling is None else int(status.get("replicas") or run_spec.autoscaling.min_replicas)
+        desired = (
+            run_spec.replicas
+            if run_spec.autoscaling is None
+            else int(status.get("replicas") or run_spec.autoscaling.min_replicas)
+        )
         st.set_replicas(status, desired, ready, gen)
         progressing = st.get_condition(status, st.PROGRESSING) or {}
         rolling = progressing.get("status") == "True" and progressing.get("observedGeneration") == gen
         if (ready < desired or not st.is_true(status, st.READY)) and not rolling:  # (a resume keeps RollingOut)
-            st.set_condition(status, st.PROGRESSING, True, "Applying", "Applying the engine Deployment for this generation; waiting for pods.", gen)
+            st.set_condition(
+                status,
+                st.PROGRESSING,
+                True,
+                "Applying",
+                "Applying the engine Deployment for this generation; waiting for pods.",
+                gen,
+            )
         if fresh and workload is not None and (workload.get("spec") or {}).get("replicas") is not None:
             # (without spec.replicas, an autoscaler's, the API server's default decides: the event tells)
             workload_status(status, obj, {"kind": workload["kind"], "spec": workload["spec"]})
@@ -220,8 +241,15 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     # client never sees Ready (from the Deployment) without observedGeneration.
     rt.bodies.update_status(ns, name, applied, obj=body)  # rt.bodies: what this server's workload events read
     if news["changed"]:
-        log.info("%s %s/%s generation %s (policy %s)%s", reason.lower(), ns, name, gen, policy,
-                 ": " + ", ".join(f"{f.rule} {f.action}" for f in mitigated + warned) if mitigated or warned else "")
+        log.info(
+            "%s %s/%s generation %s (policy %s)%s",
+            reason.lower(),
+            ns,
+            name,
+            gen,
+            policy,
+            ": " + ", ".join(f"{f.rule} {f.action}" for f in mitigated + warned) if mitigated or warned else "",
+        )
     changed = False
     try:
         for obj in objects:
@@ -232,8 +260,13 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
             raise  # transient (5xx, timeouts): kopf retries
         detail = _api_message(e)
         forbidden = e.status == 403
-        _not_validated(rt.bodies, body, "Forbidden" if forbidden else "InvalidSpec", "ApplyRefused",
-                       f"the API server refused the engine {obj['kind']}: {detail}")
+        _not_validated(
+            rt.bodies,
+            body,
+            "Forbidden" if forbidden else "InvalidSpec",
+            "ApplyRefused",
+            f"the API server refused the engine {obj['kind']}: {detail}",
+        )
         if forbidden:
             # RBAC may be fixed: retry, slowly
             raise kopf.TemporaryError(f"RBAC refused the engine {obj['kind']}: {detail}", delay=300) from None
@@ -254,8 +287,9 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     return "unchanged"
 
 
-def transition_event(objects: list[dict[str, Any]], gen: Any, mitigated: list[Any], warned: list[Any], *,
-                     workload_changed: bool, news: bool) -> tuple[str, str, str] | None:
+def transition_event(
+    objects: list[dict[str, Any]], gen: Any, mitigated: list[Any], warned: list[Any], *, workload_changed: bool, news: bool
+) -> tuple[str, str, str] | None:
     """The one Event of a reconcile, (reason, message, type), or None: "Applied" when the workload changed
     (its message names the mitigations and known issues of the generation, and it is a Warning when there
     are any); otherwise, when the generation is news but the workload did not change, "Mitigated" or
@@ -264,12 +298,19 @@ def transition_event(objects: list[dict[str, Any]], gen: Any, mitigated: list[An
     if mitigated:
         notes.append("Mitigated: " + "; ".join(f"{f.rule}: {f.message}" for f in mitigated))
     if warned:
-        notes.append(f"{len(warned)} known issue(s) to watch: " + "; ".join(f"{f.rule} ({f.kind})" for f in warned)
-                     + ". Details in status.findings.")
+        notes.append(
+            f"{len(warned)} known issue(s) to watch: "
+            + "; ".join(f"{f.rule} ({f.kind})" for f in warned)
+            + ". Details in status.findings."
+        )
     type_ = "Warning" if notes else "Normal"
     if workload_changed:
         kinds = [o["kind"] for o in objects]
-        msg = f"{', '.join(kinds[:-1])} and {kinds[-1]} applied for generation {gen}." if len(kinds) > 1 else f"{kinds[0]} applied for generation {gen}."
+        msg = (
+            f"{', '.join(kinds[:-1])} and {kinds[-1]} applied for generation {gen}."
+            if len(kinds) > 1
+            else f"{kinds[0]} applied for generation {gen}."
+        )
         return "Applied", " ".join([msg, *notes]), type_
     if news and notes:
         return ("Mitigated" if mitigated else "KnownIssueWarning"), " ".join(notes), type_
@@ -302,4 +343,3 @@ async def converge_generation(body: kopf.Body, logger: kopf.Logger, rt: PlanInpu
         return  # the spec changed: kopf's update handler runs for it (and writes the generation)
     outcome = await asyncio.to_thread(reconcile_sync, kube.plain(body), rt)
     logger.info("generation %s carries the spec already handled; status converged (%s)", gen, outcome)
-

@@ -78,7 +78,9 @@ def _admission_refusal(obj: dict[str, Any], change: Change, policy: str) -> str 
     default `policy` (None: it would)."""
     try:
         spec = apply_overrides(parse_spec(obj.get("spec") or {}), _live(obj))
-        new_spec = GDNModelServerSpec.model_validate(change.spec_patch.apply(spec.model_dump(by_alias=True, exclude_unset=True, mode="json")))
+        new_spec = GDNModelServerSpec.model_validate(
+            change.spec_patch.apply(spec.model_dump(by_alias=True, exclude_unset=True, mode="json"))
+        )
         if not evaluate(new_spec, default_policy=policy).allowed:
             return f"{change.action} would itself be refused by admission"
     except ManifestError as e:
@@ -115,9 +117,14 @@ def choose_remediation(
             passed.append(refusal)
             continue
         last = "; ".join(passed)
-        return change, None, (
-            f"step {i + 1} of {len(steps)} that keep speculative decoding on: {change.action} ({step.reason})"
-            + (f"; passed over: {last}" if last else "") + f"; last resort: {action}"
+        return (
+            change,
+            None,
+            (
+                f"step {i + 1} of {len(steps)} that keep speculative decoding on: {change.action} ({step.reason})"
+                + (f"; passed over: {last}" if last else "")
+                + f"; last resort: {action}"
+            ),
         )
     change = remediation_for(action, spec)
     if change is not None:
@@ -132,8 +139,14 @@ def choose_remediation(
 
 
 def maybe_remediate(
-    namespace: str, name: str, obj: dict[str, Any], result: ClassificationResult, count: int, generation: int | None,
-    *, policy: str,
+    namespace: str,
+    name: str,
+    obj: dict[str, Any],
+    result: ClassificationResult,
+    count: int,
+    generation: int | None,
+    *,
+    policy: str,
 ) -> Change | None:
     """After a repeated crash: record the signature's workaround as an override, once per revision
     (spec.remediation.mode auto). The caller re-applies the workload when a change is returned."""
@@ -154,14 +167,21 @@ def maybe_remediate(
             st.set_condition(status, st.CRASH_LOOPING, True, "Remediated", f"applied {change.action} after {sig}", generation)
 
     return remediate_once(
-        namespace, name, obj, signature=sig, upstream=result.upstream, generation=generation, change=change,
-        reason=trigger + (f"; {why}" if change and why else "")
+        namespace,
+        name,
+        obj,
+        signature=sig,
+        upstream=result.upstream,
+        generation=generation,
+        change=change,
+        reason=trigger
+        + (f"; {why}" if change and why else "")
         + ("" if change else f"; no automatic workaround left ({refusal or action}): {hint}"),
         not_possible=f"{sig} repeated {count} times; no automatic workaround left ({refusal or action}): {hint}",
-        applied=f"Applied {{action}} to stop repeated {sig}" + (f" ({result.upstream})" if result.upstream else "")
+        applied=f"Applied {{action}} to stop repeated {sig}"
+        + (f" ({result.upstream})" if result.upstream else "")
         + f" after {count} crashes, as an operator override (status.overrides; the spec is unchanged; annotate "
-        "serving.gdn-operator.io/clear-overrides to drop it)."
-        + (f" {why[0].upper()}{why[1:]}." if why else ""),
+        "serving.gdn-operator.io/clear-overrides to drop it)." + (f" {why[0].upper()}{why[1:]}." if why else ""),
         on_claim=claimed_crash,
     )
 
@@ -181,8 +201,17 @@ def vet_change(obj: dict[str, Any], change: Change | None, policy: str) -> tuple
 
 
 def remediate_once(
-    namespace: str, name: str, obj: dict[str, Any], *, signature: str, upstream: str | None, generation: int | None,
-    change: Change | None, reason: str, not_possible: str, applied: str,
+    namespace: str,
+    name: str,
+    obj: dict[str, Any],
+    *,
+    signature: str,
+    upstream: str | None,
+    generation: int | None,
+    change: Change | None,
+    reason: str,
+    not_possible: str,
+    applied: str,
     on_claim: Callable[[dict[str, Any]], None] | None = None,
     act: tuple[str, Callable[[], bool]] | None = None,
 ) -> Change | None:
@@ -210,8 +239,10 @@ def remediate_once(
         live = live_overrides(status, user, (fresh.get("metadata") or {}).get("annotations"))[0]
         rev = revision(generation, live)
         # once per signature per revision (a record from before overrides has no revision: its generation's)
-        if any(r.get("signature") == signature and r.get("generation") == generation
-               and r.get("revision", str(generation)) == rev for r in rem):
+        if any(
+            r.get("signature") == signature and r.get("generation") == generation and r.get("revision", str(generation)) == rev
+            for r in rem
+        ):
             return
         rem.append({k: v for k, v in {**record, "revision": rev}.items() if v is not None})
         status["remediations"] = rem[-32:]
@@ -229,8 +260,15 @@ def remediate_once(
         return None
     if act is not None:
         done = act[1]()
-        log.info("remediated %s/%s: %s for %s on generation %s (%s)", namespace, name, act[0], signature, generation,
-                 "done" if done else "nothing left to do")
+        log.info(
+            "remediated %s/%s: %s for %s on generation %s (%s)",
+            namespace,
+            name,
+            act[0],
+            signature,
+            generation,
+            "done" if done else "nothing left to do",
+        )
         if done:
             kube.emit_event(obj, "Remediated", applied.replace("{action}", act[0]), "Warning")
         return None

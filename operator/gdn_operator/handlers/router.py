@@ -57,4 +57,3 @@ async def inference_pool_event(type: str, body: kopf.Body, namespace: str | None
     if not name:
         return
     await asyncio.to_thread(mirror, namespace, name, None if type == "DELETED" else kube.plain(body))
-

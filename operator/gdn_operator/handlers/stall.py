@@ -41,8 +41,7 @@ from gdn_operator.rules import effective_config, load_rules
 from gdn_operator.settings import Settings
 from gdn_operator.watch.stall import DEFAULT_STALL_SECONDS, StallDetector, StallVerdict
 
-__all__ = ["DEFAULT_STALL_SECONDS", "PodVerdict", "StallWatch", "apply_condition", "end_stall", "g1_trigger",
-           "stall_status"]
+__all__ = ["DEFAULT_STALL_SECONDS", "PodVerdict", "StallWatch", "apply_condition", "end_stall", "g1_trigger", "stall_status"]
 
 SIGNATURE = "engine-stall"
 SIGNATURE_CUDAGRAPH = "engine-stall/cudagraph"
@@ -77,8 +76,9 @@ class StallWatch:
         #: uids of the pods the ladder deleted (bounded: a uid is never reused)
         self.restarted: set[str] = set()
 
-    def observe_round(self, namespace: str, name: str, stall_seconds: float, pods: list[dict[str, Any]],
-                      results: list[Any]) -> list[PodVerdict]:
+    def observe_round(
+        self, namespace: str, name: str, stall_seconds: float, pods: list[dict[str, Any]], results: list[Any]
+    ) -> list[PodVerdict]:
         """Feed one scrape round (results of scraper.Scraper for `pods`); the verdict of every scraped pod."""
         now = self._clock()
         wall = time.time()
@@ -116,8 +116,9 @@ class StallWatch:
             self._drop(namespace, name, pod, states)
 
 
-def stall_status(verdicts: list[PodVerdict], stall_seconds: float, hang: Callable[[str], str],
-                 probe_timeouts: Callable[[str], int]) -> dict[str, Any] | None:
+def stall_status(
+    verdicts: list[PodVerdict], stall_seconds: float, hang: Callable[[str], str], probe_timeouts: Callable[[str], int]
+) -> dict[str, Any] | None:
     """status.stall (api.status.StallStatus) for the stalled pods; None when none is stalled."""
     stalled = [pv for pv in verdicts if pv.verdict.stalled]
     if not stalled:
@@ -126,10 +127,15 @@ def stall_status(verdicts: list[PodVerdict], stall_seconds: float, hang: Callabl
     for pv in stalled[:64]:
         v = pv.verdict
         entry: dict[str, Any] = {
-            "pod": pv.pod, "group": pv.group, "running": v.running, "waiting": v.waiting,
+            "pod": pv.pod,
+            "group": pv.group,
+            "running": v.running,
+            "waiting": v.waiting,
             "secondsWithoutProgress": round(v.seconds_without_progress),
-            "tokensPerRequestSecond": v.rate, "engineSteps": v.steps,
-            "hangEvidence": hang(pv.pod) or None, "probeTimeouts": probe_timeouts(pv.pod) or None,
+            "tokensPerRequestSecond": v.rate,
+            "engineSteps": v.steps,
+            "hangEvidence": hang(pv.pod) or None,
+            "probeTimeouts": probe_timeouts(pv.pod) or None,
             "since": kube.iso(pv.since) if pv.since is not None else None,
         }
         pods.append({k: x for k, x in entry.items() if x is not None})
@@ -140,8 +146,11 @@ def condition_message(stall: dict[str, Any]) -> str:
     """Stalled's message: each stalled pod with what is stuck and for how long, with the supporting evidence."""
     parts = []
     for p in stall["stalled"]:
-        what = (f"{p['pod']}" + (f" (group {p['group']})" if p.get("group") else "")
-                + f": {p['running']} running, {p['waiting']} waiting, no progress for {p['secondsWithoutProgress']}s")
+        what = (
+            f"{p['pod']}"
+            + (f" (group {p['group']})" if p.get("group") else "")
+            + f": {p['running']} running, {p['waiting']} waiting, no progress for {p['secondsWithoutProgress']}s"
+        )
         if p.get("tokensPerRequestSecond") is not None:
             what += f" ({p['tokensPerRequestSecond']:.2f} tokens/s per running request"
             what += f", {p['engineSteps']:.0f} engine steps)" if p.get("engineSteps") is not None else ")"
@@ -180,8 +189,15 @@ def g1_trigger(spec: GDNModelServerSpec) -> bool:
     return bool(rule.compiled_when(eff.values, eff.version.key if eff.version else None))
 
 
-def end_stall(namespace: str, name: str, obj: dict[str, Any], stalled: list[PodVerdict], message: str,
-              restarted: set[str], inputs: PlanInputs | None) -> str | None:
+def end_stall(
+    namespace: str,
+    name: str,
+    obj: dict[str, Any],
+    stalled: list[PodVerdict],
+    message: str,
+    restarted: set[str],
+    inputs: PlanInputs | None,
+) -> str | None:
     """The ladder's next step for the pods stalled this round (module docstring); returns what was done.
     `restarted`: uids of pods this operator deleted (runtime state): a pod on its way out is not a new stall.
     `inputs` (the runtime) renders an override now; None: it is recorded and rendered by the next reconcile."""
@@ -198,8 +214,11 @@ def end_stall(namespace: str, name: str, obj: dict[str, Any], stalled: list[PodV
     gen = obj["metadata"].get("generation")
     status = obj.get("status") or {}
     rev = revision(gen, live_overrides(status, obj.get("spec") or {}, (obj.get("metadata") or {}).get("annotations"))[0])
-    done = {r.get("signature") for r in status.get("remediations") or []
-            if r.get("generation") == gen and r.get("revision", str(gen)) == rev}
+    done = {
+        r.get("signature")
+        for r in status.get("remediations") or []
+        if r.get("generation") == gen and r.get("revision", str(gen)) == rev
+    }
     where = ", ".join(pv.pod + (f" (group {pv.group})" if pv.group else "") for pv in stalled)
     if SIGNATURE not in done:
         action = "restart " + ", ".join(pv.pod for pv in stalled)
@@ -213,9 +232,16 @@ def end_stall(namespace: str, name: str, obj: dict[str, Any], stalled: list[PodV
             return gone
 
         remediate_once(
-            namespace, name, obj, signature=SIGNATURE, upstream=None, generation=gen, change=None,
+            namespace,
+            name,
+            obj,
+            signature=SIGNATURE,
+            upstream=None,
+            generation=gen,
+            change=None,
             reason=f"engine stalled on generation {gen}: {message}",
-            not_possible="", applied=f"Restarted the stalled engine pod(s) {where}: {message}",
+            not_possible="",
+            applied=f"Restarted the stalled engine pod(s) {where}: {message}",
             act=(action, restart),
         )
         return action
@@ -227,20 +253,41 @@ def end_stall(namespace: str, name: str, obj: dict[str, Any], stalled: list[PodV
         change, refusal = vet_change(obj, remediation_for(PIECEWISE_ACTION, running), policy)
     if change is not None:
         remediate_once(
-            namespace, name, obj, signature=SIGNATURE_CUDAGRAPH, upstream=G1, generation=gen, change=change,
-            reason=(f"{where} stalled again after the restart ({message}); MTP with FULL decode CUDA graphs is the "
-                    f"trigger of rule {G1}, whose mitigation keeps MTP on"),
-            not_possible="", applied=(f"Applied {{action}} (rule {G1}, keeps MTP on) as an operator override: {where} "
-                                      f"stalled again after its restart ({message}). Edit the spec to revert."),
+            namespace,
+            name,
+            obj,
+            signature=SIGNATURE_CUDAGRAPH,
+            upstream=G1,
+            generation=gen,
+            change=change,
+            reason=(
+                f"{where} stalled again after the restart ({message}); MTP with FULL decode CUDA graphs is the "
+                f"trigger of rule {G1}, whose mitigation keeps MTP on"
+            ),
+            not_possible="",
+            applied=(
+                f"Applied {{action}} (rule {G1}, keeps MTP on) as an operator override: {where} "
+                f"stalled again after its restart ({message}). Edit the spec to revert."
+            ),
         )
         if inputs is not None:
             reapply(namespace, name, inputs)  # the override is in status; render and apply it now
         return change.action
-    advice = (f"{where} stalled again after the restart on generation {gen} ({message}); no automatic step is left"
-              + (f" ({refusal})" if refusal else "")
-              + ": collect the engine log; disabling speculative decoding is the last resort, for a human.")
+    advice = (
+        f"{where} stalled again after the restart on generation {gen} ({message}); no automatic step is left"
+        + (f" ({refusal})" if refusal else "")
+        + ": collect the engine log; disabling speculative decoding is the last resort, for a human."
+    )
     remediate_once(
-        namespace, name, obj, signature=SIGNATURE_CUDAGRAPH, upstream=None, generation=gen, change=None,
-        reason=advice, not_possible=advice, applied="",
+        namespace,
+        name,
+        obj,
+        signature=SIGNATURE_CUDAGRAPH,
+        upstream=None,
+        generation=gen,
+        change=None,
+        reason=advice,
+        not_possible=advice,
+        applied="",
     )
     return "advice"

@@ -35,6 +35,7 @@ class Host(Protocol):
 
     def start(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]: ...
 
+
 log = logging.getLogger(__name__)
 
 
@@ -49,8 +50,9 @@ class ServiceWebhookServer(BoundedWebhookServer):
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
         async for cfg in super().__call__(fn):
-            yield webhookconfigs.service_client_config(self.service_name, self.service_namespace, self.service_port,
-                                                       self.path, cfg.get("caBundle"))
+            yield webhookconfigs.service_client_config(
+                self.service_name, self.service_namespace, self.service_port, self.path, cfg.get("caBundle")
+            )
 
 
 def webhook_server(cfg: Settings, renewal: dict[str, Any]) -> kopf.WebhookServer | None:
@@ -106,9 +108,7 @@ async def renew_webhook_certificate_forever(renewal: dict[str, Any]) -> None:
     while True:
         await asyncio.sleep(RENEW_CHECK_SECONDS)
         try:
-            bundle = await asyncio.to_thread(
-                certs.ensure_secret_bundle, renewal["namespace"], renewal["secret"], renewal["sans"]
-            )
+            bundle = await asyncio.to_thread(certs.ensure_secret_bundle, renewal["namespace"], renewal["secret"], renewal["sans"])
             if (Path(renewal["directory"]) / "tls.crt").read_bytes() != bundle.cert_pem:
                 bundle.write(Path(renewal["directory"]))
                 log.info("webhook certificate renewed")
@@ -141,7 +141,8 @@ def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, rt: Host) ->
     if server is not None:
         if cfg.webhook_configs == "shipped":  # the chart's configurations: point their clientConfig only
             settings.admission.server = webhookconfigs.ShippedConfigurations(
-                server, config_name=cfg.webhook_config_name, namespaces=cfg.namespaces)
+                server, config_name=cfg.webhook_config_name, namespaces=cfg.namespaces
+            )
         else:  # kopf creates the configurations and owns their webhooks (needs create RBAC)
             settings.admission.server = server
             settings.admission.managed = cfg.webhook_config_name
@@ -149,9 +150,7 @@ def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, rt: Host) ->
             rt.start(renew_webhook_certificate_forever(rt.webhook_renewal), "webhook-certificate-renewal")
     # Blocking Kubernetes calls of all handlers run in this pool (asyncio.to_thread); log streams have
     # their own pool (the runtime's log_pool) so long reads never starve status writes.
-    asyncio.get_running_loop().set_default_executor(
-        ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="gdn-api")
-    )
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="gdn-api"))
     if cfg.metrics_port and not rt.metrics_started:
         start_http_server(cfg.metrics_port, registry=telemetry.METRICS_REGISTRY)
         rt.metrics_started = True

@@ -72,11 +72,13 @@ def _field(path: str) -> str:
 
 def denial(review: dict[str, Any] | None, uid: str, code: int, message: str) -> aiohttp.web.Response:
     api_version = (review or {}).get("apiVersion") or "admission.k8s.io/v1"
-    return aiohttp.web.json_response({
-        "apiVersion": api_version,
-        "kind": "AdmissionReview",
-        "response": {"uid": uid, "allowed": False, "status": {"code": code, "message": message}},
-    })
+    return aiohttp.web.json_response(
+        {
+            "apiVersion": api_version,
+            "kind": "AdmissionReview",
+            "response": {"uid": uid, "allowed": False, "status": {"code": code, "message": message}},
+        }
+    )
 
 
 async def read_bounded(request: aiohttp.web.Request) -> str:
@@ -100,16 +102,17 @@ def precheck(text: str) -> tuple[dict[str, Any] | None, aiohttp.web.Response | N
     except RecursionError:
         uid_match = _UID.search(text)
         where = too_deep_in_text(text) or "request.object"
-        msg = (f"{_field(where)}: nested deeper than {MAX_DEPTH} levels (at {where[:200]}); "
-               "no GDNModelServer field needs that")
+        msg = f"{_field(where)}: nested deeper than {MAX_DEPTH} levels (at {where[:200]}); no GDNModelServer field needs that"
         log.info("admission denied before decoding: %s", msg)
         return None, denial(None, uid_match.group(1) if uid_match else "", 422, msg)
     request = review.get("request") if isinstance(review, dict) else None
     if isinstance(request, dict):
         deep_at = too_deep(request.get("object"), MAX_DEPTH)
         if deep_at is not None:
-            msg = (f"{_field(deep_at)}: nested deeper than {MAX_DEPTH} levels (at {deep_at[:200]}); "
-                   "no GDNModelServer field needs that")
+            msg = (
+                f"{_field(deep_at)}: nested deeper than {MAX_DEPTH} levels (at {deep_at[:200]}); "
+                "no GDNModelServer field needs that"
+            )
             log.info("admission denied: %s", msg)
             return None, denial(review, str(request.get("uid", "")), 422, msg)
     return review, None

@@ -46,8 +46,16 @@ _KIND_OF_REASON = {WebhookType.VALIDATING: VALIDATING, WebhookType.MUTATING: MUT
 #: label the chart's namespaceSelector matches (set by the API server on every namespace)
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 #: webhook fields the chart owns; compared with what this operator serves, never overwritten
-CHART_FIELDS = ("rules", "failurePolicy", "sideEffects", "matchPolicy", "timeoutSeconds", "admissionReviewVersions",
-                "objectSelector", "namespaceSelector")
+CHART_FIELDS = (
+    "rules",
+    "failurePolicy",
+    "sideEffects",
+    "matchPolicy",
+    "timeoutSeconds",
+    "admissionReviewVersions",
+    "objectSelector",
+    "namespaceSelector",
+)
 #: seconds between attempts while the configurations cannot be pointed at this operator
 RETRY_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
@@ -56,8 +64,9 @@ class ConfigurationProblem(RuntimeError):
     """The shipped configuration cannot be pointed at this operator (message names the fix)."""
 
 
-def service_client_config(name: str, namespace: str, port: int, path: str | None,
-                          ca_bundle: str | None = None) -> kopf.WebhookClientConfig:
+def service_client_config(
+    name: str, namespace: str, port: int, path: str | None, ca_bundle: str | None = None
+) -> kopf.WebhookClientConfig:
     """The clientConfig of a webhook served behind a Service (before kopf appends the handler id)."""
     out = kopf.WebhookClientConfig(
         service=kopf.WebhookClientConfigService(name=name, namespace=namespace, port=port, path=(path or "").rstrip("/"))
@@ -80,8 +89,12 @@ def registered_handlers(registry: kopf.OperatorRegistry | None = None) -> list[W
     return webhook_handlers(reg)
 
 
-def desired_webhooks(handlers: Iterable[WebhookHandler], config_name: str, client_config: kopf.WebhookClientConfig,
-                     namespaces: Collection[str] = ()) -> dict[str, list[dict[str, Any]]]:
+def desired_webhooks(
+    handlers: Iterable[WebhookHandler],
+    config_name: str,
+    client_config: kopf.WebhookClientConfig,
+    namespaces: Collection[str] = (),
+) -> dict[str, list[dict[str, Any]]]:
     """Kind -> the webhooks kopf would write for `handlers` (its own build_webhooks, the same function its
     configuration manager uses), plus the namespaceSelector of the watch scope; None-valued fields
     dropped, as a manifest would leave them out."""
@@ -102,8 +115,7 @@ def desired_webhooks(handlers: Iterable[WebhookHandler], config_name: str, clien
 
 def describe(client_config: kopf.WebhookClientConfig | dict[str, Any]) -> str:
     svc = client_config.get("service")
-    target = (f"service {svc.get('namespace')}/{svc.get('name')}:{svc.get('port', 443)}" if svc
-              else str(client_config.get("url")))
+    target = f"service {svc.get('namespace')}/{svc.get('name')}:{svc.get('port', 443)}" if svc else str(client_config.get("url"))
     ca = client_config.get("caBundle")
     return f"{target} (caBundle sha256 {hashlib.sha256(str(ca).encode()).hexdigest()[:12]})" if ca else f"{target} (no caBundle)"
 
@@ -111,6 +123,7 @@ def describe(client_config: kopf.WebhookClientConfig | dict[str, Any]) -> str:
 @dataclass
 class Plan:
     """What pointing one configuration at this operator takes."""
+
     patch: list[dict[str, Any]] = field(default_factory=list)  # JSON patch; empty = already pointed
     drift: list[str] = field(default_factory=list)  # chart fields that differ from what we serve
 
@@ -132,7 +145,8 @@ def plan(kind: str, live: dict[str, Any], desired: list[dict[str, Any]]) -> Plan
         raise ConfigurationProblem(
             f"{kind} {name} has no webhook {', '.join(missing)} (it has: {', '.join(map(str, index)) or 'none'}): "
             "the chart's templates/webhook.yaml and this operator's admission handlers disagree; install the "
-            "chart version that matches the operator image (helm upgrade)")
+            "chart version that matches the operator image (helm upgrade)"
+        )
     out = Plan()
     wanted = {d["name"] for d in desired}
     out.drift += [f"{kind} {name}: webhook {n} is not served by this operator" for n in index if n not in wanted]
@@ -146,7 +160,9 @@ def plan(kind: str, live: dict[str, Any], desired: list[dict[str, Any]]) -> Plan
         if have_cc == want_cc:
             continue
         out.patch.append({"op": "test", "path": f"/webhooks/{i}/name", "value": d["name"]})
-        same_target = {k: v for k, v in have_cc.items() if k != "caBundle"} == {k: v for k, v in want_cc.items() if k != "caBundle"}
+        same_target = {k: v for k, v in have_cc.items() if k != "caBundle"} == {
+            k: v for k, v in want_cc.items() if k != "caBundle"
+        }
         if same_target and "caBundle" in want_cc:
             out.patch.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": want_cc["caBundle"]})
         else:
@@ -163,16 +179,17 @@ def _read(adm: kubernetes.client.AdmissionregistrationV1Api, kind: str, name: st
             raise ConfigurationProblem(
                 f"{kind} {name} does not exist: the chart installs it (webhook.enabled=true, webhook.configName="
                 f"{name}); outside the chart set GDN_WEBHOOK_CONFIGS=managed to let the operator create it "
-                "(needs create on webhook configurations)") from None
+                "(needs create on webhook configurations)"
+            ) from None
         if e.status == 403:
             raise ConfigurationProblem(
                 f"not allowed to read {kind} {name}: the operator needs get and patch on it by name "
-                "(the chart's ClusterRole grants them for webhook.configName)") from None
+                "(the chart's ClusterRole grants them for webhook.configName)"
+            ) from None
         raise
 
 
-def point_webhooks(api: kubernetes.client.ApiClient, config_name: str,
-                   desired: dict[str, list[dict[str, Any]]]) -> list[str]:
+def point_webhooks(api: kubernetes.client.ApiClient, config_name: str, desired: dict[str, list[dict[str, Any]]]) -> list[str]:
     """Point every desired webhook of the shipped configurations at this operator (clientConfig only).
     Returns the drift found (for the caller to log). Blocking: run it in a thread."""
     adm = kubernetes.client.AdmissionregistrationV1Api(api)
@@ -182,8 +199,9 @@ def point_webhooks(api: kubernetes.client.ApiClient, config_name: str,
     return drift
 
 
-def _point(adm: kubernetes.client.AdmissionregistrationV1Api, kind: str, config_name: str,
-           hooks: list[dict[str, Any]], attempt: int) -> list[str]:
+def _point(
+    adm: kubernetes.client.AdmissionregistrationV1Api, kind: str, config_name: str, hooks: list[dict[str, Any]], attempt: int
+) -> list[str]:
     """One attempt of point_webhooks for one configuration: read, plan, patch. Returns the drift found."""
     patch = adm.patch_validating_webhook_configuration if kind == VALIDATING else adm.patch_mutating_webhook_configuration
     p = plan(kind, _read(adm, kind, config_name), hooks)
@@ -198,10 +216,12 @@ def _point(adm: kubernetes.client.AdmissionregistrationV1Api, kind: str, config_
         if e.status == 403:
             raise ConfigurationProblem(
                 f"not allowed to patch {kind} {config_name}: the operator needs patch on it by name "
-                "(the chart's ClusterRole grants it for webhook.configName)") from None
+                "(the chart's ClusterRole grants it for webhook.configName)"
+            ) from None
         raise
-    log.info("pointed %s %s (%s) at %s", kind, config_name, ", ".join(h["name"] for h in hooks),
-             describe(hooks[0]["clientConfig"]))
+    log.info(
+        "pointed %s %s (%s) at %s", kind, config_name, ", ".join(h["name"] for h in hooks), describe(hooks[0]["clientConfig"])
+    )
     return p.drift
 
 
@@ -210,8 +230,15 @@ class ShippedConfigurations:
     certificate files change) is written into the shipped configurations' clientConfigs, retried with
     backoff until it lands. Used instead of kopf's ``settings.admission.managed``."""
 
-    def __init__(self, server: kopf.WebhookServerProtocol, *, config_name: str, namespaces: Collection[str] = (),
-                 registry: kopf.OperatorRegistry | None = None, api: kubernetes.client.ApiClient | None = None):
+    def __init__(
+        self,
+        server: kopf.WebhookServerProtocol,
+        *,
+        config_name: str,
+        namespaces: Collection[str] = (),
+        registry: kopf.OperatorRegistry | None = None,
+        api: kubernetes.client.ApiClient | None = None,
+    ):
         self.server = server
         self.config_name = config_name
         self.namespaces = tuple(namespaces)
@@ -248,9 +275,11 @@ class ShippedConfigurations:
     async def publish(self, client_config: kopf.WebhookClientConfig) -> None:
         desired = desired_webhooks(registered_handlers(self.registry), self.config_name, client_config, self.namespaces)
         if not desired:  # handlers registered elsewhere than the registry given (or kopf's default)
-            log.error("no admission handlers in the kopf registry: webhook configurations %s not pointed at this "
-                      "operator; pass ShippedConfigurations the registry the handlers are registered in",
-                      self.config_name)
+            log.error(
+                "no admission handlers in the kopf registry: webhook configurations %s not pointed at this "
+                "operator; pass ShippedConfigurations the registry the handlers are registered in",
+                self.config_name,
+            )
             return
         attempt = 0
         while True:
@@ -261,8 +290,12 @@ class ShippedConfigurations:
                 break
             except Exception as e:  # noqa: BLE001 - API down, RBAC, a chart that lacks a webhook: retry
                 delay = RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)]
-                log.warning("webhook configurations %s not pointed at this operator yet: %s; retrying in %.0fs",
-                            self.config_name, e, delay)
+                log.warning(
+                    "webhook configurations %s not pointed at this operator yet: %s; retrying in %.0fs",
+                    self.config_name,
+                    e,
+                    delay,
+                )
                 attempt += 1
                 await asyncio.sleep(delay)
         for line in drift:

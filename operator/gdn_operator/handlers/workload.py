@@ -94,8 +94,9 @@ async def pod_event(namespace: str, name: str, pods: list[dict[str, Any]], bodie
     await asyncio.to_thread(update_from_pods, namespace, name, pods, bodies)
 
 
-def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: dict[str, Any] | None = None,
-                      bodies: ServerBodies | None = None) -> None:
+def deployment_status(
+    namespace: str, name: str, dep: dict[str, Any], server: dict[str, Any] | None = None, bodies: ServerBodies | None = None
+) -> None:
     """Status from the engine workload (workload_status): one guarded status patch from `server` (or the
     newest body `bodies` holds; without either, one read), none when nothing changed."""
     desired, ready = workload_replicas(dep)
@@ -111,7 +112,9 @@ def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: di
         kube.update_status(namespace, name, mutate, obj=server)
 
 
-def drifted(rt: PlanInputs, server: dict[str, Any], dep: dict[str, Any] | None, kind: str = "Deployment") -> dict[str, Any] | None:
+def drifted(
+    rt: PlanInputs, server: dict[str, Any], dep: dict[str, Any] | None, kind: str = "Deployment"
+) -> dict[str, Any] | None:
     """The workload to re-apply when `dep` (None: deleted) is not what `server`'s spec renders; else None."""
     if server["metadata"].get("deletionTimestamp"):
         return None
@@ -121,13 +124,23 @@ def drifted(rt: PlanInputs, server: dict[str, Any], dep: dict[str, Any] | None, 
     want = workload_of(expected)
     if kind != want["kind"]:
         return None  # the other workload kind (after a switch between 1 and several nodes): pruned by the reconciler
-    if dep is not None and is_subset(want["spec"], dep.get("spec")) and is_subset(want["metadata"]["labels"], dep["metadata"].get("labels") or {}):
+    if (
+        dep is not None
+        and is_subset(want["spec"], dep.get("spec"))
+        and is_subset(want["metadata"]["labels"], dep["metadata"].get("labels") or {})
+    ):
         return None
     return want
 
 
-def correct_drift(rt: PlanInputs, namespace: str, name: str, dep: dict[str, Any] | None, server: dict[str, Any] | None = None,
-                  kind: str = "Deployment") -> bool:
+def correct_drift(
+    rt: PlanInputs,
+    namespace: str,
+    name: str,
+    dep: dict[str, Any] | None,
+    server: dict[str, Any] | None = None,
+    kind: str = "Deployment",
+) -> bool:
     """Re-apply the rendered Deployment if someone changed or deleted it. Returns True if corrected."""
     if server is None:
         server = kube.get_server(namespace, name)
@@ -135,26 +148,37 @@ def correct_drift(rt: PlanInputs, namespace: str, name: str, dep: dict[str, Any]
     if server is None or want is None:
         return False
     kube.apply(want)
-    log.info("drift corrected on %s/%s generation %s: engine %s %s outside the operator, re-applied", namespace, name,
-             server["metadata"].get("generation"), want["kind"], "deleted" if dep is None else "edited")
+    log.info(
+        "drift corrected on %s/%s generation %s: engine %s %s outside the operator, re-applied",
+        namespace,
+        name,
+        server["metadata"].get("generation"),
+        want["kind"],
+        "deleted" if dep is None else "edited",
+    )
     kube.emit_event(
         server,
         "DriftCorrected",
-        f"Engine {want['kind']} was " + ("deleted" if dep is None else "edited") + " outside the operator; restored from the spec.",
+        f"Engine {want['kind']} was "
+        + ("deleted" if dep is None else "edited")
+        + " outside the operator; restored from the spec.",
         "Warning",
     )
     return True
 
 
-async def deployment_event(rt: PlanInputs, type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta,
-                           kind: str = "Deployment") -> None:
+async def deployment_event(
+    rt: PlanInputs, type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, kind: str = "Deployment"
+) -> None:
     """A Deployment or (multi-node engines) LeaderWorkerSet event: status and drift, the same for both."""
     namespace = kube.require_namespace(namespace)
     plain_meta = kube.plain(meta)
     name = kube.owner_name(plain_meta)
     if not name:
         return
-    uid = next((r.get("uid") for r in plain_meta.get("ownerReferences") or [] if r.get("name") == name and r.get("controller")), None)
+    uid = next(
+        (r.get("uid") for r in plain_meta.get("ownerReferences") or [] if r.get("name") == name and r.get("controller")), None
+    )
     obj = kube.plain(body)
     obj.setdefault("kind", kind)
     await asyncio.to_thread(on_deployment, rt, namespace, name, None if type == "DELETED" else obj, kind, uid)
@@ -164,8 +188,9 @@ def current_workload_kind(server: dict[str, Any]) -> str:
     return lws.KIND if int((server.get("spec") or {}).get("nodes") or 1) > 1 else "Deployment"
 
 
-def on_deployment(rt: PlanInputs, namespace: str, name: str, dep: dict[str, Any] | None, kind: str = "Deployment",
-                  owner_uid: str | None = None) -> None:
+def on_deployment(
+    rt: PlanInputs, namespace: str, name: str, dep: dict[str, Any] | None, kind: str = "Deployment", owner_uid: str | None = None
+) -> None:
     """Drift, then status. The server is the newest body the operator has seen (rt.bodies: no read); only a
     deleted workload, or one that differs from that body's spec, is checked again against a fresh read
     before anything is re-applied. The status write is a guarded patch: a stale body costs a re-read."""

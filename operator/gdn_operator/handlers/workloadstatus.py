@@ -18,10 +18,19 @@ def block_rollout(status: dict[str, Any], obj: dict[str, Any], gen: Any) -> None
     for GPUs (or nodes) that are not there, and says which setting avoids needing spare ones."""
     unsched = st.get_condition(status, st.UNSCHEDULABLE) or {}
     surge = ((obj.get("spec") or {}).get("rollout") or {}).get("strategy", "Surge") == "Surge"
-    hint = ("free the GPUs a new engine needs, or set spec.rollout.strategy: InPlace (an old engine goes first, "
-            "no spare GPUs needed)" if surge else "free the GPUs (or nodes) the engine needs")
-    st.set_condition(status, st.PROGRESSING, False, ROLLOUT_BLOCKED,
-                     f"The rollout cannot place its new pods: {unsched.get('message', '')}; {hint}.", gen)
+    hint = (
+        "free the GPUs a new engine needs, or set spec.rollout.strategy: InPlace (an old engine goes first, no spare GPUs needed)"
+        if surge
+        else "free the GPUs (or nodes) the engine needs"
+    )
+    st.set_condition(
+        status,
+        st.PROGRESSING,
+        False,
+        ROLLOUT_BLOCKED,
+        f"The rollout cannot place its new pods: {unsched.get('message', '')}; {hint}.",
+        gen,
+    )
 
 
 def workload_status(status: dict[str, Any], obj: dict[str, Any], dep: dict[str, Any]) -> None:

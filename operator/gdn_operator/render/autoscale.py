@@ -64,8 +64,14 @@ def behavior(spec: GDNModelServerSpec, scale_up_paused: bool) -> dict[str, Any]:
 
 
 def scaled_object(
-    name: str, namespace: str, spec: GDNModelServerSpec, target_ref: dict[str, str], uid: str | None,
-    *, server_address: str, scale_up_paused: bool = False,
+    name: str,
+    namespace: str,
+    spec: GDNModelServerSpec,
+    target_ref: dict[str, str],
+    uid: str | None,
+    *,
+    server_address: str,
+    scale_up_paused: bool = False,
 ) -> dict[str, Any]:
     a = _autoscaling(spec)
     served = spec.model.served_name or name
@@ -96,8 +102,13 @@ def scaled_object(
 
 
 def horizontal_pod_autoscaler(
-    name: str, namespace: str, spec: GDNModelServerSpec, target_ref: dict[str, str], uid: str | None,
-    *, scale_up_paused: bool = False,
+    name: str,
+    namespace: str,
+    spec: GDNModelServerSpec,
+    target_ref: dict[str, str],
+    uid: str | None,
+    *,
+    scale_up_paused: bool = False,
 ) -> dict[str, Any]:
     a = _autoscaling(spec)
     return {

@@ -38,6 +38,7 @@ CONTAINER = "vllm"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
+
 class RenderError(ValueError):
     """The object cannot be turned into a workload; the message names the field and the fix."""
 
@@ -152,8 +153,12 @@ def engine_env(spec: GDNModelServerSpec) -> list[dict[str, Any]]:
                 {"name": e.name, "valueFrom": {"secretKeyRef": {"name": e.secret_key_ref.name, "key": e.secret_key_ref.key}}}
             )
         elif e.config_map_key_ref is not None:
-            env.append({"name": e.name,
-                        "valueFrom": {"configMapKeyRef": {"name": e.config_map_key_ref.name, "key": e.config_map_key_ref.key}}})
+            env.append(
+                {
+                    "name": e.name,
+                    "valueFrom": {"configMapKeyRef": {"name": e.config_map_key_ref.name, "key": e.config_map_key_ref.key}},
+                }
+            )
         else:
             env.append({"name": e.name, "value": e.value or ""})
     return env
@@ -266,8 +271,10 @@ def deployment(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | N
             "selector": {"matchLabels": selector_labels(name)},
             # GPUs are scarce: Surge (default) brings a new engine up before the old one goes (zero downtime
             # when a spare GPU set exists; the rollout waits otherwise); InPlace takes an old one down first.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": spec.rollout.max_surge,
-                                                                    "maxUnavailable": spec.rollout.max_unavailable}},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": spec.rollout.max_surge, "maxUnavailable": spec.rollout.max_unavailable},
+            },
             "progressDeadlineSeconds": spec.startup_budget_seconds + 600,
             "revisionHistoryLimit": 3,
             "template": pod_template(name, spec),
@@ -329,8 +336,9 @@ def cache_claim(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | 
 SERVER_METRIC_LABEL = "server"
 
 
-def pod_monitor(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None,
-                labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+def pod_monitor(
+    name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None, labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The engines' PodMonitor. ``labels`` (GDN_POD_MONITOR_LABELS) are added to its metadata so that a
     Prometheus selecting PodMonitors by label (kube-prometheus-stack: ``release: <name>``) picks it up;
     the operator's own labels win on a clash. No ``honorLabels``: vLLM's series carry no namespace/pod
@@ -346,9 +354,12 @@ def pod_monitor(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | 
         "spec": {
             "selector": {"matchLabels": api_selector(name, spec)},
             "podMetricsEndpoints": [
-                {"port": "http", "path": "/metrics", "interval": f"{spec.metrics.scrape_interval_seconds}s",
-                 "relabelings": [{"action": "replace", "targetLabel": SERVER_METRIC_LABEL, "replacement": name}]}
+                {
+                    "port": "http",
+                    "path": "/metrics",
+                    "interval": f"{spec.metrics.scrape_interval_seconds}s",
+                    "relabelings": [{"action": "replace", "targetLabel": SERVER_METRIC_LABEL, "replacement": name}],
+                }
             ],
         },
     }
-

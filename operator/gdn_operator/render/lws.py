@@ -94,8 +94,10 @@ def leader_worker_set(name: str, namespace: str, spec: GDNModelServerSpec, uid: 
             "networkConfig": {"subdomainPolicy": SUBDOMAIN_POLICY},
             "rolloutStrategy": {
                 "type": "RollingUpdate",
-                "rollingUpdateConfiguration": {"maxSurge": spec.rollout.max_surge,
-                                               "maxUnavailable": spec.rollout.max_unavailable},
+                "rollingUpdateConfiguration": {
+                    "maxSurge": spec.rollout.max_surge,
+                    "maxUnavailable": spec.rollout.max_unavailable,
+                },
             },
             "leaderWorkerTemplate": {
                 "size": spec.nodes,
@@ -114,4 +116,3 @@ def is_leader(labels: dict[str, str]) -> bool | None:
     """True/False for a pod of a LeaderWorkerSet group, None for a single-node engine pod."""
     idx = labels.get(LABEL_WORKER_INDEX)
     return None if idx is None else idx == "0"
-

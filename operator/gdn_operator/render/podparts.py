@@ -93,8 +93,12 @@ def apply_pod_settings(template: dict[str, Any], spec: GDNModelServerSpec) -> No
         meta["annotations"] = {**pod.annotations, **meta.get("annotations", {})}
     if pod.image_pull_secrets:
         ps["imagePullSecrets"] = [{"name": r.name} for r in pod.image_pull_secrets]
-    for key, value in (("serviceAccountName", pod.service_account_name), ("runtimeClassName", pod.runtime_class_name),
-                       ("priorityClassName", pod.priority_class_name), ("schedulerName", pod.scheduler_name)):
+    for key, value in (
+        ("serviceAccountName", pod.service_account_name),
+        ("runtimeClassName", pod.runtime_class_name),
+        ("priorityClassName", pod.priority_class_name),
+        ("schedulerName", pod.scheduler_name),
+    ):
         if value:
             ps[key] = value
     if pod.security_context:

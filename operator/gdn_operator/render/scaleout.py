@@ -63,11 +63,13 @@ def extra_objects(
     if spec.autoscaling is not None:
         ref = target_ref(name, spec)
         if opts.keda:
-            out.append(autoscale.scaled_object(name, namespace, spec, ref, uid, server_address=opts.prometheus_address,
-                                               scale_up_paused=opts.scale_up_paused))
+            out.append(
+                autoscale.scaled_object(
+                    name, namespace, spec, ref, uid, server_address=opts.prometheus_address, scale_up_paused=opts.scale_up_paused
+                )
+            )
         else:
-            out.append(autoscale.horizontal_pod_autoscaler(name, namespace, spec, ref, uid,
-                                                           scale_up_paused=opts.scale_up_paused))
+            out.append(autoscale.horizontal_pod_autoscaler(name, namespace, spec, ref, uid, scale_up_paused=opts.scale_up_paused))
     if spec.router is not None and spec.router.inference_pool is not None:
         out.append(router.inference_pool(name, namespace, spec, uid))
     return out

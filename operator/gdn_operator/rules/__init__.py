@@ -33,4 +33,3 @@ __all__ = [
     "load_rules",
     "parse_launch_line",
 ]
-

@@ -57,9 +57,7 @@ def _effective_line(ev: Evaluation) -> str:
     def onoff(x: Any) -> str:
         return "unknown" if x is None else ("on" if x else "off")
 
-    spec = (
-        f"{v['spec_method']} k={v['num_speculative_tokens']}" if v["spec_enabled"] else "spec decode off"
-    )
+    spec = f"{v['spec_method']} k={v['num_speculative_tokens']}" if v["spec_enabled"] else "spec decode off"
     parts = [
         f"vLLM {v['vllm_version']}",
         v["architecture"] or "architecture unrecognised",
@@ -128,7 +126,9 @@ def run_validate(args: argparse.Namespace) -> int:
     evs: list[Evaluation] = []
     if launch:
         line, ev = evaluate_launch(
-            launch, vllm_version=args.vllm_version, architecture=getattr(args, "architecture", None),
+            launch,
+            vllm_version=args.vllm_version,
+            architecture=getattr(args, "architecture", None),
             patches=list(getattr(args, "patch", None) or []),
         )
         if not ev.detail.values.get("gdn_hybrid"):

@@ -50,6 +50,7 @@ V2_ENV_TRISTATE_FROM = require_version("0.22.0")
 DEFAULT_MAX_NUM_SEQS = 256
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 
+
 @dataclass
 class LaunchOverrides:
     """What a raw `vllm serve` line says that a GDNModelServerSpec cannot hold (see launchline.py)."""
@@ -314,8 +315,8 @@ def effective_config(
         if v["chunked_prefill"] is False and spec.max_model_len is not None:
             mnbt = max(mnbt, spec.max_model_len)
         sources["max_num_batched_tokens"] = f"unset: assumed vLLM server default {mnbt}"
-    sources["max_num_seqs"] = "spec.maxNumSeqs" if spec.max_num_seqs is not None else (
-        f"unset: assumed vLLM server default {DEFAULT_MAX_NUM_SEQS}"
+    sources["max_num_seqs"] = (
+        "spec.maxNumSeqs" if spec.max_num_seqs is not None else (f"unset: assumed vLLM server default {DEFAULT_MAX_NUM_SEQS}")
     )
     v["max_num_seqs"] = mns
     v["max_num_batched_tokens"] = mnbt
@@ -324,8 +325,10 @@ def effective_config(
     # --- kernels ----------------------------------------------------------------------------
     v["attention_backend"] = spec.attention_backend or "auto"
     v["gdn_prefill_backend"] = spec.gdn_prefill_backend or "auto"
-    sources["gdn_prefill_backend"] = "spec.gdnPrefillBackend" if spec.gdn_prefill_backend else (
-        "unset: vLLM auto-selects (FlashInfer on some GPUs, Triton/FLA on others)"
+    sources["gdn_prefill_backend"] = (
+        "spec.gdnPrefillBackend"
+        if spec.gdn_prefill_backend
+        else ("unset: vLLM auto-selects (FlashInfer on some GPUs, Triton/FLA on others)")
     )
     v["enforce_eager"] = spec.enforce_eager
     v["cudagraph_mode"] = "NONE" if spec.enforce_eager else (spec.cudagraph_mode or "auto")

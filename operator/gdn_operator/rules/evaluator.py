@@ -123,8 +123,7 @@ class Evaluation:
         if not rej:
             return ""
         head = (
-            f"GDNModelServer refused by {len(rej)} known-crash rule{'s' if len(rej) > 1 else ''} "
-            f"(admissionPolicy {self.policy}):"
+            f"GDNModelServer refused by {len(rej)} known-crash rule{'s' if len(rej) > 1 else ''} (admissionPolicy {self.policy}):"
         )
         lines = [head]
         for f in rej:
@@ -183,7 +182,9 @@ def _finding(hit: Hit, action: str, extra: str = "") -> RuleFinding:
     fields = ", ".join(hit.fields)
     fix = hit.workaround
     if hit.mitigation and action != "advisory":
-        fix += f" Set {hit.mitigation.summary()}." if action == "warned" else f" Automatic mitigation: {hit.mitigation.summary()}."
+        fix += (
+            f" Set {hit.mitigation.summary()}." if action == "warned" else f" Automatic mitigation: {hit.mitigation.summary()}."
+        )
     message = f"{hit.ref}: {hit.title} — {hit.detail}. Fields: {fields}. Fix: {fix}"
     if extra:
         message += " " + extra
@@ -298,7 +299,8 @@ def _evaluate(
                 continue
             cand_dec = [(h, _decide(h, policy)) for h in cand_hits]
             newly_rejected = [
-                h.ref for h, a in cand_dec
+                h.ref
+                for h, a in cand_dec
                 if a == "rejected" and not any(h.ref == h0.ref and a0 == "rejected" for h0, a0 in decisions)
             ]
             if newly_rejected:
@@ -336,14 +338,12 @@ def _evaluate(
     if not allowed:
         # refused anyway: nothing is changed; report the rules that wanted a change as rejected, against
         # the configuration as submitted
-        refused = [
-            _finding(hit, "rejected", "Mitigation not applied: the spec is refused by another rule.")
-            for hit in applied
-        ]
+        refused = [_finding(hit, "rejected", "Mitigation not applied: the spec is refused by another rule.") for hit in applied]
         return _result(ruleset, policy, refused + rest, None, SpecPatch(), [], eff0, eff0, defaults, resolved)
     findings = [_finding(hit, "mitigated", f"Applied: {(hit.mitigation or SpecPatch()).summary()}.") for hit in applied] + rest
-    return _result(ruleset, policy, findings, current_spec, change, change.json_patch(original), eff, eff0, run_defaults,
-                   resolved)
+    return _result(
+        ruleset, policy, findings, current_spec, change, change.json_patch(original), eff, eff0, run_defaults, resolved
+    )
 
 
 def _state_key(spec: GDNModelServerSpec) -> str:

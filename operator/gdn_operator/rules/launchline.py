@@ -53,20 +53,56 @@ _API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.a
 _MTP_METHODS = frozenset(m.value for m in SpecMethod)
 
 #: flags that take a value but do not matter to the rules (consumed quietly)
-_QUIET_VALUE = frozenset({
-    flags.HOST, flags.PORT, "--dtype", "--quantization", "-q", "--download-dir", "--tokenizer", "--api-key",
-    "--uvicorn-log-level", "--tool-call-parser", "--reasoning-parser", "--kv-cache-dtype", "--seed",
-    "--swap-space", "--max-logprobs", "--chat-template", "--limit-mm-per-prompt", "--generation-config",
-    "--load-format", "--revision", "--tokenizer-mode", "--root-path", "--ssl-keyfile",
-    "--ssl-certfile", "--allowed-origins", "--middleware", "--optimization-level",
-    *flags.PIPELINE_PARALLEL.spellings, "-dp", "--data-parallel-size",
-})
+_QUIET_VALUE = frozenset(
+    {
+        flags.HOST,
+        flags.PORT,
+        "--dtype",
+        "--quantization",
+        "-q",
+        "--download-dir",
+        "--tokenizer",
+        "--api-key",
+        "--uvicorn-log-level",
+        "--tool-call-parser",
+        "--reasoning-parser",
+        "--kv-cache-dtype",
+        "--seed",
+        "--swap-space",
+        "--max-logprobs",
+        "--chat-template",
+        "--limit-mm-per-prompt",
+        "--generation-config",
+        "--load-format",
+        "--revision",
+        "--tokenizer-mode",
+        "--root-path",
+        "--ssl-keyfile",
+        "--ssl-certfile",
+        "--allowed-origins",
+        "--middleware",
+        "--optimization-level",
+        *flags.PIPELINE_PARALLEL.spellings,
+        "-dp",
+        "--data-parallel-size",
+    }
+)
 #: boolean flags that do not matter to the rules
-_QUIET_BOOL = frozenset({
-    "--trust-remote-code", "--enable-auto-tool-choice", "--disable-log-requests", "--disable-log-stats",
-    "--enable-log-requests", "--no-enable-log-requests", "--language-model-only", "--disable-fastapi-docs",
-    "--enable-prompt-tokens-details", "--disable-frontend-multiprocessing", "--enable-expert-parallel",
-})
+_QUIET_BOOL = frozenset(
+    {
+        "--trust-remote-code",
+        "--enable-auto-tool-choice",
+        "--disable-log-requests",
+        "--disable-log-stats",
+        "--enable-log-requests",
+        "--no-enable-log-requests",
+        "--language-model-only",
+        "--disable-fastapi-docs",
+        "--enable-prompt-tokens-details",
+        "--disable-frontend-multiprocessing",
+        "--enable-expert-parallel",
+    }
+)
 #: spelling -> (table entry, the value a bool spelling sets)
 _TABLE: dict[str, tuple[flags.Flag, bool | None]] = {
     **{sp: (f, None) for f in flags.READ_FLAGS if f.kind != "bool" for sp in (f.flag, *f.aliases)},
@@ -76,10 +112,20 @@ _TABLE: dict[str, tuple[flags.Flag, bool | None]] = {
 _SPEC_JSON = (flags.SPECULATIVE_CONFIG, *flags.SPECULATIVE_SHORT)
 _CC_JSON = (flags.COMPILATION_CONFIG, *flags.COMPILATION_SHORT)
 #: options the flag loop reads, besides the tables above
-_READ_FLAGS = frozenset({
-    "--model", *_SPEC_JSON, "--spec-method", "--spec-tokens", *_CC_JSON, flags.ADDITIONAL_CONFIG,
-    flags.HF_OVERRIDES, flags.HF_CONFIG_PATH, flags.SERVED_NAME.flag, "--mamba-cache-mode",
-})
+_READ_FLAGS = frozenset(
+    {
+        "--model",
+        *_SPEC_JSON,
+        "--spec-method",
+        "--spec-tokens",
+        *_CC_JSON,
+        flags.ADDITIONAL_CONFIG,
+        flags.HF_OVERRIDES,
+        flags.HF_CONFIG_PATH,
+        flags.SERVED_NAME.flag,
+        "--mamba-cache-mode",
+    }
+)
 
 
 def _short(text: str, limit: int = 160) -> str:
@@ -113,8 +159,13 @@ def _canonical_flags(rest: Sequence[str], vllm_version: str, notes: list[str]) -
     out: list[str] = []
     for tok in rest:
         flag, eq, inline = tok.partition("=")
-        if (not tok.startswith("-") or tok == "-" or re.fullmatch(r"-\d.*|-O.*", tok)
-                or flag.startswith(_DOTTED) or flag.startswith("-cc.")):
+        if (
+            not tok.startswith("-")
+            or tok == "-"
+            or re.fullmatch(r"-\d.*|-O.*", tok)
+            or flag.startswith(_DOTTED)
+            or flag.startswith("-cc.")
+        ):
             out.append(tok)
             continue
         lookup = flag.replace("_", "-") if flag.startswith("--") else flag
@@ -188,8 +239,10 @@ def _parse_json_obj(flag: str, text: str) -> dict[str, Any]:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ManifestError(f"{flag}: not valid JSON ({e.msg} at column {e.colno}); quote it, e.g. "
-                            f"{flag} '{{\"method\":\"mtp\",\"num_speculative_tokens\":2}}'") from None
+        raise ManifestError(
+            f"{flag}: not valid JSON ({e.msg} at column {e.colno}); quote it, e.g. "
+            f'{flag} \'{{"method":"mtp","num_speculative_tokens":2}}\''
+        ) from None
     if not isinstance(obj, dict):
         raise ManifestError(f"{flag}: expected a JSON object, got {type(obj).__name__}")
     return obj
@@ -243,7 +296,7 @@ def _command(args: list[str], notes: list[str]) -> tuple[int, dict[str, str]]:
     cmd = args[i]
     if cmd.rsplit("/", 1)[-1] == "vllm":
         if i + 1 >= len(args) or args[i + 1] != "serve":
-            raise ManifestError(f"launch line: expected `vllm serve MODEL ...`, got `{' '.join(args[i:i + 2])}`")
+            raise ManifestError(f"launch line: expected `vllm serve MODEL ...`, got `{' '.join(args[i : i + 2])}`")
         return i + 2, env
     if re.fullmatch(r"(?:.*/)?python(?:3(?:\.\d+)?)?", cmd):
         if len(args) > i + 2 and args[i + 1] == "-m" and args[i + 2] in _API_SERVER_MODULES:
@@ -279,9 +332,7 @@ def _table_flag(r: _Read, flag: str, inline: str | None) -> None:
     else:
         choice = f.choice(value)
         if choice is None and f.strict:
-            raise ManifestError(
-                f"{flag}: unknown backend {value!r} (vLLM has {', '.join(c.value for c in f.choices or ())})"
-            )
+            raise ManifestError(f"{flag}: unknown backend {value!r} (vLLM has {', '.join(c.value for c in f.choices or ())})")
         if choice is None:
             r.notes.append(f"{flag} {value}: backend not modelled by the rules; ignored")
             return
@@ -304,8 +355,13 @@ def _json_flag(r: _Read, flag: str, inline: str | None) -> bool:
     elif flag == flags.HF_OVERRIDES:
         r.hf = _parse_json_obj(flag, r.value(flag, inline))
     elif flag.startswith(_DOTTED) or flag.startswith("-cc."):
-        target = {"--speculative-config": r.sd, "--compilation-config": r.cc, "-cc": r.cc,
-                  "--additional-config": r.extra, "--hf-overrides": r.hf}[flag.split(".", 1)[0]]
+        target = {
+            "--speculative-config": r.sd,
+            "--compilation-config": r.cc,
+            "-cc": r.cc,
+            "--additional-config": r.extra,
+            "--hf-overrides": r.hf,
+        }[flag.split(".", 1)[0]]
         target[flag.split(".", 1)[1]] = _coerce_scalar(r.value(flag, inline))
     else:
         return False
@@ -407,9 +463,7 @@ def _speculative(r: _Read) -> None:
     method = sd.get("method")
     k = sd.get("num_speculative_tokens")
     if method is None:
-        raise ManifestError(
-            "--speculative-config: 'method' is missing (use \"mtp\" for the Qwen3.5 / Qwen3-Next MTP head)"
-        )
+        raise ManifestError("--speculative-config: 'method' is missing (use \"mtp\" for the Qwen3.5 / Qwen3-Next MTP head)")
     if not isinstance(method, str):
         raise ManifestError(f"--speculative-config: 'method' must be a string, got {method!r}")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
@@ -468,8 +522,12 @@ def _model_and_family(r: _Read, model: str, architecture: str | None) -> None:
         uri = "hf://" + model
     r.spec["model"] = {"uri": uri}
     d = family.decide_family(
-        explicit=architecture, overrides=r.hf, additional=r.extra, model=model,
-        hf_config_path=r.hf_config_path, served_names=tuple(r.served),
+        explicit=architecture,
+        overrides=r.hf,
+        additional=r.extra,
+        model=model,
+        hf_config_path=r.hf_config_path,
+        served_names=tuple(r.served),
     )
     r.notes.extend(d.conflicts)
     if d.not_gdn is not None:
@@ -490,7 +548,9 @@ def _validate(r: _Read) -> GDNModelServerSpec:
             loc = [str(p) for p in err.get("loc", ())]
             key = loc[0] if loc else ""
             where = r.origin.get(key) or {
-                "model": "model", "image": "--vllm-version/--patch", "speculativeDecoding": "--speculative-config",
+                "model": "model",
+                "image": "--vllm-version/--patch",
+                "speculativeDecoding": "--speculative-config",
                 "env": "environment",
             }.get(key, ".".join(loc))
             msg = err.get("msg", "invalid").removeprefix("Value error, ")
@@ -525,6 +585,7 @@ def parse_launch_line(
     _model_and_family(r, r.model, architecture)
     r.spec["image"] = {"tag": f"v{vllm_version}"[:128], "vllmVersion": vllm_version, "patches": list(patches)}
     return LaunchLine(argv=args, model=r.model, spec=_validate(r), overrides=r.ov, notes=notes)
+
 
 def evaluate_launch(
     argv: Sequence[str],

@@ -111,15 +111,26 @@ def _builtin_hits(ruleset: RuleSet, eff: Effective) -> list[Hit]:
         return hits
     if ver > ruleset.newest and ver.base != ruleset.newest.base:
         b = builtin["newer-than-catalogue"]
-        hits.append(builtin_hit(b, f"vLLM {v['vllm_version']} is not in the catalogue (newest {ruleset.newest}); "
-                                    "open bugs assumed still present", -4))
+        hits.append(
+            builtin_hit(
+                b,
+                f"vLLM {v['vllm_version']} is not in the catalogue (newest {ruleset.newest}); open bugs assumed still present",
+                -4,
+            )
+        )
     elif ver < ruleset.oldest:
         b = builtin["older-than-catalogue"]
         hits.append(builtin_hit(b, f"vLLM {v['vllm_version']} predates the catalogue (oldest {ruleset.oldest})", -4))
     if not v["gdn_hybrid"]:
         b = builtin["unrecognised-architecture"]
-        hits.append(builtin_hit(b, f"model {v['model_name']!r} is not a recognised Qwen3-Next / Qwen3.5 / Qwen3.6 / Qwen3.8 "
-                                    "name and spec.model.architecture is unset", -3))
+        hits.append(
+            builtin_hit(
+                b,
+                f"model {v['model_name']!r} is not a recognised Qwen3-Next / Qwen3.5 / Qwen3.6 / Qwen3.8 "
+                "name and spec.model.architecture is unset",
+                -3,
+            )
+        )
     unknown = sorted(p for p in patches if p not in ruleset.patch_ids and p not in ruleset.planned_patch_ids)
     planned = sorted(p for p in patches if p in ruleset.planned_patch_ids)
     if unknown or planned:
@@ -146,9 +157,7 @@ def _rule_hit(ruleset: RuleSet, i: int, rule: Rule, eff: Effective, v: dict[str,
         return None  # neutralised by a shipped patch the image declares (checked at run time too)
     if not rule.compiled_when(v, vk):
         return None
-    enforced = rule.action == "enforce" or (
-        rule.compiled_escalate is not None and bool(rule.compiled_escalate(v, vk))
-    )
+    enforced = rule.action == "enforce" or (rule.compiled_escalate is not None and bool(rule.compiled_escalate(v, vk)))
     return Hit(
         ref=rule.id,
         title=rule.title,
@@ -167,7 +176,15 @@ def _rule_hit(ruleset: RuleSet, i: int, rule: Rule, eff: Effective, v: dict[str,
 
 def builtin_hit(b: Builtin, detail: str, order: int) -> Hit:
     return Hit(
-        ref=b.id, title=b.title, kind=b.kind, severity=b.severity, enforced=b.action == "enforce",
-        fields=list(b.fields), workaround=b.workaround, mitigation=None, given_detail=detail, order=order,
+        ref=b.id,
+        title=b.title,
+        kind=b.kind,
+        severity=b.severity,
+        enforced=b.action == "enforce",
+        fields=list(b.fields),
+        workaround=b.workaround,
+        mitigation=None,
+        given_detail=detail,
+        order=order,
         advisory=b.action == "advisory",
     )

@@ -79,7 +79,7 @@ def compile_predicate(pred: Any, where: str = "when") -> Compiled:
     """Validate and compile a predicate. Raises PredicateError naming the location of any problem."""
     if not isinstance(pred, dict) or len(pred) != 1:
         raise PredicateError(f"{where}: a predicate is a mapping with exactly one operator ({', '.join(OPERATORS)})")
-    (op, arg), = pred.items()
+    ((op, arg),) = pred.items()
     here = f"{where}.{op}"
 
     if op in ("all", "any"):
@@ -87,6 +87,7 @@ def compile_predicate(pred: Any, where: str = "when") -> Compiled:
             raise PredicateError(f"{here}: expects a non-empty list of predicates")
         subs = tuple(compile_predicate(p, f"{here}[{i}]") for i, p in enumerate(arg))
         if op == "all":
+
             def all_of(v: dict[str, Any], ver: Any) -> bool:
                 return all(s(v, ver) for s in subs)
 

@@ -119,7 +119,9 @@ class Rule(_Strict):
         for path in v:
             why = check_path(path)
             if why:
-                raise ValueError(why + " (mitigation keys are camelCase spec paths like speculativeDecoding.numSpeculativeTokens)")
+                raise ValueError(
+                    why + " (mitigation keys are camelCase spec paths like speculativeDecoding.numSpeculativeTokens)"
+                )
         return v
 
     @model_validator(mode="after")
@@ -171,7 +173,13 @@ class CatalogueInfo(_Strict):
         return v
 
 
-_BUILTIN_KEYS = ("unparseable-version", "newer-than-catalogue", "older-than-catalogue", "unrecognised-architecture", "unknown-patch")
+_BUILTIN_KEYS = (
+    "unparseable-version",
+    "newer-than-catalogue",
+    "older-than-catalogue",
+    "unrecognised-architecture",
+    "unknown-patch",
+)
 
 
 class RuleFile(_Strict):

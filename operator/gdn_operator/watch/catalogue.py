@@ -229,7 +229,7 @@ def _minimal_keywords(words: Iterable[str]) -> tuple[str, ...]:
 # startup log followed by steady-state serving lines). Used only to choose which 4-character piece of each
 # keyword the prefilter regex looks for: pieces starting with a rare character let the regex engine skip
 # ahead faster. The choice never changes results, only speed.
-_COMMON_CHARS = ' 10./OT2:P"esotnc34p5vI-SNFKH6i879mlrahg,udAkfD%q=y([])REWGMxUV_B\'bwzC`L^{}j><J;QY'
+_COMMON_CHARS = " 10./OT2:P\"esotnc34p5vI-SNFKH6i879mlrahg,udAkfD%q=y([])REWGMxUV_B'bwzC`L^{}j><J;QY"
 _CHAR_RANK = {c: len(_COMMON_CHARS) - i for i, c in enumerate(_COMMON_CHARS)}
 _PIECE = 4
 
@@ -292,7 +292,9 @@ def _parse_facts(path: str, data: Any) -> tuple[FactRule, ...]:
             if not isinstance(spec, dict):
                 raise CatalogueError(f"{where}: expected a mapping with 'keywords' and 'patterns'")
             kws = _str_list(f"{where}.keywords", spec.get("keywords"))
-            pats = tuple(_compile(f"{where}.patterns[{i}]", p) for i, p in enumerate(_str_list(f"{where}.patterns", spec.get("patterns"))))
+            pats = tuple(
+                _compile(f"{where}.patterns[{i}]", p) for i, p in enumerate(_str_list(f"{where}.patterns", spec.get("patterns")))
+            )
             if not kws or not pats:
                 raise CatalogueError(f"{where}: needs at least one keyword and one pattern")
             rules.append(FactRule(fact, None if fact == "vllm_version" else value, kws, pats))
@@ -323,9 +325,7 @@ def _parse_signature(where: str, s: dict[str, Any], sid: str, actions: dict[str,
         raise CatalogueError(f"{where}: field 'keywords' must list at least one non-empty literal")
     rem = s.get("remediation")
     if not isinstance(rem, dict) or rem.get("action") not in actions or not isinstance(rem.get("hint"), str):
-        raise CatalogueError(
-            f"{where}: field 'remediation' needs 'action' (one of {', '.join(actions)}) and a 'hint' string"
-        )
+        raise CatalogueError(f"{where}: field 'remediation' needs 'action' (one of {', '.join(actions)}) and a 'hint' string")
     ladder: list[LadderStep] = []
     for k, step in enumerate(rem.get("ladder") or []):
         lw = f"{where}: remediation.ladder[{k}]"
@@ -461,8 +461,20 @@ def parse_catalogue(data: Any, path: str = "<catalogue>") -> Catalogue:
 
     steady = [k for s in sigs for k in s.keywords] + list(end_kw) + list(EXCEPTION_KEYWORDS) + list(CHAIN_KEYWORDS)
     scan = _minimal_keywords(steady + [k for f in facts for k in f.keywords])
-    return Catalogue(tuple(sigs), secondary, repos, path, scan, _prefilter(scan), facts, classes, end_kw, end_rx,
-                     _prefilter(_minimal_keywords(steady)), dict(actions))
+    return Catalogue(
+        tuple(sigs),
+        secondary,
+        repos,
+        path,
+        scan,
+        _prefilter(scan),
+        facts,
+        classes,
+        end_kw,
+        end_rx,
+        _prefilter(_minimal_keywords(steady)),
+        dict(actions),
+    )
 
 
 def _prefilter(keywords: Iterable[str]) -> re.Pattern[str]:

@@ -58,7 +58,9 @@ class Evidence:
         return cls({}, vllm_version, "--vllm-version")
 
 
-def merge(log_facts: dict[str, str], log_version: str | None, evidence: Evidence | None) -> tuple[dict[str, str], str | None, dict[str, str]]:
+def merge(
+    log_facts: dict[str, str], log_version: str | None, evidence: Evidence | None
+) -> tuple[dict[str, str], str | None, dict[str, str]]:
     """(facts, version, fact -> source) with the spec's facts over the log's."""
     facts = dict(log_facts)
     sources = {k: "log" for k in facts}

@@ -18,9 +18,8 @@ from gdn_operator.labels import LABEL_GROUP_INDEX, LABEL_SET_NAME
 GROUP_INCIDENT_SECONDS = 20.0
 
 
-
 def group_of(labels: dict[str, str]) -> str | None:
-    """"<LeaderWorkerSet>/<group index>" for a pod of a multi-node engine, None otherwise."""
+    """ "<LeaderWorkerSet>/<group index>" for a pod of a multi-node engine, None otherwise."""
     if LABEL_GROUP_INDEX not in labels:
         return None
     return f"{labels.get(LABEL_SET_NAME, '')}/{labels[LABEL_GROUP_INDEX]}"

@@ -53,21 +53,30 @@ def check_patch_set(declared: list[str] | tuple[str, ...], line: GuardLine | Non
     declared_set = set(declared)
     if line is None:
         if declared_set:
-            return PatchCheck(False, "GuardLineMissing",
-                              f"spec.image.patches declares {sorted(declared_set)} but the engine log has no gdn-guard "
-                              "start-up line: the image does not run the gdn-guard plugin (or VLLM_PLUGINS excludes it)")
+            return PatchCheck(
+                False,
+                "GuardLineMissing",
+                f"spec.image.patches declares {sorted(declared_set)} but the engine log has no gdn-guard "
+                "start-up line: the image does not run the gdn-guard plugin (or VLLM_PLUGINS excludes it)",
+            )
         return PatchCheck(True, "NoPatchesDeclared", "no patches declared, none expected")
     reported = set(line.patch_ids)
     missing = sorted(declared_set - reported)
     if missing:
-        return PatchCheck(False, "PatchSetMismatch",
-                          f"spec.image.patches declares {missing} but gdn-guard {line.guard_version} on vLLM "
-                          f"{line.vllm_version} applied only {sorted(reported) or 'none'}; admission relied on patches "
-                          "the engine does not have: fix spec.image.patches or the image")
+        return PatchCheck(
+            False,
+            "PatchSetMismatch",
+            f"spec.image.patches declares {missing} but gdn-guard {line.guard_version} on vLLM "
+            f"{line.vllm_version} applied only {sorted(reported) or 'none'}; admission relied on patches "
+            "the engine does not have: fix spec.image.patches or the image",
+        )
     if line.vllm_version not in ("unknown", declared_version) and not line.vllm_version.startswith(declared_version + "+"):
-        return PatchCheck(False, "VersionMismatch",
-                          f"spec.image.vllmVersion is {declared_version} but the engine runs vLLM {line.vllm_version}: "
-                          "the known-crash rules were evaluated against the wrong version")
+        return PatchCheck(
+            False,
+            "VersionMismatch",
+            f"spec.image.vllmVersion is {declared_version} but the engine runs vLLM {line.vllm_version}: "
+            "the known-crash rules were evaluated against the wrong version",
+        )
     extra = sorted(reported - declared_set)
     msg = f"gdn-guard {line.guard_version} applied {sorted(reported) or 'no guards'} on vLLM {line.vllm_version}"
     if extra:

@@ -107,7 +107,7 @@ class HangEvidence:
                 m = rule.regex.search(line)
                 if m:
                     self.counts[rule.id] = self.counts.get(rule.id, 0) + 1
-                    self.last[rule.id] = line[m.start():][:_MAX_LINE].strip()
+                    self.last[rule.id] = line[m.start() :][:_MAX_LINE].strip()
 
     @property
     def found(self) -> bool:

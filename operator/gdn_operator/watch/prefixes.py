@@ -29,9 +29,7 @@ NOISE_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 #: ANSI colour whose ESC byte was lost or rendered as text (`^[[1;36m`, `ESC[0;0m`, ` [36m`)
 _TEXT_ANSI = re.compile(r"(?:\^\[|ESC)\[[0-9;]*m|(?:(?<=\s)|^)\[[0-9;]{1,8}m")
-_CRI = re.compile(
-    r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s(?:(?:stdout|stderr)\s[FP]\s)?"
-)
+_CRI = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s(?:(?:stdout|stderr)\s[FP]\s)?")
 #: `2025-05-30 18:28:27.890 | ` (log viewers) or a custom `2024-12-19 21:40:35 ERROR 56542 [file.py:64] ` header
 _DATED = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? (?:\| ?|(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?:\d+ )?"
@@ -40,7 +38,9 @@ _DATED = re.compile(
 _COMPOSE = re.compile(r"^[A-Za-z0-9][\w.-]{0,62}\s+\|\s")
 _FRAME = re.compile(r"^\s{0,8}[│|]\s?")
 _FRAME_END = re.compile(r"\s*│$")
-_PROC = re.compile(r"^\((?P<p>[^()\s]{1,80}(?: [^()]{0,80}?)? ?pid=\d+[^()]{0,80})\)\s?|^\[\d+/\d+,(?P<r>[^\]]{1,20})\]\[pid=\d+\]\s?")
+_PROC = re.compile(
+    r"^\((?P<p>[^()\s]{1,80}(?: [^()]{0,80}?)? ?pid=\d+[^()]{0,80})\)\s?|^\[\d+/\d+,(?P<r>[^\]]{1,20})\]\[pid=\d+\]\s?"
+)
 #: a vLLM process name without `pid=` (hand-trimmed or re-logged lines)
 _PROC_NAME = re.compile(r"^\((?P<n>(?:Worker|VllmWorker|EngineCore|APIServer|ApiServer)[\w-]{0,40})\)\s?")
 #: a bare level right after a process prefix (no timestamp, no logger source)

@@ -75,10 +75,12 @@ class ProbeClient:
 
     def _ensure(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self.concurrency, limit_per_host=0, keepalive_timeout=90.0,
-                                             enable_cleanup_closed=True)
-            self._session = aiohttp.ClientSession(connector=connector, headers=_HEADERS,
-                                                  timeout=aiohttp.ClientTimeout(total=None))
+            connector = aiohttp.TCPConnector(
+                limit=self.concurrency, limit_per_host=0, keepalive_timeout=90.0, enable_cleanup_closed=True
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector, headers=_HEADERS, timeout=aiohttp.ClientTimeout(total=None)
+            )
             self._sem = asyncio.Semaphore(self.concurrency)
         return self._session
 
@@ -98,8 +100,9 @@ class ProbeClient:
             try:
                 async with asyncio.timeout(timeout):
                     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-                    async with session.post(url, data=json.dumps(request_body(model, probe)), headers=headers,
-                                            allow_redirects=False) as resp:
+                    async with session.post(
+                        url, data=json.dumps(request_body(model, probe)), headers=headers, allow_redirects=False
+                    ) as resp:
                         raw = await resp.content.read(MAX_BODY + 1)
                         if resp.status != 200:
                             error = "http"
@@ -119,8 +122,9 @@ class ProbeClient:
                 error, message = "connect", f"{type(e).__name__}: {e}"[:200]
             return Asked(pod, probe.name, answer, error, message or "", time.perf_counter() - t0)
 
-    async def ask_pod(self, url: str, model: str, probes: list[Probe], pod: str, timeout: float,
-                      api_key: str | None = None) -> list[Asked]:
+    async def ask_pod(
+        self, url: str, model: str, probes: list[Probe], pod: str, timeout: float, api_key: str | None = None
+    ) -> list[Asked]:
         """One pod's round: the probes one after another (batch size 1 keeps greedy answers reproducible);
         `api_key` goes as `Authorization: Bearer` (engines of a server with spec.apiKeySecret)."""
         return [await self.ask(url, model, p, pod, timeout, api_key) for p in probes]

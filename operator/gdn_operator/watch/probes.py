@@ -97,25 +97,38 @@ def compare(expected: Answer | None, got: Answer, comparison: tuple[str, int | N
         count = len(got.token_ids) if got.token_ids is not None else len(got.text)
         u = "token" if got.token_ids is not None else "character"
         if count < n:
-            return Verdict(EARLY_STOP, count, None, None,
-                           f"stopped after {count} {u}s ({got.finish_reason or 'no finish reason'}), expected at least {n}")
+            return Verdict(
+                EARLY_STOP,
+                count,
+                None,
+                None,
+                f"stopped after {count} {u}s ({got.finish_reason or 'no finish reason'}), expected at least {n}",
+            )
         return Verdict(PASS)
     if expected is None:
         raise ValueError("compare() needs an expectation except in minLength mode")
     want: Sequence[Any] | str = expected.token_ids if tokens else expected.text  # type: ignore[assignment]
     if not tokens and not got.text and got.token_ids is not None:
-        return Verdict(MISMATCH, 0, _snip(want, 0, False), "''",
-                       "the engine returned token ids but no text (served without a tokenizer?): give expectedTokenIds")
+        return Verdict(
+            MISMATCH,
+            0,
+            _snip(want, 0, False),
+            "''",
+            "the engine returned token ids but no text (served without a tokenizer?): give expectedTokenIds",
+        )
     span = len(want) if kind == "exact" or n is None else min(n, len(want))
     common = min(span, len(have))
     for i in range(common):
         if have[i] != want[i]:
-            return Verdict(MISMATCH, i, _snip(want, i, tokens), _snip(have, i, tokens),
-                           f"{unit} {i} differs")
+            return Verdict(MISMATCH, i, _snip(want, i, tokens), _snip(have, i, tokens), f"{unit} {i} differs")
     if len(have) < span:
-        return Verdict(EARLY_STOP, len(have), _snip(want, len(have), tokens), _snip(have, len(have), tokens),
-                       f"stopped after {len(have)} {unit}s ({got.finish_reason or 'no finish reason'}), "
-                       f"expected {span}")
+        return Verdict(
+            EARLY_STOP,
+            len(have),
+            _snip(want, len(have), tokens),
+            _snip(have, len(have), tokens),
+            f"stopped after {len(have)} {unit}s ({got.finish_reason or 'no finish reason'}), expected {span}",
+        )
     ended_early_in_reference = expected.finish_reason == "stop" and n is not None and len(want) < n
     if (kind == "exact" or ended_early_in_reference) and len(have) > len(want):
         i = len(want)
@@ -253,8 +266,13 @@ class ProbeBook:
                 t.last_failure = {
                     k: val
                     for k, val in {
-                        "time": now or None, "pod": o.pod, "result": o.result, "position": v.position,
-                        "expected": v.expected, "got": v.got, "message": v.message,
+                        "time": now or None,
+                        "pod": o.pod,
+                        "result": o.result,
+                        "position": v.position,
+                        "expected": v.expected,
+                        "got": v.got,
+                        "message": v.message,
                     }.items()
                     if val is not None
                 }
@@ -278,7 +296,9 @@ class ProbeBook:
             self.condition = Condition(False, REASONS[failure], msg, failure)
         elif all(t.last_result in (PASS, LEARNED) for t in self.tracks.values()):
             n_pods = len(set().union(*pods.values())) if pods else 0
-            self.condition = Condition(True, "ProbesPassing", f"{len(self.tracks)} probe(s) answered as expected on {n_pods} pod(s)")
+            self.condition = Condition(
+                True, "ProbesPassing", f"{len(self.tracks)} probe(s) answered as expected on {n_pods} pod(s)"
+            )
         return self.condition
 
     @property
@@ -293,7 +313,9 @@ class ProbeBook:
         return [self.tracks[n].to_status(n) for n in self.names]
 
     @classmethod
-    def restore(cls, names: list[str], threshold: int, results: Iterable[dict[str, Any]], condition: dict[str, Any] | None) -> ProbeBook:
+    def restore(
+        cls, names: list[str], threshold: int, results: Iterable[dict[str, Any]], condition: dict[str, Any] | None
+    ) -> ProbeBook:
         """Rebuild from status (after an operator restart) so counts and the alarm carry over."""
         tracks = {
             r["probe"]: Track(int(r.get("consecutiveFailures") or 0), r.get("lastResult"), r.get("lastFailure"))

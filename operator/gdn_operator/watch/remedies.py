@@ -84,23 +84,37 @@ def parse_action(where: str, aid: str, a: Any) -> Action:
         return Action(aid, manual=" ".join(a["manual"].split()))
     if not any(k in a for k in ("set", "lower", "drop_env")):
         raise ActionError(f"{where}: needs a spec change (set, lower or drop_env) or 'manual'")
-    sets = SpecPatch.of((_path(f"{where}.set", p), v) for p, v in _mapping(f"{where}.set", a["set"]).items()) if "set" in a else SpecPatch()
+    sets = (
+        SpecPatch.of((_path(f"{where}.set", p), v) for p, v in _mapping(f"{where}.set", a["set"]).items())
+        if "set" in a
+        else SpecPatch()
+    )
     lowers = []
-    for p, how in (_mapping(f"{where}.lower", a["lower"]).items() if "lower" in a else ()):
+    for p, how in _mapping(f"{where}.lower", a["lower"]).items() if "lower" in a else ():
         lw = f"{where}.lower.{p}"
         how = _mapping(lw, how)
         if set(how) != {"by", "at_most", "at_least"}:
             raise ActionError(f"{lw}: needs exactly by, at_most and at_least")
-        lowers.append(Lower(_path(lw, p), _int(f"{lw}.by", how["by"]), _int(f"{lw}.at_most", how["at_most"]),
-                            _int(f"{lw}.at_least", how["at_least"])))
+        lowers.append(
+            Lower(
+                _path(lw, p),
+                _int(f"{lw}.by", how["by"]),
+                _int(f"{lw}.at_most", how["at_most"]),
+                _int(f"{lw}.at_least", how["at_least"]),
+            )
+        )
         if lowers[-1].by < 1:
             raise ActionError(f"{lw}.by: must be at least 1")
     drops = []
-    for name, value in (_mapping(f"{where}.drop_env", a["drop_env"]).items() if "drop_env" in a else ()):
+    for name, value in _mapping(f"{where}.drop_env", a["drop_env"]).items() if "drop_env" in a else ():
         if not isinstance(name, str) or not isinstance(value, str):
-            raise ActionError(f"{where}.drop_env: expected NAME: \"VALUE\" strings, got {name!r}: {value!r}")
+            raise ActionError(f'{where}.drop_env: expected NAME: "VALUE" strings, got {name!r}: {value!r}')
         drops.append((name, value))
-    only = tuple((_path(f"{where}.only_if", p), v) for p, v in _mapping(f"{where}.only_if", a["only_if"]).items()) if "only_if" in a else ()
+    only = (
+        tuple((_path(f"{where}.only_if", p), v) for p, v in _mapping(f"{where}.only_if", a["only_if"]).items())
+        if "only_if" in a
+        else ()
+    )
     return Action(aid, sets, tuple(lowers), tuple(drops), only)
 
 

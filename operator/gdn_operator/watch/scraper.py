@@ -73,8 +73,7 @@ class Target:
         return PodKey(self.namespace, self.name, self.pod)
 
     @classmethod
-    def for_pod(cls, namespace: str, name: str, pod: str, ip: str, port: int = 8000,
-                path: str = "/metrics") -> Target:
+    def for_pod(cls, namespace: str, name: str, pod: str, ip: str, port: int = 8000, path: str = "/metrics") -> Target:
         host = f"[{ip}]" if ":" in ip else ip
         return cls(namespace, name, pod, f"http://{host}:{port}{path}")
 
@@ -101,9 +100,15 @@ def _one_line(exc: BaseException) -> str:
 class Scraper:
     """Holds one aiohttp session (keep-alive pool) for repeated scrape rounds."""
 
-    def __init__(self, timeout: float = 5.0, concurrency: int = 64, *,
-                 max_bytes: int = DEFAULT_MAX_BYTES, record_metrics: bool = True,
-                 session: aiohttp.ClientSession | None = None):
+    def __init__(
+        self,
+        timeout: float = 5.0,
+        concurrency: int = 64,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        record_metrics: bool = True,
+        session: aiohttp.ClientSession | None = None,
+    ):
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         if concurrency < 1:
@@ -125,11 +130,16 @@ class Scraper:
     def _ensure_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(
-                limit=self.concurrency, limit_per_host=0, ttl_dns_cache=300,
-                keepalive_timeout=60.0, enable_cleanup_closed=True,
+                limit=self.concurrency,
+                limit_per_host=0,
+                ttl_dns_cache=300,
+                keepalive_timeout=60.0,
+                enable_cleanup_closed=True,
             )
             self._session = aiohttp.ClientSession(
-                connector=connector, headers=_HEADERS, auto_decompress=True,
+                connector=connector,
+                headers=_HEADERS,
+                auto_decompress=True,
                 # Per-request deadline is enforced by asyncio.timeout in _fetch; this is a backstop.
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeout),
             )
@@ -203,9 +213,14 @@ class Scraper:
         return ScrapeResult(target, snapshot, error, message, status, duration)
 
 
-async def scrape_many(targets: Sequence[Target], timeout: float = 5.0, concurrency: int = 64, *,
-                      session: aiohttp.ClientSession | None = None,
-                      max_bytes: int = DEFAULT_MAX_BYTES) -> list[ScrapeResult]:
+async def scrape_many(
+    targets: Sequence[Target],
+    timeout: float = 5.0,
+    concurrency: int = 64,
+    *,
+    session: aiohttp.ClientSession | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> list[ScrapeResult]:
     """Scrape ``targets`` concurrently (at most ``concurrency`` at once, ``timeout`` s each).
 
     Uses ``session`` if given (left open), else a temporary session closed on return.
@@ -222,8 +237,7 @@ def observe_results(tracker: AcceptanceTracker, results: Iterable[ScrapeResult])
         tracker.observe_result(r)
 
 
-async def scrape_and_observe(tracker: AcceptanceTracker, scraper: Scraper,
-                             targets: Sequence[Target]) -> list[ScrapeResult]:
+async def scrape_and_observe(tracker: AcceptanceTracker, scraper: Scraper, targets: Sequence[Target]) -> list[ScrapeResult]:
     """One timer round: scrape, feed the tracker, forget pods no longer targeted for each resource
     present in ``targets``. Returns the results (for logging/events)."""
     results = await scraper.scrape(targets)

@@ -108,8 +108,9 @@ MAX_REFINED = 64
 class _Fire:
     __slots__ = ("lineno", "root", "matched", "context", "confidence")
 
-    def __init__(self, lineno: int, root: tuple[int, str], matched: list[tuple[int, str]], context: list[str],
-                 confidence: str | None):
+    def __init__(
+        self, lineno: int, root: tuple[int, str], matched: list[tuple[int, str]], context: list[str], confidence: str | None
+    ):
         self.lineno = lineno
         self.root = root
         self.matched = matched
@@ -164,8 +165,20 @@ def _cap(s: str, n: int) -> str:
 
 
 def _pick(sig: Signature, fire: _Fire) -> _Pick:
-    return _Pick(sig.id, sig.title, sig.kind, sig.generic, sig.upstream, sig.related, sig.bugs, sig.priority,
-                 fire.confidence or sig.confidence, sig.remediation, sig.root_cause, fire)
+    return _Pick(
+        sig.id,
+        sig.title,
+        sig.kind,
+        sig.generic,
+        sig.upstream,
+        sig.related,
+        sig.bugs,
+        sig.priority,
+        fire.confidence or sig.confidence,
+        sig.remediation,
+        sig.root_cause,
+        fire,
+    )
 
 
 class LogClassifier:
@@ -176,8 +189,9 @@ class LogClassifier:
     `evidence` (facts from the spec the operator rendered) is used to decide which upstream issue to name.
     """
 
-    def __init__(self, catalogue: Catalogue | None = None, max_line_chars: int = MAX_LINE_CHARS,
-                 evidence: Evidence | None = None):
+    def __init__(
+        self, catalogue: Catalogue | None = None, max_line_chars: int = MAX_LINE_CHARS, evidence: Evidence | None = None
+    ):
         self.catalogue = catalogue or default_catalogue()
         self.max_line_chars = max_line_chars
         self.evidence = evidence
@@ -520,7 +534,10 @@ class LogClassifier:
                     candidates.append(ref)
             notes.append(f"{sig.upstream} ({sig.id}) not named: {why}")
             shares_line = any(
-                o is not st and o.fire is not None and not o.sig.generic and o.sig.attribution is None
+                o is not st
+                and o.fire is not None
+                and not o.sig.generic
+                and o.sig.attribution is None
                 and o.fire.root[0] == fire.root[0]
                 for o in fired
             )
@@ -528,8 +545,22 @@ class LogClassifier:
                 continue  # the generic class fired on the same evidence: it will be reported
             if sig.parent in cat.classes:
                 c = cat.classes[sig.parent]
-                picks.append(_Pick(c.id, c.title, c.kind, False, None, (), sig.bugs, sig.priority, "probable",
-                                   Remedy("investigate", c.hint or sig.remediation.hint), "match", fire))
+                picks.append(
+                    _Pick(
+                        c.id,
+                        c.title,
+                        c.kind,
+                        False,
+                        None,
+                        (),
+                        sig.bugs,
+                        sig.priority,
+                        "probable",
+                        Remedy("investigate", c.hint or sig.remediation.hint),
+                        "match",
+                        fire,
+                    )
+                )
             else:
                 p = _pick(cat.get(sig.parent), fire)  # type: ignore[arg-type]
                 picks.append(p)
@@ -613,14 +644,17 @@ def classify_text(text: str, catalogue: Catalogue | None = None, evidence: Evide
     return c.result()
 
 
-def classify_lines(lines: Iterable[str], catalogue: Catalogue | None = None, evidence: Evidence | None = None) -> ClassificationResult:
+def classify_lines(
+    lines: Iterable[str], catalogue: Catalogue | None = None, evidence: Evidence | None = None
+) -> ClassificationResult:
     c = LogClassifier(catalogue, evidence=evidence)
     c.feed_lines(lines)
     return c.result()
 
 
-def classify_termination_message(message: str | None, catalogue: Catalogue | None = None,
-                                 evidence: Evidence | None = None) -> ClassificationResult:
+def classify_termination_message(
+    message: str | None, catalogue: Catalogue | None = None, evidence: Evidence | None = None
+) -> ClassificationResult:
     """Classify a container's termination message.
 
     With terminationMessagePolicy FallbackToLogsOnError the kubelet puts the log tail there (at most

@@ -80,8 +80,7 @@ REASON_STALLED = "Stalled"
 REASON_NO_METRICS = "NoMetrics"
 REASON_NO_COUNTERS = "NoCounters"
 REASON_RESTARTED = "EngineRestarted"
-REASONS = (REASON_IDLE, REASON_PROGRESSING, REASON_SLOW, REASON_STALLED, REASON_NO_METRICS,
-           REASON_NO_COUNTERS, REASON_RESTARTED)
+REASONS = (REASON_IDLE, REASON_PROGRESSING, REASON_SLOW, REASON_STALLED, REASON_NO_METRICS, REASON_NO_COUNTERS, REASON_RESTARTED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +106,7 @@ class StallVerdict:
     def message(self) -> str:
         """One line for status and Events."""
         if self.stalled or self.reason == REASON_SLOW:
-            head = (f"{self.running} running, {self.waiting} waiting, no progress for "
-                    f"{self.seconds_without_progress:.0f}s")
+            head = f"{self.running} running, {self.waiting} waiting, no progress for {self.seconds_without_progress:.0f}s"
             bits = []
             if self.tokens is not None:
                 bits.append(f"{self.tokens:.0f} tokens")
@@ -117,10 +115,12 @@ class StallVerdict:
             if self.rate is not None:
                 bits.append(f"{self.rate:.2f} tokens/s per running request")
             return head + (f" ({', '.join(bits)})" if bits else "")
-        return {REASON_IDLE: "no requests in flight", REASON_NO_METRICS: "no /metrics this round",
-                REASON_NO_COUNTERS: "no vLLM progress counters in /metrics",
-                REASON_RESTARTED: "engine restarted (counters reset)"}.get(
-                    self.reason, f"{self.running} running, {self.waiting} waiting, progressing")
+        return {
+            REASON_IDLE: "no requests in flight",
+            REASON_NO_METRICS: "no /metrics this round",
+            REASON_NO_COUNTERS: "no vLLM progress counters in /metrics",
+            REASON_RESTARTED: "engine restarted (counters reset)",
+        }.get(self.reason, f"{self.running} running, {self.waiting} waiting, progressing")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,8 +138,9 @@ class StallDetector:
 
     __slots__ = ("stall_seconds", "floor", "min_span", "_samples", "_start_time", "_since", "_last")
 
-    def __init__(self, stall_seconds: float = DEFAULT_STALL_SECONDS, *, floor: float = DEFAULT_FLOOR,
-                 min_span: float = MIN_SPAN_SECONDS):
+    def __init__(
+        self, stall_seconds: float = DEFAULT_STALL_SECONDS, *, floor: float = DEFAULT_FLOOR, min_span: float = MIN_SPAN_SECONDS
+    ):
         stall_seconds = float(stall_seconds)
         if not stall_seconds > 0:
             raise ValueError(f"stall_seconds must be > 0, got {stall_seconds}")
@@ -194,8 +195,7 @@ class StallDetector:
         restarted = prev is not None and (
             tokens < prev.tokens
             or (steps is not None and prev.steps is not None and steps < prev.steps)
-            or (snap.start_time is not None and self._start_time is not None
-                and abs(snap.start_time - self._start_time) > 1e-3)
+            or (snap.start_time is not None and self._start_time is not None and abs(snap.start_time - self._start_time) > 1e-3)
             or now < prev.t
         )
         self._start_time = snap.start_time
@@ -250,8 +250,9 @@ class StallDetector:
         seconds = cur.t - since
         rate, steps, tokens = self._figures(start, cur)
         stalled = seconds >= self.stall_seconds
-        return StallVerdict(stalled, seconds, cur.running, cur.waiting,
-                            REASON_STALLED if stalled else REASON_SLOW, rate, steps, tokens)
+        return StallVerdict(
+            stalled, seconds, cur.running, cur.waiting, REASON_STALLED if stalled else REASON_SLOW, rate, steps, tokens
+        )
 
     @staticmethod
     def _figures(a: _Sample, b: _Sample) -> tuple[float | None, float | None, float]:

@@ -27,8 +27,7 @@ class _Capture(logging.Handler):
         self.records = []
 
     def emit(self, record):
-        self.records.append({"logger": record.name, "level": record.levelname, "msg": record.getMessage(),
-                             "pid": record.process})
+        self.records.append({"logger": record.name, "level": record.levelname, "msg": record.getMessage(), "pid": record.process})
 
 
 def mode_load() -> dict:
@@ -61,9 +60,15 @@ def mode_load() -> dict:
         "vllm_file": vllm.__file__,
         "entry_points": eps,
         "records": cap.records,
-        "result": None if res is None else {
-            "detected": str(res.vllm), "source": res.vllm.source, "guards": res.guard_names,
-            "patch_ids": res.patch_ids, "line": res.line, "skipped": [list(s) for s in res.skipped],
+        "result": None
+        if res is None
+        else {
+            "detected": str(res.vllm),
+            "source": res.vllm.source,
+            "guards": res.guard_names,
+            "patch_ids": res.patch_ids,
+            "line": res.line,
+            "skipped": [list(s) for s in res.skipped],
         },
         "gdn_guard_file": gdn_guard.plugin.__file__,
         "schedule_wrapped": probe.schedule_wrapped(),
@@ -73,11 +78,20 @@ def mode_load() -> dict:
 def mode_engine() -> dict:
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=MODEL_DIR, load_format="dummy", skip_tokenizer_init=True, max_model_len=256,
-              enforce_eager=True, gpu_memory_utilization=0.3, enable_prefix_caching=False,
-              speculative_config={"method": "mtp", "num_speculative_tokens": 2})
-    outs = llm.generate([{"prompt_token_ids": [5, 6, 7, 8]}, {"prompt_token_ids": [9, 10]}],
-                        SamplingParams(max_tokens=8, ignore_eos=True, temperature=0.0))
+    llm = LLM(
+        model=MODEL_DIR,
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        max_model_len=256,
+        enforce_eager=True,
+        gpu_memory_utilization=0.3,
+        enable_prefix_caching=False,
+        speculative_config={"method": "mtp", "num_speculative_tokens": 2},
+    )
+    outs = llm.generate(
+        [{"prompt_token_ids": [5, 6, 7, 8]}, {"prompt_token_ids": [9, 10]}],
+        SamplingParams(max_tokens=8, ignore_eos=True, temperature=0.0),
+    )
     return {"generated": [len(o.outputs[0].token_ids) for o in outs], "pid": os.getpid()}
 
 

@@ -61,19 +61,21 @@ def build_engine_parts(args):
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
-    mc = ModelConfig(model=MODEL_DIR, skip_tokenizer_init=True, max_model_len=args.max_model_len,
-                     dtype="float32", seed=0)
+    mc = ModelConfig(model=MODEL_DIR, skip_tokenizer_init=True, max_model_len=args.max_model_len, dtype="float32", seed=0)
     pc = ParallelConfig()
-    sc = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=args.budget, max_model_len=args.max_model_len,
-                         is_encoder_decoder=False, enable_chunked_prefill=True,
-                         async_scheduling=args.async_sched)
+    sc = SchedulerConfig(
+        max_num_seqs=8,
+        max_num_batched_tokens=args.budget,
+        max_model_len=args.max_model_len,
+        is_encoder_decoder=False,
+        enable_chunked_prefill=True,
+        async_scheduling=args.async_sched,
+    )
     cc = CacheConfig(block_size=16, gpu_memory_utilization=0.5, cache_dtype="auto", enable_prefix_caching=False)
     spec = None
     if args.k > 0:
-        spec = SpeculativeConfig(method="mtp", num_speculative_tokens=args.k, target_model_config=mc,
-                                 target_parallel_config=pc)
-    vc = VllmConfig(model_config=mc, parallel_config=pc, scheduler_config=sc, cache_config=cc,
-                    speculative_config=spec)
+        spec = SpeculativeConfig(method="mtp", num_speculative_tokens=args.k, target_model_config=mc, target_parallel_config=pc)
+    vc = VllmConfig(model_config=mc, parallel_config=pc, scheduler_config=sc, cache_config=cc, speculative_config=spec)
     # VllmConfig may turn async scheduling off on this platform; the scheduler class follows the flag.
     vc.scheduler_config.async_scheduling = args.async_sched
 
@@ -85,21 +87,30 @@ def build_engine_parts(args):
     for i in range(hf.num_hidden_layers):
         if (i + 1) % hf.full_attention_interval == 0:
             specs[f"model.layers.{i}.self_attn.attn"] = FullAttentionSpec(
-                block_size=cc.block_size, num_kv_heads=hf.num_key_value_heads, head_size=hf.head_dim,
-                dtype=torch.float32)
+                block_size=cc.block_size, num_kv_heads=hf.num_key_value_heads, head_size=hf.head_dim, dtype=torch.float32
+            )
         else:
             specs[f"model.layers.{i}.linear_attn"] = MambaSpec(
-                shapes=shapes, dtypes=dtypes, block_size=cc.mamba_block_size,
-                page_size_padded=cc.mamba_page_size_padded, mamba_type=model_cls_mamba_type(),
-                mamba_cache_mode=cc.mamba_cache_mode, num_speculative_blocks=args.k)
+                shapes=shapes,
+                dtypes=dtypes,
+                block_size=cc.mamba_block_size,
+                page_size_padded=cc.mamba_page_size_padded,
+                mamba_type=model_cls_mamba_type(),
+                mamba_cache_mode=cc.mamba_cache_mode,
+                num_speculative_blocks=args.k,
+            )
     kv_cfgs = get_kv_cache_configs(vc, [specs], [256 * 1024 * 1024])
     kv_cfg = generate_scheduler_kv_cache_config(kv_cfgs)
     vc.cache_config.num_gpu_blocks = kv_cfg.num_blocks  # as EngineCore.__init__ does
     vc.cache_config.num_cpu_blocks = 0
     sched_cls = vc.scheduler_config.get_scheduler_cls()
-    scheduler = sched_cls(vllm_config=vc, kv_cache_config=kv_cfg,
-                          structured_output_manager=StructuredOutputManager(vc),
-                          block_size=cc.block_size, log_stats=True)
+    scheduler = sched_cls(
+        vllm_config=vc,
+        kv_cache_config=kv_cfg,
+        structured_output_manager=StructuredOutputManager(vc),
+        block_size=cc.block_size,
+        log_stats=True,
+    )
     return vc, kv_cfg, scheduler
 
 
@@ -124,8 +135,7 @@ class Oracle:
         group = next(i for i, g in enumerate(kv_cfg.kv_cache_groups) if isinstance(g.kv_cache_spec, MambaSpec))
         self.group = group
         spec = kv_cfg.kv_cache_groups[group].kv_cache_spec
-        self.builder = GDNAttentionMetadataBuilder(spec, kv_cfg.kv_cache_groups[group].layer_names, vc,
-                                                   torch.device("cpu"))
+        self.builder = GDNAttentionMetadataBuilder(spec, kv_cfg.kv_cache_groups[group].layer_names, vc, torch.device("cpu"))
         self.mixed_steps = 0
 
     def check(self, out):
@@ -154,17 +164,26 @@ class Oracle:
         qsl[1:] = torch.cumsum(torch.tensor(qlens, dtype=torch.int32), 0)
         total = int(qsl[-1])
         cam = CommonAttentionMetadata(
-            query_start_loc=qsl, query_start_loc_cpu=qsl.clone(),
-            seq_lens=torch.tensor(seqlens, dtype=torch.int32), num_reqs=len(rows),
-            num_actual_tokens=total, max_query_len=max(qlens), max_seq_len=max(seqlens),
+            query_start_loc=qsl,
+            query_start_loc_cpu=qsl.clone(),
+            seq_lens=torch.tensor(seqlens, dtype=torch.int32),
+            num_reqs=len(rows),
+            num_actual_tokens=total,
+            max_query_len=max(qlens),
+            max_seq_len=max(seqlens),
             block_table_tensor=torch.tensor(blocks, dtype=torch.int32),
-            slot_mapping=torch.zeros(total, dtype=torch.int64))
+            slot_mapping=torch.zeros(total, dtype=torch.int64),
+        )
         has_spec_rows = any(d > 0 for d in drafts)
         lone = [q for q, d in zip(qlens, drafts) if d < 0 and q == 1]
         if has_spec_rows and lone:
             self.mixed_steps += 1
-        self.builder.build(0, cam, num_accepted_tokens=torch.ones(len(rows), dtype=torch.int32),
-                           num_decode_draft_tokens_cpu=torch.tensor(drafts, dtype=torch.int32))
+        self.builder.build(
+            0,
+            cam,
+            num_accepted_tokens=torch.ones(len(rows), dtype=torch.int32),
+            num_decode_draft_tokens_cpu=torch.tensor(drafts, dtype=torch.int32),
+        )
         return {"rows": len(rows), "qlens": qlens, "drafts": drafts}
 
 
@@ -223,8 +242,12 @@ def run(args):
                 try:
                     info = oracle.check(out)
                 except AssertionError as e:
-                    error = {"type": "AssertionError", "message": str(e), "step": steps,
-                             "frame": traceback.extract_tb(e.__traceback__)[-1].filename.split("vllm/", 1)[-1]}
+                    error = {
+                        "type": "AssertionError",
+                        "message": str(e),
+                        "step": steps,
+                        "frame": traceback.extract_tb(e.__traceback__)[-1].filename.split("vllm/", 1)[-1],
+                    }
                     break
                 partial = {rid: scheduler.requests[rid].is_prefill_chunk for rid in out.num_scheduled_tokens}
                 queue.append((out, partial))
@@ -246,8 +269,7 @@ def run(args):
             drafts = out.scheduled_spec_decode_tokens.get(rid, [])
             accepted = (steps + i) % (len(drafts) + 1) if drafts else 0
             sampled.append([7] * (1 + accepted))
-        mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                                sampled_token_ids=sampled)
+        mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)}, sampled_token_ids=sampled)
         eco = scheduler.update_from_output(out, mro)
         for _, outs in eco.items():
             for o in outs.outputs:
@@ -280,8 +302,12 @@ def run(args):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", action="append", required=True,
-                    help="SCENARIO[:async][:k=N] (repeatable); scenarios: " + ", ".join(sorted(SCENARIOS)))
+    ap.add_argument(
+        "--case",
+        action="append",
+        required=True,
+        help="SCENARIO[:async][:k=N] (repeatable); scenarios: " + ", ".join(sorted(SCENARIOS)),
+    )
     ap.add_argument("--k", type=int, default=2)
     ap.add_argument("--max-model-len", type=int, default=64)
     ap.add_argument("--budget", type=int, default=32)

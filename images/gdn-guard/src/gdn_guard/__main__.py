@@ -1,13 +1,13 @@
 """Build-time helper for images/vllm-gdn/Dockerfile.
 
-  python -m gdn_guard declared-patch-ids [VERSION]
-      Print the comma list of patch ids for VERSION (default: the installed vLLM).
-  python -m gdn_guard verify-patches LIST [--vllm-version VERSION]
-      Exit 1 unless LIST (comma list, may be empty) equals the patch ids for the vLLM version.  When
-      vLLM is installed its version is used, must equal --vllm-version if given, and the
-      ``vllm.general_plugins`` entry point ``gdn_guard`` must resolve to gdn_guard.plugin:register
-      (so the image's GDN_GUARD_PATCHES label/env cannot disagree with what the plugin applies).
-      Without vLLM, --vllm-version is required.
+python -m gdn_guard declared-patch-ids [VERSION]
+    Print the comma list of patch ids for VERSION (default: the installed vLLM).
+python -m gdn_guard verify-patches LIST [--vllm-version VERSION]
+    Exit 1 unless LIST (comma list, may be empty) equals the patch ids for the vLLM version.  When
+    vLLM is installed its version is used, must equal --vllm-version if given, and the
+    ``vllm.general_plugins`` entry point ``gdn_guard`` must resolve to gdn_guard.plugin:register
+    (so the image's GDN_GUARD_PATCHES label/env cannot disagree with what the plugin applies).
+    Without vLLM, --vllm-version is required.
 """
 
 from __future__ import annotations
@@ -88,8 +88,10 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         print(str(e), file=sys.stderr)
         return 2
-    print(f"gdn-guard: bad arguments {argv!r}; usage: declared-patch-ids [VERSION] | "
-          "verify-patches LIST [--vllm-version VERSION]", file=sys.stderr)
+    print(
+        f"gdn-guard: bad arguments {argv!r}; usage: declared-patch-ids [VERSION] | verify-patches LIST [--vllm-version VERSION]",
+        file=sys.stderr,
+    )
     return 2
 
 

@@ -85,9 +85,7 @@ REASON_EARLY_STOP = "EarlyStopShift"
 ANOMALY_REASONS = (REASON_NEAR_ZERO, REASON_DROP, REASON_EARLY_STOP)
 
 
-def detect_near_zero_acceptance(
-    stats: WindowStats, thr: AnomalyThresholds = AnomalyThresholds()
-) -> Finding | None:
+def detect_near_zero_acceptance(stats: WindowStats, thr: AnomalyThresholds = AnomalyThresholds()) -> Finding | None:
     """Drafts flow but (almost) nothing is accepted: the draft/MTP head is broken or mismatched
     (wrong or missing MTP weights, a draft head from another checkpoint, a broken drafter path —
     e.g. vllm#49559: a DFlash drafter on Qwen3.6 with the V2 model runner in 0.25.1 accepts ~0 %).
@@ -160,9 +158,7 @@ def detect_early_stop_shift(
     s_cur, s_base = stats.short_share(thr.short_tokens), baseline.short_share(thr.short_tokens)
     if s_cur is not None and s_base is not None and s_cur - s_base >= thr.short_share_increase:
         length_ok = True
-        evidence.append(
-            f"requests with <= {thr.short_tokens:g} generated tokens {s_base:.0%} -> {s_cur:.0%}"
-        )
+        evidence.append(f"requests with <= {thr.short_tokens:g} generated tokens {s_base:.0%} -> {s_cur:.0%}")
     if not length_ok:
         return None
     st_cur, st_base = stats.stop_share, baseline.stop_share
@@ -206,8 +202,11 @@ def detect_pod_near_zero(
 ) -> Finding | None:
     """One finding naming every pod whose own window is near zero (``pod_stats``: (pod, window) pairs,
     a pod without a window yet has ``None``); ``None`` when no pod is."""
-    bad = [pod for pod, s in sorted(pod_stats, key=lambda ps: ps[0])
-           if s is not None and detect_near_zero_acceptance(s, thr) is not None]
+    bad = [
+        pod
+        for pod, s in sorted(pod_stats, key=lambda ps: ps[0])
+        if s is not None and detect_near_zero_acceptance(s, thr) is not None
+    ]
     if not bad:
         return None
     names = tuple(bad)

@@ -82,12 +82,16 @@ class AcceptanceGauges:
                 now.pods.add(pod)
         before = self._published.get((namespace, name))
         if before is not None:
-            _remove_label_sets(namespace, name, _Published(
-                figures=before.figures - now.figures,
-                positions=before.positions - now.positions,
-                pods=before.pods - now.pods,
-                reasons=before.reasons - now.reasons,
-            ))
+            _remove_label_sets(
+                namespace,
+                name,
+                _Published(
+                    figures=before.figures - now.figures,
+                    positions=before.positions - now.positions,
+                    pods=before.pods - now.pods,
+                    reasons=before.reasons - now.reasons,
+                ),
+            )
         self._published[(namespace, name)] = now
 
     def clear(self, namespace: str, name: str) -> None:

@@ -134,11 +134,7 @@ class EngineSnapshot:
 
     @property
     def spec_decode_enabled(self) -> bool:
-        return (
-            self.num_drafts is not None
-            and self.num_draft_tokens is not None
-            and self.num_accepted_tokens is not None
-        )
+        return self.num_drafts is not None and self.num_draft_tokens is not None and self.num_accepted_tokens is not None
 
     def counters(self) -> dict[str, float]:
         """Flat view of every monotonic counter in this snapshot (key -> value).
@@ -240,9 +236,7 @@ def parse_exposition(body: str | bytes, timestamp: float | None = None) -> Engin
                 try:
                     pos = int(labels["position"])
                 except (KeyError, ValueError) as exc:
-                    raise ExpositionParseError(
-                        f"{s.name}: label 'position' missing or not an integer ({labels})"
-                    ) from exc
+                    raise ExpositionParseError(f"{s.name}: label 'position' missing or not an integer ({labels})") from exc
                 if pos < 0 or pos > 64:
                     raise ExpositionParseError(f"{s.name}: position {pos} out of range 0..64")
                 positions[pos] = positions.get(pos, 0.0) + value

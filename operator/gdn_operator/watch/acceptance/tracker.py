@@ -231,8 +231,7 @@ class AcceptanceTracker:
             return base
         thr = self.thresholds
         enough = stats.seconds >= 0.9 * self.window and (
-            stats.draft_tokens >= thr.min_draft_tokens
-            or (stats.finished_requests or 0.0) >= thr.min_finished_requests
+            stats.draft_tokens >= thr.min_draft_tokens or (stats.finished_requests or 0.0) >= thr.min_finished_requests
         )
         now = self._clock()
         if enough and (base is None or (base.source == "auto" and now - base.captured_at >= self.baseline_max_age)):
@@ -250,8 +249,14 @@ class AcceptanceTracker:
         baselineAcceptanceRate, findings[{reason, severity, message, upstream, pods}].
         """
         pods = self._pods.get((namespace, name), {})
-        counts: dict[str, Any] = {"total": len(pods), "reporting": 0, "specDecode": 0, "notApplicable": 0,
-                                  "warmingUp": 0, "scrapeErrors": 0}
+        counts: dict[str, Any] = {
+            "total": len(pods),
+            "reporting": 0,
+            "specDecode": 0,
+            "notApplicable": 0,
+            "warmingUp": 0,
+            "scrapeErrors": 0,
+        }
         errors: dict[str, int] = {}
         for st in pods.values():
             if st.error is not None:

@@ -167,8 +167,7 @@ class PodWindow:
     bounded by ``max_points`` points of one ``array('d')`` each.
     """
 
-    __slots__ = ("window", "_points", "_index", "_prev_raw", "_prev_start", "_spec", "last",
-                 "last_seen", "_stats")
+    __slots__ = ("window", "_points", "_index", "_prev_raw", "_prev_start", "_spec", "last", "last_seen", "_stats")
 
     def __init__(self, window: float, max_points: int = 512):
         if window <= 0:
@@ -207,11 +206,7 @@ class PodWindow:
         prev = self._prev_raw
         restarted = False
         if self._points:
-            if (
-                snap.start_time is not None
-                and self._prev_start is not None
-                and abs(snap.start_time - self._prev_start) > 1e-3
-            ):
+            if snap.start_time is not None and self._prev_start is not None and abs(snap.start_time - self._prev_start) > 1e-3:
                 restarted = True
             else:
                 for k, v in raw.items():

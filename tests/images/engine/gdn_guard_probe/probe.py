@@ -13,5 +13,9 @@ def scheduler_state(scheduler) -> dict | None:
     st = scheduler.__dict__.get("_gdn_guard_vllm_36917")
     if st is None:
         return None
-    return {"armed": st.armed, "reason": st.reason, "steps_rewritten": st.steps_rewritten,
-            "drafts_withdrawn": st.drafts_withdrawn}
+    return {
+        "armed": st.armed,
+        "reason": st.reason,
+        "steps_rewritten": st.steps_rewritten,
+        "drafts_withdrawn": st.drafts_withdrawn,
+    }

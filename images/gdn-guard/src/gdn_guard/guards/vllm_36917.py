@@ -127,9 +127,7 @@ def decide(scheduler: Any) -> SchedulerGuardState:
     if not gdn:
         return SchedulerGuardState(False, why)
     if getattr(scheduler, "connector", None) is not None or getattr(scheduler, "ec_connector", None) is not None:
-        return SchedulerGuardState(
-            False, "a KV/EC connector is configured (its metadata is built inside schedule())"
-        )
+        return SchedulerGuardState(False, "a KV/EC connector is configured (its metadata is built inside schedule())")
     missing = [a for a in SCHEDULER_ATTRS if not hasattr(scheduler, a)]
     if missing:
         return SchedulerGuardState(False, f"scheduler lacks {', '.join(missing)}")
@@ -146,14 +144,10 @@ def find_lone_rows(output: Any) -> tuple[str, ...]:
     spec = output.scheduled_spec_decode_tokens
     if not spec or not any(len(d) for d in spec.values()):
         return ()
-    return tuple(
-        rid for rid, n in output.num_scheduled_tokens.items() if n == 1 and rid not in spec
-    )
+    return tuple(rid for rid, n in output.num_scheduled_tokens.items() if n == 1 and rid not in spec)
 
 
-def make_step_uniform(
-    scheduler: Any, output: Any, placeholders_before: dict[str, int]
-) -> StepRewrite | None:
+def make_step_uniform(scheduler: Any, output: Any, placeholders_before: dict[str, int]) -> StepRewrite | None:
     """Withdraw this step's draft tokens if the step mixes spec rows with one-token non-spec rows.
 
     ``placeholders_before`` maps request id -> ``num_output_placeholders`` before ``schedule()``
@@ -182,9 +176,7 @@ def make_step_uniform(
         elif added == 0:
             undo_placeholders = False
         else:
-            raise GuardUnavailable(
-                f"request {rid}: output placeholders grew by {added} for {k} drafts (expected 0 or {k + 1})"
-            )
+            raise GuardUnavailable(f"request {rid}: output placeholders grew by {added} for {k} drafts (expected 0 or {k + 1})")
         if req.num_computed_tokens < k:
             raise GuardUnavailable(f"request {rid}: num_computed_tokens {req.num_computed_tokens} < {k}")
         plan.append((rid, req, k, undo_placeholders))
@@ -220,9 +212,7 @@ def _wrap_schedule(original):
         try:
             rewrite = make_step_uniform(self, output, before)
         except GuardUnavailable as e:
-            logger.error(
-                "gdn-guard %s (vllm#36917): left a mixed step unchanged: %s", NAME, e
-            )
+            logger.error("gdn-guard %s (vllm#36917): left a mixed step unchanged: %s", NAME, e)
             return output
         if rewrite is not None:
             with state.lock:
