@@ -357,23 +357,10 @@ def evidence() -> Any:
 
 
 def acceptance(body: str) -> dict[str, Any]:
-    from gdn_operator.watch.acceptance import EngineSnapshot, PodWindow, parse_exposition
+    from gdn_operator.watch.acceptance import parse_exposition, window_since_start
 
     snap = parse_exposition(body, timestamp=100.0)
-    w = PodWindow(window=3600)
-    w.observe(
-        EngineSnapshot(
-            timestamp=0.0,
-            num_drafts=0.0,
-            num_draft_tokens=0.0,
-            num_accepted_tokens=0.0,
-            accepted_per_position=(0.0,) * len(snap.accepted_per_position),
-            generation_tokens=0.0,
-            start_time=snap.start_time,
-            engines=1,
-        )
-    )
-    w.observe(snap)
+    w = window_since_start(snap)
     st = w.stats()
     return {
         "drafts": st.drafts,

@@ -11,10 +11,9 @@ import pytest
 
 from gdn_operator.watch.acceptance import (
     REASON_NEAR_ZERO,
-    EngineSnapshot,
-    PodWindow,
     detect_near_zero_acceptance,
     parse_exposition,
+    window_since_start,
 )
 from gdn_operator.watch.guardline import check_patch_set, parse_guard_line
 from gdn_operator.watch.signatures import classify_text
@@ -49,20 +48,7 @@ def test_mtp_exposition_figures_equal_raw_counters():
     assert list(snap.accepted_per_position) == _per_position(body)
     assert snap.generation_tokens == _raw_sum(body, "vllm:generation_tokens_total")
     # The window from an engine that had served nothing to this scrape: figures are the raw counters.
-    w = PodWindow(window=3600)
-    w.observe(
-        EngineSnapshot(
-            timestamp=0.0,
-            num_drafts=0.0,
-            num_draft_tokens=0.0,
-            num_accepted_tokens=0.0,
-            accepted_per_position=(0.0,) * len(snap.accepted_per_position),
-            generation_tokens=0.0,
-            start_time=snap.start_time,
-            engines=1,
-        )
-    )
-    w.observe(snap)
+    w = window_since_start(snap)
     st = w.stats()
     assert (st.drafts, st.draft_tokens, st.accepted) == (raw["drafts"], raw["draft_tokens"], raw["accepted_tokens"])
     assert st.acceptance_rate == raw["accepted_tokens"] / raw["draft_tokens"]
@@ -73,13 +59,7 @@ def test_dummy_weight_mtp_capture_is_flagged_near_zero_acceptance():
     # Dummy weights: the MTP head guesses at random, 0 of 6540 draft tokens accepted on the H100.
     body = (CAPTURES / "metrics-mtp2-eager.prom").read_text()
     snap = parse_exposition(body, timestamp=100.0)
-    w = PodWindow(window=3600)
-    w.observe(
-        EngineSnapshot(
-            timestamp=0.0, num_drafts=0.0, num_draft_tokens=0.0, num_accepted_tokens=0.0, start_time=snap.start_time, engines=1
-        )
-    )
-    w.observe(snap)
+    w = window_since_start(snap)
     f = detect_near_zero_acceptance(w.stats())
     assert f is not None and f.reason == REASON_NEAR_ZERO
 

@@ -9,7 +9,7 @@ import json
 import re
 from pathlib import Path
 
-from gdn_operator.watch.acceptance import EngineSnapshot, PodWindow, detect_near_zero_acceptance, parse_exposition
+from gdn_operator.watch.acceptance import PodWindow, detect_near_zero_acceptance, parse_exposition, window_since_start
 from gdn_operator.watch.guardline import check_patch_set, parse_guard_line
 from gdn_operator.watch.signatures import classify_text
 
@@ -24,22 +24,7 @@ def _raw(body: str, series: str) -> float:
 
 
 def _window(body: str) -> PodWindow:
-    snap = parse_exposition(body, timestamp=100.0)
-    w = PodWindow(window=3600)
-    w.observe(
-        EngineSnapshot(
-            timestamp=0.0,
-            num_drafts=0.0,
-            num_draft_tokens=0.0,
-            num_accepted_tokens=0.0,
-            accepted_per_position=(0.0,) * len(snap.accepted_per_position),
-            generation_tokens=0.0,
-            start_time=snap.start_time,
-            engines=1,
-        )
-    )
-    w.observe(snap)
-    return w
+    return window_since_start(parse_exposition(body, timestamp=100.0))
 
 
 def test_trained_mtp_acceptance_equals_raw_counters_and_is_high():

@@ -34,7 +34,7 @@ from gdn_operator.watch.acceptance.parse import (
     parse_exposition,
 )
 from gdn_operator.watch.acceptance.tracker import AcceptanceTracker, Baseline, PodKey
-from gdn_operator.watch.acceptance.window import PodWindow, WindowStats
+from gdn_operator.watch.acceptance.window import PodWindow, WindowStats, window_since_start
 
 __all__ = [
     "ANOMALY_REASONS",
@@ -47,6 +47,7 @@ __all__ = [
     "GenerationHistogram",
     "PodKey",
     "PodWindow",
+    "window_since_start",
     "REASON_DROP",
     "REASON_EARLY_STOP",
     "REASON_NEAR_ZERO",

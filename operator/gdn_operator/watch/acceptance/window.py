@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from gdn_operator.watch.acceptance.parse import EngineSnapshot, bucket_key, finished_key, position_key
 
-__all__ = ["PodWindow", "WindowStats"]
+__all__ = ["PodWindow", "WindowStats", "window_since_start"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,3 +299,24 @@ class PodWindow:
             pods=1,
             resets=resets,
         )
+
+
+def window_since_start(snap: EngineSnapshot, window: float = 3600.0) -> PodWindow:
+    """The window from an engine that had served nothing until `snap` (a zero snapshot of the same process at
+    t=0, then `snap`): its figures are `snap`'s raw counters. For captures read after the fact (GPU benches,
+    their CPU tests), where no earlier scrape exists."""
+    w = PodWindow(window=window)
+    w.observe(
+        EngineSnapshot(
+            timestamp=0.0,
+            num_drafts=0.0,
+            num_draft_tokens=0.0,
+            num_accepted_tokens=0.0,
+            accepted_per_position=(0.0,) * len(snap.accepted_per_position),
+            generation_tokens=0.0,
+            start_time=snap.start_time,
+            engines=1,
+        )
+    )
+    w.observe(snap)
+    return w
