@@ -24,7 +24,7 @@ and prints the request latency through the webhook (p50/p90/p99).
     nice -n 10 .venv/bin/python bench/bench_fuzz.py --compare-tree DIR [--count 3000] [--rounds 2]
 
 With --compare-tree DIR (another commit's tree, exported outside the repo, e.g.
-`git archive 0edfead | tar -x -C /tmp/pre`), the same generated manifests go through this tree's operator
+`git archive 0edfead | tar -x -C DIR`, DIR any empty folder), the same generated manifests go through this tree's operator
 and through an operator run with PYTHONPATH=DIR/operator, one operator (and its webhook) at a time on the
 same control plane (each with the CRD its own models generate): the manifests are split into --rounds chunks, and each chunk is posted to both (the order
 alternating per round, each into its own namespace, which that operator alone watches, after a warm-up). Prints the webhook latency p50/p90/p99 of

@@ -5,7 +5,7 @@ Target: evaluator p99 < 1 ms per spec. Prints p50/p99/max of `evaluate()` over N
 same spec dicts measured in the same run, plus `effective_config()` alone and the mitigate policy.
 
     .venv/bin/python bench/bench_rules.py [--n 20000] [--seed 1]
-    .venv/bin/python bench/bench_rules.py --compare-tree main=/tmp/main-tree [--compare-tree pre=/tmp/pre-tree]
+    .venv/bin/python bench/bench_rules.py --compare-tree main=MAIN_DIR [--compare-tree pre=PRE_DIR]   (DIR: a `git archive` export)
 
 With --compare-tree LABEL=DIR (DIR: an exported tree of another commit, e.g. `git archive main | tar -x -C DIR`,
 outside the repo), the same spec dicts (written to a temp file) are evaluated by this tree's code and each

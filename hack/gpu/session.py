@@ -36,6 +36,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     until = a.until or time.time() + a.budget
     out = Path(os.environ.get("OUT") or REPO / ".gpu-artifacts" / "session")
     out.mkdir(parents=True, exist_ok=True)
-    work = Path(os.environ.get("GDN_SESSION_WORK", f"/tmp/gdn-session-{a.step}"))
+    work = Path(os.environ.get("GDN_SESSION_WORK", Path(tempfile.gettempdir()) / f"gdn-session-{a.step}"))
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     if a.step == "prodmodel-train":  # never report a stale result as this run's
