@@ -46,7 +46,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -74,19 +73,8 @@ def manifest(eager: bool = True) -> dict:
 
 
 def render_lws(m: dict) -> tuple[dict, list[str]]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(harness.OPERATOR_SRC), os.environ.get("PYTHONPATH", "")]))
-    p = subprocess.run(
-        [harness.PYTHON, "-m", "gdn_operator.cli", "render", "-f", "-", "--output", "json"],
-        input=json.dumps(m),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    if p.returncode != 0:
-        raise RuntimeError(f"gdnctl render exited {p.returncode}:\n{p.stderr}")
-    lws = next(o for o in json.loads(p.stdout)["items"] if o["kind"] == "LeaderWorkerSet")
-    return lws, p.stderr.splitlines()
+    items, notes = harness.render_objects(m)
+    return next(o for o in items if o["kind"] == "LeaderWorkerSet"), notes
 
 
 def kubelet_expand(arg: str, env: dict[str, str]) -> str:

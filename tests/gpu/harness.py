@@ -113,8 +113,8 @@ class Rendered:
     notes: list[str]  # gdnctl's findings (stderr lines)
 
 
-def render(manifest: dict) -> Rendered:
-    """Run `gdnctl render` (the operator's own CLI) on the manifest and return the engine container."""
+def render_objects(manifest: dict) -> tuple[list[dict], list[str]]:
+    """Run `gdnctl render` (the operator's own CLI) on the manifest: the rendered objects and its stderr lines."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(OPERATOR_SRC), os.environ.get("PYTHONPATH", "")]))
     p = subprocess.run(
         [PYTHON, "-m", "gdn_operator.cli", "render", "-f", "-", "--output", "json"],
@@ -126,13 +126,18 @@ def render(manifest: dict) -> Rendered:
     )
     if p.returncode != 0:
         raise RuntimeError(f"gdnctl render exited {p.returncode}:\n{p.stderr}")
-    items = json.loads(p.stdout)["items"]
+    return json.loads(p.stdout)["items"], p.stderr.splitlines()
+
+
+def render(manifest: dict) -> Rendered:
+    """The engine container of the manifest's rendered Deployment."""
+    items, notes = render_objects(manifest)
     dep = next(o for o in items if o["kind"] == "Deployment")
     c = dep["spec"]["template"]["spec"]["containers"][0]
     if c["command"] != ["vllm", "serve"]:
         raise RuntimeError(f"rendered command is {c['command']}, expected ['vllm', 'serve']")
     renv = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
-    return Rendered(list(c["args"]), renv, p.stderr.splitlines())
+    return Rendered(list(c["args"]), renv, notes)
 
 
 def flip(rendered: Rendered, old: str, new: str) -> Rendered:
