@@ -132,6 +132,28 @@ class Engine:
             return e.code, e.read()
 
 
+def own_cores(count: int) -> list[dict[str, str]]:
+    """Environment for ``count`` engines that serve at the same time, each computing on its own CPUs.
+
+    vLLM's automatic OpenMP binding is per process and knows nothing of other engines: on a 2-CPU machine every
+    engine binds its compute threads to core 0 and reserves core 1 for its frontend (``core ids=[0]`` in each
+    engine's log), so two busy engines share one core and a busy one starves the other (seen in CI: the healthy
+    engine drafted 0.03 times a second beside a broken one drafting 244). The CPUs this process may use are split
+    into ``count`` disjoint lists (round robin when there are fewer CPUs than engines), one
+    ``VLLM_CPU_OMP_THREADS_BIND`` per engine, for ``start_engine(..., extra_env=...)``. A lone engine keeps vLLM's
+    own binding."""
+    if count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+    if count == 1:
+        return [{}]
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) >= count:
+        lists = [cpus[i::count] for i in range(count)]
+    else:
+        lists = [[cpus[i % len(cpus)]] for i in range(count)]
+    return [{"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cs))} for cs in lists]
+
+
 def start_engine(
     workdir: Path,
     python: Path,

@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "charts"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 import recall  # noqa: E402
 from _chart_helpers import CHART, VALUE_SETS, docs, helm, tools, value_args  # noqa: E402
-from engine_fixtures import require_engine_python, start_engine, stop_engine  # noqa: E402
+from engine_fixtures import own_cores, require_engine_python, start_engine, stop_engine  # noqa: E402
 from controlplane import FAKE_NODE_ANNOTATION  # noqa: E402
 from monitoring import (  # noqa: E402
     PrometheusOperator,
@@ -302,6 +302,7 @@ def stack(full_cluster, kube_api, tmp_path_factory):
         pods = {name: _pod(k, ns, name) for ns, name in ((ns_ok, ok), (ns_bad, bad), (ns_crash, crashy))}
 
         engines = {}
+        cores = dict(zip((ok, bad), own_cores(2)))  # both engines busy at once: each on its own core
 
         def serve(name, weights):
             engines[name] = start_engine(
@@ -314,6 +315,7 @@ def stack(full_cluster, kube_api, tmp_path_factory):
                 max_model_len=1024,
                 host=pods[name].status.pod_ip,
                 port=ENGINE_PORT,
+                extra_env=cores[name],
             )
 
         threads = [threading.Thread(target=serve, args=a) for a in ((ok, recall.MODEL_DIR), (bad, BROKEN_MODEL))]
@@ -324,6 +326,9 @@ def stack(full_cluster, kube_api, tmp_path_factory):
         for e in engines.values():
             cleanup.append(lambda e=e: stop_engine(e))
         assert set(engines) == {ok, bad}, f"engine start failed (logs under {work})"
+        # each engine computes on its own core (vLLM's log says where it bound its threads)
+        bound = {n: re.findall(r"core ids=\[([^\]]*)\]", e.log_path.read_text()) for n, e in engines.items()}
+        assert all(len(b) == 1 for b in bound.values()) and bound[ok] != bound[bad], bound
         traffic = [Traffic(engines[n].base_url, n) for n in (ok, bad)]
         for t in traffic:
             cleanup.append(t.close)
@@ -536,7 +541,8 @@ def test_acceptance_alert_fires_for_broken_mtp_only(stack):
     # the healthy server was judged by the same rule over the same time, with data: high acceptance, drafting
     acc = {r["metric"]["server"]: float(r["value"][1]) for r in _series(prom, "max by (server) (gdn_spec_acceptance_rate)")}
     dps = {r["metric"]["server"]: float(r["value"][1]) for r in _series(prom, "max by (server) (gdn_spec_drafts_per_second)")}
-    assert acc[ok] > 0.5 and dps[ok] >= 0.5, (acc, dps)
+    served = {t.served: t.done for t in stack["traffic"]}  # answers each engine gave the test's traffic so far
+    assert acc[ok] > 0.5 and dps[ok] >= 0.5, (acc, dps, served)
     assert acc[bad] < 0.2 and dps[bad] >= 0.5, (acc, dps)
     held = _series(prom, f'min_over_time(gdn_spec_acceptance_rate{{server="{ok}"}}[30s]) > 0.2')
     assert held, "the healthy server's acceptance held above the threshold for the alert's `for:`"
