@@ -147,10 +147,7 @@ def own_cores(count: int) -> list[dict[str, str]]:
     if count == 1:
         return [{}]
     cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) >= count:
-        lists = [cpus[i::count] for i in range(count)]
-    else:
-        lists = [[cpus[i % len(cpus)]] for i in range(count)]
+    lists = [cpus[i::count] or [cpus[i % len(cpus)]] for i in range(count)]
     return [{"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cs))} for cs in lists]
 
 
