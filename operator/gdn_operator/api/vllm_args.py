@@ -29,7 +29,6 @@ that must change together when vLLM's FlexibleArgumentParser changes.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -37,8 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-import yaml
-
+from gdn_operator.datafiles import load_yaml, once
 from gdn_operator.redact import redact
 from gdn_operator.versions import parse_version, require_version
 
@@ -78,14 +76,14 @@ class Resolution:
 # ------------------------------------------------------------------------------------ the data ---
 
 
-@functools.lru_cache(maxsize=1)
+@once
 def policy() -> dict[str, Any]:
     with open(_DATA / "extra-args-policy.yaml", encoding="utf-8") as f:
-        data: dict[str, Any] = yaml.safe_load(f)
+        data: dict[str, Any] = load_yaml(f)
     return data
 
 
-@functools.lru_cache(maxsize=1)
+@once
 def table_versions() -> tuple[str, ...]:
     return tuple(sorted(p.name[: -len(".yaml")] for p in _TABLES.glob("*.yaml")))
 
@@ -237,10 +235,10 @@ class OptionTable:
         self.parser.add_argument(*strings, action=action, **kwargs, **common)
 
 
-@functools.lru_cache(maxsize=8)
+@once
 def load_table(version: str) -> OptionTable:
     with open(_TABLES / f"{version}.yaml", encoding="utf-8") as f:
-        return OptionTable(yaml.safe_load(f))
+        return OptionTable(load_yaml(f))
 
 
 def select_table(vllm_version: str) -> tuple[OptionTable | None, bool]:

@@ -8,14 +8,12 @@ up to N seconds), inside `terminationGracePeriodSeconds > preStop + N`.
 
 from __future__ import annotations
 
-import functools
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from gdn_operator.api import flags
 from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.datafiles import load_yaml, once
 from gdn_operator.versions import parse_version
 
 #: Seconds the preStop hook waits for endpoint removal before vLLM sees SIGTERM.
@@ -28,11 +26,11 @@ EXIT_HEADROOM_SECONDS = 15
 DEFAULT_GRACE_SECONDS = 60
 
 
-@functools.lru_cache(maxsize=1)
+@once
 def features() -> dict[str, Any]:
     """render/data/vllm_features.yaml: the first vLLM release with each feature the renderer uses."""
     text = resources.files("gdn_operator.render").joinpath("data/vllm_features.yaml").read_text(encoding="utf-8")
-    data: dict[str, Any] = yaml.safe_load(text)
+    data: dict[str, Any] = load_yaml(text)
     return data
 
 

@@ -24,7 +24,6 @@ with the log is reported there (watch/evidence.py).
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -33,9 +32,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from gdn_operator.api.enums import Architecture
+from gdn_operator.datafiles import load_yaml, once
 
 GDN_CLASSES = {a.value.lower(): a.value for a in Architecture}
 #: config.json `model_type` values of the GDN hybrids (the configs cited in data/checkpoints.yaml)
@@ -55,11 +53,11 @@ _MOE_RE = re.compile(r"(?:^|[-_./])a\d+(?:\.\d+)?b(?:$|[-_./])|moe")
 EXPLICIT, OVERRIDES, CONFIG, CHECKPOINT, MODEL_NAME, SERVED_NAME = range(1, 7)
 
 
-@functools.lru_cache(maxsize=1)
+@once
 def published_checkpoints() -> dict[str, tuple[str, str]]:
     """repo id (lower case) -> (architecture class, source) from data/checkpoints.yaml."""
     ref = resources.files("gdn_operator.rules").joinpath("data/checkpoints.yaml")
-    data = yaml.safe_load(ref.read_text(encoding="utf-8"))
+    data = load_yaml(ref.read_text(encoding="utf-8"))
     out: dict[str, tuple[str, str]] = {}
     for entry in data["checkpoints"]:
         arch = GDN_CLASSES.get(str(entry["architecture"]).lower())

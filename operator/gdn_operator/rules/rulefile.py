@@ -8,7 +8,6 @@ file's `catalogue:` section names the range of vLLM releases the known-issues ca
 
 from __future__ import annotations
 
-import functools
 import re
 from importlib import resources
 from pathlib import Path
@@ -18,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gdn_operator.api.specpatch import SpecPatch, check_path
+from gdn_operator.datafiles import load_yaml, once
 from gdn_operator.rules.predicates import PredicateError, compile_predicate, referenced_fields
 from gdn_operator.versions import Version, VersionRange, parse_version
 
@@ -242,7 +242,7 @@ class RuleSet:
 
 def parse_rule_file(text: str, source: str = "rules.yaml") -> RuleSet:
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as e:
         raise RuleFileError([f"{source}: malformed YAML: {e}"]) from None
     if not isinstance(raw, dict):
@@ -272,7 +272,7 @@ def default_rule_file() -> Path:
     return Path(str(resources.files("gdn_operator.rules") / "data" / "rules.yaml"))
 
 
-@functools.lru_cache(maxsize=1)
+@once
 def load_rules() -> RuleSet:
     """The packaged rule file, parsed and validated once per process."""
     path = default_rule_file()

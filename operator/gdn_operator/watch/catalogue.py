@@ -12,7 +12,6 @@ Besides the signatures, the catalogue holds
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from gdn_operator.api.specpatch import SpecPatch
+from gdn_operator.datafiles import load_yaml, once
 from gdn_operator.versions import VersionRange
 from gdn_operator.watch.remedies import Action, ActionError, action_patch, parse_actions
 
@@ -53,18 +53,18 @@ class CatalogueError(ValueError):
 DEFAULT_CATALOGUE_PATH = "data/signatures.yaml"
 
 
-@functools.lru_cache(maxsize=1)
+@once
 def _packaged() -> tuple[str, Any]:
     """(where, parsed YAML) of the packaged catalogue, read once."""
     ref = resources.files("gdn_operator.watch").joinpath(DEFAULT_CATALOGUE_PATH)
     where = str(ref)
     try:
-        return where, yaml.safe_load(ref.read_text(encoding="utf-8"))
+        return where, load_yaml(ref.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise CatalogueError(f"{where}: not valid YAML: {e}") from None
 
 
-@functools.lru_cache(maxsize=1)
+@once
 def packaged_actions() -> dict[str, Action]:
     """The packaged catalogue's `actions:` table (what each remediation action changes in the spec)."""
     where, data = _packaged()
@@ -493,12 +493,12 @@ def load_catalogue(path: str | Path | None = None) -> Catalogue:
     except OSError as e:
         raise CatalogueError(f"{where}: cannot read catalogue: {e.strerror or e}") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as e:
         raise CatalogueError(f"{where}: not valid YAML: {e}") from None
     return parse_catalogue(data, where)
 
 
-@functools.lru_cache(maxsize=1)
+@once
 def default_catalogue() -> Catalogue:
     return load_catalogue()

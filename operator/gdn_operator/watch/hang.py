@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import yaml
+from gdn_operator.datafiles import load_yaml, once
 
 __all__ = ["HangEvidence", "HangRule", "load_rules"]
 
@@ -68,10 +67,10 @@ def _parse(data: Any, where: str) -> _Rules:
     return _Rules(startup, tuple(keywords), tuple(rules))
 
 
-@lru_cache(maxsize=1)
+@once
 def load_rules() -> _Rules:
     text = resources.files("gdn_operator.watch").joinpath("data/hang-evidence.yaml").read_text(encoding="utf-8")
-    return _parse(yaml.safe_load(text), "hang-evidence.yaml")
+    return _parse(load_yaml(text), "hang-evidence.yaml")
 
 
 class HangEvidence:
