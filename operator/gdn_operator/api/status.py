@@ -46,9 +46,7 @@ class RuleFinding(_Status):
 
     rule: str = Field(description="Rule id = upstream reference, e.g. vllm#36917.")
     title: str = ""
-    kind: str = Field(
-        default="", description="startup-crash, runtime-crash, silent-corruption, deadlock, config, performance."
-    )
+    kind: str = Field(default="", description="startup-crash, runtime-crash, silent-corruption, deadlock, config, performance.")
     severity: str = Field(default="", description="critical, high, medium, low, info.")
     action: str = Field(default="", description="What admission did: rejected, mitigated, warned, advisory.")
     message: str = ""

@@ -106,7 +106,7 @@ def _finding(rule: Rule, entries: list[Cost], eff: Effective, origin: str) -> Ru
         kind="performance",
         severity="info",
         action="advisory",
-        message=message,
+        message=f"{message} What to do: {workaround}",
         fields=["spec.maxNumSeqs", "spec.speculativeDecoding", *(f"spec.{p}" for p in rule.mitigation or {})],
         workaround=workaround,
         mitigation=None,
