@@ -106,3 +106,20 @@ def test_render_runs_without_the_kubernetes_client():
     assert p.returncode == 0, p.stderr[-2000:]
     kinds = [o["kind"] for o in json.loads(p.stdout)["items"]]
     assert "Deployment" in kinds
+
+
+def test_render_prints_the_measured_cost_advisory_and_keeps_the_mitigation():
+    manifest = (
+        "apiVersion: serving.gdn-operator.io/v1alpha1\nkind: GDNModelServer\nmetadata: {name: q, namespace: default}\n"
+        'spec:\n  model: {uri: "hf://Qwen/Qwen3.5-27B"}\n  image: {tag: v0.22.0, vllmVersion: "0.22.0"}\n'
+    )
+    r = run("render", "-f", "-", "--output", "json", stdin=manifest)
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stderr.splitlines() if "MTPSlowerThanOff" in x)
+    assert line.startswith("# q: advisory gdn-operator/mtp-full-decode-cudagraph: MTPSlowerThanOff:")
+    assert "0.84x MTP off at concurrency 32" in line
+    deploy = next(o for o in json.loads(r.stdout)["items"] if o["kind"] == "Deployment")
+    args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--compilation-config") + 1] == '{"cudagraph_mode":"PIECEWISE"}'  # the default stays
+    r = run("render", "-f", "-", stdin=manifest.replace("0.22.0", "0.33.0"))
+    assert r.returncode == 0 and "MTPSlowerThanOff" not in r.stderr

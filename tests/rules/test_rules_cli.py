@@ -231,3 +231,25 @@ def test_launch_line_additional_config_triton_silences_flashinfer_3329():
         doc = json.loads(run(*base, *extra).stdout)
         rules = {f["rule"] for f in doc["results"][0]["findings"]}
         assert "flashinfer#3329" not in rules, extra
+
+
+def test_measured_cost_advisory_is_printed_apart_from_warnings(tmp_path):
+    """G1's PIECEWISE default at 0.22.0: MTP with it measured 0.84x MTP off at concurrency 32 (rules.yaml `cost`,
+    tests/fixtures/vllm-0.22.0-h100x2-prodmodel) — an advisory with its numbers, exit 0, never a warning."""
+    f = tmp_path / "s.yaml"
+    f.write_text(MANIFEST.format(name="m", version="0.22.0", extra=""))
+    p = run("-f", str(f))
+    assert p.returncode == 0, p.stdout + p.stderr
+    advisories = p.stdout.split("  advisories (", 1)[1]
+    line = next(x for x in advisories.splitlines() if "MTPSlowerThanOff" in x)
+    assert line.startswith("    (performance, info) MTPSlowerThanOff: gdn-operator/mtp-full-decode-cudagraph")
+    assert "0.84x MTP off at concurrency 32" in line and "What to do:" in line
+    assert "[warned]" not in p.stdout
+    out = json.loads(run("-f", str(f), "--output", "json").stdout)["results"][0]
+    (cost,) = [x for x in out["findings"] if x["code"] == "MTPSlowerThanOff"]
+    assert cost["action"] == "advisory" and [(m["concurrency"], m["mtpVsOff"]) for m in cost["measurements"]] == [(32, 0.843)]
+    for extra in ("  speculativeDecoding: {enabled: false}\n", ""):
+        version = "0.22.0" if extra else "0.22.1"  # MTP off / a release no capture measured: nothing to say
+        f.write_text(MANIFEST.format(name="m", version=version, extra=extra))
+        p = run("-f", str(f))
+        assert p.returncode == 0 and "ADMITTED" in p.stdout and "MTPSlowerThanOff" not in p.stdout, p.stdout

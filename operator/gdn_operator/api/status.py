@@ -25,18 +25,42 @@ class Condition(_Status):
     observed_generation: int | None = None
 
 
+class MeasuredCost(_Status):
+    """One measured concurrency at which MTP with a rule's mitigation ran slower than MTP off (rules.yaml `cost`)."""
+
+    vllm_version: str = Field(description="vLLM release measured.")
+    hardware: str = Field(description="GPUs measured, e.g. 1x NVIDIA H100 80GB HBM3.")
+    model: str = Field(description="Model measured (geometry name and size).")
+    tensor_parallel_size: int | None = None
+    concurrency: int = Field(description="Requests in flight to one engine.")
+    mtp_vs_off: float = Field(description="tokens/s of MTP with the mitigation / MTP off (below 1: MTP loses).")
+    mtp_vs_unmitigated: float | None = Field(default=None, description="tokens/s with the mitigation / without it.")
+    above_max_num_seqs: bool = Field(
+        default=False, description="The concurrency is above this server's maxNumSeqs: outside the range it serves."
+    )
+    fixture: str = Field(description="The GPU capture the numbers come from (tests/... in the project's checkout).")
+
+
 class RuleFinding(_Status):
     """One known-issue rule that matched the effective configuration."""
 
     rule: str = Field(description="Rule id = upstream reference, e.g. vllm#36917.")
     title: str = ""
-    kind: str = Field(default="", description="startup-crash, runtime-crash, silent-corruption, deadlock, config.")
+    kind: str = Field(default="", description="startup-crash, runtime-crash, silent-corruption, deadlock, config, performance.")
     severity: str = Field(default="", description="critical, high, medium, low, info.")
-    action: str = Field(default="", description="What admission did: rejected, mitigated, warned.")
+    action: str = Field(default="", description="What admission did: rejected, mitigated, warned, advisory.")
     message: str = ""
     fields: list[str] = Field(default_factory=list, description="Spec fields that trigger the rule.")
     workaround: str = ""
     mitigation: dict[str, Any] | None = Field(default=None, description="Spec change the rule applies when mitigating.")
+    code: str | None = Field(
+        default=None,
+        description="Stable reason of a measured advisory: MTPSlowerThanOff (MTP with the rule's mitigation "
+        "measured slower than MTP off within this server's maxNumSeqs), MTPSlowerOnlyAboveMaxNumSeqs.",
+    )
+    measurements: list[MeasuredCost] | None = Field(
+        default=None, max_length=16, description="The measurements behind a measured advisory (rules.yaml `cost`)."
+    )
 
 
 class CrashInfo(_Status):
@@ -204,7 +228,9 @@ class GDNModelServerStatus(_Status):
         default=None, description="The last serving.gdn-operator.io/clear-overrides annotation value acted on."
     )
     advisories: list[RuleFinding] = Field(
-        default_factory=list, description="Known risks no spec value avoids yet (not warned on every apply)."
+        default_factory=list,
+        description="Known risks no spec value avoids yet, and measured costs of the rules' mitigations "
+        "(code MTPSlowerThanOff); reported here, not warned on every apply.",
     )
     acceptance: AcceptanceStatus | None = None
     stall: StallStatus | None = None

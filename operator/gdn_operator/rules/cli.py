@@ -4,7 +4,8 @@
     gdnctl validate --vllm-version 0.19.1 [--architecture ARCH] [--patch ID ...] -- vllm serve MODEL --flags ...
 
 Unset fields are shown with the value the rules chose for them (`default:` lines, rules/defaults.py);
-advisories (risks no spec value avoids yet) are listed apart from the warnings a user can act on.
+advisories (risks no spec value avoids yet, and what the rules' mitigations measurably cost: MTPSlowerThanOff,
+rules/cost.py) are listed apart from the warnings a user can act on.
 
 Exit codes: 0 admitted unchanged (warnings allowed); 1 rejected, or changed by a mitigation;
 2 malformed input (ManifestError, printed by gdnctl's main as one line per problem), or a launch line whose
@@ -87,7 +88,7 @@ def _text(results: list[dict[str, Any]], evs: list[Evaluation]) -> str:
             out.append(f"  default: {d.field}={json.dumps(d.value)} (unset; rule {d.rule})")
         out.append(f"  effective: {_effective_line(ev)}")
         if ev.advisories:
-            out.append("  advisories (no spec value avoids these yet; reported once, not as warnings):")
+            out.append("  advisories (risks no spec value avoids yet, measured costs; reported once, not as warnings):")
             out.extend(f"    ({f.kind}, {f.severity}) {f.message}" for f in ev.advisories)
         for op in ev.patch:
             val = f" {json.dumps(op['value'])}" if "value" in op else ""

@@ -34,6 +34,7 @@ from gdn_operator.api.enums import ADMISSION_POLICIES
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.api.status import EffectiveConfig, RuleFinding
+from gdn_operator.rules.cost import cost_findings
 from gdn_operator.rules.defaults import Default, keeps_spec_decoding, resolve_defaults
 from gdn_operator.rules.effective import Effective, LaunchOverrides, effective_config
 from gdn_operator.rules.matching import Hit, match_rules
@@ -363,17 +364,20 @@ def _result(
     defaults: list[Default],
     resolved: GDNModelServerSpec,
 ) -> Evaluation:
-    # de-duplicate by (rule, action), keep the first
+    allowed = not any(f.action == "rejected" for f in findings)
+    if allowed:  # what the admitted configuration measurably costs (rules/cost.py): advisories, never warnings
+        origins = {d.field: "defaulted" for d in defaults} | {p: "applied by admission" for p, _ in change.changes}
+        findings = findings + cost_findings(ruleset, eff, origins)
+    # de-duplicate by (rule, action, code), keep the first
     seen = set()
     uniq = []
     for f in findings:
-        k = (f.rule, f.action)
+        k = (f.rule, f.action, f.code)
         if k not in seen:
             seen.add(k)
             uniq.append(f)
     order = ruleset.order
     uniq.sort(key=lambda f: _sort_key(ruleset, f, order))
-    allowed = not any(f.action == "rejected" for f in uniq)
     notes = list(dict.fromkeys(eff0.notes + eff.notes))
     return Evaluation(
         findings=uniq,

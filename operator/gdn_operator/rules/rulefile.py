@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gdn_operator.api.specpatch import SpecPatch, check_path
 from gdn_operator.datafiles import load_yaml, once
+from gdn_operator.rules.effective import FIELDS
 from gdn_operator.rules.predicates import PredicateError, compile_predicate, referenced_fields
 from gdn_operator.versions import Version, VersionRange, parse_version
 
@@ -41,6 +42,83 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
 
+class CostPoint(_Strict):
+    """tokens/s ratios at one concurrency (requests in flight to one engine)."""
+
+    concurrency: int = Field(ge=1)
+    #: MTP with the mitigation / MTP off (vLLM's defaults): below 1.0 the mitigated MTP loses to no MTP
+    vs_off: float = Field(gt=0)
+    #: MTP with the mitigation / the same MTP without it (where that configuration was measured)
+    vs_unmitigated: float | None = Field(default=None, gt=0)
+
+
+class CostEngines(_Strict):
+    """The names the fixture gives the measured engines (the CPU test recomputes the ratios from them)."""
+
+    mitigated: str
+    mtp_off: str
+    unmitigated: str | None = None
+
+
+class Cost(_Strict):
+    """What a rule's mitigation measurably costs: one GPU capture of MTP with it against MTP off.
+
+    `config` is the effective configuration (rules/effective.py FIELDS names) the mitigated engine ran; it
+    holds the rule's mitigation, and a server is covered by the measurement only where its own effective
+    values equal all of it at the same vLLM release (rules/cost.py)."""
+
+    vllm: str
+    hardware: str = Field(min_length=3)
+    model: str = Field(min_length=3)
+    model_path: str
+    representative: bool
+    why: str | None = None
+    fixture: str
+    engines: CostEngines
+    config: dict[str, Any] = Field(min_length=1)
+    baseline: str = Field(min_length=5)
+    points: list[CostPoint] = Field(min_length=1)
+    note: str | None = None
+    #: `vllm` parsed (excluded from the schema)
+    version: Any = Field(default=None, exclude=True)
+
+    @field_validator("vllm")
+    @classmethod
+    def _ver(cls, v: str) -> str:
+        if parse_version(v) is None:
+            raise ValueError(f"{v!r} is not a version")
+        return v
+
+    @field_validator("fixture", "model_path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if not v.startswith(("tests/", "shared/")) or ".." in v.split("/"):
+            raise ValueError(
+                f"{v!r} must be a path in the checkout (tests/...) or in the shared facts folder beside it (shared/...)"
+            )
+        return v
+
+    @field_validator("config")
+    @classmethod
+    def _config(cls, v: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(k for k in v if k not in FIELDS)
+        if unknown:
+            raise ValueError(f"unknown effective field(s) {', '.join(unknown)} (known: {', '.join(sorted(FIELDS))})")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Cost:
+        if not self.representative and not self.why:
+            raise ValueError("a measurement that is not representative needs `why`")
+        conc = [p.concurrency for p in self.points]
+        if conc != sorted(set(conc)):
+            raise ValueError("points: concurrencies must be distinct and in increasing order")
+        if self.engines.unmitigated is None and any(p.vs_unmitigated is not None for p in self.points):
+            raise ValueError("vs_unmitigated needs engines.unmitigated (the fixture's name for that engine)")
+        object.__setattr__(self, "version", parse_version(self.vllm))
+        return self
+
+
 class Rule(_Strict):
     id: str
     aliases: list[str] = Field(default_factory=list)
@@ -60,6 +138,8 @@ class Rule(_Strict):
     mitigation: dict[str, Any] | None = None
     evidence: str = Field(min_length=10)
     notes: str | None = None
+    #: measured cost of `mitigation` (tokens/s of MTP with it against MTP off), per vLLM release and model
+    cost: list[Cost] = Field(default_factory=list)
 
     # compiled at validation time (excluded from the schema)
     compiled_when: Any = Field(default=None, exclude=True)
@@ -142,11 +222,36 @@ class Rule(_Strict):
             raise ValueError("escalate_if / advisory_reason only make sense with action: warn")
         if self.fixed_in is not None and self.range.contains(parse_version(self.fixed_in)):
             raise ValueError(f"fixed_in {self.fixed_in} lies inside versions {self.versions!r}")
+        for i, c in enumerate(self.cost):
+            why = _cost_holds_mitigation(c, self.mitigation)
+            if why:
+                raise ValueError(f"cost[{i}]: {why}")
         return self
 
     @property
     def references(self) -> list[str]:
         return [self.id, *self.aliases]
+
+
+#: spec path -> the effective field it sets on its own (cudagraphMode -> cudagraph_mode), for `cost` checks
+_FIELD_OF_PATH = {
+    path[len("spec.") :]: name
+    for name, path in FIELDS.items()
+    if sum(1 for p in FIELDS.values() if p == path) == 1 and path.startswith("spec.")
+}
+
+
+def _cost_holds_mitigation(cost: Cost, mitigation: dict[str, Any] | None) -> str:
+    """Why a cost entry does not measure the rule's mitigation ('' when it does)."""
+    if not mitigation:
+        return "a cost is what a rule's mitigation costs: the rule has no mitigation"
+    for path, value in mitigation.items():
+        name = _FIELD_OF_PATH.get(path)
+        if name is None:
+            return f"mitigation {path} has no effective field of its own to compare in `config`"
+        if cost.config.get(name) != value:
+            return f"config.{name} must be the mitigation's value {value!r} (the measured engine ran with it)"
+    return ""
 
 
 class Builtin(_Strict):
@@ -224,6 +329,8 @@ class RuleSet:
         self.rules: tuple[Rule, ...] = tuple(data.rules)
         self.by_ref: dict[str, Rule] = {ref: r for r in self.rules for ref in r.references}
         self.order: dict[str, int] = {r.id: i for i, r in enumerate(self.rules)}
+        #: rules whose mitigation has measured costs (rules/cost.py)
+        self.costed: tuple[Rule, ...] = tuple(r for r in self.rules if r.cost)
         #: every effective value some rule reads (rules.matching.rematch compares only these)
         self.reads: frozenset[str] = frozenset().union(*(r.reads for r in self.rules))
         #: shipped patch ids: only these neutralise a rule
