@@ -230,6 +230,11 @@ class AcceptanceSupervisor:
         fp = _fingerprint(acceptance, len(targets), failed, stall)
         if self.last_written.get((namespace, name)) == fp:
             return
+        if not targets and stall is None and self._says_nothing_yet(namespace, name):
+            # no engine pod to scrape and no figures in status to correct: a "NoData" block would be one more
+            # status write per new server (bench/bench_reconcile.py), telling nothing the conditions don't
+            self.last_written[(namespace, name)] = fp
+            return
         _, obj = await asyncio.to_thread(write_acceptance, namespace, name, acceptance, len(targets), failed, stall, self.bodies)
         self.last_written[(namespace, name)] = fp
         if obj is not None and stall is not None:
@@ -244,6 +249,17 @@ class AcceptanceSupervisor:
                 self.stall.restarted,
                 self.plan_inputs,
             )
+
+    def _says_nothing_yet(self, namespace: str, name: str) -> bool:
+        """Whether the server's newest known status holds no acceptance figures and none of the conditions this
+        round writes (False when no body is known: then the round writes as before)."""
+        body = self.bodies.get(namespace, name) if self.bodies is not None else None
+        if body is None:
+            return False
+        status = body.get("status") or {}
+        return "acceptance" not in status and not any(
+            st.get_condition(status, c) for c in (st.ACCEPTANCE, st.METRICS_AVAILABLE, st.STALLED)
+        )
 
     def clear(self, namespace: str, name: str) -> None:
         """Metrics turned off: acceptance figures and their conditions no longer say anything."""
