@@ -23,6 +23,7 @@ import GMS, EnginePod``: the root conftest puts ``tests/`` on ``sys.path``.
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 from typing import Any
 
 from gdn_operator import API_VERSION, KIND
@@ -215,3 +216,14 @@ class EnginePod:
 
     def obj(self) -> dict[str, Any]:
         return copy.deepcopy({"metadata": self._meta, "status": self._status})
+
+    def client(self) -> SimpleNamespace:
+        """The pod as the Kubernetes client's ``V1Pod`` reads (attributes in snake_case, ``None`` where unset),
+        for code that lists pods through ``CoreV1Api``."""
+        m, s = self.obj()["metadata"], self._status
+        return SimpleNamespace(
+            metadata=SimpleNamespace(
+                name=m["name"], uid=m.get("uid"), labels=m.get("labels"), deletion_timestamp=m.get("deletionTimestamp")
+            ),
+            status=SimpleNamespace(pod_ip=s.get("podIP"), phase=s.get("phase")),
+        )

@@ -98,3 +98,11 @@ def test_engine_pod_reads_as_the_operator_reads_a_pod():
     assert EnginePod.terminated(0, "Completed") == {"terminated": {"exitCode": 0, "reason": "Completed"}}
     two = EnginePod().container(restartCount=2).container("sidecar", restartCount=1).obj()["status"]["containerStatuses"]
     assert two == [{"name": "vllm", "restartCount": 2}, {"name": "sidecar", "restartCount": 1}]
+
+
+def test_engine_pod_as_the_kubernetes_client_reads_it():
+    c = EnginePod("g-0").uid("u").worker(0).ip("127.0.0.2").phase("Running").deleting().client()
+    assert (c.metadata.name, c.metadata.uid, c.metadata.labels) == ("g-0", "u", {LABEL_WORKER_INDEX: "0"})
+    assert (c.status.pod_ip, c.status.phase, c.metadata.deletion_timestamp) == ("127.0.0.2", "Running", "2026-01-01T00:00:00Z")
+    bare = EnginePod().client()  # unset fields read None, as on a V1Pod
+    assert (bare.metadata.labels, bare.metadata.deletion_timestamp, bare.status.pod_ip) == (None, None, None)
