@@ -19,6 +19,9 @@ Stopping: Ctrl-C in the terminal, or SIGTERM (`kill <pid>`); both tear every pro
 the background (`hack/dev.sh &`, nohup, a CI step), Ctrl-C does not reach it (the shell makes
 background jobs ignore SIGINT): stop it with `kill -TERM <pid>` (hack/dev.sh execs this script, so
 `$!` is the pid), or pass --exit-after.
+
+Size (~560 lines): one command's whole flow (build, start, install add-ons, apply, wait, report, tear down) in
+the order it runs; the parts that stand alone live in tests/cluster/ and hack/dev_engine.py.
 """
 
 from __future__ import annotations

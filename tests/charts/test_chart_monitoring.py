@@ -5,6 +5,9 @@
 - dashboard JSON: structure, sidecar label, and every panel query parsed by promtool (as recording
   rules, after substituting Grafana's variables); every metric name exists (operator registry /
   the real vLLM 0.32.0 exposition fixture).
+
+Size (~570 lines): the rules' promtool cases (fire / must not fire) for every alert sit beside the alert they
+test; the dashboard checks share the same rendered chart.
 """
 
 from __future__ import annotations

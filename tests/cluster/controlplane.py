@@ -18,6 +18,12 @@ Usage::
         cp.kubeconfig                             # admin kubeconfig path
 
 No pytest dependency: this module is used by tests/conftest.py and hack/dev.py alike.
+
+Why one module of ~870 lines: it is one lifecycle — the start order of up to five processes, the readiness
+wait after each, the PKI and kubeconfigs they share, and the teardown that must undo exactly what started,
+in reverse, even after a half-finished start. Split, that order would be spread over files that each only
+make sense beside the others; the helpers above ``ControlPlane`` (binaries, PKI, kubeconfig) are the parts
+that stand alone.
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ engine PodMonitor selected) and fails those label checks.
 
 The chart is rendered with `for:` durations and intervals shortened through its values (as a user would
 tune them): acceptanceCollapse.for 30s, scrape/evaluation intervals 5s, operator acceptance window 30s.
+
+Size (~600 lines): one live stack (a module-scoped fixture that takes minutes to bring up) and the five
+tests that share it; split, each file would start its own stack.
 """
 
 from __future__ import annotations

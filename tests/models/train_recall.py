@@ -43,6 +43,10 @@ budget, the checkpoint is written first and the held-out evaluation after (hack/
 
 One file past ~500 lines on purpose: task, tokenizer, model, checkpoint export and trainer (both presets) travel
 together to a GPU host as a single script that needs only torch + transformers + safetensors + tokenizers.
+
+Size (~690 lines): one self-contained trainer (task, MTP module mirroring vLLM's, losses, checkpoint writer in
+vLLM's layout, two presets) that the GPU tier copies to a host with nothing else of the repo; split, it would
+need a package on that host.
 """
 
 from __future__ import annotations

@@ -2,7 +2,11 @@
 exposition (../shared/fixtures/vllm-0.32.0-cpu/metrics-mtp2.prom, MTP k=2, dummy weights).
 
 Synthetic points are made by rewriting counter values inside that real exposition, so every test
-goes through the same text the engine produces (names, labels, `_created` series, histogram)."""
+goes through the same text the engine produces (names, labels, `_created` series, histogram).
+
+Size (~610 lines): one test module per module under test (watch/acceptance), every case on the same real
+exposition; split by topic the rewriting helpers at the top would be shared across files for no reader's gain.
+"""
 
 from __future__ import annotations
 

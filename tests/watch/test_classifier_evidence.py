@@ -1,6 +1,9 @@
 """Issue 16: precision (evidence before an upstream issue is named), tails, wording and prefix variants,
 frame-alone evidence, `gdnctl classify-log --spec/--vllm-version`. Texts are real upstream log lines
-(tests/fixtures/logs/upstream, source in expected.tsv and in each test id)."""
+(tests/fixtures/logs/upstream, source in expected.tsv and in each test id).
+
+Size (~520 lines): the evidence cases of one issue (16) on the upstream corpus; they share its loaders.
+"""
 
 from __future__ import annotations
 

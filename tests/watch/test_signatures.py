@@ -3,6 +3,9 @@
 Texts are real: the captured vLLM 0.32.0 CPU startup log (../shared/fixtures) and crash sections in
 tests/fixtures/logs built from that log's line formats and the exact strings quoted in
 ../shared/docs/vllm-known-issues.md (each doc quote is cited in the test id).
+
+Size (~740 lines): one case per catalogued signature (watch/data/signatures.yaml), kept together so a new
+signature's test is added beside the others.
 """
 
 from __future__ import annotations
