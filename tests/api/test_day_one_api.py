@@ -8,35 +8,35 @@ from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.api.pod import UNSAFE_OPT_INS, unsafe_refusals
 from gdn_operator.settings import Settings, SettingsError
 
-BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.32.0", "vllmVersion": "0.32.0"}}
+from builders import GMS, MODEL
 
-
-def spec(**kw):
-    return parse_spec({**BASE, **kw})
+V32 = GMS().version("0.32.0")
 
 
 def refused(**kw) -> str:
     with pytest.raises(ManifestError) as ei:
-        spec(**kw)
+        parse_spec(V32.update(**kw).spec())
     return " ".join(ei.value.problems)
 
 
 def test_pod_settings_parse():
-    s = spec(
-        pod={
-            "imagePullSecrets": [{"name": "regcred"}],
-            "serviceAccountName": "vllm-reader",
-            "runtimeClassName": "nvidia",
-            "priorityClassName": "inference-high",
-            "schedulerName": "kai-scheduler",
-            "labels": {"kueue.x-k8s.io/queue-name": "gpu"},
-            "annotations": {"sidecar.istio.io/inject": "false"},
-            "volumes": [{"name": "media", "persistentVolumeClaim": {"claimName": "media"}}],
-            "volumeMounts": [{"name": "media", "mountPath": "/media", "readOnly": True}],
-            "securityContext": {"runAsNonRoot": True, "fsGroup": 1000},
-            "containerSecurityContext": {"allowPrivilegeEscalation": False},
-        },
-        env=[{"name": "S3_ENDPOINT", "configMapKeyRef": {"name": "storage", "key": "endpoint"}}],
+    s = parse_spec(
+        V32.update(
+            pod={
+                "imagePullSecrets": [{"name": "regcred"}],
+                "serviceAccountName": "vllm-reader",
+                "runtimeClassName": "nvidia",
+                "priorityClassName": "inference-high",
+                "schedulerName": "kai-scheduler",
+                "labels": {"kueue.x-k8s.io/queue-name": "gpu"},
+                "annotations": {"sidecar.istio.io/inject": "false"},
+                "volumes": [{"name": "media", "persistentVolumeClaim": {"claimName": "media"}}],
+                "volumeMounts": [{"name": "media", "mountPath": "/media", "readOnly": True}],
+                "securityContext": {"runAsNonRoot": True, "fsGroup": 1000},
+                "containerSecurityContext": {"allowPrivilegeEscalation": False},
+            },
+            env=[{"name": "S3_ENDPOINT", "configMapKeyRef": {"name": "storage", "key": "endpoint"}}],
+        ).spec()
     )
     assert s.pod.service_account_name == "vllm-reader"
     assert s.env[0].config_map_key_ref.key == "endpoint"
@@ -118,7 +118,7 @@ UNSAFE = [
 
 @pytest.mark.parametrize("opt_in, fields, text", UNSAFE)
 def test_unsafe_settings_refused_unless_opted_in_naming_the_chart_value(opt_in, fields, text):
-    s = spec(**fields)
+    s = parse_spec(V32.update(**fields).spec())
     found = unsafe_refusals(s)
     assert len(found) == 1 and text in found[0], found
     assert f"operator.allowUnsafe (GDN_ALLOW_UNSAFE) lists {opt_in}" in found[0]
@@ -127,15 +127,17 @@ def test_unsafe_settings_refused_unless_opted_in_naming_the_chart_value(opt_in, 
 
 
 def test_local_media_path_inside_a_mounted_media_volume_is_admitted():
-    s = spec(
-        extraArgs=["--allowed-local-media-path", "/media/images"],
-        pod={
-            "volumes": [{"name": "media", "persistentVolumeClaim": {"claimName": "media", "readOnly": True}}],
-            "volumeMounts": [{"name": "media", "mountPath": "/media", "readOnly": True}],
-        },
+    s = parse_spec(
+        V32.update(
+            extraArgs=["--allowed-local-media-path", "/media/images"],
+            pod={
+                "volumes": [{"name": "media", "persistentVolumeClaim": {"claimName": "media", "readOnly": True}}],
+                "volumeMounts": [{"name": "media", "mountPath": "/media", "readOnly": True}],
+            },
+        ).spec()
     )
     assert unsafe_refusals(s) == []
-    assert unsafe_refusals(spec(extraArgs=["--allowed-local-media-path", "/mediax"], pod=s.pod.dump()))
+    assert unsafe_refusals(parse_spec(V32.update(extraArgs=["--allowed-local-media-path", "/mediax"], pod=s.pod.dump()).spec()))
 
 
 def test_allow_unsafe_setting_parses_and_names_the_choices():
@@ -145,18 +147,20 @@ def test_allow_unsafe_setting_parses_and_names_the_choices():
 
 
 def test_model_cache_choices():
-    s = spec(
-        model={**BASE["model"], "cache": {"persistentVolumeClaim": {"size": "200Gi", "storageClassName": "fast"}}}, replicas=3
+    s = parse_spec(
+        V32.update(
+            model={"uri": MODEL, "cache": {"persistentVolumeClaim": {"size": "200Gi", "storageClassName": "fast"}}}, replicas=3
+        ).spec()
     )
     assert s.model.cache.persistent_volume_claim.access_mode == "ReadWriteMany"
-    assert "claimName (an existing claim) or size" in refused(model={**BASE["model"], "cache": {"persistentVolumeClaim": {}}})
+    assert "claimName (an existing claim) or size" in refused(model={"uri": MODEL, "cache": {"persistentVolumeClaim": {}}})
     assert "emptyDir or persistentVolumeClaim, not both" in refused(
-        model={**BASE["model"], "cache": {"emptyDir": {}, "persistentVolumeClaim": {"claimName": "c"}}}
+        model={"uri": MODEL, "cache": {"emptyDir": {}, "persistentVolumeClaim": {"claimName": "c"}}}
     )
     assert "applies to hf:// models" in refused(
         model={"uri": "pvc://weights/q", "cache": {"persistentVolumeClaim": {"size": "1Gi"}}}
     )
-    assert "not an http(s) URL" in refused(model={**BASE["model"], "hubEndpoint": "ftp://mirror"})
+    assert "not an http(s) URL" in refused(model={"uri": MODEL, "hubEndpoint": "ftp://mirror"})
 
 
 @pytest.mark.parametrize(
@@ -169,20 +173,20 @@ def test_model_cache_choices():
 )
 def test_single_node_claim_refused_for_several_pods(extra, where):
     cache = {"persistentVolumeClaim": {"claimName": "weights", "accessMode": "ReadWriteOnce"}}
-    msg = refused(model={**BASE["model"], "cache": cache}, **extra)
+    msg = refused(model={"uri": MODEL, "cache": cache}, **extra)
     assert "accessMode ReadWriteOnce" in msg and where in msg and "ReadWriteMany" in msg and "emptyDir" in msg, msg
-    spec(model={**BASE["model"], "cache": cache})  # one pod: fine
+    parse_spec(V32.update(model={"uri": MODEL, "cache": cache}).spec())  # one pod: fine
 
 
 def test_rollout_and_disruption_budget():
-    s = spec(rollout={"strategy": "InPlace"}, disruptionBudget={"maxUnavailable": 2})
+    s = parse_spec(V32.update(rollout={"strategy": "InPlace"}, disruptionBudget={"maxUnavailable": 2}).spec())
     assert (s.rollout.max_surge, s.rollout.max_unavailable) == (0, 1)
-    assert (spec().rollout.max_surge, spec().rollout.max_unavailable) == (1, 0)
+    assert (parse_spec(V32.spec()).rollout.max_surge, parse_spec(V32.spec()).rollout.max_unavailable) == (1, 0)
     assert "Input should be 'Surge' or 'InPlace'" in refused(rollout={"strategy": "Recreate"})
     assert "no effect with enabled: false" in refused(disruptionBudget={"enabled": False, "maxUnavailable": 1})
 
 
 def test_api_key_secret_and_url_column():
-    assert spec(apiKeySecret={"name": "vllm-key", "key": "key"}).api_key_secret.name == "vllm-key"
+    assert parse_spec(V32.update(apiKeySecret={"name": "vllm-key", "key": "key"}).spec()).api_key_secret.name == "vllm-key"
     assert "set spec.apiKeySecret instead" in refused(env=[{"name": "VLLM_API_KEY", "value": "sk"}])
     assert any(c["jsonPath"] == ".status.url" and not c.get("priority") for c in PRINTER_COLUMNS)

@@ -18,7 +18,9 @@ from gdn_operator.handlers import webhook_limits
 from gdn_operator.handlers.reconcile import refused_as_invalid
 from gdn_operator.render.engine import RenderError, check_names
 
-BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.32.0", "vllmVersion": "0.32.0"}}
+from builders import GMS
+
+BASE = GMS().version("0.32.0").spec()
 NODE_AFFINITY = {
     "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {

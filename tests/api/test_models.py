@@ -5,18 +5,11 @@ import pytest
 from gdn_operator.api.load import ManifestError, load_documents, parse_object, parse_spec
 from gdn_operator.api.spec import GDNModelServerSpec
 
-BASE = {
-    "model": {"uri": "hf://Qwen/Qwen3.5-27B"},
-    "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"},
-}
-
-
-def obj(spec):
-    return {"apiVersion": "serving.gdn-operator.io/v1alpha1", "kind": "GDNModelServer", "metadata": {"name": "x"}, "spec": spec}
+from builders import GMS
 
 
 def test_defaults():
-    s = parse_spec(BASE)
+    s = parse_spec(GMS().spec())
     assert s.replicas == 1
     assert s.tensor_parallel_size == 1
     assert s.speculative_decoding.enabled is True
@@ -32,7 +25,7 @@ def test_defaults():
 
 
 def test_dump_is_camel_case_and_round_trips():
-    s = parse_spec({**BASE, "tensorParallelSize": 4, "speculativeDecoding": {"numSpeculativeTokens": 3}})
+    s = parse_spec(GMS().update(tensorParallelSize=4, speculativeDecoding={"numSpeculativeTokens": 3}).spec())
     d = s.dump()
     assert d["tensorParallelSize"] == 4
     assert d["speculativeDecoding"]["numSpeculativeTokens"] == 3
@@ -78,7 +71,7 @@ def test_dump_is_camel_case_and_round_trips():
     ],
 )
 def test_validation_errors_name_the_field(patch, expected):
-    spec = {**BASE, **patch}
+    spec = GMS().update(**patch).spec()
     with pytest.raises(ManifestError) as ei:
         parse_spec(spec)
     text = "\n".join(ei.value.problems)
@@ -86,7 +79,7 @@ def test_validation_errors_name_the_field(patch, expected):
 
 
 def test_ordinary_extra_args_pass():
-    s = parse_spec({**BASE, "extraArgs": ["--trust-remote-code", "--max-logprobs=5", "--seed", "1"]})
+    s = parse_spec(GMS().update(extraArgs=["--trust-remote-code", "--max-logprobs=5", "--seed", "1"]).spec())
     assert s.extra_args == ["--trust-remote-code", "--max-logprobs=5", "--seed", "1"]
 
 
@@ -109,7 +102,7 @@ def test_malformed_yaml_names_line():
 
 
 def test_pvc_uri_parts():
-    s = parse_spec({**BASE, "model": {"uri": "pvc://model-cache/qwen/Qwen3.5-27B"}})
+    s = parse_spec(GMS().update(model={"uri": "pvc://model-cache/qwen/Qwen3.5-27B"}).spec())
     assert s.model.pvc_claim == "model-cache"
     assert s.model.pvc_subpath == "qwen/Qwen3.5-27B"
 
@@ -122,6 +115,6 @@ def test_status_tolerates_unknown_fields():
 
 
 def test_full_object_parses():
-    gms = parse_object(obj(BASE))
+    gms = parse_object(GMS("x", namespace=None).obj())
     assert gms.metadata.name == "x"
     assert gms.spec.image.vllm_version == "0.33.0"

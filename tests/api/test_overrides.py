@@ -15,12 +15,9 @@ from gdn_operator.api.overrides import (
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.specpatch import SpecPatch
 
-SPEC = {
-    "model": {"uri": "hf://Qwen/Qwen3.5-27B"},
-    "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"},
-    "tensorParallelSize": 2,
-    "asyncScheduling": True,
-}
+from builders import GMS
+
+SPEC = GMS().update(tensorParallelSize=2, asyncScheduling=True).spec()
 
 
 def _status_with(patch: SpecPatch, spec=SPEC, reason="cuda-illegal-address-accepted-sync", gen=1):

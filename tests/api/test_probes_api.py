@@ -5,36 +5,37 @@ import pytest
 from gdn_operator.api.crd import crd_manifest
 from gdn_operator.api.load import ManifestError, parse_spec
 
-BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}
-
-
-def spec(probes):
-    return parse_spec({**BASE, "probes": probes})
+from builders import GMS
 
 
 def problems(probes) -> str:
     with pytest.raises(ManifestError) as e:
-        spec(probes)
+        parse_spec(GMS().set("probes", probes).spec())
     return "\n".join(e.value.problems)
 
 
 def test_off_by_default_and_defaults_when_set():
-    assert parse_spec(BASE).probes is None
-    p = spec({"prompts": [{"name": "capital", "prompt": "The capital of France is"}]}).probes
+    assert parse_spec(GMS().spec()).probes is None
+    p = parse_spec(GMS().set("probes", {"prompts": [{"name": "capital", "prompt": "The capital of France is"}]}).spec()).probes
     assert (p.enabled, p.interval_seconds, p.timeout_seconds, p.failure_threshold) == (True, 60, 10, 3)
     q = p.prompts[0]
     assert q.learns and q.max_tokens == 16 and q.comparison == ("prefix", 8)
 
 
 def test_default_mode_for_a_given_expectation_is_exact_and_learn_prefix_is_capped():
-    p = spec(
-        {
-            "prompts": [
-                {"name": "a", "promptTokenIds": [1, 2], "expectedTokenIds": [3, 4], "maxTokens": 2},
-                {"name": "b", "prompt": "x", "maxTokens": 4},
-                {"name": "c", "prompt": "x", "mode": "minLength:3", "maxTokens": 4},
-            ]
-        }
+    p = parse_spec(
+        GMS()
+        .set(
+            "probes",
+            {
+                "prompts": [
+                    {"name": "a", "promptTokenIds": [1, 2], "expectedTokenIds": [3, 4], "maxTokens": 2},
+                    {"name": "b", "prompt": "x", "maxTokens": 4},
+                    {"name": "c", "prompt": "x", "mode": "minLength:3", "maxTokens": 4},
+                ]
+            },
+        )
+        .spec()
     ).probes
     assert [q.comparison for q in p.prompts] == [("exact", None), ("prefix", 4), ("minLength", 3)]
     assert not p.prompts[0].learns and p.prompts[1].learns

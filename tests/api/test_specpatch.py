@@ -11,7 +11,9 @@ from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.specpatch import SpecPatch, check_path, get_path, merge, set_path
 from gdn_operator.rules import evaluate
 
-BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}
+from builders import GMS
+
+BASE = GMS().spec()
 
 
 def apply_ops(doc, ops):

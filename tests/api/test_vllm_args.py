@@ -13,8 +13,10 @@ from gdn_operator.api import vllm_args
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.rules import effective_config
 
+from builders import GMS
+
 EXACT = "0.32.0"  # the release the shipped table was generated from
-BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.32.0", "vllmVersion": EXACT}}
+BASE = GMS().version(EXACT).spec()
 
 
 def problems(args, version=EXACT):

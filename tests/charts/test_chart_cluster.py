@@ -27,6 +27,7 @@ from kubernetes.client.rest import ApiException
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from operator_harness import free_port, wait_for  # noqa: E402  (shared test helpers)
+from builders import GMS  # noqa: E402
 
 from _chart_helpers import CHART, GENERATED_CRD, ROOT, VALUE_SETS, docs, helm, render_text, value_args
 
@@ -203,19 +204,6 @@ class LocalReplica:
                 self.proc.wait(10)
 
 
-def server(name: str, **over) -> dict:
-    spec = {
-        "model": {"uri": "hf://Qwen/Qwen3.5-27B", "architecture": "Qwen3_5ForConditionalGeneration"},
-        "image": {"repository": "ghcr.io/gdn-operator/vllm-gdn", "tag": "v0.33.0-gdn1", "vllmVersion": "0.33.0"},
-        "tensorParallelSize": 1,
-        "speculativeDecoding": {"numSpeculativeTokens": 2},
-        "prefixCaching": False,
-        "resources": {"cpu": "1", "memory": "1Gi", "shmSize": "1Gi"},
-    }
-    spec.update(over)
-    return {"apiVersion": "serving.gdn-operator.io/v1alpha1", "kind": "GDNModelServer", "metadata": {"name": name}, "spec": spec}
-
-
 def _can(
     api: client.ApiClient,
     ns: str | None,
@@ -360,7 +348,9 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
         wait_for(lambda: is_active(active) and not is_active(standby), 60, what="exactly one active replica")
 
         # -- reconcile: GDNModelServer -> Deployment + status -----------------------------------------
-        co.create_namespaced_custom_object("serving.gdn-operator.io", "v1alpha1", watched, "gdnmodelservers", server("qwen-a"))
+        co.create_namespaced_custom_object(
+            "serving.gdn-operator.io", "v1alpha1", watched, "gdnmodelservers", GMS("qwen-a", namespace=None).small().obj()
+        )
         wait_for(lambda: apps.read_namespaced_deployment("qwen-a", watched), 60, what="engine Deployment")
 
         def validated(name):
@@ -417,11 +407,15 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
                 60,
                 what="webhooks pointed at the replicas",
             )
-        bad = server(
-            "qwen-bad",
-            image={"repository": "vllm/vllm-openai", "tag": "v0.28.0", "vllmVersion": "0.28.0"},
-            prefixCaching=True,
-            admissionPolicy="reject",
+        bad = (
+            GMS("qwen-bad", namespace=None)
+            .small()
+            .update(
+                image={"repository": "vllm/vllm-openai", "tag": "v0.28.0", "vllmVersion": "0.28.0"},
+                prefixCaching=True,
+                admissionPolicy="reject",
+            )
+            .obj()
         )
         with pytest.raises(ApiException) as e:
             co.create_namespaced_custom_object("serving.gdn-operator.io", "v1alpha1", watched, "gdnmodelservers", bad)
@@ -430,7 +424,9 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
         # -- failover: the active replica stops, the standby takes over --------------------------------
         active.stop()
         wait_for(lambda: is_active(standby), 90, what="the standby to resume")
-        co.create_namespaced_custom_object("serving.gdn-operator.io", "v1alpha1", watched, "gdnmodelservers", server("qwen-b"))
+        co.create_namespaced_custom_object(
+            "serving.gdn-operator.io", "v1alpha1", watched, "gdnmodelservers", GMS("qwen-b", namespace=None).small().obj()
+        )
         wait_for(lambda: apps.read_namespaced_deployment("qwen-b", watched), 60, what="Deployment from the former standby")
         wait_for(lambda: validated("qwen-b"), 60, what="Validated=True from the former standby")
 

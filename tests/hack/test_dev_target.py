@@ -7,13 +7,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "hack"))
 from dev_engine import Candidate, api_serving_pod, choose_target, order_candidates  # noqa: E402
+
+from builders import EnginePod  # noqa: E402
 
 OK = {"type": "Validated", "status": "True", "reason": "Admitted"}
 MISSING_LWS = {
@@ -95,19 +96,12 @@ def test_observe_runs_lazily_in_order():
     assert seen == ["qwen35-27b"]  # the flagship qualified: nobody else was waited for
 
 
-def _pod(name, ip, index=None, deleting=False):
-    labels = {} if index is None else {"leaderworkerset.sigs.k8s.io/worker-index": index}
-    return SimpleNamespace(
-        metadata=SimpleNamespace(name=name, labels=labels, deletion_timestamp="x" if deleting else None),
-        status=SimpleNamespace(pod_ip=ip),
-    )
-
-
 def test_api_serving_pod_is_a_group_leader_with_an_ip():
-    pods = [_pod("g-0-1", "127.0.0.3", "1"), _pod("g-0", "127.0.0.2", "0"), _pod("a", None)]
-    assert api_serving_pod(pods) == ("g-0", "127.0.0.2")
-    assert api_serving_pod([_pod("d-1", "127.0.0.5", deleting=True), _pod("d-2", "127.0.0.6")]) == ("d-2", "127.0.0.6")
-    assert api_serving_pod([_pod("w", "127.0.0.3", "1")]) == ("", "")
+    pods = [EnginePod("g-0-1").worker(1).ip("127.0.0.3"), EnginePod("g-0").worker(0).ip("127.0.0.2"), EnginePod("a")]
+    assert api_serving_pod([p.client() for p in pods]) == ("g-0", "127.0.0.2")
+    deleting = [EnginePod("d-1").ip("127.0.0.5").deleting(), EnginePod("d-2").ip("127.0.0.6")]
+    assert api_serving_pod([p.client() for p in deleting]) == ("d-2", "127.0.0.6")
+    assert api_serving_pod([EnginePod("w").worker(1).ip("127.0.0.3").client()]) == ("", "")
 
 
 @pytest.mark.readme("hack/dev.sh --help")

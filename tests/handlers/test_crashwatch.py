@@ -7,36 +7,50 @@ from gdn_operator.handlers.crashwatch import deaths_in
 from gdn_operator.api.specpatch import merge as _merged_spec
 from gdn_operator.handlers.remediation import remediation_for
 
-BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}
+from builders import GMS, EnginePod
 
-
-def pod(**cs):
-    return {"metadata": {"name": "p", "uid": "u1"}, "status": {"containerStatuses": [{"name": "vllm", **cs}]}}
+BASE = GMS().spec()
 
 
 def test_last_and_current_termination_share_one_key():
     # Before the kubelet restarts it: state.terminated with restartCount 2 → the 3rd death.
-    now = deaths_in(pod(restartCount=2, state={"terminated": {"exitCode": 1, "reason": "Error", "message": "boom"}}))
+    now = deaths_in(
+        EnginePod()
+        .uid("u1")
+        .container(restartCount=2, state={"terminated": {"exitCode": 1, "reason": "Error", "message": "boom"}})
+        .obj()
+    )
     # After the restart the same death shows as lastState with restartCount 3.
     later = deaths_in(
-        pod(
+        EnginePod()
+        .uid("u1")
+        .container(
             restartCount=3, state={"running": {}}, lastState={"terminated": {"exitCode": 1, "reason": "Error", "message": "boom"}}
         )
+        .obj()
     )
     assert [d.restart_count for d in now] == [3] == [d.restart_count for d in later]
     assert now[0].message == "boom" and now[0].exit_code == 1
 
 
 def test_clean_exit_and_other_containers_are_not_deaths():
-    assert deaths_in(pod(restartCount=0, state={"terminated": {"exitCode": 0, "reason": "Completed"}})) == []
-    p = pod(restartCount=1, lastState={"terminated": {"exitCode": 1}})
+    assert (
+        deaths_in(
+            EnginePod().uid("u1").container(restartCount=0, state={"terminated": {"exitCode": 0, "reason": "Completed"}}).obj()
+        )
+        == []
+    )
+    p = EnginePod().uid("u1").container(restartCount=1, lastState={"terminated": {"exitCode": 1}}).obj()
     p["status"]["containerStatuses"][0]["name"] = "sidecar"
     assert deaths_in(p) == []
 
 
 def test_crash_loop_backoff_is_flagged():
     d = deaths_in(
-        pod(restartCount=4, state={"waiting": {"reason": "CrashLoopBackOff"}}, lastState={"terminated": {"exitCode": 1}})
+        EnginePod()
+        .uid("u1")
+        .container(restartCount=4, state={"waiting": {"reason": "CrashLoopBackOff"}}, lastState={"terminated": {"exitCode": 1}})
+        .obj()
     )
     assert d[0].crash_loop
 
@@ -78,7 +92,7 @@ class FakeServer:
     """Stands in for the API server in handle_death: status read-modify-write on one object."""
 
     def __init__(self, spec):
-        self.obj = {"metadata": {"name": "s", "namespace": "ns", "generation": 1}, "spec": spec, "status": {}}
+        self.obj = GMS().generation(1).status({}).update(**spec).obj()
         self.events = []
 
     def update_status(self, ns, name, mutate, retries=8, obj=None):

@@ -9,7 +9,7 @@ from pathlib import Path
 import gdn_operator
 from gdn_operator.handlers import kube
 
-BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}, "prefixCaching": False}
+from builders import GMS
 
 
 def test_a_status_write_that_changes_a_condition_is_one_info_line(caplog):
@@ -37,7 +37,7 @@ def test_drift_correction_is_logged_with_the_generation(monkeypatch, caplog, rt)
     applied, events = [], []
     monkeypatch.setattr(kube, "apply", lambda obj: applied.append(obj["kind"]) or obj)
     monkeypatch.setattr(kube, "emit_event", lambda obj, reason, msg, type_="Normal": events.append(reason))
-    server = {"metadata": {"name": "s", "namespace": "ns", "uid": "u", "generation": 7}, "spec": BASE}
+    server = GMS().uid("u").generation(7).update(prefixCaching=False).obj()
     caplog.set_level(logging.INFO, logger="gdn_operator.handlers.workload")
     assert workload.correct_drift(rt, "ns", "s", None, server)
     assert applied == ["Deployment"] and events == ["DriftCorrected"]

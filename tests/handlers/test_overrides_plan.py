@@ -8,22 +8,13 @@ from gdn_operator.api.overrides import CLEAR_ANNOTATION, add_override
 from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.handlers.plan import plan
 
-SPEC = {
-    "model": {"uri": "hf://Qwen/Qwen3.5-27B"},
-    "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"},
-    "tensorParallelSize": 2,
-    "asyncScheduling": True,
-    "resources": {"cpu": "1", "memory": "1Gi", "shmSize": "1Gi"},
-}
+from builders import GMS, SMALL_RESOURCES
+
+#: as the operator reads it: no field the rules judge set
+BARE = GMS().uid("u").generation(1).annotations({}).status({}).update(resources=SMALL_RESOURCES)
+SERVER = BARE.update(tensorParallelSize=2, asyncScheduling=True)  # async set on: vllm#51508's mitigation overrides it
+SPEC = SERVER.spec()
 SIG = "cuda-illegal-address-accepted-sync"
-
-
-def body(spec=SPEC, status=None, annotations=None, gen=1):
-    return {
-        "metadata": {"name": "s", "namespace": "ns", "uid": "u", "generation": gen, "annotations": annotations or {}},
-        "spec": copy.deepcopy(spec),
-        "status": status or {},
-    }
 
 
 def argv(p):
@@ -39,37 +30,36 @@ def remediated(spec=SPEC):
 
 
 def test_the_workload_carries_the_override_and_the_spec_does_not(rt):
-    b = body(status=remediated())
+    b = SERVER.status(remediated()).obj()
     p = plan(b, rt)
     assert "--no-async-scheduling" in argv(p) and "--async-scheduling" not in argv(p)
     assert b["spec"]["asyncScheduling"] is True  # plan writes nothing
     assert [(o["path"], o["value"], o["reason"]) for o in p.overrides] == [("asyncScheduling", False, SIG)]
     # without the override the user's value runs
-    assert "--async-scheduling" in argv(plan(body(), rt))
+    assert "--async-scheduling" in argv(plan(SERVER.obj(), rt))
 
 
 def test_ended_overrides_stop_at_render(rt):
-    p = plan(body({**SPEC, "asyncScheduling": False}, status=remediated()), rt)  # the user changed the field
+    p = plan(SERVER.update(asyncScheduling=False).status(remediated()).obj(), rt)  # the user changed the field
     assert not p.overrides and p.ended and p.ended[0][1] == "the spec changed asyncScheduling"
-    p = plan(body(status=remediated(), annotations={CLEAR_ANNOTATION: "now"}), rt)
+    p = plan(SERVER.status(remediated()).annotations({CLEAR_ANNOTATION: "now"}).obj(), rt)
     assert not p.overrides and p.cleared == "now" and "--async-scheduling" in argv(p)
 
 
 def test_mitigations_under_policy_mitigate_are_overrides_too(rt):
-    spec = {**SPEC, "prefixCaching": True, "admissionPolicy": "mitigate"}
-    p = plan(body(spec), rt)
+    mitigated = SERVER.update(prefixCaching=True, admissionPolicy="mitigate")
+    p = plan(mitigated.obj(), rt)
     assert "--no-enable-prefix-caching" in argv(p)
     assert [(o["path"], o["value"], o["reason"], o["source"]) for o in p.overrides] == [
         ("prefixCaching", False, "vllm#43559", "mitigation")
     ]
     # the next reconcile keeps the recorded entry as it was (no status churn)
-    again = plan(body(spec, status={"overrides": p.overrides}), rt)
+    again = plan(mitigated.status({"overrides": p.overrides}).obj(), rt)
     assert again.overrides == p.overrides
 
 
 def test_unset_fields_render_their_safe_defaults(rt):
-    minimal = {k: v for k, v in SPEC.items() if k not in ("asyncScheduling", "tensorParallelSize")}
-    p = plan(body(minimal), rt)
+    p = plan(BARE.obj(), rt)
     a = argv(p)
     for flag in ("--no-enable-prefix-caching", "--no-async-scheduling"):
         assert flag in a
@@ -90,12 +80,12 @@ def test_upgrade_a_server_patched_by_the_old_remediation_keeps_running_its_patch
     from gdn_operator.handlers import kube, remediation
     from gdn_operator.watch.signatures import classify_text
 
-    patched = {**SPEC, "asyncScheduling": False, "remediation": {"mode": "auto", "threshold": 1}}
-    old = body(
-        patched,
-        gen=2,
-        annotations={"serving.gdn-operator.io/last-remediation": f"{SIG}: asyncScheduling=false"},
-        status={"remediations": [{"signature": SIG, "generation": 1, "action": "asyncScheduling=false"}]},
+    old = (
+        SERVER.update(asyncScheduling=False, remediation={"mode": "auto", "threshold": 1})
+        .generation(2)
+        .annotations({"serving.gdn-operator.io/last-remediation": f"{SIG}: asyncScheduling=false"})
+        .status({"remediations": [{"signature": SIG, "generation": 1, "action": "asyncScheduling=false"}]})
+        .obj()
     )
     p = plan(old, rt)
     assert p.objects and "--no-async-scheduling" in argv(p) and not p.overrides

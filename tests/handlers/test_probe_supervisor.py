@@ -15,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from probe_standin import CORRECT, EARLY, SLOW, WRONG, WRONG_AT, ProbeStandIn, answer_for  # noqa: E402
 from waiting import async_poll  # noqa: E402
+from builders import GMS  # noqa: E402
 
 from controlplane import free_port  # noqa: E402
 from gdn_operator import telemetry  # noqa: E402
@@ -231,20 +232,9 @@ async def test_loop_keeps_one_round_in_flight_per_pod_and_jitters(engines, port)
 
 # ------------------------------------------------------------------ configuration from the object ---
 
-BODY_SPEC = {
-    "model": {"uri": "hf://Qwen/Qwen3.5-27B", "architecture": "Qwen3_5ForConditionalGeneration"},
-    "image": {"repository": "ghcr.io/gdn-operator/vllm-gdn", "tag": "v0.33.0-gdn1", "vllmVersion": "0.33.0"},
-    "prefixCaching": False,
-    "probes": {"prompts": [{"name": "q", "promptTokenIds": [1, 2]}]},
-}
-
-
-def body(gen: int, status: dict | None = None, **spec) -> dict:
-    return {
-        "metadata": {"name": "srv", "namespace": "ns", "uid": "u", "generation": gen},
-        "spec": {**BODY_SPEC, **spec},
-        "status": status or {},
-    }
+#: the README's server with one probe
+PROBED = GMS("srv").flagship().update(prefixCaching=False, probes={"prompts": [{"name": "q", "promptTokenIds": [1, 2]}]})
+SERVED = PROBED.uid("u").status({})  # as the operator reads it
 
 
 @pytest.fixture
@@ -257,14 +247,16 @@ def test_server_from_body_renders_the_engine_identity_pods_are_matched_with(no_a
     from gdn_operator.handlers.plan import expected_objects
     from gdn_operator.handlers.pods import pod_summary
 
-    s = server_from_body(body(3, asyncScheduling=True), no_api)  # async set on: vllm#51508 warned
+    s = server_from_body(SERVED.generation(3).update(asyncScheduling=True).obj(), no_api)  # async set on: vllm#51508 warned
     assert s.spec is not None and s.generation == 3 and s.model == "srv"
     assert s.image == "ghcr.io/gdn-operator/vllm-gdn:v0.33.0-gdn1" and s.remediation_auto
     assert [w["rule"] for w in s.warned] == ["vllm#51508"] and s.warned[0]["mitigation"] == {"asyncScheduling": False}
-    dep = next(o for o in expected_objects(body(3, asyncScheduling=True), no_api) if o["kind"] == "Deployment")
+    dep = next(
+        o for o in expected_objects(SERVED.generation(3).update(asyncScheduling=True).obj(), no_api) if o["kind"] == "Deployment"
+    )
     pod_body = {"metadata": {"name": "p", "uid": "x"}, "spec": dep["spec"]["template"]["spec"], "status": {}}
     assert pod_summary(pod_body)["engine"] == s.engine != ""
-    other = server_from_body(body(4, asyncScheduling=False), no_api)
+    other = server_from_body(SERVED.generation(4).update(asyncScheduling=False).obj(), no_api)
     assert other.engine != s.engine and other.warned == []  # a pod of the previous spec is not probed
 
 
@@ -284,19 +276,21 @@ def test_server_from_body_restores_counts_and_reference_of_the_same_generation_o
         },
         "conditions": [{"type": "OutputConsistent", "status": "True", "reason": "ProbesPassing"}],
     }
-    s = server_from_body(body(3, saved), no_api)
+    s = server_from_body(SERVED.generation(3).status(saved).obj(), no_api)
     assert s.book.tracks["q"].consecutive == 2 and s.book.condition.value is True
     assert s.reference["q"].token_ids == (7, 8) and s.ref_meta["pod"] == "p"
-    fresh = server_from_body(body(4, saved), no_api)
+    fresh = server_from_body(SERVED.generation(4).status(saved).obj(), no_api)
     assert fresh.book.tracks["q"].consecutive == 0 and fresh.reference == {} and fresh.book.condition.value is None
 
 
 def test_no_probes_or_a_rejected_spec_means_nothing_to_probe(no_api):
     from gdn_operator.handlers.probes import server_from_body
 
-    assert server_from_body(body(1, probes=None), no_api).spec is None
-    assert server_from_body(body(1, probes={**BODY_SPEC["probes"], "enabled": False}), no_api).spec is None
-    rejected = body(1, prefixCaching=True)  # vllm#43559 prefix caching + MTP: rejected under the default policy
+    assert server_from_body(SERVED.generation(1).update(probes=None).obj(), no_api).spec is None
+    assert server_from_body(SERVED.generation(1).set("probes.enabled", False).obj(), no_api).spec is None
+    rejected = (
+        SERVED.generation(1).update(prefixCaching=True).obj()
+    )  # vllm#43559 prefix caching + MTP: rejected under the default policy
     assert server_from_body(rejected, no_api).spec is None
 
 
@@ -340,16 +334,18 @@ def test_a_remediation_override_is_a_new_revision_probed_afresh(no_api):
             }
         ],
     }
-    before = server_from_body(body(3, saved, asyncScheduling=True), no_api)
+    before = server_from_body(SERVED.generation(3).update(asyncScheduling=True).status(saved).obj(), no_api)
     assert before.revision == "3" and before.remediated and before.reference["q"].token_ids == (7, 8)
     assert before.book.tracks["q"].consecutive == 3 and [w["rule"] for w in before.warned] == ["vllm#51508"]
 
-    after = server_from_body(body(3, {**saved, "overrides": [OVERRIDE]}, asyncScheduling=True), no_api)
+    after = server_from_body(
+        SERVED.generation(3).update(asyncScheduling=True).status({**saved, "overrides": [OVERRIDE]}).obj(), no_api
+    )
     assert after.generation == 3 and after.revision.startswith("3+") and after.revision != before.revision
     assert after.reference == {} and after.book.tracks["q"].consecutive == 0 and after.book.condition.value is None
     assert not after.remediated and after.warned == []  # the override's value is what the rules judge now
     assert after.engine != before.engine  # pods of the pre-override render are not probed
-    plain = server_from_body(body(4, asyncScheduling=False), no_api)
+    plain = server_from_body(SERVED.generation(4).update(asyncScheduling=False).obj(), no_api)
     assert after.engine == plain.engine  # the override renders what setting the field would
 
     # an operator restart on the overridden revision carries its own counts and reference over
@@ -363,7 +359,7 @@ def test_a_remediation_override_is_a_new_revision_probed_afresh(no_api):
             "reference": {**ref, "revision": after.revision, "answers": [{"probe": "q", "tokenIds": [9], "text": ""}]},
         },
     }
-    again = server_from_body(body(3, saved2, asyncScheduling=True), no_api)
+    again = server_from_body(SERVED.generation(3).update(asyncScheduling=True).status(saved2).obj(), no_api)
     assert again.revision == after.revision and again.book.tracks["q"].consecutive == 1
     assert again.reference["q"].token_ids == (9,) and again.ref_meta["revision"] == after.revision
 
@@ -371,17 +367,21 @@ def test_a_remediation_override_is_a_new_revision_probed_afresh(no_api):
 async def test_track_re_learns_when_the_overrides_change_not_on_other_status_events(no_api):
     sup = ProbeSupervisor(lambda ns, name: [], rt=no_api, seed=1)
     try:
-        await sup.track("ns", "srv", body(3, asyncScheduling=True))
+        await sup.track("ns", "srv", SERVED.generation(3).update(asyncScheduling=True).obj())
         first = sup.servers[("ns", "srv")]
         assert first.revision == "3"
-        await sup.track("ns", "srv", body(3, {"acceptance": {"state": "NoTraffic"}}, asyncScheduling=True))
+        await sup.track(
+            "ns", "srv", SERVED.generation(3).update(asyncScheduling=True).status({"acceptance": {"state": "NoTraffic"}}).obj()
+        )
         assert sup.servers[("ns", "srv")] is first  # a status-only event: the same state, nothing re-learned
-        await sup.track("ns", "srv", body(3, {"overrides": [OVERRIDE]}, asyncScheduling=True))
+        await sup.track("ns", "srv", SERVED.generation(3).update(asyncScheduling=True).status({"overrides": [OVERRIDE]}).obj())
         second = sup.servers[("ns", "srv")]
         assert second is not first and second.generation == 3 and second.revision.startswith("3+")
         from gdn_operator.api.overrides import CLEAR_ANNOTATION
 
-        acted_on = body(3, {"overrides": [OVERRIDE], "overridesCleared": "t0"}, asyncScheduling=True)
+        acted_on = (
+            SERVED.generation(3).update(asyncScheduling=True).status({"overrides": [OVERRIDE], "overridesCleared": "t0"}).obj()
+        )
         acted_on["metadata"]["annotations"] = {CLEAR_ANNOTATION: "t0"}  # a token already acted on: still in force
         await sup.track("ns", "srv", acted_on)
         assert sup.servers[("ns", "srv")] is second
@@ -399,7 +399,7 @@ def test_a_round_of_the_revision_before_an_override_writes_nothing(monkeypatch):
 
     s = server(probes_spec())
     s.revision = "4"
-    obj = {"metadata": {"name": "srv", "namespace": "ns", "generation": 4}, "spec": {**BODY_SPEC, "asyncScheduling": True}}
+    obj = PROBED.generation(4).update(asyncScheduling=True).obj()
     seen: list[dict] = []
 
     def update_status(ns, name, mutate):

@@ -20,15 +20,10 @@ from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers.kube import changed_by_apply, status_patch
 from runtime_helpers import make_runtime
 
-SPEC = {
-    "model": {"uri": "hf://Qwen/Qwen3.5-27B", "architecture": "Qwen3_5ForConditionalGeneration"},
-    "image": {"repository": "ghcr.io/gdn-operator/vllm-gdn", "tag": "v0.33.0-gdn1", "vllmVersion": "0.33.0"},
-    "tensorParallelSize": 1,
-    "speculativeDecoding": {"numSpeculativeTokens": 2},
-    "prefixCaching": False,
-    "asyncScheduling": True,  # set by the user: vllm#51508 is then a warning (unset, it resolves to off)
-    "resources": {"cpu": "1", "memory": "1Gi", "shmSize": "1Gi"},
-}
+from builders import GMS
+
+# asyncScheduling set by the user: vllm#51508 is then a warning (unset, it resolves to off)
+SERVER = GMS().uid("u1").generation(1).meta(resourceVersion="10").small().update(asyncScheduling=True)
 
 
 class Response:
@@ -96,14 +91,7 @@ class ApiServer:
 
 @pytest.fixture
 def api(monkeypatch):
-    server = ApiServer(
-        {
-            "apiVersion": "serving.gdn-operator.io/v1alpha1",
-            "kind": "GDNModelServer",
-            "metadata": {"name": "s", "namespace": "ns", "uid": "u1", "generation": 1, "resourceVersion": "10"},
-            "spec": copy.deepcopy(SPEC),
-        }
-    )
+    server = ApiServer(SERVER.obj())
     server.applied: list[str] = []
     server.events: list[tuple[str, str, str]] = []
     server.workload_changes = True

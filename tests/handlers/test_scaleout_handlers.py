@@ -6,18 +6,16 @@ import pytest
 
 from gdn_operator.handlers import router as router_h
 
-BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}
+from builders import GMS, EnginePod
+
+BASE = GMS().spec()
 B1 = "AssertionError: num_decodes: 1, num_spec_decodes: 4"
 NCCL = "RuntimeError: NCCL communicator was aborted on rank 0"
 
 
 class Fake:
     def __init__(self):
-        self.obj = {
-            "metadata": {"name": "s", "namespace": "ns", "generation": 1},
-            "spec": {**BASE, "nodes": 2, "tensorParallelSize": 2, "remediation": {"mode": "none"}},
-            "status": {},
-        }
+        self.obj = GMS().generation(1).status({}).update(nodes=2, tensorParallelSize=2, remediation={"mode": "none"}).obj()
         self.events: list[tuple[str, str]] = []
 
     def update_status(self, ns, name, mutate, retries=8, obj=None):
@@ -50,14 +48,13 @@ def death(pod, restarts, finished, message, group="s/0"):
 def test_group_pods_are_labelled_with_their_group():
     from gdn_operator.handlers.crashwatch import deaths_in
 
-    pod = {
-        "metadata": {
-            "name": "s-0-1",
-            "uid": "u",
-            "labels": {"leaderworkerset.sigs.k8s.io/name": "s", "leaderworkerset.sigs.k8s.io/group-index": "0"},
-        },
-        "status": {"containerStatuses": [{"name": "vllm", "restartCount": 1, "lastState": {"terminated": {"exitCode": 1}}}]},
-    }
+    pod = (
+        EnginePod("s-0-1")
+        .uid("u")
+        .worker(set_name="s", group=0)
+        .container(restartCount=1, lastState=EnginePod.terminated(1))
+        .obj()
+    )
     assert deaths_in(pod)[0].group == "s/0"
 
 
@@ -137,10 +134,7 @@ def test_a_pod_of_the_incident_dying_again_is_a_new_crash(fake, rt):
 def test_missing_apis_are_refused_with_the_field_and_the_fix(rt):
     from gdn_operator.handlers import plan
 
-    body = {
-        "metadata": {"name": "s", "namespace": "ns", "uid": "u"},
-        "spec": {**BASE, "tensorParallelSize": 2, "nodes": 2, "prefixCaching": False},
-    }
+    body = GMS().uid("u").update(tensorParallelSize=2, nodes=2, prefixCaching=False).obj()
     p = plan.plan(body, rt)  # rt: no optional CRD installed
     assert p.objects is None
     assert p.problem.startswith("spec.nodes 2 needs the LeaderWorkerSet API") and "set spec.nodes to 1" in p.problem
@@ -152,11 +146,7 @@ def test_keda_only_with_a_prometheus_address_and_its_crd():
     from runtime_helpers import FakeCrds, make_runtime
     from gdn_operator.handlers import plan
 
-    spec_body = {
-        "metadata": {"name": "s", "namespace": "ns"},
-        "status": {},
-        "spec": {**BASE, "prefixCaching": False, "autoscaling": {"maxReplicas": 3, "target": 2}},
-    }
+    spec_body = GMS().status({}).update(prefixCaching=False, autoscaling={"maxReplicas": 3, "target": 2}).obj()
     hpa_only = make_runtime()
     hpa_only.crds = FakeCrds(all=True)
     kinds = [o["kind"] for o in plan.plan(spec_body, hpa_only).objects]
@@ -176,7 +166,7 @@ def test_only_group_leaders_are_scraped():
     from gdn_operator.handlers.pods import api_pods, pod_summary
 
     def p(name, labels):
-        return pod_summary({"metadata": {"name": name, "labels": labels}, "status": {}})
+        return pod_summary(EnginePod(name).labels(labels).obj())
 
     single = p("s-abc", {})
     leader = p("q-0", {"leaderworkerset.sigs.k8s.io/worker-index": "0", "leaderworkerset.sigs.k8s.io/group-index": "0"})

@@ -17,6 +17,10 @@ from gdn_operator.handlers import conditions as st
 from gdn_operator.watch.acceptance import parse_exposition
 from gdn_operator.watch.scraper import ScrapeResult, Target
 
+from builders import GMS
+
+#: vLLM 0.22.0, the version the stall G1 is known on (vllm-known-issues.md)
+G1_SERVER = GMS("srv").version("0.22.0").update(tensorParallelSize=2)
 FROZEN = {"running": 8, "waiting": 0, "generation_tokens": 40000, "prompt_tokens": 130000, "draft_tokens": 78000}
 
 
@@ -107,16 +111,6 @@ def test_no_condition_is_created_just_to_say_no_stall():
     assert stall.apply_condition(status, None, 1) == [] and st.get_condition(status, st.STALLED) is None
 
 
-def _spec(**over: Any) -> dict[str, Any]:
-    spec = {
-        "model": {"uri": "hf://Qwen/Qwen3.5-27B"},
-        "image": {"tag": "v0.22.0", "vllmVersion": "0.22.0"},
-        "tensorParallelSize": 2,
-    }
-    spec.update(over)
-    return spec
-
-
 @pytest.mark.parametrize(
     ("over", "trigger"),
     [
@@ -130,7 +124,7 @@ def _spec(**over: Any) -> dict[str, Any]:
 def test_g1_trigger_reads_the_effective_configuration(over, trigger):
     from gdn_operator.api.load import parse_spec
 
-    assert stall.g1_trigger(parse_spec(_spec(**over))) is trigger
+    assert stall.g1_trigger(parse_spec(G1_SERVER.update(**over).spec())) is trigger
 
 
 class FakeKube:
@@ -156,8 +150,8 @@ def _stalled(pod: str = "p0", uid: str = "u0") -> list[stall.PodVerdict]:
 
 def test_ladder_restarts_once_then_piecewise_as_an_override(monkeypatch):
     # vLLM 0.33.0: G1 is known only on 0.22.0, its trigger (MTP + the default FULL_AND_PIECEWISE graphs) holds
-    spec = _spec(image={"tag": "v0.33.0", "vllmVersion": "0.33.0"})
-    obj = {"metadata": {"name": "srv", "namespace": "ns", "generation": 4}, "spec": spec, "status": {}}
+    server = G1_SERVER.version("0.33.0").generation(4).status({})
+    spec, obj = server.spec(), server.obj()
     k = FakeKube(monkeypatch, obj)
     restarted: set[str] = set()
     assert stall.end_stall("ns", "srv", obj, _stalled(), "m", restarted, None) == "restart p0"
@@ -188,22 +182,19 @@ def test_ladder_restarts_once_then_piecewise_as_an_override(monkeypatch):
 
 
 def test_ladder_without_g1_trigger_says_nothing_automatic_is_left(monkeypatch):
-    obj = {
-        "metadata": {"name": "srv", "namespace": "ns", "generation": 1},
-        "spec": _spec(cudagraphMode="PIECEWISE"),
-        "status": {"remediations": [{"signature": "engine-stall", "generation": 1, "action": "restart p0"}]},
-    }
+    obj = (
+        G1_SERVER.generation(1)
+        .update(cudagraphMode="PIECEWISE")
+        .status({"remediations": [{"signature": "engine-stall", "generation": 1, "action": "restart p0"}]})
+        .obj()
+    )
     k = FakeKube(monkeypatch, obj)
     assert stall.end_stall("ns", "srv", obj, _stalled("p1", "u1"), "m", set(), None) == "advice"
     assert "no automatic step is left" in k.events[-1][1] and not k.deleted
 
 
 def test_remediation_mode_none_only_reports(monkeypatch):
-    obj = {
-        "metadata": {"name": "srv", "namespace": "ns", "generation": 1},
-        "spec": _spec(remediation={"mode": "none"}),
-        "status": {},
-    }
+    obj = G1_SERVER.generation(1).update(remediation={"mode": "none"}).status({}).obj()
     k = FakeKube(monkeypatch, obj)
     assert stall.end_stall("ns", "srv", obj, _stalled(), "m", set(), None) is None
     assert not k.deleted and not k.events and "remediations" not in obj["status"]

@@ -6,6 +6,8 @@ from gdn_operator.handlers.kube import owner_name
 from gdn_operator.handlers.pods import pod_summary
 from gdn_operator.handlers.workload import is_subset
 
+from builders import EnginePod
+
 
 def test_subset_ignores_server_defaults_but_sees_edits():
     want = {"replicas": 1, "template": {"spec": {"containers": [{"name": "vllm", "args": ["a", "b"]}]}}}
@@ -51,21 +53,17 @@ def test_owner_name():
 
 
 def test_pod_summary_unschedulable_and_restarts():
-    pod = {
-        "metadata": {"name": "p", "uid": "u"},
-        "status": {
-            "phase": "Pending",
-            "conditions": [
-                {
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "reason": "Unschedulable",
-                    "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
-                }
-            ],
-            "containerStatuses": [{"restartCount": 2}, {"restartCount": 1}],
-        },
-    }
+    pod = (
+        EnginePod()
+        .uid("u")
+        .phase("Pending")
+        .condition(
+            "PodScheduled", "False", reason="Unschedulable", message="0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+        )
+        .container(restartCount=2)
+        .container("sidecar", restartCount=1)
+        .obj()
+    )
     s = pod_summary(pod)
     assert s["unschedulable"] and "Insufficient nvidia.com/gpu" in s["unschedulable_message"]
     assert s["restarts"] == 3 and not s["ready"] and not s["deleting"]

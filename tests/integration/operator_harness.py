@@ -28,6 +28,7 @@ WEBHOOK_CONFIG = "gdn-operator-test.serving.gdn-operator.io"
 
 
 import waiting  # noqa: E402  (tests/ is on sys.path: the rootdir conftest)
+from builders import GMS  # noqa: E402
 from controlplane import free_port  # noqa: E402,F401  (tests/cluster is on sys.path via tests/conftest.py)
 
 
@@ -200,27 +201,13 @@ def delete_webhook_configs(api: kubernetes.client.ApiClient, name: str = WEBHOOK
                 raise
 
 
+#: the server the cluster tests create (namespace from the request): builders.GMS.small, a 300 s startup budget
+CLUSTER_SERVER = GMS(namespace=None).small().update(startupBudgetSeconds=300)
+
+
 def gms(name: str, **spec: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "model": {"uri": "hf://Qwen/Qwen3.5-27B", "architecture": "Qwen3_5ForConditionalGeneration"},
-        "image": {"repository": "ghcr.io/gdn-operator/vllm-gdn", "tag": "v0.33.0-gdn1", "vllmVersion": "0.33.0"},
-        "tensorParallelSize": 1,
-        "speculativeDecoding": {"numSpeculativeTokens": 2},
-        "prefixCaching": False,
-        "resources": {"cpu": "1", "memory": "1Gi", "shmSize": "1Gi"},
-        "startupBudgetSeconds": 300,
-    }
-    for k, v in spec.items():
-        if isinstance(v, dict) and isinstance(base.get(k), dict):
-            base[k] = {**base[k], **v}
-        else:
-            base[k] = v
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "GDNModelServer",
-        "metadata": {"name": name},
-        "spec": base,
-    }
+    """CLUSTER_SERVER named ``name``, ``spec`` merged in (``image={"tag": ...}`` keeps the repository)."""
+    return CLUSTER_SERVER.name(name).merge(**spec).obj()
 
 
 class Kube:

@@ -43,11 +43,6 @@ def op(full_cluster, kube_api, addons, tmp_path_factory):
         yield proc
 
 
-def small(name, **spec):
-    """A cheap spec: 1 GPU per pod, no rule that rejects at 0.33.0."""
-    return gms(name, **spec)
-
-
 def lws_obj(k, ns, name):
     return k.co.get_namespaced_custom_object(*LWS[:2], ns, LWS[2], name)
 
@@ -73,7 +68,7 @@ def env_of(pod):
 
 
 def test_multinode_engine_runs_as_a_real_leader_worker_set(op, k, ns, addons):
-    k.create(ns, small("mn", tensorParallelSize=2, nodes=2))
+    k.create(ns, gms("mn", tensorParallelSize=2, nodes=2))
     st = ready(k, ns, "mn")
     assert st["workload"] == "LeaderWorkerSet" and st["groupSize"] == 2
     cond = next(c for c in st["conditions"] if c["type"] == "Ready")
@@ -94,7 +89,7 @@ def test_multinode_engine_runs_as_a_real_leader_worker_set(op, k, ns, addons):
 
 
 def test_update_rolls_the_group_and_delete_collects_it(op, k, ns, addons):
-    k.create(ns, small("roll", tensorParallelSize=2, nodes=2))
+    k.create(ns, gms("roll", tensorParallelSize=2, nodes=2))
     ready(k, ns, "roll")
     old = {p.metadata.uid for p in k.engine_pods(ns, "roll")}
     k.patch(ns, "roll", {"spec": {"speculativeDecoding": {"numSpeculativeTokens": 3}}})
@@ -125,7 +120,7 @@ def _gone(read):
 
 
 def test_switching_nodes_replaces_the_deployment_with_a_leader_worker_set(op, k, ns, addons):
-    k.create(ns, small("sw", tensorParallelSize=2))
+    k.create(ns, gms("sw", tensorParallelSize=2))
     ready(k, ns, "sw")
     assert k.status(ns, "sw")["workload"] == "Deployment"
     k.patch(ns, "sw", {"spec": {"nodes": 2}})
@@ -139,7 +134,7 @@ def test_switching_nodes_replaces_the_deployment_with_a_leader_worker_set(op, k,
 def test_worker_crash_in_a_group_is_diagnosed_once(op, k, ns, addons):
     from test_crashwatch_cluster import crash
 
-    k.create(ns, small("wc", tensorParallelSize=2, nodes=2, remediation={"mode": "none"}))
+    k.create(ns, gms("wc", tensorParallelSize=2, nodes=2, remediation={"mode": "none"}))
     ready(k, ns, "wc")
     leaders, workers = group_pods(k, ns, "wc")
     uids = {p.metadata.uid for p in leaders + workers}
@@ -170,7 +165,7 @@ def test_worker_crash_in_a_group_is_diagnosed_once(op, k, ns, addons):
 
 
 def test_scale_event_on_an_autoscaled_server(op, k, ns, addons):
-    k.create(ns, small("auto", autoscaling={"minReplicas": 1, "maxReplicas": 3, "target": 4}))
+    k.create(ns, gms("auto", autoscaling={"minReplicas": 1, "maxReplicas": 3, "target": 4}))
     ready(k, ns, "auto")
     from kubernetes import client
 
@@ -206,7 +201,7 @@ def test_crash_loop_pauses_scale_up(op, k, ns, addons):
     from kubernetes import client
     from test_crashwatch_cluster import crash, running_pod
 
-    k.create(ns, small("loop", autoscaling={"minReplicas": 1, "maxReplicas": 3, "target": 4}, remediation={"mode": "none"}))
+    k.create(ns, gms("loop", autoscaling={"minReplicas": 1, "maxReplicas": 3, "target": 4}, remediation={"mode": "none"}))
     hpa = client.AutoscalingV2Api(k.api)
     wait_for(lambda: hpa.read_namespaced_horizontal_pod_autoscaler("loop", ns), 60, what="HPA")
     pod = running_pod(k, ns, "loop")
@@ -223,7 +218,7 @@ def test_crash_loop_pauses_scale_up(op, k, ns, addons):
 
 
 def test_lws_scale_event_counts_groups(op, k, ns, addons):
-    k.create(ns, small("lwsauto", tensorParallelSize=2, nodes=2, autoscaling={"minReplicas": 1, "maxReplicas": 2, "target": 2}))
+    k.create(ns, gms("lwsauto", tensorParallelSize=2, nodes=2, autoscaling={"minReplicas": 1, "maxReplicas": 2, "target": 2}))
     ready(k, ns, "lwsauto")
     lw = lws_obj(k, ns, "lwsauto")
     assert "replicas" in lw["spec"]  # defaulted by the LWS CRD, owned by nobody from the operator
@@ -233,7 +228,7 @@ def test_lws_scale_event_counts_groups(op, k, ns, addons):
 
 
 def test_inference_pool_applied_and_its_conditions_mirrored(op, k, ns, addons):
-    k.create(ns, small("pool", router={"inferencePool": {"endpointPicker": {"name": "pool-epp"}}}))
+    k.create(ns, gms("pool", router={"inferencePool": {"endpointPicker": {"name": "pool-epp"}}}))
     p = wait_for(lambda: k.co.get_namespaced_custom_object(*POOL[:2], ns, POOL[2], "pool"), 30, what="InferencePool")
     assert p["spec"]["targetPorts"] == [{"number": 8000}]
     assert p["spec"]["endpointPickerRef"]["name"] == "pool-epp"
@@ -317,7 +312,7 @@ def test_group_crash_loop_is_remediated_once_per_generation(op, k, ns, addons):
     from test_crashwatch_cluster import crash, tail
 
     # asyncScheduling set on: the value the remediation changes (left unset, the safe default is already off)
-    k.create(ns, small("grp", tensorParallelSize=2, nodes=2, asyncScheduling=True, remediation={"mode": "auto", "threshold": 3}))
+    k.create(ns, gms("grp", tensorParallelSize=2, nodes=2, asyncScheduling=True, remediation={"mode": "auto", "threshold": 3}))
     ready(k, ns, "grp")
     leaders, workers = group_pods(k, ns, "grp")
     message = tail("b9-np-repeat-negative.tail.log")
@@ -351,7 +346,7 @@ def test_group_crash_loop_is_remediated_once_per_generation(op, k, ns, addons):
 
 
 def test_deleted_leader_worker_set_is_restored(op, k, ns, addons):
-    k.create(ns, small("drift", tensorParallelSize=2, nodes=2))
+    k.create(ns, gms("drift", tensorParallelSize=2, nodes=2))
     ready(k, ns, "drift")
     # the engine Service is ours, and LWS's per-group headless Service (named after the leader pod) exists
     # beside it: with LWS's Shared subdomain both wanted the name "drift" (two controller owners, apply refused)

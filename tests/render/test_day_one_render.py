@@ -11,7 +11,9 @@ from gdn_operator.render.engine import deployment
 from gdn_operator.render.objects import render_all
 from gdn_operator.render.lws import leader_worker_set
 
-BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.32.0", "vllmVersion": "0.32.0"}}
+from builders import GMS, MODEL
+
+V32 = GMS().version("0.32.0")
 POD = {
     "imagePullSecrets": [{"name": "regcred"}],
     "serviceAccountName": "vllm-reader",
@@ -27,10 +29,6 @@ POD = {
 }
 
 
-def spec(**kw):
-    return parse_spec({**BASE, **kw})
-
-
 def templates(spec_):
     if spec_.nodes > 1:
         t = leader_worker_set("srv", "ns", spec_)["spec"]["leaderWorkerTemplate"]
@@ -40,7 +38,7 @@ def templates(spec_):
 
 @pytest.mark.parametrize("extra", [{}, {"nodes": 2, "tensorParallelSize": 2}])
 def test_pod_settings_on_every_engine_pod_template(extra):
-    s = spec(pod=POD, **extra)
+    s = parse_spec(V32.update(pod=POD, **extra).spec())
     for tpl in templates(s):
         ps, c = tpl["spec"], tpl["spec"]["containers"][0]
         assert ps["imagePullSecrets"] == [{"name": "regcred"}]
@@ -63,15 +61,17 @@ def test_pod_settings_on_every_engine_pod_template(extra):
 
 
 def test_unset_pod_settings_render_nothing_new():
-    ps = templates(spec())[0]["spec"]
+    ps = templates(parse_spec(V32.spec()))[0]["spec"]
     assert not {"imagePullSecrets", "serviceAccountName", "runtimeClassName", "securityContext"} & set(ps)
     assert "envFrom" not in ps["containers"][0] and "securityContext" not in ps["containers"][0]
 
 
 def test_env_from_configmap_key_and_api_key_from_secret():
-    s = spec(
-        env=[{"name": "S3_ENDPOINT", "configMapKeyRef": {"name": "storage", "key": "endpoint"}}],
-        apiKeySecret={"name": "vllm-key", "key": "api-key"},
+    s = parse_spec(
+        V32.update(
+            env=[{"name": "S3_ENDPOINT", "configMapKeyRef": {"name": "storage", "key": "endpoint"}}],
+            apiKeySecret={"name": "vllm-key", "key": "api-key"},
+        ).spec()
     )
     for tpl in templates(s):
         c = tpl["spec"]["containers"][0]
@@ -84,13 +84,15 @@ def test_env_from_configmap_key_and_api_key_from_secret():
 
 
 def test_default_cache_is_per_pod_with_a_download_step_and_an_offline_engine():
-    s = spec(
-        model={
-            **BASE["model"],
-            "hubEndpoint": "https://hf-mirror.example.com",
-            "hfTokenSecret": {"name": "hf"},
-            "cache": {"emptyDir": {"sizeLimit": "80Gi"}},
-        }
+    s = parse_spec(
+        V32.update(
+            model={
+                "uri": MODEL,
+                "hubEndpoint": "https://hf-mirror.example.com",
+                "hfTokenSecret": {"name": "hf"},
+                "cache": {"emptyDir": {"sizeLimit": "80Gi"}},
+            }
+        ).spec()
     )
     ps = templates(s)[0]["spec"]
     assert {"name": "cache", "emptyDir": {"sizeLimit": "80Gi"}} in ps["volumes"]
@@ -107,22 +109,28 @@ def test_default_cache_is_per_pod_with_a_download_step_and_an_offline_engine():
 
 
 def test_download_off_and_pvc_models_leave_the_engine_online_without_init():
-    ps = templates(spec(model={**BASE["model"], "hubEndpoint": "https://m.example", "cache": {"download": False}}))[0]["spec"]
+    ps = templates(
+        parse_spec(V32.update(model={"uri": MODEL, "hubEndpoint": "https://m.example", "cache": {"download": False}}).spec())
+    )[0]["spec"]
     assert "initContainers" not in ps
     env = {e["name"]: e.get("value") for e in ps["containers"][0]["env"]}
     assert env["HF_ENDPOINT"] == "https://m.example" and "HF_HUB_OFFLINE" not in env
-    assert "initContainers" not in templates(spec(model={"uri": "pvc://weights/qwen"}))[0]["spec"]
+    assert "initContainers" not in templates(parse_spec(V32.update(model={"uri": "pvc://weights/qwen"}).spec()))[0]["spec"]
 
 
 def test_cache_claims_existing_and_owned():
-    s = spec(model={**BASE["model"], "cache": {"persistentVolumeClaim": {"claimName": "shared-hf"}}}, replicas=2)
+    s = parse_spec(
+        V32.update(model={"uri": MODEL, "cache": {"persistentVolumeClaim": {"claimName": "shared-hf"}}}, replicas=2).spec()
+    )
     assert {"name": "cache", "persistentVolumeClaim": {"claimName": "shared-hf"}} in templates(s)[0]["spec"]["volumes"]
     assert "PersistentVolumeClaim" not in [o["kind"] for o in render_all("srv", "ns", s, uid="u")]
 
-    s = spec(
-        model={**BASE["model"], "cache": {"persistentVolumeClaim": {"size": "200Gi", "storageClassName": "fast"}}},
-        nodes=2,
-        tensorParallelSize=2,
+    s = parse_spec(
+        V32.update(
+            model={"uri": MODEL, "cache": {"persistentVolumeClaim": {"size": "200Gi", "storageClassName": "fast"}}},
+            nodes=2,
+            tensorParallelSize=2,
+        ).spec()
     )
     objs = {o["kind"]: o for o in render_all("srv", "ns", s, uid="u")}
     pvc = objs["PersistentVolumeClaim"]
@@ -139,9 +147,11 @@ def test_cache_claims_existing_and_owned():
 
 @pytest.mark.parametrize("strategy, surge, unavailable", [("Surge", 1, 0), ("InPlace", 0, 1)])
 def test_rollout_strategy_on_deployment_and_leader_worker_set(strategy, surge, unavailable):
-    d = deployment("srv", "ns", spec(rollout={"strategy": strategy}))
+    d = deployment("srv", "ns", parse_spec(V32.update(rollout={"strategy": strategy}).spec()))
     assert d["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": surge, "maxUnavailable": unavailable}
-    lws = leader_worker_set("srv", "ns", spec(rollout={"strategy": strategy}, nodes=2, tensorParallelSize=2))
+    lws = leader_worker_set(
+        "srv", "ns", parse_spec(V32.update(rollout={"strategy": strategy}, nodes=2, tensorParallelSize=2).spec())
+    )
     assert lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"] == {"maxSurge": surge, "maxUnavailable": unavailable}
 
 
@@ -156,7 +166,7 @@ def test_rollout_strategy_on_deployment_and_leader_worker_set(strategy, surge, u
     ],
 )
 def test_disruption_budget_default_and_override(fields, max_unavailable):
-    objs = {o["kind"]: o for o in render_all("srv", "ns", spec(**fields), uid="u")}
+    objs = {o["kind"]: o for o in render_all("srv", "ns", parse_spec(V32.update(**fields).spec()), uid="u")}
     pdb = objs["PodDisruptionBudget"]
     assert pdb["spec"]["maxUnavailable"] == max_unavailable
     assert pdb["spec"]["selector"]["matchLabels"] == objs["Deployment"]["spec"]["selector"]["matchLabels"]
@@ -164,8 +174,10 @@ def test_disruption_budget_default_and_override(fields, max_unavailable):
 
 
 def test_disruption_budget_off_and_lws_selector_covers_workers():
-    assert "PodDisruptionBudget" not in [o["kind"] for o in render_all("srv", "ns", spec(disruptionBudget={"enabled": False}))]
-    objs = {o["kind"]: o for o in render_all("srv", "ns", spec(nodes=2, tensorParallelSize=2))}
+    assert "PodDisruptionBudget" not in [
+        o["kind"] for o in render_all("srv", "ns", parse_spec(V32.update(disruptionBudget={"enabled": False}).spec()))
+    ]
+    objs = {o["kind"]: o for o in render_all("srv", "ns", parse_spec(V32.update(nodes=2, tensorParallelSize=2).spec()))}
     sel = objs["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"]
     assert "leaderworkerset.sigs.k8s.io/worker-index" not in sel  # leaders and workers alike
     worker_labels = objs["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["labels"]

@@ -12,11 +12,7 @@ from gdn_operator.render.engine import RenderError, deployment, safe_label_value
 from gdn_operator.render.objects import render_all
 from gdn_operator.rules.launchline import parse_launch_line
 
-BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}
-
-
-def spec(**kw):
-    return parse_spec({**BASE, **kw})
+from builders import GMS
 
 
 def flag_value(args, flag):
@@ -24,7 +20,10 @@ def flag_value(args, flag):
 
 
 def test_argv_core_flags():
-    args = vllm_args("srv", spec(tensorParallelSize=2, maxModelLen=32768, speculativeDecoding={"numSpeculativeTokens": 3}))
+    args = vllm_args(
+        "srv",
+        parse_spec(GMS().update(tensorParallelSize=2, maxModelLen=32768, speculativeDecoding={"numSpeculativeTokens": 3}).spec()),
+    )
     assert args[0] == "Qwen/Qwen3.5-27B"
     assert flag_value(args, "--served-model-name") == "srv"
     assert flag_value(args, "--tensor-parallel-size") == "2"
@@ -34,7 +33,7 @@ def test_argv_core_flags():
 
 
 def test_argv_leaves_vllm_defaults_alone_when_unset():
-    args = vllm_args("srv", spec())
+    args = vllm_args("srv", parse_spec(GMS().spec()))
     for f in (
         "--async-scheduling",
         "--no-async-scheduling",
@@ -52,16 +51,20 @@ def test_argv_leaves_vllm_defaults_alone_when_unset():
 def test_argv_explicit_toggles_and_backends():
     args = vllm_args(
         "srv",
-        spec(
-            asyncScheduling=False,
-            prefixCaching=False,
-            chunkedPrefill=True,
-            attentionBackend="FLASHINFER",
-            gdnPrefillBackend="triton",
-            cudagraphMode="FULL_AND_PIECEWISE",
-            maxNumSeqs=64,
-            maxNumBatchedTokens=8192,
-            extraArgs=["--trust-remote-code"],
+        parse_spec(
+            GMS()
+            .update(
+                asyncScheduling=False,
+                prefixCaching=False,
+                chunkedPrefill=True,
+                attentionBackend="FLASHINFER",
+                gdnPrefillBackend="triton",
+                cudagraphMode="FULL_AND_PIECEWISE",
+                maxNumSeqs=64,
+                maxNumBatchedTokens=8192,
+                extraArgs=["--trust-remote-code"],
+            )
+            .spec()
         ),
     )
     assert "--no-async-scheduling" in args and "--no-enable-prefix-caching" in args and "--enable-chunked-prefill" in args
@@ -98,7 +101,7 @@ def test_rendered_argv_reads_back_to_the_same_settings(fields):
     """One flag table (api/flags.py, issue 22 item 4): what the renderer writes, the launch-line reader reads
     back as the same spec values — every field of the reader's table, the MTP settings and the CUDA-graph mode."""
     assume(not (fields.get("enforceEager") and "cudagraphMode" in fields))  # refused by the spec's validator
-    rendered = spec(**fields)
+    rendered = parse_spec(GMS().update(**fields).spec())
     argv = vllm_args("srv", rendered)
     options = [a for a in argv if a.startswith("-")]
     written = {
@@ -112,16 +115,18 @@ def test_rendered_argv_reads_back_to_the_same_settings(fields):
 
 
 def test_deprecated_alias_rendered_as_mtp():
-    args = vllm_args("srv", spec(speculativeDecoding={"method": "qwen3_next_mtp", "numSpeculativeTokens": 1}))
+    args = vllm_args(
+        "srv", parse_spec(GMS().update(speculativeDecoding={"method": "qwen3_next_mtp", "numSpeculativeTokens": 1}).spec())
+    )
     assert json.loads(flag_value(args, "--speculative-config"))["method"] == "mtp"
 
 
 def test_spec_decode_disabled_has_no_speculative_config():
-    assert "--speculative-config" not in vllm_args("srv", spec(speculativeDecoding={"enabled": False}))
+    assert "--speculative-config" not in vllm_args("srv", parse_spec(GMS().update(speculativeDecoding={"enabled": False}).spec()))
 
 
 def test_pvc_model_is_mounted_read_only():
-    d = deployment("srv", "ns", spec(model={"uri": "pvc://models/qwen/Qwen3.5-27B"}))
+    d = deployment("srv", "ns", parse_spec(GMS().update(model={"uri": "pvc://models/qwen/Qwen3.5-27B"}).spec()))
     pod = d["spec"]["template"]["spec"]
     c = pod["containers"][0]
     assert c["args"][0] == "/models/qwen/Qwen3.5-27B"
@@ -133,12 +138,16 @@ def test_deployment_gpu_resources_probes_and_placement():
     d = deployment(
         "srv",
         "ns",
-        spec(
-            tensorParallelSize=4,
-            startupBudgetSeconds=3600,
-            resources={"gpuType": "NVIDIA-H100-80GB-HBM3"},
-            nodeSelector={"pool": "gpu"},
-            tolerations=[{"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}],
+        parse_spec(
+            GMS()
+            .update(
+                tensorParallelSize=4,
+                startupBudgetSeconds=3600,
+                resources={"gpuType": "NVIDIA-H100-80GB-HBM3"},
+                nodeSelector={"pool": "gpu"},
+                tolerations=[{"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}],
+            )
+            .spec()
         ),
         uid="u-1",
     )
@@ -162,10 +171,14 @@ def test_model_runner_and_secrets_as_env():
     d = deployment(
         "srv",
         "ns",
-        spec(
-            modelRunner="v2",
-            model={"uri": "hf://Qwen/Qwen3.5-27B", "hfTokenSecret": {"name": "hf"}},
-            env=[{"name": "NCCL_P2P_DISABLE", "value": "1"}, {"name": "X", "secretKeyRef": {"name": "s", "key": "k"}}],
+        parse_spec(
+            GMS()
+            .update(
+                modelRunner="v2",
+                model={"uri": "hf://Qwen/Qwen3.5-27B", "hfTokenSecret": {"name": "hf"}},
+                env=[{"name": "NCCL_P2P_DISABLE", "value": "1"}, {"name": "X", "secretKeyRef": {"name": "s", "key": "k"}}],
+            )
+            .spec()
         ),
     )
     env = {e["name"]: e for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
@@ -179,13 +192,13 @@ def test_model_runner_and_secrets_as_env():
 
 
 def test_service_and_pod_monitor():
-    objs = render_all("srv", "ns", spec(metrics={"scrapeIntervalSeconds": 30}), uid="u")
+    objs = render_all("srv", "ns", parse_spec(GMS().update(metrics={"scrapeIntervalSeconds": 30}).spec()), uid="u")
     kinds = [o["kind"] for o in objs]
     assert kinds == ["Deployment", "Service", "PodMonitor", "PodDisruptionBudget"]
     svc = objs[1]
     assert {p["name"] for p in svc["spec"]["ports"]} == {"http", "metrics"}
     assert objs[2]["spec"]["podMetricsEndpoints"][0]["interval"] == "30s"
-    assert [o["kind"] for o in render_all("srv", "ns", spec(metrics={"enabled": False}))] == [
+    assert [o["kind"] for o in render_all("srv", "ns", parse_spec(GMS().update(metrics={"enabled": False}).spec()))] == [
         "Deployment",
         "Service",
         "PodDisruptionBudget",
@@ -195,20 +208,22 @@ def test_service_and_pod_monitor():
 def test_pod_monitor_labels_and_server_label():
     """GDN_POD_MONITOR_LABELS reach the PodMonitor (kube-prometheus-stack selects `release: <name>`), our own
     labels win a clash, and every engine series gets `server` = the GDNModelServer's name (issue 28)."""
-    pm = render_all("srv", "ns", spec(), monitor_labels={"release": "kps", "app.kubernetes.io/managed-by": "x"})[2]
+    pm = render_all(
+        "srv", "ns", parse_spec(GMS().spec()), monitor_labels={"release": "kps", "app.kubernetes.io/managed-by": "x"}
+    )[2]
     assert pm["metadata"]["labels"]["release"] == "kps"
     assert pm["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gdn-operator"
     (ep,) = pm["spec"]["podMetricsEndpoints"]
     assert ep["relabelings"] == [{"action": "replace", "targetLabel": "server", "replacement": "srv"}]
     assert "honorLabels" not in ep
-    assert "release" not in render_all("srv", "ns", spec())[2]["metadata"]["labels"]
+    assert "release" not in render_all("srv", "ns", parse_spec(GMS().spec()))[2]["metadata"]["labels"]
 
 
 def test_bad_names_give_a_clear_error():
     with pytest.raises(RenderError, match="metadata.name 'Srv.1' cannot name the engine Service"):
-        service("Srv.1", "ns", spec())
+        service("Srv.1", "ns", parse_spec(GMS().spec()))
     with pytest.raises(RenderError, match="at most 63 characters"):
-        deployment("a" * 70, "ns", spec())
+        deployment("a" * 70, "ns", parse_spec(GMS().spec()))
 
 
 def test_label_value_is_always_valid():

@@ -13,12 +13,10 @@ from gdn_operator.render.engine import ENGINE_PORT
 from gdn_operator.render.objects import render_all
 from gdn_operator.render.scaleout import ScaleOutOptions, engine_args, workload_of
 
-BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-397B-A17B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}
-TWO_NODES = {**BASE, "tensorParallelSize": 8, "pipelineParallelSize": 2, "nodes": 2}
+from builders import GMS
 
-
-def spec(**kw):
-    return parse_spec({**BASE, **kw})
+Q397 = GMS().update(model={"uri": "hf://Qwen/Qwen3.5-397B-A17B"})
+TWO_NODES = Q397.update(tensorParallelSize=8, pipelineParallelSize=2, nodes=2)
 
 
 def by_kind(objs):
@@ -26,7 +24,7 @@ def by_kind(objs):
 
 
 def test_single_node_spec_still_renders_a_deployment():
-    objs = by_kind(render_all("s", "ns", spec(tensorParallelSize=2)))
+    objs = by_kind(render_all("s", "ns", parse_spec(Q397.update(tensorParallelSize=2).spec())))
     assert set(objs) == {"Deployment", "Service", "PodMonitor", "PodDisruptionBudget"}
     assert objs["Deployment"]["spec"]["replicas"] == 1
     c = objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
@@ -34,7 +32,7 @@ def test_single_node_spec_still_renders_a_deployment():
 
 
 def test_two_node_engine_is_a_leader_worker_set_with_mp_launcher_wiring():
-    objs = by_kind(render_all("q", "ns", parse_spec(TWO_NODES), "uid-1"))
+    objs = by_kind(render_all("q", "ns", parse_spec(TWO_NODES.spec()), "uid-1"))
     assert "Deployment" not in objs
     lw = objs["LeaderWorkerSet"]
     assert lw["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
@@ -66,7 +64,7 @@ def test_two_node_engine_is_a_leader_worker_set_with_mp_launcher_wiring():
 
 def test_api_objects_select_group_leaders_only():
     objs = by_kind(
-        render_all("q", "ns", parse_spec({**TWO_NODES, "router": {"inferencePool": {"endpointPicker": {"name": "epp"}}}}))
+        render_all("q", "ns", parse_spec(TWO_NODES.update(router={"inferencePool": {"endpointPicker": {"name": "epp"}}}).spec()))
     )
     for sel in (
         objs["Service"]["spec"]["selector"],
@@ -74,14 +72,16 @@ def test_api_objects_select_group_leaders_only():
         objs["InferencePool"]["spec"]["selector"]["matchLabels"],
     ):
         assert sel[LABEL_WORKER_INDEX] == "0"
-    single = by_kind(render_all("s", "ns", spec()))
+    single = by_kind(render_all("s", "ns", parse_spec(Q397.spec())))
     assert LABEL_WORKER_INDEX not in single["Service"]["spec"]["selector"]
 
 
 def test_inference_pool_targets_the_engine_port_and_the_epp():
-    pool = by_kind(render_all("s", "ns", spec(router={"inferencePool": {"endpointPicker": {"name": "epp", "port": 9002}}})))[
-        "InferencePool"
-    ]
+    pool = by_kind(
+        render_all(
+            "s", "ns", parse_spec(Q397.update(router={"inferencePool": {"endpointPicker": {"name": "epp", "port": 9002}}}).spec())
+        )
+    )["InferencePool"]
     assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
     assert pool["spec"]["targetPorts"] == [{"number": ENGINE_PORT}]
     assert pool["spec"]["endpointPickerRef"] == {
@@ -97,7 +97,7 @@ AUTO = {"minReplicas": 2, "maxReplicas": 6, "metric": "num_requests_waiting", "t
 
 
 def test_hpa_scales_the_workload_not_the_server_and_owns_replicas():
-    objs = by_kind(render_all("s", "ns", spec(autoscaling=AUTO)))
+    objs = by_kind(render_all("s", "ns", parse_spec(Q397.update(autoscaling=AUTO).spec())))
     assert "replicas" not in objs["Deployment"]["spec"]  # the autoscaler owns it via the scale subresource
     hpa = objs["HorizontalPodAutoscaler"]
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "s"}
@@ -113,7 +113,7 @@ def test_keda_scaled_object_queries_this_servers_series():
         render_all(
             "q",
             "ns",
-            parse_spec({**TWO_NODES, "autoscaling": {**AUTO, "metric": "kv_cache_usage_perc", "target": 0.8}}),
+            parse_spec(TWO_NODES.update(autoscaling={**AUTO, "metric": "kv_cache_usage_perc", "target": 0.8}).spec()),
             scaleout=ScaleOutOptions(keda=True, prometheus_address="http://prom:9090"),
         )
     )
@@ -134,7 +134,7 @@ def test_request_metrics_are_summed_and_targeted_per_engine():
         render_all(
             "s",
             "ns",
-            spec(autoscaling=AUTO, model={"uri": "hf://Qwen/Qwen3.5-27B", "servedName": "q35"}),
+            parse_spec(Q397.update(autoscaling=AUTO, model={"uri": "hf://Qwen/Qwen3.5-27B", "servedName": "q35"}).spec()),
             scaleout=ScaleOutOptions(keda=True, prometheus_address="http://p:9090"),
         )
     )["ScaledObject"]
@@ -147,28 +147,35 @@ def test_request_metrics_are_summed_and_targeted_per_engine():
 @pytest.mark.parametrize("keda", [False, True])
 def test_crash_loop_pauses_scale_up_only(keda):
     opts = ScaleOutOptions(keda=keda, prometheus_address="http://p:9090", scale_up_paused=True)
-    scaler = render_all("s", "ns", spec(autoscaling=AUTO), scaleout=opts)[-1]
+    scaler = render_all("s", "ns", parse_spec(Q397.update(autoscaling=AUTO).spec()), scaleout=opts)[-1]
     assert autoscale.scale_up_paused(scaler)
-    calm = render_all("s", "ns", spec(autoscaling=AUTO), scaleout=ScaleOutOptions(keda=keda, prometheus_address="http://p:9090"))[
-        -1
-    ]
+    calm = render_all(
+        "s",
+        "ns",
+        parse_spec(Q397.update(autoscaling=AUTO).spec()),
+        scaleout=ScaleOutOptions(keda=keda, prometheus_address="http://p:9090"),
+    )[-1]
     assert not autoscale.scale_up_paused(calm)
 
 
 def test_graceful_drain_wires_prestop_grace_and_shutdown_timeout():
-    dep = by_kind(render_all("s", "ns", spec(autoscaling=AUTO)))["Deployment"]
+    dep = by_kind(render_all("s", "ns", parse_spec(Q397.update(autoscaling=AUTO).spec())))["Deployment"]
     pod = dep["spec"]["template"]["spec"]
     c = pod["containers"][0]
     n = int(c["args"][c["args"].index("--shutdown-timeout") + 1])
     assert n == shutdown.AUTOSCALING_DEFAULT_DRAIN
     pre = c["lifecycle"]["preStop"]["sleep"]["seconds"]
     assert pod["terminationGracePeriodSeconds"] > pre + n  # vllm PR #43208: grace > preStop + drain
-    explicit = by_kind(render_all("s", "ns", spec(shutdownTimeoutSeconds=120)))["Deployment"]["spec"]["template"]["spec"]
+    explicit = by_kind(render_all("s", "ns", parse_spec(Q397.update(shutdownTimeoutSeconds=120).spec())))["Deployment"]["spec"][
+        "template"
+    ]["spec"]
     assert explicit["terminationGracePeriodSeconds"] > 120 + pre
 
 
 def test_autoscaling_on_a_vllm_without_shutdown_timeout_renders_no_flag():
-    dep = by_kind(render_all("s", "ns", spec(autoscaling=AUTO, image={"tag": "x", "vllmVersion": "0.17.1"})))["Deployment"]
+    dep = by_kind(
+        render_all("s", "ns", parse_spec(Q397.update(autoscaling=AUTO, image={"tag": "x", "vllmVersion": "0.17.1"}).spec()))
+    )["Deployment"]
     c = dep["spec"]["template"]["spec"]["containers"][0]
     assert "--shutdown-timeout" not in c["args"] and "lifecycle" not in c
 

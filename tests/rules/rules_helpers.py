@@ -7,12 +7,11 @@ from typing import Any
 
 from gdn_operator.api.spec import GDNModelServerSpec
 
+from builders import GMS
+
 
 def spec_dict(version: str = "0.33.0", model: str = "hf://Qwen/Qwen3.5-27B", **fields: Any) -> dict[str, Any]:
-    d: dict[str, Any] = {"model": {"uri": model}, "image": {"tag": f"v{version}", "vllmVersion": version}}
-    for k, v in fields.items():
-        d[k] = copy.deepcopy(v)
-    return d
+    return GMS().version(version).update(model={"uri": model}, **fields).spec()
 
 
 def mk(

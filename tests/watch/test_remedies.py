@@ -10,7 +10,9 @@ from gdn_operator.api.load import parse_spec
 from gdn_operator.api.specpatch import merge
 from gdn_operator.watch.signatures import ACTIONS, CatalogueError, default_catalogue, parse_catalogue
 
-BASE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}
+from builders import GMS
+
+BASE = GMS().spec()
 P2P = {"env": [{"name": "NCCL_P2P_DISABLE", "value": "1"}, {"name": "OTHER", "value": "x"}]}
 
 
