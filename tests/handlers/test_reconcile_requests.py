@@ -97,7 +97,14 @@ def api(monkeypatch):
     server.workload_changes = True
     monkeypatch.setattr(kube, "api_client", lambda: None)
     monkeypatch.setattr(kubernetes.client, "CustomObjectsApi", server)
-    monkeypatch.setattr(kube, "apply_changed", lambda obj: (server.applied.append(obj["kind"]) or obj, server.workload_changes))
+    server.same_rendering: list[tuple[str, bool]] = []
+
+    def apply_changed(obj: dict[str, Any], *, same_rendering: bool = False) -> tuple[dict[str, Any], bool]:
+        server.applied.append(obj["kind"])
+        server.same_rendering.append((obj["kind"], same_rendering))
+        return obj, server.workload_changes
+
+    monkeypatch.setattr(kube, "apply_changed", apply_changed)
     monkeypatch.setattr(kube, "emit_event", lambda obj, reason, msg, type_="Normal": server.events.append((reason, msg, type_)))
 
     def deleted(kind, ns, name, uid, crds):  # noqa: ANN001
@@ -132,6 +139,25 @@ def test_a_resumed_reconcile_of_an_unchanged_server_writes_and_emits_nothing(api
     api.workload_changes = False  # server-side apply answered a no-op
     assert reconcile.reconcile_sync(copy.deepcopy(api.obj), rt) == "unchanged"
     assert api.requests == [] and api.events == []
+
+
+def test_the_status_records_the_rendering_so_a_reapply_of_it_is_judged_without_slack(api, rt):
+    """A restart right after an apply: the workload's apply is flagged as the same rendering (kube.changed_by_apply
+    then gives no second of slack, which would read the previous apply as a change); a new rendering is not."""
+    reconcile.reconcile_sync(copy.deepcopy(api.obj), rt)
+    digest = api.obj["status"]["renderedDigest"]
+    assert len(digest) == 32 and api.same_rendering[0] == ("Deployment", False)
+    api.same_rendering.clear()
+    api.requests.clear()
+    reconcile.reconcile_sync(copy.deepcopy(api.obj), rt)
+    assert api.same_rendering == [("Deployment", True), ("Service", False), ("PodDisruptionBudget", False)]
+    assert api.obj["status"]["renderedDigest"] == digest and api.requests == []  # nothing new to write
+    api.same_rendering.clear()
+    api.obj["metadata"]["generation"] = 2
+    api.obj["spec"]["maxModelLen"] = 4096  # a new rendering
+    reconcile.reconcile_sync(copy.deepcopy(api.obj), rt)
+    assert api.same_rendering[0] == ("Deployment", False)
+    assert api.obj["status"]["renderedDigest"] != digest
 
 
 def test_a_new_generation_with_the_same_workload_emits_its_findings_once(api, rt):
@@ -260,6 +286,9 @@ def test_changed_by_apply_reads_the_managers_field_time_against_the_response_dat
     assert changed_by_apply(applied("2026-11-23T18:00:09Z"), date)  # one second of slack (whole seconds)
     assert not changed_by_apply(applied("2026-11-23T17:59:00Z"), date)  # a no-op apply left the time alone
     assert changed_by_apply(applied(None), date) and changed_by_apply(applied("2026-11-23T17:59:00Z"), None)
+    # the same rendering re-applied: no slack, so an apply of a second ago (before an operator restart) is no change
+    assert not changed_by_apply(applied("2026-11-23T18:00:09Z"), date, same_rendering=True)
+    assert changed_by_apply(applied("2026-11-23T18:00:10Z"), date, same_rendering=True)  # someone else's change undone
 
 
 def test_a_status_the_schema_refuses_is_an_error_not_a_conflict(api, monkeypatch):

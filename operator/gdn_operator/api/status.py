@@ -224,6 +224,13 @@ class GDNModelServerStatus(_Status):
         description="Values the operator runs instead of the spec's (admission mitigations, crash remediations); "
         "the spec itself is never written. See api/overrides.py for when one ends.",
     )
+    rendered_digest: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Digest of the engine workload as the operator last rendered it (its own record): an apply of "
+        "the same rendering is a no-op unless someone changed the workload, which tells a repeated apply (after a "
+        "restart) from a change without reading the workload first.",
+    )
     overrides_cleared: str | None = Field(
         default=None, description="The last serving.gdn-operator.io/clear-overrides annotation value acted on."
     )

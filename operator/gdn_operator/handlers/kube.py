@@ -157,9 +157,10 @@ def apply(obj: dict[str, Any]) -> dict[str, Any]:
     return apply_changed(obj)[0]
 
 
-def apply_changed(obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+def apply_changed(obj: dict[str, Any], *, same_rendering: bool = False) -> tuple[dict[str, Any], bool]:
     """Server-side apply; also whether it changed anything (`changed_by_apply`), from the response alone:
-    no read of the object before."""
+    no read of the object before. `same_rendering`: the operator applied exactly this object before (so only
+    someone else's change makes this apply write)."""
     c = api_client()
     kind, ns, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
     kw: dict[str, Any] = dict(field_manager=FIELD_MANAGER, force=True, _content_type=APPLY, _preload_content=False)
@@ -185,16 +186,19 @@ def apply_changed(obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     else:  # pragma: no cover - render only produces the kinds above
         raise ValueError(f"cannot apply kind {kind}")
     date = r.headers.get("Date") if hasattr(r, "headers") else None
+    created = getattr(r, "status", None) == 201
     out = _json(r)
-    return out, changed_by_apply(out, date)
+    return out, created or changed_by_apply(out, date, same_rendering=same_rendering)
 
 
-def changed_by_apply(obj: dict[str, Any], date: str | None) -> bool:
+def changed_by_apply(obj: dict[str, Any], date: str | None, *, same_rendering: bool = False) -> bool:
     """Whether the apply that answered `obj` (at `date`, the response's HTTP Date: the API server's clock)
     changed the object. The API server moves our field manager's managedFields `time` only when an apply
     adds, changes or removes one of its fields (a no-op apply writes nothing), so the apply changed the object
-    iff that time is not older than the response (both in whole seconds: one second of slack). Unknown
-    (no Date, no entry): True, which at worst repeats an "Applied" Event."""
+    iff that time is not older than the response. Both are whole seconds: a write at x.999 answered at x+1.001
+    reads one second old, so a new rendering gets one second of slack; the same rendering (re-applied: after an
+    operator restart, a retry) gets none, since with slack the previous apply, if it was less than two seconds
+    ago, would read as a change. Unknown (no Date, no entry): True, which at worst repeats an "Applied" Event."""
     entry = next(
         (
             m
@@ -210,7 +214,7 @@ def changed_by_apply(obj: dict[str, Any], date: str | None) -> bool:
         written = dt.datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00"))
     except (TypeError, ValueError):
         return True
-    return (at - written).total_seconds() <= 1.0
+    return (at - written).total_seconds() <= (0.0 if same_rendering else 1.0)
 
 
 #: Built-in kinds the operator may own beside the engine Service (get_object / delete_owned read them directly).

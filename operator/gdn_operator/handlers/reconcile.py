@@ -24,6 +24,7 @@ from gdn_operator.handlers.probes import probes_disabled
 from gdn_operator.handlers.workloadstatus import workload_status
 from gdn_operator.render import lws, podparts
 from gdn_operator.render.engine import ENGINE_PORT
+from gdn_operator.render.objects import rendered_digest
 from gdn_operator.render.scaleout import MANAGED_KINDS, owned_name
 from gdn_operator.rules import Evaluation
 
@@ -60,6 +61,8 @@ def refused_as_invalid(e: ApiException) -> bool:
 
 #: status key: the optional kinds (MANAGED_KINDS) this server may own, so that prune asks only about those
 OWNED_KINDS = "ownedKinds"
+#: status key: the digest of the workload as last rendered (render.objects.rendered_digest)
+RENDERED_DIGEST = "renderedDigest"
 
 
 def prune_candidates(body: dict[str, Any], objects: list[dict[str, Any]], rt: PlanInputs) -> list[str]:
@@ -188,6 +191,8 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
         "Admitted": "No known crash or corruption rule matches this configuration.",
     }[reason]
     workload = next((o for o in objects if o["kind"] in ("Deployment", lws.KIND)), None)
+    digest = rendered_digest(workload) if workload is not None else None
+    same_rendering = digest is not None and (body.get("status") or {}).get(RENDERED_DIGEST) == digest
     candidates = prune_candidates(body, objects, rt)
     owned = sorted({kind for _, kind in _managed(objects)} | set(candidates))  # until pruned
     probes_off = _probes_off(body)
@@ -208,6 +213,8 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
             status[CLEARED_KEY] = p.cleared
         st.set_overridden(status, gen)
         status[OWNED_KINDS] = owned
+        if digest is not None:
+            status[RENDERED_DIGEST] = digest
         status["url"] = podparts.url(name, ns, ENGINE_PORT)  # the engine Service is applied below
         if workload is not None and "workload" not in status:
             status["workload"] = workload["kind"]  # handlers/workload.py keeps it from the workload's events
@@ -253,7 +260,7 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     changed = False
     try:
         for obj in objects:
-            _out, obj_changed = kube.apply_changed(obj)
+            _out, obj_changed = kube.apply_changed(obj, same_rendering=obj is workload and same_rendering)
             changed = changed or (obj is workload and obj_changed)
     except ApiException as e:
         if e.status != 403 and not refused_as_invalid(e):

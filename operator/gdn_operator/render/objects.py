@@ -8,6 +8,8 @@ applies the list; `gdnctl render` prints it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,3 +39,8 @@ def render_all(
         objs.append(claim)
     objs += extra_objects(name, namespace, spec, uid, scaleout or ScaleOutOptions())
     return objs
+
+
+def rendered_digest(obj: Mapping[str, Any]) -> str:
+    """A short, stable digest of one rendered object (its JSON with sorted keys): equal iff the rendering is."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
