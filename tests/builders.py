@@ -37,6 +37,20 @@ ARCHITECTURE = "Qwen3_5ForConditionalGeneration"
 GDN_IMAGE = {"repository": "ghcr.io/gdn-operator/vllm-gdn", "tag": "v0.33.0-gdn1", "vllmVersion": "0.33.0"}
 #: what fits a CPU-only test cluster (kwok nodes, the vLLM CPU engine)
 SMALL_RESOURCES = {"cpu": "1", "memory": "1Gi", "shmSize": "1Gi"}
+#: spec.pod with every day-one setting a platform team sets (issue 29 item 1), as README.md shows them
+POD_SETTINGS: dict[str, Any] = {
+    "imagePullSecrets": [{"name": "regcred"}],
+    "serviceAccountName": "vllm-reader",
+    "runtimeClassName": "nvidia",
+    "priorityClassName": "inference-high",
+    "schedulerName": "kai-scheduler",
+    "labels": {"kueue.x-k8s.io/queue-name": "gpu"},
+    "annotations": {"sidecar.istio.io/inject": "false"},
+    "volumes": [{"name": "media", "persistentVolumeClaim": {"claimName": "media"}}],
+    "volumeMounts": [{"name": "media", "mountPath": "/media", "readOnly": True}],
+    "securityContext": {"runAsNonRoot": True, "fsGroup": 1000},
+    "containerSecurityContext": {"allowPrivilegeEscalation": False},
+}
 
 
 def _merge(into: dict[str, Any], fields: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.api.pod import UNSAFE_OPT_INS, unsafe_refusals
 from gdn_operator.settings import Settings, SettingsError
 
-from builders import GMS, MODEL
+from builders import GMS, MODEL, POD_SETTINGS
 
 V32 = GMS().version("0.32.0")
 
@@ -22,19 +22,7 @@ def refused(**kw) -> str:
 def test_pod_settings_parse():
     s = parse_spec(
         V32.update(
-            pod={
-                "imagePullSecrets": [{"name": "regcred"}],
-                "serviceAccountName": "vllm-reader",
-                "runtimeClassName": "nvidia",
-                "priorityClassName": "inference-high",
-                "schedulerName": "kai-scheduler",
-                "labels": {"kueue.x-k8s.io/queue-name": "gpu"},
-                "annotations": {"sidecar.istio.io/inject": "false"},
-                "volumes": [{"name": "media", "persistentVolumeClaim": {"claimName": "media"}}],
-                "volumeMounts": [{"name": "media", "mountPath": "/media", "readOnly": True}],
-                "securityContext": {"runAsNonRoot": True, "fsGroup": 1000},
-                "containerSecurityContext": {"allowPrivilegeEscalation": False},
-            },
+            pod=POD_SETTINGS,
             env=[{"name": "S3_ENDPOINT", "configMapKeyRef": {"name": "storage", "key": "endpoint"}}],
         ).spec()
     )

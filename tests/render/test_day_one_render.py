@@ -11,22 +11,10 @@ from gdn_operator.render.engine import deployment
 from gdn_operator.render.objects import render_all
 from gdn_operator.render.lws import leader_worker_set
 
-from builders import GMS, MODEL
+from builders import GMS, MODEL, POD_SETTINGS
 
 V32 = GMS().version("0.32.0")
-POD = {
-    "imagePullSecrets": [{"name": "regcred"}],
-    "serviceAccountName": "vllm-reader",
-    "runtimeClassName": "nvidia",
-    "priorityClassName": "inference-high",
-    "schedulerName": "kai-scheduler",
-    "labels": {"kueue.x-k8s.io/queue-name": "gpu"},
-    "annotations": {"sidecar.istio.io/inject": "false"},
-    "volumes": [{"name": "media", "persistentVolumeClaim": {"claimName": "media"}}],
-    "volumeMounts": [{"name": "media", "mountPath": "/media", "readOnly": True}],
-    "securityContext": {"fsGroup": 1000},
-    "containerSecurityContext": {"allowPrivilegeEscalation": False},
-}
+POD = POD_SETTINGS
 
 
 def templates(spec_):
@@ -48,7 +36,7 @@ def test_pod_settings_on_every_engine_pod_template(extra):
             "inference-high",
             "kai-scheduler",
         )
-        assert ps["securityContext"] == {"fsGroup": 1000}
+        assert ps["securityContext"] == {"runAsNonRoot": True, "fsGroup": 1000}
         assert tpl["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu"
         assert tpl["metadata"]["labels"]["serving.gdn-operator.io/server"] == "srv"  # the operator's stay
         assert tpl["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
