@@ -15,6 +15,7 @@ No pytest dependency (like controlplane.py).
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from controlplane import BUILD_SH, ControlPlane, ControlPlaneError, _tail, free_port
+from controlplane import BUILD_SH, ControlPlane, ControlPlaneError, _tail, build_paths, free_port, wait_started
 
 LWS_CRDS = (
     "config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml",
@@ -54,12 +55,7 @@ class AddonPaths:
 
 def find_addons(build: bool = True) -> AddonPaths:
     """Paths from build.sh; with build=True, fetch the modules and build the LWS controller if needed."""
-    if build:
-        res = subprocess.run(["bash", str(BUILD_SH), "lws"], capture_output=True, text=True)
-        if res.returncode != 0:
-            raise ControlPlaneError(f"build.sh lws failed:\n{res.stderr[-3000:]}")
-    out = subprocess.run(["bash", str(BUILD_SH), "paths"], capture_output=True, text=True, check=True).stdout
-    kv = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    kv = build_paths("lws" if build else None)
 
     def p(key: str) -> Path | None:
         return Path(kv[key]) if kv.get(key) else None
@@ -153,18 +149,14 @@ class LWSController:
         return self
 
     def _wait_ready(self, timeout: float) -> None:
-        import socket
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise ControlPlaneError(f"lws controller exited with {self.proc.returncode}:\n{_tail(self.log)}")
+        def listening() -> bool:
             try:
                 with socket.create_connection(("127.0.0.1", self.webhook_port), timeout=1):
-                    return
+                    return True
             except OSError:
-                time.sleep(0.25)
-        raise ControlPlaneError(f"lws webhook server not listening after {timeout}s:\n{_tail(self.log)}")
+                return False
+
+        wait_started(self.proc, listening, "lws controller (webhook server)", self.log, timeout)
 
     def _hook(self, name: str, path: str, group: str, resource: str, ops: list[str], scoped: bool) -> dict[str, Any]:
         import base64

@@ -107,8 +107,24 @@ class Binaries:
         return [p for p in need if not (p.is_file() and os.access(p, os.X_OK))]
 
 
-def _parse_paths(out: str) -> Binaries:
-    kv = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+def _kv(out: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def build_paths(target: str | None = None) -> dict[str, str]:
+    """``build.sh <target>`` first when given (instant when cached), then what ``build.sh paths`` prints, as a
+    dict (ETCD, KUBE_APISERVER, LWS_MANAGER, PROMETHEUS, …): one reader for every tier's and add-on's paths."""
+    if target is not None:
+        res = subprocess.run(["bash", str(BUILD_SH), target], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise ControlPlaneError(f"build.sh {target} failed:\n{res.stderr[-3000:]}")
+    res = subprocess.run(["bash", str(BUILD_SH), "paths"], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise ControlPlaneError(f"{BUILD_SH} paths failed:\n{res.stderr[-2000:]}")
+    return _kv(res.stdout)
+
+
+def _parse_paths(kv: dict[str, str]) -> Binaries:
     src = kv.get("KWOK_SRC") or ""
     return Binaries(
         etcd=Path(kv["ETCD"]),
@@ -125,10 +141,7 @@ def _parse_paths(out: str) -> Binaries:
 
 def find_binaries() -> Binaries:
     """Where build.sh puts (or has put) the binaries; builds nothing."""
-    res = subprocess.run(["bash", str(BUILD_SH), "paths"], capture_output=True, text=True)
-    if res.returncode != 0:
-        raise ControlPlaneError(f"{BUILD_SH} paths failed:\n{res.stderr[-2000:]}")
-    return _parse_paths(res.stdout)
+    return _parse_paths(build_paths())
 
 
 def ensure_built(tier: str = "core", *, quiet: bool = False) -> Binaries:
@@ -147,7 +160,7 @@ def ensure_built(tier: str = "core", *, quiet: bool = False) -> Binaries:
     if res.returncode != 0:
         tail = (res.stderr or "")[-4000:]
         raise ControlPlaneError(f"{BUILD_SH} {tier} failed (exit {res.returncode}):\n{tail}")
-    bins = _parse_paths(res.stdout)
+    bins = _parse_paths(_kv(res.stdout))
     missing = bins.missing(tier)
     if missing:
         raise ControlPlaneError(f"{BUILD_SH} {tier} succeeded but binaries are missing: {missing}")
@@ -297,6 +310,28 @@ def _tail(path: Path, lines: int = 40) -> str:
     except OSError as e:
         return f"(no log: {e})"
     return "\n".join(data[-lines:])
+
+
+def http_ok(url: str) -> bool:
+    """GET `url` answers 200 (False while nothing listens or the server errs)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def wait_started(proc: subprocess.Popen[Any] | None, ready: Any, what: str, log: Path, timeout: float) -> None:
+    """Poll `ready()` every 0.25 s until it holds. A process that exits first, or the timeout, raises
+    ControlPlaneError with the tail of its log: one loop for every helper process the tests start."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise ControlPlaneError(f"{what} exited {proc.returncode}:\n{_tail(log)}")
+        if ready():
+            return
+        time.sleep(0.25)
+    raise ControlPlaneError(f"{what} not ready after {timeout}s:\n{_tail(log)}")
 
 
 @dataclass

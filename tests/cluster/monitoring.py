@@ -45,7 +45,7 @@ from typing import Any
 import yaml
 
 from addons import install_crds
-from controlplane import BUILD_SH, ControlPlane, ControlPlaneError, _tail, free_port
+from controlplane import BUILD_SH, ControlPlane, ControlPlaneError, _tail, build_paths, free_port, http_ok, wait_started
 
 CRD_DIR = "example/prometheus-operator-crd"
 CRDS = tuple(
@@ -76,12 +76,7 @@ class MonitoringPaths:
 
 def find_monitoring(build: bool = True) -> MonitoringPaths:
     """Paths from build.sh; with build=True, build the Prometheus Operator and Prometheus if needed."""
-    if build:
-        res = subprocess.run(["bash", str(BUILD_SH), "monitoring"], capture_output=True, text=True)
-        if res.returncode != 0:
-            raise ControlPlaneError(f"build.sh monitoring failed:\n{res.stderr[-3000:]}")
-    out = subprocess.run(["bash", str(BUILD_SH), "paths"], capture_output=True, text=True, check=True).stdout
-    kv = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    kv = build_paths("monitoring" if build else None)
     paths = MonitoringPaths(
         Path(kv["PROMETHEUS_OPERATOR"]),
         Path(kv["PROMOP_SRC"]) if kv.get("PROMOP_SRC") else None,
@@ -133,18 +128,9 @@ class PrometheusOperator:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ControlPlaneError(f"prometheus-operator exited {self.proc.returncode}:\n{_tail(self.log)}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.5)
-        raise ControlPlaneError(f"prometheus-operator not healthy after {timeout}s:\n{_tail(self.log)}")
+        url = f"http://127.0.0.1:{self.port}/healthz"
+        wait_started(self.proc, lambda: http_ok(url), "prometheus-operator", self.log, timeout)
+        return self
 
     def stop(self) -> None:
         _stop(self.proc)
@@ -282,18 +268,8 @@ class PrometheusServer:
                 start_new_session=True,
                 env={**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"},
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ControlPlaneError(f"prometheus exited {self.proc.returncode}:\n{_tail(self.log)}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.5)
-        raise ControlPlaneError(f"prometheus not ready after {timeout}s:\n{_tail(self.log)}")
+        wait_started(self.proc, lambda: http_ok(f"{self.url}/-/ready"), "prometheus", self.log, timeout)
+        return self
 
     def reload(self) -> None:
         req = urllib.request.Request(f"{self.url}/-/reload", method="POST")
