@@ -11,23 +11,14 @@ from gdn_operator.api.specpatch import merge
 from gdn_operator.watch.signatures import ACTIONS, CatalogueError, default_catalogue, parse_catalogue
 
 from builders import GMS
+from test_signatures import _minimal
 
 BASE = GMS().spec()
 P2P = {"env": [{"name": "NCCL_P2P_DISABLE", "value": "1"}, {"name": "OTHER", "value": "x"}]}
 
 
 def _doc(actions=None, action="investigate"):
-    sig = {
-        "id": "x",
-        "title": "t",
-        "kind": "runtime-crash",
-        "upstream": None,
-        "priority": 1,
-        "keywords": ["boom"],
-        "match": ["boom"],
-        "remediation": {"action": action, "hint": "h"},
-    }
-    doc = {"schema": 1, "signatures": [sig]}
+    doc = _minimal(remediation={"action": action, "hint": "h"})  # the one minimal catalogue of the signature tests
     if actions is not None:
         doc["actions"] = actions
     return doc
