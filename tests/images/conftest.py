@@ -62,6 +62,22 @@ def _run(cmd: list[str], what: str, timeout: float = 900, env: dict | None = Non
     return proc
 
 
+def _pip_into(python: Path, target: Path, *args: str) -> list[str]:
+    """`pip install --no-deps --target TARGET ARGS` with `python`'s pip, quietly."""
+    return [
+        str(python),
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--target",
+        str(target),
+        *args,
+    ]
+
+
 @pytest.fixture(scope="session")
 def gdn_guard_site(engine_python: Path, tmp_path_factory) -> Path:
     """gdn-guard installed (non-editable, real dist-info + entry_points.txt) into a fresh directory
@@ -70,22 +86,7 @@ def gdn_guard_site(engine_python: Path, tmp_path_factory) -> Path:
     pkg = work / "pkg"
     shutil.copytree(GUARD_PKG, pkg, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     site = work / "site"
-    _run(
-        [
-            str(engine_python),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--disable-pip-version-check",
-            "--target",
-            str(site),
-            str(pkg),
-        ],
-        "installing images/gdn-guard into a target dir",
-    )
+    _run(_pip_into(engine_python, site, str(pkg), "--no-build-isolation"), "installing images/gdn-guard into a target dir")
     eps = list(site.glob("gdn_guard-*.dist-info/entry_points.txt"))
     assert eps, f"no gdn_guard dist-info/entry_points.txt in {site}"
     return site
@@ -133,19 +134,7 @@ def vllm_0171_overlay(engine_python: Path) -> Path:
         return OVERLAY_0171
     OVERLAY_0171.mkdir(parents=True, exist_ok=True)
     _run(
-        [
-            str(engine_python),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--disable-pip-version-check",
-            "--upgrade",
-            "--target",
-            str(OVERLAY_0171),
-            *OVERLAY_0171_REQS,
-        ],
+        _pip_into(engine_python, OVERLAY_0171, *OVERLAY_0171_REQS, "--upgrade"),
         "installing vLLM 0.17.1's missing import deps into the overlay",
     )
     stamp.write_text(want)
