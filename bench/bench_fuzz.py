@@ -52,13 +52,13 @@ import kubernetes  # noqa: E402
 import yaml  # noqa: E402
 from _stats import machine, pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 from controlplane import ControlPlane, ensure_built  # noqa: E402
+from engine_fixtures import ParserOracle, engine_python  # noqa: E402
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
 from gdn_operator.api import vllm_args  # noqa: E402
 from gdn_operator.api.load import ManifestError, parse_spec  # noqa: E402
 from gdn_operator.render.engine import vllm_args as rendered_args  # noqa: E402
 from operator_harness import WEBHOOK_CONFIG, OperatorProcess, delete_webhook_configs, gms, install_crd, wait_for  # noqa: E402
 
-ORACLE = ROOT / "tests" / "api" / "vllm_parser_oracle.py"
 TABLE = yaml.safe_load((vllm_args._TABLES / "0.32.0.yaml").read_text())
 POLICY = vllm_args.policy()
 GUARDED = set(POLICY["owned"]) | set(POLICY["rule_relevant"])
@@ -231,32 +231,19 @@ def mutate(rng: random.Random, obj: dict) -> None:
 
 
 class Oracle:
-    def __init__(self) -> None:
-        from engine_fixtures import engine_python
+    """vLLM's real `vllm serve` parser (engine_fixtures.ParserOracle) when the engine venv exists; without it
+    `parse` answers None and the report leaves the parser column out."""
 
+    def __init__(self) -> None:
         py = engine_python()
-        self.proc = None
-        if py is not None:
-            self.proc = subprocess.Popen(
-                [str(py), str(ORACLE)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-                bufsize=1,
-            )
-            assert json.loads(self.proc.stdout.readline()) == {"ready": True}
+        self._oracle = ParserOracle(py) if py is not None else None
 
     def parse(self, argv: list[str]) -> dict | None:
-        if self.proc is None:
-            return None
-        self.proc.stdin.write(json.dumps(argv) + "\n")
-        return json.loads(self.proc.stdout.readline())
+        return None if self._oracle is None else self._oracle.parse(argv)
 
     def close(self) -> None:
-        if self.proc is not None:
-            self.proc.stdin.close()
-            self.proc.wait(30)
+        if self._oracle is not None:
+            self._oracle.close()
 
 
 def post(api, ns: str, text: str) -> tuple[int, dict, float]:
