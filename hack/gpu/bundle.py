@@ -3,7 +3,10 @@
 Steps (each idempotent; run by hack/gpu/bundle.sh):
   resolve   pip's resolver (dry run, metadata only) for the target Python/platform → report.json
   plan      walk vLLM's requirement graph from the report; stop at packages the base already has and at
-            optional kernels not opted in; record every requirement on a base package (conflict check)
+            optional kernels not opted in; record every requirement on a base package (conflict check).
+            A base package listed under `replace_base` in bundle.yaml (torch, triton, the CUDA libraries) whose
+            version, as the base file gives it, does not satisfy a requirement is bundled instead, and the walk
+            goes on into its own requirements: a release built against another torch carries its torch
   download  fetch the planned wheels (sha256 from the index) into a cache
   build     unpack the wheels into one site directory, trim (bundle.yaml), tar | xz, split into pieces,
             write manifest.json
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import fnmatch
 import hashlib
 import json
 import re
@@ -135,6 +139,8 @@ def plan(report: dict, base: dict[str, str | None], cfg: dict, opt_in: set[str])
     include: dict[str, set[str]] = {}  # name → extras activated
     excluded: dict[str, list[str]] = {}  # optional name → requirers
     base_reqs: dict[str, list[dict]] = {}  # base name → [{by, spec}]
+    replaced: dict[str, dict] = {}  # base name → {base, spec, by}: bundled because the host's version does not do
+    patterns = list(cfg.get("replace_base") or {})
     todo = [("vllm", frozenset())]
     while todo:
         name, extras = todo.pop()
@@ -150,7 +156,10 @@ def plan(report: dict, base: dict[str, str | None], cfg: dict, opt_in: set[str])
                 if not ok:
                     continue
             dep = norm(req.name)
-            if dep in base:
+            if dep in base and dep not in replaced and _must_replace(dep, base[dep], req, patterns):
+                replaced[dep] = {"base": base[dep], "spec": str(req.specifier), "by": name}
+                base_reqs.pop(dep, None)
+            if dep in base and dep not in replaced:
                 base_reqs.setdefault(dep, []).append({"by": name, "spec": str(req.specifier)})
                 continue
             if dep in optional and dep not in opt_in:
@@ -191,9 +200,20 @@ def plan(report: dict, base: dict[str, str | None], cfg: dict, opt_in: set[str])
         "packages": pkgs,
         "excluded_optional": {k: {"why": optional[k], "required_by": sorted(set(v))} for k, v in sorted(excluded.items())},
         "base_requirements": {k: v for k, v in sorted(base_reqs.items())},
+        "replaced_base": {k: v for k, v in sorted(replaced.items())},
         "conflicts_with_base_file": conflicts,
         "unverified_against_base_file": unverified,
     }
+
+
+def _must_replace(dep: str, have: str | None, req: Requirement, patterns: list[str]) -> bool:
+    """A `replace_base` package whose base version is known and outside the requirement."""
+    if have is None or not str(req.specifier) or not any(fnmatch.fnmatch(dep, p) for p in patterns):
+        return False
+    try:
+        return not req.specifier.contains(Version(have.split("+", 1)[0]), prereleases=True)
+    except InvalidVersion:
+        return True
 
 
 def sha256_file(path: Path) -> str:

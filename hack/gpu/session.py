@@ -17,8 +17,11 @@ $GDN_GPU_SITE; two GPUs of one host for stall and multinode):
   prodmodel-serve  bench/bench_gpu_mtp_graphs.py on that model: MTP k=2 as rendered (GPU 0) vs MTP off with
              vLLM's defaults (GPU 1), CUDA graphs, then MTP k=2 with FULL graphs (GPU 1) if time remains
              (issue 25 item 3)
+  release-serve  bench/bench_gpu_release.py on that model at $GDN_GPU_VLLM_VERSION: MTP as rendered, MTP off,
+             MTP with vLLM's defaults, each default alone, k=1/3; repeated cells, TTFT/ITL, the shared-prefix
+             workload (issues 32, 34)
 
-``--dry-run`` (prodmodel-*): no GPU — the trainer on CPU with a tiny batch and the serve driver with stand-in
+``--dry-run`` (prodmodel-*, release-serve): no GPU — the trainer on CPU with a tiny batch and the serve driver with stand-in
 engines (tests/gpu/standin_engine.py), to prove arguments, deadlines and the files in $OUT.
 
 Deadline: ``--until`` (epoch seconds) or now + ``--budget`` (default 560). The step gets ``--until`` 10 s
@@ -104,6 +107,21 @@ def step_cmd(step: str, work: Path, until: float, extra: list[str], dry_run: boo
             "logs/serve-nomtp.log": "serve-nomtp.log",
             "logs/serve-mtp-full.log": "serve-mtp-full.log",
         }
+    elif step == "release-serve":
+        cmd = _py(
+            "bench/bench_gpu_release.py",
+            "--out",
+            str(work),
+            "--until",
+            u,
+            "--model",
+            str(PROD_MODEL),
+            "--vllm-version",
+            os.environ.get("GDN_GPU_VLLM_VERSION", "0.22.0"),
+            *(["--dry-run"] if dry_run else []),
+            *extra,
+        )
+        keep = {"release.json": "release.json", **{f"logs/serve-{n}.log": f"serve-{n}.log" for n in ("a", "b", "c", "e", "f")}}
     elif step == "stall":
         cmd = _py("bench/bench_gpu_stall.py", "--out", str(work), "--until", u, *extra)
         keep = {
@@ -127,7 +145,9 @@ def step_cmd(step: str, work: Path, until: float, extra: list[str], dry_run: boo
         ]
         keep = {}
     else:
-        raise SystemExit(f"session: unknown step {step!r} (stall, multinode, check, prodmodel-train, prodmodel-serve)")
+        raise SystemExit(
+            f"session: unknown step {step!r} (stall, multinode, check, prodmodel-train, prodmodel-serve, release-serve)"
+        )
     return cmd, keep
 
 
@@ -151,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True)
     if a.step == "prodmodel-train":  # never report a stale result as this run's
         (PROD_MODEL / "training.json").unlink(missing_ok=True)
-    if a.step in ("stall", "multinode", "prodmodel-serve") and not a.dry_run and not (SITE / "vllm").is_dir():
+    if a.step in ("stall", "multinode", "prodmodel-serve", "release-serve") and not a.dry_run and not (SITE / "vllm").is_dir():
         print(f"session: {SITE} has no vllm; install the bundle first (hack/gpu/install.sh STAGE {SITE})", file=sys.stderr)
         return 2
     cmd, keep = step_cmd(a.step, work, until, extra, a.dry_run)

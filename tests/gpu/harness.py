@@ -35,7 +35,8 @@ from recall import load_heldout  # noqa: E402
 
 OPERATOR_SRC = REPO / "operator"
 EXAMPLE = REPO / "examples" / "qwen3.5-27b-mtp.yaml"
-VLLM_VERSION = "0.22.0"
+#: the bundle's release (GDN_GPU_VLLM_VERSION; the GPU tier's first captures are 0.22.0)
+VLLM_VERSION = os.environ.get("GDN_GPU_VLLM_VERSION", "0.22.0")
 SERVED_NAME = "tiny-recall"
 PYTHON = os.environ.get("GDN_GPU_PYTHON", "python3")
 # `vllm serve` without the console script (the bundle has none): what the `vllm` entry point runs.

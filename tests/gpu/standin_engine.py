@@ -73,6 +73,18 @@ def main() -> None:
                 c["accepted"] += 2 * len(out) / 3
             reason = "stop" if out and out[-1] == EOS else "length"
             text = "".join(chr(96 + (t % 26)) for t in out if t != EOS)
+            if body.get("stream"):  # server-sent events, two tokens a chunk, then usage and [DONE]; closes after
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for i in range(0, len(out), 2):
+                    part = out[i : i + 2]
+                    ch = {"text": "".join(chr(96 + (t % 26)) for t in part if t != EOS), "token_ids": part}
+                    ch["finish_reason"] = reason if i + 2 >= len(out) else None
+                    self.wfile.write(b"data: " + json.dumps({"choices": [ch]}).encode() + b"\n\n")
+                usage = {"choices": [], "usage": {"completion_tokens": len(out)}}
+                self.wfile.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
+                return
             self._send(
                 200,
                 json.dumps(

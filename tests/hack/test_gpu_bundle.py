@@ -87,6 +87,28 @@ def test_plan_with_opt_in_bundles_the_optional_kernel_and_rejects_unknown_names(
         bundle.plan(REPORT, BASE, CFG, {"flashinfr"})
 
 
+def test_plan_bundles_a_replaceable_base_package_whose_host_version_does_not_do():
+    """vLLM 0.33.0 pins torch 2.14.0 on a host with 2.11.0 (issue 32): torch is bundled, and the walk goes on into
+    its CUDA wheels where the host's version differs too; a host CUDA wheel that satisfies its pin stays the host's."""
+    report = {"install": [dict(i) for i in REPORT["install"]]}
+    report["install"][0] = _item("vllm", "0.33.0", ["torch==2.14.0", "pydantic>=2.12"])
+    report["install"][1] = _item("torch", "2.14.0", ["nvidia-cublas==13.1.0", "triton==3.8.0"])
+    report["install"][2] = _item("nvidia-cublas", "13.1.0")
+    report["install"][3] = _item("triton", "3.8.0")
+    base = dict(BASE, **{"nvidia-cublas": "13.0.0", "triton": "3.8.0"})
+    p = bundle.plan(report, base, CFG, set())
+    names = [x["name"] for x in p["packages"]]
+    assert {"torch", "nvidia-cublas"} <= set(names) and "triton" not in names
+    assert p["replaced_base"]["torch"] == {"base": "2.11.0+cu130", "spec": "==2.14.0", "by": "vllm"}
+    assert p["replaced_base"]["nvidia-cublas"]["base"] == "13.0.0"
+    assert "torch" not in p["base_requirements"] and p["conflicts_with_base_file"] == []
+    # a base file without versions cannot show a difference: nothing is replaced, install.sh checks on the host
+    bare = bundle.plan(report, dict.fromkeys(base), CFG, set())
+    assert "torch" not in {x["name"] for x in bare["packages"]} and bare["replaced_base"] == {}
+    # at the release the host's torch satisfies (0.22.0's report), nothing is replaced either
+    assert bundle.plan(REPORT, BASE, CFG, set())["replaced_base"] == {}
+
+
 def test_parse_base_reads_pip_list_freeze_and_bare_names(tmp_path):
     f = tmp_path / "base.txt"
     f.write_text("Package    Version\n---------- -------\nTorch 2.11.0+cu130\nnumpy==2.5.2\nmy_pkg @ file:///x\nzipp\n")
