@@ -17,6 +17,9 @@ $GDN_GPU_SITE; two GPUs of one host for stall and multinode):
   prodmodel-serve  bench/bench_gpu_mtp_graphs.py on that model: MTP k=2 as rendered (GPU 0) vs MTP off with
              vLLM's defaults (GPU 1), CUDA graphs, then MTP k=2 with FULL graphs (GPU 1) if time remains
              (issue 25 item 3)
+  graphs-tiny  bench/bench_gpu_tp.py --tp 1 on the tiny model at $GDN_GPU_VLLM_VERSION: MTP with vLLM's default
+             FULL_AND_PIECEWISE graphs, with PIECEWISE, and MTP off, 60 s of mixed load each: does G1 (silent early
+             EOS with MTP + FULL graphs, the tiny model's two attention KV-cache groups) hold at that release?
   release-serve  bench/bench_gpu_release.py on that model at $GDN_GPU_VLLM_VERSION: MTP as rendered, MTP off,
              MTP with vLLM's defaults, each default alone, k=1/3; repeated cells, TTFT/ITL, the shared-prefix
              workload (issues 32, 34)
@@ -122,6 +125,25 @@ def step_cmd(step: str, work: Path, until: float, extra: list[str], dry_run: boo
             *extra,
         )
         keep = {"release.json": "release.json", **{f"logs/serve-{n}.log": f"serve-{n}.log" for n in ("a", "b", "c", "e", "f")}}
+    elif step == "graphs-tiny":
+        budget = max(60.0, until - 10 - time.time())
+        cmd = _py(
+            "bench/bench_gpu_tp.py",
+            "--tp",
+            "1",
+            "--configs",
+            "base-cudagraph,base-cg-piecewise,nomtp-cudagraph",
+            "--duration",
+            "60",
+            "--parallel",
+            "3",
+            "--time-budget",
+            f"{budget:.0f}",
+            "--out",
+            str(work),
+            *extra,
+        )
+        keep = {"bench-gpu-tp.json": "graphs-tiny.json"}
     elif step == "stall":
         cmd = _py("bench/bench_gpu_stall.py", "--out", str(work), "--until", u, *extra)
         keep = {
@@ -146,7 +168,7 @@ def step_cmd(step: str, work: Path, until: float, extra: list[str], dry_run: boo
         keep = {}
     else:
         raise SystemExit(
-            f"session: unknown step {step!r} (stall, multinode, check, prodmodel-train, prodmodel-serve, release-serve)"
+            f"session: unknown step {step!r} (stall, multinode, check, prodmodel-train, prodmodel-serve, release-serve, graphs-tiny)"
         )
     return cmd, keep
 
@@ -171,7 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True)
     if a.step == "prodmodel-train":  # never report a stale result as this run's
         (PROD_MODEL / "training.json").unlink(missing_ok=True)
-    if a.step in ("stall", "multinode", "prodmodel-serve", "release-serve") and not a.dry_run and not (SITE / "vllm").is_dir():
+    if (
+        a.step in ("stall", "multinode", "prodmodel-serve", "release-serve", "graphs-tiny")
+        and not a.dry_run
+        and not (SITE / "vllm").is_dir()
+    ):
         print(f"session: {SITE} has no vllm; install the bundle first (hack/gpu/install.sh STAGE {SITE})", file=sys.stderr)
         return 2
     cmd, keep = step_cmd(a.step, work, until, extra, a.dry_run)
