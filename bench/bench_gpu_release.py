@@ -10,6 +10,9 @@ Engines from the offline bundle, argv from `gdnctl render` of the minimal manife
   e     MTP k=2, prefix caching on, async off: (a) with only the prefix-caching default removed (vllm#43559 alone)
   f     MTP off, prefix caching off: (b) with --no-enable-prefix-caching (prefix caching's cost without MTP)
   g     MTP k=2, prefix caching off, async on: (a) with only the async-scheduling default removed
+  p     MTP k=2, prefix caching on by flag, async off: (a) with --enable-prefix-caching in place of the default's
+        --no-enable-prefix-caching (vLLM 0.26.0 resolved prefix caching off for these hybrids when left unset)
+  q     MTP off, prefix caching on by flag (p's control)
   k1    (a) with k=1;  k3  (a) with k=3
 
 Workloads, every one a cell of ``--reps`` repetitions; a repetition sends requests with the cell's concurrency in
@@ -67,7 +70,7 @@ from _stats import pct  # noqa: E402
 from bench_gpu_mtp_graphs import acceptance, counters, start_standin  # noqa: E402
 
 TEARDOWN_S = 25.0
-REFERENCE = {"a": "a", "c": "a", "e": "a", "g": "a", "k1": "a", "k3": "a", "b": "f", "f": "f"}
+REFERENCE = {"a": "a", "c": "a", "e": "a", "g": "a", "k1": "a", "k3": "a", "p": "a", "b": "f", "f": "f", "q": "f"}
 #: name -> (speculative tokens or 0, our defaults removed, flags added, GPU queue)
 ENGINES: dict[str, tuple[int, tuple[str, ...], tuple[str, ...], int]] = {
     "a": (2, (), (), 0),
@@ -76,6 +79,8 @@ ENGINES: dict[str, tuple[int, tuple[str, ...], tuple[str, ...], int]] = {
     "e": (2, ("--no-enable-prefix-caching",), (), 1),
     "f": (0, (), ("--no-enable-prefix-caching",), 1),
     "g": (2, ("--no-async-scheduling",), (), 0),
+    "p": (2, ("--no-enable-prefix-caching",), ("--enable-prefix-caching",), 1),
+    "q": (0, (), ("--enable-prefix-caching",), 1),
     "k1": (1, (), (), 0),
     "k3": (3, (), (), 1),
 }
@@ -85,21 +90,21 @@ QUEUES: tuple[tuple[tuple[str, str], ...], ...] = (
     (("a", "c1"), ("a", "c8"), ("a", "c32"), ("a", "long"), ("a", "prefix"), ("c", "c1"), ("c", "c8"), ("c", "c32"))
     + (("c", "long"), ("c", "prefix"), ("g", "c8"), ("g", "c32"), ("k1", "c8")),
     (("b", "c1"), ("b", "c8"), ("b", "c32"), ("b", "long"), ("b", "prefix"), ("e", "prefix"), ("e", "c8"))
-    + (("f", "prefix"), ("f", "c8"), ("k3", "c8")),
+    + (("f", "prefix"), ("f", "c8"), ("k3", "c8"), ("p", "prefix"), ("p", "c8"), ("q", "prefix")),
 )
 CONCURRENCY = {"c1": 1, "c8": 8, "c32": 32, "long": 8, "prefix": 8}
 #: requests after which a repetition stops sending even before --min-seconds (the lists hold this many)
 MIN_REQUESTS = {"c1": 200, "c8": 400, "c32": 1200, "long": 200, "prefix": 400}
-RATIOS = (("a", "b"), ("c", "a"), ("e", "a"), ("g", "a"), ("b", "f"), ("k1", "a"), ("k3", "a"))
+RATIOS = (("a", "b"), ("c", "a"), ("e", "a"), ("g", "a"), ("p", "a"), ("q", "f"), ("b", "f"), ("k1", "a"), ("k3", "a"))
 _LOG_FACTS = re.compile(r"mamba_cache_mode|block_size|prefix caching|[Pp]refix[ _]cach|cudagraph_mode|async sched|V2 model")
 
 
-def rendered_engines(version: str, kv_cache_memory: str) -> dict[str, harness.Rendered]:
+def rendered_engines(version: str, kv_cache_memory: str, eager: bool = False) -> dict[str, harness.Rendered]:
     """Each engine's argv from `gdnctl render` of the minimal manifest (prefixCaching and asyncScheduling unset:
     the rules decide), then exactly the changes ENGINES names, each checked and noted."""
     out: dict[str, harness.Rendered] = {}
     for name, (k, remove, add, _) in ENGINES.items():
-        m = harness.adapted_manifest(mtp=k > 0, eager=False, gpu_memory_utilization=0.1, kv_cache_memory=kv_cache_memory)
+        m = harness.adapted_manifest(mtp=k > 0, eager=eager, gpu_memory_utilization=0.1, kv_cache_memory=kv_cache_memory)
         s = m["spec"]
         s.pop("prefixCaching", None)  # the example sets it; the minimal manifest leaves it to the rules
         s["image"]["vllmVersion"] = version
@@ -355,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
     ap.add_argument("--phase-min", type=float, default=15.0, help="a cell starts only with this many s left")
     ap.add_argument("--seed", type=int, default=32)
     ap.add_argument("--kv-cache-memory", default="24G")
+    ap.add_argument("--eager", action="store_true", help="--enforce-eager engines (a quick check; not the compiled table)")
+    ap.add_argument("--workloads", default=",".join(CONCURRENCY), help="subset of workloads to run")
     ap.add_argument("--dry-run", action="store_true", help="stand-in engines instead of vLLM (no GPU)")
     ap.add_argument("--standin-ready", type=float, default=2.0)
     args = ap.parse_args(argv)
@@ -378,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
         "gpu": os.environ.get("GDN_GPU_NAME", ""),
         "model": {"dir_name": model.name, "training": json.loads(train.read_text()) if train.exists() else None},
         "method": {
-            **{k: getattr(args, k) for k in ("reps", "min_seconds", "length", "prefixes", "prefix_tokens")},
+            **{k: getattr(args, k) for k in ("reps", "min_seconds", "length", "prefixes", "prefix_tokens", "eager")},
             "min_requests": {w: int(n * args.request_scale) for w, n in MIN_REQUESTS.items()},
         },
         "kv_cache_memory": args.kv_cache_memory,
@@ -401,7 +408,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
         return stop_at - time.time()
 
     harness.VLLM_VERSION = args.vllm_version
-    rendered = {n: r for n, r in rendered_engines(args.vllm_version, args.kv_cache_memory).items() if n in wanted}
+    rendered = {n: r for n, r in rendered_engines(args.vllm_version, args.kv_cache_memory, args.eager).items() if n in wanted}
+    works = set(args.workloads.split(","))
+    queues = [tuple(x for x in q if x[0] in rendered and x[1] in works) for q in QUEUES]
+    if len(gpus) == 1:  # one GPU: one queue, in the same order
+        queues = [tuple(x for q in queues for x in q)]
     engines: dict[str, harness.Engine] = {}
     most = {w: max(1, int(n * args.request_scale)) for w, n in MIN_REQUESTS.items()}
     workloads = {
@@ -413,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
     }
     try:
         for name, r in rendered.items():
-            gpu = gpus[min(ENGINES[name][3], len(gpus) - 1)]
+            gpu = gpus[min(ENGINES[name][3], len(gpus) - 1)]  # one GPU: every engine on it
             env = {"CUDA_VISIBLE_DEVICES": gpu}
             eng = (
                 start_standin(name, r, logdir, gpu, args.standin_ready)
@@ -487,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
                 save()
 
         with concurrent.futures.ThreadPoolExecutor(2) as ex:
-            for f in [ex.submit(run_queue, q) for q in QUEUES[: len(gpus)]]:
+            for f in [ex.submit(run_queue, q) for q in queues]:
                 f.result()
     except Exception as e:  # keep what was measured; the error goes into the result
         result["errors"].append(f"driver: {type(e).__name__}: {e}")
