@@ -72,7 +72,7 @@ def mitigate(
     for key, value in merge.items():
         patch[key] = value
     for f in mitigated:
-        warnings.append(f"mitigated {f.rule}: {f.message}")
+        warnings.append(f"mitigated {f.line()}")
         telemetry.ADMISSION_DECISIONS.labels(namespace or "", "mitigated", f.rule).inc()
     log.info("admission mutated %s/%s: mitigated %s", namespace, name, ", ".join(f.rule for f in mitigated))
 
@@ -103,7 +103,7 @@ def admission(
     ev = evaluate(s, default_policy=cfg.default_policy)
     for f in ev.findings:
         if f.action == "warned":
-            warnings.append(f"{f.rule}: {f.message}")
+            warnings.append(f.line())
             telemetry.ADMISSION_DECISIONS.labels(namespace or "", "warned", f.rule).inc()
     if not ev.allowed:
         rules = [f.rule for f in ev.findings if f.action == "rejected"]

@@ -367,16 +367,6 @@ def get_server(namespace: str, name: str) -> dict[str, Any] | None:
         raise
 
 
-def patch_server(namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-    """Merge-patch the GDNModelServer itself (spec/metadata), e.g. a remediation."""
-    return cast(
-        dict[str, Any],
-        kubernetes.client.CustomObjectsApi(api_client()).patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name, patch, _content_type="application/merge-patch+json"
-        ),
-    )
-
-
 def delete_pod(namespace: str, name: str, uid: str | None) -> bool:
     """Delete one pod instance (uid precondition: never a replacement that took the same name, as LWS pods
     do). False when it is already gone or was replaced."""
