@@ -113,6 +113,17 @@ def apply_pod_settings(template: dict[str, Any], spec: GDNModelServerSpec) -> No
         container["securityContext"] = dict(pod.container_security_context)
 
 
+def apply_workload_meta(obj: dict[str, Any], spec: GDNModelServerSpec) -> dict[str, Any]:
+    """spec.pod.workloadLabels / workloadAnnotations onto the workload object's own metadata (Deployment or
+    LeaderWorkerSet); the operator's labels stay as rendered (admission refuses user keys that collide)."""
+    pod, meta = spec.pod, obj["metadata"]
+    if pod.workload_labels:
+        meta["labels"] = {**pod.workload_labels, **meta["labels"]}
+    if pod.workload_annotations:
+        meta["annotations"] = {**pod.workload_annotations, **meta.get("annotations", {})}
+    return obj
+
+
 def disruption_budget_max_unavailable(spec: GDNModelServerSpec) -> int:
     """The documented default: 0 for one replica (a drain waits instead of taking the only engine down), 1 for
     more; with autoscaling, by minReplicas. spec.disruptionBudget.maxUnavailable overrides it."""
