@@ -240,6 +240,14 @@ class Settings:
         "monitoring.enginePodMonitor.labels",
     )
     lws: bool = _setting("GDN_LWS", True, _bool, "watch and manage LeaderWorkerSets", "scaleOut.leaderWorkerSet.enabled")
+    watch_nodes: bool = _setting(
+        "GDN_WATCH_NODES",
+        True,
+        _bool,
+        "watch nodes (get, list, watch) for drain marks, so a drain the engine PodDisruptionBudget blocks shows as "
+        "condition DisruptionBlocked",
+        "operator.watchNodes",
+    )
     inference_pool: bool = _setting(
         "GDN_INFERENCE_POOL", True, _bool, "watch and manage InferencePools", "scaleOut.inferencePool.enabled"
     )

@@ -53,6 +53,8 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     # the engine PodDisruptionBudget and the owned model-cache claim (issue 29): apply, prune
     ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
     ("", "persistentvolumeclaims"): {"get", "create", "patch", "delete"},
+    # drain marks for DisruptionBlocked (issue 38, handlers/disruption.py): read only, operator.watchNodes
+    ("", "nodes"): {"get", "list", "watch"},
 }
 NAMESPACED_RESOURCES = {
     ("serving.gdn-operator.io", "gdnmodelservers"),

@@ -150,8 +150,10 @@ def test_engine_starts_offline_from_the_cache_and_guards_v1_with_the_key(cache, 
         spec = ProbesSpec.model_validate(
             {
                 "failureThreshold": 1,
+                "intervalSeconds": 600,
                 "timeoutSeconds": 120,
-                "prompts": [p.model_dump(by_alias=True, exclude_unset=True) for p in probes],
+                # the held-out continuation is a prefix of what the engine generates up to maxTokens
+                "prompts": [{**p.model_dump(by_alias=True, exclude_unset=True), "mode": "prefix"} for p in probes],
             }
         )
         pods = [{"name": "pod-0", "ip": "127.0.0.1", "ready": True, "engine": "", "deleting": False}]

@@ -48,3 +48,15 @@ def test_operator_owned_or_invalid_workload_keys_are_refused_naming_the_field(po
         parse_spec(V32.update(pod=pod).spec())
     text = "; ".join(ei.value.problems)
     assert needle in text and "spec.pod.workload" in text, text
+
+
+#: ports GPU clusters already use for something else: node exporter, DCGM exporter, Prometheus, Alertmanager,
+#: Pushgateway, the OpenTelemetry Prometheus exporter, the kubelet
+WELL_KNOWN = {9100, 9400, 9090, 9093, 9091, 9464, 10250}
+
+
+def test_the_engine_service_metrics_port_is_not_a_well_known_exporter_port():
+    svc = next(o for o in render_all("srv", "ns", parse_spec(V32.spec())) if o["kind"] == "Service")
+    ports = {p["name"]: p for p in svc["spec"]["ports"]}
+    assert ports["metrics"]["port"] not in WELL_KNOWN | {ports["http"]["port"]}  # 9400 was DCGM's (issue 38)
+    assert ports["metrics"]["targetPort"] == "http"  # vLLM serves /metrics on its API port

@@ -125,12 +125,11 @@ def apply_workload_meta(obj: dict[str, Any], spec: GDNModelServerSpec) -> dict[s
 
 
 def disruption_budget_max_unavailable(spec: GDNModelServerSpec) -> int:
-    """The documented default: 0 for one replica (a drain waits instead of taking the only engine down), 1 for
-    more; with autoscaling, by minReplicas. spec.disruptionBudget.maxUnavailable overrides it."""
-    if spec.disruption_budget.max_unavailable is not None:
-        return spec.disruption_budget.max_unavailable
-    least = spec.autoscaling.min_replicas if spec.autoscaling is not None else spec.replicas
-    return 1 if least > 1 else 0
+    """spec.disruptionBudget.maxUnavailable, or the default that never blocks a drain forever (api/rollout.py)."""
+    value = spec.disruption_budget.effective_max_unavailable
+    if value is None:
+        raise ValueError("no engine PodDisruptionBudget with spec.disruptionBudget.enabled: false")
+    return value
 
 
 def url(name: str, namespace: str, port: int) -> str:
