@@ -160,7 +160,8 @@ async def pod_event(
         await crashwatch.on_pod_event(runtime_of(memo), type, ns, name, kube.plain(body))
     finally:
         rt = runtime_of(memo)
-        await workload.pod_event(ns, name, pods.pods_of(kwargs["engine_pods"], ns, name), rt.bodies, rt.draining.marks)
+        marks = dict(rt.draining.marks)  # a copy: the status write runs in a thread while node events arrive
+        await workload.pod_event(ns, name, pods.pods_of(kwargs["engine_pods"], ns, name), rt.bodies, marks)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
@@ -184,7 +185,7 @@ async def node_event(type: str, body: kopf.Body, name: str, memo: kopf.Memo, **k
         return
     index = kwargs["engine_pods"]
     for ns, server in [key for key in index if any(p.get("node") == name for p in index[key])]:
-        await workload.pod_event(ns, server, pods.pods_of(index, ns, server), rt.bodies, rt.draining.marks)
+        await workload.pod_event(ns, server, pods.pods_of(index, ns, server), rt.bodies, dict(rt.draining.marks))
 
 
 async def inference_pool_event(type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, **_: Any) -> None:
