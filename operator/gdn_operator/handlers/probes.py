@@ -18,6 +18,9 @@ Load shape: one shared HTTP session and a global bound on requests in flight (wa
 at most one round in flight per server — hence per pod; each server's first round is placed at a random
 point of its interval and later rounds are jittered by ±10%, so many servers never fire together;
 status is only written when something other than the round count changed.
+
+Size (~500 lines): the supervisor (loop, rounds, metrics) and the per-revision configuration it parses are one
+state machine; the remediation hook (remediate, diagnose) is the part that would move out first.
 """
 
 from __future__ import annotations
