@@ -159,9 +159,9 @@ def test_dev_sh_runs_every_example(dev_factory):
     rows = dev.get_gms_rows()
     # the banner's kubectl line runs as printed, with no kubectl on the PATH (issue 38)
     (line,) = re.findall(r"^\[dev\] (\S+ --kubeconfig \S+ get gdnmodelservers -A)$", out, re.M)
-    ran = subprocess.run(
-        [shutil.which("bash"), "-c", line], capture_output=True, text=True, timeout=60, env={"PATH": "/nonexistent"}
-    )
+    home = Path(dev.kubeconfig).parent  # kubectl's discovery cache goes under $HOME, never into the work tree
+    env = {"PATH": "/nonexistent", "HOME": str(home)}
+    ran = subprocess.run([shutil.which("bash"), "-c", line], capture_output=True, text=True, timeout=60, env=env, cwd=home)
     assert ran.returncode == 0 and all(_name(p) in ran.stdout for p in EXAMPLES if not p.name.startswith("denied-")), ran
     for path in EXAMPLES:
         name = _name(path)

@@ -89,9 +89,9 @@ def test_dev_sh_prints_a_kubectl_line_that_runs_on_a_fresh_machine(tmp_path):
     line = dev.kubectl_line(kubectl, kubeconfig)
     assert line.endswith("get gdnmodelservers -A") and "#" not in line
     # as printed, with no kubectl on the PATH: it runs kubectl (which then finds no API server at that address)
-    ran = subprocess.run(
-        [shutil.which("bash"), "-c", line], capture_output=True, text=True, timeout=60, env={"PATH": "/nonexistent"}
-    )
+    home = tmp_path  # kubectl's discovery cache goes under $HOME, never into the work tree
+    env = {"PATH": "/nonexistent", "HOME": str(home)}
+    ran = subprocess.run([shutil.which("bash"), "-c", line], capture_output=True, text=True, timeout=60, env=env, cwd=home)
     assert "command not found" not in ran.stderr and "127.0.0.1:9" in ran.stderr, ran.stderr
 
 
