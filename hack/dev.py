@@ -31,6 +31,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -292,11 +293,10 @@ def _pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def kubectl_path() -> str:
-    for cand in (CACHE / "bin" / "kubectl-layer-v35-2.2.2" / "kubectl",):
-        if cand.is_file():
-            return str(cand)
-    return "kubectl  # (hack/tools.sh installs kubectl v1.35.2)"
+def kubectl_line(kubectl: str | None, kubeconfig: Path) -> str:
+    """The kubectl line the banner prints: runnable as printed on a fresh machine (hack/dev.sh installs kubectl
+    with hack/tools.sh and passes its path; a kubectl on the PATH otherwise)."""
+    return f"{shlex.quote(kubectl or 'kubectl')} --kubeconfig {shlex.quote(str(kubeconfig))} get gdnmodelservers -A"
 
 
 def example_name(path: Path) -> str:
@@ -345,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         "--gpu-nodes", type=int, default=4, help="fake 8-GPU nodes (default 4: the 2-node example takes two whole nodes)"
     )
     ap.add_argument("--gpus-per-node", type=int, default=8)
+    ap.add_argument("--kubectl", default=None, help="kubectl the banner names (hack/dev.sh passes hack/tools.sh's)")
     ap.add_argument(
         "--pod-cidr",
         default=DEV_POD_CIDR,
@@ -500,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
 
         say("")
         say(f"export KUBECONFIG={cp.kubeconfig}")
-        say(f"{kubectl_path()} get gdnmodelservers -A")
+        say(kubectl_line(args.kubectl, cp.kubeconfig))
         say(f"logs: {workdir / 'logs'}/")
         say(
             f"up in {time.monotonic() - t0:.1f}s; "

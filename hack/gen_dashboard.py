@@ -302,7 +302,10 @@ ROWS: list[tuple[str, list[P]]] = [
             ),
             P(
                 "Output inconsistent",
-                [(f"max by ({BY}, reason) (gdn_output_inconsistent{{{SRV}}})", PER_SERVER + " {{reason}}")],
+                [
+                    (f"max by ({BY}, reason) (gdn_output_inconsistent{{{SRV}}})", PER_SERVER + " {{reason}}"),
+                    (f"max by ({BY}, reason) (gdn_probe_failing{{{SRV}}})", PER_SERVER + " {{reason}} (no answer)"),
+                ],
                 "short",
                 6,
                 min=0,

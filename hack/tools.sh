@@ -7,6 +7,7 @@
 # Idempotent: a second run only verifies and prints the paths.
 #   hack/tools.sh            install everything, print KEY=path lines
 #   hack/tools.sh paths      print the paths only
+#   hack/tools.sh kubectl    install helm + kubectl only (hack/dev.sh), print kubectl's path
 set -euo pipefail
 
 CACHE="${GDN_CACHE_DIR:-$HOME/.cache/gdn-operator}"
@@ -93,5 +94,8 @@ case "${1:-install}" in
     "$HELM" version --short >&2
     print_paths ;;
   paths) print_paths ;;
-  *) echo "usage: $0 [install|paths]" >&2; exit 2 ;;
+  kubectl)
+    install_layer_tools
+    echo "$KUBECTL" ;;
+  *) echo "usage: $0 [install|paths|kubectl]" >&2; exit 2 ;;
 esac

@@ -23,8 +23,19 @@ def answer_for(prompt: list[int], max_tokens: int) -> list[int]:
 
 
 class ProbeStandIn:
-    def __init__(self, ip: str, port: int, mode: str = CORRECT, slow_seconds: float = 30.0, delay: float = 0.0):
+    def __init__(
+        self,
+        ip: str,
+        port: int,
+        mode: str = CORRECT,
+        slow_seconds: float = 30.0,
+        delay: float = 0.0,
+        api_key: str | None = None,
+    ):
+        """`api_key`: answer 401 without `Authorization: Bearer <api_key>`, as vLLM does with VLLM_API_KEY."""
         self.mode = mode
+        self.api_key = api_key
+        self.unauthorized = 0
         self.slow_seconds = slow_seconds
         self.delay = delay
         self.requests = 0
@@ -49,6 +60,16 @@ class ProbeStandIn:
                     self.send_response(404)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
+                    return
+                if outer.api_key is not None and self.headers.get("Authorization") != f"Bearer {outer.api_key}":
+                    body = b'{"error":"Unauthorized"}'
+                    with outer.lock:
+                        outer.unauthorized += 1
+                    self.send_response(401)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
                     return
                 req = json.loads(raw)
                 with outer.lock:

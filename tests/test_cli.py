@@ -35,6 +35,24 @@ def test_render_example():
     assert kinds[:2] == ["Deployment", "Service"]
 
 
+def test_render_prints_no_yaml_anchors_and_the_same_objects_as_json():
+    """Shared sub-dicts (the engine probes' httpGet) print in full: no `&id001` / `*id001` for a reader or kubectl."""
+    r = run("render", "-f", "examples/qwen3.5-27b-mtp.yaml")
+    assert r.returncode == 0, r.stderr
+    assert "&id" not in r.stdout and "*id" not in r.stdout
+    as_json = run("render", "-f", "examples/qwen3.5-27b-mtp.yaml", "--output", "json")
+    assert list(yaml.safe_load_all(r.stdout)) == json.loads(as_json.stdout)["items"]
+
+
+def test_render_and_validate_name_each_rule_once_per_line():
+    for cmd in (("render",), ("validate",)):
+        r = run(*cmd, "-f", "examples/denied-qwen3.6-prefix-caching-mtp.yaml")
+        lines = [ln for ln in (r.stdout + r.stderr).splitlines() if "vllm#43559" in ln]
+        assert lines, r.stdout + r.stderr
+        for ln in lines:
+            assert "vllm#43559: vllm#43559" not in ln and ln.count("vllm#43559:") <= 1, ln
+
+
 def test_render_json_from_stdin():
     r = run("render", "-f", "-", "--output", "json", stdin=(ROOT / "examples/qwen3.5-27b-mtp.yaml").read_text())
     assert r.returncode == 0, r.stderr
@@ -123,3 +141,44 @@ def test_render_prints_the_measured_cost_advisory_and_keeps_the_mitigation():
     assert args[args.index("--compilation-config") + 1] == '{"cudagraph_mode":"PIECEWISE"}'  # the default stays
     r = run("render", "-f", "-", stdin=manifest.replace("0.22.0", "0.33.0"))
     assert r.returncode == 0 and "MTPSlowerThanOff" not in r.stderr
+
+
+def test_validate_policy_is_the_operators_default_and_the_spec_still_wins(tmp_path):
+    """`--policy` answers as an operator whose chart sets operator.defaultPolicy: it decides where the manifest
+    sets no spec.admissionPolicy; a manifest's own admissionPolicy still wins, as in the cluster."""
+    example = (ROOT / "examples/denied-qwen3.6-prefix-caching-mtp.yaml").read_text()
+    unset = tmp_path / "unset.yaml"
+    unset.write_text(example.replace("  admissionPolicy: reject\n", ""))
+    assert "\n  admissionPolicy" not in unset.read_text()
+
+    plain = run("validate", "-f", str(unset), "--output", "json")
+    assert plain.returncode == 1 and json.loads(plain.stdout)["results"][0]["policy"] == "reject"
+    assert json.loads(plain.stdout)["results"][0]["allowed"] is False
+
+    mitigated = run("validate", "-f", str(unset), "--policy", "mitigate", "--output", "json")
+    res = json.loads(mitigated.stdout)["results"][0]
+    assert mitigated.returncode == 1 and res["policy"] == "mitigate" and res["allowed"] is True
+    assert {"op": "replace", "path": "/spec/prefixCaching", "value": False} in res["patch"]
+
+    pinned = run("validate", "-f", "examples/denied-qwen3.6-prefix-caching-mtp.yaml", "--policy", "mitigate", "--output", "json")
+    assert json.loads(pinned.stdout)["results"][0]["policy"] == "reject"
+
+    bad = run("validate", "-f", str(unset), "--policy", "lenient")
+    assert bad.returncode == 2 and "--policy" in bad.stderr and "mitigate" in bad.stderr
+
+
+def test_validate_policy_applies_to_a_launch_line():
+    line = [
+        "--",
+        "vllm",
+        "serve",
+        "Qwen/Qwen3.5-27B",
+        "--enable-prefix-caching",
+        "--speculative-config",
+        '{"method":"qwen3_next_mtp","num_speculative_tokens":2}',
+    ]
+    default = json.loads(run("validate", "--vllm-version", "0.28.0", "--output", "json", *line).stdout)["results"][0]
+    assert default["policy"] == "reject" and default["allowed"] is False
+    r = run("validate", "--vllm-version", "0.28.0", "--policy", "mitigate", "--output", "json", *line)
+    res = json.loads(r.stdout)["results"][0]
+    assert res["policy"] == "mitigate" and res["allowed"] is True, r.stdout + r.stderr

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from gdn_operator import __version__
 from gdn_operator.api.crd import crd_yaml
+from gdn_operator.api.enums import ADMISSION_POLICIES
 from gdn_operator.api.load import ManifestError
 from gdn_operator.render.cli import run_render
 from gdn_operator.rules.cli import run_validate
@@ -79,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-f", "--filename", help="GDNModelServer manifest ('-' for stdin)")
     s.add_argument("--output", choices=["text", "json"], default="text")
     s.add_argument("--vllm-version", help="vLLM version to evaluate against (overrides spec.image.vllmVersion)")
+    s.add_argument(
+        "--policy",
+        choices=list(ADMISSION_POLICIES),
+        default=None,
+        help="the operator's default admission policy (chart value operator.defaultPolicy; default reject): used where "
+        "a manifest sets no spec.admissionPolicy, and for a launch line",
+    )
     s.add_argument("--architecture", help="HF architecture class of the model (for raw launch lines)")
     s.add_argument("--patch", action="append", default=[], help="patch id the image carries (repeatable; raw launch lines)")
     s.add_argument("launch", nargs=argparse.REMAINDER, help="-- vllm serve MODEL --flags ...")

@@ -220,6 +220,14 @@ class Settings:
         "GDN_SCRAPE_RESOURCES_CONCURRENCY", 32, _int(1), "servers whose acceptance round runs at once"
     )
     probe_concurrency: int = _setting("GDN_PROBE_CONCURRENCY", 64, _int(1), "output-probe requests in flight")
+    read_api_key_secrets: bool = _setting(
+        "GDN_READ_API_KEY_SECRETS",
+        False,
+        _bool,
+        "the operator may read the Secret of `spec.apiKeySecret` (the chart grants `get` on Secrets), so output "
+        "probes send the key; off: admission warns where probes and an API key meet",
+        "operator.readApiKeySecrets",
+    )
     # managed kinds
     pod_monitors: bool = _setting(
         "GDN_POD_MONITORS", True, _bool, "create a PodMonitor per server when the CRD exists", "monitoring.enginePodMonitor.mode"
@@ -232,6 +240,14 @@ class Settings:
         "monitoring.enginePodMonitor.labels",
     )
     lws: bool = _setting("GDN_LWS", True, _bool, "watch and manage LeaderWorkerSets", "scaleOut.leaderWorkerSet.enabled")
+    watch_nodes: bool = _setting(
+        "GDN_WATCH_NODES",
+        True,
+        _bool,
+        "watch nodes (get, list, watch) for drain marks, so a drain the engine PodDisruptionBudget blocks shows as "
+        "condition DisruptionBlocked",
+        "operator.watchNodes",
+    )
     inference_pool: bool = _setting(
         "GDN_INFERENCE_POOL", True, _bool, "watch and manage InferencePools", "scaleOut.inferencePool.enabled"
     )

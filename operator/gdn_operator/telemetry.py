@@ -130,7 +130,14 @@ PROBE_ROUND_DURATION = Histogram(
 )
 OUTPUT_INCONSISTENT = Gauge(
     "gdn_output_inconsistent",
-    "1 while OutputConsistent is False for a GDNModelServer, by reason (ProbeMismatch, ProbeEarlyStop, ProbeError).",
+    "1 while OutputConsistent is False for a GDNModelServer (a wrong answer), by reason (ProbeMismatch, ProbeEarlyStop).",
+    ["namespace", "server", "reason"],
+    registry=METRICS_REGISTRY,
+)
+PROBE_FAILING = Gauge(
+    "gdn_probe_failing",
+    "1 while the output probes of a GDNModelServer got no answer for failureThreshold rounds (OutputConsistent "
+    "Unknown), by reason (ProbeUnauthorized, ProbeUnreachable, ProbeTimeout, ProbeError).",
     ["namespace", "server", "reason"],
     registry=METRICS_REGISTRY,
 )

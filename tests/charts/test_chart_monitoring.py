@@ -34,6 +34,7 @@ ALERTS = {
     "GDNAdmissionDenialsSpike",
     "GDNOperatorDown",
     "GDNOutputInconsistent",
+    "GDNProbesFailing",
     "GDNEngineStalled",
 }
 
@@ -288,6 +289,28 @@ CASES = [
             s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeMismatch",{OP0}}}', "0x10 1 0x10"),
         ],
         [silent("GDNOutputInconsistent", "5m"), silent("GDNOutputInconsistent", "11m"), silent("GDNOutputInconsistent", "15m")],
+    ),
+    # ---- GDNProbesFailing (issue 38): no answer is a warning, never the critical page -------------
+    (
+        "probes get 401 (no API key): GDNProbesFailing warns after `for` (10m), GDNOutputInconsistent stays silent",
+        [
+            s(f'gdn_probe_failing{{namespace="ml",server="qwen",reason="ProbeUnauthorized",{OP0}}}', "0x2 1x20"),
+            s(f'gdn_output_inconsistent{{namespace="ml",server="qwen",reason="ProbeMismatch",{OP0}}}', "0x22"),
+        ],
+        [
+            silent("GDNProbesFailing", "8m"),
+            fires(
+                "GDNProbesFailing",
+                "14m",
+                {"severity": "warning", "namespace": "ml", "server": "qwen", "reason": "ProbeUnauthorized"},
+            ),
+            silent("GDNOutputInconsistent", "14m"),
+        ],
+    ),
+    (
+        "probe timeouts shorter than `for` do not fire",
+        [s(f'gdn_probe_failing{{namespace="ml",server="qwen",reason="ProbeTimeout",{OP0}}}', "0x2 1x5 0x10")],
+        [silent("GDNProbesFailing", "6m"), silent("GDNProbesFailing", "12m")],
     ),
     # ---- GDNEngineStalled (issue 24) ------------------------------------------------------------
     # the series carry the engine pod as `pod` (ServiceMonitor honorLabels); operator replicas differ by instance

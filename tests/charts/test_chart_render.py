@@ -24,7 +24,7 @@ from _chart_helpers import (
 
 # Every (apiGroup, resource) -> verbs the operator may get, and who needs it. The chart may grant a
 # SUBSET (features off); it must never grant anything outside this table. Derived from the code:
-#   handlers/kube.py (SSA apply = patch + create-on-absent, get_deployment, get_server, patch_server,
+#   handlers/kube.py (SSA apply = patch + create-on-absent, get_deployment, get_server,
 #   update_status, emit_event, crd_exists, delete_pod_monitor), handlers/certs.py (Secret get/create/
 #   replace), handlers/workload.py (kopf index/event on pods and deployments), handlers/reconcile.py,
 #   handlers/crashwatch.py (pod daemon -> kopf finalizer on pods, pods/log), handlers/acceptance.py,
@@ -53,6 +53,8 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     # the engine PodDisruptionBudget and the owned model-cache claim (issue 29): apply, prune
     ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
     ("", "persistentvolumeclaims"): {"get", "create", "patch", "delete"},
+    # drain marks for DisruptionBlocked (issue 38, handlers/disruption.py): read only, operator.watchNodes
+    ("", "nodes"): {"get", "list", "watch"},
 }
 NAMESPACED_RESOURCES = {
     ("serving.gdn-operator.io", "gdnmodelservers"),

@@ -14,6 +14,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -156,6 +157,12 @@ def test_dev_sh_runs_every_example(dev_factory):
     assert re.search(r"LeaderWorkerSet controller v\S+ running", out), dev.tail()
     assert "inferencepools.inference.networking.k8s.io" in out
     rows = dev.get_gms_rows()
+    # the banner's kubectl line runs as printed, with no kubectl on the PATH (issue 38)
+    (line,) = re.findall(r"^\[dev\] (\S+ --kubeconfig \S+ get gdnmodelservers -A)$", out, re.M)
+    home = Path(dev.kubeconfig).parent  # kubectl's discovery cache goes under $HOME, never into the work tree
+    env = {"PATH": "/nonexistent", "HOME": str(home)}
+    ran = subprocess.run([shutil.which("bash"), "-c", line], capture_output=True, text=True, timeout=60, env=env, cwd=home)
+    assert ran.returncode == 0 and all(_name(p) in ran.stdout for p in EXAMPLES if not p.name.startswith("denied-")), ran
     for path in EXAMPLES:
         name = _name(path)
         if path.name.startswith("denied-"):  # refused on purpose, with the upstream issue and the fix

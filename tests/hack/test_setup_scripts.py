@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -58,6 +59,40 @@ def test_tools_sh_is_idempotent():
     assert "present" in out and "downloading" not in out, out
     kv = dict(ln.split("=", 1) for ln in out.splitlines() if re.match(r"[A-Z]+=/", ln))
     assert {"HELM", "KUBECTL", "PROMTOOL"} <= set(kv) and all(Path(v).is_file() for v in kv.values()), kv
+
+
+@pytest.mark.tools
+def test_dev_sh_prints_a_kubectl_line_that_runs_on_a_fresh_machine(tmp_path):
+    """Issue 38: hack/dev.sh's banner printed `kubectl  # (hack/tools.sh installs …) get …` where no kubectl was on
+    the PATH yet. Now dev.sh installs kubectl (tools.sh kubectl: helm + kubectl only) and the banner names it with
+    the kubeconfig: the line runs as printed with an empty PATH."""
+    import importlib.util
+
+    res = subprocess.run(["bash", "hack/tools.sh", "kubectl"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (kubectl,) = res.stdout.split()  # one line: the path
+    assert Path(kubectl).is_file() and os.access(kubectl, os.X_OK)
+    dev_sh = (ROOT / "hack" / "dev.sh").read_text()
+    assert 'KUBECTL="$(bash hack/tools.sh kubectl)"' in dev_sh and '--kubectl "$KUBECTL"' in dev_sh
+
+    import sys
+
+    spec = importlib.util.spec_from_file_location("gdn_dev_banner", ROOT / "hack" / "dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = dev  # dataclasses look their module up
+    spec.loader.exec_module(dev)
+    kubeconfig = tmp_path / "kube config"  # a space: the line quotes it
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {token: t}}]\n"
+    )
+    line = dev.kubectl_line(kubectl, kubeconfig)
+    assert line.endswith("get gdnmodelservers -A") and "#" not in line
+    # as printed, with no kubectl on the PATH: it runs kubectl (which then finds no API server at that address)
+    home = tmp_path  # kubectl's discovery cache goes under $HOME, never into the work tree
+    env = {"PATH": "/nonexistent", "HOME": str(home)}
+    ran = subprocess.run([shutil.which("bash"), "-c", line], capture_output=True, text=True, timeout=60, env=env, cwd=home)
+    assert "command not found" not in ran.stderr and "127.0.0.1:9" in ran.stderr, ran.stderr
 
 
 @pytest.mark.engine

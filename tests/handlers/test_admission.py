@@ -96,3 +96,29 @@ def test_missing_optional_api_warns_or_refuses_by_policy(extra, needle):
 def test_feature_the_chart_disables_is_named_with_its_chart_value():
     [warning] = admit({**CLEAN, "nodes": 2, "tensorParallelSize": 2}, make_runtime(lws=False))
     assert "scaleOut.leaderWorkerSet.enabled=true" in warning
+
+
+PROBES = {"probes": {"prompts": [{"name": "count", "prompt": "1, 2, 3,", "maxTokens": 8}]}}
+KEY = {"apiKeySecret": {"name": "vllm-key", "key": "key"}}
+
+
+def all_warnings(spec, rt=None) -> list[str]:
+    warnings: list[str] = []
+    admission(spec, warnings, "ml", "srv", None, rt or make_runtime())
+    return warnings
+
+
+def test_probes_with_an_api_key_the_operator_cannot_read_are_admitted_with_a_warning_naming_the_setting():
+    """Issue 38: with the chart default (the operator may not read Secrets) every probe of such a server would get
+    HTTP 401; admission says so, naming the chart value, before the first probe round does."""
+    [warning] = [w for w in all_warnings({**CLEAN, **PROBES, **KEY}) if "spec.apiKeySecret" in w]
+    assert "spec.probes" in warning and "vllm-key/key" in warning and "HTTP 401" in warning
+    assert "operator.readApiKeySecrets=true" in warning and "ProbeUnauthorized" in warning
+    # each alone, probes turned off, or the operator allowed to read the Secret: nothing to warn about
+    for spec, rt in (
+        ({**CLEAN, **PROBES}, None),
+        ({**CLEAN, **KEY}, None),
+        ({**CLEAN, **KEY, "probes": {**PROBES["probes"], "enabled": False}}, None),
+        ({**CLEAN, **PROBES, **KEY}, make_runtime(read_api_key_secrets=True)),
+    ):
+        assert not [w for w in all_warnings(spec, rt) if "apiKeySecret" in w], spec

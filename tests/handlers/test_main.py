@@ -43,9 +43,9 @@ def test_import_registers_no_admission_handler():
 @pytest.mark.parametrize(
     "settings, webhook, expected",
     [
-        ({}, True, {"leader_worker_set_event", "inference_pool_event", "gdn-mitigate", "gdn-admission"}),
-        ({"lws": False, "inference_pool": False}, False, set()),
-        ({"inference_pool": False}, False, {"leader_worker_set_event"}),
+        ({}, True, {"leader_worker_set_event", "inference_pool_event", "node_event", "gdn-mitigate", "gdn-admission"}),
+        ({"lws": False, "inference_pool": False, "watch_nodes": False}, False, set()),
+        ({"inference_pool": False}, False, {"leader_worker_set_event", "node_event"}),
     ],
 )
 def test_optional_handlers_follow_the_settings(settings, webhook, expected):

@@ -100,7 +100,6 @@ def test_upgrade_a_server_patched_by_the_old_remediation_keeps_running_its_patch
 
     monkeypatch.setattr(kube, "update_status", update_status)
     monkeypatch.setattr(kube, "emit_event", lambda *a, **k: None)
-    monkeypatch.setattr(kube, "patch_server", lambda *a, **k: (_ for _ in ()).throw(AssertionError("spec written")))
     r = classify_text(B4_TAIL)
     change = remediation.maybe_remediate("ns", "s", obj, r, 1, 2, policy="reject")
     # async is already off (the old patch, now the spec's own value): the ladder's last resort is left

@@ -175,7 +175,9 @@ async def test_wrong_answers_alarm_after_threshold_diagnose_and_remediate_once(e
     await sup.client.close()
 
 
-async def test_errors_alarm_as_probe_error_without_remediation(engines, port):
+async def test_no_answer_in_time_is_probe_timeout_unknown_without_remediation(engines, port):
+    """Issue 38: a timeout is not a wrong answer: OutputConsistent Unknown/ProbeTimeout, gdn_probe_failing (the
+    warning alert's metric) instead of gdn_output_inconsistent (the critical one), no remediation."""
     e = engines("127.0.0.2", slow_seconds=5)
     fakes = Fakes()
     sup = sup_for([pod("a", "127.0.0.2")], fakes, port)
@@ -183,8 +185,35 @@ async def test_errors_alarm_as_probe_error_without_remediation(engines, port):
     await sup.round("ns-e", "srv", s)
     e.set(SLOW)
     c = await sup.round("ns-e", "srv", s)
-    assert (c.value, c.reason) == (False, "ProbeError") and "timeout" in c.message
+    assert (c.value, c.reason) == (None, "ProbeTimeout") and "timeout" in c.message
     assert fakes.remediations == [] and "diagnosis" not in fakes.writes[-1][2]
+    assert fakes.writes[-1][2]["state"] == "NoAnswer"
+    assert telemetry.PROBE_FAILING.labels("ns-e", "srv", "ProbeTimeout")._value.get() == 1
+    for reason in ("ProbeMismatch", "ProbeEarlyStop"):
+        assert telemetry.OUTPUT_INCONSISTENT.labels("ns-e", "srv", reason)._value.get() == 0
+    e.set(CORRECT)
+    assert (await sup.round("ns-e", "srv", s)).value is True
+    assert telemetry.PROBE_FAILING.labels("ns-e", "srv", "ProbeTimeout")._value.get() == 0
+    await sup.client.close()
+
+
+async def test_an_engine_wanting_a_key_is_probe_unauthorized_naming_the_fix(engines, port):
+    """vLLM with VLLM_API_KEY answers 401 to a probe without the key (the chart default cannot read the Secret):
+    ProbeUnauthorized, Unknown, naming why the key is missing; with the key the same engine passes."""
+    e = engines("127.0.0.2", api_key="sk-test")
+    fakes = Fakes()
+    sup = sup_for([pod("a", "127.0.0.2")], fakes, port)
+    problem = "spec.apiKeySecret vllm-key/key cannot be read: the operator may not read Secrets here; set the chart value operator.readApiKeySecrets=true"
+    s = server(probes_spec(threshold=1))
+    s.api_key_problem = problem
+    c = await sup.round("ns-k", "srv", s)
+    assert (c.value, c.reason) == (None, "ProbeUnauthorized") and e.unauthorized == len(PROMPTS)
+    assert "operator.readApiKeySecrets=true" in c.message and "HTTP 401" in c.message
+    assert telemetry.PROBE_FAILING.labels("ns-k", "srv", "ProbeUnauthorized")._value.get() == 1
+    assert telemetry.OUTPUT_INCONSISTENT.labels("ns-k", "srv", "ProbeMismatch")._value.get() == 0
+    keyed = server(probes_spec(threshold=1))
+    keyed.api_key = "sk-test"
+    assert (await sup.round("ns-k2", "srv", keyed)).value is True
     await sup.client.close()
 
 

@@ -536,7 +536,7 @@ def test_acceptance_alert_fires_for_broken_mtp_only(stack):
     assert firing_at is not None and for_s - 0.001 <= firing_at - active_at <= for_s + 3 * eval_s, (active_at, firing_at)
     # the healthy server never had an alert firing over the whole run. (Pending is possible: kwok marks its pod
     # Ready before the real engine listens, so its output probes fail to connect for up to a minute and
-    # GDNOutputInconsistent goes pending — ProbeError — until the probes learn their answers; for: outlasts it.)
+    # GDNProbesFailing may go pending — ProbeUnreachable — until the probes learn their answers; for: outlasts it.)
     assert not prom.api("query", query=f'ALERTS{{server="{ok}", alertstate="firing"}}[1h]')["result"]
     assert firing["labels"]["namespace"] == ns_bad and firing["labels"]["server"] == bad
     assert firing["annotations"]["runbook_url"].endswith(f"/{name}.md")

@@ -27,10 +27,13 @@ from recall import MODEL_DIR as MODEL  # noqa: E402
 from recall import load_heldout  # noqa: E402
 
 from gdn_operator.api.load import parse_spec  # noqa: E402
-from gdn_operator.api.probes import Probe  # noqa: E402
+from gdn_operator import telemetry  # noqa: E402
+from gdn_operator.api.probes import Probe, ProbesSpec  # noqa: E402
+from gdn_operator.handlers.probes import ProbeSupervisor, ServerProbes  # noqa: E402
 from gdn_operator.render import podparts  # noqa: E402
 from gdn_operator.render.engine import engine_env  # noqa: E402
 from gdn_operator.watch.probe_client import ProbeClient, completions_url  # noqa: E402
+from gdn_operator.watch.probes import ProbeBook  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
@@ -135,11 +138,47 @@ def test_engine_starts_offline_from_the_cache_and_guards_v1_with_the_key(cache, 
                 )
 
         refused = asyncio.run(ask(None))
-        assert all(a.error == "http" and a.message.startswith("HTTP 401") for a in refused), refused
+        assert all(a.error == "auth" and a.message.startswith("HTTP 401") for a in refused), refused
         answered = asyncio.run(ask(KEY))
         assert [a.error for a in answered] == [None] * len(items), answered
         for a, it in zip(answered, items):  # greedy answers of the trained model: its held-out continuation
             exp = it["expected_token_ids"][: it["max_tokens"]]
             assert list(a.answer.token_ids)[: len(exp)] == exp, (a, it["id"])
+
+        # issue 38: the supervisor's verdict on this real engine. Without the key (the chart default may not read
+        # the Secret): Unknown/ProbeUnauthorized naming the chart value, never OutputConsistent=False; with it: True.
+        spec = ProbesSpec.model_validate(
+            {
+                "failureThreshold": 1,
+                "intervalSeconds": 600,
+                "timeoutSeconds": 120,
+                # the held-out continuation is a prefix of what the engine generates up to maxTokens
+                "prompts": [{**p.model_dump(by_alias=True, exclude_unset=True), "mode": "prefix"} for p in probes],
+            }
+        )
+        pods = [{"name": "pod-0", "ip": "127.0.0.1", "ready": True, "engine": "", "deleting": False}]
+        written: list[tuple] = []
+
+        def writer(ns, name, s, body, cond):
+            written.append((body, cond))
+            return None
+
+        async def verdict(key, problem):
+            sup = ProbeSupervisor(lambda ns, name: pods, writer=writer, port=eng.port, seed=1)
+            s = ServerProbes(spec, 1, model=SERVED_NAME, book=ProbeBook([p.name for p in probes], 1), api_key=key)
+            s.api_key_problem = problem
+            try:
+                return await sup.round("ns", "keyed", s)
+            finally:
+                await sup.client.close()
+
+        problem = "spec.apiKeySecret vllm-key/key cannot be read: the operator may not read Secrets here; set the chart value operator.readApiKeySecrets=true"
+        c = asyncio.run(verdict(None, problem))
+        assert (c.value, c.reason) == (None, "ProbeUnauthorized") and "operator.readApiKeySecrets=true" in c.message
+        assert written[-1][0]["state"] == "NoAnswer"
+        assert telemetry.PROBE_FAILING.labels("ns", "keyed", "ProbeUnauthorized")._value.get() == 1
+        assert telemetry.OUTPUT_INCONSISTENT.labels("ns", "keyed", "ProbeMismatch")._value.get() == 0
+        c = asyncio.run(verdict(KEY, ""))
+        assert (c.value, c.reason) == (True, "ProbesPassing"), c
     finally:
         stop_engine(eng)

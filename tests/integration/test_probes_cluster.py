@@ -170,10 +170,19 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         assert obj["metadata"]["generation"] == gen and obj["spec"] == spec
         assert len(k.events(ns, "pr", "Remediated")) == 1
 
-        # ---- no answer in time: ProbeError; then back to consistent ---------------------------
+        # ---- no answer in time (issue 38): Unknown/ProbeTimeout, a warning, not an inconsistency ----
+        eng.set(CORRECT)
+        k.wait_condition(ns, "pr", "OutputConsistent", "True", timeout=60)
         eng.set(SLOW)
-        c = k.wait_condition(ns, "pr", "OutputConsistent", "False", timeout=60, reason="ProbeError")
-        assert "timeout" in c["message"]
+        c = k.wait_condition(ns, "pr", "OutputConsistent", "Unknown", timeout=60, reason="ProbeTimeout")
+        assert "timeout" in c["message"] and "not a wrong answer" in c["message"]
+        assert k.condition(ns, "pr", "Degraded")["status"] == "False"  # no answer does not degrade the server
+        assert k.status(ns, "pr")["probes"]["state"] == "NoAnswer"
+        evs = wait_for(lambda: k.events(ns, "pr", "ProbeTimeout"), 30, what="ProbeTimeout Event")
+        assert [e.type for e in evs] == ["Warning"]
+        text = op.metrics()
+        assert metric(text, "gdn_probe_failing", absent=0.0, namespace=ns, server="pr", reason="ProbeTimeout") == 1
+        assert metric(text, "gdn_output_inconsistent", absent=0.0, namespace=ns, server="pr") == 0
         eng.set(CORRECT)
         k.wait_condition(ns, "pr", "OutputConsistent", "True", timeout=60)
         assert k.condition(ns, "pr", "Degraded")["status"] == "False"
@@ -181,6 +190,7 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         for res in ("mismatch", "early-stop", "error"):
             assert metric(text, "gdn_probe_total", absent=0.0, namespace=ns, server="pr", result=res) >= 2, res
         assert metric(text, "gdn_output_inconsistent", absent=0.0, namespace=ns, server="pr") == 0
+        assert metric(text, "gdn_probe_failing", absent=0.0, namespace=ns, server="pr", reason="ProbeTimeout") == 0
         assert op.alive()
 
         # ---- probes removed: Unknown, status.probes gone --------------------------------------

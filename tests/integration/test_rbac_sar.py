@@ -39,13 +39,15 @@ VWC, MWC = "validatingwebhookconfigurations", "mutatingwebhookconfigurations"
 class Install:
     """The chart's RBAC (and optionally its webhook configurations) applied as one release."""
 
-    def __init__(self, cp, api: kubernetes.client.ApiClient, *, watched: list[str], webhooks: bool):
+    def __init__(
+        self, cp, api: kubernetes.client.ApiClient, *, watched: list[str], webhooks: bool, extra: dict[str, Any] | None = None
+    ):
         s = uuid.uuid4().hex[:6]
         self.cp, self.api = cp, api
         self.release, self.namespace = f"rbac{s}", f"rbac-rel-{s}"
         self.watched = [f"{w}-{s}" for w in watched]
         self.config_name = f"rbac-{s}.serving.gdn-operator.io"
-        sets: dict[str, Any] = {"webhook.configName": self.config_name}
+        sets: dict[str, Any] = {"webhook.configName": self.config_name, **(extra or {})}
         if self.watched:
             sets["operator.watchNamespaces"] = self.watched
         self.objs = docs(render_text(sets=sets, namespace=self.namespace, release=self.release))
@@ -113,6 +115,10 @@ def helm_tools():
         pytest.fail(str(e), pytrace=False)
 
 
+#: the drain marks DisruptionBlocked reads (operator.watchNodes, default on; issue 38)
+NODE_READS = [("get", "nodes"), ("list", "nodes"), ("watch", "nodes")]
+
+
 def common_denials(i: Install, ns: str) -> list[tuple]:
     secret = i.env["GDN_WEBHOOK_SECRET"]
     return [
@@ -141,9 +147,11 @@ def common_denials(i: Install, ns: str) -> list[tuple]:
         ("update", "gdnmodelservers", "serving.gdn-operator.io", ns),
         ("delete", "gdnmodelservers", "serving.gdn-operator.io", ns),
         ("create", "pods", "", ns, None, "exec"),
-        # nothing on nodes or RBAC itself
-        ("get", "nodes"),
-        ("list", "nodes"),
+        # nodes: read only (operator.watchNodes: drain marks, issue 38); never evicts; nothing on RBAC itself
+        ("patch", "nodes"),
+        ("update", "nodes"),
+        ("delete", "nodes"),
+        ("create", "pods", "", ns, None, "eviction"),
         ("create", "clusterroles", "rbac.authorization.k8s.io"),
         ("bind", "clusterroles", "rbac.authorization.k8s.io"),
         ("escalate", "clusterroles", "rbac.authorization.k8s.io"),
@@ -159,6 +167,7 @@ def test_namespaced_install_grants_only_the_watched_namespaces(kube_api, control
         secret = i.env["GDN_WEBHOOK_SECRET"]
         peering = i.env["GDN_PEERING"]
         allowed = [
+            *NODE_READS,
             *[(v, "deployments", "apps", ns) for ns in (a, b) for v in ("get", "list", "watch", "create", "patch")],
             ("create", "services", "", a),
             ("patch", "services", "", b),
@@ -215,6 +224,7 @@ def test_cluster_wide_install_keeps_webhooks_and_secrets_narrow(kube_api, contro
     with Install(control_plane, kube_api, watched=[], webhooks=False) as i:
         ns = f"anywhere-{uuid.uuid4().hex[:4]}"  # need not exist for a review
         allowed = [
+            *NODE_READS,
             ("patch", "deployments", "apps", ns),
             ("list", "deployments", "apps"),
             ("get", "pods", "", ns, None, "log"),
@@ -294,3 +304,10 @@ def _registry() -> kopf.OperatorRegistry:
     reg = kopf.OperatorRegistry()
     main.register_admission(reg)
     return reg
+
+
+def test_watch_nodes_off_grants_nothing_on_nodes(kube_api, control_plane, helm_tools):
+    with Install(control_plane, kube_api, watched=["rbac-n"], webhooks=False, extra={"operator.watchNodes": False}) as i:
+        assert i.env["GDN_WATCH_NODES"] == "false"
+        (ns,) = i.watched
+        i.check([("patch", "deployments", "apps", ns)], [*NODE_READS, *common_denials(i, ns)])

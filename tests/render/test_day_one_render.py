@@ -146,11 +146,13 @@ def test_rollout_strategy_on_deployment_and_leader_worker_set(strategy, surge, u
 @pytest.mark.parametrize(
     "fields, max_unavailable",
     [
-        ({}, 0),  # one replica: a drain waits instead of taking the only engine down
+        # issue 38: the default never blocks a drain forever, one replica or many (0 was the old one-replica default)
+        ({}, 1),
         ({"replicas": 3}, 1),
         ({"autoscaling": {"minReplicas": 2, "maxReplicas": 4, "target": 5}}, 1),
-        ({"autoscaling": {"maxReplicas": 4, "target": 5}}, 0),
+        ({"autoscaling": {"maxReplicas": 4, "target": 5}}, 1),
         ({"replicas": 4, "disruptionBudget": {"maxUnavailable": 2}}, 2),
+        ({"disruptionBudget": {"maxUnavailable": 0}}, 0),  # the opt-in: a drain waits for the only engine
     ],
 )
 def test_disruption_budget_default_and_override(fields, max_unavailable):

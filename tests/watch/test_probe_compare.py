@@ -191,7 +191,8 @@ def test_worst_pod_names_the_round_and_mismatch_outranks_errors():
     c = b.observe([o("q", ERROR, pod="a"), o("q", MISMATCH, pod="b", position=0), o("q", PASS, pod="c")])
     assert (c.value, c.reason) == (False, "ProbeMismatch")
     b2 = ProbeBook(["q"], threshold=1)
-    assert b2.observe([o("q", ERROR), o("q", PASS, pod="b")]).reason == "ProbeError"
+    c2 = b2.observe([o("q", ERROR), o("q", PASS, pod="b")])
+    assert (c2.value, c2.reason) == (None, "ProbeError")  # no answer is not a wrong answer
 
 
 def test_partial_recovery_keeps_the_alarm_full_recovery_clears_it():
@@ -200,8 +201,52 @@ def test_partial_recovery_keeps_the_alarm_full_recovery_clears_it():
     c = b.observe([o("q", PASS), o("r", MISMATCH, position=1)])
     assert c.value is False and "probe r" in c.message
     c = b.observe([o("q", PASS), o("r", ERROR)])
-    assert (c.value, c.reason) == (False, "ProbeError")
+    assert (c.value, c.reason) == (False, "ProbeMismatch")  # r's streak had a wrong answer: still inconsistent
+    assert "mismatch here" in c.message
     assert b.observe([o("q", PASS), o("r", PASS)]).value is True
+
+
+def err(probe: str, cause: str, pod: str = "pod-a") -> Outcome:
+    return Outcome(pod, probe, Verdict(ERROR, message=f"{cause}: boom", cause=cause))
+
+
+@pytest.mark.parametrize(
+    ("cause", "reason"),
+    [
+        ("auth", "ProbeUnauthorized"),
+        ("connect", "ProbeUnreachable"),
+        ("timeout", "ProbeTimeout"),
+        ("http", "ProbeError"),
+        ("parse", "ProbeError"),
+    ],
+)
+def test_no_answer_is_unknown_by_cause_never_inconsistent(cause, reason):
+    """Issue 38: a probe that gets no answer (401 without the key, a refused connection, a timeout) cannot tell
+    whether the output is right: OutputConsistent is Unknown with the cause as reason, never False."""
+    b = ProbeBook(["q"], threshold=3)
+    b.observe([o("q", PASS)])
+    for _ in range(2):
+        assert b.observe([err("q", cause)]).value is True  # below the threshold: unchanged
+    c = b.observe([err("q", cause)])
+    assert (c.value, c.reason, c.failure) == (None, reason, ERROR)
+    assert "got no answer 3 rounds in a row on pod pod-a" in c.message and "not a wrong answer" in c.message
+    assert b.state == "NoAnswer" and b.tracks["q"].last_failure["cause"] == cause
+    assert b.observe([o("q", PASS)]).value is True
+
+
+def test_a_wrong_answer_outranks_no_answer_and_survives_a_restore():
+    b = ProbeBook(["q", "r"], threshold=2)
+    b.observe([err("q", "timeout"), o("r", MISMATCH, position=1)])
+    c = b.observe([err("q", "timeout"), err("r", "timeout")])
+    assert (c.value, c.reason) == (False, "ProbeMismatch") and "probe r" in c.message
+    results = b.results()
+    assert results[1]["lastFailure"]["cause"] == "timeout" and results[1]["lastWrongAnswer"]["result"] == MISMATCH
+    cond = {"status": "False", "reason": "ProbeMismatch", "message": c.message}
+    again = ProbeBook.restore(["q", "r"], 2, results, cond)
+    assert again.condition.value is False
+    assert again.observe([err("q", "timeout"), err("r", "timeout")]).reason == "ProbeMismatch"
+    unknown = ProbeBook.restore(["q"], 2, results[:1], {"status": "Unknown", "reason": "ProbeTimeout", "message": "m"})
+    assert (unknown.condition.value, unknown.condition.failure, unknown.state) == (None, ERROR, "NoAnswer")
 
 
 def test_a_clean_round_clears_the_alarm_and_a_later_blip_does_not_refire_it():

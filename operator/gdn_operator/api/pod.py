@@ -123,6 +123,19 @@ class PodSettings(_Model):
         description="Extra pod labels (the operator's app.kubernetes.io/*, serving.gdn-operator.io/* are refused).",
     )
     annotations: dict[str, str] = Field(default_factory=dict, max_length=64, description="Extra pod annotations.")
+    workload_labels: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=64,
+        description=(
+            "Labels on the engine workload object itself (the Deployment or LeaderWorkerSet), where Kueue "
+            "(kueue.x-k8s.io/queue-name), cost and inventory tools read them; same keys refused as for labels."
+        ),
+    )
+    workload_annotations: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="Annotations on the engine workload object (Deployment or LeaderWorkerSet).",
+    )
     volumes: list[dict[str, Any]] = Field(
         default_factory=list,
         max_length=32,
@@ -163,7 +176,7 @@ class PodSettings(_Model):
     def _names(cls, v: str | None) -> str | None:
         return v if v is None else _k8s.check_name(v)
 
-    @field_validator("labels")
+    @field_validator("labels", "workload_labels")
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
         _k8s.check_labels(v)
@@ -175,7 +188,7 @@ class PodSettings(_Model):
                 )
         return v
 
-    @field_validator("annotations")
+    @field_validator("annotations", "workload_annotations")
     @classmethod
     def _annotations(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():

@@ -191,6 +191,9 @@ class ProbeFailure(_Status):
     time: str | None = None
     pod: str | None = None
     result: str = Field(description="mismatch, early-stop or error.")
+    cause: str | None = Field(
+        default=None, description="Errors: auth (HTTP 401/403), connect, timeout, http, parse — why no answer came."
+    )
     position: int | None = Field(default=None, description="First differing token (or character) of the answer.")
     expected: str | None = Field(default=None, description="A few expected tokens from that position (never the whole answer).")
     got: str | None = Field(default=None, description="A few answered tokens from that position.")
@@ -202,6 +205,11 @@ class ProbeResult(_Status):
     last_result: str | None = Field(default=None, description="pass, learned, mismatch, early-stop or error.")
     consecutive_failures: int = 0
     last_failure: ProbeFailure | None = None
+    last_wrong_answer: ProbeFailure | None = Field(
+        default=None,
+        description="The wrong answer of the current failing streak when later rounds got no answer (the alarm stays "
+        "an inconsistency).",
+    )
 
 
 class ProbeDiagnosis(_Status):
@@ -215,7 +223,9 @@ class ProbesStatus(_Status):
     """Output probe results (status.probes)."""
 
     state: str | None = Field(
-        default=None, description="Learning, Consistent, Inconsistent, Failing (below failureThreshold), NoReadyEngines."
+        default=None,
+        description="Learning, Consistent, Inconsistent, Failing (below failureThreshold), NoAnswer (no answer for "
+        "failureThreshold rounds: OutputConsistent Unknown), NoReadyEngines.",
     )
     generation: int | None = Field(default=None, description="Spec generation the counts below belong to.")
     revision: str | None = Field(

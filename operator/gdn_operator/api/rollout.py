@@ -46,6 +46,14 @@ class RolloutSpec(_Model):
         return ROLLING_UPDATE[str(self.strategy)][1]
 
 
+#: Engine pods a drain may evict at once when spec.disruptionBudget.maxUnavailable is unset: one, whatever the
+#: replica count, so a drain, a cluster upgrade or an autoscaler scale-down always makes progress (one engine at a
+#: time) and never waits forever on a single replica — what the vLLM production-stack chart renders
+#: (maxUnavailable 1); KServe renders no budget unless asked (kserve#4574). Keeping the only engine through a
+#: drain is the opt-in `maxUnavailable: 0` (issue 38).
+DEFAULT_MAX_UNAVAILABLE = 1
+
+
 class DisruptionBudgetSpec(_Model):
     """The engine PodDisruptionBudget (voluntary disruptions: node drains, cluster upgrades)."""
 
@@ -55,9 +63,10 @@ class DisruptionBudgetSpec(_Model):
         ge=0,
         le=1000,
         description=(
-            "Engine pods a drain may evict at once. Unset: 0 for one replica (a drain waits, and says so, instead "
-            "of taking the only engine down) and 1 for more (one engine at a time; with autoscaling, by "
-            "minReplicas). Multi-node engines count pods, so 1 takes at most one group down."
+            "Engine pods a drain may evict at once. Unset: 1 (one engine at a time; a drain of a one-replica "
+            "server takes it down and the Deployment recreates it elsewhere, so drains, upgrades and autoscaler "
+            "scale-downs never wait forever). 0 is the opt-in protection: a drain waits until you act, and the "
+            "DisruptionBlocked condition says so and names the way out. Multi-node engines count pods."
         ),
     )
 
@@ -66,3 +75,10 @@ class DisruptionBudgetSpec(_Model):
         if not self.enabled and self.max_unavailable is not None:
             raise ValueError("maxUnavailable has no effect with enabled: false; drop one of them")
         return self
+
+    @property
+    def effective_max_unavailable(self) -> int | None:
+        """The rendered budget's maxUnavailable (None: no budget is rendered)."""
+        if not self.enabled:
+            return None
+        return DEFAULT_MAX_UNAVAILABLE if self.max_unavailable is None else self.max_unavailable

@@ -62,6 +62,10 @@ class RuleFinding(_Status):
         default=None, max_length=16, description="The measurements behind a measured advisory (rules.yaml `cost`)."
     )
 
+    def line(self) -> str:
+        """The message led by the rule id exactly once (rule messages already begin with it)."""
+        return self.message if self.message.startswith(f"{self.rule}:") else f"{self.rule}: {self.message}"
+
 
 class CrashInfo(_Status):
     """The most recent engine crash the crash watch classified."""

@@ -72,7 +72,7 @@ def mitigate(
     for key, value in merge.items():
         patch[key] = value
     for f in mitigated:
-        warnings.append(f"mitigated {f.rule}: {f.message}")
+        warnings.append(f"mitigated {f.line()}")
         telemetry.ADMISSION_DECISIONS.labels(namespace or "", "mitigated", f.rule).inc()
     log.info("admission mutated %s/%s: mitigated %s", namespace, name, ", ".join(f.rule for f in mitigated))
 
@@ -103,7 +103,7 @@ def admission(
     ev = evaluate(s, default_policy=cfg.default_policy)
     for f in ev.findings:
         if f.action == "warned":
-            warnings.append(f"{f.rule}: {f.message}")
+            warnings.append(f.line())
             telemetry.ADMISSION_DECISIONS.labels(namespace or "", "warned", f.rule).inc()
     if not ev.allowed:
         rules = [f.rule for f in ev.findings if f.action == "rejected"]
@@ -118,9 +118,28 @@ def admission(
     if missing:
         warnings.append(f"not runnable on this cluster yet: {missing}")
         telemetry.ADMISSION_DECISIONS.labels(namespace or "", "warned", "missing-api").inc()
+    unprobed = probes_without_key(ev.run_spec or s, cfg.read_api_key_secrets)
+    if unprobed:
+        warnings.append(unprobed)
+        telemetry.ADMISSION_DECISIONS.labels(namespace or "", "warned", "probes-without-api-key").inc()
     telemetry.ADMISSION_DECISIONS.labels(namespace or "", "admitted", "").inc()
     warned = [f.rule for f in ev.findings if f.action == "warned"] + (["missing-api"] if missing else [])
+    warned += ["probes-without-api-key"] if unprobed else []
     log.info("admission admitted %s/%s%s", namespace, name, f" with warnings: {', '.join(warned)}" if warned else "")
+
+
+def probes_without_key(spec: Any, can_read_secrets: bool) -> str:
+    """The warning for output probes against engines that want an API key the operator may not read ("" when
+    none): every probe would get HTTP 401 (OutputConsistent Unknown/ProbeUnauthorized, alert GDNProbesFailing)."""
+    probes = spec.probes
+    if can_read_secrets or spec.api_key_secret is None or probes is None or not probes.enabled:
+        return ""
+    ref = spec.api_key_secret
+    return (
+        f"spec.probes with spec.apiKeySecret ({ref.name}/{ref.key}): the operator may not read Secrets (chart value "
+        "operator.readApiKeySecrets is false), so the engines will answer every output probe with HTTP 401 and "
+        "OutputConsistent stays Unknown (ProbeUnauthorized); set operator.readApiKeySecrets=true, or turn spec.probes off"
+    )
 
 
 def _deny(namespace: str | None, name: str | None, why: str, detail: str) -> None:

@@ -31,6 +31,7 @@ PATCH_SET = "PatchSetVerified"
 INFERENCE_POOL_ACCEPTED = "InferencePoolAccepted"
 INFERENCE_POOL_RESOLVED_REFS = "InferencePoolResolvedRefs"
 OVERRIDDEN = "Overridden"
+DISRUPTION_BLOCKED = "DisruptionBlocked"
 
 #: Every condition type: (the module that writes it, what it says). README's condition table lists these.
 CONDITIONS: dict[str, tuple[str, str]] = {
@@ -41,6 +42,11 @@ CONDITIONS: dict[str, tuple[str, str]] = {
     PROGRESSING: ("handlers/reconcile.py, handlers/workloadstatus.py", "a new generation is being applied and rolled out"),
     READY: ("handlers/workloadstatus.py", "every engine pod (or group) is ready"),
     UNSCHEDULABLE: ("handlers/workload.py", "engine pods cannot be scheduled (InsufficientGPUs)"),
+    DISRUPTION_BLOCKED: (
+        "handlers/disruption.py",
+        "True/EvictionBlocked: a node drain waits on engine pods the PodDisruptionBudget keeps (pods, nodes, the way "
+        "out); False once none is",
+    ),
     CRASH_LOOPING: (
         "handlers/crashwatch.py, handlers/remediation.py, handlers/quiet.py",
         "True: a known crash repeats; False/EngineCrashed: one crash, within the quiet period",

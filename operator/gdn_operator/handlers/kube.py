@@ -25,7 +25,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import Backoff, on_error
 
-from gdn_operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from gdn_operator import API_VERSION, GROUP, KIND, PLURAL, VERSION, __version__
 from gdn_operator.redact import redact
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,9 @@ def api_client() -> kubernetes.client.ApiClient:
     # handlers run in kopf's thread pool: one pooled connection per worker thread (size_connection_pool)
     cfg.connection_pool_maxsize = _POOL["size"]
     client = kubernetes.client.ApiClient(cfg)
+    # kube-apiserver names the field manager of a write without ?fieldManager= after the User-Agent (up to its
+    # first "/"): the client's default made every such write "OpenAPI-Generator" in managedFields (issue 38)
+    client.user_agent = f"{FIELD_MANAGER}/{__version__}"
     with_default_timeout(client.rest_client)
     return client
 
@@ -367,16 +370,6 @@ def get_server(namespace: str, name: str) -> dict[str, Any] | None:
         raise
 
 
-def patch_server(namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-    """Merge-patch the GDNModelServer itself (spec/metadata), e.g. a remediation."""
-    return cast(
-        dict[str, Any],
-        kubernetes.client.CustomObjectsApi(api_client()).patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name, patch, _content_type="application/merge-patch+json"
-        ),
-    )
-
-
 def delete_pod(namespace: str, name: str, uid: str | None) -> bool:
     """Delete one pod instance (uid precondition: never a replacement that took the same name, as LWS pods
     do). False when it is already gone or was replaced."""
@@ -531,6 +524,7 @@ def update_status(
                     PLURAL,
                     name,
                     ops,
+                    field_manager=FIELD_MANAGER,
                     _content_type="application/json-patch+json",
                     _preload_content=False,
                 )
@@ -605,6 +599,10 @@ def emit_event(obj: dict[str, Any], reason: str, message: str, type_: str = "Nor
     }
     try:
         event = kubernetes.client.CoreV1Event.model_validate(body)  # what the client's validate_call does with a dict
-        _json(kubernetes.client.CoreV1Api(api_client()).create_namespaced_event(meta["namespace"], event, _preload_content=False))
+        _json(
+            kubernetes.client.CoreV1Api(api_client()).create_namespaced_event(
+                meta["namespace"], event, field_manager=FIELD_MANAGER, _preload_content=False
+            )
+        )
     except Exception as e:  # noqa: BLE001 - events must never break reconciliation
         log.warning("could not emit event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], e)

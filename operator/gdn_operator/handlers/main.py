@@ -12,6 +12,7 @@ calls them. The bodies live in their modules (below, in the order an object meet
 | deployment_event | on.event deployments (managed) | workload.deployment_event |
 | leader_worker_set_event | on.event LeaderWorkerSets, registered at start-up when GDN_LWS | workload.deployment_event |
 | inference_pool_event | on.event InferencePools, registered at start-up when GDN_INFERENCE_POOL | router.inference_pool_event |
+| node_event | on.event nodes, registered at start-up when GDN_WATCH_NODES | disruption.drain_mark, then workload.pod_event |
 | mitigate / admission | on.mutate / on.validate, registered at start-up when a webhook server is configured | admission.* |
 
 Why some are registered at start-up, not at import: kopf refuses to run with admission handlers but no
@@ -30,7 +31,7 @@ from typing import Any
 import kopf
 
 from gdn_operator import GROUP, PLURAL, VERSION
-from gdn_operator.handlers import admission, crashwatch, kube, pods, router, workload
+from gdn_operator.handlers import admission, crashwatch, disruption, kube, pods, router, workload
 from gdn_operator.handlers import reconcile as reconciler
 from gdn_operator.handlers import startup as starter
 from gdn_operator.handlers.runtime import MEMO_KEY, Runtime, runtime_of
@@ -81,6 +82,9 @@ def register_optional(rt: Runtime, *, webhook: bool, registry: kopf.OperatorRegi
             inference_pool_event
         )
         ids.append("inference_pool_event")
+    if rt.settings.watch_nodes:  # the chart grants node get/list/watch only with operator.watchNodes
+        kopf.on.event("", "v1", "nodes", registry=reg)(node_event)
+        ids.append("node_event")
     if webhook:
         ids += register_admission(reg)
     rt.optional_handlers = ids or ["(none)"]
@@ -155,7 +159,9 @@ async def pod_event(
     try:
         await crashwatch.on_pod_event(runtime_of(memo), type, ns, name, kube.plain(body))
     finally:
-        await workload.pod_event(ns, name, pods.pods_of(kwargs["engine_pods"], ns, name), runtime_of(memo).bodies)
+        rt = runtime_of(memo)
+        marks = dict(rt.draining.marks)  # a copy: the status write runs in a thread while node events arrive
+        await workload.pod_event(ns, name, pods.pods_of(kwargs["engine_pods"], ns, name), rt.bodies, marks)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
@@ -168,6 +174,18 @@ async def leader_worker_set_event(
     type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, memo: kopf.Memo, **_: Any
 ) -> None:
     await workload.deployment_event(runtime_of(memo), type, body, namespace, meta, kind=lws.KIND)
+
+
+async def node_event(type: str, body: kopf.Body, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
+    """A node marked for a drain (cordon, autoscaler taints) or unmarked: the servers with engine pods on it
+    recompute DisruptionBlocked (handlers/disruption.py)."""
+    rt = runtime_of(memo)
+    mark = None if type == "DELETED" else disruption.drain_mark(kube.plain(body))
+    if not rt.draining.observe(name, mark):
+        return
+    index = kwargs["engine_pods"]
+    for ns, server in [key for key in index if any(p.get("node") == name for p in index[key])]:
+        await workload.pod_event(ns, server, pods.pods_of(index, ns, server), rt.bodies, dict(rt.draining.marks))
 
 
 async def inference_pool_event(type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, **_: Any) -> None:

@@ -44,6 +44,7 @@ def pod_summary(body: dict[str, Any]) -> dict[str, Any]:
         "ready": ready.get("status") == "True",
         "unschedulable": sched.get("status") == "False" and sched.get("reason") == "Unschedulable",
         "unschedulable_message": sched.get("message", ""),
+        "node": (body.get("spec") or {}).get("nodeName"),
         "restarts": restarts,
         "deleting": bool(body["metadata"].get("deletionTimestamp")),
         "engine": engine_fingerprint(

@@ -18,6 +18,9 @@ Load shape: one shared HTTP session and a global bound on requests in flight (wa
 at most one round in flight per server — hence per pod; each server's first round is placed at a random
 point of its interval and later rounds are jittered by ±10%, so many servers never fire together;
 status is only written when something other than the round count changed.
+
+Size (~500 lines): the supervisor (loop, rounds, metrics) and the per-revision configuration it parses are one
+state machine; the remediation hook (remediate, diagnose) is the part that would move out first.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from gdn_operator.render.engine import CONTAINER, ENGINE_PORT
 from gdn_operator.watch.probe_client import ProbeClient, completions_url
 from gdn_operator.watch.probes import (
     ERROR,
+    ERROR_REASONS,
     LEARNING,
     REASONS,
     Answer,
@@ -57,7 +61,8 @@ from gdn_operator.watch.probes import (
 
 log = logging.getLogger(__name__)
 
-PROBE_REASONS = tuple(REASONS.values())
+PROBE_REASONS = tuple(REASONS.values())  # OutputConsistent=False: gdn_output_inconsistent
+NO_ANSWER_REASONS = tuple(dict.fromkeys(ERROR_REASONS.values()))  # Unknown, no answer: gdn_probe_failing
 
 
 @dataclass
@@ -81,6 +86,7 @@ class ServerProbes:
     written: str | None = None  # fingerprint of the last status written
     remediated: bool = False  # remediation hook already ran on this revision
     api_key: str | None = field(default=None, repr=False)  # spec.apiKeySecret's value, sent as a Bearer token
+    api_key_problem: str = ""  # why spec.apiKeySecret could not be read (named when the engines answer 401)
 
     def __post_init__(self) -> None:
         if not self.revision:
@@ -109,15 +115,25 @@ def _rev_of(saved: dict[str, Any]) -> str:
     return str(saved.get("revision") or saved.get("generation"))
 
 
-def _api_key(namespace: str, name: str, ref: Any) -> str | None:
-    """The API key the engines of a server with spec.apiKeySecret expect (None without one, or unreadable:
-    the probes then answer HTTP 401, which their status shows)."""
+def _api_key(namespace: str, name: str, ref: Any) -> tuple[str | None, str]:
+    """The API key the engines of a server with spec.apiKeySecret expect, and "" (None without one), or None
+    and why it is unreadable: the probes then get HTTP 401, OutputConsistent=Unknown/ProbeUnauthorized."""
     if ref is None:
-        return None
+        return None, ""
     key, problem = kube.read_secret_key(namespace, ref.name, ref.key)
     if problem:
         log.info("output probes for %s/%s: cannot read spec.apiKeySecret %s/%s: %s", namespace, name, ref.name, ref.key, problem)
-    return key
+        problem = f"spec.apiKeySecret {ref.name}/{ref.key} cannot be read: {problem}"
+    return key, problem
+
+
+def _unauthorized_hint(s: ServerProbes) -> str:
+    """What to do when the engines answer the probes with 401/403."""
+    if s.api_key_problem:
+        return s.api_key_problem
+    if s.api_key is not None:
+        return "the engines refused the key of spec.apiKeySecret (changed since the pods started?)"
+    return "the engines ask for an API key and the server has no spec.apiKeySecret"
 
 
 def server_from_body(body: dict[str, Any], rt: PlanInputs) -> ServerProbes:
@@ -136,6 +152,7 @@ def server_from_body(body: dict[str, Any], rt: PlanInputs) -> ServerProbes:
     container = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == CONTAINER)
     run = p.run_spec or p.spec
     probes_spec = p.spec.probes  # s.spec: not None here
+    api_key, api_key_problem = _api_key(meta["namespace"], meta["name"], run.api_key_secret)
     s = ServerProbes(
         probes_spec,
         gen,
@@ -146,7 +163,8 @@ def server_from_body(body: dict[str, Any], rt: PlanInputs) -> ServerProbes:
         warned=_warned_rules(p.ev),
         remediation_auto=run.remediation.mode == "auto",
         policy=rt.settings.default_policy,
-        api_key=_api_key(meta["namespace"], meta["name"], run.api_key_secret),
+        api_key=api_key,
+        api_key_problem=api_key_problem,
     )
     names = [q.name for q in probes_spec.prompts]
     status = body.get("status") or {}
@@ -217,12 +235,11 @@ def write_status(namespace: str, name: str, s: ServerProbes, body: dict[str, Any
         changed = st.set_condition(status, st.OUTPUT_CONSISTENT, cond.value, cond.reason, msg, gen)
         new_status = "Unknown" if cond.value is None else str(cond.value)
         transition = changed and (prev.get("status") != new_status or prev.get("reason") != cond.reason)
-        if cond.value is False:  # degrades the server (conditions.refresh_degraded)
-            if transition:
-                events.append(("Warning", cond.reason, msg))
-        else:
-            if transition and cond.value is True:
-                events.append(("Normal", "OutputConsistent", msg))
+        # False degrades the server (conditions.refresh_degraded); no answer (Unknown) warns without degrading
+        if transition and (cond.value is False or cond.failure == ERROR):
+            events.append(("Warning", cond.reason, msg))
+        elif transition and cond.value is True:
+            events.append(("Normal", "OutputConsistent", msg))
 
     obj = kube.update_status(namespace, name, mutate)
     if obj is not None:
@@ -343,9 +360,10 @@ class ProbeSupervisor:
         self._clear_metrics(namespace, name)
 
     def _clear_metrics(self, namespace: str, name: str) -> None:
-        for reason in PROBE_REASONS:
-            with contextlib.suppress(KeyError):
-                telemetry.OUTPUT_INCONSISTENT.remove(namespace, name, reason)
+        for gauge, reasons in ((telemetry.OUTPUT_INCONSISTENT, PROBE_REASONS), (telemetry.PROBE_FAILING, NO_ANSWER_REASONS)):
+            for reason in reasons:
+                with contextlib.suppress(KeyError):
+                    gauge.remove(namespace, name, reason)
 
     # ------------------------------------------------------------------------------------ the loop --
 
@@ -420,9 +438,15 @@ class ProbeSupervisor:
         before = s.book.condition
         cond = s.book.observe(outcomes, now) if outcomes else (s.book.condition if s.book.rounds else LEARNING)
         telemetry.PROBE_ROUND_DURATION.observe(time.perf_counter() - t0)
+        if cond.value is None and cond.reason == "ProbeUnauthorized":
+            cond = Condition(cond.value, cond.reason, f"{cond.message}; {_unauthorized_hint(s)}", cond.failure)
         for reason in PROBE_REASONS:
             telemetry.OUTPUT_INCONSISTENT.labels(namespace, name, reason).set(
                 1.0 if cond.value is False and cond.reason == reason else 0.0
+            )
+        for reason in NO_ANSWER_REASONS:
+            telemetry.PROBE_FAILING.labels(namespace, name, reason).set(
+                1.0 if cond.value is None and cond.failure == ERROR and cond.reason == reason else 0.0
             )
         diagnosis = diagnose(s, cond)
         body = probes_status(s, len(current), skipped, diagnosis)

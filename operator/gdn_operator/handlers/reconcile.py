@@ -303,7 +303,7 @@ def transition_event(
     "KnownIssueWarning" if the generation has findings; nothing on a retry, a resumed handler or a restart."""
     notes = []
     if mitigated:
-        notes.append("Mitigated: " + "; ".join(f"{f.rule}: {f.message}" for f in mitigated))
+        notes.append("Mitigated: " + "; ".join(f.line() for f in mitigated))
     if warned:
         notes.append(
             f"{len(warned)} known issue(s) to watch: "

@@ -26,6 +26,7 @@ import kopf
 from gdn_operator.handlers.acceptance import AcceptanceSupervisor
 from gdn_operator.handlers.bodies import ServerBodies
 from gdn_operator.handlers.crashwatch import SeenDeaths
+from gdn_operator.handlers.disruption import DrainingNodes
 from gdn_operator.handlers.kube import CrdCache
 from gdn_operator.handlers.logfollow import LogFollowers, StreamedResults
 from gdn_operator.handlers.probes import ProbeSupervisor
@@ -46,6 +47,8 @@ class Runtime:
         self.crds = CrdCache()
         #: the newest GDNModelServer bodies seen (watch events and the operator's own status writes)
         self.bodies = ServerBodies()
+        #: nodes marked for a drain (node events; GDN_WATCH_NODES): DisruptionBlocked
+        self.draining = DrainingNodes()
         # crash watch
         self.seen_deaths = SeenDeaths()  # deaths already handled, so re-delivered pod events count once
         self.streamed = StreamedResults()  # crash diagnoses from log streams, until the death is handled

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -16,7 +17,7 @@ from kubernetes.utils import parse_quantity
 
 from gdn_operator import telemetry
 from gdn_operator.handlers import conditions as st
-from gdn_operator.handlers import kube
+from gdn_operator.handlers import disruption, kube
 from gdn_operator.handlers.bodies import ServerBodies
 from gdn_operator.handlers.plan import PlanInputs, expected_objects
 from gdn_operator.handlers.workloadstatus import block_rollout, workload_replicas, workload_status
@@ -56,13 +57,26 @@ def is_subset(want: Any, have: Any) -> bool:
     return False
 
 
-def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]], bodies: ServerBodies | None = None) -> None:
-    """Pod-derived status (Unschedulable), from `bodies`' newest server body when there is one (no read; most
-    pod events change nothing, and a stale body only costs the guarded patch a re-read)."""
+def update_from_pods(
+    namespace: str,
+    name: str,
+    pods: list[dict[str, Any]],
+    bodies: ServerBodies | None = None,
+    draining: Mapping[str, str] | None = None,
+) -> None:
+    """Pod-derived status (Unschedulable; DisruptionBlocked from `draining`, the nodes marked for a drain), from
+    `bodies`' newest server body when there is one (no read; most pod events change nothing, and a stale body
+    only costs the guarded patch a re-read)."""
     unsched = [p for p in pods if p["unschedulable"]]
     restarts = sum(p["restarts"] for p in pods)
+    events: list[tuple[str, str, str]] = []
 
     def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
+        events.clear()
+        if draining or st.get_condition(status, st.DISRUPTION_BLOCKED) is not None:
+            event = disruption.set_blocked(status, obj, pods, draining or {})
+            if event is not None:
+                events.append(event)
         gen = obj["metadata"].get("generation")
         if unsched:
             msg = unsched[0]["unschedulable_message"] or "no node has enough free nvidia.com/gpu"
@@ -81,17 +95,24 @@ def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]], bodi
         elif st.get_condition(status, st.UNSCHEDULABLE) is not None:
             st.set_condition(status, st.UNSCHEDULABLE, False, "Scheduled", "All engine pods are scheduled.", gen)
 
-    if bodies is not None:
-        bodies.update_status(namespace, name, mutate)
-    else:
-        kube.update_status(namespace, name, mutate)
+    obj = bodies.update_status(namespace, name, mutate) if bodies is not None else kube.update_status(namespace, name, mutate)
+    if obj is not None:
+        for type_, reason, message in events:
+            kube.emit_event(obj, reason, message, type_)
     telemetry.ENGINE_RESTARTS.labels(namespace, name).set(restarts)
 
 
-async def pod_event(namespace: str, name: str, pods: list[dict[str, Any]], bodies: ServerBodies | None = None) -> None:
+async def pod_event(
+    namespace: str,
+    name: str,
+    pods: list[dict[str, Any]],
+    bodies: ServerBodies | None = None,
+    draining: Mapping[str, str] | None = None,
+) -> None:
     """The workload's part of an engine pod event (handlers/main.py fans each out to the crash watch, then
-    here): the server's pod-derived status, from all of its pods in kopf's index."""
-    await asyncio.to_thread(update_from_pods, namespace, name, pods, bodies)
+    here), and of a node event that marks or unmarks a node with its pods: the server's pod-derived status,
+    from all of its pods in kopf's index."""
+    await asyncio.to_thread(update_from_pods, namespace, name, pods, bodies, draining)
 
 
 def deployment_status(

@@ -15,6 +15,14 @@ from gdn_operator.render.scaleout import ScaleOutOptions
 from gdn_operator.rules import evaluate
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """YAML without anchors and aliases (`&id001` / `*id001`): objects that share a sub-dict (the engine's
+    probes share one httpGet) print it in full each time, as kubectl and a reader expect."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
+
+
 def run_render(args: argparse.Namespace) -> int:
     servers = load_file(args.filename)
     keda = getattr(args, "autoscaler", "hpa") == "keda"
@@ -34,7 +42,7 @@ def run_render(args: argparse.Namespace) -> int:
         for d in ev.defaults:
             print(f"# {name}: default {d.field}={json.dumps(d.value)} ({d.rule})", file=sys.stderr)
         for f in ev.findings:
-            print(f"# {name}: {f.action} {f.rule}: {f.message}", file=sys.stderr)
+            print(f"# {name}: {f.action} {f.line()}", file=sys.stderr)
         if ev.run_spec is None:
             print(f"# {name}: rejected by admission, the operator creates nothing", file=sys.stderr)
             rejected += 1
@@ -48,5 +56,5 @@ def run_render(args: argparse.Namespace) -> int:
         json.dump({"apiVersion": "v1", "kind": "List", "items": objects}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False, width=120))
+        sys.stdout.write(yaml.dump_all(objects, Dumper=_PlainDumper, sort_keys=False, width=120))
     return 1 if rejected else 0

@@ -32,7 +32,10 @@ from gdn_operator.labels import (
 from gdn_operator.render import podparts, shutdown
 
 ENGINE_PORT = 8000
-METRICS_SERVICE_PORT = 9400
+#: The engine Service's `metrics` port (to the engine's own http port, where vLLM serves /metrics). Was 9400, the
+#: port NVIDIA's DCGM exporter listens on on every GPU node: a scrape config or NetworkPolicy written for one
+#: matched the other (issue 38). Scrape by the port name `metrics`, never by number.
+METRICS_SERVICE_PORT = 8001
 CONTAINER = "vllm"
 
 GPU_RESOURCE = "nvidia.com/gpu"

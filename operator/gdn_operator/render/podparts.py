@@ -113,13 +113,23 @@ def apply_pod_settings(template: dict[str, Any], spec: GDNModelServerSpec) -> No
         container["securityContext"] = dict(pod.container_security_context)
 
 
+def apply_workload_meta(obj: dict[str, Any], spec: GDNModelServerSpec) -> dict[str, Any]:
+    """spec.pod.workloadLabels / workloadAnnotations onto the workload object's own metadata (Deployment or
+    LeaderWorkerSet); the operator's labels stay as rendered (admission refuses user keys that collide)."""
+    pod, meta = spec.pod, obj["metadata"]
+    if pod.workload_labels:
+        meta["labels"] = {**pod.workload_labels, **meta["labels"]}
+    if pod.workload_annotations:
+        meta["annotations"] = {**pod.workload_annotations, **meta.get("annotations", {})}
+    return obj
+
+
 def disruption_budget_max_unavailable(spec: GDNModelServerSpec) -> int:
-    """The documented default: 0 for one replica (a drain waits instead of taking the only engine down), 1 for
-    more; with autoscaling, by minReplicas. spec.disruptionBudget.maxUnavailable overrides it."""
-    if spec.disruption_budget.max_unavailable is not None:
-        return spec.disruption_budget.max_unavailable
-    least = spec.autoscaling.min_replicas if spec.autoscaling is not None else spec.replicas
-    return 1 if least > 1 else 0
+    """spec.disruptionBudget.maxUnavailable, or the default that never blocks a drain forever (api/rollout.py)."""
+    value = spec.disruption_budget.effective_max_unavailable
+    if value is None:
+        raise ValueError("no engine PodDisruptionBudget with spec.disruptionBudget.enabled: false")
+    return value
 
 
 def url(name: str, namespace: str, port: int) -> str:

@@ -45,9 +45,8 @@ def owned_name(kind: str, server: str) -> str:
 
 
 def workload(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any]:
-    if spec.nodes > 1:
-        return lws.leader_worker_set(name, namespace, spec, uid)
-    return deployment(name, namespace, spec, uid)
+    obj = lws.leader_worker_set(name, namespace, spec, uid) if spec.nodes > 1 else deployment(name, namespace, spec, uid)
+    return podparts.apply_workload_meta(obj, spec)
 
 
 def target_ref(name: str, spec: GDNModelServerSpec) -> dict[str, str]:

@@ -13,8 +13,8 @@ model family no source reveals ("cannot tell: pass --architecture ...") or is kn
 The family of a launch line is decided by rules/family.py from every source the line has (--architecture,
 --hf-overrides / --additional-config, a readable local config.json, published checkpoints, the model name,
 --served-model-name); sources that disagree are reported as notes.
-A manifest is evaluated with its spec.admissionPolicy (default: reject, the operator's default);
-a launch line always with policy reject. Every document of a multi-document file is evaluated.
+A manifest is evaluated with its spec.admissionPolicy, else `--policy` (the operator's default policy, chart
+value operator.defaultPolicy; default reject); a launch line with `--policy` (default reject). Every document of a multi-document file is evaluated.
 """
 
 from __future__ import annotations
@@ -131,6 +131,7 @@ def run_validate(args: argparse.Namespace) -> int:
             vllm_version=args.vllm_version,
             architecture=getattr(args, "architecture", None),
             patches=list(getattr(args, "patch", None) or []),
+            policy=getattr(args, "policy", None) or CLI_DEFAULT_POLICY,
         )
         if not ev.detail.values.get("gdn_hybrid"):
             # not a known-crash finding: the rules cannot be evaluated at all without the model family
@@ -144,7 +145,9 @@ def run_validate(args: argparse.Namespace) -> int:
         source = "<stdin>" if filename == "-" else filename
         for i, obj in enumerate(objs):
             spec = _adjust_spec(obj.spec, args)
-            ev = evaluate(spec, default_policy=CLI_DEFAULT_POLICY, vllm_version=args.vllm_version)
+            ev = evaluate(
+                spec, default_policy=getattr(args, "policy", None) or CLI_DEFAULT_POLICY, vllm_version=args.vllm_version
+            )
             meta = obj.metadata
             name = f"{meta.namespace}/{meta.name}" if meta.namespace and meta.name else meta.name
             res = {

@@ -593,9 +593,10 @@ def evaluate_launch(
     vllm_version: str | None,
     architecture: str | None = None,
     patches: Sequence[str] = (),
+    policy: str = "reject",
 ) -> tuple[LaunchLine, Evaluation]:
-    """Parse and evaluate a launch line with policy reject (report what would be refused)."""
+    """Parse and evaluate a launch line (default policy reject: report what would be refused)."""
     line = parse_launch_line(argv, vllm_version=vllm_version, architecture=architecture, patches=patches)
-    ev = evaluate(line.spec, overrides=line.overrides, policy="reject", defaults=False)  # runs as written
+    ev = evaluate(line.spec, overrides=line.overrides, policy=policy, defaults=False)  # runs as written
     ev.notes = list(dict.fromkeys(line.notes + ev.notes))
     return line, ev

@@ -3,7 +3,7 @@
 One aiohttp session (keep-alive pool) for all servers and rounds; at most ``concurrency`` requests in
 flight; each request bounded by its own timeout, measured from when it gets a slot. Never raises for a
 broken pod (only cancellation propagates): failures come back as :class:`~gdn_operator.watch.probes.Asked`
-with ``error`` in {"timeout", "connect", "http", "parse"}.
+with ``error`` in {"auth" (HTTP 401/403), "timeout", "connect", "http", "parse"}.
 """
 
 from __future__ import annotations
@@ -104,7 +104,10 @@ class ProbeClient:
                         url, data=json.dumps(request_body(model, probe)), headers=headers, allow_redirects=False
                     ) as resp:
                         raw = await resp.content.read(MAX_BODY + 1)
-                        if resp.status != 200:
+                        if resp.status in (401, 403):  # the engine wants an API key (spec.apiKeySecret)
+                            error = "auth"
+                            message = f"HTTP {resp.status}: {raw[:200].decode('utf-8', 'replace').strip()}"
+                        elif resp.status != 200:
                             error = "http"
                             message = f"HTTP {resp.status}: {raw[:200].decode('utf-8', 'replace').strip()}"
                         elif len(raw) > MAX_BODY:

@@ -25,10 +25,28 @@ EARLY_STOP = "early-stop"
 ERROR = "error"
 RESULTS = (PASS, LEARNED, MISMATCH, EARLY_STOP, ERROR)
 
-#: Condition reasons for OutputConsistent=False, by the failure that raised it.
-REASONS = {MISMATCH: "ProbeMismatch", EARLY_STOP: "ProbeEarlyStop", ERROR: "ProbeError"}
+#: Condition reasons for OutputConsistent=False: only a wrong answer says the output is inconsistent.
+REASONS = {MISMATCH: "ProbeMismatch", EARLY_STOP: "ProbeEarlyStop"}
+#: Why a probe got no answer (Asked.error) -> the reason OutputConsistent=Unknown carries once that lasts
+#: `failureThreshold` rounds: a configuration gap (the engine wants an API key the operator does not send) or an
+#: engine that does not answer is not silent corruption (issue 38). Metric gdn_probe_failing, alert at warning.
+ERROR_REASONS = {
+    "auth": "ProbeUnauthorized",
+    "connect": "ProbeUnreachable",
+    "timeout": "ProbeTimeout",
+    "http": "ProbeError",
+    "parse": "ProbeError",
+}
+ERROR_REASON = "ProbeError"  # an error of no known cause
 #: Which failure names a round when several probes/pods fail: a wrong answer says the most.
 _RANK = {PASS: 0, LEARNED: 0, ERROR: 1, EARLY_STOP: 2, MISMATCH: 3}
+
+
+def error_reason(cause: str | None) -> str:
+    """The condition reason of a probe error by its cause (Asked.error)."""
+    return ERROR_REASONS.get(cause or "", ERROR_REASON)
+
+
 SNIPPET = 6  # tokens shown from the first difference
 SNIPPET_CHARS = 40
 
@@ -71,6 +89,7 @@ class Verdict:
     expected: str | None = None
     got: str | None = None
     message: str = ""
+    cause: str | None = None  # errors: auth | connect | timeout | http | parse (Asked.error)
 
     @property
     def failed(self) -> bool:
@@ -143,7 +162,7 @@ class Asked:
     pod: str
     probe: str
     answer: Answer | None
-    error: str | None = None  # timeout | connect | http | parse
+    error: str | None = None  # auth | timeout | connect | http | parse
     message: str = ""
     duration: float = 0.0
 
@@ -175,7 +194,8 @@ def judge_round(
         if p is None:
             continue
         if a.answer is None:
-            out.append(Outcome(a.pod, a.probe, Verdict(ERROR, message=f"{a.error or 'error'}: {a.message}"[:300]), a.duration))
+            verdict = Verdict(ERROR, message=f"{a.error or 'error'}: {a.message}"[:300], cause=a.error)
+            out.append(Outcome(a.pod, a.probe, verdict, a.duration))
             continue
         kind, n = p.comparison
         expected = Answer.expected_of(p)
@@ -195,11 +215,14 @@ def judge_round(
 
 @dataclass
 class Track:
-    """One probe's history on the current generation."""
+    """One probe's history on the current generation. `wrong`: the last wrong answer (mismatch or early stop)
+    of the current failing streak, so a streak that saw one stays an inconsistency when the engine then stops
+    answering."""
 
     consecutive: int = 0
     last_result: str | None = None
     last_failure: dict[str, Any] | None = None
+    wrong: dict[str, Any] | None = None
 
     def to_status(self, probe: str) -> dict[str, Any]:
         out: dict[str, Any] = {"probe": probe, "consecutiveFailures": self.consecutive}
@@ -207,7 +230,16 @@ class Track:
             out["lastResult"] = self.last_result
         if self.last_failure:
             out["lastFailure"] = self.last_failure
+        if self.wrong and self.wrong is not self.last_failure:
+            out["lastWrongAnswer"] = self.wrong
         return out
+
+    @property
+    def alarm(self) -> tuple[str, dict[str, Any]]:
+        """(failure, its record) this track alarms with: its streak's wrong answer, else its last error."""
+        if self.wrong is not None:
+            return str(self.wrong.get("result") or MISMATCH), self.wrong
+        return ERROR, self.last_failure or {}
 
 
 @dataclass(frozen=True)
@@ -215,7 +247,7 @@ class Condition:
     value: bool | None  # OutputConsistent: True / False / None (Unknown)
     reason: str
     message: str
-    failure: str | None = None  # mismatch | early-stop | error when False
+    failure: str | None = None  # mismatch | early-stop when False; error when Unknown because probes get no answer
 
 
 LEARNING = Condition(None, "Learning", "waiting for the first probe round on an engine of this generation")
@@ -226,7 +258,9 @@ class ProbeBook:
     """Per-server state machine: consecutive failing rounds per probe → OutputConsistent.
 
     * a probe's round fails when it fails on any pod (the worst result names it);
-    * False as soon as one probe has failed `threshold` rounds in a row (reason from its current failure);
+    * False as soon as one probe has failed `threshold` rounds in a row with a wrong answer among them (reason
+      ProbeMismatch / ProbeEarlyStop); Unknown when those rounds got no answer at all (reason by cause:
+      ProbeUnauthorized, ProbeUnreachable, ProbeTimeout, ProbeError) — the probes cannot tell, so they say so;
     * True when every probe passed (or learned) in the latest round it was asked;
     * otherwise unchanged: a single blip below the threshold never alarms, and a partial recovery does not
       clear an alarm.
@@ -269,6 +303,7 @@ class ProbeBook:
                         "time": now or None,
                         "pod": o.pod,
                         "result": o.result,
+                        "cause": v.cause,
                         "position": v.position,
                         "expected": v.expected,
                         "got": v.got,
@@ -276,24 +311,34 @@ class ProbeBook:
                     }.items()
                     if val is not None
                 }
+                if o.result in REASONS:
+                    t.wrong = t.last_failure
             else:
                 t.consecutive = 0
+                t.wrong = None
         alarmed = [(n, t) for n, t in self.tracks.items() if t.consecutive >= self.threshold]
         if alarmed:
-            name, t = max(alarmed, key=lambda nt: (_RANK[nt[1].last_result or PASS], nt[1].consecutive))
-            failure = t.last_result or ERROR
-            if failure not in REASONS:  # passed this round but still counted (cannot happen: reset on pass)
-                failure = ERROR
-            lf = t.last_failure or {}
+            name, t = max(alarmed, key=lambda nt: (_RANK[nt[1].alarm[0]], nt[1].consecutive))
+            failure, lf = t.alarm
             where = f" on pod {lf['pod']}" if lf.get("pod") else ""
             detail = lf.get("message", "")
             if lf.get("expected") is not None or lf.get("got") is not None:
                 detail += f" (expected {lf.get('expected')}, got {lf.get('got')})"
             others = len(alarmed) - 1
-            msg = f"probe {name} failed {t.consecutive} rounds in a row{where}: {failure}: {detail}"
-            if others:
-                msg += f"; {others} more probe(s) failing"
-            self.condition = Condition(False, REASONS[failure], msg, failure)
+            if failure in REASONS:
+                msg = f"probe {name} failed {t.consecutive} rounds in a row{where}: {failure}: {detail}"
+                if others:
+                    msg += f"; {others} more probe(s) failing"
+                self.condition = Condition(False, REASONS[failure], msg, failure)
+            else:
+                reason = error_reason(lf.get("cause"))
+                msg = (
+                    f"probe {name} got no answer {t.consecutive} rounds in a row{where} ({detail}): the output "
+                    "cannot be checked; this is not a wrong answer"
+                )
+                if others:
+                    msg += f"; {others} more probe(s) failing"
+                self.condition = Condition(None, reason, msg, ERROR)
         elif all(t.last_result in (PASS, LEARNED) for t in self.tracks.values()):
             n_pods = len(set().union(*pods.values())) if pods else 0
             self.condition = Condition(
@@ -307,6 +352,8 @@ class ProbeBook:
             return "Consistent" if not any(t.consecutive for t in self.tracks.values()) else "Failing"
         if self.condition.value is False:
             return "Inconsistent"
+        if self.condition.failure == ERROR:
+            return "NoAnswer"
         return "Failing" if any(t.consecutive for t in self.tracks.values()) else "Learning"
 
     def results(self) -> list[dict[str, Any]]:
@@ -317,14 +364,20 @@ class ProbeBook:
         cls, names: list[str], threshold: int, results: Iterable[dict[str, Any]], condition: dict[str, Any] | None
     ) -> ProbeBook:
         """Rebuild from status (after an operator restart) so counts and the alarm carry over."""
-        tracks = {
-            r["probe"]: Track(int(r.get("consecutiveFailures") or 0), r.get("lastResult"), r.get("lastFailure"))
-            for r in results
-            if r.get("probe") in names
-        }
+        tracks = {}
+        for r in results:
+            if r.get("probe") not in names:
+                continue
+            last = r.get("lastFailure")
+            wrong = r.get("lastWrongAnswer") or (last if last and last.get("result") in REASONS else None)
+            count = int(r.get("consecutiveFailures") or 0)
+            tracks[r["probe"]] = Track(count, r.get("lastResult"), last, wrong if count else None)
         book = cls(list(names), threshold, tracks)
+        reason = (condition or {}).get("reason", "")
         if condition and condition.get("status") in ("True", "False"):
             value = condition["status"] == "True"
-            failure = next((k for k, v in REASONS.items() if v == condition.get("reason")), None)
-            book.condition = Condition(value, condition.get("reason", ""), condition.get("message", ""), failure)
+            failure = next((k for k, v in REASONS.items() if v == reason), None)
+            book.condition = Condition(value, reason, condition.get("message", ""), failure)
+        elif condition and condition.get("status") == "Unknown" and reason in set(ERROR_REASONS.values()):
+            book.condition = Condition(None, reason, condition.get("message", ""), ERROR)
         return book

@@ -1,0 +1,31 @@
+"""handlers/kube.py is the one module that talks to the API server: every helper it offers has a caller
+(a helper nobody calls is an untested way to write to the cluster — issue 38 found a spec-writing one)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "gdn_operator"
+KUBE = PACKAGE / "handlers" / "kube.py"
+
+
+def _referenced(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return names | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+
+
+def test_every_public_kube_helper_has_a_caller():
+    tree = ast.parse(KUBE.read_text(), str(KUBE))
+    public = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
+    used: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        used |= _referenced(path)  # kube.py's own calls count (a call is a reference; a def is not)
+    unused = [name for name in public if name not in used]
+    assert len(public) > 10 and not unused, f"helpers in handlers/kube.py nobody calls: {unused}"
+
+
+def test_the_operator_has_no_helper_that_writes_a_servers_spec():
+    text = KUBE.read_text()
+    assert "merge-patch+json" not in text, "the operator never writes a GDNModelServer's spec (overrides live in status)"
