@@ -102,7 +102,7 @@ def ready_marker(spec: GDNModelServerSpec) -> str:
 def shared_download(spec: GDNModelServerSpec) -> bool:
     """A multi-node engine whose cache is one ReadWriteMany claim: the leader downloads, the workers wait."""
     claim = spec.model.cache.persistent_volume_claim
-    return downloads(spec) and spec.nodes > 1 and claim is not None and claim.access_mode.value in SHARED_MODES
+    return downloads(spec) and spec.nodes > 1 and claim is not None and claim.access_mode in SHARED_MODES
 
 
 def _init_container(spec: GDNModelServerSpec, name: str, script: str, args: list[str]) -> dict[str, Any]:
