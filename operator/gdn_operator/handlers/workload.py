@@ -56,14 +56,35 @@ def is_subset(want: Any, have: Any) -> bool:
     return False
 
 
+def _start_failed(status: dict[str, Any], pods: list[dict[str, Any]], gen: Any) -> tuple[str, str] | None:
+    """StartFailed from the pods' start failures (pods.start_failure); returns (reason, message) when it has
+    just become True or changed reason (the caller emits the Event), else None."""
+    failing = [p for p in pods if p.get("start_failure")]
+    if failing:
+        reason, first = failing[0]["start_failure"]
+        message = f"{len(failing)} engine pod(s) cannot start ({failing[0]['name']}: {first})"
+        before = st.get_condition(status, st.START_FAILED) or {}
+        st.set_condition(status, st.START_FAILED, True, reason, message, gen)
+        if before.get("status") != "True" or before.get("reason") != reason:
+            return reason, message
+    elif st.is_true(status, st.START_FAILED):
+        st.set_condition(
+            status, st.START_FAILED, False, "Started", "No engine pod fails to pull its image or download the model.", gen
+        )
+    return None
+
+
 def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]], bodies: ServerBodies | None = None) -> None:
-    """Pod-derived status (Unschedulable), from `bodies`' newest server body when there is one (no read; most
-    pod events change nothing, and a stale body only costs the guarded patch a re-read)."""
+    """Pod-derived status (Unschedulable, StartFailed), from `bodies`' newest server body when there is one (no
+    read; most pod events change nothing, and a stale body only costs the guarded patch a re-read). A start
+    failure that appears (or changes reason) also gets a Warning Event on the server."""
     unsched = [p for p in pods if p["unschedulable"]]
     restarts = sum(p["restarts"] for p in pods)
+    raised: dict[str, tuple[str, str] | None] = {"event": None}
 
     def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
         gen = obj["metadata"].get("generation")
+        raised["event"] = _start_failed(status, pods, gen)  # the last run of mutate is what was written
         if unsched:
             msg = unsched[0]["unschedulable_message"] or "no node has enough free nvidia.com/gpu"
             sp = obj.get("spec") or {}
@@ -81,10 +102,11 @@ def update_from_pods(namespace: str, name: str, pods: list[dict[str, Any]], bodi
         elif st.get_condition(status, st.UNSCHEDULABLE) is not None:
             st.set_condition(status, st.UNSCHEDULABLE, False, "Scheduled", "All engine pods are scheduled.", gen)
 
-    if bodies is not None:
-        bodies.update_status(namespace, name, mutate)
-    else:
-        kube.update_status(namespace, name, mutate)
+    out = bodies.update_status(namespace, name, mutate) if bodies is not None else kube.update_status(namespace, name, mutate)
+    event = raised["event"]
+    if out is not None and event is not None:
+        log.info("%s/%s: engine pods cannot start: %s", namespace, name, event[0])
+        kube.emit_event(out, event[0], event[1], "Warning")
     telemetry.ENGINE_RESTARTS.labels(namespace, name).set(restarts)
 
 
