@@ -33,7 +33,7 @@ def test_revision_include_and_retain_policy_parse():
     assert s.model.cache.include_patterns == ("*.json", "*.safetensors")
     assert s.model.cache.persistent_volume_claim.retain_policy == "Delete"
     unset = parse_spec(V32.update(model={"uri": MODEL, "cache": {"persistentVolumeClaim": {"size": "1Ti"}}}).spec())
-    assert unset.model.revision is None and unset.model.cache.persistent_volume_claim.retain_policy == "Retain"
+    assert unset.model.revision is None and unset.model.cache.persistent_volume_claim.retain_policy is None
 
 
 def test_oci_models_refused_naming_what_to_use_instead():

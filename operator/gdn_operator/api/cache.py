@@ -16,10 +16,10 @@ from __future__ import annotations
 import enum
 import re
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from gdn_operator.api import k8s as _k8s
-from gdn_operator.api.base import _Model
+from gdn_operator.api.base import _Model, cel
 
 
 class RetainPolicy(str, enum.Enum):
@@ -64,6 +64,20 @@ class EmptyDirCache(_Model):
 
 
 class ClaimCache(_Model):
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            (
+                "has(self.claimName) != has(self.size)",
+                "set claimName (an existing claim) or size (the operator creates one), exactly one",
+            ),
+            (
+                "!has(self.claimName) || !has(self.storageClassName)",
+                "storageClassName applies to a claim the operator creates (size)",
+            ),
+            ("!has(self.claimName) || !has(self.retainPolicy)", "retainPolicy applies to a claim the operator creates (size)"),
+        )
+    )
+
     claim_name: str | None = Field(
         default=None, max_length=253, description="An existing PersistentVolumeClaim (its access mode must suit the replicas)."
     )
@@ -72,10 +86,10 @@ class ClaimCache(_Model):
         max_length=32,
         description="Create a claim `<server>-model-cache` of this size (kept or deleted with the server: retainPolicy).",
     )
-    retain_policy: RetainPolicy = Field(
-        default=RetainPolicy.RETAIN,
+    retain_policy: RetainPolicy | None = Field(
+        default=None,
         description=(
-            "A created claim (size) when the server is deleted: Retain (default) keeps it with the downloaded "
+            "A created claim (size) when the server is deleted: Retain (unset) keeps it with the downloaded "
             "model, and a server re-created with the same name reuses it; Delete makes the server own it (it is "
             "deleted with the server)."
         ),
@@ -102,13 +116,20 @@ class ClaimCache(_Model):
             raise ValueError("set claimName (an existing claim) or size (the operator creates one), exactly one")
         if self.claim_name is not None and self.storage_class_name is not None:
             raise ValueError("storageClassName applies to a claim the operator creates (size); drop it with claimName")
-        if self.claim_name is not None and "retain_policy" in self.model_fields_set:
+        if self.claim_name is not None and self.retain_policy is not None:
             raise ValueError("retainPolicy applies to a claim the operator creates (size); an existing claim is never deleted")
         return self
 
 
 class ModelCacheSpec(_Model):
     """The Hugging Face cache of the engine pods (HF_HOME)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            ("!has(self.emptyDir) || !has(self.persistentVolumeClaim)", "set emptyDir or persistentVolumeClaim, not both"),
+            ("!has(self.include) || size(self.include) > 0", 'an empty include fetches nothing; leave it unset or use ["*"]'),
+        )
+    )
 
     empty_dir: EmptyDirCache | None = Field(default=None, description="A per-pod emptyDir (the default).")
     persistent_volume_claim: ClaimCache | None = Field(

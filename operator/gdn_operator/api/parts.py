@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from gdn_operator.api import k8s as _k8s
 from gdn_operator.api import vllm_args as _vllm_args
-from gdn_operator.api.base import _Model
+from gdn_operator.api.base import _Model, cel
 from gdn_operator.api.cache import ModelCacheSpec, check_hub_endpoint
 from gdn_operator.api.enums import Architecture, PullPolicy, RemediationMode, SpecMethod
 
@@ -67,6 +67,18 @@ class ConfigMapKeyRef(_Model):
 
 class ModelSpec(_Model):
     """What to serve."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            ("!self.uri.startsWith('oci://')", UNLOADED_SCHEMES["oci"]),
+            ("self.uri.startsWith('hf://') || !has(self.revision)", "revision applies to hf:// models"),
+            ("self.uri.startsWith('hf://') || !has(self.hubEndpoint)", "hubEndpoint applies to hf:// models"),
+            (
+                "self.uri.startsWith('hf://') || !has(self.cache) || !has(self.cache.persistentVolumeClaim)",
+                "cache.persistentVolumeClaim applies to hf:// models",
+            ),
+        )
+    )
 
     uri: str = Field(
         description=(

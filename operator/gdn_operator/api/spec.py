@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from gdn_operator.api import k8s as _k8s
 from gdn_operator.api import vllm_args as _vllm_args
-from gdn_operator.api.base import _Model
+from gdn_operator.api.base import _Model, cel
 from gdn_operator.api.cache import SHARED_MODES
 from gdn_operator.api.enums import (
     AdmissionPolicy,
@@ -47,6 +47,24 @@ def _drop_schema_default(schema: dict[str, Any]) -> None:
 
 class GDNModelServerSpec(_Model):
     """Desired state of a GDNModelServer."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            (
+                "!has(self.replicas) || !has(self.autoscaling)",
+                "replicas and autoscaling are mutually exclusive: the autoscaler owns the replica count; remove spec.replicas",
+            ),
+            (
+                "!has(self.nodes) || ((has(self.tensorParallelSize) ? self.tensorParallelSize : 1) * "
+                "(has(self.pipelineParallelSize) ? self.pipelineParallelSize : 1)) % self.nodes == 0",
+                "nodes must divide tensorParallelSize x pipelineParallelSize (vLLM needs the same GPU count on every node)",
+            ),
+            (
+                "!has(self.cudagraphMode) || self.cudagraphMode == 'NONE' || !has(self.enforceEager) || !self.enforceEager",
+                "enforceEager: true disables CUDA graphs; drop cudagraphMode or enforceEager",
+            ),
+        )
+    )
 
     model: ModelSpec
     image: ImageSpec
