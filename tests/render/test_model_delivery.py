@@ -3,7 +3,10 @@ download through the `hf` CLI with include patterns, the created cache claim kep
 unless retainPolicy Delete, and a multi-node engine with a shared (ReadWriteMany) cache downloading once, on
 the leader, its workers waiting for the leader's download."""
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from gdn_operator.api.cache import DEFAULT_INCLUDE
 from gdn_operator.api.load import parse_spec
@@ -14,6 +17,7 @@ from gdn_operator.render.objects import render_all
 
 from builders import GMS, MODEL
 
+ROOT = Path(__file__).resolve().parents[2]
 V32 = GMS().version("0.32.0")
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 MULTI = {"nodes": 2, "tensorParallelSize": 2}
@@ -92,3 +96,16 @@ def test_multinode_without_a_shared_cache_downloads_on_every_pod(cache):
     t = leader_worker_set("srv", "ns", s)["spec"]["leaderWorkerTemplate"]
     for tpl in (t["leaderTemplate"], t["workerTemplate"]):
         assert [c["name"] for c in tpl["spec"]["initContainers"]] == [podparts.DOWNLOAD_CONTAINER]
+
+
+def test_the_397b_example_downloads_once_into_a_retained_shared_claim():
+    """The 2-node example (~800 GB): one ReadWriteMany claim, kept on delete, filled once by the leader."""
+    doc = yaml.safe_load((ROOT / "examples" / "qwen3.5-397b-a17b-2node.yaml").read_text())
+    s = parse_spec(doc["spec"])
+    name = doc["metadata"]["name"]
+    objs = {o["kind"]: o for o in render_all(name, "default", s, uid="u")}
+    pvc = objs["PersistentVolumeClaim"]
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"] and "ownerReferences" not in pvc["metadata"]
+    t = objs["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"]
+    assert [c["name"] for c in t["leaderTemplate"]["spec"]["initContainers"]] == [podparts.DOWNLOAD_CONTAINER]
+    assert [c["name"] for c in t["workerTemplate"]["spec"]["initContainers"]] == [podparts.WAIT_CONTAINER]
