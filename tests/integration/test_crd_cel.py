@@ -78,6 +78,15 @@ REFUSED = [
     ),
     ({"tensorParallelSize": 3, "nodes": 2}, "nodes must divide"),
     ({"cudagraphMode": "FULL", "enforceEager": True}, "enforceEager: true disables CUDA graphs"),
+    ({"tensorParallelSize": 4, "nodes": 2, "resources": {"gpusPerNode": 4}}, "gpusPerNode x nodes must equal"),
+    ({"metrics": {"scrapeIntervalSeconds": 30}, "health": {"stallSeconds": 45}}, "must span at least two scrapes"),
+    (
+        {
+            "replicas": 2,
+            "model": {"uri": HF, "cache": {"persistentVolumeClaim": {"claimName": "c", "accessMode": "ReadWriteOnce"}}},
+        },
+        "cannot serve several replicas or nodes",
+    ),
 ]
 
 
@@ -107,6 +116,8 @@ def test_the_api_server_refuses_what_the_webhook_refuses(cluster, fields, messag
         {"autoscaling": {"minReplicas": 2, "maxReplicas": 4, "metric": "kv_cache_usage_perc", "target": 0.8}},
         {"tensorParallelSize": 4, "nodes": 2, "resources": {"gpusPerNode": 2}},
         {"cudagraphMode": "NONE", "enforceEager": True},
+        {"metrics": {"enabled": False, "scrapeIntervalSeconds": 30}, "health": {"stallSeconds": 45}},
+        {"model": {"uri": HF, "cache": {"persistentVolumeClaim": {"claimName": "c", "accessMode": "ReadWriteOnce"}}}},
         {"model": {"uri": "pvc://weights/qwen"}},
     ],
 )

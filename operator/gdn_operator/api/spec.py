@@ -63,6 +63,26 @@ class GDNModelServerSpec(_Model):
                 "!has(self.cudagraphMode) || self.cudagraphMode == 'NONE' || !has(self.enforceEager) || !self.enforceEager",
                 "enforceEager: true disables CUDA graphs; drop cudagraphMode or enforceEager",
             ),
+            (
+                "!has(self.resources) || !has(self.resources.gpusPerNode) || self.resources.gpusPerNode * "
+                "(has(self.nodes) ? self.nodes : 1) == (has(self.tensorParallelSize) ? self.tensorParallelSize : 1) * "
+                "(has(self.pipelineParallelSize) ? self.pipelineParallelSize : 1)",
+                "resources.gpusPerNode x nodes must equal tensorParallelSize x pipelineParallelSize",
+            ),
+            (
+                "!has(self.metrics) || !has(self.health) || !has(self.metrics.scrapeIntervalSeconds) || "
+                "!has(self.health.stallSeconds) || (has(self.metrics.enabled) && !self.metrics.enabled) || "
+                "self.health.stallSeconds >= 2 * self.metrics.scrapeIntervalSeconds",
+                "health.stallSeconds must span at least two scrapes (2 x metrics.scrapeIntervalSeconds)",
+            ),
+            (
+                "!has(self.model.cache) || !has(self.model.cache.persistentVolumeClaim) || "
+                "self.model.cache.persistentVolumeClaim.accessMode == 'ReadWriteMany' || "
+                "((!has(self.replicas) || self.replicas <= 1) && (!has(self.autoscaling) || "
+                "self.autoscaling.maxReplicas <= 1) && (!has(self.nodes) || self.nodes <= 1))",
+                "a cache claim whose accessMode is not ReadWriteMany cannot serve several replicas or nodes; use "
+                "ReadWriteMany or an emptyDir cache",
+            ),
         )
     )
 
