@@ -104,7 +104,6 @@ def test_pod_settings_cache_claim_budget_and_url_applied(op, k, ns, kube_api):
     )
     outcome, created = create_until_webhook_answers(k, ns, obj)
     assert outcome == "created", created
-    uid = created["metadata"]["uid"]
 
     dep = wait_for(lambda: _get(k.apps.read_namespaced_deployment, "dayone", ns), 60, what="engine Deployment")
     assert dep.spec.strategy.rolling_update.max_surge == 0 and dep.spec.strategy.rolling_update.max_unavailable == 1
