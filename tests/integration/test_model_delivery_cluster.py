@@ -97,6 +97,10 @@ def test_cache_claim_kept_or_deleted_with_the_server(op, k, ns, policy, kept):
         )
         vols = {v.name: v for v in dep.spec.template.spec.volumes}
         assert vols["cache"].persistent_volume_claim.claim_name == f"{name}-model-cache"
+        # the reconcile applied the kept claim again (adopted it) and finished
+        wait_for(lambda: (k.get(ns, name).get("status") or {}).get("observedGeneration") == 1, 60, what="reconciled")
+        assert k.condition(ns, name, "Validated")["status"] == "True"
+        assert not _claim(k, ns, f"{name}-model-cache").metadata.owner_references
     else:
         wait_for(
             lambda: (
