@@ -195,6 +195,36 @@ def _api_message(e: Exception) -> str:
         return str(e)
 
 
+#: What stands in for a storage provisioner in dev mode: volumes the examples' cache claims bind to (no class,
+#: ReadWriteMany, hostPath: kwok's pods never write to them). The control plane has no provisioner, and a pod
+#: whose claim stays unbound is never scheduled.
+DEV_VOLUMES = [("dev-model-cache-0", "2Ti"), ("dev-model-cache-1", "2Ti")]
+
+
+def create_dev_volumes(cp: ControlPlane) -> None:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    with cp.api_client() as api:
+        core = client.CoreV1Api(api)
+        for name, size in DEV_VOLUMES:
+            pv = {
+                "metadata": {"name": name},
+                "spec": {
+                    "capacity": {"storage": size},
+                    "accessModes": ["ReadWriteMany", "ReadWriteOnce"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "storageClassName": "",
+                    "hostPath": {"path": f"/tmp/gdn-dev/{name}"},
+                },
+            }
+            try:
+                core.create_persistent_volume(pv)
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+
+
 def apply_examples(cp: ControlPlane, paths: list[Path]) -> list[Applied]:
     """Create each document; one Applied per document, refused ones with the API server's message."""
     import yaml
@@ -487,6 +517,7 @@ def main(argv: list[str] | None = None) -> int:
                     say(f"operator running: kopf run -m {OPERATOR_MODULE} (pid {operator.pid}, log {log})")
 
         paths = args.examples if args.examples is not None else sorted((ROOT / "examples").glob("*.yaml"))
+        create_dev_volumes(cp)
         applied = apply_examples(cp, paths)
         print_status(cp, applied, wait=args.status_wait if operator else 0)
 

@@ -213,6 +213,16 @@ class EnginePod:
         """Add a containerStatuses entry, in Kubernetes' field names (``restartCount``, ``state``, ``lastState``)."""
         return self._with_status(containerStatuses=[*self._status.get("containerStatuses", []), {"name": name, **fields}])
 
+    def init_container(self, name: str = "model-download", **fields: Any) -> EnginePod:
+        """Add an initContainerStatuses entry (``state``, ``lastState``, ``restartCount``)."""
+        statuses = self._status.get("initContainerStatuses", [])
+        return self._with_status(initContainerStatuses=[*statuses, {"name": name, **fields}])
+
+    @staticmethod
+    def waiting(reason: str, message: str | None = None) -> dict[str, Any]:
+        """A container ``state`` of a container that has not started: ``{"waiting": {...}}``."""
+        return {"waiting": {"reason": reason, **({"message": message} if message is not None else {})}}
+
     @staticmethod
     def terminated(exit_code: int, reason: str | None = None, message: str | None = None, **fields: Any) -> dict[str, Any]:
         """A container ``state`` / ``lastState`` of a container that ended: ``{"terminated": {...}}``."""

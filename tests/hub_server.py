@@ -25,7 +25,7 @@ from typing import Any
 class HubServer:
     def __init__(self, repos: dict[str, Path]):
         self.repos = {repo: Path(d) for repo, d in repos.items()}
-        self.sha = {repo: hashlib.sha1(repo.encode()).hexdigest() for repo in repos}
+        self.sha = {repo: self.commit_of(repo) for repo in repos}
         self.requests: list[tuple[str, str, str]] = []  # method, path, Range header
         self.fail_after: int | None = None
         hub = self
@@ -54,6 +54,11 @@ class HubServer:
     def __exit__(self, *exc: Any) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    @staticmethod
+    def commit_of(repo: str) -> str:
+        """The commit hash this server reports for `repo` (any revision asked for resolves to it)."""
+        return hashlib.sha1(repo.encode()).hexdigest()
 
     def files(self, repo: str) -> list[str]:
         return sorted(p.name for p in self.repos[repo].iterdir() if p.is_file())

@@ -14,7 +14,13 @@ def test_render_two_node_example_shows_the_leader_worker_set():
     r = run("render", "-f", "examples/qwen3.5-397b-a17b-2node.yaml")
     assert r.returncode == 0, r.stderr
     docs = list(yaml.safe_load_all(r.stdout))
-    assert [d["kind"] for d in docs] == ["LeaderWorkerSet", "Service", "PodMonitor", "PodDisruptionBudget"]
+    assert [d["kind"] for d in docs] == [
+        "LeaderWorkerSet",
+        "Service",
+        "PodMonitor",
+        "PodDisruptionBudget",
+        "PersistentVolumeClaim",
+    ]
     t = docs[0]["spec"]["leaderWorkerTemplate"]
     assert t["size"] == 2 and t["restartPolicy"] == "None"
     assert t["leaderTemplate"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"

@@ -204,6 +204,13 @@ class Settings:
     peering_priority: int | Literal["auto"] = _setting(
         "GDN_PEERING_PRIORITY", 0, _priority, "kopf peering priority, or `auto` (random per replica)", "peering.priority"
     )
+    peering_lifetime: int = _setting(
+        "GDN_PEERING_LIFETIME",
+        15,
+        _int(5, 600),
+        "kopf peering keep-alive lifetime (s): a standby takes over at most this long after the active replica died",
+        "peering.lifetimeSeconds",
+    )
     # crash watch
     stream_logs: bool = _setting(
         "GDN_STREAM_LOGS", True, _bool, "crash watch: follow the logs of running engine containers", "operator.streamLogs"

@@ -73,3 +73,30 @@ def test_names_columns_and_subresources():
 
 def test_yaml_round_trips():
     assert yaml.safe_load(crd_yaml()) == crd_manifest()
+
+
+def test_cel_rules_list_map_conditions_and_scale_selector():
+    """Issue 38: the CEL rules come from the pydantic models (api/base.cel), conditions are a map keyed by
+    type, and the scale subresource names the pods it counts (tests/integration/test_crd_cel.py: on the API
+    server)."""
+    v = crd_manifest()["spec"]["versions"][0]
+    assert v["subresources"]["scale"]["labelSelectorPath"] == ".status.selector"
+    root = v["schema"]["openAPIV3Schema"]["properties"]
+    conditions = root["status"]["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map" and conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert root["status"]["properties"]["selector"]["type"] == "string"
+    spec = root["spec"]
+    model = spec["properties"]["model"]
+    cache = model["properties"]["cache"]
+    claim = cache["properties"]["persistentVolumeClaim"]
+    rules = {
+        "spec": spec,
+        "model": model,
+        "cache": cache,
+        "claim": claim,
+        "autoscaling": spec["properties"]["autoscaling"],
+    }
+    for where, node in rules.items():
+        assert node.get("x-kubernetes-validations"), where
+        for r in node["x-kubernetes-validations"]:
+            assert set(r) == {"rule", "message"} and r["message"], (where, r)

@@ -260,6 +260,8 @@ def test_probes_ports_and_services_are_wired(chart_tools, name):
             assert hook["clientConfig"]["service"]["name"] == env["GDN_WEBHOOK_SERVICE"]
             assert hook["clientConfig"]["service"]["namespace"] == NAMESPACE
             assert "caBundle" not in hook["clientConfig"], "the operator publishes the caBundle"
+            # failurePolicy Fail: an operator that does not answer holds each write this long (issue 38: was 30)
+            assert hook["failurePolicy"] == "Fail" and hook["timeoutSeconds"] <= 10
     rules = [r for r in one(objs, "ClusterRole")["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
     assert [(r.get("resourceNames"), sorted(r["verbs"])) for r in rules] == [([env["GDN_WEBHOOK_CONFIG_NAME"]], ["get", "patch"])]
     assert env["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}

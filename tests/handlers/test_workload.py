@@ -130,3 +130,31 @@ def test_surge_rollout_without_spare_gpus_is_progressing_false_with_the_reason(s
     wl.update_from_pods("ns", "s", [{**PENDING, "unschedulable": False}])  # scheduled: rolling again
     wl.deployment_status("ns", "s", rolling(updated=1), server)
     assert st.get_condition(server["status"], st.PROGRESSING)["reason"] == "RollingOut"
+
+
+# ------------------------------------------------ issue 38: status.selector for the scale subresource ---
+
+from gdn_operator.api.load import parse_spec  # noqa: E402
+from gdn_operator.handlers.workloadstatus import workload_status  # noqa: E402
+from gdn_operator.render.engine import deployment  # noqa: E402
+from gdn_operator.render.lws import leader_worker_set  # noqa: E402
+
+from builders import GMS  # noqa: E402
+
+
+def _labels(selector: str) -> dict[str, str]:
+    return dict(pair.split("=", 1) for pair in selector.split(","))
+
+
+def test_status_selector_selects_the_pods_replicas_count():
+    obj = {"metadata": {"name": "srv", "generation": 1}}
+    single = deployment("srv", "ns", parse_spec(GMS().version("0.32.0").spec()))
+    status: dict = {}
+    workload_status(status, obj, {**single, "status": {"replicas": 1}})
+    assert _labels(status["selector"]) == single["spec"]["selector"]["matchLabels"]  # every engine pod
+    multi = leader_worker_set("srv", "ns", parse_spec(GMS().version("0.32.0").update(nodes=2, tensorParallelSize=2).spec()))
+    workload_status(status, obj, {**multi, "status": {"replicas": 1}})
+    leader = multi["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["metadata"]["labels"]
+    sel = _labels(status["selector"])
+    assert sel.pop("leaderworkerset.sigs.k8s.io/worker-index") == "0"  # the leader (the LWS controller labels pods)
+    assert sel.items() <= leader.items()

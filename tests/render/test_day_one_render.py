@@ -86,7 +86,8 @@ def test_default_cache_is_per_pod_with_a_download_step_and_an_offline_engine():
     assert {"name": "cache", "emptyDir": {"sizeLimit": "80Gi"}} in ps["volumes"]
     [init] = ps["initContainers"]
     assert init["name"] == podparts.DOWNLOAD_CONTAINER and init["image"] == "vllm/vllm-openai:v0.32.0"
-    assert init["command"][:2] == ["python3", "-c"] and init["command"][-1] == "Qwen/Qwen3.5-27B"
+    assert init["command"][:3] == ["sh", "-c", podparts.DOWNLOAD_SCRIPT]
+    assert init["command"][5:7] == ["Qwen/Qwen3.5-27B", "--include"]  # after $0 and the ready marker
     env = {e["name"]: e for e in init["env"]}
     assert env["HF_HOME"]["value"] == "/cache/huggingface" and env["HF_ENDPOINT"]["value"] == "https://hf-mirror.example.com"
     assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "hf"
@@ -123,7 +124,7 @@ def test_cache_claims_existing_and_owned():
     objs = {o["kind"]: o for o in render_all("srv", "ns", s, uid="u")}
     pvc = objs["PersistentVolumeClaim"]
     assert pvc["metadata"]["name"] == "srv-model-cache"
-    assert pvc["metadata"]["ownerReferences"][0]["uid"] == "u"  # deleted with the server
+    assert "ownerReferences" not in pvc["metadata"]  # retainPolicy Retain (default): kept when the server goes
     assert pvc["spec"] == {
         "accessModes": ["ReadWriteMany"],
         "resources": {"requests": {"storage": "200Gi"}},

@@ -9,6 +9,16 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 
+def cel(*rules: tuple[str, str]) -> dict[str, Any]:
+    """A model's invariants as CEL (`x-kubernetes-validations`, each (rule, message)), for `json_schema_extra`:
+    api/crd.py carries them into the CRD, so the API server itself refuses what they forbid — with
+    `kubectl apply --dry-run=server`, and while the admission webhook is down. Each rule restates a pydantic
+    validator of the same model (the webhook's answer, with its longer message); every rule guards the
+    fields it reads with has() (a rule that errors refuses the object), and tests/integration/test_crd_cel.py
+    holds each rule to its validator on the real API server."""
+    return {"x-kubernetes-validations": [{"rule": rule, "message": message} for rule, message in rules]}
+
+
 class _Model(BaseModel):
     """Base: camelCase aliases, unknown fields rejected, enum values kept as plain strings."""
 

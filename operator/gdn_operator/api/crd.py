@@ -192,6 +192,7 @@ def crd_manifest() -> dict[str, Any]:
                         "scale": {
                             "specReplicasPath": ".spec.replicas",
                             "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
                         },
                     },
                     "additionalPrinterColumns": PRINTER_COLUMNS,

@@ -82,6 +82,7 @@ GDN_PREFILL_BACKEND = Flag(
 )
 ENFORCE_EAGER = Flag("enforceEager", "--enforce-eager", "bool")
 SERVED_NAME = Flag("model.servedName", "--served-model-name", "str")
+REVISION = Flag("model.revision", "--revision", "str")
 SHUTDOWN_TIMEOUT = Flag("shutdownTimeoutSeconds", "--shutdown-timeout", "int")
 
 #: Options the renderer writes that no spec field sets (the engine's listen address; the multi-node

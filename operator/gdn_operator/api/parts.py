@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from gdn_operator.api import k8s as _k8s
 from gdn_operator.api import vllm_args as _vllm_args
-from gdn_operator.api.base import _Model
+from gdn_operator.api.base import _Model, cel
 from gdn_operator.api.cache import ModelCacheSpec, check_hub_endpoint
 from gdn_operator.api.enums import Architecture, PullPolicy, RemediationMode, SpecMethod
 
@@ -22,6 +22,13 @@ from gdn_operator.api.enums import Architecture, PullPolicy, RemediationMode, Sp
 OPERATOR_OWNED_ENV = frozenset(_vllm_args.policy()["env"]["owned"])
 
 _MODEL_URI = re.compile(r"^(hf|pvc|s3|gs|oci|file)://\S+$")
+#: A Hub revision: a branch, a tag or a commit hash (what `hf download --revision` and vLLM's --revision take).
+REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$")
+#: Schemes the URI pattern recognises that nothing in the engine pod loads yet: refused with the way out.
+UNLOADED_SCHEMES = {
+    "oci": "oci:// model images have no loader in the engine pod yet; push the model to a Hub (hf://, with "
+    "hubEndpoint for a mirror) or copy it into a claim (pvc://CLAIM/PATH)",
+}
 
 
 class SecretKeyRef(_Model):
@@ -61,10 +68,23 @@ class ConfigMapKeyRef(_Model):
 class ModelSpec(_Model):
     """What to serve."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            ("!self.uri.startsWith('oci://')", UNLOADED_SCHEMES["oci"]),
+            ("self.uri.startsWith('hf://') || !has(self.revision)", "revision applies to hf:// models"),
+            ("self.uri.startsWith('hf://') || !has(self.hubEndpoint)", "hubEndpoint applies to hf:// models"),
+            (
+                "self.uri.startsWith('hf://') || !has(self.cache) || !has(self.cache.persistentVolumeClaim)",
+                "cache.persistentVolumeClaim applies to hf:// models",
+            ),
+        )
+    )
+
     uri: str = Field(
         description=(
             "Model source: hf://ORG/NAME (downloaded by vLLM), pvc://CLAIM/PATH (a pre-populated "
-            "PersistentVolumeClaim mounted read-only), or s3://, gs://, oci://, file:// URIs."
+            "PersistentVolumeClaim mounted read-only), or s3://, gs://, file:// URIs (oci:// is refused: nothing "
+            "loads it yet)."
         ),
         max_length=1024,
         json_schema_extra={"pattern": _MODEL_URI.pattern},
@@ -87,6 +107,16 @@ class ModelSpec(_Model):
         max_length=1024,
         description="Hugging Face Hub mirror for hf:// downloads (HF_ENDPOINT), e.g. https://hf-mirror.example.com.",
     )
+    revision: str | None = Field(
+        default=None,
+        max_length=255,
+        description=(
+            "hf:// models: the Hub revision (commit hash, tag or branch) the download step fetches and the engine "
+            "loads (--revision). Unset: the repository's default branch, which can move under a running server; "
+            "pin a commit hash in production."
+        ),
+        json_schema_extra={"pattern": REVISION.pattern},
+    )
     cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec, description="Where the model cache lives (HF_HOME).")
 
     _hub = field_validator("hub_endpoint")(classmethod(lambda cls, v: check_hub_endpoint(v)))
@@ -95,15 +125,30 @@ class ModelSpec(_Model):
     @classmethod
     def _check_uri(cls, v: str) -> str:
         if not _MODEL_URI.fullmatch(v):
-            raise ValueError("must look like hf://ORG/NAME or pvc://CLAIM/PATH (also s3://, gs://, oci://, file://)")
+            raise ValueError("must look like hf://ORG/NAME or pvc://CLAIM/PATH (also s3://, gs://, file://)")
+        scheme = v.split("://", 1)[0]
+        if scheme in UNLOADED_SCHEMES:
+            raise ValueError(UNLOADED_SCHEMES[scheme])
         if v.startswith("pvc://"):
             claim = v[len("pvc://") :].split("/", 1)[0]
             if not _k8s.dns1123_subdomain(claim):
                 raise ValueError(f"pvc:// claim name {claim!r} is not a valid Kubernetes name")
         return v
 
+    @field_validator("revision")
+    @classmethod
+    def _check_revision(cls, v: str | None) -> str | None:
+        if v is not None and (not REVISION.fullmatch(v) or ".." in v):
+            raise ValueError(f"{v!r} is not a Hub revision: a commit hash, a tag or a branch name (e.g. main)")
+        return v
+
     @model_validator(mode="after")
     def _cache_for_hub_models(self) -> ModelSpec:
+        if not self.uri.startswith("hf://") and self.revision is not None:
+            raise ValueError(
+                f"revision applies to hf:// models (downloaded from the Hub); {self.uri.split('://')[0]}:// models "
+                "have no Hub revision; remove it"
+            )
         if not self.uri.startswith("hf://") and (self.cache.persistent_volume_claim is not None or self.hub_endpoint):
             what = "cache.persistentVolumeClaim" if self.cache.persistent_volume_claim is not None else "hubEndpoint"
             raise ValueError(

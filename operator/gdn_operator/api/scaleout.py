@@ -10,9 +10,9 @@ from __future__ import annotations
 import enum
 import re
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from gdn_operator.api.base import _Model
+from gdn_operator.api.base import _Model, cel
 
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -40,6 +40,16 @@ class AutoscalingSpec(_Model):
     configures a Prometheus address, otherwise an autoscaling/v2 HorizontalPodAutoscaler on a Pods metric
     (needs prometheus-adapter exposing the vLLM series). Both target the engine workload's scale subresource
     (Deployment, or LeaderWorkerSet for multi-node engines); scale-ups pause while the server is CrashLooping."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            ("!has(self.minReplicas) || self.minReplicas <= self.maxReplicas", "minReplicas is above maxReplicas"),
+            (
+                "!has(self.metric) || self.metric != 'kv_cache_usage_perc' || self.target <= 1.0",
+                "target for kv_cache_usage_perc must be a fraction between 0 and 1 (e.g. 0.8)",
+            ),
+        )
+    )
 
     min_replicas: int = Field(default=1, ge=1, le=1000, description="Fewest engine replicas.")
     max_replicas: int = Field(ge=1, le=1000, description="Most engine replicas.")

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from gdn_operator.api import k8s as _k8s
 from gdn_operator.api import vllm_args as _vllm_args
-from gdn_operator.api.base import _Model
+from gdn_operator.api.base import _Model, cel
 from gdn_operator.api.cache import SHARED_MODES
 from gdn_operator.api.enums import (
     AdmissionPolicy,
@@ -47,6 +47,44 @@ def _drop_schema_default(schema: dict[str, Any]) -> None:
 
 class GDNModelServerSpec(_Model):
     """Desired state of a GDNModelServer."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            (
+                "!has(self.replicas) || !has(self.autoscaling)",
+                "replicas and autoscaling are mutually exclusive: the autoscaler owns the replica count; remove spec.replicas",
+            ),
+            (
+                "!has(self.nodes) || ((has(self.tensorParallelSize) ? self.tensorParallelSize : 1) * "
+                "(has(self.pipelineParallelSize) ? self.pipelineParallelSize : 1)) % self.nodes == 0",
+                "nodes must divide tensorParallelSize x pipelineParallelSize (vLLM needs the same GPU count on every node)",
+            ),
+            (
+                "!has(self.cudagraphMode) || self.cudagraphMode == 'NONE' || !has(self.enforceEager) || !self.enforceEager",
+                "enforceEager: true disables CUDA graphs; drop cudagraphMode or enforceEager",
+            ),
+            (
+                "!has(self.resources) || !has(self.resources.gpusPerNode) || self.resources.gpusPerNode * "
+                "(has(self.nodes) ? self.nodes : 1) == (has(self.tensorParallelSize) ? self.tensorParallelSize : 1) * "
+                "(has(self.pipelineParallelSize) ? self.pipelineParallelSize : 1)",
+                "resources.gpusPerNode x nodes must equal tensorParallelSize x pipelineParallelSize",
+            ),
+            (
+                "!has(self.metrics) || !has(self.health) || !has(self.metrics.scrapeIntervalSeconds) || "
+                "!has(self.health.stallSeconds) || (has(self.metrics.enabled) && !self.metrics.enabled) || "
+                "self.health.stallSeconds >= 2 * self.metrics.scrapeIntervalSeconds",
+                "health.stallSeconds must span at least two scrapes (2 x metrics.scrapeIntervalSeconds)",
+            ),
+            (
+                "!has(self.model.cache) || !has(self.model.cache.persistentVolumeClaim) || "
+                "self.model.cache.persistentVolumeClaim.accessMode == 'ReadWriteMany' || "
+                "((!has(self.replicas) || self.replicas <= 1) && (!has(self.autoscaling) || "
+                "self.autoscaling.maxReplicas <= 1) && (!has(self.nodes) || self.nodes <= 1))",
+                "a cache claim whose accessMode is not ReadWriteMany cannot serve several replicas or nodes; use "
+                "ReadWriteMany or an emptyDir cache",
+            ),
+        )
+    )
 
     model: ModelSpec
     image: ImageSpec

@@ -217,7 +217,17 @@ class GDNModelServerStatus(_Status):
         description="Optional kinds (Deployment, LeaderWorkerSet, HorizontalPodAutoscaler, ScaledObject, InferencePool) "
         "this server may own: the reconciler deletes those its spec stops rendering.",
     )
-    conditions: list[Condition] = Field(default_factory=list)
+    selector: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="Label selector of the pods the replicas count (the scale subresource's labelSelectorPath, for "
+        "an HPA or KEDA scaling the server itself): every engine pod, or the group leaders of a multi-node engine.",
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        # one condition per type: server-side apply merges by type instead of replacing the list
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
     findings: list[RuleFinding] = Field(default_factory=list, description="Known-issue rules that matched.")
     effective: EffectiveConfig | None = None
     last_crash: CrashInfo | None = None

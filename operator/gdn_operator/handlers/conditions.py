@@ -23,6 +23,7 @@ PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 CRASH_LOOPING = "CrashLooping"
 UNSCHEDULABLE = "Unschedulable"
+START_FAILED = "StartFailed"
 ACCEPTANCE = "AcceptanceHealthy"
 METRICS_AVAILABLE = "MetricsAvailable"
 OUTPUT_CONSISTENT = "OutputConsistent"
@@ -46,6 +47,11 @@ CONDITIONS: dict[str, tuple[str, str]] = {
         "handlers/disruption.py",
         "True/EvictionBlocked: a node drain waits on engine pods the PodDisruptionBudget keeps (pods, nodes, the way "
         "out); False once none is",
+    ),
+    START_FAILED: (
+        "handlers/workload.py",
+        "True: engine pods cannot start: ImagePullFailed (the image cannot be pulled) or ModelDownloadFailed (the "
+        "download step fails: gated repository, rate limit, full disk; its last words); False/Started once none is",
     ),
     CRASH_LOOPING: (
         "handlers/crashwatch.py, handlers/remediation.py, handlers/quiet.py",
@@ -171,6 +177,7 @@ def _partially_ready(status: dict[str, Any]) -> tuple[str, str] | None:
 DEGRADED_SOURCES: tuple[tuple[str, str, Callable[[dict[str, Any]], tuple[str, str] | None]], ...] = (
     ("crash watch (handlers/crashwatch.py)", CRASH_LOOPING, _crash),
     ("stall detector (handlers/stall.py)", STALLED, _when_true(STALLED)),
+    ("pod start (handlers/workload.py)", START_FAILED, _when_true(START_FAILED)),
     ("patch-set check (handlers/patchset.py)", PATCH_SET, _when_false(PATCH_SET)),
     ("output probes (handlers/probes.py)", OUTPUT_CONSISTENT, _when_false(OUTPUT_CONSISTENT)),
     ("acceptance (handlers/acceptance.py)", ACCEPTANCE, _when_false(ACCEPTANCE, ACCEPTANCE_REASONS)),

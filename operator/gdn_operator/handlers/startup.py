@@ -136,6 +136,9 @@ def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, rt: Host) ->
     settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
     if cfg.peering:  # name, priority and standalone are set by __main__ via kopf.run()
         settings.peering.mandatory = True
+        # the failover time: a standby resumes when the dead replica's last keep-alive expires (kopf renews
+        # it 5-10 s before the lifetime ends); kopf's 60 s default leaves servers unreconciled for up to a minute
+        settings.peering.lifetime = cfg.peering_lifetime
         settings.peering.clusterwide = not cfg.namespaces
     server = webhook_server(cfg, rt.webhook_renewal)
     if server is not None:

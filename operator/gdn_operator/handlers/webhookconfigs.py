@@ -56,6 +56,10 @@ CHART_FIELDS = (
     "objectSelector",
     "namespaceSelector",
 )
+#: How long the API server waits for an admission answer (kopf writes 30, the maximum, in managed mode): with
+#: failurePolicy Fail, every GDNModelServer write waits this long when the operator does not answer, and
+#: admission answers in milliseconds (rules evaluated in memory). The chart ships this value (issue 38).
+WEBHOOK_TIMEOUT_SECONDS = 10
 #: seconds between attempts while the configurations cannot be pointed at this operator
 RETRY_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
@@ -96,7 +100,8 @@ def desired_webhooks(
     namespaces: Collection[str] = (),
 ) -> dict[str, list[dict[str, Any]]]:
     """Kind -> the webhooks kopf would write for `handlers` (its own build_webhooks, the same function its
-    configuration manager uses), plus the namespaceSelector of the watch scope; None-valued fields
+    configuration manager uses) with our timeout (WEBHOOK_TIMEOUT_SECONDS), plus the namespaceSelector of the
+    watch scope; None-valued fields
     dropped, as a manifest would leave them out."""
     resource = kopf.Resource(GROUP, VERSION, PLURAL, namespaced=True)
     selector = namespace_selector(namespaces)
@@ -107,6 +112,7 @@ def desired_webhooks(
             continue
         hooks = build_webhooks(of_kind, resources=[resource], name_suffix=config_name, client_config=client_config)
         for hook in hooks:
+            hook["timeoutSeconds"] = WEBHOOK_TIMEOUT_SECONDS
             if selector is not None:
                 hook["namespaceSelector"] = copy.deepcopy(selector)
         out[kind] = [{k: v for k, v in hook.items() if v is not None} for hook in hooks]

@@ -57,6 +57,24 @@ def is_subset(want: Any, have: Any) -> bool:
     return False
 
 
+def _start_failed(status: dict[str, Any], pods: list[dict[str, Any]], gen: Any) -> tuple[str, str] | None:
+    """StartFailed from the pods' start failures (pods.start_failure); returns (reason, message) when it has
+    just become True or changed reason (the caller emits the Event), else None."""
+    failing = [p for p in pods if p.get("start_failure")]
+    if failing:
+        reason, first = failing[0]["start_failure"]
+        message = f"{len(failing)} engine pod(s) cannot start ({failing[0]['name']}: {first})"
+        before = st.get_condition(status, st.START_FAILED) or {}
+        st.set_condition(status, st.START_FAILED, True, reason, message, gen)
+        if before.get("status") != "True" or before.get("reason") != reason:
+            return reason, message
+    elif st.is_true(status, st.START_FAILED):
+        st.set_condition(
+            status, st.START_FAILED, False, "Started", "No engine pod fails to pull its image or download the model.", gen
+        )
+    return None
+
+
 def update_from_pods(
     namespace: str,
     name: str,
@@ -64,9 +82,10 @@ def update_from_pods(
     bodies: ServerBodies | None = None,
     draining: Mapping[str, str] | None = None,
 ) -> None:
-    """Pod-derived status (Unschedulable; DisruptionBlocked from `draining`, the nodes marked for a drain), from
-    `bodies`' newest server body when there is one (no read; most pod events change nothing, and a stale body
-    only costs the guarded patch a re-read)."""
+    """Pod-derived status (Unschedulable, StartFailed; DisruptionBlocked from `draining`, the nodes marked for a
+    drain), from `bodies`' newest server body when there is one (no read; most pod events change nothing, and a
+    stale body only costs the guarded patch a re-read). A start failure that appears (or changes reason) also gets
+    a Warning Event on the server."""
     unsched = [p for p in pods if p["unschedulable"]]
     restarts = sum(p["restarts"] for p in pods)
     events: list[tuple[str, str, str]] = []
@@ -78,6 +97,10 @@ def update_from_pods(
             if event is not None:
                 events.append(event)
         gen = obj["metadata"].get("generation")
+        failed = _start_failed(status, pods, gen)
+        if failed is not None:
+            log.info("%s/%s: engine pods cannot start: %s", namespace, name, failed[0])
+            events.append(("Warning", failed[0], failed[1]))
         if unsched:
             msg = unsched[0]["unschedulable_message"] or "no node has enough free nvidia.com/gpu"
             sp = obj.get("spec") or {}

@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from gdn_operator.handlers import conditions as st
+from gdn_operator.labels import LEADER_SELECTOR
+from gdn_operator.render.engine import selector_labels
 
 ROLLOUT_BLOCKED = "RolloutBlocked"
 
@@ -53,6 +55,7 @@ def workload_status(status: dict[str, Any], obj: dict[str, Any], dep: dict[str, 
     else:
         st.set_condition(status, st.READY, False, "EnginesNotReady", f"{ready}/{desired} {unit} ready.", gen)
     status["workload"] = dep.get("kind", "Deployment")
+    status["selector"] = scale_selector(obj["metadata"]["name"], group_size > 1)
     if group_size > 1:
         status["groupSize"] = group_size
     else:
@@ -70,6 +73,13 @@ def workload_status(status: dict[str, Any], obj: dict[str, Any], dep: dict[str, 
             status, st.PROGRESSING, True, "RollingOut", f"{updated}/{desired} updated, {ready}/{desired} ready.", gen
         )
     # 0 < ready < desired: Degraded PartiallyReady, derived from Ready (conditions.refresh_degraded)
+
+
+def scale_selector(name: str, groups: bool) -> str:
+    """status.selector: the pods status.replicas counts, as a label selector string (the scale subresource's
+    labelSelectorPath): every engine pod, or one pod per group (the leader) when replicas count groups."""
+    labels = {**selector_labels(name), **(LEADER_SELECTOR if groups else {})}
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
 def _group_size(dep: dict[str, Any]) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 
 from gdn_operator import API_VERSION, KIND
 from gdn_operator.api import flags, k8s
+from gdn_operator.api.cache import RetainPolicy
 from gdn_operator.api.pod import CACHE_MOUNT, MODEL_MOUNT, SHM_MOUNT
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.labels import (
@@ -109,6 +110,7 @@ def vllm_args(name: str, spec: GDNModelServerSpec) -> list[str]:
     args = [
         model_argument(spec),
         *flags.SERVED_NAME.args(spec.model.served_name or name),
+        *flags.REVISION.args(spec.model.revision),
         flags.HOST,
         "0.0.0.0",
         flags.PORT,
@@ -321,7 +323,9 @@ def pod_disruption_budget(name: str, namespace: str, spec: GDNModelServerSpec, u
 
 
 def cache_claim(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | None = None) -> dict[str, Any] | None:
-    """The model cache claim the operator creates and owns (spec.model.cache.persistentVolumeClaim.size)."""
+    """The model cache claim the operator creates (spec.model.cache.persistentVolumeClaim.size): owned by the
+    server only with retainPolicy Delete; with Retain (the default) it outlives the server, and a server
+    re-created with the same name applies (adopts) it again."""
     claim = spec.model.cache.persistent_volume_claim
     if claim is None or claim.size is None:
         return None
@@ -329,7 +333,7 @@ def cache_claim(name: str, namespace: str, spec: GDNModelServerSpec, uid: str | 
     if claim.storage_class_name:
         pvc_spec["storageClassName"] = claim.storage_class_name
     meta = object_meta(podparts.cache_claim_name(name), namespace, None, spec)
-    if uid:
+    if uid and claim.retain_policy == RetainPolicy.DELETE:  # Retain: no owner, the garbage collector keeps it
         meta["ownerReferences"] = [owner_reference(name, uid)]
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": pvc_spec}
 

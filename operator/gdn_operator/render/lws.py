@@ -32,6 +32,7 @@ from typing import Any
 from gdn_operator.api import flags
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.labels import LABEL_WORKER_INDEX
+from gdn_operator.render import podparts
 from gdn_operator.render.engine import check_names, object_meta, pod_template, vllm_args
 
 GROUP = "leaderworkerset.x-k8s.io"
@@ -73,6 +74,9 @@ def _worker_template(name: str, spec: GDNModelServerSpec) -> dict[str, Any]:
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         c.pop(probe, None)
     c.pop("lifecycle", None)  # nothing to drain: requests only reach the leader
+    if podparts.shared_download(spec):
+        # one download per group, on the leader, into the shared (ReadWriteMany) cache: the workers wait for it
+        tpl["spec"]["initContainers"] = [podparts.wait_container(spec)]
     return tpl
 
 

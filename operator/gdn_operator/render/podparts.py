@@ -6,8 +6,10 @@ LeaderWorkerSet leaders and workers get the same settings.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
+from gdn_operator.api.cache import SHARED_MODES
 from gdn_operator.api.pod import CACHE_MOUNT
 from gdn_operator.api.spec import GDNModelServerSpec
 
@@ -15,21 +17,32 @@ HF_HOME = f"{CACHE_MOUNT}/huggingface"
 DOWNLOAD_CONTAINER = "model-download"
 CACHE_CLAIM_SUFFIX = "-model-cache"
 
-#: The download step: the Hub client the vLLM image carries (huggingface_hub, a vLLM dependency) fetches the
-#: repository into HF_HOME. Idempotent (files already in the cache are checked, not fetched again; with the
+#: Where a completed download is marked in the cache, one file per (repository, revision, patterns): the
+#: workers of a multi-node engine with a shared (ReadWriteMany) cache wait for it instead of downloading.
+READY_DIR = f"{HF_HOME}/gdn-operator-ready"
+WAIT_CONTAINER = "model-wait"
+
+#: The download step: the `hf` CLI of the vLLM image (huggingface_hub, a vLLM dependency) fetches the files
+#: of the repository that match the include patterns, at the pinned revision, into HF_HOME; then it marks
+#: the download complete. Idempotent (files already in the cache are checked, not fetched again; with the
 #: Hub unreachable a complete cache is used as is) and resumable (partial files are continued). A failure
-#: exits non-zero with the reason, and the kubelet retries the init container with its back-off.
+#: exits non-zero with hf's own reason last in the log (terminationMessagePolicy FallbackToLogsOnError makes
+#: it the termination message, which status reports as ModelDownloadFailed); the kubelet retries the init
+#: container with its back-off. Arguments: the marker file, then hf download's.
 DOWNLOAD_SCRIPT = """\
-import sys
-from huggingface_hub import constants, snapshot_download
-repo = sys.argv[1]
-print(f"gdn-operator: fetching {repo} into {constants.HF_HUB_CACHE} from {constants.ENDPOINT}", flush=True)
-try:
-    path = snapshot_download(repo_id=repo)
-except Exception as e:  # the kubelet retries the init container
-    print(f"gdn-operator: download of {repo} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-    sys.exit(1)
-print(f"gdn-operator: {repo} is in the cache at {path}", flush=True)
+marker="$1"; shift
+echo "gdn-operator: hf download $* into $HF_HOME from ${HF_ENDPOINT:-https://huggingface.co}"
+if ! hf download "$@"; then
+  echo "gdn-operator: download of $1 failed (see the lines above)" >&2
+  exit 1
+fi
+mkdir -p "$(dirname "$marker")" && touch "$marker"
+echo "gdn-operator: $1 is in the cache"
+"""
+
+#: A worker's wait for the leader's download into the shared cache (multi-node engine, ReadWriteMany claim).
+WAIT_SCRIPT = """\
+until [ -f "$1" ]; do echo "gdn-operator: waiting for the leader's download ($1)"; sleep 10; done
 """
 
 
@@ -64,13 +77,40 @@ def hub_env(spec: GDNModelServerSpec) -> list[dict[str, Any]]:
     return env
 
 
-def download_container(spec: GDNModelServerSpec) -> dict[str, Any]:
-    repo = spec.model.uri.split("://", 1)[1]
+def hub_repo(spec: GDNModelServerSpec) -> str:
+    return spec.model.uri.split("://", 1)[1]
+
+
+def download_args(spec: GDNModelServerSpec) -> list[str]:
+    """`hf download` arguments: the repository, the revision (when pinned), one --include per pattern."""
+    args = [hub_repo(spec)]
+    if spec.model.revision:
+        args += ["--revision", spec.model.revision]
+    for pattern in spec.model.cache.include_patterns:
+        args += ["--include", pattern]
+    return args
+
+
+def ready_marker(spec: GDNModelServerSpec) -> str:
+    """The marker of a completed download: named by repository and revision, and by a digest of the include
+    patterns (a download with other patterns is another download)."""
+    digest = hashlib.sha256("\0".join(spec.model.cache.include_patterns).encode()).hexdigest()[:12]
+    repo = hub_repo(spec).replace("/", "--")
+    return f"{READY_DIR}/{repo}@{(spec.model.revision or 'default').replace('/', '--')}-{digest}"
+
+
+def shared_download(spec: GDNModelServerSpec) -> bool:
+    """A multi-node engine whose cache is one ReadWriteMany claim: the leader downloads, the workers wait."""
+    claim = spec.model.cache.persistent_volume_claim
+    return downloads(spec) and spec.nodes > 1 and claim is not None and claim.access_mode in SHARED_MODES
+
+
+def _init_container(spec: GDNModelServerSpec, name: str, script: str, args: list[str]) -> dict[str, Any]:
     c: dict[str, Any] = {
-        "name": DOWNLOAD_CONTAINER,
+        "name": name,
         "image": spec.image.reference,
         "imagePullPolicy": spec.image.pull_policy,
-        "command": ["python3", "-c", DOWNLOAD_SCRIPT, repo],
+        "command": ["sh", "-c", script, name, *args],
         "env": hub_env(spec),
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
         "volumeMounts": [{"name": "cache", "mountPath": CACHE_MOUNT}],
@@ -78,6 +118,16 @@ def download_container(spec: GDNModelServerSpec) -> dict[str, Any]:
     }
     if spec.pod.container_security_context:
         c["securityContext"] = dict(spec.pod.container_security_context)
+    return c
+
+
+def download_container(spec: GDNModelServerSpec) -> dict[str, Any]:
+    return _init_container(spec, DOWNLOAD_CONTAINER, DOWNLOAD_SCRIPT, [ready_marker(spec), *download_args(spec)])
+
+
+def wait_container(spec: GDNModelServerSpec) -> dict[str, Any]:
+    c = _init_container(spec, WAIT_CONTAINER, WAIT_SCRIPT, [ready_marker(spec)])
+    c["resources"] = {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}}
     return c
 
 
