@@ -59,6 +59,26 @@ def label_key(key: str) -> bool:
     return len(name) <= 63 and LABEL_KEY_NAME.fullmatch(name) is not None
 
 
+def service_name_problem(name: str) -> str | None:
+    """Why `name` (metadata.name) cannot name the engine Service (a DNS-1035 label), or None."""
+    if dns1035_label(name):
+        return None
+    return (
+        f"metadata.name {name!r} cannot name the engine Service: it must be a DNS-1035 label "
+        "(lowercase letters, digits and '-', starting with a letter, at most 63 characters); "
+        "recreate the GDNModelServer with a shorter name"
+    )
+
+
+def client_missing(field: str) -> str:
+    """The error a validator gives when the Kubernetes client it checks `field` with is not installed
+    (`gdnctl` may run without it: GPU hosts with only the offline vLLM bundle)."""
+    return (
+        f"{field} is checked with the Kubernetes Python client's models, which are not installed here; "
+        "install them (pip install 'kubernetes>=37,<38') and run again"
+    )
+
+
 def check_name(value: str, what: str = "object name") -> str:
     """`value` if it is an object name (DNS-1123 subdomain); else the ValueError a field validator raises."""
     if not dns1123_subdomain(value):
