@@ -143,6 +143,54 @@ def check_k8s(model: type[BaseModel], value: Any, what: str) -> list[str]:
     return []
 
 
+#: Deepest nesting of an admitted object (the GDNModelServer schema needs < 20; Kubernetes allows 10000). The
+#: webhook refuses deeper ones before decoding them (handlers/webhook_limits.py), `gdnctl validate` alike
+#: (api/load.py), with the same message (`nested_too_deep`).
+MAX_OBJECT_DEPTH = 64
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}:,]')
+
+
+def _token_path(frames: list[list[Any]]) -> str:
+    out = ""
+    for kind, key in frames:
+        if key is None:
+            continue
+        out += f"[{key}]" if kind == "[" else (f".{key}" if out else str(key))
+    return out
+
+
+def too_deep_in_text(text: str, limit: int = MAX_OBJECT_DEPTH) -> str | None:
+    """Scan raw JSON without recursion: the path where nesting first exceeds `limit`, or None."""
+    frames: list[list[Any]] = []  # [kind, key-or-index]
+    pending_key: str | None = None
+    for m in _TOKENS.finditer(text):
+        tok = m.group()
+        if tok[0] == '"':
+            pending_key = tok[1:-1]
+        elif tok == ":":
+            if frames and frames[-1][0] == "{":
+                frames[-1][1] = pending_key
+        elif tok == ",":
+            if frames and frames[-1][0] == "[":
+                frames[-1][1] += 1
+        elif tok in "{[":
+            frames.append([tok, 0 if tok == "[" else None])
+            if len(frames) > limit:
+                return _token_path(frames[:limit])
+        else:
+            if frames:
+                frames.pop()
+    return None
+
+
+def nested_too_deep(where: str) -> str:
+    """The refusal of an object nested deeper than MAX_OBJECT_DEPTH at `where` (a path in the object:
+    `spec.affinity.x[0]...`), naming the field a user can fix (`spec.affinity`)."""
+    parts = re.split(r"(?=[.\[])", where)
+    field = "".join(parts[:2]).lstrip(".") or "(object)"
+    return f"{field}: nested deeper than {MAX_OBJECT_DEPTH} levels (at {where[:200]}); no GDNModelServer field needs that"
+
+
 def too_deep(value: Any, limit: int) -> str | None:
     """The path where a decoded JSON value nests deeper than `limit` (None when it does not). Iterative:
     a hostile 10000-deep value cannot exhaust the interpreter's recursion limit."""

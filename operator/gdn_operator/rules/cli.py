@@ -31,11 +31,13 @@ import json
 import sys
 from typing import Any
 
+from gdn_operator.api import k8s
 from gdn_operator.api.enums import Architecture
-from gdn_operator.api.load import ManifestError, load_file
+from gdn_operator.api.load import ManifestError, load_documents, parse_object, read_text
 from gdn_operator.api.pod import UNSAFE_OPT_INS
+from gdn_operator.api.resource import GDNModelServer
 from gdn_operator.api.spec import GDNModelServerSpec
-from gdn_operator.rules.admit import Verdict, verdict
+from gdn_operator.rules.admit import INVALID, Verdict, verdict
 from gdn_operator.rules.evaluator import Evaluation
 from gdn_operator.rules.launchline import LaunchLine, evaluate_launch
 
@@ -95,14 +97,42 @@ def _opt_ins(raw: str) -> frozenset[str]:
     return frozenset(listed)
 
 
-def _text(results: list[dict[str, Any]], evs: list[Evaluation], verdicts: list[Verdict | None]) -> str:
+def _objects(filename: str, source: str) -> list[tuple[str, str | None, GDNModelServer | None]]:
+    """(label, metadata.name, the parsed object) per document, in the webhook's order: a name the engine Service
+    cannot take is refused before the spec is read (object None); other problems are raised together."""
+    docs = load_documents(read_text(filename), source)
+    out: list[tuple[str, str | None, GDNModelServer | None]] = []
+    problems: list[str] = []
+    for i, doc in enumerate(docs):
+        label = source if len(docs) == 1 else f"{source}[doc {i}]"
+        meta = doc.get("metadata") if isinstance(doc, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        if isinstance(name, str) and name and k8s.dns1123_subdomain(name) and k8s.service_name_problem(name):
+            out.append((label, name, None))
+            continue
+        try:
+            obj = parse_object(doc, label)
+        except ManifestError as e:
+            problems.extend(e.problems)
+            continue
+        out.append((label, obj.metadata.name, obj))
+    if problems:
+        raise ManifestError(problems)
+    return out
+
+
+def _text(results: list[dict[str, Any]], evs: list[Evaluation | None], verdicts: list[Verdict | None]) -> str:
     out = []
     for res, ev, v in zip(results, evs, verdicts, strict=True):
         label = res["source"] + (f" {res['name']}" if res.get("name") else "")
         if v is not None and v.reason not in ("admitted", "rules"):
             out.append(f"{label}: REFUSED ({v.reason}, as the admission webhook answers)")
             out.extend(f"  [refused] {p}" for p in v.problems)
+            if ev is None:
+                continue
             out.append(f"  known-crash rules (evaluated as well): {ev.summary()} (policy {ev.policy})")
+        elif ev is None:  # pragma: no cover - only refusals lack an evaluation
+            continue
         else:
             out.append(f"{label}: {ev.summary().upper()} (policy {ev.policy})")
         for f in ev.findings:
@@ -148,7 +178,7 @@ def run_validate(args: argparse.Namespace) -> int:
         raise ManifestError("nothing to validate: give -f FILE or a launch line after -- (e.g. -- vllm serve MODEL ...)")
 
     results: list[dict[str, Any]] = []
-    evs: list[Evaluation] = []
+    evs: list[Evaluation | None] = []  # None: refused before the spec was read (its name)
     verdicts: list[Verdict | None] = []  # None: a launch line (no object, no pod settings)
     allow_unsafe = _opt_ins(getattr(args, "allow_unsafe", "") or "")
     if launch:
@@ -167,9 +197,20 @@ def run_validate(args: argparse.Namespace) -> int:
         evs.append(ev)
         verdicts.append(None)
     elif filename:  # always, after the checks above
-        objs = load_file(filename)
         source = "<stdin>" if filename == "-" else filename
-        for i, obj in enumerate(objs):
+        for label, named, obj in _objects(filename, source):
+            if obj is None:  # the webhook refuses the name before it reads the spec
+                problem = k8s.service_name_problem(named or "") or ""
+                results.append(
+                    {
+                        "source": label,
+                        "name": named,
+                        "admission": {"allowed": False, "reason": "invalid-name", "code": INVALID, "message": problem},
+                    }
+                )
+                evs.append(None)
+                verdicts.append(Verdict("invalid-name", problem, INVALID, (problem,)))
+                continue
             spec = _adjust_spec(obj.spec, args)
             meta = obj.metadata
             v = verdict(
@@ -185,7 +226,7 @@ def run_validate(args: argparse.Namespace) -> int:
             ev = v.evaluation
             name = f"{meta.namespace}/{meta.name}" if meta.namespace and meta.name else meta.name
             res = {
-                "source": source if len(objs) == 1 else f"{source}[doc {i}]",
+                "source": label,
                 "name": name,
                 "namespace": meta.namespace,
                 "admission": {"allowed": v.allowed, "reason": v.reason, "code": v.code, "message": v.message},
@@ -195,7 +236,9 @@ def run_validate(args: argparse.Namespace) -> int:
             evs.append(ev)
             verdicts.append(v)
 
-    code = max(1 if v is not None and not v.allowed else ev.exit_code for ev, v in zip(evs, verdicts, strict=True))
+    code = max(
+        1 if ev is None or (v is not None and not v.allowed) else ev.exit_code for ev, v in zip(evs, verdicts, strict=True)
+    )
     if getattr(args, "output", "text") == "json":
         sys.stdout.write(json.dumps({"exitCode": code, "results": results}, indent=2, sort_keys=False) + "\n")
     else:
