@@ -118,3 +118,27 @@ def test_reported_launch_line_36643_and_its_healthy_control(version):
     _, ok = evaluate_launch(_line("1"), vllm_version=version, architecture="Qwen3_5MoeForConditionalGeneration")
     assert "vllm#52069" not in rules_of(ok)
     assert "vllm#43559" in rules_of(ok)  # the line's prefix caching + MTP is still refused, for its own reason
+
+
+# ------------------------------------------------------------------------------------------------ U3 --
+OFFLOAD = ["--kv-offloading-size", "64"]
+NIXL = ["--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}']
+
+
+@pytest.mark.parametrize("version", ["0.17.0", "0.20.0", "0.21.0"])
+@pytest.mark.parametrize("args", [OFFLOAD, NIXL], ids=["offloading", "nixl"])
+def test_a_kv_connector_on_a_gdn_hybrid_before_0_22_is_refused(version, args):
+    ev = evaluate(mk(version, extraArgs=args))
+    assert "vllm#41830" in rules_of(ev, "rejected"), [f.message for f in ev.findings]
+    f = next(f for f in ev.findings if f.rule == "vllm#41830")
+    assert "spec.extraArgs" in f.fields and "0.22.0" in f.message
+
+
+@pytest.mark.parametrize("version", ["0.22.0", "0.26.0", "0.33.0"])
+def test_a_kv_connector_from_0_22_is_not_refused_for_hma(version):
+    ev = evaluate(mk(version, extraArgs=NIXL))
+    assert "vllm#41830" not in rules_of(ev)
+
+
+def test_no_kv_connector_no_hma_finding():
+    assert "vllm#41830" not in rules_of(evaluate(mk("0.21.0")))
