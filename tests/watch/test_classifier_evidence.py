@@ -342,12 +342,13 @@ ACCESS = 'INFO:     10.0.146.90:32768 - "GET /health HTTP/1.1" 200 OK\n'
 
 
 def test_error_exception_then_application_shutdown_is_a_crash() -> None:
-    exc = up("vllm-42911-qwen3.6-hybrid-kv-valueerror-single-line.log")
+    # an exception no signature knows (vllm#42911's ValueError, used here before, has its own since issue 36)
+    exc = up("vllm-33450-trtllm-assertion-worker-tail.log")
     far = exc + ACCESS * (TAIL_LINES + 50)
     assert not classify_text(far).crashed  # the server kept answering: not this exception's death
     r = classify_text(far + SHUTDOWN)
     assert r.crashed and r.signature == "engine-error-exit" and r.generic
-    assert r.root_cause.startswith("ValueError: Hybrid KV cache manager is disabled") and r.root_cause_line == 1
+    assert r.root_cause.startswith("AssertionError: TRTLLM decode requires uniform") and r.root_cause_line == 3
     # a clean shutdown long after a logged-and-survived exception is not that exception's crash
     from gdn_operator.watch.signatures import END_WINDOW
 
