@@ -49,185 +49,20 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import kubernetes  # noqa: E402
-import yaml  # noqa: E402
 from _stats import machine, pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 from controlplane import ControlPlane, ensure_built  # noqa: E402
 from engine_fixtures import ParserOracle, engine_python  # noqa: E402
+from fuzz_corpus import GUARDED  # noqa: E402
+from fuzz_corpus import manifest as corpus_manifest  # noqa: E402
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
-from gdn_operator.api import vllm_args  # noqa: E402
 from gdn_operator.api.load import ManifestError, parse_spec  # noqa: E402
 from gdn_operator.render.engine import vllm_args as rendered_args  # noqa: E402
 from operator_harness import WEBHOOK_CONFIG, OperatorProcess, delete_webhook_configs, gms, install_crd, wait_for  # noqa: E402
 
-TABLE = yaml.safe_load((vllm_args._TABLES / "0.32.0.yaml").read_text())
-POLICY = vllm_args.policy()
-GUARDED = set(POLICY["owned"]) | set(POLICY["rule_relevant"])
-OPTS = [s for o in TABLE["options"] for s in o["options"]]
-GUARDED_OPTS = [s for o in TABLE["options"] if o["dest"] in GUARDED for s in o["options"]]
-VALUES = ["1", "0", "2", "mtp", "{}", '{"mode":0}', "fp8", "auto", "NONE", "8k", "-1", "x", "hf_AbCdEfGhIjKlMnOp"]
-HOSTILE_STR = [
-    "",
-    " ",
-    "a\n",
-    "0.28.0\n",
-    "x" * 300,
-    "ünï",
-    "$(id)",
-    "../../etc",
-    "-",
-    "--",
-    "1abc",
-    "A",
-    "a.b",
-    "a" * 64,
-    "\t",
-    "null",
-    "16\n",
-    "-1Gi",
-    "0",
-    "1e3",
-    "64Gi",
-    "500m",
-]
 
-
-def spelling(rng: random.Random) -> str:
-    opt = rng.choice(GUARDED_OPTS if rng.random() < 0.4 else OPTS)
-    r = rng.random()
-    if r < 0.25 and len(opt) > 4:
-        return opt[: rng.randint(3 if opt.startswith("--") else 2, len(opt) - 1)]
-    if r < 0.4 and opt.startswith("--"):
-        return "--" + opt[2:].replace("-", "_")
-    return opt
-
-
-def extra_args(rng: random.Random) -> list[str]:
-    out: list[str] = []
-    for _ in range(rng.randint(1, 3)):
-        form = rng.random()
-        sp = spelling(rng)
-        if form < 0.3:
-            out += [sp, rng.choice(VALUES)]
-        elif form < 0.55:
-            out.append(f"{sp}={rng.choice(VALUES)}")
-        elif form < 0.7:
-            out.append(sp)
-        elif form < 0.8:
-            out.append(f"{sp}.{rng.choice(['mode', 'method', 'cudagraph_mode', 'backend'])}={rng.choice(VALUES)}")
-        elif form < 0.85:
-            out.append(rng.choice(["-O3", "-O0", "--config", "--", "stray", "--help"]))
-        else:
-            out += rng.choice([["--trust-remote-code"], ["--max-logprobs", "5"], ["--seed", "1"], ["-q", "fp8"]])
-    return out
-
-
-def deep_text(text: str) -> str:
-    """Replace "__DEEP_N__" placeholders with N levels of nested JSON."""
-    import re
-
-    return re.sub(r'"__DEEP_(\d+)__"', lambda m: '{"x":[' * int(m.group(1)) + "1" + "]}" * int(m.group(1)), text)
-
-
-def mutate(rng: random.Random, obj: dict) -> None:
-    spec = obj["spec"]
-    kind = rng.choice(
-        ["extraArgs"] * 6
-        + [
-            "env",
-            "affinity",
-            "tolerations",
-            "resources",
-            "name",
-            "image",
-            "type",
-            "nodeSelector",
-            "deep",
-            "big",
-            "model",
-            "numbers",
-        ]
-    )
-    if kind == "extraArgs":
-        spec["extraArgs"] = extra_args(rng)
-        spec["image"] = {**spec["image"], "tag": "v0.32.0", "vllmVersion": rng.choice(["0.32.0"] * 4 + ["0.33.0"])}
-    elif kind == "env":
-        name = rng.choice(
-            [
-                "LD_PRELOAD",
-                "PYTHONPATH",
-                "PATH",
-                "VLLM_ATTENTION_BACKEND",
-                "HF_TOKEN",
-                "VLLM_LOGGING_LEVEL",
-                "NCCL_P2P_DISABLE",
-                "FOO\n",
-                "1BAD",
-                "OK_NAME",
-                "VLLM_GDN_DECODE_KERNEL",
-            ]
-        )
-        spec["env"] = [{"name": name, "value": rng.choice(HOSTILE_STR)}]
-        if rng.random() < 0.2:
-            spec["allowUnsafeEnv"] = [name]
-    elif kind == "affinity":
-        spec["affinity"] = rng.choice(
-            [
-                {"x": 1},
-                {"node_affinity": {}},
-                {"nodeAffinity": {}},
-                {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}},
-                {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {"matchExpressions": [{"key": "a", "operator": rng.choice(["In", "Bogus"]), "values": ["b"]}]}
-                            ]
-                        }
-                    }
-                },
-                {
-                    "podAntiAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname"}]
-                    }
-                },
-            ]
-        )
-    elif kind == "tolerations":
-        spec["tolerations"] = [
-            rng.choice(
-                [
-                    {"key": "a", "tolerationSeconds": "10"},
-                    {"key": "a", "bogus": 1},
-                    {"operator": "Exists"},
-                    {"key": "a", "operator": "Exists", "value": "x"},
-                    {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
-                    {"key": "a", "effect": "Sometimes"},
-                    {"key": 1},
-                ]
-            )
-        ]
-    elif kind == "resources":
-        spec["resources"] = {rng.choice(["cpu", "memory", "shmSize", "gpuType"]): rng.choice(HOSTILE_STR)}
-    elif kind == "name":
-        obj["metadata"]["name"] = rng.choice(["1abc", "a.b", "a" * 64, "ok-name", "x-" + "y" * 60, "abc-"])
-    elif kind == "image":
-        spec["image"] = {**spec["image"], rng.choice(["tag", "vllmVersion", "repository"]): rng.choice(HOSTILE_STR)}
-    elif kind == "type":
-        field = rng.choice(
-            ["replicas", "tensorParallelSize", "maxModelLen", "prefixCaching", "extraArgs", "env", "speculativeDecoding"]
-        )
-        spec[field] = rng.choice(["two", -1, 1.5, [], {}, None, True, "x" * 10, 10**12])
-    elif kind == "nodeSelector":
-        spec["nodeSelector"] = {rng.choice(["a", "a\n", "bad key", "x/" * 3, "ok/key"]): rng.choice(HOSTILE_STR)}
-    elif kind == "deep":
-        # a placeholder: json.dumps cannot encode 1000 levels; the raw text is spliced in by deep_text()
-        spec[rng.choice(["affinity", "unknownField"])] = f"__DEEP_{rng.choice([40, 100, 1000])}__"
-    elif kind == "big":
-        spec["env"] = [{"name": f"V{i}", "value": "x" * 30000} for i in range(rng.choice([5, 20, 40]))]
-    elif kind == "model":
-        spec["model"] = {"uri": rng.choice(["hf://Qwen/Qwen3.5-27B\n", "pvc://Claim/x", "ftp://x", "hf://", "pvc://ok/x"])}
-    else:
-        spec[rng.choice(["gpuMemoryUtilization", "startupBudgetSeconds", "maxNumSeqs"])] = rng.choice([0, 1e9, -5, 0.5, 99999])
+def manifest(rng: random.Random, i: int, used: set[str]) -> tuple[str, str]:
+    """(name, JSON text) of the i-th generated manifest (tests/fuzz_corpus.py) on the cluster tests' base server."""
+    return corpus_manifest(rng, i, used, gms)
 
 
 class Oracle:
@@ -260,19 +95,6 @@ def post(api, ns: str, text: str) -> tuple[int, dict, float]:
     except ValueError:
         body = {"message": resp.data[:200].decode(errors="replace")}
     return resp.status, body, dt
-
-
-def manifest(rng: random.Random, i: int, used: set[str]) -> tuple[str, str]:
-    """(name, JSON text) of the i-th generated manifest."""
-    obj = gms(f"f{i:05d}")
-    obj["spec"]["image"] = {**obj["spec"]["image"], "tag": "v0.32.0", "vllmVersion": "0.32.0"}
-    for _ in range(rng.randint(1, 3)):
-        mutate(rng, obj)
-    name = obj["metadata"]["name"]
-    if name in used:  # a generated name repeats: keep it unique (409 is not what is measured)
-        obj["metadata"]["name"] = name = f"{name[:54]}-{i}"
-    used.add(name)
-    return name, deep_text(json.dumps(obj))
 
 
 def start_webhook_operator(cp: ControlPlane, api, workdir: Path, pythonpath: str | None, ns: str) -> OperatorProcess:

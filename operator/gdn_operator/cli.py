@@ -89,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--architecture", help="HF architecture class of the model (for raw launch lines)")
     s.add_argument("--patch", action="append", default=[], help="patch id the image carries (repeatable; raw launch lines)")
+    s.add_argument(
+        "--allow-unsafe",
+        default="",
+        metavar="OPT-INS",
+        help="the operator's opt-ins for pod settings refused by default, comma-separated, as its chart value "
+        "operator.allowUnsafe / GDN_ALLOW_UNSAFE lists them (default: none, as the operator)",
+    )
     s.add_argument("launch", nargs=argparse.REMAINDER, help="-- vllm serve MODEL --flags ...")
     s.set_defaults(func=_cmd_validate)
 

@@ -56,13 +56,21 @@ def test_texts_were_not_cut_by_yaml_comments():
 
 def test_every_rule_cites_the_catalogue():
     """Catalogue rules cite the catalogue. The operator's own GPU findings (bug `G<n> (<fixture dir>)`, id
-    gdn-operator/...) cite a committed capture that exists instead, and cover only the releases it ran on."""
+    gdn-operator/...) cite a committed capture that exists instead, and cover only the releases it ran on.
+    Rules of the upstream sweeps after the catalogue (bug `U<n>`, issue 36) name an upstream issue as their id
+    and the release wheels their range was read from."""
     repo = Path(__file__).resolve().parents[2]
     for r in load_rules().rules:
         if r.bug.startswith("G"):
             m = re.fullmatch(r"G\d+ \((tests/fixtures/[\w.-]+)\)", r.bug)
             assert m and (repo / m.group(1)).is_dir(), (r.id, r.bug)
             assert r.id.startswith("gdn-operator/") and "bench/" in r.evidence, r.id
+            continue
+        if re.fullmatch(r"U\d+", r.bug):
+            assert re.fullmatch(r"(vllm|flashinfer|LMCache)#\d+", r.id), r.id
+            assert re.search(r"Release wheels read: .{0,80}?\b\d+\.\d+\.\d+", r.evidence), r.id
+            if r.fixed_in is None:
+                assert r.range.is_open_ended, r.id
             continue
         assert re.search(r"Catalogue (B\d+|§\d)", r.evidence), r.id
         if r.fixed_in is None:

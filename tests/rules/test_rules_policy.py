@@ -323,6 +323,10 @@ def test_status_models_round_trip():
     assert again.effective.mamba_cache_mode == "align"
 
 
+#: one engine over two 8-GPU nodes, TP=8 x PP=2 (the MTP + PP rules, issue 36)
+PP2 = {"tensorParallelSize": 8, "pipelineParallelSize": 2, "nodes": 2, "resources": {"gpusPerNode": 8}}
+
+
 def test_every_mitigation_converges_and_is_clean():
     """For each rule with a mitigation, at an affected version: the mitigate policy reaches a spec that a
     re-evaluation under reject admits (the mitigation itself does not trigger a reject-level rule)."""
@@ -341,6 +345,8 @@ def test_every_mitigation_converges_and_is_clean():
         "vllm-config/align-requires-chunked-prefill": ("0.28.0", {"prefixCaching": True, "chunkedPrefill": False}),
         "vllm-config/gdn-prefill-backend-unsupported": ("0.20.0", {"gdnPrefillBackend": "cutedsl"}),
         "vllm-config/shutdown-timeout-unsupported": ("0.17.1", {"shutdownTimeoutSeconds": 30}),
+        "vllm#44697": ("0.33.0", {**PP2, "modelRunner": "v1"}),
+        "vllm#52069": ("0.29.0", PP2),
     }
     with_mitigation = {r.id for r in cat.rules if r.mitigation}
     assert with_mitigation == set(triggers)

@@ -95,6 +95,18 @@ TABLE = [
     ("vllm-config/shutdown-timeout-unsupported", {"shutdownTimeoutSeconds": 30}, "0.17.1", "rejected", "0.18.0", None, None),
     # vllm#41190 (TP>=2 spec decode) holds per multi-node group: TP is the group's TP world
     ("vllm#41190", {"tensorParallelSize": 8, "pipelineParallelSize": 2, "nodes": 2}, "0.33.0", "advisory", None, None, None),
+    # issue 36 sweep: MTP under pipeline parallelism, KV connectors on hybrids (tests/rules/test_rules_pp_mtp.py)
+    (
+        "vllm#44697",
+        {"tensorParallelSize": 8, "pipelineParallelSize": 2, "nodes": 2, "modelRunner": "v1"},
+        "0.33.0",
+        "rejected",
+        None,
+        None,
+        None,
+    ),
+    ("vllm#52069", {"tensorParallelSize": 8, "pipelineParallelSize": 2, "nodes": 2}, "0.29.0", "rejected", None, None, None),
+    ("vllm#41830", {"extraArgs": ["--kv-offloading-size", "64"]}, "0.21.0", "rejected", "0.22.0", None, None),
 ]
 
 

@@ -342,12 +342,13 @@ ACCESS = 'INFO:     10.0.146.90:32768 - "GET /health HTTP/1.1" 200 OK\n'
 
 
 def test_error_exception_then_application_shutdown_is_a_crash() -> None:
-    exc = up("vllm-42911-qwen3.6-hybrid-kv-valueerror-single-line.log")
+    # an exception no signature knows (vllm#42911's ValueError, used here before, has its own since issue 36)
+    exc = up("vllm-33450-trtllm-assertion-worker-tail.log")
     far = exc + ACCESS * (TAIL_LINES + 50)
     assert not classify_text(far).crashed  # the server kept answering: not this exception's death
     r = classify_text(far + SHUTDOWN)
     assert r.crashed and r.signature == "engine-error-exit" and r.generic
-    assert r.root_cause.startswith("ValueError: Hybrid KV cache manager is disabled") and r.root_cause_line == 1
+    assert r.root_cause.startswith("AssertionError: TRTLLM decode requires uniform") and r.root_cause_line == 3
     # a clean shutdown long after a logged-and-survived exception is not that exception's crash
     from gdn_operator.watch.signatures import END_WINDOW
 
@@ -525,3 +526,26 @@ def test_remediation_ladder_validation_and_data() -> None:
         assert rem.action == "disable-spec-decode"
         assert [s.action for s in rem.ladder] == ["drop-nccl-p2p-disable", "disable-async-scheduling"]
         assert all(s.min_tp == 2 and s.reason for s in rem.ladder)
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 36: vllm#52069's start-up error names no model; the spec decides whether it is that issue
+
+
+def test_pp_drafter_error_is_vllm_52069_only_for_a_gdn_hybrid_with_mtp_before_0_30() -> None:
+    from gdn_operator.watch.evidence import Evidence
+
+    line = (
+        "(EngineCore pid=1) ERROR 08-12 10:00:00 [core.py:1100] NotImplementedError: Pipeline parallelism is not "
+        "supported for this model. Supported models implement the `SupportsPP` interface.\n"
+    )
+    hit = classify_text(line, evidence=Evidence({"family": "gdn-hybrid", "spec_decode": "on"}, "0.26.0"))
+    assert hit.crashed and hit.signature == "mtp-drafter-not-supportspp" and hit.upstream == "vllm#52069"
+    for facts, version in (
+        ({"family": "gdn-hybrid", "spec_decode": "on"}, "0.30.0"),  # PR #46994 released
+        ({"family": "gdn-hybrid", "spec_decode": "off"}, "0.26.0"),  # no drafter: the target model's own PP
+        ({"family": "other", "spec_decode": "on"}, "0.26.0"),
+    ):
+        other = classify_text(line, evidence=Evidence(facts, version))
+        assert other.crashed and other.signature == "pp-unsupported-model" and other.upstream is None, (facts, version)
+        assert "vllm#52069" in other.candidates

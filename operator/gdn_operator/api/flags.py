@@ -95,10 +95,11 @@ MASTER_ADDR = "--master-addr"
 MASTER_PORT = "--master-port"
 HEADLESS = "--headless"
 
-#: Flags the launch-line reader maps back onto the spec (pipeline parallelism is rendered but read as a
-#: setting the rules do not need; the served name is family evidence, rules/family.py).
+#: Flags the launch-line reader maps back onto the spec (the served name is family evidence,
+#: rules/family.py). Pipeline parallelism is read since issue 36: MTP under PP is a hazard (vllm#44697, vllm#52069).
 READ_FLAGS: tuple[Flag, ...] = (
     TENSOR_PARALLEL,
+    PIPELINE_PARALLEL,
     MAX_NUM_SEQS,
     MAX_BATCHED_TOKENS,
     MAX_MODEL_LEN,

@@ -59,6 +59,26 @@ def label_key(key: str) -> bool:
     return len(name) <= 63 and LABEL_KEY_NAME.fullmatch(name) is not None
 
 
+def service_name_problem(name: str) -> str | None:
+    """Why `name` (metadata.name) cannot name the engine Service (a DNS-1035 label), or None."""
+    if dns1035_label(name):
+        return None
+    return (
+        f"metadata.name {name!r} cannot name the engine Service: it must be a DNS-1035 label "
+        "(lowercase letters, digits and '-', starting with a letter, at most 63 characters); "
+        "recreate the GDNModelServer with a shorter name"
+    )
+
+
+def client_missing(field: str) -> str:
+    """The error a validator gives when the Kubernetes client it checks `field` with is not installed
+    (`gdnctl` may run without it: GPU hosts with only the offline vLLM bundle)."""
+    return (
+        f"{field} is checked with the Kubernetes Python client's models, which are not installed here; "
+        "install them (pip install 'kubernetes>=37,<38') and run again"
+    )
+
+
 def check_name(value: str, what: str = "object name") -> str:
     """`value` if it is an object name (DNS-1123 subdomain); else the ValueError a field validator raises."""
     if not dns1123_subdomain(value):
@@ -121,6 +141,54 @@ def check_k8s(model: type[BaseModel], value: Any, what: str) -> list[str]:
     if odd:
         return [f"{odd}: not a Kubernetes field name here (the API uses camelCase names, e.g. nodeAffinity)"]
     return []
+
+
+#: Deepest nesting of an admitted object (the GDNModelServer schema needs < 20; Kubernetes allows 10000). The
+#: webhook refuses deeper ones before decoding them (handlers/webhook_limits.py), `gdnctl validate` alike
+#: (api/load.py), with the same message (`nested_too_deep`).
+MAX_OBJECT_DEPTH = 64
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}:,]')
+
+
+def _token_path(frames: list[list[Any]]) -> str:
+    out = ""
+    for kind, key in frames:
+        if key is None:
+            continue
+        out += f"[{key}]" if kind == "[" else (f".{key}" if out else str(key))
+    return out
+
+
+def too_deep_in_text(text: str, limit: int = MAX_OBJECT_DEPTH) -> str | None:
+    """Scan raw JSON without recursion: the path where nesting first exceeds `limit`, or None."""
+    frames: list[list[Any]] = []  # [kind, key-or-index]
+    pending_key: str | None = None
+    for m in _TOKENS.finditer(text):
+        tok = m.group()
+        if tok[0] == '"':
+            pending_key = tok[1:-1]
+        elif tok == ":":
+            if frames and frames[-1][0] == "{":
+                frames[-1][1] = pending_key
+        elif tok == ",":
+            if frames and frames[-1][0] == "[":
+                frames[-1][1] += 1
+        elif tok in "{[":
+            frames.append([tok, 0 if tok == "[" else None])
+            if len(frames) > limit:
+                return _token_path(frames[:limit])
+        else:
+            if frames:
+                frames.pop()
+    return None
+
+
+def nested_too_deep(where: str) -> str:
+    """The refusal of an object nested deeper than MAX_OBJECT_DEPTH at `where` (a path in the object:
+    `spec.affinity.x[0]...`), naming the field a user can fix (`spec.affinity`)."""
+    parts = re.split(r"(?=[.\[])", where)
+    field = "".join(parts[:2]).lstrip(".") or "(object)"
+    return f"{field}: nested deeper than {MAX_OBJECT_DEPTH} levels (at {where[:200]}); no GDNModelServer field needs that"
 
 
 def too_deep(value: Any, limit: int) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -11,6 +12,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from gdn_operator import API_VERSION, KIND
+from gdn_operator.api import k8s as _k8s
 from gdn_operator.api.resource import GDNModelServer
 from gdn_operator.api.spec import GDNModelServerSpec
 
@@ -87,9 +89,26 @@ def parse_spec(spec: Any) -> GDNModelServerSpec:
         raise ManifestError(format_validation_error(e, prefix="spec")) from None
 
 
-def load_documents(text: str, source: str = "<input>") -> list[Any]:
+def _json_document(text: str) -> list[Any] | None:
+    """A JSON object decoded as the webhook decodes its requests (None: not JSON; read as YAML)."""
+    if not text.lstrip().startswith("{"):
+        return None
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        return [json.loads(text)]
+    except json.JSONDecodeError:
+        return None
+
+
+def load_documents(text: str, source: str = "<input>") -> list[Any]:
+    """The YAML (or JSON) documents of `text`. An object nested deeper than the webhook admits is refused with
+    the webhook's message (api/k8s.py `nested_too_deep`), before a recursive parser could exhaust the stack."""
+    try:
+        docs = _json_document(text)
+        if docs is None:
+            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except RecursionError:  # as the webhook: find the place without recursion
+        deep = _k8s.too_deep_in_text(text, _k8s.MAX_OBJECT_DEPTH) or "(object)"
+        raise ManifestError(f"{source}: {_k8s.nested_too_deep(deep)}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
@@ -97,6 +116,10 @@ def load_documents(text: str, source: str = "<input>") -> list[Any]:
         raise ManifestError(f"{where}: malformed YAML: {problem}") from None
     if not docs:
         raise ManifestError(f"{source}: no YAML document found")
+    for i, doc in enumerate(docs):
+        deep_at = _k8s.too_deep(doc, _k8s.MAX_OBJECT_DEPTH)
+        if deep_at is not None:
+            raise ManifestError(f"{source if len(docs) == 1 else f'{source}[doc {i}]'}: {_k8s.nested_too_deep(deep_at)}")
     return docs
 
 

@@ -92,7 +92,10 @@ class LocalObjectReference(_Model):
 def _check_list(model_name: str, items: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
     if not items:
         return items
-    import kubernetes.client as kc  # the client's strict models (see api/k8s.py); gdnctl render may lack it
+    try:
+        import kubernetes.client as kc  # the client's strict models (see api/k8s.py); gdnctl may lack it
+    except ImportError:
+        raise ValueError(_k8s.client_missing(f"spec.pod.{what}")) from None
 
     model = getattr(kc, model_name)
     problems: list[str] = []

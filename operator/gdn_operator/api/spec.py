@@ -300,7 +300,10 @@ class GDNModelServerSpec(_Model):
         if not v:
             return v
         # imported here: `gdnctl render` runs on GPU hosts with only the offline vLLM bundle (no k8s client)
-        from kubernetes.client import V1Toleration
+        try:
+            from kubernetes.client import V1Toleration
+        except ImportError:
+            raise ValueError(_k8s.client_missing("spec.tolerations")) from None
 
         for i, t in enumerate(v):
             problems = _k8s.check_k8s(V1Toleration, t, f"tolerations[{i}]") or _k8s.toleration_problems(t, f"tolerations[{i}]")
@@ -312,7 +315,10 @@ class GDNModelServerSpec(_Model):
     @classmethod
     def _affinity(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         if v is not None:
-            from kubernetes.client import V1Affinity  # see _tolerations
+            try:
+                from kubernetes.client import V1Affinity  # see _tolerations
+            except ImportError:
+                raise ValueError(_k8s.client_missing("spec.affinity")) from None
 
             problems = _k8s.check_k8s(V1Affinity, v, "affinity") or _k8s.affinity_problems(v)
             if problems:

@@ -18,11 +18,10 @@ import kopf
 
 from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
-from gdn_operator.api.pod import unsafe_refusals
 from gdn_operator.handlers.kube import plain
 from gdn_operator.handlers.plan import PlanInputs, missing_apis
-from gdn_operator.render.engine import RenderError, check_names
 from gdn_operator.rules import evaluate
+from gdn_operator.rules.admit import verdict
 
 log = logging.getLogger(__name__)
 
@@ -80,45 +79,37 @@ def mitigate(
 def admission(
     spec: kopf.Spec, warnings: list[str], namespace: str | None, name: str | None, old: kopf.Body | None, rt: PlanInputs
 ) -> None:
-    """The validating webhook: the rules' verdict, the pod-isolation opt-ins and the cluster's optional APIs
-    (AdmissionError when refused)."""
+    """The validating webhook: the verdict `gdnctl validate` gives offline (rules/admit.py: the name, the spec,
+    the pod-isolation opt-ins, the rules), then the cluster's optional APIs (AdmissionError when refused)."""
     cfg = rt.settings
-    if old is None and name:
-        try:
-            check_names(name)  # the engine Service takes the object's name: refuse now, not at apply
-        except RenderError as e:
-            _deny(namespace, name, "invalid-name", f"invalid name: {e}")
-            raise kopf.AdmissionError(str(e), code=422) from None
-    if _spec_unchanged(old, spec):
+    if old is not None and _spec_unchanged(old, spec):
         return
-    try:
-        s = parse_spec(plain(spec))
-    except ManifestError as e:
-        _deny(namespace, name, "invalid-spec", "invalid spec: " + "; ".join(e.problems)[:300])
-        raise kopf.AdmissionError("; ".join(e.problems), code=422) from None
-    unsafe = unsafe_refusals(s, cfg.allow_unsafe)
-    if unsafe:
-        _deny(namespace, name, "unsafe-pod-settings", "; ".join(unsafe)[:300])
-        raise kopf.AdmissionError("; ".join(unsafe), code=403)
-    ev = evaluate(s, default_policy=cfg.default_policy)
+    v = verdict(plain(spec), name=name, creating=old is None, allow_unsafe=cfg.allow_unsafe, default_policy=cfg.default_policy)
+    ev = v.evaluation
+    if v.reason in ("invalid-name", "invalid-spec", "unsafe-pod-settings"):
+        _deny(namespace, name, v.reason, v.message[:300])
+        raise kopf.AdmissionError(v.message, code=v.code)
+    assert ev is not None  # verdict: the spec parsed (only invalid-spec has no evaluation)
     for f in ev.findings:
         if f.action == "warned":
             warnings.append(f.line())
             telemetry.ADMISSION_DECISIONS.labels(namespace or "", "warned", f.rule).inc()
-    if not ev.allowed:
+    if not v.allowed:
         rules = [f.rule for f in ev.findings if f.action == "rejected"]
         for rule in rules:
             telemetry.ADMISSION_DECISIONS.labels(namespace or "", "denied", rule).inc()
         log.info("admission denied %s/%s: %s", namespace, name, ", ".join(rules))
-        raise kopf.AdmissionError(ev.denial_message(), code=403)
-    missing = missing_apis(ev.run_spec or s, rt)
+        raise kopf.AdmissionError(v.message, code=v.code)
+    run = ev.run_spec
+    assert run is not None  # admitted
+    missing = missing_apis(run, rt)
     if missing and cfg.missing_api_policy == "reject":
         _deny(namespace, name, "missing-api", missing)
         raise kopf.AdmissionError(missing + " (refused by the operator's chart value operator.missingApiPolicy)", code=403)
     if missing:
         warnings.append(f"not runnable on this cluster yet: {missing}")
         telemetry.ADMISSION_DECISIONS.labels(namespace or "", "warned", "missing-api").inc()
-    unprobed = probes_without_key(ev.run_spec or s, cfg.read_api_key_secrets)
+    unprobed = probes_without_key(run, cfg.read_api_key_secrets)
     if unprobed:
         warnings.append(unprobed)
         telemetry.ADMISSION_DECISIONS.labels(namespace or "", "warned", "probes-without-api-key").inc()

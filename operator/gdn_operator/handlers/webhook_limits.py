@@ -19,55 +19,20 @@ from typing import Any
 import aiohttp.web
 import kopf
 
-from gdn_operator.api.k8s import too_deep
+from gdn_operator.api.k8s import MAX_OBJECT_DEPTH, nested_too_deep, too_deep, too_deep_in_text
 from gdn_operator.handlers.kopfcompat import AmbiguousResourceError, UnknownResourceError, WebhookError
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
-#: deepest nesting of the admitted object (the GDNModelServer schema needs < 20; Kubernetes allows 10000)
-MAX_DEPTH = 64
-_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}:,]')
+MAX_DEPTH = MAX_OBJECT_DEPTH  # deepest nesting of the admitted object (api/k8s.py)
 _UID = re.compile(r'"uid"\s*:\s*"([^"]{1,128})"')
+_OBJECT = "request.object"
 
 
-def _path(frames: list[list[Any]]) -> str:
-    out = ""
-    for kind, key in frames:
-        if key is None:
-            continue
-        out += f"[{key}]" if kind == "[" else (f".{key}" if out else str(key))
-    return out
-
-
-def too_deep_in_text(text: str, limit: int = MAX_DEPTH) -> str | None:
-    """Scan raw JSON without recursion: the path where nesting first exceeds `limit`, or None."""
-    frames: list[list[Any]] = []  # [kind, key-or-index]
-    pending_key: str | None = None
-    for m in _TOKENS.finditer(text):
-        tok = m.group()
-        if tok[0] == '"':
-            pending_key = tok[1:-1]
-        elif tok == ":":
-            if frames and frames[-1][0] == "{":
-                frames[-1][1] = pending_key
-        elif tok == ",":
-            if frames and frames[-1][0] == "[":
-                frames[-1][1] += 1
-        elif tok in "{[":
-            frames.append([tok, 0 if tok == "[" else None])
-            if len(frames) > limit:
-                return _path(frames[:limit])
-        else:
-            if frames:
-                frames.pop()
-    return None
-
-
-def _field(path: str) -> str:
-    """`request.object.spec.affinity.a.b…` → `spec.affinity` (the field a user can fix)."""
-    parts = re.split(r"(?=[.\[])", path.removeprefix("request.object").lstrip("."))
-    return "".join(parts[:2]).lstrip(".") or "(object)"
+def _in_object(path: str) -> str:
+    """A path of the review (`request.object.spec.x`) as a path of the object (`spec.x`), as gdnctl names it."""
+    return path.removeprefix(_OBJECT).lstrip(".")
 
 
 def denial(review: dict[str, Any] | None, uid: str, code: int, message: str) -> aiohttp.web.Response:
@@ -101,18 +66,15 @@ def precheck(text: str) -> tuple[dict[str, Any] | None, aiohttp.web.Response | N
         raise aiohttp.web.HTTPBadRequest(reason=str(e)) from None
     except RecursionError:
         uid_match = _UID.search(text)
-        where = too_deep_in_text(text) or "request.object"
-        msg = f"{_field(where)}: nested deeper than {MAX_DEPTH} levels (at {where[:200]}); no GDNModelServer field needs that"
+        # the object lies two levels down (request, object): the same depth, counted from the object
+        msg = nested_too_deep(_in_object(too_deep_in_text(text, MAX_DEPTH + 2) or _OBJECT))
         log.info("admission denied before decoding: %s", msg)
         return None, denial(None, uid_match.group(1) if uid_match else "", 422, msg)
     request = review.get("request") if isinstance(review, dict) else None
     if isinstance(request, dict):
         deep_at = too_deep(request.get("object"), MAX_DEPTH)
         if deep_at is not None:
-            msg = (
-                f"{_field(deep_at)}: nested deeper than {MAX_DEPTH} levels (at {deep_at[:200]}); "
-                "no GDNModelServer field needs that"
-            )
+            msg = nested_too_deep(deep_at)
             log.info("admission denied: %s", msg)
             return None, denial(review, str(request.get("uid", "")), 422, msg)
     return review, None

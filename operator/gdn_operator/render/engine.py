@@ -188,12 +188,9 @@ def object_meta(name: str, namespace: str, uid: str | None, spec: GDNModelServer
 
 
 def check_names(name: str) -> None:
-    if not k8s.dns1035_label(name):
-        raise RenderError(
-            f"metadata.name {name!r} cannot name the engine Service: it must be a DNS-1035 label "
-            "(lowercase letters, digits and '-', starting with a letter, at most 63 characters); "
-            "recreate the GDNModelServer with a shorter name"
-        )
+    problem = k8s.service_name_problem(name)
+    if problem:
+        raise RenderError(problem)
 
 
 def pod_template(name: str, spec: GDNModelServerSpec, args: list[str] | None = None) -> dict[str, Any]:

@@ -14,7 +14,14 @@ The family of a launch line is decided by rules/family.py from every source the 
 --hf-overrides / --additional-config, a readable local config.json, published checkpoints, the model name,
 --served-model-name); sources that disagree are reported as notes.
 A manifest is evaluated with its spec.admissionPolicy, else `--policy` (the operator's default policy, chart
-value operator.defaultPolicy; default reject); a launch line with `--policy` (default reject). Every document of a multi-document file is evaluated.
+value operator.defaultPolicy; default reject); a launch line with `--policy` (default reject).
+Every document of a multi-document file is evaluated.
+
+A manifest gets exactly the admission webhook's answer (rules/admit.py `verdict`, shared with
+handlers/admission.py): a metadata.name that cannot name the engine Service and pod settings that loosen the
+engine's isolation (GPU-visibility variables such as NVIDIA_VISIBLE_DEVICES, privileged, hostPath, added
+capabilities, envFrom, ...) are REFUSED (exit 1) unless --allow-unsafe lists the operator's opt-in, before
+the rules; the rules are still listed. Only what a cluster alone can tell (optional APIs it lacks) is left out.
 """
 
 from __future__ import annotations
@@ -24,10 +31,14 @@ import json
 import sys
 from typing import Any
 
+from gdn_operator.api import k8s
 from gdn_operator.api.enums import Architecture
-from gdn_operator.api.load import ManifestError, load_file
+from gdn_operator.api.load import ManifestError, load_documents, parse_object, read_text
+from gdn_operator.api.pod import UNSAFE_OPT_INS
+from gdn_operator.api.resource import GDNModelServer
 from gdn_operator.api.spec import GDNModelServerSpec
-from gdn_operator.rules.evaluator import Evaluation, evaluate
+from gdn_operator.rules.admit import INVALID, Verdict, verdict
+from gdn_operator.rules.evaluator import Evaluation
 from gdn_operator.rules.launchline import LaunchLine, evaluate_launch
 
 CLI_DEFAULT_POLICY = "reject"
@@ -76,11 +87,54 @@ def _effective_line(ev: Evaluation) -> str:
     return ", ".join(parts)
 
 
-def _text(results: list[dict[str, Any]], evs: list[Evaluation]) -> str:
+def _opt_ins(raw: str) -> frozenset[str]:
+    listed = [n.strip() for n in raw.split(",") if n.strip()]
+    unknown = [n for n in listed if n not in UNSAFE_OPT_INS]
+    if unknown:
+        raise ManifestError(
+            f"--allow-unsafe: unknown opt-in {', '.join(unknown)}; use a comma-separated list of {', '.join(UNSAFE_OPT_INS)}"
+        )
+    return frozenset(listed)
+
+
+def _objects(filename: str, source: str) -> list[tuple[str, str | None, GDNModelServer | None]]:
+    """(label, metadata.name, the parsed object) per document, in the webhook's order: a name the engine Service
+    cannot take is refused before the spec is read (object None); other problems are raised together."""
+    docs = load_documents(read_text(filename), source)
+    out: list[tuple[str, str | None, GDNModelServer | None]] = []
+    problems: list[str] = []
+    for i, doc in enumerate(docs):
+        label = source if len(docs) == 1 else f"{source}[doc {i}]"
+        meta = doc.get("metadata") if isinstance(doc, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        if isinstance(name, str) and name and k8s.dns1123_subdomain(name) and k8s.service_name_problem(name):
+            out.append((label, name, None))
+            continue
+        try:
+            obj = parse_object(doc, label)
+        except ManifestError as e:
+            problems.extend(e.problems)
+            continue
+        out.append((label, obj.metadata.name, obj))
+    if problems:
+        raise ManifestError(problems)
+    return out
+
+
+def _text(results: list[dict[str, Any]], evs: list[Evaluation | None], verdicts: list[Verdict | None]) -> str:
     out = []
-    for res, ev in zip(results, evs, strict=True):
+    for res, ev, v in zip(results, evs, verdicts, strict=True):
         label = res["source"] + (f" {res['name']}" if res.get("name") else "")
-        out.append(f"{label}: {ev.summary().upper()} (policy {ev.policy})")
+        if v is not None and v.reason not in ("admitted", "rules"):
+            out.append(f"{label}: REFUSED ({v.reason}, as the admission webhook answers)")
+            out.extend(f"  [refused] {p}" for p in v.problems)
+            if ev is None:
+                continue
+            out.append(f"  known-crash rules (evaluated as well): {ev.summary()} (policy {ev.policy})")
+        elif ev is None:  # pragma: no cover - only refusals lack an evaluation
+            continue
+        else:
+            out.append(f"{label}: {ev.summary().upper()} (policy {ev.policy})")
         for f in ev.findings:
             if f.action != "advisory":
                 out.append(f"  [{f.action}] ({f.kind}, {f.severity}) {f.message}")
@@ -124,7 +178,9 @@ def run_validate(args: argparse.Namespace) -> int:
         raise ManifestError("nothing to validate: give -f FILE or a launch line after -- (e.g. -- vllm serve MODEL ...)")
 
     results: list[dict[str, Any]] = []
-    evs: list[Evaluation] = []
+    evs: list[Evaluation | None] = []  # None: refused before the spec was read (its name)
+    verdicts: list[Verdict | None] = []  # None: a launch line (no object, no pod settings)
+    allow_unsafe = _opt_ins(getattr(args, "allow_unsafe", "") or "")
     if launch:
         line, ev = evaluate_launch(
             launch,
@@ -136,32 +192,56 @@ def run_validate(args: argparse.Namespace) -> int:
         if not ev.detail.values.get("gdn_hybrid"):
             # not a known-crash finding: the rules cannot be evaluated at all without the model family
             raise ManifestError(_no_family(line))
-        res = {"source": "launch line", "name": None, "namespace": None, "model": line.model, "argv": line.argv}
+        res: dict[str, Any] = {"source": "launch line", "name": None, "namespace": None, "model": line.model, "argv": line.argv}
         res.update(ev.to_dict())
         results.append(res)
         evs.append(ev)
+        verdicts.append(None)
     elif filename:  # always, after the checks above
-        objs = load_file(filename)
         source = "<stdin>" if filename == "-" else filename
-        for i, obj in enumerate(objs):
+        for label, named, obj in _objects(filename, source):
+            if obj is None:  # the webhook refuses the name before it reads the spec
+                problem = k8s.service_name_problem(named or "") or ""
+                results.append(
+                    {
+                        "source": label,
+                        "name": named,
+                        "admission": {"allowed": False, "reason": "invalid-name", "code": INVALID, "message": problem},
+                    }
+                )
+                evs.append(None)
+                verdicts.append(Verdict("invalid-name", problem, INVALID, (problem,)))
+                continue
             spec = _adjust_spec(obj.spec, args)
-            ev = evaluate(
-                spec, default_policy=getattr(args, "policy", None) or CLI_DEFAULT_POLICY, vllm_version=args.vllm_version
-            )
             meta = obj.metadata
+            v = verdict(
+                spec,
+                name=meta.name,
+                creating=True,
+                allow_unsafe=allow_unsafe,
+                default_policy=getattr(args, "policy", None) or CLI_DEFAULT_POLICY,
+                vllm_version=args.vllm_version,
+            )
+            if v.evaluation is None:  # pragma: no cover - verdict evaluates every parsed spec
+                raise ManifestError(f"{meta.name}: the rules could not be evaluated")
+            ev = v.evaluation
             name = f"{meta.namespace}/{meta.name}" if meta.namespace and meta.name else meta.name
             res = {
-                "source": source if len(objs) == 1 else f"{source}[doc {i}]",
+                "source": label,
                 "name": name,
                 "namespace": meta.namespace,
+                "admission": {"allowed": v.allowed, "reason": v.reason, "code": v.code, "message": v.message},
             }
             res.update(ev.to_dict())
             results.append(res)
             evs.append(ev)
+            verdicts.append(v)
 
-    code = max(ev.exit_code for ev in evs)
+    code = max(
+        1 if ev is None or (v is not None and not v.allowed) else ev.exit_code for ev, v in zip(evs, verdicts, strict=True)
+    )
     if getattr(args, "output", "text") == "json":
         sys.stdout.write(json.dumps({"exitCode": code, "results": results}, indent=2, sort_keys=False) + "\n")
     else:
-        sys.stdout.write(_text(results, evs))
+        sys.stdout.write(_text(results, evs, verdicts))
     return code

@@ -62,6 +62,8 @@ class LaunchOverrides:
     mamba_cache_mode: str | None = None
     architecture_source: str | None = None
     not_gdn: str | None = None  # a config names this non-GDN class (rules/family.py): never inferred from the name
+    #: other options the line sets, spelled in full (`has_arg` predicates read them as they read spec.extraArgs)
+    extra_flags: set[str] = field(default_factory=set)
 
 
 class Effective:
@@ -340,7 +342,9 @@ def effective_config(
     for name, value in ov.env.items():
         v["env." + name] = value
     # the full option strings vLLM's parser resolves extraArgs to (abbreviations, aliases, --x_y spelled out)
-    v["extra_args_flags"] = resolve_extra_args(spec.extra_args, raw_version).flags if spec.extra_args else frozenset()
+    v["extra_args_flags"] = (
+        resolve_extra_args(spec.extra_args, raw_version).flags if spec.extra_args else frozenset()
+    ) | frozenset(ov.extra_flags)
     return Effective(version, v, sources, notes)
 
 

@@ -395,9 +395,11 @@ def _other_flag(r: _Read, tok: str, flag: str, inline: str | None) -> None:
     elif inline is None and r.j + 1 < len(r.rest) and not r.rest[r.j + 1].startswith("-"):
         # unknown flag: `--flag=value`, `--flag value` or a boolean switch
         r.notes.append(f"ignored unknown flag {flag} {r.rest[r.j + 1]}")
+        r.ov.extra_flags.add(flag)  # `has_arg` rules still see it (e.g. --kv-transfer-config, vllm#41830)
         r.j += 1
     else:
         r.notes.append(f"ignored unknown flag {tok}")
+        r.ov.extra_flags.add(flag)
 
 
 def _read_flags(rest: list[str], notes: list[str]) -> _Read:
