@@ -24,9 +24,7 @@ def notes(version: str, changelog: Path) -> str:
         m = HEADING.match(line)
         if m and m["version"] == version:
             if not (m["date"] and DATE.match(m["date"])):
-                raise SystemExit(
-                    f"notes.py: {changelog.name}: '{line}' has no release date; write '## [{version}] - YYYY-MM-DD'"
-                )
+                raise SystemExit(f"notes.py: {changelog.name}: '{line}' has no release date; write '## [{version}] - YYYY-MM-DD'")
             start = i + 1
             break
     if start is None:
