@@ -9,7 +9,8 @@ name, so it is never built nor named: `engine VERSION` answers the stock image f
 
   python hack/release/images.py engine VERSION     print "IMAGE PATCHES" (patches comma-separated, may be empty)
   python hack/release/images.py operator           print the operator image of this checkout's version
-  python hack/release/images.py matrix             print the vllm-gdn builds of a release as JSON (the workflow's matrix)
+  python hack/release/images.py matrix [FILE]      print the vllm-gdn builds of a release as JSON (the workflow's matrix;
+                                                   FILE defaults to images/vllm-gdn/releases.yaml)
   python hack/release/images.py version            print this checkout's version (Chart.yaml `version`)
 """
 
@@ -53,14 +54,14 @@ def engine(vllm: str) -> tuple[str, str, list[str]]:
     return STOCK_REPOSITORY, f"v{vllm}", []
 
 
-def matrix() -> list[dict[str, str]]:
+def matrix(releases: Path = VLLM_GDN_RELEASES) -> list[dict[str, str]]:
     """One entry per vLLM release in images/vllm-gdn/releases.yaml; a release without a patch is an error."""
     rows = []
-    for vllm in yaml.safe_load(VLLM_GDN_RELEASES.read_text())["vllm"]:
+    for vllm in yaml.safe_load(releases.read_text())["vllm"]:
         repo, tag, patches = engine(str(vllm))
         if repo != GDN_REPOSITORY:
             raise SystemExit(
-                f"images/vllm-gdn/releases.yaml: gdn-guard {GUARD_VERSION} patches nothing on vLLM {vllm}; "
+                f"{releases.name}: gdn-guard {GUARD_VERSION} patches nothing on vLLM {vllm}; "
                 f"remove it (users run {STOCK_REPOSITORY}:v{vllm})"
             )
         rows.append({"vllm": str(vllm), "image": f"{repo}:{tag}", "patches": ",".join(patches)})
@@ -76,6 +77,8 @@ def main(argv: list[str]) -> int:
             print(f"{OPERATOR_REPOSITORY}:{version()}")
         case ["matrix"]:
             print(json.dumps(matrix()))
+        case ["matrix", releases]:
+            print(json.dumps(matrix(Path(releases))))
         case ["version"]:
             print(version())
         case _:
