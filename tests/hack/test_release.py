@@ -112,6 +112,7 @@ def test_release_notes_come_from_the_changelog_and_a_missing_section_fails(tmp_p
 # ---------------------------------------------------------------------------------------- workflow --
 
 
+@pytest.mark.readme("tests/cluster/build.sh release")
 def test_release_workflow_passes_actionlint_and_actionlint_fails_a_broken_copy(release_bins, tmp_path):
     res = _run(release_bins["actionlint"], "-no-color", str(WORKFLOW))
     assert res.returncode == 0, res.stdout + res.stderr
@@ -161,6 +162,7 @@ def test_release_workflow_builds_signs_and_publishes_with_the_tested_scripts():
 
 
 @pytest.mark.tools
+@pytest.mark.readme("hack/release/chart.sh")
 def test_chart_is_packaged_pushed_to_a_real_oci_registry_and_pulled_back(chart_tools, oci_registry, tmp_path):
     env = {**os.environ, "HELM": chart_tools["helm"]}
     res = _run("bash", str(RELEASE / "chart.sh"), "push", str(tmp_path / "dist"), oci_registry.host, "--plain-http", env=env)
