@@ -121,3 +121,9 @@ def test_rules_with_a_shipped_patch_name_the_image_that_carries_it():
                 assert m and patch in declared_patch_ids(m["vllm"]), f"{rule['id']}: {tag} does not carry {patch}"
             named += 1
     assert named, "no rule lists a shipped patch"
+
+
+def test_the_test_builders_flagship_image_follows_the_scheme():
+    from builders import GDN_IMAGE
+
+    _check(GDN_IMAGE["repository"], GDN_IMAGE["tag"], GDN_IMAGE["vllmVersion"], [], "tests/builders.py GDN_IMAGE")
