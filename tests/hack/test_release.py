@@ -71,6 +71,11 @@ def test_one_version_for_operator_image_and_chart():
     }
     assert found == dict.fromkeys(found, version), f"every place must say {version} (Chart.yaml version): {found}"
     assert (ROOT / "docs" / "upgrade" / f"{version}.md").is_file(), f"no upgrade page docs/upgrade/{version}.md"
+    # the pinned registry install lines users copy name this version
+    for doc in (ROOT / "README.md", CHART / "README.md"):
+        pins = re.findall(r"oci://ghcr\.io/gdn-operator/charts/gdn-operator\s+--version (\S+?)`?\s", doc.read_text())
+        pins = [p for p in pins if p != "X.Y.Z"]  # the upgrade line's placeholder
+        assert pins and set(pins) == {version}, f"{doc.relative_to(ROOT)} pins {pins}, not {version}"
 
 
 def test_changelog_keeps_a_changelog_shape_and_the_api_policy_exists():
