@@ -117,16 +117,28 @@ def test_release_notes_come_from_the_changelog_and_a_missing_section_fails(tmp_p
 # ---------------------------------------------------------------------------------------- workflow --
 
 
+@pytest.mark.tools
 @pytest.mark.readme("tests/cluster/build.sh release")
 def test_release_workflow_passes_actionlint_and_actionlint_fails_a_broken_copy(release_bins, tmp_path):
-    res = _run(release_bins["actionlint"], "-no-color", str(WORKFLOW))
+    shellcheck = subprocess.run(["bash", str(ROOT / "hack" / "tools.sh")], capture_output=True, text=True, timeout=240)
+    assert shellcheck.returncode == 0, shellcheck.stderr
+    sc = dict(ln.split("=", 1) for ln in shellcheck.stdout.splitlines() if "=" in ln)["SHELLCHECK"]
+    assert Path(sc).is_file(), f"hack/tools.sh installed no shellcheck: {sc}"
+    lint = [release_bins["actionlint"], "-no-color", f"-shellcheck={sc}"]
+    res = _run(*lint, str(WORKFLOW))
     assert res.returncode == 0, res.stdout + res.stderr
-    broken = tmp_path / "release.yml"
     text = WORKFLOW.read_text()
+    # an expression naming an output that does not exist (actionlint's own check)
+    broken = tmp_path / "release.yml"
     assert "needs.check.outputs.version" in text
     broken.write_text(text.replace("needs.check.outputs.version", "needs.check.outputs.verison", 1))
-    res = _run(release_bins["actionlint"], "-no-color", str(broken))
+    res = _run(*lint, str(broken))
     assert res.returncode != 0 and "verison" in res.stdout, res.stdout + res.stderr
+    # a shell bug inside a run: script (shellcheck through actionlint: SC2086, an unquoted expansion)
+    assert 'cosign sign --yes "${IMAGE}"' in text
+    broken.write_text(text.replace('cosign sign --yes "${IMAGE}"', "cosign sign --yes ${IMAGE}", 1))
+    res = _run(*lint, str(broken))
+    assert res.returncode != 0 and "SC2086" in res.stdout, res.stdout + res.stderr
 
 
 def test_release_workflow_builds_signs_and_publishes_with_the_tested_scripts():
