@@ -99,16 +99,16 @@ def test_readme_registry_install_on_the_real_control_plane(chart_tools, oci_regi
     # already (applied by other tests, without helm's ownership labels), which a user's clean cluster never does.
     if os.environ.get("GDN_SKIP_CLUSTER") == "1":
         pytest.skip("GDN_SKIP_CLUSTER=1: real control-plane tests disabled")
-    try:
-        cp = ControlPlane(tmp_path / "cp", tier="core", binaries=ensure_built("core")).start()
-    except ControlPlaneError as e:
-        pytest.fail(f"starting the core control plane failed: {e}", pytrace=False)
     ref = push(CHART, oci_registry.host, chart_tools["helm"], tmp_path / "dist")
     assert ref.startswith(f"{oci_registry.host}/charts/gdn-operator:{chart_version(CHART)}@sha256:")
     line = readme_install_line()
     argv = [w.replace("oci://ghcr.io/gdn-operator", f"oci://{oci_registry.host}") for w in shlex.split(line)]
     assert argv[:3] == ["helm", "install", "gdn-operator"]
     rel_ns = argv[argv.index("-n") + 1]
+    try:
+        cp = ControlPlane(tmp_path / "cp", tier="core", binaries=ensure_built("core")).start()
+    except ControlPlaneError as e:
+        pytest.fail(f"starting the core control plane failed: {e}", pytrace=False)
     try:
         res = subprocess.run(
             [chart_tools["helm"], *argv[1:], "--plain-http", "--kubeconfig", str(cp.kubeconfig)],
@@ -118,6 +118,8 @@ def test_readme_registry_install_on_the_real_control_plane(chart_tools, oci_regi
         )
         assert res.returncode == 0, res.stdout + res.stderr
         assert "STATUS: deployed" in res.stdout and f"gdn-operator {chart_version(CHART)} is installed" in res.stdout
+        # NOTES send the newcomer to this release's examples (stock images), not to a clone
+        assert f"gdn-operator/v{chart_version(CHART)}/examples/qwen3.5-27b-mtp.yaml" in res.stdout, res.stdout
         with cp.api_client() as api:
             dep = client.AppsV1Api(api).read_namespaced_deployment("gdn-operator", rel_ns)
             (c,) = dep.spec.template.spec.containers
