@@ -39,7 +39,7 @@ PREVIOUS = yaml.safe_load((ROOT / "hack" / "release" / "previous.yaml").read_tex
 EXAMPLE = ROOT / "examples" / "qwen3.5-27b-mtp.yaml"
 OCI = re.compile(r"oci://ghcr\.io/gdn-operator/charts/gdn-operator")
 
-pytestmark = [pytest.mark.cluster, pytest.mark.tools]
+pytestmark = [pytest.mark.tools]
 
 
 def chart_version(chart: Path) -> str:
@@ -90,6 +90,7 @@ def test_readme_first_install_command_is_the_registry_one():
     assert words[words.index("--version") + 1] == chart_version(CHART), "README pins another version than Chart.yaml"
 
 
+@pytest.mark.cluster  # a control plane of its own (not through the session fixtures, which mark by themselves)
 @pytest.mark.timeout(420)
 @pytest.mark.readme(
     "helm install gdn-operator oci://ghcr.io/gdn-operator/charts/gdn-operator --version 0.2.0 -n gdn-system --create-namespace"
