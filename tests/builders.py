@@ -32,9 +32,10 @@ from gdn_operator.labels import LABEL_GROUP_INDEX, LABEL_SERVER, LABEL_SET_NAME,
 #: the shortest manifest README.md shows working: a model and an image with its vLLM version
 MODEL = "hf://Qwen/Qwen3.5-27B"
 DEFAULT_SPEC: dict[str, Any] = {"model": {"uri": MODEL}, "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}
-#: README.md's example server: the model's architecture and the project's vLLM image
+#: README.md's example server: the model's architecture and its image (stock vLLM: no gdn-guard patch applies to
+#: 0.33.0, hack/release/images.py; tests/images/test_image_tags.py holds README.md to that scheme)
 ARCHITECTURE = "Qwen3_5ForConditionalGeneration"
-GDN_IMAGE = {"repository": "ghcr.io/gdn-operator/vllm-gdn", "tag": "v0.33.0-gdn1", "vllmVersion": "0.33.0"}
+GDN_IMAGE = {"repository": "vllm/vllm-openai", "tag": "v0.33.0", "vllmVersion": "0.33.0"}
 #: what fits a CPU-only test cluster (kwok nodes, the vLLM CPU engine)
 SMALL_RESOURCES = {"cpu": "1", "memory": "1Gi", "shmSize": "1Gi"}
 #: spec.pod with every day-one setting a platform team sets (issue 29 item 1), as README.md shows them

@@ -29,6 +29,7 @@ from controlplane import ControlPlane, ControlPlaneError, ensure_built  # noqa: 
 
 _CORE_FIXTURES = {"control_plane", "kube_api"}
 _FULL_FIXTURES = {"full_cluster"}
+_RELEASE_FIXTURES = {"release_bins", "oci_registry"}
 
 
 _HARNESS_DIR = Path(__file__).resolve().parent / "harness"
@@ -44,6 +45,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.cluster)
         elif names & _CORE_FIXTURES:
             item.add_marker(pytest.mark.cluster)
+        if names & _RELEASE_FIXTURES:
+            item.add_marker(pytest.mark.release)
 
 
 _BUILD_ERROR = pytest.StashKey[str]()
@@ -128,3 +131,28 @@ def kube_api(control_plane):
         yield api
     finally:
         api.close()
+
+
+@pytest.fixture(scope="session")
+def release_bins() -> dict[str, str]:
+    """crane + actionlint (tests/cluster/build.sh release); a failed build is a test error, not a skip."""
+    from release_tools import release_bins as build
+
+    try:
+        return build()
+    except ControlPlaneError as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+@pytest.fixture
+def oci_registry(release_bins, tmp_path):
+    """A real OCI registry (`crane registry serve`) on a free loopback port, for one test."""
+    from release_tools import OciRegistry
+
+    reg = OciRegistry(release_bins["crane"], tmp_path / "registry")
+    try:
+        yield reg.start()
+    except ControlPlaneError as e:
+        pytest.fail(str(e), pytrace=False)
+    finally:
+        reg.stop()

@@ -52,7 +52,7 @@ def test_update_replaces_a_field_merge_merges_into_it():
     flagship = GMS().flagship()
     assert flagship.update(image={"tag": "v1"}).spec()["image"] == {"tag": "v1"}
     merged = flagship.merge(image={"tag": "v1"}, replicas=2).spec()
-    assert merged["image"] == {"repository": "ghcr.io/gdn-operator/vllm-gdn", "tag": "v1", "vllmVersion": "0.33.0"}
+    assert merged["image"] == {"repository": "vllm/vllm-openai", "tag": "v1", "vllmVersion": "0.33.0"}
     assert merged["replicas"] == 2
 
 

@@ -1,6 +1,6 @@
 """gdn-operator: serve Qwen3.5-family (Gated DeltaNet hybrid) models with MTP on vLLM, safely."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 GROUP = "serving.gdn-operator.io"
 VERSION = "v1alpha1"

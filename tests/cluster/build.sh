@@ -13,6 +13,10 @@
 #                                      package is built without it
 #   tests/cluster/build.sh addons      fetch (no build) the LWS, KEDA and Gateway API Inference Extension
 #                                      modules: their CRDs are read from the module cache, never committed
+#   tests/cluster/build.sh release     the release tier (issue 39): crane (github.com/google/go-containerregistry
+#                                      cmd/crane: `crane registry serve` is the OCI registry the install test pushes
+#                                      the chart to) and actionlint (github.com/rhysd/actionlint cmd/actionlint: the
+#                                      static check of .github/workflows/); each one Go build from the module cache
 #   tests/cluster/build.sh paths       print the binary paths (no build)
 #   tests/cluster/build.sh regen       regenerate tests/cluster/kube/go.mod replace lines from the
 #                                      real k8s.io/kubernetes go.mod (on a version bump), then tidy
@@ -40,6 +44,9 @@ PROMOP_VERSION=v0.85.0
 # matrix (its module is already required by the operator's go.mod).
 PROMETHEUS_VERSION=v3.5.0
 PROMETHEUS_MODULE_VERSION=v0.305.0
+# Release tier (issue 39): the newest versions the module proxy serves here.
+CRANE_VERSION=v0.22.1
+ACTIONLINT_VERSION=v1.7.12
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${GDN_CACHE_DIR:-$HOME/.cache/gdn-operator}"
@@ -207,6 +214,36 @@ build_prometheus() {
   record_time prometheus "$PROMETHEUS_VERSION" $((SECONDS - t0))
 }
 
+# build_from_module <component> <version> <module> <package> <binary> <version-substring> <ldflags> <version-args...>
+# One `go build` of <package> inside the module's own source in the module cache (its go.mod and go.sum pin
+# every dependency), like build_lws.
+build_from_module() {
+  local comp="$1" ver="$2" mod="$3" pkg="$4" name="$5" want="$6" ldf="$7" dir b t0 src
+  shift 7
+  dir="$(bin_dir "$comp" "$ver")"; b="$dir/$name"
+  if version_ok "$b" "$want" "$@"; then
+    log "$comp $ver: cached ($b)"; return 0
+  fi
+  src="$(module_dir "$mod" "$ver")"
+  log "$comp $ver: building $mod/$pkg -> $b"
+  t0=$SECONDS; mkdir -p "$dir"
+  (cd "$src" && go build -p 2 -ldflags "-s -w $ldf" -o "$b.tmp" "./$pkg")
+  mv -f "$b.tmp" "$b"
+  version_ok "$b" "$want" "$@" || { log "$comp version mismatch: $("$b" "$@" 2>&1 | head -1)"; exit 1; }
+  log "$comp $ver: built in $((SECONDS - t0))s"
+  record_time "$comp" "$ver" $((SECONDS - t0))
+}
+
+build_crane() {
+  build_from_module crane "$CRANE_VERSION" github.com/google/go-containerregistry cmd/crane crane "$CRANE_VERSION" \
+    "-X github.com/google/go-containerregistry/cmd/crane/cmd.Version=$CRANE_VERSION" version
+}
+
+build_actionlint() {
+  build_from_module actionlint "$ACTIONLINT_VERSION" github.com/rhysd/actionlint cmd/actionlint actionlint \
+    "$ACTIONLINT_VERSION" "-X github.com/rhysd/actionlint.version=$ACTIONLINT_VERSION" -version
+}
+
 fetch_addons() {
   module_dir sigs.k8s.io/lws "$LWS_VERSION" >/dev/null
   module_dir github.com/kedacore/keda/v2 "$KEDA_VERSION" >/dev/null
@@ -248,6 +285,10 @@ PROMETHEUS=$(bin_dir prometheus "$PROMETHEUS_VERSION")/prometheus
 PROMOP_SRC=$(addon_src github.com/prometheus-operator/prometheus-operator "$PROMOP_VERSION" || true)
 LWS_SRC=$(addon_src sigs.k8s.io/lws "$LWS_VERSION" || true)
 KEDA_SRC=$(addon_src github.com/kedacore/keda/v2 "$KEDA_VERSION" || true)
+CRANE_VERSION=$CRANE_VERSION
+CRANE=$(bin_dir crane "$CRANE_VERSION")/crane
+ACTIONLINT_VERSION=$ACTIONLINT_VERSION
+ACTIONLINT=$(bin_dir actionlint "$ACTIONLINT_VERSION")/actionlint
 GIE_SRC=$(addon_src sigs.k8s.io/gateway-api-inference-extension "$GIE_VERSION" || true)
 EOF
 }
@@ -281,9 +322,10 @@ case "$tier" in
   prometheus) build_prometheus ;;
   monitoring) build_promop; build_prometheus ;;
   addons)  fetch_addons ;;
+  release) build_crane; build_actionlint ;;
   paths)   print_paths; exit 0 ;;
   regen)   regen; exit 0 ;;
-  *) echo "usage: $0 core|full|kubectl|all|lws|promop|prometheus|monitoring|addons|paths|regen" >&2; exit 2 ;;
+  *) echo "usage: $0 core|full|kubectl|all|lws|promop|prometheus|monitoring|release|addons|paths|regen" >&2; exit 2 ;;
 esac
 log "tier '$tier' ready in $((SECONDS - T0))s (binaries under $BINROOT)"
 print_paths

@@ -89,7 +89,7 @@ def adapted_manifest(
     m["metadata"]["name"] = "tiny-recall"
     s = m["spec"]
     s["model"] = {"uri": f"file://{model_dir()}", "servedName": SERVED_NAME, "architecture": "Qwen3NextForCausalLM"}
-    s["image"]["tag"] = f"v{VLLM_VERSION}-gdn1"
+    s["image"]["tag"] = f"v{VLLM_VERSION}"  # stock vllm/vllm-openai: gdn-guard patches nothing on it
     s["image"]["vllmVersion"] = VLLM_VERSION
     s["tensorParallelSize"] = tensor_parallel_size
     s["maxModelLen"] = 2048

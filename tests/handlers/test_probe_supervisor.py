@@ -278,7 +278,7 @@ def test_server_from_body_renders_the_engine_identity_pods_are_matched_with(no_a
 
     s = server_from_body(SERVED.generation(3).update(asyncScheduling=True).obj(), no_api)  # async set on: vllm#51508 warned
     assert s.spec is not None and s.generation == 3 and s.model == "srv"
-    assert s.image == "ghcr.io/gdn-operator/vllm-gdn:v0.33.0-gdn1" and s.remediation_auto
+    assert s.image == "vllm/vllm-openai:v0.33.0" and s.remediation_auto
     assert [w["rule"] for w in s.warned] == ["vllm#51508"] and s.warned[0]["mitigation"] == {"asyncScheduling": False}
     dep = next(
         o for o in expected_objects(SERVED.generation(3).update(asyncScheduling=True).obj(), no_api) if o["kind"] == "Deployment"
@@ -298,7 +298,7 @@ def test_server_from_body_restores_counts_and_reference_of_the_same_generation_o
             "results": [{"probe": "q", "consecutiveFailures": 2, "lastResult": "mismatch"}],
             "reference": {
                 "generation": 3,
-                "image": "ghcr.io/gdn-operator/vllm-gdn:v0.33.0-gdn1",
+                "image": "vllm/vllm-openai:v0.33.0",
                 "pod": "p",
                 "answers": [{"probe": "q", "tokenIds": [7, 8], "text": ""}],
             },
@@ -342,7 +342,7 @@ def test_a_remediation_override_is_a_new_revision_probed_afresh(no_api):
 
     ref = {
         "generation": 3,
-        "image": "ghcr.io/gdn-operator/vllm-gdn:v0.33.0-gdn1",
+        "image": "vllm/vllm-openai:v0.33.0",
         "pod": "p",
         "answers": [{"probe": "q", "tokenIds": [7, 8], "text": ""}],
     }

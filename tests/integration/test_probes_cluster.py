@@ -68,7 +68,7 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         assert c["reason"] == "ProbesPassing"
         probes = k.status(ns, "pr")["probes"]
         ref = probes["reference"]
-        assert ref["generation"] == gen and ref["pod"] == pod.metadata.name and ref["image"].endswith(":v0.33.0-gdn1")
+        assert ref["generation"] == gen and ref["pod"] == pod.metadata.name and ref["image"] == "vllm/vllm-openai:v0.33.0"
         assert [a["tokenIds"] for a in ref["answers"]] == [answer_for(COUNT, 8)]  # recall has its own expectation
         assert probes["podsProbed"] == 1 and probes["generation"] == gen
         body = eng.bodies[0]
