@@ -1,0 +1,192 @@
+"""docs/compatibility.md: the compatibility matrix (rules/compat.py) as Markdown, for a platform team choosing a release.
+
+    text = render(ruleset, cells, captures)       (hack/gen_compat.py prints it; tests/rules/test_compat.py
+                                                    fails when the committed file differs)
+
+An overview (one row per group of consecutive releases whose cells read the same, MTP on per TP and CUDA-graph
+mode, MTP off in one column when its cells agree), then per group a table of its twelve cells, then the GPU
+captures the evidence column is derived from. Links are relative to docs/.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from itertools import groupby
+
+from gdn_operator.rules.compat import MODEL, MODES, MTP_K, POLICY, TPS, Capture, Cell, Measured, Mitigation
+from gdn_operator.rules.rulefile import RuleSet
+
+RULES_YAML = "../operator/gdn_operator/rules/data/rules.yaml"
+#: upstream repositories of rule ids "<project>#<number>"
+UPSTREAM = {"vllm": "https://github.com/vllm-project/vllm/issues/", "flashinfer": "https://github.com/flashinfer-ai/flashinfer/issues/"}
+MODE_TITLE = {"eager": "eager (`enforceEager`)", "PIECEWISE": "`PIECEWISE`", "default": "vLLM's default (unset)"}
+MODE_SHORT = {"eager": "eager", "PIECEWISE": "PIECEWISE", "default": "default"}
+VERDICT = {"refused": "**refused**", "mitigated": "mitigated", "advisory": "advisory", "safe": "safe"}
+
+
+def link(ref: str) -> str:
+    """A rule id as a Markdown link: its upstream issue, or the rule file for the project's own ids."""
+    project, _, number = ref.partition("#")
+    if number.isdigit() and project in UPSTREAM:
+        return f"[{ref}]({UPSTREAM[project]}{number})"
+    if "/" in ref:
+        return f"[{ref}]({RULES_YAML})"
+    return ref
+
+
+def _advisory(text: str) -> str:
+    code, _, rule = text.partition(" (")
+    return f"{code} ({link(rule[:-1])})" if rule else link(text)
+
+
+def _model(name: str) -> str:
+    return name.split(" (", 1)[0]
+
+
+def cost_text(m: Measured) -> str:
+    ratios = " / ".join(f"{r:.2f}x" for _, r in m.points)
+    conc = " / ".join(str(c) for c, _ in m.points)
+    return f"MTP/off {ratios} at {conc} in flight ({m.hardware}, {_model(m.model)})"
+
+
+def _mitigation(m: Mitigation) -> str:
+    cost = "; ".join(cost_text(c) for c in m.costs) if m.costs else "cost unmeasured"
+    return f"`{m.field}: {json.dumps(m.value)}` ({link(m.rule)}; {cost})"
+
+
+def details(c: Cell) -> str:
+    """What the cell's verdict rests on, compactly (one table cell)."""
+    parts = []
+    if c.refused:
+        parts.append("refused by " + ", ".join(link(r) for r in c.refused))
+    if c.mitigations:
+        parts.append("runs " + "; ".join(_mitigation(m) for m in c.mitigations))
+    if c.measured:
+        parts.append("as set, measured: " + "; ".join(f"{link(m.rule)}'s mitigation {cost_text(m)}" for m in c.measured))
+    if c.as_shipped:
+        parts.append("set to vLLM's own values: refused by " + ", ".join(link(r) for r in c.as_shipped))
+    return "<br>".join(parts) or "—"
+
+
+def _evidence(c: Cell) -> str:
+    return ", ".join(f"[{f.rsplit('/', 1)[-1]}](../{f}/README.md)" for f in c.evidence) or "—"
+
+
+def groups(cells: Sequence[Cell]) -> list[tuple[list[str], list[Cell]]]:
+    """Consecutive releases whose cells read the same: (releases, the first release's cells)."""
+    by_release = [(r, list(cs)) for r, cs in groupby(cells, key=lambda c: c.axes.release)]
+    out: list[tuple[list[str], list[Cell]]] = []
+    for release, cs in by_release:
+        if out and [c.row() for c in out[-1][1]] == [c.row() for c in cs]:
+            out[-1][0].append(release)
+        else:
+            out.append(([release], cs))
+    return out
+
+
+def _span(releases: list[str]) -> str:
+    return releases[0] if len(releases) == 1 else f"{releases[0]} – {releases[-1]}"
+
+
+def _anchor(releases: list[str]) -> str:
+    return "vllm-" + _span(releases).replace(".", "").replace(" – ", "--")
+
+
+def _overview(grouped: list[tuple[list[str], list[Cell]]]) -> list[str]:
+    on = [(tp, mode) for tp in TPS for mode in MODES]
+    head = ["vLLM"] + [f"MTP, TP={tp if tp == 1 else '2+'}, {MODE_SHORT[mode]}" for tp, mode in on] + ["MTP off", "GPU evidence"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for releases, cs in grouped:
+        cell = {(c.axes.tp, c.axes.mode, c.axes.mtp): c for c in cs}
+        off = {cell[(tp, mode, False)].verdict for tp, mode in on}
+        row = [f"[{_span(releases)}](#{_anchor(releases)})"]
+        row += [VERDICT[cell[(tp, mode, True)].verdict] for tp, mode in on]
+        row.append(VERDICT[off.pop()] if len(off) == 1 else "see below")
+        row.append(str(sum(1 for c in cs if c.evidence)) + " of 12 cells" if any(c.evidence for c in cs) else "—")
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def _group(releases: list[str], cs: list[Cell]) -> list[str]:
+    lines = [f"### vLLM {_span(releases)}", ""]
+    if len(releases) > 1:
+        lines += [f"Releases {', '.join(releases)}: every cell reads the same.", ""]
+    lines += [
+        "| TP | CUDA graphs | MTP | verdict | what admission decides (rule, measured cost) | advisories | GPU evidence |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in cs:
+        a = c.axes
+        lines.append(
+            f"| {a.tp if a.tp == 1 else '2+'} | {MODE_TITLE[a.mode]} | {f'k={MTP_K}' if a.mtp else 'off'} | {VERDICT[c.verdict]} | "
+            f"{details(c)} | {', '.join(_advisory(x) for x in c.advisories) or '—'} | {_evidence(c)} |"
+        )
+    return lines + [""]
+
+
+def _captures(captures: Sequence[Capture]) -> list[str]:
+    lines = [
+        "| capture | engine log | vLLM | TP | CUDA graphs (as logged) | MTP |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in captures:
+        mtp = f"k={c.k}" if c.mtp else "off"
+        name = c.folder.rsplit("/", 1)[-1]
+        lines.append(f"| [{name}](../{c.folder}/README.md) | `{c.file}` | {c.release} | {c.tp} | {c.logged_mode} | {mtp} |")
+    return lines
+
+
+def render(ruleset: RuleSet, cells: Sequence[Cell], captures: Sequence[Capture]) -> str:
+    grouped = groups(cells)
+    out = [
+        "# Compatibility matrix",
+        "",
+        "<!-- Generated by hack/gen_compat.py from operator/gdn_operator/rules/data/rules.yaml and the captures in",
+        "     tests/fixtures/; do not edit. Regenerate: .venv/bin/python hack/gen_compat.py > docs/compatibility.md -->",
+        "",
+        "What admission makes of a minimal `GDNModelServer` per vLLM release, tensor parallelism, CUDA-graph mode and",
+        f"MTP: `model.uri: {MODEL}`, `image.vllmVersion: <release>`, `tensorParallelSize`, the mode",
+        f"(`enforceEager: true`, `cudagraphMode: PIECEWISE`, or neither: vLLM's default), and MTP k={MTP_K}",
+        "(`speculativeDecoding: {method: mtp, numSpeculativeTokens: 2}`) or off (`speculativeDecoding.enabled: false`);",
+        f"everything else unset. Each cell is judged by the operator's own evaluator (`rules/evaluator.py`, policy `{POLICY}`,",
+        "the operator's default), the code the admission webhook and `gdnctl validate` run, against the rules in",
+        f"[`rules.yaml`]({RULES_YAML}) (catalogue of vLLM {ruleset.data.catalogue.oldest} – {ruleset.data.catalogue.newest}).",
+        "",
+        "* **refused** — an enforced rule rejects the server (linked upstream); the same cell with MTP off says what runs instead.",
+        "* **mitigated** — admitted, with values the rules chose for unset fields (`status.effective.defaults`): each",
+        "  with its rule and, where a GPU capture measured it at that release and TP, the tokens/s of MTP with the",
+        "  mitigation over MTP off (vLLM's defaults) per number of requests in flight (`cost` in `rules.yaml`);",
+        "  otherwise *cost unmeasured* (no loss is claimed without a measurement). *Set to vLLM's own values* names the",
+        "  rules that refuse the same server when those fields are set to what vLLM ships (a raw `vllm serve` line).",
+        "* **advisory** — admitted unchanged, with warn-only findings; **safe** — no finding at all.",
+        "* **advisories** — warn-only findings of the cell (known risks no spec value avoids yet, and",
+        "  `MTPSlowerThanOff`: a covering measurement where the mitigated MTP lost to MTP off), reported in",
+        "  `status.advisories`, never blocking.",
+        "* **GPU evidence** — committed captures of a real vLLM engine on a GPU at that release, TP and CUDA-graph",
+        "  mode, with MTP as in the cell (read from each engine's own start-up line in `tests/fixtures/vllm-<release>-<gpu>*/`;",
+        "  *vLLM's default* is `FULL_AND_PIECEWISE`), and the fixtures of the measurements quoted. A cell without",
+        "  any is judged from the catalogue of upstream issues and fixes alone.",
+        "",
+        "TP=2+ stands for every `tensorParallelSize` of 2 or more (no rule distinguishes them). A patched image",
+        "(`spec.image.patches`) or another `admissionPolicy` can change a verdict: `gdnctl validate -f manifest.yaml`",
+        "answers for one manifest.",
+        "",
+        "## Overview",
+        "",
+        *_overview(grouped),
+        "",
+        "## Per release",
+        "",
+    ]
+    for releases, cs in grouped:
+        out += _group(releases, cs)
+    out += [
+        "## GPU captures",
+        "",
+        "The engines of the committed GPU captures, as their vLLM start-up lines say (the source of the evidence column).",
+        "",
+        *_captures(captures),
+        "",
+    ]
+    return "\n".join(out)
