@@ -123,7 +123,18 @@ class Cell:
     def row(self) -> tuple[Any, ...]:
         """Everything a reader sees of the cell except its release (releases with equal rows are collapsed)."""
         a = self.axes
-        return (a.tp, a.mode, a.mtp, self.verdict, self.refused, self.mitigations, self.measured, self.advisories, self.as_shipped, self.evidence)
+        return (
+            a.tp,
+            a.mode,
+            a.mtp,
+            self.verdict,
+            self.refused,
+            self.mitigations,
+            self.measured,
+            self.advisories,
+            self.as_shipped,
+            self.evidence,
+        )
 
 
 def cell_spec(a: Axes) -> GDNModelServerSpec:
@@ -159,9 +170,7 @@ def judge(ruleset: RuleSet, a: Axes, captures: Iterable[Capture] = ()) -> Cell:
     """One cell, with the evaluator admission runs (policy reject, safe defaults)."""
     spec = cell_spec(a)
     ev = evaluate(spec, default_policy=POLICY, ruleset=ruleset)
-    advisories = tuple(
-        f"{f.code} ({f.rule})" if f.code else f.rule for f in ev.findings if f.action in ("advisory", "warned")
-    )
+    advisories = tuple(f"{f.code} ({f.rule})" if f.code else f.rule for f in ev.findings if f.action in ("advisory", "warned"))
     backing = sorted({c.folder for c in captures if c.backs(a)})
     if not ev.allowed:
         refused = tuple(dict.fromkeys(f.rule for f in ev.rejected))
@@ -169,19 +178,32 @@ def judge(ruleset: RuleSet, a: Axes, captures: Iterable[Capture] = ()) -> Cell:
     costs = _covering(ruleset, ev)
     mitigations = tuple(Mitigation(d.field, d.value, d.rule, costs.get(d.rule, ())) for d in ev.defaults)
     mitigations += tuple(
-        Mitigation(p, v, f.rule, costs.get(f.rule, ()))
-        for f in ev.mitigated
-        for p, v in (f.mitigation or {}).items()
+        Mitigation(p, v, f.rule, costs.get(f.rule, ())) for f in ev.mitigated for p, v in (f.mitigation or {}).items()
     )
     by_default = {m.rule for m in mitigations}
     measured = tuple(m for rule, ms in costs.items() if rule not in by_default for m in ms)
     backing = sorted(
-        {*backing, *(_capture_folder(m.fixture) for m in (*measured, *(c for mi in mitigations for c in mi.costs)) if m.fixture.startswith("tests/"))}
+        {
+            *backing,
+            *(
+                _capture_folder(m.fixture)
+                for m in (*measured, *(c for mi in mitigations for c in mi.costs))
+                if m.fixture.startswith("tests/")
+            ),
+        }
     )
     if mitigations:
         raw = evaluate(spec, default_policy=POLICY, ruleset=ruleset, defaults=False)
         shipped = tuple(dict.fromkeys(f.rule for f in raw.rejected))
-        return Cell(a, "mitigated", mitigations=mitigations, measured=measured, advisories=advisories, as_shipped=shipped, evidence=tuple(backing))
+        return Cell(
+            a,
+            "mitigated",
+            mitigations=mitigations,
+            measured=measured,
+            advisories=advisories,
+            as_shipped=shipped,
+            evidence=tuple(backing),
+        )
     verdict = "advisory" if advisories else "safe"
     return Cell(a, verdict, measured=measured, advisories=advisories, evidence=tuple(backing))
 
@@ -231,6 +253,8 @@ def scan_captures(root: Path, fixtures: str = "tests/fixtures") -> list[Capture]
                 continue
             _, tp, logged, mtp, k = eng
             out.append(
-                Capture(f"{fixtures}/{folder.name}", log.name, m.group(2), m.group(1), tp, LOGGED_MODE.get(logged), logged, mtp, k)
+                Capture(
+                    f"{fixtures}/{folder.name}", log.name, m.group(2), m.group(1), tp, LOGGED_MODE.get(logged), logged, mtp, k
+                )
             )
     return out

@@ -14,12 +14,15 @@ import json
 from collections.abc import Sequence
 from itertools import groupby
 
-from gdn_operator.rules.compat import MODEL, MODES, MTP_K, POLICY, TPS, Capture, Cell, Measured, Mitigation
+from gdn_operator.rules.compat import MODEL, MTP_K, POLICY, TPS, Capture, Cell, Measured, Mitigation
 from gdn_operator.rules.rulefile import RuleSet
 
 RULES_YAML = "../operator/gdn_operator/rules/data/rules.yaml"
 #: upstream repositories of rule ids "<project>#<number>"
-UPSTREAM = {"vllm": "https://github.com/vllm-project/vllm/issues/", "flashinfer": "https://github.com/flashinfer-ai/flashinfer/issues/"}
+UPSTREAM = {
+    "vllm": "https://github.com/vllm-project/vllm/issues/",
+    "flashinfer": "https://github.com/flashinfer-ai/flashinfer/issues/",
+}
 MODE_TITLE = {"eager": "eager (`enforceEager`)", "PIECEWISE": "`PIECEWISE`", "default": "vLLM's default (unset)"}
 MODE_SHORT = {"eager": "eager", "PIECEWISE": "PIECEWISE", "default": "default"}
 VERDICT = {"refused": "**refused**", "mitigated": "mitigated", "advisory": "advisory", "safe": "safe"}
@@ -93,17 +96,56 @@ def _anchor(releases: list[str]) -> str:
     return "vllm-" + _span(releases).replace(".", "").replace(" – ", "--")
 
 
+def short(c: Cell) -> str:
+    """The cell in a few words: its verdict and the rules or fields it rests on."""
+    if c.verdict == "refused":
+        text = "**refused** (" + ", ".join(link(r) for r in c.refused) + ")"
+    elif c.verdict == "mitigated":
+        costs = any(m.costs for m in c.mitigations) or c.measured
+        fields = ", ".join(
+            f"`{m.field}: {m.value if isinstance(m.value, str) else json.dumps(m.value)}` ({link(m.rule)})" for m in c.mitigations
+        )
+        text = f"mitigated: {fields}" + ("; cost measured" if costs else "")
+    else:
+        text = VERDICT[c.verdict]
+    return text
+
+
+def _summary(cs: list[Cell]) -> str:
+    """One text for cells that read the same in short, else one per set of TP / modes that does."""
+    texts: dict[str, list[Cell]] = {}
+    for c in cs:
+        texts.setdefault(short(c), []).append(c)
+    if len(texts) == 1:
+        return next(iter(texts))
+    parts = []
+    for text, same in texts.items():
+        where = "; ".join(
+            f"TP={tp if tp == 1 else '2+'} " + ", ".join(MODE_SHORT[c.axes.mode] for c in same if c.axes.tp == tp)
+            for tp in TPS
+            if any(c.axes.tp == tp for c in same)
+        )
+        parts.append(f"({where}) {text}")
+    return "<br>".join(parts)
+
+
 def _overview(grouped: list[tuple[list[str], list[Cell]]]) -> list[str]:
-    on = [(tp, mode) for tp in TPS for mode in MODES]
-    head = ["vLLM"] + [f"MTP, TP={tp if tp == 1 else '2+'}, {MODE_SHORT[mode]}" for tp, mode in on] + ["MTP off", "GPU evidence"]
-    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    lines = [
+        f"| vLLM | MTP k={MTP_K} (every TP and CUDA-graph mode unless named) | MTP off | advisories (some cells) | cells with GPU evidence |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for releases, cs in grouped:
-        cell = {(c.axes.tp, c.axes.mode, c.axes.mtp): c for c in cs}
-        off = {cell[(tp, mode, False)].verdict for tp, mode in on}
-        row = [f"[{_span(releases)}](#{_anchor(releases)})"]
-        row += [VERDICT[cell[(tp, mode, True)].verdict] for tp, mode in on]
-        row.append(VERDICT[off.pop()] if len(off) == 1 else "see below")
-        row.append(str(sum(1 for c in cs if c.evidence)) + " of 12 cells" if any(c.evidence for c in cs) else "—")
+        on = [c for c in cs if c.axes.mtp]
+        off = [c for c in cs if not c.axes.mtp]
+        backed = sum(1 for c in cs if c.evidence)
+        advisories = ", ".join(_advisory(x) for x in dict.fromkeys(x for c in cs for x in c.advisories)) or "—"
+        row = [
+            f"[{_span(releases)}](#{_anchor(releases)})",
+            _summary(on),
+            _summary(off),
+            advisories,
+            f"{backed} of {len(cs)}" if backed else "—",
+        ]
         lines.append("| " + " | ".join(row) + " |")
     return lines
 

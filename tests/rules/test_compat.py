@@ -1,0 +1,227 @@
+"""The compatibility matrix (issue 32 item 4): docs/compatibility.md is what hack/gen_compat.py prints; the verdict
+logic on a synthetic rule set (refused / mitigated with a measured cost / mitigated with the cost unmeasured /
+safe); the GPU evidence read from the captures' own engine start-up lines, a new capture folder picked up.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+from readme_commands import ROOT
+
+from gdn_operator.rules import load_rules
+from gdn_operator.rules.compat import Axes, Capture, Measured, Mitigation, engine_of, judge, matrix, scan_captures
+from gdn_operator.rules.compatdoc import details, groups, link, render
+from gdn_operator.rules.rulefile import RuleSet, default_rule_file, parse_rule_file
+
+DOC = ROOT / "docs" / "compatibility.md"
+G1 = "gdn-operator/mtp-full-decode-cudagraph"
+PRODMODEL = "tests/fixtures/vllm-0.22.0-h100x2-prodmodel"
+
+
+@pytest.mark.readme(".venv/bin/python hack/gen_compat.py > docs/compatibility.md")
+def test_committed_matrix_is_what_the_generator_prints():
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "hack" / "gen_compat.py")], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == DOC.read_text(), (
+        "docs/compatibility.md is stale: run `.venv/bin/python hack/gen_compat.py > docs/compatibility.md` and commit it"
+    )
+
+
+# ---- verdicts on a synthetic rule set -----------------------------------------------------------------
+
+#: two rules: vllm#1 refuses MTP before 0.26.0 (its mitigation turns MTP off, never a default); vllm#2's
+#: mitigation asyncScheduling false is the safe default, measured at 0.26.0 on TP=1 only
+SYNTHETIC_RULES = [
+    {
+        "id": "vllm#1",
+        "bug": "T1",
+        "title": "synthetic: MTP crashes before 0.26.0",
+        "kind": "runtime-crash",
+        "severity": "critical",
+        "versions": "<0.26.0",
+        "fixed_in": "0.26.0",
+        "when": {"eq": {"gdn_hybrid": True, "mtp": True}},
+        "fields": ["spec.speculativeDecoding"],
+        "workaround": "Upgrade, or turn MTP off.",
+        "mitigation": {"speculativeDecoding.enabled": False},
+        "evidence": "synthetic rule of tests/rules/test_compat.py",
+    },
+    {
+        "id": "vllm#2",
+        "bug": "T2",
+        "title": "synthetic: MTP with async scheduling corrupts output",
+        "kind": "silent-corruption",
+        "severity": "high",
+        "versions": "*",
+        "when": {"eq": {"gdn_hybrid": True, "mtp": True, "async_scheduling": True}},
+        "fields": ["spec.asyncScheduling"],
+        "workaround": "Set asyncScheduling false.",
+        "mitigation": {"asyncScheduling": False},
+        "evidence": "synthetic rule of tests/rules/test_compat.py",
+        "cost": [
+            {
+                "vllm": "0.26.0",
+                "hardware": "1x NVIDIA H200",
+                "model": "prod-geometry (synthetic)",
+                "model_path": "tests/models/prod-geometry",
+                "representative": True,
+                "fixture": "tests/fixtures/vllm-0.26.0-h200x2-release/mtp.json",
+                "engines": {"mitigated": "mtp", "mtp_off": "nomtp"},
+                "config": {"mtp": True, "num_speculative_tokens": 2, "async_scheduling": False, "tensor_parallel_size": 1},
+                "baseline": "MTP off with vLLM's defaults",
+                "points": [{"concurrency": 1, "vs_off": 1.1}, {"concurrency": 32, "vs_off": 0.9}],
+            },
+            {  # not representative: evidence only, never reported
+                "vllm": "0.26.0",
+                "hardware": "1x NVIDIA H200",
+                "model": "tiny",
+                "model_path": "tests/models/tiny-qwen3-next-recall",
+                "representative": False,
+                "why": "too small to say anything about served models",
+                "fixture": "tests/fixtures/vllm-0.26.0-h200x2-release/tiny.json",
+                "engines": {"mitigated": "mtp", "mtp_off": "nomtp"},
+                "config": {"mtp": True, "num_speculative_tokens": 2, "async_scheduling": False, "tensor_parallel_size": 1},
+                "baseline": "MTP off with vLLM's defaults",
+                "points": [{"concurrency": 1, "vs_off": 0.5}],
+            },
+        ],
+    },
+]
+RELEASES = ["0.22.0", "0.26.0", "0.32.0", "0.33.0"]
+
+
+@pytest.fixture(scope="module")
+def synthetic() -> RuleSet:
+    raw = yaml.safe_load(default_rule_file().read_text())
+    raw["catalogue"] = {**raw["catalogue"], "oldest": RELEASES[0], "newest": RELEASES[-1], "releases": RELEASES}
+    raw["rules"] = SYNTHETIC_RULES
+    return parse_rule_file(yaml.safe_dump(raw), "synthetic")
+
+
+MEASURED = Measured(
+    "vllm#2", "1x NVIDIA H200", "prod-geometry (synthetic)", ((1, 1.1), (32, 0.9)), SYNTHETIC_RULES[1]["cost"][0]["fixture"]
+)
+
+
+def test_a_refused_cell_names_the_enforced_rule_and_links_it_upstream(synthetic):
+    cell = judge(synthetic, Axes("0.22.0", 1, "default", True))
+    assert (cell.verdict, cell.refused, cell.mitigations) == ("refused", ("vllm#1",), ())
+    assert "refused by [vllm#1](https://github.com/vllm-project/vllm/issues/1)" in details(cell)
+
+
+def test_mtp_off_with_no_finding_is_safe(synthetic):
+    for release in RELEASES:
+        cell = judge(synthetic, Axes(release, 2, "eager", False))
+        assert (cell.verdict, cell.refused, cell.mitigations, cell.advisories) == ("safe", (), (), ())
+
+
+def test_a_mitigated_cell_carries_the_rules_measured_cost_where_a_capture_covers_it(synthetic):
+    cell = judge(synthetic, Axes("0.26.0", 1, "default", True))
+    assert cell.verdict == "mitigated"
+    assert cell.mitigations == (Mitigation("asyncScheduling", False, "vllm#2", (MEASURED,)),)  # not the tiny entry
+    assert cell.as_shipped == ("vllm#2",)  # async scheduling on (vLLM's default with MTP) is refused
+    assert cell.evidence == ("tests/fixtures/vllm-0.26.0-h200x2-release",)  # the cost's fixture backs the cell
+    text = details(cell)
+    assert "MTP/off 1.10x / 0.90x at 1 / 32 in flight (1x NVIDIA H200, prod-geometry)" in text
+    assert "cost unmeasured" not in text
+
+
+@pytest.mark.parametrize("a", [Axes("0.26.0", 2, "default", True), Axes("0.33.0", 1, "default", True)], ids=["tp2", "0.33.0"])
+def test_a_mitigated_cell_no_capture_measured_says_cost_unmeasured(synthetic, a):
+    cell = judge(synthetic, a)
+    assert cell.verdict == "mitigated"
+    assert cell.mitigations == (Mitigation("asyncScheduling", False, "vllm#2", ()),)
+    assert cell.evidence == ()
+    assert "`asyncScheduling: false` ([vllm#2](https://github.com/vllm-project/vllm/issues/2); cost unmeasured)" in details(cell)
+
+
+def test_consecutive_releases_with_the_same_cells_are_one_group(synthetic):
+    cells = matrix(synthetic)
+    assert len(cells) == len(RELEASES) * 2 * 3 * 2
+    assert [rs for rs, _ in groups(cells)] == [["0.22.0"], ["0.26.0"], ["0.32.0", "0.33.0"]]
+    doc = render(synthetic, cells, [])
+    assert "### vLLM 0.32.0 – 0.33.0" in doc and "[0.32.0 – 0.33.0](#vllm-0320--0330)" in doc
+
+
+def test_rule_links():
+    assert link("flashinfer#3329") == "[flashinfer#3329](https://github.com/flashinfer-ai/flashinfer/issues/3329)"
+    assert link(G1) == f"[{G1}](../operator/gdn_operator/rules/data/rules.yaml)"
+
+
+# ---- GPU evidence from the captures' engine start-up lines ---------------------------------------------
+
+
+def _startup_line(release: str) -> str:
+    log = (ROOT / PRODMODEL / "serve-mtp-full.log").read_text()
+    line = next(ln for ln in log.splitlines() if "LLM engine (v0.22.0) with config:" in ln)
+    return line.replace("(v0.22.0)", f"(v{release})")
+
+
+def test_engine_logs_say_what_ran():
+    read = {p.name: engine_of(p.read_text()) for p in (ROOT / PRODMODEL).glob("serve-*.log")}
+    assert read == {
+        "serve-mtp-full.log": ("0.22.0", 1, "FULL_AND_PIECEWISE", True, 2),
+        "serve-mtp.log": ("0.22.0", 1, "PIECEWISE", True, 2),
+        "serve-nomtp.log": ("0.22.0", 1, "FULL_AND_PIECEWISE", False, None),
+    }
+    assert engine_of("INFO engine started\n(APIServer) ready\n") is None
+
+
+def test_a_new_capture_folder_is_picked_up(tmp_path, synthetic):
+    new = tmp_path / "tests" / "fixtures" / "vllm-0.26.0-h200x2-release"
+    new.mkdir(parents=True)
+    (new / "serve-mtp.log").write_text("INFO starting\n" + _startup_line("0.26.0") + "\n")
+    (new / "serve-other-release.log").write_text(_startup_line("0.25.0") + "\n")  # not this folder's release
+    (tmp_path / "tests" / "fixtures" / "logs").mkdir()
+    (tmp_path / "tests" / "fixtures" / "logs" / "x.log").write_text(_startup_line("0.26.0"))  # not a capture folder
+    caps = scan_captures(tmp_path)
+    assert caps == [
+        Capture(
+            "tests/fixtures/vllm-0.26.0-h200x2-release",
+            "serve-mtp.log",
+            "h200x2",
+            "0.26.0",
+            1,
+            "default",
+            "FULL_AND_PIECEWISE",
+            True,
+            2,
+        )
+    ]
+    backed = judge(synthetic, Axes("0.26.0", 1, "default", True), caps)
+    assert backed.evidence == ("tests/fixtures/vllm-0.26.0-h200x2-release",)
+    # (the synthetic cost's fixture is in the same folder: it backs every cell its TP=1 measurement covers)
+    for other in (Axes("0.26.0", 2, "default", True), Axes("0.26.0", 1, "default", False), Axes("0.33.0", 1, "default", True)):
+        assert judge(synthetic, other, caps).evidence == (), other
+    unmeasured = Capture(caps[0].folder + "-x", "b.log", "h200", "0.26.0", 2, "PIECEWISE", "PIECEWISE", True, 2)
+    assert judge(synthetic, Axes("0.26.0", 2, "PIECEWISE", True), [unmeasured]).evidence == (unmeasured.folder,)
+    assert judge(synthetic, Axes("0.26.0", 2, "default", True), [unmeasured]).evidence == ()
+
+
+# ---- the real rules and captures ------------------------------------------------------------------------
+
+
+def test_the_real_matrix_at_the_releases_users_ask_about():
+    rules = load_rules()
+    cells = {c.axes: c for c in matrix(rules, scan_captures(ROOT))}
+    assert len(cells) == len(rules.releases) * 12
+    old = cells[Axes("0.17.0", 1, "eager", True)]
+    assert (old.verdict, old.refused) == ("refused", ("vllm#36917",))  # B1: MTP before 0.18.0
+    g1 = cells[Axes("0.22.0", 1, "default", True)]
+    pw = next(m for m in g1.mitigations if m.rule == G1)
+    assert (pw.field, pw.value) == ("cudagraphMode", "PIECEWISE")
+    g1_cost = next(c for c in rules.rule(G1).cost if c.representative)  # type: ignore[union-attr]
+    assert pw.costs == (
+        Measured(G1, g1_cost.hardware, g1_cost.model, tuple((p.concurrency, p.vs_off) for p in g1_cost.points), g1_cost.fixture),
+    )
+    assert G1 in g1.as_shipped and PRODMODEL in g1.evidence
+    assert pw not in cells[Axes("0.22.0", 2, "default", True)].mitigations  # measured at TP=1 only
+    newest = cells[Axes("0.33.0", 1, "default", True)]
+    assert newest.verdict == "mitigated" and {m.field for m in newest.mitigations} >= {"prefixCaching", "asyncScheduling"}
+    assert all(not m.costs for m in newest.mitigations) and newest.evidence == ()
