@@ -5,6 +5,7 @@ safe); the GPU evidence read from the captures' own engine start-up lines, a new
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -225,3 +226,10 @@ def test_the_real_matrix_at_the_releases_users_ask_about():
     newest = cells[Axes("0.33.0", 1, "default", True)]
     assert newest.verdict == "mitigated" and {m.field for m in newest.mitigations} >= {"prefixCaching", "asyncScheduling"}
     assert all(not m.costs for m in newest.mitigations) and newest.evidence == ()
+
+
+def test_every_relative_link_of_the_matrix_resolves_in_the_checkout():
+    targets = set(re.findall(r"\]\((\.\./[^)#\s]+)\)", DOC.read_text()))
+    assert any("tests/fixtures/" in t for t in targets) and any(t.endswith("rules.yaml") for t in targets)
+    missing = sorted(t for t in targets if not (DOC.parent / t).resolve().exists())
+    assert not missing, missing

@@ -58,11 +58,17 @@ def _mitigation(m: Mitigation) -> str:
     return f"`{m.field}: {json.dumps(m.value)}` ({link(m.rule)}; {cost})"
 
 
-def details(c: Cell) -> str:
+def refusal(ref: str, ruleset: RuleSet | None) -> str:
+    """A refusing rule, linked, with the release that fixed it (from its rule) where one did."""
+    rule = ruleset.rule(ref) if ruleset is not None else None
+    return link(ref) + (f" (fixed in {rule.fixed_in})" if rule is not None and rule.fixed_in else "")
+
+
+def details(c: Cell, ruleset: RuleSet | None = None) -> str:
     """What the cell's verdict rests on, compactly (one table cell)."""
     parts = []
     if c.refused:
-        parts.append("refused by " + ", ".join(link(r) for r in c.refused))
+        parts.append("refused by " + ", ".join(refusal(r, ruleset) for r in c.refused))
     if c.mitigations:
         parts.append("runs " + "; ".join(_mitigation(m) for m in c.mitigations))
     if c.measured:
@@ -72,8 +78,15 @@ def details(c: Cell) -> str:
     return "<br>".join(parts) or "—"
 
 
+def _folder(path: str, short: bool = True) -> str:
+    """A capture folder as a link (GitHub shows its README); `short` drops "vllm-<release>-" from the label."""
+    name = path.rsplit("/", 1)[-1]
+    label = name.split("-", 2)[2] if short and name.count("-") >= 2 else name
+    return f"[{label}](../{path}/)"
+
+
 def _evidence(c: Cell) -> str:
-    return ", ".join(f"[{f.rsplit('/', 1)[-1]}](../{f}/README.md)" for f in c.evidence) or "—"
+    return ", ".join(_folder(f) for f in c.evidence) or "—"
 
 
 def groups(cells: Sequence[Cell]) -> list[tuple[list[str], list[Cell]]]:
@@ -96,10 +109,10 @@ def _anchor(releases: list[str]) -> str:
     return "vllm-" + _span(releases).replace(".", "").replace(" – ", "--")
 
 
-def short(c: Cell) -> str:
+def short(c: Cell, ruleset: RuleSet | None = None) -> str:
     """The cell in a few words: its verdict and the rules or fields it rests on."""
     if c.verdict == "refused":
-        text = "**refused** (" + ", ".join(link(r) for r in c.refused) + ")"
+        text = "**refused** (" + ", ".join(refusal(r, ruleset) for r in c.refused) + ")"
     elif c.verdict == "mitigated":
         costs = any(m.costs for m in c.mitigations) or c.measured
         fields = ", ".join(
@@ -111,11 +124,11 @@ def short(c: Cell) -> str:
     return text
 
 
-def _summary(cs: list[Cell]) -> str:
+def _summary(cs: list[Cell], ruleset: RuleSet) -> str:
     """One text for cells that read the same in short, else one per set of TP / modes that does."""
     texts: dict[str, list[Cell]] = {}
     for c in cs:
-        texts.setdefault(short(c), []).append(c)
+        texts.setdefault(short(c, ruleset), []).append(c)
     if len(texts) == 1:
         return next(iter(texts))
     parts = []
@@ -129,7 +142,7 @@ def _summary(cs: list[Cell]) -> str:
     return "<br>".join(parts)
 
 
-def _overview(grouped: list[tuple[list[str], list[Cell]]]) -> list[str]:
+def _overview(grouped: list[tuple[list[str], list[Cell]]], ruleset: RuleSet) -> list[str]:
     lines = [
         f"| vLLM | MTP k={MTP_K} (every TP and CUDA-graph mode unless named) | MTP off | advisories (some cells) | cells with GPU evidence |",
         "| --- | --- | --- | --- | --- |",
@@ -141,8 +154,8 @@ def _overview(grouped: list[tuple[list[str], list[Cell]]]) -> list[str]:
         advisories = ", ".join(_advisory(x) for x in dict.fromkeys(x for c in cs for x in c.advisories)) or "—"
         row = [
             f"[{_span(releases)}](#{_anchor(releases)})",
-            _summary(on),
-            _summary(off),
+            _summary(on, ruleset),
+            _summary(off, ruleset),
             advisories,
             f"{backed} of {len(cs)}" if backed else "—",
         ]
@@ -150,7 +163,7 @@ def _overview(grouped: list[tuple[list[str], list[Cell]]]) -> list[str]:
     return lines
 
 
-def _group(releases: list[str], cs: list[Cell]) -> list[str]:
+def _group(releases: list[str], cs: list[Cell], ruleset: RuleSet) -> list[str]:
     lines = [f"### vLLM {_span(releases)}", ""]
     if len(releases) > 1:
         lines += [f"Releases {', '.join(releases)}: every cell reads the same.", ""]
@@ -162,7 +175,7 @@ def _group(releases: list[str], cs: list[Cell]) -> list[str]:
         a = c.axes
         lines.append(
             f"| {a.tp if a.tp == 1 else '2+'} | {MODE_TITLE[a.mode]} | {f'k={MTP_K}' if a.mtp else 'off'} | {VERDICT[c.verdict]} | "
-            f"{details(c)} | {', '.join(_advisory(x) for x in c.advisories) or '—'} | {_evidence(c)} |"
+            f"{details(c, ruleset)} | {', '.join(_advisory(x) for x in c.advisories) or '—'} | {_evidence(c)} |"
         )
     return lines + [""]
 
@@ -174,8 +187,7 @@ def _captures(captures: Sequence[Capture]) -> list[str]:
     ]
     for c in captures:
         mtp = f"k={c.k}" if c.mtp else "off"
-        name = c.folder.rsplit("/", 1)[-1]
-        lines.append(f"| [{name}](../{c.folder}/README.md) | `{c.file}` | {c.release} | {c.tp} | {c.logged_mode} | {mtp} |")
+        lines.append(f"| {_folder(c.folder, short=False)} | `{c.file}` | {c.release} | {c.tp} | {c.logged_mode} | {mtp} |")
     return lines
 
 
@@ -216,13 +228,13 @@ def render(ruleset: RuleSet, cells: Sequence[Cell], captures: Sequence[Capture])
         "",
         "## Overview",
         "",
-        *_overview(grouped),
+        *_overview(grouped, ruleset),
         "",
         "## Per release",
         "",
     ]
     for releases, cs in grouped:
-        out += _group(releases, cs)
+        out += _group(releases, cs, ruleset)
     out += [
         "## GPU captures",
         "",
