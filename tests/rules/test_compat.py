@@ -11,7 +11,8 @@ import sys
 
 import pytest
 import yaml
-from readme_commands import ROOT
+from paths import CPU_CAPTURES
+from paths import REPO as ROOT
 
 from gdn_operator.rules import load_rules
 from gdn_operator.rules.compat import Axes, Capture, Measured, Mitigation, engine_of, judge, matrix, scan_captures
@@ -172,12 +173,14 @@ def test_engine_logs_say_what_ran():
         "serve-nomtp.log": ("0.22.0", 1, "FULL_AND_PIECEWISE", False, None),
     }
     assert engine_of("INFO engine started\n(APIServer) ready\n") is None
+    # the start-up line reads the same at the newest release the project runs (vLLM 0.32.0, CPU engine capture)
+    assert engine_of((CPU_CAPTURES / "serve-startup-mtp2.log").read_text()) == ("0.32.0", 1, "NONE", True, 2)
 
 
 def test_a_new_capture_folder_is_picked_up(tmp_path, synthetic):
     new = tmp_path / "tests" / "fixtures" / "vllm-0.26.0-h200x2-release"
-    new.mkdir(parents=True)
-    (new / "serve-mtp.log").write_text("INFO starting\n" + _startup_line("0.26.0") + "\n")
+    (new / "logs").mkdir(parents=True)
+    (new / "logs" / "serve-mtp.log").write_text("INFO starting\n" + _startup_line("0.26.0") + "\n")
     (new / "serve-other-release.log").write_text(_startup_line("0.25.0") + "\n")  # not this folder's release
     (tmp_path / "tests" / "fixtures" / "logs").mkdir()
     (tmp_path / "tests" / "fixtures" / "logs" / "x.log").write_text(_startup_line("0.26.0"))  # not a capture folder
@@ -185,7 +188,7 @@ def test_a_new_capture_folder_is_picked_up(tmp_path, synthetic):
     assert caps == [
         Capture(
             "tests/fixtures/vllm-0.26.0-h200x2-release",
-            "serve-mtp.log",
+            "logs/serve-mtp.log",
             "h200x2",
             "0.26.0",
             1,

@@ -92,7 +92,7 @@ class Capture:
     """One engine a committed GPU capture ran, as its own start-up line says."""
 
     folder: str  # path of the capture folder in the checkout, e.g. tests/fixtures/vllm-0.22.0-h100x2-tp2
-    file: str  # the engine log's name in it
+    file: str  # the engine log's path in it
     gpu: str  # from the folder name: h100, h100x2, ...
     release: str
     tp: int
@@ -247,14 +247,22 @@ def scan_captures(root: Path, fixtures: str = "tests/fixtures") -> list[Capture]
         m = _FOLDER.match(folder.name)
         if not m:
             continue
-        for log in sorted(folder.glob("*.log")):
+        for log in sorted(folder.rglob("*.log")):
             eng = engine_of(log.read_text(encoding="utf-8", errors="replace"))
             if eng is None or parse_version(eng[0]) != parse_version(m.group(1)):
                 continue
             _, tp, logged, mtp, k = eng
             out.append(
                 Capture(
-                    f"{fixtures}/{folder.name}", log.name, m.group(2), m.group(1), tp, LOGGED_MODE.get(logged), logged, mtp, k
+                    f"{fixtures}/{folder.name}",
+                    log.relative_to(folder).as_posix(),
+                    m.group(2),
+                    m.group(1),
+                    tp,
+                    LOGGED_MODE.get(logged),
+                    logged,
+                    mtp,
+                    k,
                 )
             )
     return out
