@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -132,6 +133,26 @@ def test_a_mitigated_cell_carries_the_rules_measured_cost_where_a_capture_covers
     text = details(cell)
     assert "MTP/off 1.10x / 0.90x at 1 / 32 in flight (1x NVIDIA H200, prod-geometry)" in text
     assert "cost unmeasured" not in text
+
+
+def test_the_cost_of_a_default_is_found_on_another_rule_that_asks_for_the_same_value(synthetic):
+    """The default names the most severe rule (vllm#2); a measurement of the same value on a warn-only rule
+    (vllm#3, the same mitigation) is still that default's cost, not something the cell sets itself."""
+    raw = yaml.safe_load(default_rule_file().read_text())
+    raw["catalogue"] = synthetic.data.catalogue.model_dump()
+    enforced = {k: v for k, v in SYNTHETIC_RULES[1].items() if k != "cost"}
+    warn = {
+        **SYNTHETIC_RULES[1],
+        "id": "vllm#3",
+        "severity": "low",
+        "action": "warn",
+        "advisory_reason": "synthetic: a second report of the same trigger",
+    }
+    raw["rules"] = [enforced, warn]
+    rules = parse_rule_file(yaml.safe_dump(raw), "synthetic-2")
+    cell = judge(rules, Axes("0.26.0", 1, "default", True))
+    assert cell.mitigations == (Mitigation("asyncScheduling", False, "vllm#2", (replace(MEASURED, rule="vllm#3"),)),)
+    assert cell.measured == ()
 
 
 @pytest.mark.parametrize("a", [Axes("0.26.0", 2, "default", True), Axes("0.33.0", 1, "default", True)], ids=["tp2", "0.33.0"])

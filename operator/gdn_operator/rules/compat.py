@@ -9,8 +9,8 @@ TP / CUDA-graph mode / MTP k=2 or off, everything else unset) judged by the eval
 
 * ``refused``   — an enforced rule rejects it (the rule ids);
 * ``mitigated`` — admitted with values the rules chose for unset fields (rules/defaults.py), each with its rule
-  and that rule's measured cost (rules/cost.py `covers`: a representative `cost` entry of the same release whose
-  configuration the cell runs), else "cost unmeasured";
+  and its measured cost: the representative `cost` entries (rules/cost.py `covers`: same release, the cell runs
+  their configuration) of the rules whose mitigation sets that field; none: "cost unmeasured";
 * ``advisory``  — admitted unchanged, with warn-only findings;
 * ``safe``      — no finding at all.
 
@@ -152,14 +152,19 @@ def _measured(rule: str, c: Cost) -> Measured:
     return Measured(rule, c.hardware, c.model, tuple((p.concurrency, p.vs_off) for p in c.points), c.fixture)
 
 
-def _covering(ruleset: RuleSet, ev: Evaluation) -> dict[str, tuple[Measured, ...]]:
-    """rule id -> its representative cost entries covering what the cell runs."""
-    out: dict[str, tuple[Measured, ...]] = {}
+def _covering(ruleset: RuleSet, ev: Evaluation) -> list[tuple[frozenset[str], Measured]]:
+    """The representative cost entries covering what the cell runs, each with the spec paths its rule mitigates."""
+    out: list[tuple[frozenset[str], Measured]] = []
     for rule in ruleset.costed:
-        hit = tuple(_measured(rule.id, c) for c in rule.cost if c.representative and covers(c, ev.detail))
-        if hit:
-            out[rule.id] = hit
+        paths = frozenset(rule.mitigation or {})
+        out += [(paths, _measured(rule.id, c)) for c in rule.cost if c.representative and covers(c, ev.detail)]
     return out
+
+
+def _costs_of(field: str, covering: list[tuple[frozenset[str], Measured]]) -> tuple[Measured, ...]:
+    """What a value the rules chose costs: the covering measurements of every rule that mitigates that field
+    (two rules can ask for the same value: the default names one, the measurement may sit on the other)."""
+    return tuple(m for paths, m in covering if field in paths)
 
 
 def _capture_folder(path: str) -> str:
@@ -175,13 +180,14 @@ def judge(ruleset: RuleSet, a: Axes, captures: Iterable[Capture] = ()) -> Cell:
     if not ev.allowed:
         refused = tuple(dict.fromkeys(f.rule for f in ev.rejected))
         return Cell(a, "refused", refused=refused, advisories=advisories, evidence=tuple(backing))
-    costs = _covering(ruleset, ev)
-    mitigations = tuple(Mitigation(d.field, d.value, d.rule, costs.get(d.rule, ())) for d in ev.defaults)
+    covering = _covering(ruleset, ev)
+    mitigations = tuple(Mitigation(d.field, d.value, d.rule, _costs_of(d.field, covering)) for d in ev.defaults)
     mitigations += tuple(
-        Mitigation(p, v, f.rule, costs.get(f.rule, ())) for f in ev.mitigated for p, v in (f.mitigation or {}).items()
+        Mitigation(p, v, f.rule, _costs_of(p, covering)) for f in ev.mitigated for p, v in (f.mitigation or {}).items()
     )
-    by_default = {m.rule for m in mitigations}
-    measured = tuple(m for rule, ms in costs.items() if rule not in by_default for m in ms)
+    chosen = {m.field for m in mitigations}
+    # measurements of values the cell SETS itself (e.g. cudagraphMode PIECEWISE): none of its paths was chosen
+    measured = tuple(m for paths, m in covering if not paths & chosen)
     backing = sorted(
         {
             *backing,
