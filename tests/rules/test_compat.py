@@ -6,6 +6,7 @@ safe); the GPU evidence read from the captures' own engine start-up lines, a new
 from __future__ import annotations
 
 import re
+import json
 import subprocess
 import sys
 from dataclasses import replace
@@ -16,7 +17,17 @@ from paths import CPU_CAPTURES
 from paths import REPO as ROOT
 
 from gdn_operator.rules import load_rules
-from gdn_operator.rules.compat import Axes, Capture, Measured, Mitigation, engine_of, judge, matrix, scan_captures
+from gdn_operator.rules.compat import (
+    Axes,
+    Capture,
+    Measured,
+    Mitigation,
+    engine_of,
+    engines_of_json,
+    judge,
+    matrix,
+    scan_captures,
+)
 from gdn_operator.rules.compatdoc import details, groups, link, render
 from gdn_operator.rules.rulefile import RuleSet, default_rule_file, parse_rule_file
 
@@ -198,11 +209,37 @@ def test_engine_logs_say_what_ran():
     assert engine_of((CPU_CAPTURES / "serve-startup-mtp2.log").read_text()) == ("0.32.0", 1, "NONE", True, 2)
 
 
+MTP_ARGV = ["m", "--tensor-parallel-size", "1", "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}']
+
+
+def test_json_captures_give_the_ready_engines_command_lines():
+    prodmodel = (ROOT / PRODMODEL / "mtp-graphs.json").read_text()
+    assert engines_of_json(prodmodel, "0.22.0") == [
+        ("/engines/mtp", 1, "PIECEWISE", True, 2),
+        ("/engines/nomtp", 1, "auto", False, None),
+        ("/engines/mtp-full", 1, "auto", True, 2),
+    ]
+    assert engines_of_json(prodmodel, "0.26.0") == []  # the capture records another release
+    synthetic = {
+        "runs": [
+            {"argv": [*MTP_ARGV, "--enforce-eager"], "ready_s": 12.5},
+            {"argv": ["m", "--tensor-parallel-size", "4"], "ready_s": 30},
+            {"argv": MTP_ARGV, "started": False},  # never became ready: no evidence
+        ]
+    }
+    assert engines_of_json(json.dumps(synthetic), "0.26.0") == [
+        ("/runs[0]", 1, "NONE", True, 2),
+        ("/runs[1]", 4, "auto", False, None),
+    ]
+    assert engines_of_json("not json", "0.26.0") == []
+
+
 def test_a_new_capture_folder_is_picked_up(tmp_path, synthetic):
     new = tmp_path / "tests" / "fixtures" / "vllm-0.26.0-h200x2-release"
     (new / "logs").mkdir(parents=True)
     (new / "logs" / "serve-mtp.log").write_text("INFO starting\n" + _startup_line("0.26.0") + "\n")
     (new / "serve-other-release.log").write_text(_startup_line("0.25.0") + "\n")  # not this folder's release
+    (new / "bench.json").write_text(json.dumps({"vllm_version": "0.26.0", "engines": {"off": {"argv": ["m"], "ready_s": 9}}}))
     (tmp_path / "tests" / "fixtures" / "logs").mkdir()
     (tmp_path / "tests" / "fixtures" / "logs" / "x.log").write_text(_startup_line("0.26.0"))  # not a capture folder
     caps = scan_captures(tmp_path)
@@ -217,12 +254,24 @@ def test_a_new_capture_folder_is_picked_up(tmp_path, synthetic):
             "FULL_AND_PIECEWISE",
             True,
             2,
-        )
+        ),
+        Capture(
+            "tests/fixtures/vllm-0.26.0-h200x2-release",
+            "bench.json#/engines/off",
+            "h200x2",
+            "0.26.0",
+            1,
+            "default",
+            "auto",
+            False,
+            None,
+        ),
     ]
     backed = judge(synthetic, Axes("0.26.0", 1, "default", True), caps)
     assert backed.evidence == ("tests/fixtures/vllm-0.26.0-h200x2-release",)
     # (the synthetic cost's fixture is in the same folder: it backs every cell its TP=1 measurement covers)
-    for other in (Axes("0.26.0", 2, "default", True), Axes("0.26.0", 1, "default", False), Axes("0.33.0", 1, "default", True)):
+    assert judge(synthetic, Axes("0.26.0", 1, "default", False), caps).evidence == ("tests/fixtures/vllm-0.26.0-h200x2-release",)
+    for other in (Axes("0.26.0", 2, "default", True), Axes("0.26.0", 1, "eager", False), Axes("0.33.0", 1, "default", True)):
         assert judge(synthetic, other, caps).evidence == (), other
     unmeasured = Capture(caps[0].folder + "-x", "b.log", "h200", "0.26.0", 2, "PIECEWISE", "PIECEWISE", True, 2)
     assert judge(synthetic, Axes("0.26.0", 2, "PIECEWISE", True), [unmeasured]).evidence == (unmeasured.folder,)

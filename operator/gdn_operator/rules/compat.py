@@ -18,23 +18,29 @@ Warn-only findings (advisories, and warnings a user can act on) are listed apart
 mitigated cell, `as_shipped` says what the same server gets when the defaulted fields are SET to vLLM's own
 values (the evaluator without defaults, as for a raw `vllm serve` line): the rules that then refuse it.
 
-GPU evidence (`Capture`) comes from the committed captures themselves: every engine log under
-tests/fixtures/vllm-<release>-<gpu>[-what]/ whose vLLM start-up line ("Initializing a V1 LLM engine (vX) with
-config: ...") says the release, TP, CUDA-graph mode and speculative config the engine really ran, and the
-fixtures of the cost entries that cover a cell. A new capture folder is picked up when it is committed.
+GPU evidence (`Capture`) comes from the committed captures themselves, in tests/fixtures/vllm-<release>-<gpu>[-what]/:
+every engine log whose vLLM start-up line ("Initializing a V1 LLM engine (vX) with config: ...") says the release,
+TP, CUDA-graph mode and speculative config the engine really ran; every engine a JSON capture records with its
+command line (`argv`) and the seconds it took to become ready (`ready_s`), the command line read by the project's
+launch-line parser; and the fixtures of the cost entries that cover a cell. A new capture folder is picked up
+when it is committed.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gdn_operator.api.load import ManifestError
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.rules.cost import covers
+from gdn_operator.rules.effective import effective_config
 from gdn_operator.rules.evaluator import Evaluation, evaluate
+from gdn_operator.rules.launchline import parse_launch_line
 from gdn_operator.rules.rulefile import Cost, RuleSet
 from gdn_operator.versions import parse_version
 
@@ -44,9 +50,12 @@ POLICY = "reject"
 TPS = (1, 2)
 #: CUDA-graph mode axis: key -> the spec fields it sets
 MODES: dict[str, dict[str, Any]] = {"eager": {"enforceEager": True}, "PIECEWISE": {"cudagraphMode": "PIECEWISE"}, "default": {}}
-#: what vLLM's start-up line calls each mode of the axis (CUDAGraphMode names; NONE = eager)
-LOGGED_MODE = {"NONE": "eager", "PIECEWISE": "PIECEWISE", "FULL_AND_PIECEWISE": "default"}
+#: each mode of the axis as vLLM's start-up line names it (CUDAGraphMode; NONE = eager) or as a command line
+#: resolves (rules/effective.py cudagraph_mode: "auto" = not set, vLLM's default)
+RAN_MODE = {"NONE": "eager", "PIECEWISE": "PIECEWISE", "FULL_AND_PIECEWISE": "default", "auto": "default"}
 MTP_K = 2
+#: the captures serve Qwen3-Next checkpoints (tests/models): their command lines name a path, not the family
+CAPTURED_ARCHITECTURE = "Qwen3NextForCausalLM"
 
 #: vLLM's engine start-up line and the values it prints (vllm/engine: "Initializing a V1 LLM engine (v0.22.0) with config:")
 _START = re.compile(r"Initializing a \S+ LLM engine \(v([^)\s]+)\) with config: (.*)")
@@ -89,15 +98,16 @@ class Mitigation:
 
 @dataclass(frozen=True)
 class Capture:
-    """One engine a committed GPU capture ran, as its own start-up line says."""
+    """One engine a committed GPU capture ran: as its own start-up line says, or as the capture's JSON records the
+    command line of an engine that became ready."""
 
     folder: str  # path of the capture folder in the checkout, e.g. tests/fixtures/vllm-0.22.0-h100x2-tp2
-    file: str  # the engine log's path in it
+    source: str  # the engine log's path in it, or JSON file + "#" + the engine's place in it
     gpu: str  # from the folder name: h100, h100x2, ...
     release: str
     tp: int
     mode: str | None  # a key of MODES, None for a mode outside the axis (FULL_DECODE_ONLY, ...)
-    logged_mode: str  # the CUDAGraphMode the engine logged (NONE for eager), "?" when it logged none
+    ran_mode: str  # CUDAGraphMode as logged (NONE: eager) or as the command line set it ("auto": left to vLLM)
     mtp: bool
     k: int | None
 
@@ -245,30 +255,67 @@ def engine_of(log_text: str) -> tuple[str, int, str, bool, int | None] | None:
     return None
 
 
+def _argv_engines(doc: Any, where: str = "") -> Iterator[tuple[str, list[str]]]:
+    """(place in the JSON, argv) of every engine record that became ready (a numeric `ready_s`) in a capture."""
+    if isinstance(doc, dict):
+        argv, ready = doc.get("argv"), doc.get("ready_s")
+        if isinstance(argv, list) and all(isinstance(a, str) for a in argv) and isinstance(ready, int | float):
+            yield where or "/", argv
+        for key, value in doc.items():
+            yield from _argv_engines(value, f"{where}/{key}")
+    elif isinstance(doc, list):
+        for i, value in enumerate(doc):
+            yield from _argv_engines(value, f"{where}[{i}]")
+
+
+def engines_of_json(text: str, release: str) -> list[tuple[str, int, str, bool, int | None]]:
+    """(place, TP, cudagraph mode, MTP, k) of the ready engines a JSON capture of `release` records, each command
+    line read by the project's own launch-line parser (rules/launchline.py); [] for another release's capture."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return []
+    recorded = doc.get("vllm_version") if isinstance(doc, dict) else None
+    if recorded is not None and parse_version(str(recorded)) != parse_version(release):
+        return []
+    out: list[tuple[str, int, str, bool, int | None]] = []
+    for where, argv in _argv_engines(doc):
+        try:
+            line = parse_launch_line(["vllm", "serve", *argv], vllm_version=release, architecture=CAPTURED_ARCHITECTURE)
+        except ManifestError:
+            continue
+        v = effective_config(line.spec, release, overrides=line.overrides).values
+        mtp = bool(v["mtp"])
+        out.append(
+            (
+                where,
+                int(v["tensor_parallel_size"]),
+                str(v["cudagraph_mode"]),
+                mtp,
+                int(v["num_speculative_tokens"]) if mtp else None,
+            )
+        )
+    return out
+
+
 def scan_captures(root: Path, fixtures: str = "tests/fixtures") -> list[Capture]:
-    """Every engine of every GPU capture folder under root/fixtures (folders named vllm-<release>-<gpu>[-what])."""
+    """Every engine of every GPU capture folder under root/fixtures (folders named vllm-<release>-<gpu>[-what]):
+    the engine logs' start-up lines, and the ready engines the folder's JSON files record."""
     out: list[Capture] = []
     base = root / fixtures
     for folder in sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []:
         m = _FOLDER.match(folder.name)
         if not m:
             continue
+        release, gpu, path = m.group(1), m.group(2), f"{fixtures}/{folder.name}"
         for log in sorted(folder.rglob("*.log")):
             eng = engine_of(log.read_text(encoding="utf-8", errors="replace"))
-            if eng is None or parse_version(eng[0]) != parse_version(m.group(1)):
+            if eng is None or parse_version(eng[0]) != parse_version(release):
                 continue
-            _, tp, logged, mtp, k = eng
-            out.append(
-                Capture(
-                    f"{fixtures}/{folder.name}",
-                    log.relative_to(folder).as_posix(),
-                    m.group(2),
-                    m.group(1),
-                    tp,
-                    LOGGED_MODE.get(logged),
-                    logged,
-                    mtp,
-                    k,
-                )
-            )
+            _, tp, ran, mtp, k = eng
+            out.append(Capture(path, log.relative_to(folder).as_posix(), gpu, release, tp, RAN_MODE.get(ran), ran, mtp, k))
+        for capture in sorted(folder.rglob("*.json")):
+            for where, tp, ran, mtp, k in engines_of_json(capture.read_text(encoding="utf-8", errors="replace"), release):
+                name = f"{capture.relative_to(folder).as_posix()}#{where}"
+                out.append(Capture(path, name, gpu, release, tp, RAN_MODE.get(ran), ran, mtp, k))
     return out

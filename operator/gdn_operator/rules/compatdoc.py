@@ -182,12 +182,13 @@ def _group(releases: list[str], cs: list[Cell], ruleset: RuleSet) -> list[str]:
 
 def _captures(captures: Sequence[Capture]) -> list[str]:
     lines = [
-        "| capture | engine log | vLLM | TP | CUDA graphs (as logged) | MTP |",
+        "| capture | engine (its log, or its record in a JSON capture) | vLLM | TP | CUDA graphs | MTP |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for c in captures:
         mtp = f"k={c.k}" if c.mtp else "off"
-        lines.append(f"| {_folder(c.folder, short=False)} | `{c.file}` | {c.release} | {c.tp} | {c.logged_mode} | {mtp} |")
+        ran = "unset (vLLM's default)" if c.ran_mode == "auto" else c.ran_mode
+        lines.append(f"| {_folder(c.folder, short=False)} | `{c.source}` | {c.release} | {c.tp} | {ran} | {mtp} |")
     return lines
 
 
@@ -218,9 +219,10 @@ def render(ruleset: RuleSet, cells: Sequence[Cell], captures: Sequence[Capture])
         "  `MTPSlowerThanOff`: a covering measurement where the mitigated MTP lost to MTP off), reported in",
         "  `status.advisories`, never blocking.",
         "* **GPU evidence** — committed captures of a real vLLM engine on a GPU at that release, TP and CUDA-graph",
-        "  mode, with MTP as in the cell (read from each engine's own start-up line in `tests/fixtures/vllm-<release>-<gpu>*/`;",
-        "  *vLLM's default* is `FULL_AND_PIECEWISE`), and the fixtures of the measurements quoted. A cell without",
-        "  any is judged from the catalogue of upstream issues and fixes alone.",
+        "  mode, with MTP as in the cell (`tests/fixtures/vllm-<release>-<gpu>*/`: each engine's own start-up line, where",
+        "  *vLLM's default* is `FULL_AND_PIECEWISE`, or its recorded command line; listed under [GPU captures](#gpu-captures)),",
+        "  and the fixtures of the measurements quoted. A cell without any is judged from the catalogue of upstream",
+        "  issues and fixes alone.",
         "",
         "TP=2+ stands for every `tensorParallelSize` of 2 or more (no rule distinguishes them). A patched image",
         "(`spec.image.patches`) or another `admissionPolicy` can change a verdict: `gdnctl validate -f manifest.yaml`",
@@ -238,7 +240,9 @@ def render(ruleset: RuleSet, cells: Sequence[Cell], captures: Sequence[Capture])
     out += [
         "## GPU captures",
         "",
-        "The engines of the committed GPU captures, as their vLLM start-up lines say (the source of the evidence column).",
+        "The engines of the committed GPU captures (the source of the evidence column): each engine log's vLLM start-up",
+        "line (CUDA graphs as vLLM logged them: `NONE` is eager), and each engine a JSON capture records with its command",
+        "line and the time it became ready (read by the project's launch-line parser).",
         "",
         *_captures(captures),
         "",
