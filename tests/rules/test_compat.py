@@ -290,7 +290,9 @@ def test_the_real_matrix_at_the_releases_users_ask_about():
     g1 = cells[Axes("0.22.0", 1, "default", True)]
     pw = next(m for m in g1.mitigations if m.rule == G1)
     assert (pw.field, pw.value) == ("cudagraphMode", "PIECEWISE")
-    g1_cost = next(c for c in rules.rule(G1).cost if c.representative)  # type: ignore[union-attr]
+    g1_rule = rules.rule(G1)
+    assert g1_rule is not None
+    g1_cost = next(c for c in g1_rule.cost if c.representative)
     assert pw.costs == (
         Measured(G1, g1_cost.hardware, g1_cost.model, tuple((p.concurrency, p.vs_off) for p in g1_cost.points), g1_cost.fixture),
     )
