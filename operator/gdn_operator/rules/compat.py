@@ -177,8 +177,10 @@ def _costs_of(field: str, covering: list[tuple[frozenset[str], Measured]]) -> tu
     return tuple(m for paths, m in covering if field in paths)
 
 
-def _capture_folder(path: str) -> str:
-    return path.rsplit("/", 1)[0] if path.endswith((".json", ".log", ".jsonl", ".prom")) else path
+def _capture_folder(fixture: str) -> str:
+    """The capture folder of a cost entry's fixture (tests/fixtures/<folder>/..., however deep the file is)."""
+    parts = fixture.split("/")
+    return "/".join(parts[:3]) if fixture.startswith("tests/fixtures/") and len(parts) > 3 else fixture.rsplit("/", 1)[0]
 
 
 def judge(ruleset: RuleSet, a: Axes, captures: Iterable[Capture] = ()) -> Cell:
