@@ -219,6 +219,7 @@ def evaluate(
     overrides: LaunchOverrides | None = None,
     policy: str | None = None,
     defaults: bool = True,
+    ruleset: RuleSet | None = None,
 ) -> Evaluation:
     """Evaluate a validated spec. Never raises for a valid spec (ValueError only for a bad default_policy).
 
@@ -228,10 +229,11 @@ def evaluate(
     `policy`:         force a policy regardless of spec.admissionPolicy (launch lines use "reject").
     `defaults`:       fill unset fields with the rules' safe values (rules/defaults.py); False for raw
                       launch lines, which run as written.
+    `ruleset`:        another rule set than the packaged one (rules/compat.py's tests use a synthetic one).
     """
     if default_policy not in ADMISSION_POLICIES:
         raise ValueError(f"default_policy must be one of {', '.join(ADMISSION_POLICIES)}, got {default_policy!r}")
-    ruleset = load_rules()
+    ruleset = ruleset or load_rules()
     effective_policy = policy or spec.admission_policy or default_policy
     if effective_policy not in ADMISSION_POLICIES:
         raise ValueError(f"policy must be one of {', '.join(ADMISSION_POLICIES)}, got {effective_policy!r}")
