@@ -1,7 +1,7 @@
 """Unset means safe (issue 23): an unset field resolves to the value the rules accept, MTP stays on, and each
 value is traced to its rule; a value the user sets is judged by the policy exactly as before.
 
-The rules behind the values: vllm#43559 (prefix caching + MTP, default on from 0.26.0), vllm#45100 (<0.24.0
+The rules behind the values: vllm#43559 (prefix caching + MTP, default on for hybrids from 0.28.0), vllm#45100 (<0.24.0
 async + non-align V1), vllm#53962 (0.25-0.28 async padding), vllm#51508 (async stale rows),
 flashinfer#3329 (FlashInfer GDN prefill hang), and G1 (tests/fixtures/vllm-0.22.0-h100-tp1-matrix).
 """
@@ -53,8 +53,7 @@ MINIMAL = {
         "cudagraphMode": ("PIECEWISE", "gdn-operator/mtp-full-decode-cudagraph"),
         "gdnPrefillBackend": ("triton", "flashinfer#3329"),
     },
-    "0.26.0": {
-        "prefixCaching": (False, "vllm#43559"),
+    "0.26.0": {  # prefix caching is opt-in for hybrids up to 0.27.1 (vLLM's own default is already off)
         "asyncScheduling": (False, "vllm#53962"),
         "gdnPrefillBackend": ("triton", "flashinfer#3329"),
     },
@@ -106,7 +105,7 @@ def test_a_value_the_user_sets_is_judged_by_the_policy():
 
 
 def test_vllm_own_default_is_kept_where_no_rule_objects():
-    ev = evaluate(mk("0.24.0"))  # prefix caching default off (<0.26.0): nothing to change
+    ev = evaluate(mk("0.27.1"))  # prefix caching opt-in for hybrids (<0.28.0): nothing to change
     assert "prefixCaching" not in _traced(ev) and ev.run_spec.prefix_caching is None
     argv = vllm_args("m", ev.run_spec)
     assert not any("prefix-caching" in a for a in argv)

@@ -40,7 +40,7 @@ def test_reject_policy_denies_vllm_43559_example():
     ]
     msg = ev.denial_message()
     assert msg.splitlines()[0].startswith("GDNModelServer refused by 1 known-crash rule ")
-    for needle in ("vllm#43559", "spec.prefixCaching", "prefixCaching: false", "0.26.0"):
+    for needle in ("vllm#43559", "spec.prefixCaching", "prefixCaching: false", "0.28.0"):
         assert needle in msg
     assert all(isinstance(f, RuleFinding) for f in ev.findings)
 

@@ -59,7 +59,7 @@ TABLE = [
     ),
     ("vllm#37035", {"speculativeDecoding": {"numSpeculativeTokens": 6}}, "0.33.0", "warned", None, None, None),
     ("vllm#43559", {"prefixCaching": True}, "0.23.0", "rejected", None, "gdn-guard/vllm-43559", None),
-    ("vllm#43559", {}, "0.26.0", "rejected", None, None, None),  # default-on prefix caching from 0.26.0
+    ("vllm#43559", {}, "0.28.0", "rejected", None, None, None),  # default-on prefix caching for hybrids from 0.28.0
     ("vllm#43559", {}, "0.33.0", "rejected", None, None, None),  # open @0.33.0
     ("vllm#51571", {"prefixCaching": True, "modelRunner": "v1"}, "0.33.0", "rejected", None, "gdn-guard/vllm-51571", None),
     ("vllm#51571", {"prefixCaching": True}, "0.24.0", "rejected", None, None, None),
@@ -183,7 +183,8 @@ NEGATIVE = [
     ("gdn-operator/mtp-full-decode-cudagraph", {"speculativeDecoding": {"enabled": False}}, "0.22.0"),
     ("gdn-operator/mtp-full-decode-cudagraph", {}, "0.22.1"),  # only 0.22.0 was run
     ("vllm#37035", {"speculativeDecoding": {"numSpeculativeTokens": 4}, "attentionBackend": "FLASHINFER"}, "0.17.1"),
-    ("vllm#43559", {}, "0.25.1"),  # prefix caching default off for hybrids up to 0.25.1
+    ("vllm#43559", {}, "0.25.1"),  # prefix caching default off for hybrids up to 0.27.1
+    ("vllm#43559", {}, "0.27.1"),  # (opt-in: vllm/engine/arg_utils.py; the 0.26.0 GPU engines resolved it off)
     ("vllm#43559", {"prefixCaching": False}, "0.33.0"),
     ("vllm#43559", {"prefixCaching": True, "speculativeDecoding": {"enabled": False}}, "0.33.0"),
     ("vllm#51571", {"prefixCaching": True}, "0.29.0"),  # V2 runner is the default from 0.29.0

@@ -123,7 +123,7 @@ class GDNModelServerSpec(_Model):
     )
     prefix_caching: bool | None = Field(
         default=None,
-        description="vLLM prefix caching; unset = the value the rules accept (off with MTP, vllm#43559), else vLLM's default (on for hybrids from 0.26.0).",
+        description="vLLM prefix caching; unset = the value the rules accept (off with MTP, vllm#43559), else vLLM's default (on for hybrids from 0.28.0).",
     )
     chunked_prefill: bool | None = Field(
         default=None, description="vLLM chunked prefill; unset = the value the rules accept, else vLLM's default."

@@ -5,7 +5,8 @@ against what vLLM will actually run, not against what the spec says. The default
 shared/docs/vllm-known-issues.md (beside the checkout) §2 (checked in the released wheels 0.17.0–0.33.0):
 
 * async scheduling: unset → on when the speculative method is EAGLE/MTP-type (all catalogued versions);
-* prefix caching for hybrid (GDN) models: unset → off on 0.17.0–0.25.1, on from 0.26.0;
+* prefix caching for hybrid (GDN) models: unset → off on 0.17.0–0.27.1 (opt-in), on from 0.28.0 (the catalogue
+  said 0.26.0; the wheels and a 0.26.0 GPU run say 0.28.0);
 * mamba cache mode for Qwen3.5 / Qwen3-Next: follows prefix caching (on → ``align``, off → ``none``);
   an explicit ``--mamba-cache-mode`` (launch lines only) is honoured up to 0.32.0 and is a no-op in 0.33.0;
 * chunked prefill: unset → on (vLLM V1 default; implied by §2: the 0.26.0+ default config resolves to
@@ -41,7 +42,11 @@ EAGLE_TYPES = frozenset({"eagle", "eagle3", "mtp", "dflash"})
 #: Methods that draft in parallel and so add (k-1) batch slots per request (#50708 arithmetic).
 PARALLEL_DRAFTING_METHODS = frozenset({"dflash"})
 
-PREFIX_CACHING_HYBRID_DEFAULT_ON = require_version("0.26.0")
+# vllm/engine/arg_utils.py `_set_default_chunked_prefill_and_prefix_caching_args`: "Hybrid models support prefix
+# caching but keep it opt-in for now" (`... and not model_config.is_hybrid`) in every wheel up to 0.27.1, gone from
+# 0.28.0 (read in the 0.26.0-0.33.0 wheels); the 0.26.0 engines of tests/fixtures/vllm-0.26.0-h200x2-release
+# resolved enable_prefix_caching=False with the flag unset.
+PREFIX_CACHING_HYBRID_DEFAULT_ON = require_version("0.28.0")
 V2_RUNNER_DEFAULT_FROM = require_version("0.29.0")
 MAMBA_MODE_FLAG_NOOP_FROM = require_version("0.33.0")
 V2_ENV_TRISTATE_FROM = require_version("0.22.0")
@@ -231,10 +236,10 @@ def effective_config(
         sources["prefix_caching"] = "unset: default unknown for an unparseable vLLM version"
     elif version >= PREFIX_CACHING_HYBRID_DEFAULT_ON:
         prefix = True
-        sources["prefix_caching"] = "unset: on by default for hybrid models from vLLM 0.26.0"
+        sources["prefix_caching"] = "unset: on by default for hybrid models from vLLM 0.28.0"
     else:
         prefix = False
-        sources["prefix_caching"] = "unset: off by default for hybrid models up to vLLM 0.25.1"
+        sources["prefix_caching"] = "unset: off by default for hybrid models up to vLLM 0.27.1 (opt-in)"
     v["prefix_caching"] = prefix
 
     mamba: str | None = None
