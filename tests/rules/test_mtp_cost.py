@@ -317,3 +317,17 @@ def test_a_launch_line_with_the_mitigation_is_covered():
     assert ev.allowed and _one(ev).code == SLOWER
     _, ev = evaluate_launch([*argv[:5], *argv[6:]], vllm_version="0.22.0")  # async on: B2 refuses it at 0.22.0
     assert not _cost_advisories(ev)
+
+
+def test_a_default_carries_its_measured_cost_in_status_or_says_unmeasured():
+    """Unset means safe, and a safe default that costs throughput says what it costs per release (issue 32):
+    status.effective.defaults[].cost, from the same cost entries as the advisory."""
+    by_field = {d.field: d.cost for d in evaluate(mk("0.26.0")).effective.defaults}
+    assert by_field["asyncScheduling"].startswith("MTP with it 1.22x / 1.06x / 1.15x of MTP off at concurrency 1 / 8 / 32")
+    assert "vLLM 0.26.0" in by_field["asyncScheduling"] and "vllm-0.26.0-h200x2-release" in by_field["asyncScheduling"]
+    assert by_field["gdnPrefillBackend"] == "unmeasured at vLLM 0.26.0 for this configuration"
+    g1 = {d.field: d.cost for d in evaluate(mk("0.22.0")).effective.defaults}["cudagraphMode"]
+    assert "1.26x / 1.01x / 0.84x" in g1
+    # a measurement at TP=1 does not cover TP=2: unmeasured there
+    tp2 = {d.field: d.cost for d in evaluate(mk("0.26.0", tensorParallelSize=2)).effective.defaults}
+    assert tp2["asyncScheduling"] == "unmeasured at vLLM 0.26.0 for this configuration"

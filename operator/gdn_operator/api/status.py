@@ -176,6 +176,11 @@ class DefaultedField(_Status):
     field: str = Field(description="camelCase spec path, e.g. prefixCaching.")
     value: Any = Field(default=None, description="The value rendered for it.")
     rule: str = Field(default="", description="The rule whose mitigation the value is, e.g. vllm#43559.")
+    cost: str = Field(
+        default="",
+        description="What the value measurably costs at this release (MTP with it against MTP off, from a GPU capture), "
+        "or 'unmeasured'.",
+    )
 
 
 class EffectiveConfig(_Status):

@@ -37,7 +37,7 @@ from typing import Any
 
 from gdn_operator.api.load import ManifestError
 from gdn_operator.api.spec import GDNModelServerSpec
-from gdn_operator.rules.cost import covers
+from gdn_operator.rules.cost import costs_of_field, covers
 from gdn_operator.rules.effective import effective_config
 from gdn_operator.rules.evaluator import Evaluation, evaluate
 from gdn_operator.rules.launchline import parse_launch_line
@@ -162,19 +162,9 @@ def _measured(rule: str, c: Cost) -> Measured:
     return Measured(rule, c.hardware, c.model, tuple((p.concurrency, p.vs_off) for p in c.points), c.fixture)
 
 
-def _covering(ruleset: RuleSet, ev: Evaluation) -> list[tuple[frozenset[str], Measured]]:
-    """The representative cost entries covering what the cell runs, each with the spec paths its rule mitigates."""
-    out: list[tuple[frozenset[str], Measured]] = []
-    for rule in ruleset.costed:
-        paths = frozenset(rule.mitigation or {})
-        out += [(paths, _measured(rule.id, c)) for c in rule.cost if c.representative and covers(c, ev.detail)]
-    return out
-
-
-def _costs_of(field: str, covering: list[tuple[frozenset[str], Measured]]) -> tuple[Measured, ...]:
-    """What a value the rules chose costs: the covering measurements of every rule that mitigates that field
-    (two rules can ask for the same value: the default names one, the measurement may sit on the other)."""
-    return tuple(m for paths, m in covering if field in paths)
+def _costs_of(ruleset: RuleSet, field: str, ev: Evaluation) -> tuple[Measured, ...]:
+    """What a value the rules chose costs (rules/cost.py costs_of_field, the one home of that lookup)."""
+    return tuple(_measured(rule.id, c) for rule, c in costs_of_field(ruleset, field, ev.detail))
 
 
 def _capture_folder(fixture: str) -> str:
@@ -192,13 +182,18 @@ def judge(ruleset: RuleSet, a: Axes, captures: Iterable[Capture] = ()) -> Cell:
     if not ev.allowed:
         refused = tuple(dict.fromkeys(f.rule for f in ev.rejected))
         return Cell(a, "refused", refused=refused, advisories=advisories, evidence=tuple(backing))
-    covering = _covering(ruleset, ev)
-    mitigations = tuple(Mitigation(d.field, d.value, d.rule, _costs_of(d.field, covering)) for d in ev.defaults)
+    mitigations = tuple(Mitigation(d.field, d.value, d.rule, _costs_of(ruleset, d.field, ev)) for d in ev.defaults)
     mitigations += tuple(
-        Mitigation(p, v, f.rule, _costs_of(p, covering)) for f in ev.mitigated for p, v in (f.mitigation or {}).items()
+        Mitigation(p, v, f.rule, _costs_of(ruleset, p, ev)) for f in ev.mitigated for p, v in (f.mitigation or {}).items()
     )
     chosen = {m.field for m in mitigations}
     # measurements of values the cell SETS itself (e.g. cudagraphMode PIECEWISE): none of its paths was chosen
+    covering = [
+        (frozenset(rule.mitigation or {}), _measured(rule.id, c))
+        for rule in ruleset.costed
+        for c in rule.cost
+        if c.representative and covers(c, ev.detail)
+    ]
     measured = tuple(m for paths, m in covering if not paths & chosen)
     backing = sorted(
         {

@@ -115,6 +115,32 @@ def _finding(rule: Rule, entries: list[Cost], eff: Effective, origin: str) -> Ru
     )
 
 
+def costs_of_field(ruleset: RuleSet, field: str, eff: Effective) -> list[tuple[Rule, Cost]]:
+    """The representative measurements covering `eff` of every rule whose mitigation sets `field` (a camelCase
+    spec path): what the value the rules chose for it costs. Two rules can ask for the same value: a default
+    names one, its measurement may sit on the other."""
+    return [
+        (rule, c)
+        for rule in ruleset.costed
+        if field in (rule.mitigation or {})
+        for c in rule.cost
+        if c.representative and covers(c, eff)
+    ]
+
+
+def default_cost(ruleset: RuleSet, field: str, eff: Effective) -> str:
+    """status.effective.defaults[].cost: the measured cost of a value the rules chose, or "unmeasured"."""
+    found = costs_of_field(ruleset, field, eff)
+    if not found:
+        return f"unmeasured at vLLM {eff.values.get('vllm_version')} for this configuration"
+    return "; ".join(
+        f"MTP with it {' / '.join(_x(p.vs_off) for p in c.points)} of MTP off at concurrency "
+        f"{' / '.join(str(p.concurrency) for p in c.points)} (vLLM {c.vllm}, {c.hardware}, {c.model.split(' ', 1)[0]}, "
+        f"TP={c.config.get('tensor_parallel_size', '?')}; {rule.id} cost in rules.yaml, {c.fixture})"
+        for rule, c in found
+    )
+
+
 def cost_findings(ruleset: RuleSet, eff: Effective, origins: Mapping[str, str] | None = None) -> list[RuleFinding]:
     """The measured-cost advisories for the configuration `eff` will run (one per rule with a covering loss).
 

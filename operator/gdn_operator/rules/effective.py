@@ -21,7 +21,7 @@ checkpoints and name patterns of rules/family.py); anything else is *unrecognise
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,8 +88,9 @@ class Effective:
         except KeyError:
             raise AttributeError(name) from None
 
-    def to_status(self, defaults: Sequence[Any] = ()) -> EffectiveConfigStatus:
-        """The status view; `defaults` are rules.defaults.Default records (field, value, rule)."""
+    def to_status(self, defaults: Sequence[Any] = (), costs: Mapping[str, str] | None = None) -> EffectiveConfigStatus:
+        """The status view; `defaults` are rules.defaults.Default records (field, value, rule), `costs` what each
+        defaulted field measurably costs (rules/cost.py default_cost)."""
         v = self.values
         return EffectiveConfigStatus.model_construct(
             vllm_version=v["vllm_version"],
@@ -101,7 +102,10 @@ class Effective:
             architecture=v["architecture"],
             gdn_prefill_backend=v["gdn_prefill_backend"],
             cudagraph_mode=v["cudagraph_mode"],
-            defaults=[DefaultedField.model_construct(field=d.field, value=d.value, rule=d.rule) for d in defaults],
+            defaults=[
+                DefaultedField.model_construct(field=d.field, value=d.value, rule=d.rule, cost=(costs or {}).get(d.field, ""))
+                for d in defaults
+            ],
         )
 
     def as_dict(self) -> dict[str, Any]:

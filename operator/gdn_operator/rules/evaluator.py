@@ -34,7 +34,7 @@ from gdn_operator.api.enums import ADMISSION_POLICIES
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.api.status import EffectiveConfig, RuleFinding
-from gdn_operator.rules.cost import cost_findings
+from gdn_operator.rules.cost import cost_findings, default_cost
 from gdn_operator.rules.defaults import Default, keeps_spec_decoding, resolve_defaults
 from gdn_operator.rules.effective import Effective, LaunchOverrides, effective_config
 from gdn_operator.rules.matching import Hit, match_rules
@@ -388,7 +388,7 @@ def _result(
         mitigated_spec=mitigated,
         change=change,
         patch=patch,
-        effective=eff.to_status(defaults),
+        effective=eff.to_status(defaults, {d.field: default_cost(ruleset, d.field, eff) for d in defaults}),
         detail=eff,
         original_detail=eff0,
         notes=notes,
