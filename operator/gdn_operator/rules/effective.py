@@ -30,6 +30,7 @@ from gdn_operator.api.status import DefaultedField
 from gdn_operator.api.status import EffectiveConfig as EffectiveConfigStatus
 from gdn_operator.api.vllm_args import resolve_extra_args
 from gdn_operator.rules.family import infer_architecture
+from gdn_operator.rules.layout import attention_groups, model_layout
 from gdn_operator.versions import Version, parse_version, require_version
 
 GDN_ARCHITECTURES = frozenset(a.value for a in Architecture)
@@ -140,7 +141,11 @@ FIELDS: dict[str, str] = {
     "cudagraph_mode": "spec.cudagraphMode",
     "enforce_eager": "spec.enforceEager",
     "patches": "spec.image.patches",
+    "attention_kv_groups": "spec.model.uri",
 }
+
+#: speculative methods that add no attention layer of their own (anything else but MTP: drafter layers unknown)
+NO_DRAFTER_LAYERS = frozenset({"ngram", "suffix"})
 
 
 def _on(b: bool | None) -> str:
@@ -300,6 +305,21 @@ def effective_config(
         sources["model_runner"] = "auto: V1 is the default runner for hybrid models up to vLLM 0.28.0"
     v["model_runner"] = runner
 
+    # --- full-attention KV-cache groups (G1's trigger, rules/layout.py) ---------------------
+    groups: int | None = None
+    lay = model_layout(spec.model.uri) if gdn else None
+    if lay is None:
+        sources["attention_kv_groups"] = "unknown: no readable config.json and no layer layout in the checkpoint table"
+    elif enabled and method != "mtp" and method not in NO_DRAFTER_LAYERS:
+        sources["attention_kv_groups"] = f"unknown: the {method} drafter's attention layers are not known"
+    else:
+        groups = attention_groups(lay, mtp=v["mtp"], version=version)
+        mtp_part = f" + {lay.mtp} MTP" if v["mtp"] and lay.mtp else ""
+        sources["attention_kv_groups"] = (
+            f"{lay.full_attention} full-attention{mtp_part} vs {lay.linear_attention} GDN layers ({lay.source})"
+        )
+    v["attention_kv_groups"] = groups
+
     # --- parallelism, batching --------------------------------------------------------------
     v["tensor_parallel_size"] = spec.tensor_parallel_size  # per engine group: a multi-node group shares one TP world
     v["pipeline_parallel_size"] = spec.pipeline_parallel_size
@@ -389,6 +409,10 @@ def describe_field(eff: Effective, path: str) -> str:
         # names only: env values can be credentials, and findings are copied into status and Events
         envs = ", ".join(k[4:] for k in sorted(v) if k.startswith("env."))
         return f"env {envs} set" if envs else ""
+    if path == "spec.model.uri":
+        n = v["attention_kv_groups"]
+        what = "unknown" if n is None else str(n)
+        return f"full-attention KV-cache groups {what} ({src.get('attention_kv_groups', '')})"
     if path == "spec.cudagraphMode":
         return f"cudagraph mode {v['cudagraph_mode']}"
     return path
