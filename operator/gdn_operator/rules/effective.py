@@ -148,6 +148,21 @@ FIELDS: dict[str, str] = {
 NO_DRAFTER_LAYERS = frozenset({"ngram", "suffix"})
 
 
+def _attention_kv_groups(uri: str | None, spec_method: str | None, version: Version | None) -> tuple[int | None, str]:
+    """How many full-attention KV-cache groups vLLM forms for the GDN hybrid at `uri`, and from what (None: unknown)."""
+    lay = model_layout(uri) if uri is not None else None
+    if lay is None:
+        return None, "unknown: no readable config.json and no layer layout in the checkpoint table"
+    if spec_method is not None and spec_method != "mtp" and spec_method not in NO_DRAFTER_LAYERS:
+        return None, f"unknown: the {spec_method} drafter's attention layers are not known"
+    mtp = spec_method == "mtp"
+    mtp_part = f" + {lay.mtp} MTP" if mtp and lay.mtp else ""
+    return (
+        attention_groups(lay, mtp=mtp, version=version),
+        f"{lay.full_attention} full-attention{mtp_part} vs {lay.linear_attention} GDN layers ({lay.source})",
+    )
+
+
 def _on(b: bool | None) -> str:
     return "unknown" if b is None else ("on" if b else "off")
 
@@ -306,19 +321,9 @@ def effective_config(
     v["model_runner"] = runner
 
     # --- full-attention KV-cache groups (G1's trigger, rules/layout.py) ---------------------
-    groups: int | None = None
-    lay = model_layout(spec.model.uri) if gdn else None
-    if lay is None:
-        sources["attention_kv_groups"] = "unknown: no readable config.json and no layer layout in the checkpoint table"
-    elif enabled and method != "mtp" and method not in NO_DRAFTER_LAYERS:
-        sources["attention_kv_groups"] = f"unknown: the {method} drafter's attention layers are not known"
-    else:
-        groups = attention_groups(lay, mtp=v["mtp"], version=version)
-        mtp_part = f" + {lay.mtp} MTP" if v["mtp"] and lay.mtp else ""
-        sources["attention_kv_groups"] = (
-            f"{lay.full_attention} full-attention{mtp_part} vs {lay.linear_attention} GDN layers ({lay.source})"
-        )
-    v["attention_kv_groups"] = groups
+    v["attention_kv_groups"], sources["attention_kv_groups"] = _attention_kv_groups(
+        spec.model.uri if gdn else None, method if enabled else None, version
+    )
 
     # --- parallelism, batching --------------------------------------------------------------
     v["tensor_parallel_size"] = spec.tensor_parallel_size  # per engine group: a multi-node group shares one TP world

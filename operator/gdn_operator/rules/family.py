@@ -81,9 +81,7 @@ def _checkpoint_entries() -> dict[str, dict[str, Any]]:
 
 def published_checkpoints() -> dict[str, tuple[str, str]]:
     """repo id (lower case) -> (architecture class, source) from data/checkpoints.yaml."""
-    return {
-        k: (GDN_CLASSES[str(e["architecture"]).lower()], str(e["source"])) for k, e in _checkpoint_entries().items()
-    }
+    return {k: (GDN_CLASSES[str(e["architecture"]).lower()], str(e["source"])) for k, e in _checkpoint_entries().items()}
 
 
 def checkpoint_entry(name: str) -> dict[str, Any] | None:

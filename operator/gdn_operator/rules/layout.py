@@ -42,7 +42,8 @@ def _count(value: Any) -> int | None:
 
 def layout_from_config(cfg: dict[str, Any], source: str) -> LayerLayout | None:
     """The layer layout a config.json declares, None when it does not say."""
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    nested = cfg.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else cfg
     mtp = _count(text.get("mtp_num_hidden_layers"))
     if mtp is None:
         mtp = _count(text.get("num_nextn_predict_layers")) or 0
