@@ -127,9 +127,10 @@ def test_render_runs_without_the_kubernetes_client():
 
 
 def test_render_prints_the_measured_cost_advisory_and_keeps_the_mitigation():
+    # a Qwen3.5 name with no known layer layout: G1 keeps its 0.22.0 PIECEWISE default (rules/layout.py)
     manifest = (
         "apiVersion: serving.gdn-operator.io/v1alpha1\nkind: GDNModelServer\nmetadata: {name: q, namespace: default}\n"
-        'spec:\n  model: {uri: "hf://Qwen/Qwen3.5-27B"}\n  image: {tag: v0.22.0, vllmVersion: "0.22.0"}\n'
+        'spec:\n  model: {uri: "hf://Qwen/Qwen3.5-9B"}\n  image: {tag: v0.22.0, vllmVersion: "0.22.0"}\n'
     )
     r = run("render", "-f", "-", "--output", "json", stdin=manifest)
     assert r.returncode == 0, r.stderr
@@ -182,3 +183,18 @@ def test_validate_policy_applies_to_a_launch_line():
     r = run("validate", "--vllm-version", "0.28.0", "--policy", "mitigate", "--output", "json", *line)
     res = json.loads(r.stdout)["results"][0]
     assert res["policy"] == "mitigate" and res["allowed"] is True, r.stdout + r.stderr
+
+
+def test_render_keeps_full_graphs_for_a_checkpoint_with_one_attention_group():
+    """Issue 33: Qwen/Qwen3.5-27B (16 attention + 1 MTP vs 48 GDN layers, data/checkpoints.yaml) forms one
+    full-attention KV-cache group, so G1 sets no CUDA-graph mode at 0.22.0: vLLM's FULL_AND_PIECEWISE default runs."""
+    manifest = (
+        "apiVersion: serving.gdn-operator.io/v1alpha1\nkind: GDNModelServer\nmetadata: {name: q, namespace: default}\n"
+        'spec:\n  model: {uri: "hf://Qwen/Qwen3.5-27B"}\n  image: {tag: v0.22.0, vllmVersion: "0.22.0"}\n'
+    )
+    r = run("render", "-f", "-", "--output", "json", stdin=manifest)
+    assert r.returncode == 0, r.stderr
+    deploy = next(o for o in json.loads(r.stdout)["items"] if o["kind"] == "Deployment")
+    args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--compilation-config" not in args and "--enforce-eager" not in args
+    assert '"method":"mtp"' in " ".join(args) and "mtp-full-decode-cudagraph" not in r.stderr

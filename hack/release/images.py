@@ -1,11 +1,14 @@
 """The one image tag scheme of gdn-operator's release artefacts (issue 39; issue 38's "one tag scheme").
 
   operator        ghcr.io/gdn-operator/gdn-operator:<version>           version = Chart.yaml version = appVersion
-  engine, patched ghcr.io/gdn-operator/vllm-gdn:<vllm>-gdn<guard>       only where gdn-guard patches <vllm>
-  engine, stock   vllm/vllm-openai:v<vllm>                              wherever no gdn-guard patch applies
+  engine, patched ghcr.io/gdn-operator/vllm-gdn:<vllm>-gdn<guard>       where a gdn-guard patch applies to <vllm>
+  engine, stock   vllm/vllm-openai:v<vllm>                              wherever none does
 
-A vllm-gdn image over a vLLM release that gdn-guard does not patch would be the stock image under another
-name, so it is never built nor named: `engine VERSION` answers the stock image for such a release.
+Some guards apply to every release but only to some models (MODEL_CONDITIONAL: gdn-guard/fa3-group-metadata,
+G1, for checkpoints whose attention layers form two or more KV-cache groups). They do not make a release's
+recommended image the patched one — the Qwen3.5 examples need no patch at 0.33.0 — but a vllm-gdn image built for
+that release carries them, and the rule that needs one names it (`engine(VERSION, conditional=True)`). A vllm-gdn
+image over a release that no guard patches at all would be the stock image under another name: never built.
 
   python hack/release/images.py engine VERSION     print "IMAGE PATCHES" (patches comma-separated, may be empty)
   python hack/release/images.py operator           print the operator image of this checkout's version
@@ -35,6 +38,8 @@ STOCK_REPOSITORY = "vllm/vllm-openai"
 CHART_YAML = ROOT / "charts" / "gdn-operator" / "Chart.yaml"
 #: vLLM releases a release of gdn-operator builds a vllm-gdn image for (each must carry a gdn-guard patch).
 VLLM_GDN_RELEASES = ROOT / "images" / "vllm-gdn" / "releases.yaml"
+#: guards that apply on every release, to some models only (they do not decide a release's recommended image)
+MODEL_CONDITIONAL = frozenset({"gdn-guard/fa3-group-metadata"})
 GDN_TAG = re.compile(r"^(?P<vllm>\d+\.\d+\.\d+)-gdn(?P<guard>\d+\.\d+\.\d+)$")
 
 
@@ -46,10 +51,11 @@ def gdn_tag(vllm: str) -> str:
     return f"{vllm}-gdn{GUARD_VERSION}"
 
 
-def engine(vllm: str) -> tuple[str, str, list[str]]:
-    """(repository, tag, patch ids) of the image users should run for vLLM ``vllm``."""
+def engine(vllm: str, conditional: bool = False) -> tuple[str, str, list[str]]:
+    """(repository, tag, patch ids) of the image users should run for vLLM ``vllm``; ``conditional``: for a model
+    a MODEL_CONDITIONAL guard applies to (a vllm-gdn image whenever the release has any patch)."""
     patches = sorted(declared_patch_ids(vllm))
-    if patches:
+    if patches and (conditional or set(patches) - MODEL_CONDITIONAL):
         return GDN_REPOSITORY, gdn_tag(vllm), patches
     return STOCK_REPOSITORY, f"v{vllm}", []
 
@@ -58,7 +64,7 @@ def matrix(releases: Path = VLLM_GDN_RELEASES) -> list[dict[str, str]]:
     """One entry per vLLM release in images/vllm-gdn/releases.yaml; a release without a patch is an error."""
     rows = []
     for vllm in yaml.safe_load(releases.read_text())["vllm"]:
-        repo, tag, patches = engine(str(vllm))
+        repo, tag, patches = engine(str(vllm), conditional=True)
         if repo != GDN_REPOSITORY:
             raise SystemExit(
                 f"{releases.name}: gdn-guard {GUARD_VERSION} patches nothing on vLLM {vllm}; "

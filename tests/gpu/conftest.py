@@ -77,8 +77,6 @@ def guard_dir(workdir) -> Path:
     """images/gdn-guard installed (entry point vllm.general_plugins) into its own dir, as the image does
     with pip; if the host cannot build it (no setuptools >= 77), the same layout is written directly:
     the package plus a dist-info with the entry points from its pyproject.toml."""
-    import tomllib
-
     src = workdir / "gdn-guard-src"
     shutil.copytree(harness.REPO / "images" / "gdn-guard", src)
     dest = workdir / "gdn-guard"
@@ -103,18 +101,7 @@ def guard_dir(workdir) -> Path:
     if p.returncode == 0:
         return dest
     print(f"gdn-guard: pip could not build it here ({p.stderr.strip().splitlines()[-1:]}); writing the layout directly")
-    proj = tomllib.loads((src / "pyproject.toml").read_text())["project"]
-    shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(src / "src" / "gdn_guard", dest / "gdn_guard")
-    info = dest / f"gdn_guard-{proj['version']}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {proj['name']}\nVersion: {proj['version']}\n")
-    eps = "".join(
-        f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items()) + "\n"
-        for group, entries in proj["entry-points"].items()
-    )
-    (info / "entry_points.txt").write_text(eps)
-    return dest
+    return harness.install_guard_layout(dest)
 
 
 @pytest.fixture(scope="session")

@@ -358,6 +358,28 @@ def run_requests(
     return res, time.monotonic() - t0
 
 
+def install_guard_layout(dest: Path) -> Path:
+    """images/gdn-guard as pip would install it into ``dest`` (for ``PYTHONPATH``): the package plus a dist-info
+    whose entry points come from its pyproject.toml, so vLLM's ``vllm.general_plugins`` loader finds it in every
+    process (API server, EngineCore, each TP worker) without building a wheel on a host that cannot."""
+    import shutil
+    import tomllib
+
+    src = REPO / "images" / "gdn-guard"
+    proj = tomllib.loads((src / "pyproject.toml").read_text())["project"]
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(src / "src" / "gdn_guard", dest / "gdn_guard", ignore=shutil.ignore_patterns("__pycache__"))
+    info = dest / f"gdn_guard-{proj['version']}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {proj['name']}\nVersion: {proj['version']}\n")
+    eps = "".join(
+        f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items()) + "\n"
+        for group, entries in proj["entry-points"].items()
+    )
+    (info / "entry_points.txt").write_text(eps)
+    return dest
+
+
 if __name__ == "__main__":  # pragma: no cover - manual smoke: print the rendered argv
     print(json.dumps(render(adapted_manifest()).__dict__, indent=1))
     sys.exit(0)

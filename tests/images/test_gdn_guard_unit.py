@@ -21,6 +21,7 @@ from gdn_guard.guards import GuardUnavailable, all_guards, vllm_36917
 from gdn_guard.versions import Version, VersionError, VersionRange
 
 RULES = REPO / "operator" / "gdn_operator" / "rules" / "data" / "rules.yaml"
+FA3 = "gdn-guard/fa3-group-metadata"
 CATALOGUE = [
     "0.17.0",
     "0.17.1",
@@ -96,11 +97,12 @@ def test_range_keeps_prereleases_of_the_fix_inside(pre):
 
 def test_declared_patch_ids_per_catalogue_release():
     got = {v: plugin.declared_patch_ids(v) for v in CATALOGUE}
-    assert got["0.17.0"] == got["0.17.1"] == ["gdn-guard/vllm-36917"]
-    assert all(got[v] == [] for v in CATALOGUE[2:]), got
-    assert plugin.declared_patch_ids("0.18.0rc1") == ["gdn-guard/vllm-36917"]  # conservative for pre-releases
-    assert plugin.declared_patch_ids("0.32.0+cpu") == []
-    assert gdn_guard.declared_patch_ids("0.17.1") == ["gdn-guard/vllm-36917"]
+    # fa3-group-metadata (G1): the reuse it turns off is in every wheel read, 0.17.0-0.33.0 (V1 runner)
+    assert got["0.17.0"] == got["0.17.1"] == ["gdn-guard/vllm-36917", FA3]
+    assert all(got[v] == [FA3] for v in CATALOGUE[2:]), got
+    assert plugin.declared_patch_ids("0.18.0rc1") == ["gdn-guard/vllm-36917", FA3]  # conservative for pre-releases
+    assert plugin.declared_patch_ids("0.32.0+cpu") == [FA3]
+    assert gdn_guard.declared_patch_ids("0.17.1") == ["gdn-guard/vllm-36917", FA3]
     with pytest.raises(ValueError, match="gdn-guard: not a PEP 440 version: 'v-next'"):
         plugin.declared_patch_ids("v-next")
 
@@ -196,10 +198,13 @@ def test_register_disable_env(fresh_plugin, monkeypatch, caplog):
     monkeypatch.setattr(
         plugin, "detect_vllm_version", lambda: versions.DetectedVersion(Version.parse("0.17.1"), "dist:vllm", "0.17.1")
     )
-    monkeypatch.setenv("GDN_GUARD_DISABLE", "gdn-guard/vllm-36917")
+    monkeypatch.setenv("GDN_GUARD_DISABLE", "gdn-guard/vllm-36917, fa3-group-metadata")
     caplog.set_level(logging.INFO, logger="vllm.gdn_guard")
     fresh_plugin.register()
-    assert fresh_plugin.result().skipped == (("spec-decode-uniform-batch", "disabled by GDN_GUARD_DISABLE"),)
+    assert fresh_plugin.result().skipped == (
+        ("spec-decode-uniform-batch", "disabled by GDN_GUARD_DISABLE"),
+        ("fa3-group-metadata", "disabled by GDN_GUARD_DISABLE"),
+    )
 
 
 def test_register_never_raises(fresh_plugin, monkeypatch, caplog):
@@ -221,15 +226,16 @@ def _cli(*args):
 
 def test_cli_declared_and_verify():
     p = _cli("declared-patch-ids", "0.17.1")
-    assert p.returncode == 0 and p.stdout.strip() == "gdn-guard/vllm-36917"
-    assert _cli("declared-patch-ids", "0.32.0").stdout == "\n"
-    assert _cli("verify-patches", "gdn-guard/vllm-36917", "--vllm-version", "0.17.1").returncode == 0
-    assert _cli("verify-patches", "", "--vllm-version", "0.32.0").returncode == 0
+    assert p.returncode == 0 and p.stdout.strip() == f"gdn-guard/vllm-36917,{FA3}"
+    assert _cli("declared-patch-ids", "0.32.0").stdout == f"{FA3}\n"
+    assert _cli("verify-patches", f"gdn-guard/vllm-36917,{FA3}", "--vllm-version", "0.17.1").returncode == 0
+    assert _cli("verify-patches", FA3, "--vllm-version", "0.32.0").returncode == 0
+    assert _cli("verify-patches", "", "--vllm-version", "0.32.0").returncode == 1
     bad = _cli("verify-patches", "", "--vllm-version", "0.17.1")
     assert bad.returncode == 1
     assert bad.stderr.strip() == (
-        "gdn-guard: GDN_GUARD_PATCHES=(empty) but vLLM 0.17.1 needs gdn-guard/vllm-36917; "
-        "set --build-arg GDN_GUARD_PATCHES=gdn-guard/vllm-36917"
+        f"gdn-guard: GDN_GUARD_PATCHES=(empty) but vLLM 0.17.1 needs {FA3},gdn-guard/vllm-36917; "
+        f"set --build-arg GDN_GUARD_PATCHES={FA3},gdn-guard/vllm-36917"
     )
     nov = _cli("declared-patch-ids")  # no vLLM installed in this interpreter
     assert nov.returncode == 1 and "no vLLM installation found" in nov.stderr

@@ -9,6 +9,7 @@ README's manifests, the chart's NOTES, the Dockerfile's build lines and the rule
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -42,9 +43,20 @@ def _check(repository: str, tag: str, vllm: str, patches: list[str], where: str)
 
 
 def test_scheme_stock_image_without_a_patch_and_vllm_gdn_only_with_one():
-    assert declared_patch_ids("0.33.0") == []
+    # 0.33.0: only the model-conditional G1 guard (two attention KV-cache groups): the release's image stays stock,
+    # a model G1 applies to runs vllm-gdn
+    assert declared_patch_ids("0.33.0") == ["gdn-guard/fa3-group-metadata"]
     assert images.engine("0.33.0") == ("vllm/vllm-openai", "v0.33.0", [])
-    assert images.engine("0.17.1") == ("ghcr.io/gdn-operator/vllm-gdn", f"0.17.1-gdn{GUARD_VERSION}", ["gdn-guard/vllm-36917"])
+    assert images.engine("0.33.0", conditional=True) == (
+        "ghcr.io/gdn-operator/vllm-gdn",
+        f"0.33.0-gdn{GUARD_VERSION}",
+        ["gdn-guard/fa3-group-metadata"],
+    )
+    assert images.engine("0.17.1") == (
+        "ghcr.io/gdn-operator/vllm-gdn",
+        f"0.17.1-gdn{GUARD_VERSION}",
+        ["gdn-guard/fa3-group-metadata", "gdn-guard/vllm-36917"],
+    )
     m = images.GDN_TAG.match(images.gdn_tag("0.17.1"))
     assert m and (m["vllm"], m["guard"]) == ("0.17.1", GUARD_VERSION)
     assert not images.GDN_TAG.match("v0.33.0-gdn1"), "the tag of earlier examples, never built, is not the scheme"
@@ -57,16 +69,23 @@ def test_every_vllm_gdn_release_the_workflow_builds_carries_a_patch(tmp_path):
         assert declared_patch_ids(row["vllm"]), row
         assert row["image"] == f"ghcr.io/gdn-operator/vllm-gdn:{images.gdn_tag(row['vllm'])}"
         assert row["patches"] == ",".join(sorted(declared_patch_ids(row["vllm"])))
-    # a release gdn-guard does not patch is refused, naming the stock image to run instead
-    bad = tmp_path / "releases.yaml"
-    bad.write_text("vllm: [0.33.0]\n")
+    # a release only a model-conditional guard patches is built too (for the models it applies to)
+    only = tmp_path / "releases.yaml"
+    only.write_text("vllm: [0.33.0]\n")
     res = subprocess.run(
-        [sys.executable, str(REPO / "hack" / "release" / "images.py"), "matrix", str(bad)],
+        [sys.executable, str(REPO / "hack" / "release" / "images.py"), "matrix", str(only)],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert res.returncode != 0 and "patches nothing on vLLM 0.33.0" in res.stderr and "vllm/vllm-openai:v0.33.0" in res.stderr
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == [
+        {
+            "vllm": "0.33.0",
+            "image": f"ghcr.io/gdn-operator/vllm-gdn:0.33.0-gdn{GUARD_VERSION}",
+            "patches": "gdn-guard/fa3-group-metadata",
+        }
+    ]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])

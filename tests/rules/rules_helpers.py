@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 from gdn_operator.api.spec import GDNModelServerSpec
 
 from builders import GMS
+
+REPO = Path(__file__).resolve().parents[2]
+#: G1 (rules/layout.py): the trained tiny model's config.json splits its attention layers (+ MTP) into 2 KV-cache groups
+TINY_MODEL = f"file://{REPO / 'tests' / 'models' / 'tiny-qwen3-next-recall'}"
+#: a Qwen3.5 name with no layer layout in data/checkpoints.yaml and no readable config.json: G1 as measured at 0.22.0
+UNKNOWN_LAYOUT_MODEL = "hf://Qwen/Qwen3.5-9B"
 
 
 def spec_dict(version: str = "0.33.0", model: str = "hf://Qwen/Qwen3.5-27B", **fields: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from rules_helpers import mk, rules_of
+from rules_helpers import TINY_MODEL, UNKNOWN_LAYOUT_MODEL, mk, rules_of
 
 from gdn_operator.api.load import load_file
 from gdn_operator.render.engine import vllm_args
@@ -48,9 +48,9 @@ def _traced(ev) -> dict[str, tuple]:
 
 # what each catalogued release needs, from the rules (release -> field -> (value, rule))
 MINIMAL = {
+    # Qwen/Qwen3.5-27B forms one full-attention KV-cache group (data/checkpoints.yaml layers): G1 keeps FULL graphs
     "0.22.0": {
         "asyncScheduling": (False, "vllm#45100"),
-        "cudagraphMode": ("PIECEWISE", "gdn-operator/mtp-full-decode-cudagraph"),
         "gdnPrefillBackend": ("triton", "flashinfer#3329"),
     },
     "0.26.0": {  # prefix caching is opt-in for hybrids up to 0.27.1 (vLLM's own default is already off)
@@ -82,6 +82,33 @@ def test_minimal_manifest_is_admitted_with_mtp_on_and_safe_flags_traced(version)
     assert '"method":"mtp"' in " ".join(argv)
     # the user's spec is untouched: defaults live in what runs, not in what was submitted
     assert spec.prefix_caching is None and spec.async_scheduling is None
+
+
+G1 = "gdn-operator/mtp-full-decode-cudagraph"
+
+
+@pytest.mark.parametrize(
+    "model,version,patches,piecewise",
+    [
+        ("hf://Qwen/Qwen3.5-27B", "0.22.0", [], False),  # one attention group (data/checkpoints.yaml): FULL graphs
+        (UNKNOWN_LAYOUT_MODEL, "0.22.0", [], True),  # layout unknown: kept as measured at 0.22.0
+        (UNKNOWN_LAYOUT_MODEL, "0.26.0", [], False),
+        (TINY_MODEL, "0.22.0", [], True),  # config.json: two attention groups with the MTP layer
+        (TINY_MODEL, "0.26.0", [], True),  # ... at every release with the V1 runner
+        (TINY_MODEL, "0.26.0", ["gdn-guard/fa3-group-metadata"], False),  # the image carries the guard
+        (TINY_MODEL, "0.29.0", [], False),  # V2 runner by default: FlashAttention metadata per group
+    ],
+)
+def test_g1_defaults_piecewise_only_where_the_trigger_is(model, version, patches, piecewise):
+    ev = evaluate(mk(version, model=model, patches=patches))
+    assert ev.allowed and not ev.rejected
+    traced = _traced(ev)
+    if piecewise:
+        assert traced["cudagraphMode"] == ("PIECEWISE", G1)
+        assert ev.run_spec.cudagraph_mode == "PIECEWISE"
+    else:
+        assert "cudagraphMode" not in traced and ev.run_spec.cudagraph_mode is None
+        assert G1 not in rules_of(ev)
 
 
 def test_the_defaulted_configuration_passes_admission_as_if_the_user_had_set_it():

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from paths import REPO, SHARED
-from rules_helpers import mk
+from rules_helpers import UNKNOWN_LAYOUT_MODEL, mk
 
 from gdn_operator.api.overrides import apply_overrides
 from gdn_operator.api.status import GDNModelServerStatus
@@ -30,6 +30,8 @@ from gdn_operator.rules.cost import SLOWER, SLOWER_ABOVE_RANGE, cost_findings
 from gdn_operator.rules.rulefile import Cost, RuleFileError, default_rule_file, parse_rule_file
 
 G1 = "gdn-operator/mtp-full-decode-cudagraph"
+#: G1 enforces at 0.22.0 where the checkpoint's layout is unknown (a known one-group layout is not mitigated)
+G1_MODEL = UNKNOWN_LAYOUT_MODEL
 ENTRIES = [(r.id, i, c) for r in load_rules().costed for i, c in enumerate(r.cost)]
 
 
@@ -211,7 +213,7 @@ def _one(ev):
 
 
 def test_default_piecewise_at_0_22_0_is_reported_slower_than_mtp_off_at_concurrency_32():
-    ev = evaluate(mk("0.22.0"))
+    ev = evaluate(mk("0.22.0", model=G1_MODEL))
     assert {(d.field, d.value, d.rule) for d in ev.defaults} >= {("cudagraphMode", "PIECEWISE", G1)}  # unchanged
     assert ev.allowed and not ev.changed and ev.exit_code == 0 and not ev.warnings
     f = _one(ev)
@@ -229,7 +231,7 @@ def test_default_piecewise_at_0_22_0_is_reported_slower_than_mtp_off_at_concurre
 
 
 def test_it_reaches_status_advisories_in_the_crd_shape():
-    f = _one(evaluate(mk("0.22.0")))
+    f = _one(evaluate(mk("0.22.0", model=G1_MODEL)))
     dumped = f.model_dump(by_alias=True, exclude_none=True, mode="json")
     assert dumped["code"] == SLOWER and dumped["measurements"][0]["mtpVsOff"] == 0.843
     assert dumped["measurements"][0]["aboveMaxNumSeqs"] is False
@@ -245,12 +247,12 @@ def test_it_reaches_status_advisories_in_the_crd_shape():
     ],
 )
 def test_a_mitigation_set_or_applied_is_covered_alike(fields, origin):
-    f = _one(evaluate(mk("0.22.0", **fields)))
+    f = _one(evaluate(mk("0.22.0", model=G1_MODEL, **fields)))
     assert f.code == SLOWER and f"({origin})" in f.message
 
 
 def test_an_operator_override_is_covered():
-    spec = mk("0.22.0", cudagraphMode="FULL_AND_PIECEWISE")
+    spec = mk("0.22.0", model=G1_MODEL, cudagraphMode="FULL_AND_PIECEWISE")
     assert not evaluate(spec).allowed  # G1 refuses it under policy reject
     ev = evaluate(apply_overrides(spec, [{"path": "cudagraphMode", "value": "PIECEWISE", "reason": G1}]))
     assert ev.allowed and _one(ev).code == SLOWER
@@ -260,7 +262,7 @@ def test_an_operator_override_is_covered():
     "mns, code, above", [(16, SLOWER_ABOVE_RANGE, True), (31, SLOWER_ABOVE_RANGE, True), (32, SLOWER, False)]
 )
 def test_max_num_seqs_below_the_losing_concurrency_says_so_instead(mns, code, above):
-    f = _one(evaluate(mk("0.22.0", maxNumSeqs=mns)))
+    f = _one(evaluate(mk("0.22.0", model=G1_MODEL, maxNumSeqs=mns)))
     assert f.code == code and [m.above_max_num_seqs for m in f.measurements] == [above]
     if above:
         assert f"above this server's maxNumSeqs {mns} (spec.maxNumSeqs)" in f.message
@@ -279,12 +281,12 @@ def test_max_num_seqs_below_the_losing_concurrency_says_so_instead(mns, code, ab
     ],
 )
 def test_no_advisory_where_nothing_was_measured(version, fields):
-    ev = evaluate(mk(version, **fields))
+    ev = evaluate(mk(version, model=G1_MODEL, **fields))
     assert ev.allowed and not _cost_advisories(ev), [f.message for f in _cost_advisories(ev)]
 
 
 def test_a_refused_server_gets_no_cost_advisory():
-    ev = evaluate(mk("0.22.0", cudagraphMode="FULL"))  # policy reject: nothing runs
+    ev = evaluate(mk("0.22.0", model=G1_MODEL, cudagraphMode="FULL"))  # policy reject: nothing runs
     assert not ev.allowed and not _cost_advisories(ev)
 
 
@@ -295,7 +297,7 @@ def test_only_representative_entries_are_reported():
     g1["cost"] = [c for c in g1["cost"] if not c["representative"]]
     assert g1["cost"]
     ruleset = parse_rule_file(yaml.safe_dump(raw), "rules.yaml")
-    eff = effective_config(mk("0.22.0", cudagraphMode="PIECEWISE", asyncScheduling=False))
+    eff = effective_config(mk("0.22.0", model=G1_MODEL, cudagraphMode="PIECEWISE", asyncScheduling=False))
     assert cost_findings(ruleset, eff) == []
     g1["cost"][0]["representative"] = True
     found = cost_findings(parse_rule_file(yaml.safe_dump(raw), "rules.yaml"), eff)
@@ -326,7 +328,7 @@ def test_a_default_carries_its_measured_cost_in_status_or_says_unmeasured():
     assert by_field["asyncScheduling"].startswith("MTP with it 1.22x / 1.06x / 1.15x of MTP off at concurrency 1 / 8 / 32")
     assert "vLLM 0.26.0" in by_field["asyncScheduling"] and "vllm-0.26.0-h200x2-release" in by_field["asyncScheduling"]
     assert by_field["gdnPrefillBackend"] == "unmeasured at vLLM 0.26.0 for this configuration"
-    g1 = {d.field: d.cost for d in evaluate(mk("0.22.0")).effective.defaults}["cudagraphMode"]
+    g1 = {d.field: d.cost for d in evaluate(mk("0.22.0", model=G1_MODEL)).effective.defaults}["cudagraphMode"]
     assert "1.26x / 1.01x / 0.84x" in g1
     # a measurement at TP=1 does not cover TP=2: unmeasured there
     tp2 = {d.field: d.cost for d in evaluate(mk("0.26.0", tensorParallelSize=2)).effective.defaults}

@@ -140,10 +140,13 @@ def test_engine_logs_name_the_release_graphs_and_resolved_prefix_caching(name: s
     assert "Prefix cache hit rate: 0.0%" in log and not re.search(r"Prefix cache hit rate: (?!0\.0%)", log)
 
 
-def test_what_the_operator_renders_at_0_26_0_today_is_what_engine_e_ran():
-    """MTP k=2 with prefix caching left to vLLM (off at 0.26.0) and async scheduling off (vllm#53962's default)."""
+def test_what_the_operator_renders_at_0_26_0_today_is_what_engine_e_ran(monkeypatch):
+    """MTP k=2 with prefix caching left to vLLM (off at 0.26.0) and async scheduling off (vllm#53962's default);
+    the production-geometry layout forms one attention KV-cache group, so G1 keeps vLLM's FULL graphs."""
     sys.path.insert(0, str(REPO / "tests" / "gpu"))
     import harness
+
+    monkeypatch.setenv("GDN_GPU_MODEL", str(REPO / "tests" / "models" / "prod-geometry"))
 
     m = harness.adapted_manifest(mtp=True, eager=False, gpu_memory_utilization=0.1, kv_cache_memory="24G")
     m["spec"].pop("prefixCaching")

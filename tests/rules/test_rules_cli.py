@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from paths import gdnctl
+from rules_helpers import UNKNOWN_LAYOUT_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
 GDNCTL = gdnctl()
@@ -239,7 +240,8 @@ def test_measured_cost_advisory_is_printed_apart_from_warnings(tmp_path):
     """G1's PIECEWISE default at 0.22.0: MTP with it measured 0.84x MTP off at concurrency 32 (rules.yaml `cost`,
     tests/fixtures/vllm-0.22.0-h100x2-prodmodel) — an advisory with its numbers, exit 0, never a warning."""
     f = tmp_path / "s.yaml"
-    f.write_text(MANIFEST.format(name="m", version="0.22.0", extra=""))
+    # a checkpoint whose layer layout the operator cannot read: G1 as measured at 0.22.0 (rules/layout.py)
+    f.write_text(MANIFEST.format(name="m", version="0.22.0", extra="").replace("hf://Qwen/Qwen3.5-27B", UNKNOWN_LAYOUT_MODEL))
     p = run("-f", str(f))
     assert p.returncode == 0, p.stdout + p.stderr
     advisories = p.stdout.split("  advisories (", 1)[1]
@@ -252,6 +254,32 @@ def test_measured_cost_advisory_is_printed_apart_from_warnings(tmp_path):
     assert cost["action"] == "advisory" and [(m["concurrency"], m["mtpVsOff"]) for m in cost["measurements"]] == [(32, 0.843)]
     for extra in ("  speculativeDecoding: {enabled: false}\n", ""):
         version = "0.22.0" if extra else "0.22.1"  # MTP off / a release no capture measured: nothing to say
-        f.write_text(MANIFEST.format(name="m", version=version, extra=extra))
+        f.write_text(
+            MANIFEST.format(name="m", version=version, extra=extra).replace("hf://Qwen/Qwen3.5-27B", UNKNOWN_LAYOUT_MODEL)
+        )
         p = run("-f", str(f))
         assert p.returncode == 0 and "ADMITTED" in p.stdout and "MTPSlowerThanOff" not in p.stdout, p.stdout
+
+
+G1 = "gdn-operator/mtp-full-decode-cudagraph"
+TINY_DIR = ROOT / "tests" / "models" / "tiny-qwen3-next-recall"
+
+
+@pytest.mark.parametrize(
+    "model, patch, fires",
+    [
+        ("Qwen/Qwen3.5-27B", None, False),  # 16 attention + 1 MTP vs 48 GDN layers: one attention group
+        (str(TINY_DIR), None, True),  # its config.json: 2 attention + 1 MTP vs 2 GDN layers: two groups
+        (str(TINY_DIR), "gdn-guard/fa3-group-metadata", False),  # an image carrying the guard
+        (UNKNOWN_LAYOUT_MODEL.removeprefix("hf://"), None, True),  # layout unknown: as measured at 0.22.0
+    ],
+)
+def test_g1_on_a_launch_line_follows_the_attention_kv_groups(model, patch, fires):
+    """Issue 33: a real Qwen3.5 MTP launch line at 0.22.0 keeps vLLM's FULL graphs; the tiny model's does not."""
+    args = ["--vllm-version", "0.22.0", "--output", "json", *(["--patch", patch] if patch else [])]
+    argv = ["vllm", "serve", model, "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}']
+    p = run(*args, "--", *argv, "--no-async-scheduling", "--gdn-prefill-backend", "triton")
+    out = json.loads(p.stdout)["results"][0]
+    actions = {f["rule"]: f["action"] for f in out["findings"]}
+    assert (actions.get(G1) == "rejected") is fires, actions
+    assert (p.returncode == 0) is not fires and out["allowed"] is not fires, (p.returncode, actions)

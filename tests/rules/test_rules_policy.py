@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rules_helpers import apply_json_patch, mk, rules_of
+from rules_helpers import TINY_MODEL, apply_json_patch, mk, rules_of
 
 from gdn_operator.api.load import load_file
 from gdn_operator.api.spec import GDNModelServerSpec
@@ -334,7 +334,7 @@ def test_every_mitigation_converges_and_is_clean():
     triggers = {
         "vllm#36917": ("0.17.1", {}),
         "vllm#45100": ("0.23.0", {"asyncScheduling": True}),
-        "gdn-operator/mtp-full-decode-cudagraph": ("0.22.0", {"cudagraphMode": "FULL_AND_PIECEWISE"}),
+        "gdn-operator/mtp-full-decode-cudagraph": ("0.22.0", {"cudagraphMode": "FULL_AND_PIECEWISE", "model": TINY_MODEL}),
         "vllm#38041": ("0.24.0", {"modelRunner": "v2", "prefixCaching": True}),
         "vllm#37035": ("0.17.1", {"speculativeDecoding": {"numSpeculativeTokens": 8}, "attentionBackend": "FLASHINFER"}),
         "vllm#43559": ("0.28.0", {"prefixCaching": True}),

@@ -12,7 +12,7 @@ Test ids name the upstream issue (catalogue ../shared/docs/vllm-known-issues.md,
 from __future__ import annotations
 
 import pytest
-from rules_helpers import mk, rules_of
+from rules_helpers import TINY_MODEL, UNKNOWN_LAYOUT_MODEL, mk, rules_of
 
 from gdn_operator.rules import evaluate, load_rules
 from gdn_operator.rules.effective import LaunchOverrides
@@ -27,11 +27,31 @@ TABLE = [
     ("vllm#38041", {"modelRunner": "v2", "prefixCaching": False}, "0.19.1", "rejected", "0.25.0", None, None),
     ("vllm#38041", {"modelRunner": "v2", "prefixCaching": True}, "0.24.0", "rejected", "0.25.0", None, None),
     ("vllm#41190", {"tensorParallelSize": 2}, "0.19.2rc1.dev226+g53b9640fb", "advisory", None, None, None),
-    ("gdn-operator/mtp-full-decode-cudagraph", {}, "0.22.0", "rejected", None, None, None),  # auto = FULL_AND_PIECEWISE
+    # G1 where the layout is unknown: as measured (0.22.0, MTP); auto = FULL_AND_PIECEWISE
+    ("gdn-operator/mtp-full-decode-cudagraph", {"model": UNKNOWN_LAYOUT_MODEL}, "0.22.0", "rejected", None, None, None),
     (
         "gdn-operator/mtp-full-decode-cudagraph",
-        {"cudagraphMode": "FULL_DECODE_ONLY", "asyncScheduling": False},
+        {"model": UNKNOWN_LAYOUT_MODEL, "cudagraphMode": "FULL_DECODE_ONLY", "asyncScheduling": False},
         "0.22.0",
+        "rejected",
+        None,
+        "gdn-guard/fa3-group-metadata",
+        None,
+    ),
+    # G1 at its trigger (tests/fixtures/vllm-0.22.0-h100-g1-probe): two attention KV-cache groups, any V1 release
+    (
+        "gdn-operator/mtp-full-decode-cudagraph",
+        {"model": TINY_MODEL},
+        "0.26.0",
+        "rejected",
+        None,
+        "gdn-guard/fa3-group-metadata",
+        None,
+    ),
+    (
+        "gdn-operator/mtp-full-decode-cudagraph",
+        {"model": TINY_MODEL, "modelRunner": "v1"},
+        "0.33.0",
         "rejected",
         None,
         None,
@@ -162,7 +182,7 @@ def test_every_patch_id_is_used_and_tested():
     cat = load_rules()
     used = {p for r in cat.rules for p in r.patches}
     assert used == set(cat.patch_ids) | set(cat.planned_patch_ids)
-    assert set(cat.patch_ids) == {"gdn-guard/vllm-36917"}  # what gdn-guard 0.1.0 ships
+    assert set(cat.patch_ids) == {"gdn-guard/vllm-36917", "gdn-guard/fa3-group-metadata"}  # what gdn-guard 0.1.0 ships
     tested = {row[5] for row in TABLE if row[5]}
     assert tested == used
 
@@ -178,10 +198,20 @@ NEGATIVE = [
     ("vllm#38041", {}, "0.24.0"),  # auto = V1 before 0.29.0
     ("vllm#41190", {"tensorParallelSize": 1}, "0.20.0"),
     # G1 (tests/fixtures/vllm-0.22.0-h100-tp1-matrix): exact answers with PIECEWISE, eager, or MTP off
-    ("gdn-operator/mtp-full-decode-cudagraph", {"cudagraphMode": "PIECEWISE"}, "0.22.0"),
-    ("gdn-operator/mtp-full-decode-cudagraph", {"enforceEager": True}, "0.22.0"),
-    ("gdn-operator/mtp-full-decode-cudagraph", {"speculativeDecoding": {"enabled": False}}, "0.22.0"),
-    ("gdn-operator/mtp-full-decode-cudagraph", {}, "0.22.1"),  # only 0.22.0 was run
+    ("gdn-operator/mtp-full-decode-cudagraph", {"model": UNKNOWN_LAYOUT_MODEL, "cudagraphMode": "PIECEWISE"}, "0.22.0"),
+    ("gdn-operator/mtp-full-decode-cudagraph", {"model": UNKNOWN_LAYOUT_MODEL, "enforceEager": True}, "0.22.0"),
+    (
+        "gdn-operator/mtp-full-decode-cudagraph",
+        {"model": UNKNOWN_LAYOUT_MODEL, "speculativeDecoding": {"enabled": False}},
+        "0.22.0",
+    ),
+    ("gdn-operator/mtp-full-decode-cudagraph", {"model": UNKNOWN_LAYOUT_MODEL}, "0.22.1"),  # unknown layout: only 0.22.0 was run
+    # G1 at its trigger: a checkpoint with one attention group (3 GDN : 1 attention + 1 MTP) keeps FULL graphs
+    ("gdn-operator/mtp-full-decode-cudagraph", {}, "0.22.0"),  # Qwen/Qwen3.5-27B: data/checkpoints.yaml layers
+    ("gdn-operator/mtp-full-decode-cudagraph", {"model": TINY_MODEL, "speculativeDecoding": {"enabled": False}}, "0.22.0"),
+    ("gdn-operator/mtp-full-decode-cudagraph", {"model": TINY_MODEL}, "0.29.0"),  # V2 runner: metadata per group
+    ("gdn-operator/mtp-full-decode-cudagraph", {"model": TINY_MODEL, "cudagraphMode": "PIECEWISE"}, "0.26.0"),
+    ("gdn-operator/mtp-full-decode-cudagraph", {"model": TINY_MODEL, "attentionBackend": "TRITON_ATTN"}, "0.26.0"),
     ("vllm#37035", {"speculativeDecoding": {"numSpeculativeTokens": 4}, "attentionBackend": "FLASHINFER"}, "0.17.1"),
     ("vllm#43559", {}, "0.25.1"),  # prefix caching default off for hybrids up to 0.27.1
     ("vllm#43559", {}, "0.27.1"),  # (opt-in: vllm/engine/arg_utils.py; the 0.26.0 GPU engines resolved it off)

@@ -47,6 +47,8 @@ SIGNATURE = "engine-stall"
 SIGNATURE_CUDAGRAPH = "engine-stall/cudagraph"
 #: the rule whose trigger (MTP + FULL decode CUDA graphs) and mitigation (PIECEWISE) the ladder's second step uses
 G1 = "gdn-operator/mtp-full-decode-cudagraph"
+#: CUDA-graph modes with FULL graphs (effective value; auto = vLLM's FULL_AND_PIECEWISE default)
+FULL_GRAPH_MODES = frozenset({"auto", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"})
 #: the remedies-data action (watch/data/signatures.yaml `actions:`) of the second step
 PIECEWISE_ACTION = "cudagraph-piecewise"
 
@@ -181,12 +183,13 @@ def apply_condition(status: dict[str, Any], stall: dict[str, Any] | None, genera
 
 
 def g1_trigger(spec: GDNModelServerSpec) -> bool:
-    """MTP with FULL decode CUDA graphs in the configuration that runs (G1's `when`, at any version)."""
-    rule = load_rules().rule(G1)
-    if rule is None:
+    """MTP with FULL decode CUDA graphs on a GDN hybrid in the configuration that runs, at any version and any layer
+    layout. Broader than G1's `when` (two full-attention KV-cache groups, V1 runner): the ladder reacts to a stall it
+    saw, and the TP=2 stall of that configuration is not shown to need the split (rules.yaml G1 evidence)."""
+    if load_rules().rule(G1) is None:
         return False
-    eff = effective_config(spec)
-    return bool(rule.compiled_when(eff.values, eff.version.key if eff.version else None))
+    v = effective_config(spec).values
+    return bool(v["gdn_hybrid"] and v["mtp"] and v["cudagraph_mode"] in FULL_GRAPH_MODES)
 
 
 def end_stall(

@@ -31,6 +31,7 @@ from gdn_operator.api.status import DefaultedField
 from gdn_operator.api.status import EffectiveConfig as EffectiveConfigStatus
 from gdn_operator.api.vllm_args import resolve_extra_args
 from gdn_operator.rules.family import infer_architecture
+from gdn_operator.rules.layout import attention_groups, model_layout
 from gdn_operator.versions import Version, parse_version, require_version
 
 GDN_ARCHITECTURES = frozenset(a.value for a in Architecture)
@@ -151,7 +152,26 @@ FIELDS: dict[str, str] = {
     "cudagraph_mode": "spec.cudagraphMode",
     "enforce_eager": "spec.enforceEager",
     "patches": "spec.image.patches",
+    "attention_kv_groups": "spec.model.uri",
 }
+
+#: speculative methods that add no attention layer of their own (anything else but MTP: drafter layers unknown)
+NO_DRAFTER_LAYERS = frozenset({"ngram", "suffix"})
+
+
+def _attention_kv_groups(uri: str | None, spec_method: str | None, version: Version | None) -> tuple[int | None, str]:
+    """How many full-attention KV-cache groups vLLM forms for the GDN hybrid at `uri`, and from what (None: unknown)."""
+    lay = model_layout(uri) if uri is not None else None
+    if lay is None:
+        return None, "unknown: no readable config.json and no layer layout in the checkpoint table"
+    if spec_method is not None and spec_method != "mtp" and spec_method not in NO_DRAFTER_LAYERS:
+        return None, f"unknown: the {spec_method} drafter's attention layers are not known"
+    mtp = spec_method == "mtp"
+    mtp_part = f" + {lay.mtp} MTP" if mtp and lay.mtp else ""
+    return (
+        attention_groups(lay, mtp=mtp, version=version),
+        f"{lay.full_attention} full-attention{mtp_part} vs {lay.linear_attention} GDN layers ({lay.source})",
+    )
 
 
 def _on(b: bool | None) -> str:
@@ -311,6 +331,11 @@ def effective_config(
         sources["model_runner"] = "auto: V1 is the default runner for hybrid models up to vLLM 0.28.0"
     v["model_runner"] = runner
 
+    # --- full-attention KV-cache groups (G1's trigger, rules/layout.py) ---------------------
+    v["attention_kv_groups"], sources["attention_kv_groups"] = _attention_kv_groups(
+        spec.model.uri if gdn else None, method if enabled else None, version
+    )
+
     # --- parallelism, batching --------------------------------------------------------------
     v["tensor_parallel_size"] = spec.tensor_parallel_size  # per engine group: a multi-node group shares one TP world
     v["pipeline_parallel_size"] = spec.pipeline_parallel_size
@@ -402,6 +427,10 @@ def describe_field(eff: Effective, path: str) -> str:
         # names only: env values can be credentials, and findings are copied into status and Events
         envs = ", ".join(k[4:] for k in sorted(v) if k.startswith("env."))
         return f"env {envs} set" if envs else ""
+    if path == "spec.model.uri":
+        n = v["attention_kv_groups"]
+        what = "unknown" if n is None else str(n)
+        return f"full-attention KV-cache groups {what} ({src.get('attention_kv_groups', '')})"
     if path == "spec.cudagraphMode":
         return f"cudagraph mode {v['cudagraph_mode']}"
     return path

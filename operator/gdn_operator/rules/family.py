@@ -53,26 +53,47 @@ _MOE_RE = re.compile(r"(?:^|[-_./])a\d+(?:\.\d+)?b(?:$|[-_./])|moe")
 EXPLICIT, OVERRIDES, CONFIG, CHECKPOINT, MODEL_NAME, SERVED_NAME = range(1, 7)
 
 
+LAYER_KEYS = ("full_attention", "linear_attention", "mtp")
+
+
 @once
-def published_checkpoints() -> dict[str, tuple[str, str]]:
-    """repo id (lower case) -> (architecture class, source) from data/checkpoints.yaml."""
+def _checkpoint_entries() -> dict[str, dict[str, Any]]:
+    """repo id (lower case) -> its data/checkpoints.yaml entry, checked."""
     ref = resources.files("gdn_operator.rules").joinpath("data/checkpoints.yaml")
     data = load_yaml(ref.read_text(encoding="utf-8"))
-    out: dict[str, tuple[str, str]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for entry in data["checkpoints"]:
-        arch = GDN_CLASSES.get(str(entry["architecture"]).lower())
-        if arch is None:
+        if GDN_CLASSES.get(str(entry["architecture"]).lower()) is None:
             raise ValueError(f"data/checkpoints.yaml: {entry['id']}: {entry['architecture']!r} is not a GDN hybrid class")
-        out[str(entry["id"]).lower()] = (arch, str(entry["source"]))
+        layers = entry.get("layers")
+        if layers is not None and (
+            not isinstance(layers, dict)
+            or set(layers) - set(LAYER_KEYS)
+            or not all(isinstance(layers.get(k), int) and layers[k] >= 0 for k in LAYER_KEYS[:2])
+            or not isinstance(layers.get("mtp", 0), int)
+        ):
+            raise ValueError(
+                f"data/checkpoints.yaml: {entry['id']}: layers must map {', '.join(LAYER_KEYS)} to counts, got {layers!r}"
+            )
+        out[str(entry["id"]).lower()] = dict(entry)
     return out
+
+
+def published_checkpoints() -> dict[str, tuple[str, str]]:
+    """repo id (lower case) -> (architecture class, source) from data/checkpoints.yaml."""
+    return {k: (GDN_CLASSES[str(e["architecture"]).lower()], str(e["source"])) for k, e in _checkpoint_entries().items()}
+
+
+def checkpoint_entry(name: str) -> dict[str, Any] | None:
+    """The table's entry for a Hub repo id, or for a path ending in ORG/NAME (a local copy of it)."""
+    parts = [p for p in name.strip().lower().split("/") if p]
+    return _checkpoint_entries().get("/".join(parts[-2:])) if len(parts) >= 2 else None
 
 
 def _checkpoint(name: str) -> str | None:
     """The table's class for a Hub repo id, or for a path ending in ORG/NAME (a local copy of it)."""
-    table = published_checkpoints()
-    parts = [p for p in name.strip().lower().split("/") if p]
-    hit = table.get("/".join(parts[-2:])) if len(parts) >= 2 else None
-    return hit[0] if hit else None
+    entry = checkpoint_entry(name)
+    return GDN_CLASSES[str(entry["architecture"]).lower()] if entry else None
 
 
 def _name_pattern(name: str) -> str | None:

@@ -33,6 +33,6 @@ class Guard:
 
 def all_guards() -> list[Guard]:
     """Every guard, in the order they are applied."""
-    from gdn_guard.guards import vllm_36917
+    from gdn_guard.guards import fa3_group_metadata, vllm_36917
 
-    return [vllm_36917.GUARD]
+    return [vllm_36917.GUARD, fa3_group_metadata.GUARD]
