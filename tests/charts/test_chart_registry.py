@@ -256,7 +256,14 @@ def test_helm_upgrade_from_the_previous_release_in_the_registry_keeps_every_serv
         assert {t: core_conds(after)[t] for t in kept} == {t: core_conds(before)[t] for t in kept}, (
             "status conditions (and their transition times) changed across the upgrade"
         )
-        assert after["status"]["effective"] == before["status"]["effective"]
+        # what the server runs is unchanged; a release may add what it reports about it (0.2.0: each default's
+        # measured cost, status.effective.defaults[].cost), never change or drop what was there
+        eff_before, eff_after = before["status"]["effective"], after["status"]["effective"]
+        assert {k: v for k, v in eff_after.items() if k != "defaults"} == {k: v for k, v in eff_before.items() if k != "defaults"}
+        assert len(eff_after["defaults"]) == len(eff_before["defaults"])
+        for old_d, new_d in zip(eff_before["defaults"], eff_after["defaults"], strict=True):
+            assert {k: new_d[k] for k in old_d} == old_d, (old_d, new_d)
+            assert set(new_d) - set(old_d) <= {"cost"} and new_d.get("cost"), new_d
         assert after["status"].get("readyReplicas") == 1
 
         co.delete_namespaced_custom_object(GROUP, VERSION, watched, PLURAL, name)
