@@ -99,7 +99,6 @@ def update_from_pods(
         gen = obj["metadata"].get("generation")
         failed = _start_failed(status, pods, gen)
         if failed is not None:
-            log.info("%s/%s: engine pods cannot start: %s", namespace, name, failed[0])
             events.append(("Warning", failed[0], failed[1]))
         if unsched:
             msg = unsched[0]["unschedulable_message"] or "no node has enough free nvidia.com/gpu"
@@ -119,8 +118,10 @@ def update_from_pods(
             st.set_condition(status, st.UNSCHEDULABLE, False, "Scheduled", "All engine pods are scheduled.", gen)
 
     obj = bodies.update_status(namespace, name, mutate) if bodies is not None else kube.update_status(namespace, name, mutate)
-    if obj is not None:
+    if obj is not None:  # the events of the mutate that was written (a conflict re-runs it)
         for type_, reason, message in events:
+            if reason in ("ModelDownloadFailed", "ImagePullFailed"):
+                log.info("%s/%s: engine pods cannot start: %s", namespace, name, reason)
             kube.emit_event(obj, reason, message, type_)
     telemetry.ENGINE_RESTARTS.labels(namespace, name).set(restarts)
 
