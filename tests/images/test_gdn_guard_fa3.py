@@ -103,6 +103,8 @@ def test_wheel_source_has_the_reuse_the_guard_turns_off(wheel):
     with zipfile.ZipFile(wheel) as z:
         fa = z.read("vllm/v1/attention/backends/flash_attn.py").decode()
         runner = z.read("vllm/v1/worker/gpu_model_runner.py").decode()
+        # the per-group capture moved from the runner into vllm/v1/worker/utils.py by 0.33.0
+        worker = {n: z.read(n).decode() for n in z.namelist() if n.startswith("vllm/v1/worker/") and n.endswith(".py")}
     cls = _class(ast.parse(fa), fa3_group_metadata.CLASS)
     flags = [
         n for n in cls.body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", None) == "supports_update_block_table"
@@ -111,8 +113,8 @@ def test_wheel_source_has_the_reuse_the_guard_turns_off(wheel):
     methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
     assert "update_block_table" in methods and "copy.copy(metadata)" in ast.get_source_segment(fa, methods["update_block_table"])
     assert "self.use_full_cuda_graph = " in ast.get_source_segment(fa, methods["__init__"])
-    capture = runner.index("builder.build_for_cudagraph_capture(")
-    reuse = runner.index("and builder.supports_update_block_table", capture)
+    assert any(".build_for_cudagraph_capture(" in src for src in worker.values())
+    reuse = runner.index("and builder.supports_update_block_table")
     assert runner.index("builder.update_block_table(", reuse) > reuse
 
 
