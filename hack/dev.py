@@ -215,7 +215,8 @@ def create_dev_volumes(cp: ControlPlane) -> None:
                     "accessModes": ["ReadWriteMany", "ReadWriteOnce"],
                     "persistentVolumeReclaimPolicy": "Retain",
                     "storageClassName": "",
-                    "hostPath": {"path": f"/tmp/gdn-dev/{name}"},
+                    # kwok nodes never mount it; the path only has to be a valid absolute one on this machine
+                    "hostPath": {"path": str(Path(tempfile.gettempdir()) / "gdn-dev" / name)},
                 },
             }
             try:
