@@ -79,8 +79,16 @@ def argv_for(variant: str, tp_size: int, kv_cache_memory: str) -> tuple[harness.
     return harness.Rendered(argv, r.env, r.notes + [f"# cudagraph_mode {mode} set for this benchmark"]), env
 
 
+#: vLLM's first line once the driver stops an engine; what follows is teardown (an aborted output handler prints
+#: EngineDeadError's traceback there on a healthy engine), not a failure of the run
+SHUTDOWN_MARK = "[shutdown]"
+
+
 def log_facts(text: str) -> dict:
-    """What an engine log says about the guard, the KV-cache groups and the CUDA-graph mode."""
+    """What an engine log says about the guard, the KV-cache groups and the CUDA-graph mode; tracebacks are
+    counted up to the driver's stop only."""
+    cut = text.find(SHUTDOWN_MARK)
+    serving = text if cut < 0 else text[:cut]
     startup = [p for p in (parse_log_line(line) for line in text.splitlines() if "gdn-guard" in line) if p]
     mode = MODE_RE.search(text)
     ver = VERSION_RE.search(text)
@@ -92,7 +100,9 @@ def log_facts(text: str) -> dict:
         "padding_layers": [int(n) for n in PADDING_RE.findall(text)],
         "cudagraph_mode": mode.group(1) if mode else None,
         "v2_runner_mentioned": "V2 model runner" in text or "Model Runner V2" in text,
-        "tracebacks": text.count("Traceback (most recent call last)"),
+        "tracebacks": serving.count("Traceback (most recent call last)"),
+        "tracebacks_in_teardown": text.count("Traceback (most recent call last)")
+        - serving.count("Traceback (most recent call last)"),
     }
 
 

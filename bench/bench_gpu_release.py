@@ -112,7 +112,7 @@ CONCURRENCY = {"c1": 1, "c8": 8, "c32": 32, "long": 8, "prefix": 8}
 MIN_REQUESTS = {"c1": 200, "c8": 400, "c32": 1200, "long": 200, "prefix": 400}
 RATIOS = (
     ("a", "b"), ("c", "a"), ("e", "a"), ("g", "a"), ("p", "a"), ("r", "a"), ("p3", "a"), ("q", "f"), ("b", "f"),
-    ("k1", "a"), ("k3", "a"),
+    ("k1", "a"), ("k3", "a"), ("g", "e"), ("r", "p"),
 )  # fmt: skip
 _LOG_FACTS = re.compile(r"mamba_cache_mode|block_size|prefix caching|[Pp]refix[ _]cach|cudagraph_mode|async sched|V2 model")
 

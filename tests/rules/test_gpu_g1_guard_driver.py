@@ -51,7 +51,7 @@ def test_dry_run_serves_both_variants_with_the_asked_graphs(tmp_path):
     out = tmp_path / "g1"
     p = subprocess.run(
         [sys.executable, str(REPO / "bench" / "bench_gpu_g1_guard.py"), "--out", str(out), "--dry-run"]
-        + ["--until", str(time.time() + 45), "--repeats", "1", "--standin-ready", "1"],
+        + ["--until", str(time.time() + 90), "--repeats", "1", "--standin-ready", "1"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -332,4 +332,5 @@ def test_a_default_carries_its_measured_cost_in_status_or_says_unmeasured():
     assert "1.26x / 1.01x / 0.84x" in g1
     # a measurement at TP=1 does not cover TP=2: unmeasured there
     tp2 = {d.field: d.cost for d in evaluate(mk("0.26.0", tensorParallelSize=2)).effective.defaults}
-    assert tp2["asyncScheduling"] == "unmeasured at vLLM 0.26.0 for this configuration"
+    assert tp2["asyncScheduling"].startswith("unmeasured at vLLM 0.26.0 for this configuration; at vLLM 0.26.0 (")
+    assert "TP=1)" in tp2["asyncScheduling"] and "MTP with it" not in tp2["asyncScheduling"]

@@ -129,16 +129,33 @@ def costs_of_field(ruleset: RuleSet, field: str, eff: Effective) -> list[tuple[R
 
 
 def default_cost(ruleset: RuleSet, field: str, eff: Effective) -> str:
-    """status.effective.defaults[].cost: the measured cost of a value the rules chose, or "unmeasured"."""
+    """status.effective.defaults[].cost: the measured cost of a value the rules chose, or "unmeasured" -- with,
+    where a rule asking for that value was run on a GPU at another release, what it cost there (and whether
+    the defect showed), named with that release."""
     found = costs_of_field(ruleset, field, eff)
-    if not found:
-        return f"unmeasured at vLLM {eff.values.get('vllm_version')} for this configuration"
-    return "; ".join(
-        f"MTP with it {' / '.join(_x(p.vs_off) for p in c.points)} of MTP off at concurrency "
-        f"{' / '.join(str(p.concurrency) for p in c.points)} (vLLM {c.vllm}, {c.hardware}, {c.model.split(' ', 1)[0]}, "
-        f"TP={c.config.get('tensor_parallel_size', '?')}; {rule.id} cost in rules.yaml, {c.fixture})"
-        for rule, c in found
-    )
+    if found:
+        return "; ".join(
+            f"MTP with it {' / '.join(_x(p.vs_off) for p in c.points)} of MTP off at concurrency "
+            f"{' / '.join(str(p.concurrency) for p in c.points)} (vLLM {c.vllm}, {c.hardware}, {c.model.split(' ', 1)[0]}, "
+            f"TP={c.config.get('tensor_parallel_size', '?')}; {rule.id} cost in rules.yaml, {c.fixture})"
+            for rule, c in found
+        )
+    text = f"unmeasured at vLLM {eff.values.get('vllm_version')} for this configuration"
+    seen: set[str] = set()
+    for rule in ruleset.rules:
+        if field not in (rule.mitigation or {}):
+            continue
+        for r in rule.reproductions:
+            if r.default_cost is None or r.default_cost in seen:
+                continue
+            seen.add(r.default_cost)
+            shown = "reproduced" if r.reproduced else "not reproduced"
+            text += (
+                f"; at vLLM {r.vllm} ({r.hardware.split(' (', 1)[0]}, {r.model.split(' ', 1)[0]}, "
+                f"TP={r.tensor_parallel_size}): {r.default_cost} "
+                f"({rule.id} {shown} there, {r.fixture})"
+            )
+    return text
 
 
 def cost_findings(ruleset: RuleSet, eff: Effective, origins: Mapping[str, str] | None = None) -> list[RuleFinding]:

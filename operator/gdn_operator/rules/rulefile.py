@@ -119,6 +119,36 @@ class Cost(_Strict):
         return self
 
 
+class Reproduction(_Strict):
+    """A GPU run aimed at a rule's trigger: whether the defect showed, and what the rule's mitigated value cost
+    there. tests/rules/test_reproductions.py recomputes every figure `result` and `default_cost` quote from the
+    fixture. `default_cost` is what status.effective.defaults[].cost quotes at a release no `cost` entry measured
+    (rules/cost.py default_cost), always with the release it was measured at."""
+
+    vllm: str
+    hardware: str = Field(min_length=3)
+    model: str = Field(min_length=3)
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    fixture: str
+    reproduced: bool
+    result: str = Field(min_length=10)
+    default_cost: str | None = None
+
+    @field_validator("vllm")
+    @classmethod
+    def _ver(cls, v: str) -> str:
+        if parse_version(v) is None:
+            raise ValueError(f"{v!r} is not a version")
+        return v
+
+    @field_validator("fixture")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if not v.startswith("tests/fixtures/") or ".." in v.split("/"):
+            raise ValueError(f"{v!r} must be a committed capture under tests/fixtures/")
+        return v
+
+
 class Rule(_Strict):
     id: str
     aliases: list[str] = Field(default_factory=list)
@@ -140,6 +170,8 @@ class Rule(_Strict):
     notes: str | None = None
     #: measured cost of `mitigation` (tokens/s of MTP with it against MTP off), per vLLM release and model
     cost: list[Cost] = Field(default_factory=list)
+    #: GPU runs aimed at the trigger (reproduced or not), newest last
+    reproductions: list[Reproduction] = Field(default_factory=list)
 
     # compiled at validation time (excluded from the schema)
     compiled_when: Any = Field(default=None, exclude=True)
