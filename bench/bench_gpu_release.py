@@ -15,6 +15,7 @@ Engines from the offline bundle, argv from `gdnctl render` of the minimal manife
   r     MTP k=2, prefix caching on by flag, async scheduling as vLLM decides (on): vLLM's defaults from 0.28.0 with the
         V1 runner (vllm#43559 with vllm#51571 / vllm#51508 reachable)
   p3    p with k=3
+  a2    a again on the other GPU queue: the A/A pair whose ratio is the run's noise floor
   k1    (a) with k=1;  k3  (a) with k=3
 
 Workloads, every one a cell of ``--reps`` repetitions; a repetition sends requests with the cell's concurrency in
@@ -36,7 +37,8 @@ gaps (ITL) are read at the client, completion tokens from the usage block, answe
 Spec-decode acceptance and prefix-cache hits are counter deltas of each engine's /metrics over the cell. Engines
 share GPUs (``--kv-cache-memory`` fixes each KV pool); each GPU measures one engine at a time (two queues, one per
 GPU, in parallel), so a measured engine only shares its GPU with idle ones. Ratios a/b, c/a, e/a, b/f per cell are
-medians with min-max; ``claimed`` only where the two spreads do not overlap. ``release.json`` is rewritten after
+medians with min-max; ``claimed`` only where the two spreads do not overlap, and ``beyond_noise`` where it is
+also farther from 1 than the run's A/A pair (a2/a: a's twin on the other GPU) came. ``release.json`` is rewritten after
 every repetition (what ran is kept whatever happens later); every request's wait is capped by ``--request-cap``
 and the deadline (``--until``, epoch seconds); the engines are stopped ``TEARDOWN_S`` before it.
 
@@ -73,7 +75,7 @@ from bench_gpu_mtp_graphs import acceptance, counters, start_standin  # noqa: E4
 
 TEARDOWN_S = 25.0
 REFERENCE = {
-    "a": "a", "c": "a", "e": "a", "g": "a", "k1": "a", "k3": "a", "p": "a", "r": "a", "p3": "a",
+    "a": "a", "a2": "a", "c": "a", "e": "a", "g": "a", "k1": "a", "k3": "a", "p": "a", "r": "a", "p3": "a",
     "b": "f", "f": "f", "q": "f",
 }  # fmt: skip
 #: name -> (speculative tokens or 0, prefix caching, async scheduling, GPU queue); a setting is "rendered" (as
@@ -91,6 +93,7 @@ ENGINES: dict[str, tuple[int, str, str, int]] = {
     "q": (0, "on", "default", 1),
     "r": (2, "on", "default", 0),
     "p3": (3, "on", "rendered", 0),
+    "a2": (2, "rendered", "rendered", 1),
     "k1": (1, "rendered", "rendered", 0),
     "k3": (3, "rendered", "rendered", 1),
 }
@@ -105,7 +108,8 @@ QUEUES: tuple[tuple[tuple[str, str], ...], ...] = (
     + (("c", "long"), ("c", "prefix"), ("g", "c8"), ("g", "c32"), ("k1", "c8"), ("r", "prefix"), ("r", "c8"))
     + (("p3", "prefix"),),
     (("b", "c1"), ("b", "c8"), ("b", "c32"), ("b", "long"), ("b", "prefix"), ("e", "prefix"), ("e", "c8"))
-    + (("f", "prefix"), ("f", "c8"), ("k3", "c8"), ("p", "prefix"), ("p", "c8"), ("q", "prefix")),
+    + (("f", "prefix"), ("f", "c8"), ("k3", "c8"), ("p", "prefix"), ("p", "c8"), ("q", "prefix"))
+    + (("a2", "c8"), ("a2", "prefix")),
 )
 CONCURRENCY = {"c1": 1, "c8": 8, "c32": 32, "long": 8, "prefix": 8}
 #: requests after which a repetition stops sending even before --min-seconds (the lists hold this many)
@@ -320,19 +324,38 @@ def spread(reps: list[dict], key: str = "tokens_per_s") -> dict | None:
     }
 
 
+def noise_floor(cells: dict) -> dict[str, float]:
+    """Per workload, how far apart the A/A pair (a and its twin a2, the same configuration on the other GPU) came:
+    |ratio of medians - 1|. A ratio within it is not told apart from 1 whatever its spreads."""
+    out: dict[str, float] = {}
+    for w in CONCURRENCY:
+        x, y = cells.get("a2", {}).get(w, {}).get("tokens_per_s"), cells.get("a", {}).get(w, {}).get("tokens_per_s")
+        if x and y:
+            out[w] = round(abs(x["median"] / y["median"] - 1.0), 3)
+    return out
+
+
 def ratios(cells: dict) -> dict:
-    """num/den per workload both measured: ratio of medians, its range, claimed where the spreads do not overlap."""
+    """num/den per workload both measured: ratio of medians, its range, claimed where the spreads do not overlap;
+    where the run has its A/A pair (a2/a) for that workload, `beyond_noise` says whether the ratio also lies
+    farther from 1 than the pair did (the claim a table may make)."""
+    floor = noise_floor(cells)
     out: dict[str, dict] = {}
     for num, den in RATIOS:
         for w in CONCURRENCY:
             x, y = cells.get(num, {}).get(w, {}).get("tokens_per_s"), cells.get(den, {}).get(w, {}).get("tokens_per_s")
             if not x or not y:
                 continue
-            out[f"{w} {num}/{den}"] = {
-                "ratio": round(x["median"] / y["median"], 3),
+            ratio = x["median"] / y["median"]
+            entry = {
+                "ratio": round(ratio, 3),
                 "range": [round(x["min"] / y["max"], 3), round(x["max"] / y["min"], 3)],
                 "claimed": x["min"] > y["max"] or x["max"] < y["min"],
             }
+            if w in floor:
+                entry["noise_floor"] = floor[w]
+                entry["beyond_noise"] = entry["claimed"] and abs(ratio - 1.0) > floor[w]
+            out[f"{w} {num}/{den}"] = entry
     return out
 
 

@@ -208,3 +208,23 @@ def test_status_cost_of_a_default_quotes_the_release_it_was_measured_at(field):
     rid = {"prefixCaching": "vllm#43559", "asyncScheduling": "vllm#51571"}[field]
     assert " ".join(_rule(rid).reproductions[0].default_cost.split()) in " ".join(text.split())
     assert f"{rid} {'reproduced' if rid == 'vllm#51571' else 'not reproduced'} there" in text
+
+
+def _cell(*tps: float) -> dict:
+    return {"tokens_per_s": BENCH.spread([{"tokens_per_s": t} for t in tps])}
+
+
+def test_a_ratio_is_claimed_beyond_the_runs_own_a_a_pair_only():
+    """bench_gpu_release's ratios: spreads apart is not enough where the A/A pair (a2/a) moved more than the ratio."""
+    cells = {
+        "a": {"c8": _cell(100, 101, 102)},
+        "a2": {"c8": _cell(110, 111, 112)},  # the same configuration, 1.09x on the other GPU
+        "b": {"c8": _cell(93, 94, 95)},  # a/b 1.074: spreads apart, inside the floor
+        "p": {"c8": _cell(70, 71, 72)},  # p/a 0.70: apart and beyond
+    }
+    r = BENCH.ratios(cells)
+    assert r["c8 a/b"]["claimed"] and not r["c8 a/b"]["beyond_noise"]
+    assert r["c8 a/b"]["noise_floor"] == round(111 / 101 - 1, 3)
+    assert r["c8 p/a"]["claimed"] and r["c8 p/a"]["beyond_noise"]
+    cells.pop("a2")
+    assert "beyond_noise" not in BENCH.ratios(cells)["c8 a/b"]  # no A/A pair in the run: no floor claimed
