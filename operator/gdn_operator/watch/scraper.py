@@ -34,8 +34,8 @@ from gdn_operator.watch.acceptance import (
     AcceptanceTracker,
     EngineSnapshot,
     ExpositionParseError,
+    ExpositionReader,
     PodKey,
-    parse_exposition,
 )
 
 __all__ = [
@@ -119,6 +119,7 @@ class Scraper:
         self.record_metrics = record_metrics
         self._session = session
         self._own_session = session is None
+        self._reader = ExpositionReader()  # remembers label sets across pods and rounds
 
     async def __aenter__(self) -> Scraper:
         self._ensure_session()
@@ -176,6 +177,9 @@ class Scraper:
                     elif resp.content_length is not None and resp.content_length > self.max_bytes:
                         error = ERROR_HTTP
                         message = f"body of {resp.content_length} bytes exceeds {self.max_bytes}"
+                    elif resp.content_length is not None and "Content-Encoding" not in resp.headers:
+                        # bounded by the length checked above (a compressed body is not): one read, no chunk loop
+                        body = await resp.read()
                     else:
                         chunks: list[bytes] = []
                         size = 0
@@ -203,7 +207,7 @@ class Scraper:
         snapshot = None
         if error is None:
             try:
-                snapshot = parse_exposition(body, timestamp=time.time())
+                snapshot = self._reader.parse(body, timestamp=time.time())
             except ExpositionParseError as exc:
                 error, message = ERROR_PARSE, str(exc).splitlines()[0]
         if self.record_metrics:
