@@ -26,6 +26,7 @@ import asyncio
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import aiohttp
 
@@ -43,6 +44,7 @@ __all__ = [
     "ERROR_HTTP",
     "ERROR_PARSE",
     "ERROR_TIMEOUT",
+    "MetricsSource",
     "ScrapeResult",
     "Scraper",
     "Target",
@@ -95,6 +97,15 @@ class ScrapeResult:
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text and text[0] else type(exc).__name__
+
+
+class MetricsSource(Protocol):
+    """Where a round's engine snapshots come from: :class:`Scraper` (each engine's /metrics) or
+    ``watch/promsource.py``'s PrometheusSource (one query for all engines)."""
+
+    async def scrape(self, targets: Sequence[Target]) -> list[ScrapeResult]: ...
+
+    async def close(self) -> None: ...
 
 
 class Scraper:
