@@ -13,7 +13,7 @@ One round is two instant queries for ALL the namespaces asked for, whatever the 
 
 * the samples: every series of the names ``parse.py`` reads (:data:`SAMPLE_NAMES`, with the ``vllm:`` or
   ``vllm_`` prefix or none), in those namespaces;
-* their scrape time: ``timestamp()`` of the same series, the newest per pod. A snapshot is stamped with the
+* their scrape time: ``timestamp()`` of the pod's ``up`` series, the newest per pod. A snapshot is stamped with the
   time the engine was scraped, not the time of the query, so a round that sees the same scrape twice (a
   Prometheus interval longer than the operator's) adds no point to a window (duplicate timestamps are ignored
   there) and rates are over the engine's own scrape times.
@@ -52,22 +52,23 @@ _NAMES = "vllm[:_]?(?:" + "|".join(SAMPLE_NAMES) + ")"  # [a-z_] only: nothing t
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
-def _selector(namespaces: Sequence[str]) -> str:
+def _namespaces(namespaces: Sequence[str]) -> str:
     bad = [n for n in namespaces if not _NAMESPACE.fullmatch(n)]
     if bad:  # Kubernetes namespaces are DNS labels: nothing in them is special in a PromQL regex or string
         raise ValueError(f"not a namespace name: {bad[0]!r}")
-    ns = "|".join(sorted(set(namespaces)))
-    return f'{{__name__=~"{_NAMES}",namespace=~"{ns}",pod!=""}}'
+    return "|".join(sorted(set(namespaces)))
 
 
 def samples_query(namespaces: Sequence[str]) -> str:
     """PromQL: every sample the operator reads, of every engine pod in ``namespaces``."""
-    return _selector(namespaces)
+    return f'{{__name__=~"{_NAMES}",namespace=~"{_namespaces(namespaces)}",pod!=""}}'
 
 
 def timestamps_query(namespaces: Sequence[str]) -> str:
-    """PromQL: the newest scrape time of each engine pod in ``namespaces`` (seconds since the epoch)."""
-    return f"max by (namespace, pod) (timestamp({_selector(namespaces)}))"
+    """PromQL: the newest scrape time of each engine pod in ``namespaces`` (seconds since the epoch): the time
+    of its target's ``up`` series, which every sample of that scrape carries (``timestamp()`` of the samples
+    themselves would drop their names and collide)."""
+    return f'max by (namespace, pod) (timestamp(up{{namespace=~"{_namespaces(namespaces)}",pod!=""}}))'
 
 
 class _Answer:
