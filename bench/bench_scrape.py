@@ -21,6 +21,7 @@ Goal: operator < 0.5 core, every round inside its interval and < 300 MiB, at 100
 
     .venv/bin/python bench/bench_scrape.py                 # 1000 endpoints, 15 s x 4 rounds
     .venv/bin/python bench/bench_scrape.py --interval 3 --rounds 3   # quick run
+    .venv/bin/python bench/bench_scrape.py --prometheus --endpoints 10000   # the Prometheus path (watch/promsource.py)
 """
 
 from __future__ import annotations
@@ -237,6 +238,68 @@ def parse_micro(n: int = 200) -> None:
     )
 
 
+def prometheus_micro(endpoints: int) -> None:
+    """The Prometheus path's own cost per round at ``endpoints`` engines: PrometheusSource.scrape for every
+    target against a local stand-in of Prometheus's query API answering with the real exposition's read
+    series for each pod (the answer is encoded once, so the stand-in costs almost nothing)."""
+    from aiohttp import web
+    from gdn_operator.watch.acceptance import SAMPLE_NAMES
+    from gdn_operator.watch.promsource import PrometheusSource
+    from gdn_operator.watch.scraper import Target
+    from prometheus_client.parser import text_string_to_metric_families
+
+    read = {n for n in SAMPLE_NAMES} | {"vllm:" + n for n in SAMPLE_NAMES}
+    series = [
+        (s.name, s.labels, s.value)
+        for fam in text_string_to_metric_families(FIXTURE.read_text())
+        for s in fam.samples
+        if s.name in read
+    ]
+    now = time.time()
+    samples, times = [], []
+    for i in range(endpoints):
+        pod = {"namespace": "bench", "pod": f"pod-{i}", "job": "bench/engines", "instance": f"10.0.{i // 250}.{i % 250}:8000"}
+        samples += [{"metric": {"__name__": n, **pod, **lab}, "value": [now, repr(v)]} for n, lab, v in series]
+        times.append({"metric": {"namespace": "bench", "pod": f"pod-{i}"}, "value": [now, repr(now - 1)]})
+    bodies = {
+        kind: json.dumps({"status": "success", "data": {"resultType": "vector", "result": r}}).encode()
+        for kind, r in (("samples", samples), ("times", times))
+    }
+    del samples, times
+
+    async def handler(request):
+        q = (await request.post())["query"]
+        return web.Response(body=bodies["times" if q.startswith("max by") else "samples"], content_type="application/json")
+
+    async def go():
+        app = web.Application()
+        app.router.add_post("/api/v1/query", handler)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        source = PrometheusSource(f"http://127.0.0.1:{port}", timeout=60, max_age=0.001)
+        targets = [Target("bench", f"model-{i // 10}", f"pod-{i}", "") for i in range(endpoints)]
+        cpu, wall = [], []
+        for _ in range(3):
+            c0, w0 = time.process_time(), time.monotonic()
+            results = await source.scrape(targets)
+            cpu.append(time.process_time() - c0)
+            wall.append(time.monotonic() - w0)
+            assert all(r.ok for r in results), results[0].message
+        await source.close()
+        await runner.cleanup()
+        return cpu, wall
+
+    cpu, wall = asyncio.run(go())
+    print(
+        f"prometheus source: {endpoints} engines, {len(series)} series each, answer {len(bodies['samples']) / 2**20:.0f} MiB: "
+        f"CPU per round {', '.join(f'{c:.2f}' for c in cpu)} s, wall {', '.join(f'{w:.2f}' for w in wall)} s; "
+        f"peak RSS {_proc_status()['VmHWM']:.0f} MiB"
+    )
+
+
 # --------------------------------------------------------------------------------------------------
 # orchestration
 # --------------------------------------------------------------------------------------------------
@@ -258,6 +321,7 @@ def main() -> int:
         help="tracker window (s); window/interval points are kept per pod, e.g. "
         "--interval 2 --window 40 --rounds 25 reaches the 15 s / 300 s steady state",
     )
+    ap.add_argument("--prometheus", action="store_true", help="only the Prometheus path's cost per round at --endpoints engines")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--client", choices=["baseline", "operator"], help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -270,6 +334,9 @@ def main() -> int:
     if not FIXTURE.exists():
         print(f"bench_scrape: fixture not found: {FIXTURE} (set GDN_SHARED_DIR)", file=sys.stderr)
         return 2
+    if args.prometheus:
+        prometheus_micro(args.endpoints)
+        return 0
 
     parse_micro()
     py = sys.executable
