@@ -12,7 +12,7 @@ engine load the same way (../shared/docs/anchors.md, A12 and C4). Set ``GDN_METR
 One round is two instant queries for ALL the namespaces asked for, whatever the number of engines:
 
 * the samples: every series of the names ``parse.py`` reads (:data:`SAMPLE_NAMES`, with the ``vllm:`` or
-  ``vllm_`` prefix or none), in those namespaces;
+  ``vllm_`` prefix or none), in those namespaces, with only the labels that fold reads (:data:`KEPT_LABELS`);
 * their scrape time: ``timestamp()`` of the pod's ``up`` series, the newest per pod. A snapshot is stamped with the
   time the engine was scraped, not the time of the query, so a round that sees the same scrape twice (a
   Prometheus interval longer than the operator's) adds no point to a window (duplicate timestamps are ignored
@@ -44,7 +44,7 @@ from gdn_operator import telemetry
 from gdn_operator.watch.acceptance import SAMPLE_NAMES, snapshot_from_samples
 from gdn_operator.watch.scraper import ERROR_CONNECT, ERROR_HTTP, ERROR_TIMEOUT, ScrapeResult, Target
 
-__all__ = ["PrometheusSource", "samples_query", "timestamps_query"]
+__all__ = ["KEPT_LABELS", "PrometheusSource", "samples_query", "timestamps_query"]
 
 _NAMES = "vllm[:_]?(?:" + "|".join(SAMPLE_NAMES) + ")"  # [a-z_] only: nothing to escape
 
@@ -59,9 +59,15 @@ def _namespaces(namespaces: Sequence[str]) -> str:
     return "|".join(sorted(set(namespaces)))
 
 
+#: the labels a series keeps in the answer: those the fold reads and the pod's; the ones a PodMonitor adds
+#: (job, instance, container, endpoint, service) are summed away, a third of the answer's bytes
+KEPT_LABELS = ("__name__", "namespace", "pod", "engine", "model_name", "position", "finished_reason", "le")
+
+
 def samples_query(namespaces: Sequence[str]) -> str:
     """PromQL: every sample the operator reads, of every engine pod in ``namespaces``."""
-    return f'{{__name__=~"{_NAMES}",namespace=~"{_namespaces(namespaces)}",pod!=""}}'
+    selector = f'{{__name__=~"{_NAMES}",namespace=~"{_namespaces(namespaces)}",pod!=""}}'
+    return f"sum by ({', '.join(KEPT_LABELS)}) ({selector})"
 
 
 def timestamps_query(namespaces: Sequence[str]) -> str:
