@@ -41,7 +41,7 @@ from typing import Any
 import aiohttp
 
 from gdn_operator import telemetry
-from gdn_operator.watch.acceptance import SAMPLE_NAMES, snapshot_from_samples
+from gdn_operator.watch.acceptance import SAMPLE_NAMES, EngineSnapshot, snapshot_from_samples
 from gdn_operator.watch.scraper import ERROR_CONNECT, ERROR_HTTP, ERROR_TIMEOUT, ScrapeResult, Target
 
 __all__ = ["KEPT_LABELS", "PrometheusSource", "samples_query", "timestamps_query"]
@@ -80,13 +80,12 @@ def timestamps_query(namespaces: Sequence[str]) -> str:
 class _Answer:
     """One round's answer: samples and scrape time per (namespace, pod), or the error every target gets."""
 
-    __slots__ = ("at", "namespaces", "pods", "times", "error", "message", "duration")
+    __slots__ = ("at", "namespaces", "snapshots", "error", "message", "duration")
 
     def __init__(self, at: float, namespaces: frozenset[str]) -> None:
         self.at = at
         self.namespaces = namespaces
-        self.pods: dict[tuple[str, str], list[tuple[str, dict[str, str], float]]] = {}
-        self.times: dict[tuple[str, str], float] = {}
+        self.snapshots: dict[tuple[str, str], EngineSnapshot] = {}  # only pods with samples and a scrape time
         self.error: str | None = None
         self.message = ""
         self.duration = 0.0
@@ -137,12 +136,11 @@ class PrometheusSource:
             key = (t.namespace, t.pod)
             if answer.error is not None:
                 r = ScrapeResult(t, None, answer.error, answer.message, None, answer.duration)
-            elif key not in answer.pods or key not in answer.times:
+            elif key not in answer.snapshots:
                 msg = f"Prometheus has no series for pod {t.namespace}/{t.pod} (not scraped yet, or stale)"
                 r = ScrapeResult(t, None, ERROR_CONNECT, msg, None, answer.duration)
             else:
-                snap = snapshot_from_samples(answer.pods[key], answer.times[key])
-                r = ScrapeResult(t, snap, None, "", 200, answer.duration)
+                r = ScrapeResult(t, answer.snapshots[key], None, "", 200, answer.duration)
             if self.record_metrics and r.error is not None:
                 telemetry.SCRAPE_ERRORS.labels(t.namespace, t.name, r.error).inc()
             out.append(r)
@@ -159,6 +157,7 @@ class PrometheusSource:
                 return a
         # ask for every namespace asked for lately, so the servers of the other namespaces share this answer
         wanted = namespaces | (self._answer.namespaces if self._answer is not None else frozenset())
+        self._answer = None  # not held while the next one is decoded
         self._pending = asyncio.ensure_future(self._query(wanted))
         self._answer = await asyncio.shield(self._pending)
         return self._answer
@@ -178,13 +177,17 @@ class PrometheusSource:
         except (aiohttp.ClientResponseError, ValueError) as exc:
             answer.error, answer.message = ERROR_HTTP, f"Prometheus {self.url}: {exc}"
         else:
+            pods: dict[tuple[str, str], list[tuple[str, dict[str, str], float]]] = {}
             for series in samples:
                 m = series.get("metric") or {}
                 key = (m.get("namespace", ""), m.get("pod", ""))
-                answer.pods.setdefault(key, []).append((m.get("__name__", ""), m, _number(series)))
+                pods.setdefault(key, []).append((m.get("__name__", ""), m, _number(series)))
+            del samples  # the decoded answer: the snapshots below are all that is kept
             for series in times:
                 m = series.get("metric") or {}
-                answer.times[(m.get("namespace", ""), m.get("pod", ""))] = _number(series)
+                key = (m.get("namespace", ""), m.get("pod", ""))
+                if key in pods:
+                    answer.snapshots[key] = snapshot_from_samples(pods.pop(key), _number(series))
         answer.duration = time.perf_counter() - t0
         if self.record_metrics:
             telemetry.SCRAPE_DURATION.observe(answer.duration)
