@@ -145,3 +145,18 @@ def test_setting_names_the_variable_and_the_fix():
     assert s.metrics_prometheus == "http://prom.monitoring.svc:9090"
     with pytest.raises(SettingsError, match=r"GDN_METRICS_PROMETHEUS=.*http\(s\) URL"):
         Settings.from_env({"GDN_METRICS_PROMETHEUS": "prom:9090"})
+
+
+def test_runtime_reads_from_prometheus_only_when_set():
+    from gdn_operator.handlers.runtime import Runtime
+    from gdn_operator.watch.scraper import Scraper
+
+    direct = Runtime(Settings.from_env({}))
+    via = Runtime(Settings.from_env({"GDN_METRICS_PROMETHEUS": "http://prom.monitoring.svc:9090"}))
+    try:
+        assert isinstance(direct.acceptance.scraper, Scraper)
+        assert isinstance(via.acceptance.scraper, PrometheusSource)
+        assert via.acceptance.scraper.url == "http://prom.monitoring.svc:9090/api/v1/query"
+    finally:
+        direct.log_pool.shutdown()
+        via.log_pool.shutdown()
