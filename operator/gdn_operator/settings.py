@@ -107,6 +107,13 @@ def _labels(name: str, raw: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(obj.items()))
 
 
+def _http_url(name: str, raw: str) -> str:
+    v = raw.strip().rstrip("/")
+    if v and not v.startswith(("http://", "https://")):
+        raise SettingsError(f"{name}={raw!r}: not an http(s) URL; set e.g. http://prometheus-operated.monitoring.svc:9090")
+    return v
+
+
 def _webhook_configs(name: str, raw: str) -> str:
     v = raw.strip()
     if v not in WEBHOOK_CONFIGS:
@@ -225,6 +232,14 @@ class Settings:
     scrape_concurrency: int = _setting("GDN_SCRAPE_CONCURRENCY", 64, _int(1), "engine /metrics scrapes in flight")
     scrape_servers_concurrency: int = _setting(
         "GDN_SCRAPE_RESOURCES_CONCURRENCY", 32, _int(1), "servers whose acceptance round runs at once"
+    )
+    metrics_prometheus: str = _setting(
+        "GDN_METRICS_PROMETHEUS",
+        "",
+        _http_url,
+        "read the engines' acceptance and stall counters from this Prometheus (one query per round for all engines, "
+        "watch/promsource.py) instead of scraping each engine's /metrics; empty = scrape the engines",
+        "monitoring.readFromPrometheus.address",
     )
     probe_concurrency: int = _setting("GDN_PROBE_CONCURRENCY", 64, _int(1), "output-probe requests in flight")
     read_api_key_secrets: bool = _setting(

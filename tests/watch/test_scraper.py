@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from gdn_operator import telemetry
-from gdn_operator.watch.acceptance import AcceptanceTracker
+from gdn_operator.watch.acceptance import AcceptanceTracker, parse_exposition
 from gdn_operator.watch.scraper import (
     ScrapeResult,
     Scraper,
@@ -42,6 +42,8 @@ class StandIn:
         app.router.add_get("/500", self.err)
         app.router.add_get("/garbage", self.garbage)
         app.router.add_get("/big", self.big)
+        app.router.add_get("/bigchunked", self.bigchunked)
+        app.router.add_get("/gzip", self.gzipped)
         self.app = app
 
     async def start(self):
@@ -95,6 +97,18 @@ class StandIn:
 
     async def big(self, request):
         return web.Response(body=BODY * 10)
+
+    async def bigchunked(self, request):  # no Content-Length: the cap is checked while reading
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        for _ in range(10):
+            await resp.write(BODY)
+        return resp
+
+    async def gzipped(self, request):  # Content-Length is the compressed size: read through the capped loop
+        resp = web.Response(body=BODY, content_type="text/plain")
+        resp.enable_compression(web.ContentCoding.gzip)
+        return resp
 
 
 @pytest.fixture
@@ -173,6 +187,10 @@ async def test_http_error_parse_error_and_bad_url(server):
 
 
 async def test_body_size_cap(server):
+    chunked = await scrape_many([T(server.url("/bigchunked"))], timeout=5, concurrency=1, max_bytes=len(BODY) * 2)
+    assert chunked[0].error == "http" and "exceeds" in chunked[0].message
+    gz = await scrape_many([T(server.url("/gzip"))], timeout=5, concurrency=1)
+    assert gz[0].ok and gz[0].snapshot == parse_exposition(BODY, gz[0].snapshot.timestamp)
     res = await scrape_many([T(server.url("/big"))], timeout=5, concurrency=1, max_bytes=len(BODY) * 2)
     assert res[0].error == "http" and "exceeds" in res[0].message
 

@@ -26,7 +26,7 @@ from gdn_operator.handlers.bodies import ServerBodies
 from gdn_operator.handlers.pods import api_pods, pods_of
 from gdn_operator.render.engine import ENGINE_PORT
 from gdn_operator.watch.acceptance import AcceptanceTracker
-from gdn_operator.watch.scraper import Scraper, Target
+from gdn_operator.watch.scraper import MetricsSource, Target
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class AcceptanceSupervisor:
     would hang whenever the operator is down.)"""
 
     def __init__(
-        self, tracker: AcceptanceTracker, scraper: Scraper, concurrency: int, bodies: ServerBodies | None = None
+        self, tracker: AcceptanceTracker, scraper: MetricsSource, concurrency: int, bodies: ServerBodies | None = None
     ) -> None:
         self.tracker = tracker
         #: the newest server bodies seen (handlers/bodies.py): status writes from them need no read

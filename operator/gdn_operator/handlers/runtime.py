@@ -33,6 +33,7 @@ from gdn_operator.handlers.probes import ProbeSupervisor
 from gdn_operator.handlers.quiet import QuietPeriod
 from gdn_operator.settings import Settings
 from gdn_operator.watch.acceptance import AcceptanceTracker
+from gdn_operator.watch.promsource import PrometheusSource
 from gdn_operator.watch.scraper import Scraper
 
 MEMO_KEY = "gdn_runtime"
@@ -58,7 +59,9 @@ class Runtime:
         # acceptance and output probes
         self.acceptance = AcceptanceSupervisor(
             AcceptanceTracker(window=settings.acceptance_window),
-            Scraper(timeout=settings.scrape_timeout, concurrency=settings.scrape_concurrency),
+            PrometheusSource(settings.metrics_prometheus, timeout=settings.scrape_timeout)
+            if settings.metrics_prometheus
+            else Scraper(timeout=settings.scrape_timeout, concurrency=settings.scrape_concurrency),
             concurrency=settings.scrape_servers_concurrency,
             bodies=self.bodies,
         )

@@ -154,6 +154,10 @@ def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, rt: Host) ->
     # Blocking Kubernetes calls of all handlers run in this pool (asyncio.to_thread); log streams have
     # their own pool (the runtime's log_pool) so long reads never starve status writes.
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="gdn-api"))
+    if cfg.metrics_prometheus:
+        logger.info("engine counters: read from Prometheus %s, one query per round for all engines", cfg.metrics_prometheus)
+    else:
+        logger.info("engine counters: scraped from each engine's /metrics")
     if cfg.metrics_port and not rt.metrics_started:
         start_http_server(cfg.metrics_port, registry=telemetry.METRICS_REGISTRY)
         rt.metrics_started = True

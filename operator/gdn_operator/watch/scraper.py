@@ -26,6 +26,7 @@ import asyncio
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import aiohttp
 
@@ -34,8 +35,8 @@ from gdn_operator.watch.acceptance import (
     AcceptanceTracker,
     EngineSnapshot,
     ExpositionParseError,
+    ExpositionReader,
     PodKey,
-    parse_exposition,
 )
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "ERROR_HTTP",
     "ERROR_PARSE",
     "ERROR_TIMEOUT",
+    "MetricsSource",
     "ScrapeResult",
     "Scraper",
     "Target",
@@ -97,6 +99,15 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text and text[0] else type(exc).__name__
 
 
+class MetricsSource(Protocol):
+    """Where a round's engine snapshots come from: :class:`Scraper` (each engine's /metrics) or
+    ``watch/promsource.py``'s PrometheusSource (one query for all engines)."""
+
+    async def scrape(self, targets: Sequence[Target]) -> list[ScrapeResult]: ...
+
+    async def close(self) -> None: ...
+
+
 class Scraper:
     """Holds one aiohttp session (keep-alive pool) for repeated scrape rounds."""
 
@@ -119,6 +130,7 @@ class Scraper:
         self.record_metrics = record_metrics
         self._session = session
         self._own_session = session is None
+        self._reader = ExpositionReader()  # remembers label sets across pods and rounds
 
     async def __aenter__(self) -> Scraper:
         self._ensure_session()
@@ -176,6 +188,9 @@ class Scraper:
                     elif resp.content_length is not None and resp.content_length > self.max_bytes:
                         error = ERROR_HTTP
                         message = f"body of {resp.content_length} bytes exceeds {self.max_bytes}"
+                    elif resp.content_length is not None and "Content-Encoding" not in resp.headers:
+                        # bounded by the length checked above (a compressed body is not): one read, no chunk loop
+                        body = await resp.read()
                     else:
                         chunks: list[bytes] = []
                         size = 0
@@ -203,7 +218,7 @@ class Scraper:
         snapshot = None
         if error is None:
             try:
-                snapshot = parse_exposition(body, timestamp=time.time())
+                snapshot = self._reader.parse(body, timestamp=time.time())
             except ExpositionParseError as exc:
                 error, message = ERROR_PARSE, str(exc).splitlines()[0]
         if self.record_metrics:

@@ -28,10 +28,13 @@ from gdn_operator.watch.acceptance.anomalies import (
     detect_resource_anomalies,
 )
 from gdn_operator.watch.acceptance.parse import (
+    SAMPLE_NAMES,
     EngineSnapshot,
     ExpositionParseError,
+    ExpositionReader,
     GenerationHistogram,
     parse_exposition,
+    snapshot_from_samples,
 )
 from gdn_operator.watch.acceptance.tracker import AcceptanceTracker, Baseline, PodKey
 from gdn_operator.watch.acceptance.window import PodWindow, WindowStats, window_since_start
@@ -43,6 +46,7 @@ __all__ = [
     "Baseline",
     "EngineSnapshot",
     "ExpositionParseError",
+    "ExpositionReader",
     "Finding",
     "GenerationHistogram",
     "PodKey",
@@ -59,4 +63,6 @@ __all__ = [
     "detect_pod_near_zero",
     "detect_resource_anomalies",
     "parse_exposition",
+    "SAMPLE_NAMES",
+    "snapshot_from_samples",
 ]
