@@ -112,6 +112,8 @@ class ImageTagSource(_Model):
         return v
 
 
+#: The release in an image tag by default: v0.33.0, 0.33.0, v0.33.0-cu129 (the suffix is not part of it).
+DEFAULT_TAG_PATTERN = r"^v?([0-9]+\.[0-9]+\.[0-9]+)(?:$|[-+._])"
 _VERSION = r"[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][0-9A-Za-z.+-]*)?"
 
 
@@ -158,6 +160,21 @@ class VersionSource(_Model):
         if self.pinned is not None and not re.fullmatch(_VERSION, self.pinned.removeprefix("v")):
             raise ValueError(f"spec.vllmVersion.pinned {self.pinned!r} is not a vLLM release: write it as X.Y.Z (e.g. 0.33.0)")
         return self
+
+    def resolve(self, image_tag: str, annotations: dict[str, str]) -> tuple[str | None, str]:
+        """(the release, where it came from: imageTag, annotation or pinned) for an engine whose image tag and
+        annotations (the pod's or workload's) are given; None when the chosen source does not tell."""
+        if self.pinned is not None:
+            return self.pinned.removeprefix("v"), "pinned"
+        if self.annotation is not None:
+            value = annotations.get(self.annotation, "").strip().removeprefix("v")
+            return (value, "annotation") if re.fullmatch(_VERSION, value) else (None, "annotation")
+        pattern = self.image_tag.pattern if self.image_tag is not None and self.image_tag.pattern else DEFAULT_TAG_PATTERN
+        m = re.search(pattern, image_tag)
+        if m and m.group(1):
+            return m.group(1), "imageTag"
+        value = annotations.get(VERSION_ANNOTATION, "").strip().removeprefix("v")
+        return (value, "annotation") if re.fullmatch(_VERSION, value) else (None, "imageTag")
 
     @property
     def source(self) -> Literal["imageTag", "annotation", "pinned"]:
