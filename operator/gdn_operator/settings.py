@@ -255,6 +255,16 @@ class Settings:
         "condition DisruptionBlocked",
         "operator.watchNodes",
     )
+    guards: bool = _setting(
+        "GDN_GUARDS", True, _bool, "serve GDNGuards (watch them; admission for the workloads they select)", "guard.enabled"
+    )
+    guard_remediation: bool = _setting(
+        "GDN_GUARD_REMEDIATION",
+        False,
+        _bool,
+        "let a GDNGuard with spec.remediation deletePod delete a stalled or deterministically crashing pod",
+        "guard.remediation.enabled",
+    )
     inference_pool: bool = _setting(
         "GDN_INFERENCE_POOL", True, _bool, "watch and manage InferencePools", "scaleOut.inferencePool.enabled"
     )
