@@ -274,7 +274,10 @@ def test_probes_ports_and_services_are_wired(chart_tools, name):
             # failurePolicy Fail: an operator that does not answer holds each write this long (issue 38: was 30)
             assert hook["failurePolicy"] == "Fail" and hook["timeoutSeconds"] <= 10
     rules = [r for r in one(objs, "ClusterRole")["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
-    assert [(r.get("resourceNames"), sorted(r["verbs"])) for r in rules] == [([env["GDN_WEBHOOK_CONFIG_NAME"]], ["get", "patch"])]
+    assert [(r.get("resourceNames"), sorted(r["verbs"])) for r in rules] == [
+        ([env["GDN_WEBHOOK_CONFIG_NAME"]], ["get", "patch"]),
+        ([f"guards.{env['GDN_WEBHOOK_CONFIG_NAME']}"], ["get", "patch"]),  # GDNGuard admission (issue 35)
+    ]
     assert env["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
 
