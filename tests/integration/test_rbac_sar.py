@@ -311,3 +311,46 @@ def test_watch_nodes_off_grants_nothing_on_nodes(kube_api, control_plane, helm_t
         assert i.env["GDN_WATCH_NODES"] == "false"
         (ns,) = i.watched
         i.check([("patch", "deployments", "apps", ns)], [*NODE_READS, *common_denials(i, ns)])
+
+
+def test_guards_read_what_they_select_and_write_nothing_of_it(kube_api, control_plane, helm_tools):
+    """GDNGuard (issue 35): in the watched namespaces the operator reads the guards and the workloads they
+    select (StatefulSets, ReplicaSets, LeaderWorkerSets besides the pods, logs and Deployments it reads for its
+    own servers), writes only a guard's status and the webhooks of its own guard configuration, and never
+    creates, changes or deletes a StatefulSet, ReplicaSet, LeaderWorkerSet or a GDNGuard (the user's spec)."""
+    with Install(control_plane, kube_api, watched=["guard-a"], webhooks=False) as i:
+        (a,) = i.watched
+        guards, lws = "serving.gdn-operator.io", "leaderworkerset.x-k8s.io"
+        allowed = [
+            *[(v, "gdnguards", guards, a) for v in ("get", "list", "watch")],
+            ("patch", "gdnguards", guards, a, None, "status"),
+            *[(v, r, "apps", a) for r in ("statefulsets", "replicasets", "deployments") for v in ("get", "list", "watch")],
+            *[(v, "leaderworkersets", lws, a) for v in ("get", "list", "watch")],
+            ("get", "pods", "", a, None, "log"),
+            ("get", VWC, ADM, None, f"guards.{i.config_name}"),
+            ("patch", VWC, ADM, None, f"guards.{i.config_name}"),
+        ]
+        denied = [
+            *[(v, "gdnguards", guards, a) for v in ("create", "update", "patch", "delete")],
+            ("update", "gdnguards", guards, a, None, "status"),
+            *[(v, r, "apps", a) for r in ("statefulsets", "replicasets") for v in ("create", "update", "patch", "delete")],
+            *[(v, "leaderworkersets", lws, a) for v in ("create", "update", "patch", "delete")],
+            *[("get", r, "apps", "kube-system") for r in ("statefulsets", "replicasets")],
+            ("list", "gdnguards", guards, "default"),
+            ("list", "gdnguards", guards),  # not across all namespaces
+            ("delete", VWC, ADM, None, f"guards.{i.config_name}"),
+            ("patch", VWC, ADM, None, f"guards.{i.config_name}x"),
+            *common_denials(i, a),
+        ]
+        i.check(allowed, denied)
+    with Install(control_plane, kube_api, watched=["guard-off"], webhooks=False, extra={"guard.enabled": False}) as i:
+        (a,) = i.watched
+        i.check(
+            [("list", "deployments", "apps", a)],
+            [
+                ("list", "gdnguards", "serving.gdn-operator.io", a),
+                ("list", "statefulsets", "apps", a),
+                ("get", VWC, ADM, None, f"guards.{i.config_name}"),
+            ],
+        )
+        assert i.env["GDN_GUARDS"] == "false" and i.env["GDN_GUARD_REMEDIATION"] == "false"
