@@ -28,7 +28,7 @@ from operator_harness import wait_for
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "charts"))
 from _chart_helpers import ToolError, docs, render_text, tools  # noqa: E402
 
-from gdn_operator.handlers import certs, main, webhookconfigs  # noqa: E402
+from gdn_operator.handlers import certs, guardadmission, main, webhookconfigs  # noqa: E402
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 WEBHOOK_KINDS = (webhookconfigs.VALIDATING, webhookconfigs.MUTATING)
@@ -253,7 +253,7 @@ def test_operator_points_the_shipped_webhooks_with_only_its_rbac(kube_api, contr
             webhookconfigs.VALIDATING: adm.read_validating_webhook_configuration,
             webhookconfigs.MUTATING: adm.read_mutating_webhook_configuration,
         }
-        shipped = {o["kind"]: o for o in i.applied if o["kind"] in WEBHOOK_KINDS}
+        shipped = {o["kind"]: o for o in i.applied if o["kind"] in WEBHOOK_KINDS and o["metadata"]["name"] == i.config_name}
         ca = certs.new_bundle(["x"]).ca_pem
         bundle = base64.b64encode(ca).decode()
         served = webhookconfigs.service_client_config(i.env["GDN_WEBHOOK_SERVICE"], i.namespace, 443, None, bundle)
@@ -275,6 +275,19 @@ def test_operator_points_the_shipped_webhooks_with_only_its_rbac(kube_api, contr
             rv = {k: read[k](i.config_name).metadata.resource_version for k in WEBHOOK_KINDS}
             webhookconfigs.point_webhooks(sa_api, i.config_name, desired)
             assert {k: read[k](i.config_name).metadata.resource_version for k in WEBHOOK_KINDS} == rv
+
+            # GDNGuard admission (issue 35): the SA sets the webhooks of the shipped guard configuration, as
+            # handlers/guardadmission.write_configuration does (a JSON patch), with its own token
+            guards_cfg = f"guards.{i.config_name}"
+            hook = guardadmission.guard_webhooks(
+                [{"metadata": {"name": "g", "namespace": i.watched[0]}, "spec": {"selector": {"matchLabels": {"app": "x"}}}}],
+                i.config_name,
+                served,
+            )
+            sa_adm = kubernetes.client.AdmissionregistrationV1Api(sa_api)
+            sa_adm.patch_validating_webhook_configuration(guards_cfg, [{"op": "add", "path": "/webhooks", "value": hook}])
+            live_guards = adm.read_validating_webhook_configuration(guards_cfg).webhooks
+            assert [h.object_selector.match_labels for h in live_guards] == [{"app": "x"}]
 
             # another configuration (admin-made, same content): the SA can neither read nor patch it
             other = {**shipped[webhookconfigs.VALIDATING], "metadata": {"name": f"other-{i.config_name}"}}
