@@ -107,6 +107,11 @@ def test_named_container_and_no_engine():
             },
             ["spec.leaderWorkerTemplate.leaderTemplate.spec", "spec.leaderWorkerTemplate.workerTemplate.spec"],
         ),
+        (
+            {"kind": "LLMInferenceService", "spec": {"template": {}, "prefill": {"template": {}, "worker": {}}}},
+            ["spec.template", "spec.prefill.template", "spec.prefill.worker"],
+        ),
+        ({"kind": "Workspace", "inference": {"template": {"spec": {}}}}, ["inference.template.spec"]),
         ({"kind": "ConfigMap", "data": {}}, []),
     ],
 )
@@ -123,6 +128,8 @@ def test_bare_pod_and_lws_are_judged():
         "spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": podspec("v0.17.1")}}},
     }
     assert "vllm#36917" in judge_workload(lws, guard("deny")).denied
+    llmisvc = {"kind": "LLMInferenceService", "metadata": {"name": "k"}, "spec": {"template": podspec("v0.17.1")}}
+    assert "vllm#36917" in judge_workload(llmisvc, guard("deny")).denied
 
 
 def test_gdnctl_validate_reads_a_deployment(tmp_path, capsys):

@@ -49,6 +49,8 @@ GUARDED_RESOURCES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("apps", "v1", ("deployments", "statefulsets")),
     ("", "v1", ("pods",)),
     ("leaderworkerset.x-k8s.io", "v1", ("leaderworkersets",)),
+    ("serving.kserve.io", "v1alpha1", ("llminferenceservices",)),
+    ("kaito.sh", "v1beta1", ("workspaces",)),
 )
 
 
