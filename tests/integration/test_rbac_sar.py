@@ -366,4 +366,4 @@ def test_guards_read_what_they_select_and_write_nothing_of_it(kube_api, control_
                 ("get", VWC, ADM, None, f"guards.{i.config_name}"),
             ],
         )
-        assert i.env["GDN_GUARDS"] == "false" and i.env["GDN_GUARD_REMEDIATION"] == "false"
+        assert i.env["GDN_GUARDS"] == "false" and i.env["GDN_GUARD_DELETE_PODS"] == "false"
