@@ -11,6 +11,7 @@ import yaml
 from _chart_helpers import (
     CHART,
     GENERATED_CRD,
+    GENERATED_GUARD_CRD,
     NAMESPACE,
     VALUE_SETS,
     by_kind,
@@ -55,8 +56,19 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("", "persistentvolumeclaims"): {"get", "create", "patch", "delete"},
     # drain marks for DisruptionBlocked (issue 38, handlers/disruption.py): read only, operator.watchNodes
     ("", "nodes"): {"get", "list", "watch"},
+    # GDNGuard (issue 35, guard.enabled): the guards, and read only what they select (never a write)
+    ("serving.gdn-operator.io", "gdnguards"): {"get", "list", "watch"},
+    ("serving.gdn-operator.io", "gdnguards/status"): {"patch"},
+    ("apps", "statefulsets"): {"get", "list", "watch"},
+    ("apps", "replicasets"): {"get", "list", "watch"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"get", "list", "watch"},
 }
 NAMESPACED_RESOURCES = {
+    ("serving.gdn-operator.io", "gdnguards"),
+    ("serving.gdn-operator.io", "gdnguards/status"),
+    ("apps", "statefulsets"),
+    ("apps", "replicasets"),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"),
     ("serving.gdn-operator.io", "gdnmodelservers"),
     ("serving.gdn-operator.io", "gdnmodelservers/status"),
     ("serving.gdn-operator.io", "gdnmodelservers/finalizers"),
@@ -254,8 +266,7 @@ def test_probes_ports_and_services_are_wired(chart_tools, name):
     # to what the operator serves); the operator only patches their caBundle, by name
     assert env["GDN_WEBHOOK_CONFIGS"] == "shipped"
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
-        cfg = one(objs, kind)
-        assert cfg["metadata"]["name"] == env["GDN_WEBHOOK_CONFIG_NAME"]
+        cfg = one(objs, kind, env["GDN_WEBHOOK_CONFIG_NAME"])
         for hook in cfg["webhooks"]:
             assert hook["clientConfig"]["service"]["name"] == env["GDN_WEBHOOK_SERVICE"]
             assert hook["clientConfig"]["service"]["namespace"] == NAMESPACE
@@ -263,7 +274,10 @@ def test_probes_ports_and_services_are_wired(chart_tools, name):
             # failurePolicy Fail: an operator that does not answer holds each write this long (issue 38: was 30)
             assert hook["failurePolicy"] == "Fail" and hook["timeoutSeconds"] <= 10
     rules = [r for r in one(objs, "ClusterRole")["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
-    assert [(r.get("resourceNames"), sorted(r["verbs"])) for r in rules] == [([env["GDN_WEBHOOK_CONFIG_NAME"]], ["get", "patch"])]
+    assert [(r.get("resourceNames"), sorted(r["verbs"])) for r in rules] == [
+        ([env["GDN_WEBHOOK_CONFIG_NAME"]], ["get", "patch"]),
+        ([f"guards.{env['GDN_WEBHOOK_CONFIG_NAME']}"], ["get", "patch"]),  # GDNGuard admission (issue 35)
+    ]
     assert env["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
 
@@ -349,21 +363,24 @@ def test_peering_crds_in_crds_dir_match_kopf():
 
 
 @pytest.mark.parametrize("name", SETS)
-def test_crd_is_the_generated_file(chart_tools, name):
-    from gdn_operator.api.crd import crd_manifest
+def test_crds_are_the_generated_files(chart_tools, name):
+    from gdn_operator.api.crd import crd_manifest, guard_crd_manifest
 
-    crd = one(render_set(name), "CustomResourceDefinition")
-    annotations = crd["metadata"].pop("annotations")
-    assert annotations == {"helm.sh/resource-policy": "keep"}
-    assert crd == yaml.safe_load(GENERATED_CRD.read_text())
-    assert crd == crd_manifest()
+    crds = {c["metadata"]["name"]: c for c in by_kind(render_set(name), "CustomResourceDefinition")}
+    assert set(crds) == {"gdnmodelservers.serving.gdn-operator.io", "gdnguards.serving.gdn-operator.io"}
+    for generated, manifest in ((GENERATED_CRD, crd_manifest()), (GENERATED_GUARD_CRD, guard_crd_manifest())):
+        crd = crds[manifest["metadata"]["name"]]
+        annotations = crd["metadata"].pop("annotations")
+        assert annotations == {"helm.sh/resource-policy": "keep"}
+        assert crd == yaml.safe_load(generated.read_text())
+        assert crd == manifest
 
 
 def test_crd_install_and_keep_switches(chart_tools):
     objs = docs(render_text(sets={"crds.install": False}))
     assert not by_kind(objs, "CustomResourceDefinition")
-    crd = one(docs(render_text(sets={"crds.keep": False})), "CustomResourceDefinition")
-    assert "annotations" not in crd["metadata"]
+    crds = by_kind(docs(render_text(sets={"crds.keep": False})), "CustomResourceDefinition")
+    assert len(crds) == 2 and all("annotations" not in c["metadata"] for c in crds)
 
 
 @pytest.mark.parametrize("name", SETS)

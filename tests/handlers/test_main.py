@@ -43,7 +43,18 @@ def test_import_registers_no_admission_handler():
 @pytest.mark.parametrize(
     "settings, webhook, expected",
     [
-        ({}, True, {"leader_worker_set_event", "inference_pool_event", "node_event", "gdn-mitigate", "gdn-admission"}),
+        (
+            {},
+            True,
+            {
+                "leader_worker_set_event",
+                "inference_pool_event",
+                "node_event",
+                "gdn-mitigate",
+                "gdn-admission",
+                "guard-admission-scope",
+            },
+        ),
         ({"lws": False, "inference_pool": False, "watch_nodes": False}, False, set()),
         ({"inference_pool": False}, False, {"leader_worker_set_event", "node_event"}),
     ],
