@@ -15,9 +15,10 @@ import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
 
-from gdn_operator.handlers import kube, reconcile
+from gdn_operator.handlers import kube, reconcile, statusguard
 from gdn_operator.handlers import conditions as st
-from gdn_operator.handlers.kube import changed_by_apply, status_patch
+from gdn_operator.handlers.kube import changed_by_apply
+from gdn_operator.handlers.statusguard import status_patch
 from runtime_helpers import make_runtime
 
 from builders import GMS
@@ -299,7 +300,9 @@ def test_a_status_the_schema_refuses_is_an_error_not_a_conflict(api, monkeypatch
     monkeypatch.setattr(api, "patch_namespaced_custom_object_status", refuse)
     api.obj["status"] = {"phase": "Pending"}
     with pytest.raises(ApiException):
-        kube.update_status("ns", "s", lambda status, _o: status.__setitem__("phase", "x" * 100), obj=copy.deepcopy(api.obj))
+        statusguard.update_status(
+            "ns", "s", lambda status, _o: status.__setitem__("phase", "x" * 100), obj=copy.deepcopy(api.obj)
+        )
     assert api.requests == ["PATCH server/status", "GET server"]  # read once to tell, not retried 8 times
 
 
@@ -311,7 +314,9 @@ def test_a_status_that_keeps_moving_is_read_again_then_the_conflict_is_raised(ap
 
     monkeypatch.setattr(api, "patch_namespaced_custom_object_status", conflict)
     with pytest.raises(ApiException) as e:
-        kube.update_status("ns", "s", lambda status, _o: status.__setitem__("phase", "x"), retries=3, obj=copy.deepcopy(api.obj))
+        statusguard.update_status(
+            "ns", "s", lambda status, _o: status.__setitem__("phase", "x"), retries=3, obj=copy.deepcopy(api.obj)
+        )
     assert e.value.status == 409
     assert api.requests == ["PATCH server/status", "GET server"] * 2 + ["PATCH server/status"]
 
@@ -347,7 +352,7 @@ def test_retrying_numbers_the_attempts_and_raises_the_last_error_or_any_other_at
 # ------------------------------------- issue 29 part 9: a workload event asks nothing it already knows ---
 
 from gdn_operator.handlers import workload  # noqa: E402
-from gdn_operator.handlers.bodies import ServerBodies  # noqa: E402
+from gdn_operator.handlers.servers import Servers  # noqa: E402
 from gdn_operator.handlers.plan import expected_objects  # noqa: E402
 from gdn_operator.render.scaleout import workload_of  # noqa: E402
 
@@ -407,7 +412,7 @@ def test_drift_is_judged_against_a_fresh_read_before_anything_is_reapplied(api, 
 
 
 def test_server_bodies_keep_the_newest_version_of_the_same_object():
-    bodies = ServerBodies()
+    bodies = Servers()
     meta = {"namespace": "ns", "name": "s", "uid": "u1", "managedFields": [{"manager": "x"}]}
     bodies.put({"metadata": {**meta, "resourceVersion": "12"}, "status": {"n": 12}})
     bodies.put({"metadata": {**meta, "resourceVersion": "11"}, "status": {"n": 11}})  # a late, older event

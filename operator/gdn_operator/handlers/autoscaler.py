@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 def apply_autoscaler(namespace: str, name: str, inputs: PlanInputs) -> str | None:
     """Re-apply only the server's autoscaler (after CrashLooping changed). Returns "paused"/"resumed"
     when the scale-up policy changed, None otherwise."""
-    body = kube.get_server(namespace, name)
+    body = inputs.servers.current(namespace, name)  # the newest body seen (the crash's or quiet period's write)
     if body is None:
         return None
     p = plan(body, inputs)

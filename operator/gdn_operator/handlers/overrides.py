@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 def reapply(namespace: str, name: str, inputs: PlanInputs) -> bool:
     """Render `namespace/name` with its overrides and apply its objects. True when the workload changed."""
-    body = kube.get_server(namespace, name)
+    body = inputs.servers.current(namespace, name)  # the newest body seen: the override's own status write
     if body is None:
         return False
     p = plan(body, inputs)

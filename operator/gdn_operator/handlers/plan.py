@@ -17,14 +17,14 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from gdn_operator.api.load import ManifestError, parse_spec
-from gdn_operator.api.overrides import apply_overrides, entries, live_overrides
+from gdn_operator.api.overrides import CLEAR_ANNOTATION, CLEARED_KEY, apply_overrides, entries, live_overrides
 from gdn_operator.api.pod import unsafe_refusals
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
-from gdn_operator.handlers.bodies import ServerBodies
 from gdn_operator.handlers.kube import CrdCache
+from gdn_operator.handlers.servers import Servers
 from gdn_operator.render import autoscale, lws, router
 from gdn_operator.render.engine import RenderError
 from gdn_operator.render.objects import render_all
@@ -37,7 +37,7 @@ PODMONITOR_CRD = "podmonitors.monitoring.coreos.com"
 
 class PlanInputs(Protocol):
     """What a plan reads besides the object: the settings, and which optional CRDs the cluster serves; and,
-    for the handlers that plan (reconcile, drift), the newest server bodies seen (handlers/bodies.py)."""
+    for the handlers that plan (reconcile, drift), the newest server bodies seen (handlers/servers.py)."""
 
     @property
     def settings(self) -> Settings: ...
@@ -46,7 +46,7 @@ class PlanInputs(Protocol):
     def crds(self) -> CrdCache: ...
 
     @property
-    def bodies(self) -> ServerBodies: ...
+    def servers(self) -> Servers: ...
 
 
 @dataclass
@@ -137,6 +137,21 @@ def mitigation_overrides(
         ):
             out.append(before.get((e["path"], json.dumps(e["value"]), e["reason"]), e))
     return out
+
+
+def plan_key(body: dict[str, Any]) -> tuple[Any, ...]:
+    """What a plan of `body` depends on besides the operator's inputs: the object, its generation, the overrides
+    and the clear-overrides token, and CrashLooping (the autoscaler's scale-up pause). Two bodies with the same
+    key plan the same: a conflict re-read re-plans only when its key moved (issue 37)."""
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    return (
+        meta.get("uid"),
+        meta.get("generation"),
+        json.dumps(status.get("overrides"), sort_keys=True),
+        status.get(CLEARED_KEY),
+        (meta.get("annotations") or {}).get(CLEAR_ANNOTATION),
+        st.is_true(status, st.CRASH_LOOPING),
+    )
 
 
 def expected_objects(body: dict[str, Any], inputs: PlanInputs) -> list[dict[str, Any]] | None:

@@ -15,13 +15,13 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from gdn_operator.api.overrides import CLEARED_KEY
+from gdn_operator.api.overrides import CLEARED_KEY, set_overrides
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
-from gdn_operator.handlers.bodies import ServerBodies
 from gdn_operator.handlers.plan import PlanInputs, plan
 from gdn_operator.handlers.probes import probes_disabled
-from gdn_operator.handlers.workloadstatus import workload_status
+from gdn_operator.handlers.servers import Servers
+from gdn_operator.handlers.workloadstatus import record_workload_kind, workload_status
 from gdn_operator.render import lws, podparts
 from gdn_operator.render.engine import ENGINE_PORT
 from gdn_operator.render.objects import rendered_digest
@@ -110,7 +110,7 @@ def prune(body: dict[str, Any], candidates: list[str], rt: PlanInputs) -> list[s
 
 
 def _not_validated(
-    bodies: ServerBodies, body: dict[str, Any], reason: str, event: str, msg: str, ev: Evaluation | None = None
+    servers: Servers, body: dict[str, Any], reason: str, event: str, msg: str, ev: Evaluation | None = None
 ) -> None:
     """Record why nothing (new) is applied: Validated=False with the reason, findings, and an Event when
     that is news (a retry, a resumed handler or an operator restart repeats no Event). One status write,
@@ -133,7 +133,7 @@ def _not_validated(
             st.set_condition(status, st.PROGRESSING, False, reason, "Nothing is applied for this generation: " + msg, gen)
         probes_disabled(status, gen)  # nothing runs: nothing to probe (handlers/probes.py would write the same)
 
-    bodies.update_status(meta["namespace"], meta["name"], mutate, obj=body)
+    servers.update_status(meta["namespace"], meta["name"], mutate, obj=body)
     if news["changed"]:
         log.info("not applied %s/%s generation %s: %s: %s", meta["namespace"], meta["name"], gen, reason, msg[:300])
         kube.emit_event(body, event, msg, "Warning")
@@ -157,7 +157,7 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     body kopf delivered: no read), one server-side apply per object, at most one Event; reads only to
     prune kinds the spec dropped (prune_candidates) and when the status changed under the write. For a new
     server that write also holds what its new workload's first event would write (workload_status), and
-    the written object goes to rt.bodies, which workload events read: that event then costs no request."""
+    the written object goes to rt.servers, which workload events read: that event then costs no request."""
     cfg = rt.settings
     meta = body["metadata"]
     ns, name, gen = meta["namespace"], meta["name"], meta.get("generation")
@@ -167,10 +167,10 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     if ev is not None and not ev.allowed:
         existing = kube.get_deployment(ns, name) or (kube.get_object(lws.KIND, ns, name) if rt.crds.exists(lws.CRD) else None)
         tail = " The previously admitted configuration keeps running." if existing is not None else " Nothing was created."
-        _not_validated(rt.bodies, body, "KnownIssue", "Rejected", p.problem + tail, ev)
+        _not_validated(rt.servers, body, "KnownIssue", "Rejected", p.problem + tail, ev)
         return "rejected"
     if p.objects is None:
-        _not_validated(rt.bodies, body, "InvalidSpec", "InvalidSpec", p.problem, ev)
+        _not_validated(rt.servers, body, "InvalidSpec", "InvalidSpec", p.problem, ev)
         return "invalid"
     if ev is None or p.spec is None or p.run_spec is None:  # plan() gives objects only for a parsed, allowed spec
         raise kopf.PermanentError(f"{ns}/{name}: internal error: objects planned without an evaluated spec")
@@ -208,7 +208,7 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
         status["findings"] = findings
         status["advisories"] = advisories
         status["effective"] = effective
-        status["overrides"] = p.overrides  # the spec is never written: what runs differently is listed here
+        set_overrides(status, p.overrides)  # the spec is never written: what runs differently is listed here
         if p.cleared is not None:
             status[CLEARED_KEY] = p.cleared
         st.set_overridden(status, gen)
@@ -216,8 +216,8 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
         if digest is not None:
             status[RENDERED_DIGEST] = digest
         status["url"] = podparts.url(name, ns, ENGINE_PORT)  # the engine Service is applied below
-        if workload is not None and "workload" not in status:
-            status["workload"] = workload["kind"]  # handlers/workload.py keeps it from the workload's events
+        if workload is not None:
+            record_workload_kind(status, workload["kind"])  # workload events keep it (workloadstatus.workload_status)
         if st.set_condition(status, st.VALIDATED, True, reason, vmsg, gen):
             news["changed"] = True
         ready = int(status.get("readyReplicas") or 0)
@@ -246,7 +246,7 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
 
     # The status says which generation this is and why it was admitted before the workload is applied, so a
     # client never sees Ready (from the Deployment) without observedGeneration.
-    rt.bodies.update_status(ns, name, applied, obj=body)  # rt.bodies: what this server's workload events read
+    rt.servers.update_status(ns, name, applied, obj=body)  # rt.servers: what this server's workload events read
     if news["changed"]:
         log.info(
             "%s %s/%s generation %s (policy %s)%s",
@@ -268,7 +268,7 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
         detail = _api_message(e)
         forbidden = e.status == 403
         _not_validated(
-            rt.bodies,
+            rt.servers,
             body,
             "Forbidden" if forbidden else "InvalidSpec",
             "ApplyRefused",
@@ -283,7 +283,7 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     if candidates:
         prune(body, candidates, rt)
         final = sorted(kind for _, kind in _managed(objects))
-        rt.bodies.update_status(ns, name, lambda status, _obj: status.__setitem__(OWNED_KINDS, final))
+        rt.servers.update_status(ns, name, lambda status, _obj: status.__setitem__(OWNED_KINDS, final))
 
     event = transition_event(objects, gen, mitigated, warned, workload_changed=changed, news=news["changed"])
     if event is not None:
