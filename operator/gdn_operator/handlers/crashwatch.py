@@ -261,6 +261,7 @@ def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -
         outcome["count"],
         " (previous spec, not counted)" if outcome.get("stale") else " (same group incident)" if outcome.get("incident") else "",
     )
+    planned = None
     if (
         not outcome.get("stale")
         and not outcome.get("incident")
@@ -269,8 +270,8 @@ def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -
         )
         is not None
     ):
-        reapply(namespace, name, rt)  # the override is in status; render and apply it now
-    sync_scale_up(namespace, name, obj, rt)
+        planned = reapply(namespace, name, rt)  # the override is in status; render and apply it now
+    sync_scale_up(namespace, name, obj, rt, planned)  # the autoscaler from the same plan (no second one)
     return obj.get("status")
 
 

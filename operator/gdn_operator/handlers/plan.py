@@ -61,6 +61,7 @@ class Plan:
     overrides: list[dict[str, Any]] = field(default_factory=list)  # status.overrides to record (in force)
     ended: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # remediation overrides that ended, why
     cleared: str | None = None  # a new clear-overrides token acted on (status.overridesCleared)
+    key: tuple[Any, ...] = ()  # plan_key of the body planned: a body with the same key plans the same
 
     @property
     def run_spec(self) -> GDNModelServerSpec | None:
@@ -68,6 +69,14 @@ class Plan:
 
 
 def plan(body: dict[str, Any], inputs: PlanInputs) -> Plan:
+    """The decision for `body` (a handler plans once per event and passes the plan down; plan_key says when a
+    newer body needs another)."""
+    out = _plan(body, inputs)
+    out.key = plan_key(body)
+    return out
+
+
+def _plan(body: dict[str, Any], inputs: PlanInputs) -> Plan:
     cfg = inputs.settings
     meta = body["metadata"]
     try:
