@@ -127,6 +127,7 @@ async def track_servers(type: str, body: kopf.Body, namespace: str | None, name:
     plain = kube.plain(body)
     if type == "DELETED":
         rt.servers.forget(ns, name)
+        rt.handled.forget(str(body["metadata"].get("uid")))
     else:
         rt.servers.put(plain)  # what Deployment events and acceptance rounds read instead of a GET
     if type == "DELETED" or body["metadata"].get("deletionTimestamp"):

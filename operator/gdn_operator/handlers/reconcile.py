@@ -8,9 +8,10 @@ with the drift corrector, the crash watch and the probes); this module applies i
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 import kopf
 from kubernetes.client.exceptions import ApiException
@@ -324,8 +325,40 @@ def transition_event(
     return None
 
 
-#: kopf's record of the last spec its handlers completed (the same storage main.configure installs)
-DIFFBASE = kopf.AnnotationsDiffBaseStorage(prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
+class HandledSpecs(kopf.DiffBaseStorage):
+    """kopf's diff base (the essence of the last spec its handlers completed: what tells an update from a
+    no-op), held in the operator's memory (one per runtime; startup.configure installs it) instead of an
+    annotation on the server: that annotation was one PATCH of every server per handled change, 1 of the 8
+    requests a new server cost (issue 37, bench/bench_reconcile.py). The annotation an earlier operator wrote
+    is still read until this one handles the object. After a restart or a hand-over to the other replica
+    nothing is held: kopf sees each server as created and runs the create handler, the same idempotent
+    reconcile its resume handler runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: what operators before issue 37 kept the diff base in (read, never written)
+        self.annotations = kopf.AnnotationsDiffBaseStorage(prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
+        self._held: dict[str, kopf.BodyEssence] = {}
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return self.annotations.build(body=body, extra_fields=extra_fields)  # without the old annotation
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        held = self._held.get(str(body.metadata.uid))
+        return copy.deepcopy(held) if held is not None else self.annotations.fetch(body=body)
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        self._held[str(body.metadata.uid)] = copy.deepcopy(essence)  # nothing added to kopf's patch: no write
+
+    def forget(self, uid: str) -> None:
+        self._held.pop(uid, None)
+
+
+class ReconcileState(PlanInputs, Protocol):
+    """What converge_generation reads besides the plan's inputs (the runtime provides it)."""
+
+    @property
+    def handled(self) -> HandledSpecs: ...
 
 
 async def reconcile(body: kopf.Body, logger: kopf.Logger, rt: PlanInputs) -> None:
@@ -334,7 +367,7 @@ async def reconcile(body: kopf.Body, logger: kopf.Logger, rt: PlanInputs) -> Non
     logger.info("reconciled: %s", outcome)
 
 
-async def converge_generation(body: kopf.Body, logger: kopf.Logger, rt: PlanInputs) -> None:
+async def converge_generation(body: kopf.Body, logger: kopf.Logger, rt: ReconcileState) -> None:
     """status.observedGeneration reaches metadata.generation whatever kopf coalesces.
 
     kopf calls the update handler only when the spec differs from the last one it handled; patches
@@ -345,7 +378,7 @@ async def converge_generation(body: kopf.Body, logger: kopf.Logger, rt: PlanInpu
     gen, observed = meta.get("generation"), status.get("observedGeneration")
     if gen is None or observed is None or observed >= gen or meta.get("deletionTimestamp"):
         return
-    handled = DIFFBASE.fetch(body=body)
+    handled = rt.handled.fetch(body=body)
     if handled is None or kube.plain(handled.get("spec")) != kube.plain(body.get("spec")):
         return  # the spec changed: kopf's update handler runs for it (and writes the generation)
     outcome = await asyncio.to_thread(reconcile_sync, kube.plain(body), rt)

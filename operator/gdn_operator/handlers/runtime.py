@@ -30,6 +30,7 @@ from gdn_operator.handlers.kube import CrdCache
 from gdn_operator.handlers.logfollow import LogFollowers, StreamedResults
 from gdn_operator.handlers.probes import ProbeSupervisor
 from gdn_operator.handlers.quiet import QuietPeriod
+from gdn_operator.handlers.reconcile import HandledSpecs
 from gdn_operator.handlers.servers import Servers
 from gdn_operator.settings import Settings
 from gdn_operator.watch.acceptance import AcceptanceTracker
@@ -47,6 +48,8 @@ class Runtime:
         self.crds = CrdCache()
         #: the newest GDNModelServer bodies seen (watch events and the operator's own status writes)
         self.servers = Servers()
+        #: kopf's diff base: the last spec its handlers completed, per server uid (no annotation write)
+        self.handled = HandledSpecs()
         #: nodes marked for a drain (node events; GDN_WATCH_NODES): DisruptionBlocked
         self.draining = DrainingNodes()
         # crash watch
