@@ -11,6 +11,7 @@ import asyncio
 import copy
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import kopf
@@ -19,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from gdn_operator.api.overrides import CLEARED_KEY, set_overrides
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
-from gdn_operator.handlers.plan import PlanInputs, plan
+from gdn_operator.handlers.plan import Plan, PlanInputs, plan
 from gdn_operator.handlers.probes import probes_disabled
 from gdn_operator.handlers.servers import Servers
 from gdn_operator.handlers.workloadstatus import record_workload_kind, workload_status
@@ -151,6 +152,64 @@ def _probes_off(body: dict[str, Any]) -> bool:
     return not raw or raw.get("enabled") is False
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """What a reconcile decided for an admitted generation besides its plan: calculate_status's other input."""
+
+    reason: str  # Validated's reason: Admitted, Mitigated, AdmittedWithWarnings
+    message: str
+    owned: list[str]  # status.ownedKinds: the managed kinds rendered, and those still to prune
+    workload: dict[str, Any] | None  # the engine workload rendered (Deployment or LeaderWorkerSet)
+    digest: str | None  # its rendered_digest
+    probes_off: bool
+
+
+def calculate_status(status: dict[str, Any], obj: dict[str, Any], p: Plan, admitted: Admitted) -> bool:
+    """The reconcile's status of an admitted generation, calculated from the plan and the decision alone (pure:
+    edits `status` in place, reads nothing else; the status write reruns it on the newest body after a
+    conflict, and writes only when it changed). True when the generation or Validated is news (log, Event)."""
+    if p.ev is None or p.run_spec is None:
+        raise ValueError("calculate_status needs the plan of an evaluated spec")
+    meta = obj["metadata"]
+    gen, run_spec, workload = meta.get("generation"), p.run_spec, admitted.workload
+    news = bool(status.get("observedGeneration") != gen)
+    # no workload was ever recorded: the one applied next is new, and its first event will say no more than
+    # what a workload without status says, written here in the same patch (workloadstatus.workload_status)
+    fresh = workload is not None and "workload" not in status and st.get_condition(status, st.READY) is None
+    status["observedGeneration"] = gen
+    status["findings"], status["advisories"] = _findings(p.ev)
+    status["effective"] = p.ev.effective.model_dump(by_alias=True, exclude_none=True, mode="json")
+    set_overrides(status, p.overrides)  # the spec is never written: what runs differently is listed here
+    if p.cleared is not None:
+        status[CLEARED_KEY] = p.cleared
+    st.set_overridden(status, gen)
+    status[OWNED_KINDS] = admitted.owned
+    if admitted.digest is not None:
+        status[RENDERED_DIGEST] = admitted.digest
+    status["url"] = podparts.url(meta["name"], meta["namespace"], ENGINE_PORT)  # the engine Service is applied next
+    if workload is not None:
+        record_workload_kind(status, workload["kind"])  # workload events keep it (workloadstatus.workload_status)
+    if st.set_condition(status, st.VALIDATED, True, admitted.reason, admitted.message, gen):
+        news = True
+    ready = int(status.get("readyReplicas") or 0)
+    desired = (
+        run_spec.replicas if run_spec.autoscaling is None else int(status.get("replicas") or run_spec.autoscaling.min_replicas)
+    )
+    st.set_replicas(status, desired, ready, gen)
+    progressing = st.get_condition(status, st.PROGRESSING) or {}
+    rolling = progressing.get("status") == "True" and progressing.get("observedGeneration") == gen
+    if (ready < desired or not st.is_true(status, st.READY)) and not rolling:  # (a resume keeps RollingOut)
+        st.set_condition(
+            status, st.PROGRESSING, True, "Applying", "Applying the engine Deployment for this generation; waiting for pods.", gen
+        )
+    if fresh and workload is not None and (workload.get("spec") or {}).get("replicas") is not None:
+        # (without spec.replicas, an autoscaler's, the API server's default decides: the event tells)
+        workload_status(status, obj, {"kind": workload["kind"], "spec": workload["spec"]})
+    if admitted.probes_off:  # what handlers/probes.py writes for a server without probes, in this same write
+        probes_disabled(status, gen)
+    return news
+
+
 def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     """Bring the cluster to the object's spec. Returns a short outcome word (for logs and tests).
 
@@ -177,8 +236,6 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
         raise kopf.PermanentError(f"{ns}/{name}: internal error: objects planned without an evaluated spec")
     run_spec, objects = p.run_spec, p.objects
     policy = p.spec.admission_policy or cfg.default_policy
-    findings, advisories = _findings(ev)
-    effective = ev.effective.model_dump(by_alias=True, exclude_none=True, mode="json")
 
     mitigated = [f for f in ev.findings if f.action == "mitigated"]
     warned = [f for f in ev.findings if f.action == "warned"]
@@ -196,54 +253,12 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     same_rendering = digest is not None and (body.get("status") or {}).get(RENDERED_DIGEST) == digest
     candidates = prune_candidates(body, objects, rt)
     owned = sorted({kind for _, kind in _managed(objects)} | set(candidates))  # until pruned
-    probes_off = _probes_off(body)
 
+    admitted = Admitted(reason, vmsg, owned, workload, digest, _probes_off(body))
     news = {"changed": False}
 
     def applied(status: dict[str, Any], obj: dict[str, Any]) -> None:
-        news["changed"] = status.get("observedGeneration") != gen
-        # no workload was ever recorded: the one applied below is new, and its first event will say no more
-        # than what a workload without status says, written here in the same patch (workload.workload_status)
-        fresh = workload is not None and "workload" not in status and st.get_condition(status, st.READY) is None
-        status["observedGeneration"] = gen
-        status["findings"] = findings
-        status["advisories"] = advisories
-        status["effective"] = effective
-        set_overrides(status, p.overrides)  # the spec is never written: what runs differently is listed here
-        if p.cleared is not None:
-            status[CLEARED_KEY] = p.cleared
-        st.set_overridden(status, gen)
-        status[OWNED_KINDS] = owned
-        if digest is not None:
-            status[RENDERED_DIGEST] = digest
-        status["url"] = podparts.url(name, ns, ENGINE_PORT)  # the engine Service is applied below
-        if workload is not None:
-            record_workload_kind(status, workload["kind"])  # workload events keep it (workloadstatus.workload_status)
-        if st.set_condition(status, st.VALIDATED, True, reason, vmsg, gen):
-            news["changed"] = True
-        ready = int(status.get("readyReplicas") or 0)
-        desired = (
-            run_spec.replicas
-            if run_spec.autoscaling is None
-            else int(status.get("replicas") or run_spec.autoscaling.min_replicas)
-        )
-        st.set_replicas(status, desired, ready, gen)
-        progressing = st.get_condition(status, st.PROGRESSING) or {}
-        rolling = progressing.get("status") == "True" and progressing.get("observedGeneration") == gen
-        if (ready < desired or not st.is_true(status, st.READY)) and not rolling:  # (a resume keeps RollingOut)
-            st.set_condition(
-                status,
-                st.PROGRESSING,
-                True,
-                "Applying",
-                "Applying the engine Deployment for this generation; waiting for pods.",
-                gen,
-            )
-        if fresh and workload is not None and (workload.get("spec") or {}).get("replicas") is not None:
-            # (without spec.replicas, an autoscaler's, the API server's default decides: the event tells)
-            workload_status(status, obj, {"kind": workload["kind"], "spec": workload["spec"]})
-        if probes_off:  # what handlers/probes.py writes for a server without probes, in this same write
-            probes_disabled(status, gen)
+        news["changed"] = calculate_status(status, obj, p, admitted)
 
     # The status says which generation this is and why it was admitted before the workload is applied, so a
     # client never sees Ready (from the Deployment) without observedGeneration.

@@ -1,0 +1,70 @@
+"""reconcile.calculate_status: the reconcile's status as a pure function of the plan and the decision (issue 37
+item 4; KubeRay's calculateStatus and LWS's updateStatus are the models): no request, the same answer for the
+same input, and nothing left to write when run on its own result (the status write skips an unchanged status)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from gdn_operator.handlers import conditions as st
+from gdn_operator.handlers import kube, reconcile
+from gdn_operator.handlers.plan import plan
+from gdn_operator.render.scaleout import workload_of
+
+from builders import GMS
+
+
+def _decide(body, rt):
+    p = plan(body, rt)
+    workload = workload_of(p.objects)
+    admitted = reconcile.Admitted("Admitted", "ok", ["Deployment"], workload, "d1", probes_off=True)
+    return p, admitted
+
+
+@pytest.fixture
+def no_requests(monkeypatch):
+    def refuse():
+        raise AssertionError("calculate_status made a request")
+
+    monkeypatch.setattr(kube, "api_client", refuse)
+
+
+def test_the_status_of_a_new_server_is_calculated_without_a_request(rt, no_requests):
+    body = GMS().uid("u1").generation(3).obj()
+    p, admitted = _decide(body, rt)
+    status: dict = {}
+    assert reconcile.calculate_status(status, body, p, admitted) is True  # a new generation: news
+    assert status["observedGeneration"] == 3 and status["ownedKinds"] == ["Deployment"] and status["renderedDigest"] == "d1"
+    assert status["workload"] == "Deployment" and status["url"].startswith("http://")
+    assert st.get_condition(status, st.VALIDATED)["reason"] == "Admitted"
+    # a new workload: what its first event would say is in the same status (workloadstatus.workload_status)
+    assert st.get_condition(status, st.PROGRESSING)["status"] == "True" and status["replicas"] == 1
+    assert st.get_condition(status, st.OUTPUT_CONSISTENT)["reason"] == "ProbesDisabled"
+
+
+def test_the_same_input_gives_the_same_status_and_its_result_is_a_fixed_point(rt, no_requests):
+    body = GMS().uid("u1").generation(3).obj()
+    p, admitted = _decide(body, rt)
+    first: dict = {}
+    reconcile.calculate_status(first, body, p, admitted)
+    second: dict = {}
+    reconcile.calculate_status(second, copy.deepcopy(body), p, admitted)
+    assert first == second
+    again = copy.deepcopy(first)
+    written = {**body, "status": copy.deepcopy(first)}
+    assert reconcile.calculate_status(again, written, p, admitted) is False  # nothing new: no log, no Event
+    assert again == first  # and nothing to write
+
+
+def test_a_later_generation_is_news_and_keeps_the_recorded_workload_kind(rt, no_requests):
+    body = GMS().uid("u1").generation(3).obj()
+    p, admitted = _decide(body, rt)
+    status: dict = {}
+    reconcile.calculate_status(status, body, p, admitted)
+    status["workload"] = "LeaderWorkerSet"  # what the workload's own events said since
+    newer = GMS().uid("u1").generation(4).obj()
+    p4, admitted4 = _decide(newer, rt)
+    assert reconcile.calculate_status(status, newer, p4, admitted4) is True
+    assert status["observedGeneration"] == 4 and status["workload"] == "LeaderWorkerSet"
