@@ -68,3 +68,29 @@ def test_a_later_generation_is_news_and_keeps_the_recorded_workload_kind(rt, no_
     p4, admitted4 = _decide(newer, rt)
     assert reconcile.calculate_status(status, newer, p4, admitted4) is True
     assert status["observedGeneration"] == 4 and status["workload"] == "LeaderWorkerSet"
+
+
+def test_kopfs_diff_base_is_held_in_memory_and_writes_nothing():
+    """reconcile.HandledSpecs (issue 37 item 5): kopf's record of the last spec handled costs no PATCH; the
+    annotation an earlier operator wrote is read until this one handles the server; a deleted server is forgotten."""
+    import json
+
+    import kopf
+
+    key = f"{reconcile.ANNOTATION_PREFIX}/last-handled-configuration"
+    old = {"spec": {"model": "old"}}
+    raw = {
+        "metadata": {"uid": "u1", "name": "s", "namespace": "ns", "annotations": {key: json.dumps(old)}},
+        "spec": {"model": "new"},
+    }
+    body = kopf.Body(raw)
+    handled = reconcile.HandledSpecs()
+    assert handled.fetch(body=body) == old  # an earlier operator's record
+    essence = handled.build(body=body)
+    assert key not in (essence.get("metadata") or {}).get("annotations", {})  # never part of the essence
+    patch = kopf.Patch()
+    handled.store(body=body, patch=patch, essence=essence)
+    assert not patch  # nothing to write
+    assert handled.fetch(body=body) == essence == {"spec": {"model": "new"}}
+    handled.forget("u1")
+    assert handled.fetch(body=body) == old
