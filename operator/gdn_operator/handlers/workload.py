@@ -246,7 +246,8 @@ def on_deployment(
         fresh = rt.servers.read(namespace, name)  # drift correction acts only on what the API server holds
         if fresh is None:
             return
-        if server is None or plan_key(fresh) != plan_key(server):  # re-planned only when its inputs moved
+        # re-planned only when its inputs moved (or it is being deleted: nothing is restored then)
+        if server is None or fresh["metadata"].get("deletionTimestamp") or plan_key(fresh) != plan_key(server):
             want = drifted(rt, fresh, dep, kind)
         server = fresh
         if want is not None:
