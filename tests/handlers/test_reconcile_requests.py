@@ -404,11 +404,21 @@ def test_drift_is_judged_against_a_fresh_read_before_anything_is_reapplied(api, 
     api.requests.clear()
     edited = rendered_workload(api, rt)
     edited["spec"]["template"]["spec"]["containers"][0]["image"] = "someone/else:latest"
+    planned: list[int] = []
+    expected = workload.expected_objects
+    monkeypatch.setattr(workload, "expected_objects", lambda body, inputs: planned.append(1) or expected(body, inputs))
     workload.on_deployment(rt, "ns", "s", edited, owner_uid="u1")
     assert api.requests[0] == "GET server" and reapplied == ["Deployment"]
+    assert len(planned) == 1  # planned once: the fresh read has the same generation and overrides (issue 37)
     api.requests.clear()
     workload.on_deployment(rt, "ns", "s", None, owner_uid="u1")  # deleted: also confirmed by a read first
     assert api.requests[0] == "GET server" and reapplied == ["Deployment", "Deployment"]
+    # a fresh read that shows a new generation is planned again
+    api.obj["metadata"]["generation"] = 2
+    api.bump()
+    planned.clear()
+    workload.on_deployment(rt, "ns", "s", edited, owner_uid="u1")
+    assert len(planned) == 2
 
 
 def test_server_bodies_keep_the_newest_version_of_the_same_object():
