@@ -36,8 +36,9 @@ PODMONITOR_CRD = "podmonitors.monitoring.coreos.com"
 
 
 class PlanInputs(Protocol):
-    """What a plan reads besides the object: the settings, and which optional CRDs the cluster serves; and,
-    for the handlers that plan (reconcile, drift), the newest server bodies seen (handlers/servers.py)."""
+    """What a plan reads besides the object: the settings, and which optional CRDs the cluster serves; and, for
+    the handlers that plan, the one door to the servers (handlers/servers.py: the body to plan from, the status
+    write of what they decided)."""
 
     @property
     def settings(self) -> Settings: ...
