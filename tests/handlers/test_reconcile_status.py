@@ -19,7 +19,8 @@ from builders import GMS
 def _decide(body, rt):
     p = plan(body, rt)
     workload = workload_of(p.objects)
-    admitted = reconcile.Admitted("Admitted", "ok", ["Deployment"], workload, "d1", probes_off=True)
+    gen = body["metadata"]["generation"]
+    admitted = reconcile.Admitted(gen, "Admitted", "ok", ["Deployment"], workload, "d1", probes_off=True)
     return p, admitted
 
 
@@ -94,3 +95,14 @@ def test_kopfs_diff_base_is_held_in_memory_and_writes_nothing():
     assert handled.fetch(body=body) == essence == {"spec": {"model": "new"}}
     handled.forget("u1")
     assert handled.fetch(body=body) == old
+
+
+def test_the_generation_is_the_planned_bodys_even_when_the_write_starts_from_a_newer_one(rt, no_requests):
+    """The status write reruns calculate_status on the newest body it holds: a generation planned earlier must not
+    be reported as the newer one (that one's own reconcile reports it)."""
+    body = GMS().uid("u1").generation(3).obj()
+    p, admitted = _decide(body, rt)
+    status: dict = {}
+    newer = GMS().uid("u1").generation(4).obj()
+    reconcile.calculate_status(status, newer, p, admitted)
+    assert status["observedGeneration"] == 3 and st.get_condition(status, st.VALIDATED)["observedGeneration"] == 3

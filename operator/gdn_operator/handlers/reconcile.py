@@ -156,6 +156,7 @@ def _probes_off(body: dict[str, Any]) -> bool:
 class Admitted:
     """What a reconcile decided for an admitted generation besides its plan: calculate_status's other input."""
 
+    generation: int | None  # of the body planned (the status write may start from a newer one)
     reason: str  # Validated's reason: Admitted, Mitigated, AdmittedWithWarnings
     message: str
     owned: list[str]  # status.ownedKinds: the managed kinds rendered, and those still to prune
@@ -171,7 +172,7 @@ def calculate_status(status: dict[str, Any], obj: dict[str, Any], p: Plan, admit
     if p.ev is None or p.run_spec is None:
         raise ValueError("calculate_status needs the plan of an evaluated spec")
     meta = obj["metadata"]
-    gen, run_spec, workload = meta.get("generation"), p.run_spec, admitted.workload
+    gen, run_spec, workload = admitted.generation, p.run_spec, admitted.workload
     news = bool(status.get("observedGeneration") != gen)
     # no workload was ever recorded: the one applied next is new, and its first event will say no more than
     # what a workload without status says, written here in the same patch (workloadstatus.workload_status)
@@ -254,7 +255,7 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     candidates = prune_candidates(body, objects, rt)
     owned = sorted({kind for _, kind in _managed(objects)} | set(candidates))  # until pruned
 
-    admitted = Admitted(reason, vmsg, owned, workload, digest, _probes_off(body))
+    admitted = Admitted(gen, reason, vmsg, owned, workload, digest, _probes_off(body))
     news = {"changed": False}
 
     def applied(status: dict[str, Any], obj: dict[str, Any]) -> None:
