@@ -49,7 +49,7 @@ import kubernetes  # noqa: E402
 from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 from controlplane import ControlPlane, ensure_built  # noqa: E402
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
-from operator_harness import Kube, OperatorProcess, gms, install_crd  # noqa: E402
+from operator_harness import Kube, OperatorProcess, apiserver_requests, gms, install_crd  # noqa: E402
 
 KINDS = ("Deployment", "Service", "status")
 
@@ -68,23 +68,6 @@ def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (its own threads; children not included)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def apiserver_requests(cp: ControlPlane) -> dict[str, float]:
-    """kube-apiserver's apiserver_request_total, summed per "VERB resource[/subresource]" (all codes)."""
-    import re
-    import urllib.request
-
-    with urllib.request.urlopen(f"{cp.server}/metrics", timeout=30, context=cp.ssl_context()) as r:
-        text = r.read().decode()
-    out: dict[str, float] = {}
-    for m in re.finditer(r"^apiserver_request_total\{([^}]*)\} (\S+)$", text, re.M):
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-        key = f"{labels.get('verb')} {labels.get('resource')}" + (
-            f"/{labels['subresource']}" if labels.get("subresource") else ""
-        )
-        out[key] = out.get(key, 0.0) + float(m.group(2))
-    return out
 
 
 def parse_env(ap: argparse.ArgumentParser, flag: str, items: list[str]) -> dict[str, str]:

@@ -31,7 +31,7 @@ def lint_imports(project: Path, source_root: Path) -> subprocess.CompletedProces
 def test_the_tree_keeps_every_contract():
     r = lint_imports(ROOT, ROOT / "operator")
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    assert "3 kept, 0 broken" in r.stdout
+    assert "4 kept, 0 broken" in r.stdout
 
 
 @pytest.mark.parametrize(
@@ -59,6 +59,12 @@ def test_the_tree_keeps_every_contract():
             "from gdn_operator.handlers.reconcile import reconcile_sync",
             "gdn_operator.handlers.plan -> gdn_operator.handlers.reconcile",
         ),
+        # one door to a server (issue 37): a feature writing status past handlers/servers.py, even on a floor above
+        (
+            "handlers/quiet.py",
+            "from gdn_operator.handlers.statusguard import update_status",
+            "gdn_operator.handlers.quiet -> gdn_operator.handlers.statusguard",
+        ),
         # nothing below handlers/ talks to the cluster, also not lazily inside a function
         (
             "render/engine.py",
@@ -77,3 +83,14 @@ def test_an_upward_import_breaks_the_contract(tmp_path, module, line, broken):
     assert r.returncode != 0, r.stdout[-4000:]
     assert broken in r.stdout, r.stdout[-4000:]
     assert "0 broken" not in r.stdout
+
+
+def test_a_handlers_module_without_a_floor_breaks_the_contract(tmp_path):
+    """The handlers/ floors are exhaustive (issue 37): a new module must take its place in the list."""
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    pkg = tmp_path / "operator" / "gdn_operator"
+    shutil.copytree(ROOT / "operator" / "gdn_operator", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    (pkg / "handlers" / "newfeature.py").write_text("from gdn_operator.handlers import kube\n")
+    r = lint_imports(tmp_path, tmp_path / "operator")
+    assert r.returncode != 0, r.stdout[-4000:]
+    assert "gdn_operator.handlers.newfeature" in r.stdout + r.stderr, r.stdout[-4000:]

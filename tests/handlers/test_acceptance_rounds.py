@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gdn_operator.handlers import acceptance as acc
-from gdn_operator.handlers.bodies import ServerBodies
+from gdn_operator.handlers.servers import Servers
 from gdn_operator.watch.acceptance import AcceptanceTracker
 
 
@@ -44,7 +44,7 @@ def writes(monkeypatch):
 
 
 def _sup(body: dict[str, Any] | None) -> acc.AcceptanceSupervisor:
-    bodies = ServerBodies()
+    bodies = Servers()
     if body is not None:
         bodies.put(body)
     return acc.AcceptanceSupervisor(AcceptanceTracker(window=60), _Scraper(), concurrency=1, bodies=bodies)

@@ -2,6 +2,8 @@
 
 import pytest
 
+from gdn_operator.handlers import statusguard
+from gdn_operator.handlers.servers import Servers
 from gdn_operator.api.load import parse_spec
 from gdn_operator.handlers.crashwatch import deaths_in
 from gdn_operator.api.specpatch import merge as _merged_spec
@@ -110,7 +112,7 @@ def server(monkeypatch):
     from gdn_operator.handlers import kube
 
     fake = FakeServer({**BASE, "remediation": {"mode": "none"}})
-    monkeypatch.setattr(kube, "update_status", fake.update_status)
+    monkeypatch.setattr(statusguard, "update_status", fake.update_status)
     monkeypatch.setattr(kube, "emit_event", fake.emit_event)
     return fake
 
@@ -260,11 +262,11 @@ def test_ladder_runs_as_overrides_and_never_writes_the_spec(monkeypatch):
 
     fake = FakeServer({**TP2A, **P2P, "remediation": {"mode": "auto", "threshold": 1}})
     submitted = copy.deepcopy(fake.obj["spec"])
-    monkeypatch.setattr(kube, "update_status", fake.update_status)
+    monkeypatch.setattr(statusguard, "update_status", fake.update_status)
     monkeypatch.setattr(kube, "emit_event", lambda obj, reason, msg, type_="Normal": fake.events.append((reason, msg)))
     applied = []
     for _ in range(4):
-        change = remediation.maybe_remediate("ns", "s", fake.obj, b4_result(), 1, 1, policy="reject")
+        change = remediation.maybe_remediate(Servers(), "ns", "s", fake.obj, b4_result(), 1, 1, policy="reject")
         applied.append(change.action if change else None)
     assert applied == ["env NCCL_P2P_DISABLE removed", "asyncScheduling=false", "speculativeDecoding.enabled=false", None]
     assert fake.obj["spec"] == submitted and fake.obj["metadata"]["generation"] == 1
@@ -285,7 +287,7 @@ def test_ladder_runs_as_overrides_and_never_writes_the_spec(monkeypatch):
     run = remediation.running_spec(fake.obj, "reject")
     assert run.async_scheduling is False and not run.speculative_decoding.enabled and len(run.env) == 1
     # a second crash on the same revision decides nothing new
-    assert remediation.maybe_remediate("ns", "s", fake.obj, b4_result(), 2, 1, policy="reject") is None
+    assert remediation.maybe_remediate(Servers(), "ns", "s", fake.obj, b4_result(), 2, 1, policy="reject") is None
     assert len(fake.obj["status"]["remediations"]) == 4
 
 
@@ -294,13 +296,13 @@ def test_generic_class_without_evidence_is_never_remediated(monkeypatch):
     from gdn_operator.watch.signatures import classify_text
 
     fake = FakeServer({**TP2, "remediation": {"mode": "auto", "threshold": 1}})
-    monkeypatch.setattr(kube, "update_status", fake.update_status)
+    monkeypatch.setattr(statusguard, "update_status", fake.update_status)
     monkeypatch.setattr(kube, "emit_event", fake.emit_event)
     r = classify_text(
         "[rank1]:[E0601 04:12:55.1 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600077 milliseconds before timing out.\n"
     )
     assert r.signature == "nccl-watchdog-timeout" and r.upstream is None
-    assert remediation.maybe_remediate("ns", "s", fake.obj, r, 3, 1, policy="reject") is None
+    assert remediation.maybe_remediate(Servers(), "ns", "s", fake.obj, r, 3, 1, policy="reject") is None
     assert fake.obj["status"]["remediations"][0]["action"] == "none"
 
 
@@ -313,14 +315,14 @@ def test_one_crash_degrades_until_the_quiet_period_clears_it(server, rt):
     cl, d = st.get_condition(status, st.CRASH_LOOPING), st.get_condition(status, st.DEGRADED)
     assert (cl["status"], cl["reason"]) == ("False", "EngineCrashed")  # one crash: not a loop
     assert (d["status"], d["reason"]) == ("True", "EngineCrashed") and "engine in pod a died" in d["message"]
-    assert quiet.clear_crash_conditions("ns", "s", quiet_seconds=1.0) is server.obj
+    assert quiet.clear_crash_conditions(rt.servers, "ns", "s", quiet_seconds=1.0) is server.obj
     assert st.is_true(server.obj["status"], st.DEGRADED)  # not Ready: a crash loop has ready phases, wait for one
     st.set_condition(server.obj["status"], st.READY, True, "EnginesReady", "1/1 engine pods ready.", 1)
-    quiet.clear_crash_conditions("ns", "s", quiet_seconds=1.0)  # the crash is long past
+    quiet.clear_crash_conditions(rt.servers, "ns", "s", quiet_seconds=1.0)  # the crash is long past
     status = server.obj["status"]
     assert st.get_condition(status, st.CRASH_LOOPING)["reason"] == "EnginesRunning" and not st.crash_recent(status)
     assert st.get_condition(status, st.DEGRADED)["status"] == "False"
     # a crash after a recent one is not cleared before its quiet period
     crashwatch.handle_death(rt, "ns", "s", death("a", 2, st.now()))
-    quiet.clear_crash_conditions("ns", "s", quiet_seconds=600.0)
+    quiet.clear_crash_conditions(rt.servers, "ns", "s", quiet_seconds=600.0)
     assert st.crash_recent(server.obj["status"]) and st.is_true(server.obj["status"], st.DEGRADED)

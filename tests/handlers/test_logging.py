@@ -7,13 +7,13 @@ import re
 from pathlib import Path
 
 import gdn_operator
-from gdn_operator.handlers import kube
+from gdn_operator.handlers import kube, statusguard
 
 from builders import GMS
 
 
 def test_a_status_write_that_changes_a_condition_is_one_info_line(caplog):
-    caplog.set_level(logging.DEBUG, logger="gdn_operator.handlers.kube")
+    caplog.set_level(logging.DEBUG, logger="gdn_operator.handlers.statusguard")
     before = {"Ready": ("False", "EnginesNotReady")}
     status = {
         "phase": "Ready",
@@ -22,8 +22,8 @@ def test_a_status_write_that_changes_a_condition_is_one_info_line(caplog):
             {"type": "Validated", "status": "True", "reason": "Admitted"},
         ],
     }
-    kube._log_status_written("ns", "s", 4, before, status)
-    kube._log_status_written("ns", "s", 4, kube._condition_states(status), status)  # figures only
+    statusguard._log_status_written("ns", "s", 4, before, status)
+    statusguard._log_status_written("ns", "s", 4, statusguard._condition_states(status), status)  # figures only
     (info,) = [r for r in caplog.records if r.levelno == logging.INFO]
     assert info.getMessage() == (
         "status written ns/s generation 4: phase Ready; Ready=True (EnginesReady), Validated=True (Admitted)"

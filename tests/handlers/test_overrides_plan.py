@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+from gdn_operator.handlers import statusguard
+from gdn_operator.handlers.servers import Servers
 from gdn_operator.api.overrides import CLEAR_ANNOTATION, add_override
 from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.handlers.plan import plan
@@ -98,10 +100,10 @@ def test_upgrade_a_server_patched_by_the_old_remediation_keeps_running_its_patch
         obj["status"] = status
         return obj
 
-    monkeypatch.setattr(kube, "update_status", update_status)
+    monkeypatch.setattr(statusguard, "update_status", update_status)
     monkeypatch.setattr(kube, "emit_event", lambda *a, **k: None)
     r = classify_text(B4_TAIL)
-    change = remediation.maybe_remediate("ns", "s", obj, r, 1, 2, policy="reject")
+    change = remediation.maybe_remediate(Servers(), "ns", "s", obj, r, 1, 2, policy="reject")
     # async is already off (the old patch, now the spec's own value): the ladder's last resort is left
     assert change is not None and change.action == "speculativeDecoding.enabled=false"
     assert obj["spec"] == old["spec"] and obj["metadata"] == old["metadata"]

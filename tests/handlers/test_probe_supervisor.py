@@ -18,6 +18,8 @@ from waiting import async_poll  # noqa: E402
 from builders import GMS  # noqa: E402
 
 from controlplane import free_port  # noqa: E402
+from gdn_operator.handlers import statusguard
+from gdn_operator.handlers.servers import Servers
 from gdn_operator import telemetry  # noqa: E402
 from gdn_operator.api.probes import ProbesSpec  # noqa: E402
 from gdn_operator.handlers.probes import ProbeSupervisor, ServerProbes  # noqa: E402
@@ -431,15 +433,15 @@ def test_a_round_of_the_revision_before_an_override_writes_nothing(monkeypatch):
     obj = PROBED.generation(4).update(asyncScheduling=True).obj()
     seen: list[dict] = []
 
-    def update_status(ns, name, mutate):
+    def update_status(ns, name, mutate, **_kw):
         for status in ({}, {"overrides": [{**OVERRIDE, "generation": 4}]}):
             st = dict(status)
             mutate(st, {**obj, "status": status})
             seen.append(st)
         return None
 
-    monkeypatch.setattr(hp.kube, "update_status", update_status)
-    hp.write_status("ns", "srv", s, {"state": "Consistent"}, Condition(True, "ProbesPassing", "ok"))
+    monkeypatch.setattr(statusguard, "update_status", update_status)
+    hp.write_status(Servers(), "ns", "srv", s, {"state": "Consistent"}, Condition(True, "ProbesPassing", "ok"))
     assert seen[0].get("probes") == {"state": "Consistent"}  # same revision: written
     assert "probes" not in seen[1]  # an override landed under the round: its results belong to nobody
 

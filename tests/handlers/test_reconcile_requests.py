@@ -15,9 +15,10 @@ import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
 
-from gdn_operator.handlers import kube, reconcile
+from gdn_operator.handlers import kube, reconcile, statusguard
 from gdn_operator.handlers import conditions as st
-from gdn_operator.handlers.kube import changed_by_apply, status_patch
+from gdn_operator.handlers.kube import changed_by_apply
+from gdn_operator.handlers.statusguard import status_patch
 from runtime_helpers import make_runtime
 
 from builders import GMS
@@ -299,7 +300,9 @@ def test_a_status_the_schema_refuses_is_an_error_not_a_conflict(api, monkeypatch
     monkeypatch.setattr(api, "patch_namespaced_custom_object_status", refuse)
     api.obj["status"] = {"phase": "Pending"}
     with pytest.raises(ApiException):
-        kube.update_status("ns", "s", lambda status, _o: status.__setitem__("phase", "x" * 100), obj=copy.deepcopy(api.obj))
+        statusguard.update_status(
+            "ns", "s", lambda status, _o: status.__setitem__("phase", "x" * 100), obj=copy.deepcopy(api.obj)
+        )
     assert api.requests == ["PATCH server/status", "GET server"]  # read once to tell, not retried 8 times
 
 
@@ -311,7 +314,9 @@ def test_a_status_that_keeps_moving_is_read_again_then_the_conflict_is_raised(ap
 
     monkeypatch.setattr(api, "patch_namespaced_custom_object_status", conflict)
     with pytest.raises(ApiException) as e:
-        kube.update_status("ns", "s", lambda status, _o: status.__setitem__("phase", "x"), retries=3, obj=copy.deepcopy(api.obj))
+        statusguard.update_status(
+            "ns", "s", lambda status, _o: status.__setitem__("phase", "x"), retries=3, obj=copy.deepcopy(api.obj)
+        )
     assert e.value.status == 409
     assert api.requests == ["PATCH server/status", "GET server"] * 2 + ["PATCH server/status"]
 
@@ -347,7 +352,7 @@ def test_retrying_numbers_the_attempts_and_raises_the_last_error_or_any_other_at
 # ------------------------------------- issue 29 part 9: a workload event asks nothing it already knows ---
 
 from gdn_operator.handlers import workload  # noqa: E402
-from gdn_operator.handlers.bodies import ServerBodies  # noqa: E402
+from gdn_operator.handlers.servers import Servers  # noqa: E402
 from gdn_operator.handlers.plan import expected_objects  # noqa: E402
 from gdn_operator.render.scaleout import workload_of  # noqa: E402
 
@@ -399,15 +404,25 @@ def test_drift_is_judged_against_a_fresh_read_before_anything_is_reapplied(api, 
     api.requests.clear()
     edited = rendered_workload(api, rt)
     edited["spec"]["template"]["spec"]["containers"][0]["image"] = "someone/else:latest"
+    planned: list[int] = []
+    expected = workload.expected_objects
+    monkeypatch.setattr(workload, "expected_objects", lambda body, inputs: planned.append(1) or expected(body, inputs))
     workload.on_deployment(rt, "ns", "s", edited, owner_uid="u1")
     assert api.requests[0] == "GET server" and reapplied == ["Deployment"]
+    assert len(planned) == 1  # planned once: the fresh read has the same generation and overrides (issue 37)
     api.requests.clear()
     workload.on_deployment(rt, "ns", "s", None, owner_uid="u1")  # deleted: also confirmed by a read first
     assert api.requests[0] == "GET server" and reapplied == ["Deployment", "Deployment"]
+    # a fresh read that shows a new generation is planned again
+    api.obj["metadata"]["generation"] = 2
+    api.bump()
+    planned.clear()
+    workload.on_deployment(rt, "ns", "s", edited, owner_uid="u1")
+    assert len(planned) == 2
 
 
 def test_server_bodies_keep_the_newest_version_of_the_same_object():
-    bodies = ServerBodies()
+    bodies = Servers()
     meta = {"namespace": "ns", "name": "s", "uid": "u1", "managedFields": [{"manager": "x"}]}
     bodies.put({"metadata": {**meta, "resourceVersion": "12"}, "status": {"n": 12}})
     bodies.put({"metadata": {**meta, "resourceVersion": "11"}, "status": {"n": 11}})  # a late, older event

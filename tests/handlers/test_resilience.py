@@ -13,6 +13,7 @@ import kubernetes
 import pytest
 import urllib3
 
+from gdn_operator.handlers.servers import Servers
 from gdn_operator.handlers import kube, logfollow
 
 
@@ -97,8 +98,8 @@ def test_log_follower_retries_through_an_outage_then_ends_with_the_instance(monk
     monkeypatch.setattr(logfollow, "_stream_once", stream_once)
     monkeypatch.setattr(logfollow, "_instance_running", instance_running)
     monkeypatch.setattr(logfollow.asyncio, "sleep", no_sleep)
-    monkeypatch.setattr(logfollow, "evidence_for", lambda ns, name: None)  # no API server to read the spec from
+    monkeypatch.setattr(logfollow, "evidence_for", lambda servers, ns, name: None)  # no API server to read the spec from
     with ThreadPoolExecutor(4) as pool:
-        followers = logfollow.LogFollowers(pool, logfollow.StreamedResults())
+        followers = logfollow.LogFollowers(pool, logfollow.StreamedResults(), Servers())
         asyncio.run(asyncio.wait_for(followers._follow("ns", "pod", "uid", 0, "srv"), 10))
     assert calls == {"stream": 4, "check": 4}

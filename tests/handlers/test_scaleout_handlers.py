@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from gdn_operator.handlers import statusguard
+from gdn_operator.handlers.servers import Servers
 from gdn_operator.handlers import router as router_h
 
 from builders import GMS, EnginePod
@@ -33,7 +35,7 @@ def fake(monkeypatch):
     from gdn_operator.handlers import crashwatch, kube
 
     f = Fake()
-    monkeypatch.setattr(kube, "update_status", f.update_status)
+    monkeypatch.setattr(statusguard, "update_status", f.update_status)
     monkeypatch.setattr(kube, "emit_event", f.emit_event)
     monkeypatch.setattr(crashwatch, "_current_args", lambda obj, rt: None)
     return f
@@ -102,12 +104,14 @@ def test_pool_conditions_are_aggregated_over_parents():
 
 
 def test_pool_conditions_are_mirrored_and_dropped(monkeypatch):
-    from gdn_operator.handlers import kube
 
     f = Fake()
-    monkeypatch.setattr(kube, "update_status", f.update_status)
+    monkeypatch.setattr(statusguard, "update_status", f.update_status)
     router_h.mirror(
-        "ns", "s", pool(("gw", [cond("Accepted", "True", "Accepted"), cond("ResolvedRefs", "False", "InvalidExtensionRef")]))
+        Servers(),
+        "ns",
+        "s",
+        pool(("gw", [cond("Accepted", "True", "Accepted"), cond("ResolvedRefs", "False", "InvalidExtensionRef")])),
     )
     conds = {c["type"]: c for c in f.obj["status"]["conditions"]}
     assert conds["InferencePoolAccepted"]["status"] == "True"
@@ -115,7 +119,7 @@ def test_pool_conditions_are_mirrored_and_dropped(monkeypatch):
         conds["InferencePoolResolvedRefs"]["status"] == "False"
         and conds["InferencePoolResolvedRefs"]["reason"] == "InvalidExtensionRef"
     )
-    router_h.mirror("ns", "s", None)  # pool deleted
+    router_h.mirror(Servers(), "ns", "s", None)  # pool deleted
     assert not [c for c in f.obj["status"]["conditions"] if c["type"].startswith("InferencePool")]
 
 

@@ -12,7 +12,8 @@ import pytest
 from stall_replay import exposition
 
 from gdn_operator import telemetry
-from gdn_operator.handlers import kube, stall
+from gdn_operator.handlers import kube, stall, statusguard
+from gdn_operator.handlers.servers import Servers
 from gdn_operator.handlers import conditions as st
 from gdn_operator.watch.acceptance import parse_exposition
 from gdn_operator.watch.scraper import ScrapeResult, Target
@@ -130,11 +131,11 @@ def test_g1_trigger_reads_the_effective_configuration(over, trigger):
 class FakeKube:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, obj: dict[str, Any]) -> None:
         self.obj, self.deleted, self.events = obj, [], []
-        monkeypatch.setattr(kube, "update_status", self.update_status)
+        monkeypatch.setattr(statusguard, "update_status", self.update_status)
         monkeypatch.setattr(kube, "delete_pod", lambda ns, pod, uid: self.deleted.append((pod, uid)) or True)
         monkeypatch.setattr(kube, "emit_event", lambda obj, reason, msg, type_="Normal": self.events.append((reason, msg)))
 
-    def update_status(self, namespace, name, mutate):
+    def update_status(self, namespace, name, mutate, retries=8, obj=None):
         status = copy.deepcopy(self.obj.get("status") or {})
         mutate(status, self.obj)
         self.obj["status"] = status
@@ -153,15 +154,15 @@ def test_ladder_restarts_once_then_piecewise_as_an_override(monkeypatch):
     spec, obj = server.spec(), server.obj()
     k = FakeKube(monkeypatch, obj)
     restarted: set[str] = set()
-    assert stall.end_stall("ns", "srv", obj, _stalled(), "m", restarted, None) == "restart p0"
+    assert stall.end_stall("ns", "srv", obj, _stalled(), "m", restarted, None, Servers()) == "restart p0"
     assert k.deleted == [("p0", "u0")] and restarted == {"u0"}
     rec = obj["status"]["remediations"][-1]
     assert (rec["signature"], rec["generation"], rec["action"]) == ("engine-stall", 4, "restart p0")
     assert [e[0] for e in k.events] == ["Remediated"]
     # the same pod, still listed while it terminates: not a new stall
-    assert stall.end_stall("ns", "srv", obj, _stalled(), "m", restarted, None) is None
+    assert stall.end_stall("ns", "srv", obj, _stalled(), "m", restarted, None, Servers()) is None
     # its replacement stalls too: G1's mitigation PIECEWISE as an operator-owned override (MTP stays on)
-    assert stall.end_stall("ns", "srv", obj, _stalled("p9", "u9"), "m", restarted, None) == "cudagraphMode=PIECEWISE"
+    assert stall.end_stall("ns", "srv", obj, _stalled("p9", "u9"), "m", restarted, None, Servers()) == "cudagraphMode=PIECEWISE"
     assert k.deleted == [("p0", "u0")] and obj["spec"] == spec  # the user's spec is never written
     (ov,) = obj["status"]["overrides"]
     assert (ov["path"], ov["value"], ov["reason"], ov["source"]) == (
@@ -172,12 +173,12 @@ def test_ladder_restarts_once_then_piecewise_as_an_override(monkeypatch):
     )
     assert k.events[-1][0] == "Remediated" and "keeps MTP on" in k.events[-1][1]
     # a new revision (the override): a stall of it starts the ladder again, with a restart
-    assert stall.end_stall("ns", "srv", obj, _stalled("p8", "u8"), "m", restarted, None) == "restart p8"
+    assert stall.end_stall("ns", "srv", obj, _stalled("p8", "u8"), "m", restarted, None, Servers()) == "restart p8"
     assert len(obj["status"]["remediations"]) == 3
     # and once PIECEWISE runs, nothing automatic is left on that revision
-    assert stall.end_stall("ns", "srv", obj, _stalled("p7", "u7"), "m", restarted, None) == "advice"
+    assert stall.end_stall("ns", "srv", obj, _stalled("p7", "u7"), "m", restarted, None, Servers()) == "advice"
     assert k.events[-1][0] == "RemediationNotPossible" and "last resort" in k.events[-1][1]
-    assert stall.end_stall("ns", "srv", obj, _stalled("p6", "u6"), "m", restarted, None) is None
+    assert stall.end_stall("ns", "srv", obj, _stalled("p6", "u6"), "m", restarted, None, Servers()) is None
 
 
 def test_ladder_without_g1_trigger_says_nothing_automatic_is_left(monkeypatch):
@@ -188,12 +189,12 @@ def test_ladder_without_g1_trigger_says_nothing_automatic_is_left(monkeypatch):
         .obj()
     )
     k = FakeKube(monkeypatch, obj)
-    assert stall.end_stall("ns", "srv", obj, _stalled("p1", "u1"), "m", set(), None) == "advice"
+    assert stall.end_stall("ns", "srv", obj, _stalled("p1", "u1"), "m", set(), None, Servers()) == "advice"
     assert "no automatic step is left" in k.events[-1][1] and not k.deleted
 
 
 def test_remediation_mode_none_only_reports(monkeypatch):
     obj = G1_SERVER.generation(1).update(remediation={"mode": "none"}).status({}).obj()
     k = FakeKube(monkeypatch, obj)
-    assert stall.end_stall("ns", "srv", obj, _stalled(), "m", set(), None) is None
+    assert stall.end_stall("ns", "srv", obj, _stalled(), "m", set(), None, Servers()) is None
     assert not k.deleted and not k.events and "remediations" not in obj["status"]

@@ -6,6 +6,8 @@ import pytest
 
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube as kube_mod
+from gdn_operator.handlers import statusguard
+from gdn_operator.handlers.servers import Servers
 from gdn_operator.handlers import workload as wl
 from gdn_operator.handlers.pods import IMAGE_PULL_FAILED, MODEL_DOWNLOAD_FAILED, pod_summary, start_failure
 
@@ -66,7 +68,7 @@ def server(monkeypatch):
         mutate(server["status"], server)
         return server
 
-    monkeypatch.setattr(kube_mod, "update_status", update)
+    monkeypatch.setattr(statusguard, "update_status", update)
     monkeypatch.setattr(
         kube_mod, "emit_event", lambda obj, reason, message, type_="Normal": events.append((type_, reason, message))
     )
@@ -80,27 +82,27 @@ def summary(pod):
 
 def test_start_failed_condition_degraded_event_and_recovery(server):
     failing = summary(EnginePod("s-0").init_container(state={"running": {}}, lastState=EnginePod.terminated(1, "Error", GATED)))
-    wl.update_from_pods("ns", "s", [failing, summary(EnginePod("s-1"))])
+    wl.update_from_pods("ns", "s", [failing, summary(EnginePod("s-1"))], Servers())
     cond = st.get_condition(server["status"], st.START_FAILED)
     assert (cond["status"], cond["reason"]) == ("True", MODEL_DOWNLOAD_FAILED)
     assert cond["message"].startswith("1 engine pod(s) cannot start (s-0: model-download:") and "gated repo" in cond["message"]
     assert st.get_condition(server["status"], st.DEGRADED)["reason"] == MODEL_DOWNLOAD_FAILED
     assert server["events"] == [("Warning", MODEL_DOWNLOAD_FAILED, cond["message"])]
 
-    wl.update_from_pods("ns", "s", [failing])  # the same failure again: no second Event
+    wl.update_from_pods("ns", "s", [failing], Servers())  # the same failure again: no second Event
     assert len(server["events"]) == 1
 
     pulling = summary(EnginePod("s-0").container(state=EnginePod.waiting("ImagePullBackOff", PULL)))
-    wl.update_from_pods("ns", "s", [pulling])  # another cause: its own Event
+    wl.update_from_pods("ns", "s", [pulling], Servers())  # another cause: its own Event
     assert st.get_condition(server["status"], st.START_FAILED)["reason"] == IMAGE_PULL_FAILED
     assert [e[1] for e in server["events"]] == [MODEL_DOWNLOAD_FAILED, IMAGE_PULL_FAILED]
 
-    wl.update_from_pods("ns", "s", [summary(EnginePod("s-0").ready())])
+    wl.update_from_pods("ns", "s", [summary(EnginePod("s-0").ready())], Servers())
     cond = st.get_condition(server["status"], st.START_FAILED)
     assert (cond["status"], cond["reason"]) == ("False", "Started")
     assert st.get_condition(server["status"], st.DEGRADED)["status"] == "False"
 
 
 def test_no_condition_for_pods_that_start(server):
-    wl.update_from_pods("ns", "s", [summary(EnginePod("s-0").ready())])
+    wl.update_from_pods("ns", "s", [summary(EnginePod("s-0").ready())], Servers())
     assert st.get_condition(server["status"], st.START_FAILED) is None and server["events"] == []

@@ -82,7 +82,8 @@ def test_handlers_of_namespaced_resources_require_the_namespace():
 # ------------------------------------------------------- issue 29: a rollout that cannot place its pods ---
 
 from gdn_operator.handlers import conditions as st  # noqa: E402
-from gdn_operator.handlers import kube as kube_mod  # noqa: E402
+from gdn_operator.handlers import statusguard  # noqa: E402
+from gdn_operator.handlers.servers import Servers  # noqa: E402
 from gdn_operator.handlers import workload as wl  # noqa: E402
 from gdn_operator.handlers.workloadstatus import ROLLOUT_BLOCKED  # noqa: E402
 
@@ -91,7 +92,7 @@ from gdn_operator.handlers.workloadstatus import ROLLOUT_BLOCKED  # noqa: E402
 def server(monkeypatch):
     server = obj = {"metadata": {"name": "s", "namespace": "ns", "generation": 2}, "spec": {}, "status": {}}
 
-    monkeypatch.setattr(kube_mod, "update_status", lambda ns, n, mutate, obj=None, **kw: mutate(server["status"], server))
+    monkeypatch.setattr(statusguard, "update_status", lambda ns, n, mutate, obj=None, **kw: mutate(server["status"], server))
     return obj
 
 
@@ -119,16 +120,16 @@ PENDING = {
 def test_surge_rollout_without_spare_gpus_is_progressing_false_with_the_reason(server, strategy, hint):
     if strategy:
         server["spec"]["rollout"] = {"strategy": strategy}
-    wl.deployment_status("ns", "s", rolling(), server)
+    wl.deployment_status("ns", "s", rolling(), server, Servers())
     assert st.get_condition(server["status"], st.PROGRESSING)["reason"] == "RollingOut"
-    wl.update_from_pods("ns", "s", [PENDING])  # the surge pod finds no free GPU
+    wl.update_from_pods("ns", "s", [PENDING], Servers())  # the surge pod finds no free GPU
     cond = st.get_condition(server["status"], st.PROGRESSING)
     assert (cond["status"], cond["reason"]) == ("False", ROLLOUT_BLOCKED)
     assert "Insufficient nvidia.com/gpu" in cond["message"] and hint in cond["message"]
-    wl.deployment_status("ns", "s", rolling(), server)  # a later Deployment event does not hide it
+    wl.deployment_status("ns", "s", rolling(), server, Servers())  # a later Deployment event does not hide it
     assert st.get_condition(server["status"], st.PROGRESSING)["reason"] == ROLLOUT_BLOCKED
-    wl.update_from_pods("ns", "s", [{**PENDING, "unschedulable": False}])  # scheduled: rolling again
-    wl.deployment_status("ns", "s", rolling(updated=1), server)
+    wl.update_from_pods("ns", "s", [{**PENDING, "unschedulable": False}], Servers())  # scheduled: rolling again
+    wl.deployment_status("ns", "s", rolling(updated=1), server, Servers())
     assert st.get_condition(server["status"], st.PROGRESSING)["reason"] == "RollingOut"
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from operator_harness import gms, running_operator, wait_for
+from operator_harness import apiserver_requests, gms, running_operator, wait_for
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
@@ -220,3 +220,28 @@ def test_repeated_known_crash_is_remediated_exactly_once_as_an_override(op, k, n
     obj = k.get(ns, "b9")
     assert len(obj["status"]["remediations"]) == 2 and obj["metadata"]["generation"] == 1
     assert len(k.events(ns, "b9", "RemediationNotPossible")) == 1
+
+
+def test_a_remediated_crash_reads_the_server_at_most_once(op, k, ns, full_cluster):
+    """Issue 37: classifying the crash (its spec evidence), recording it, claiming the remediation, rendering the
+    override and syncing the autoscaler all start from the newest body the operator holds (handlers/servers.py):
+    one remediated crash reads the server at most once (it was up to 5 GETs: one per step). Counted at the API
+    server (apiserver_request_total); the test itself waits with reads of pods and Deployments only."""
+    k.create(ns, gms("r1", remediation={"mode": "auto", "threshold": 1}, asyncScheduling=True))
+    pod = running_pod(k, ns, "r1")
+    wait_for(lambda: (k.condition(ns, "r1", "Ready") or {}).get("status") == "True", 60, what="r1 Ready")
+
+    def reads() -> float:
+        return apiserver_requests(full_cluster).get("GET gdnmodelservers", 0.0)
+
+    before = reads()
+    crash(k, ns, pod.metadata.name, tail("b9-np-repeat-negative.tail.log"))
+    wait_for(
+        lambda: "--no-async-scheduling" in k.deployment(ns, "r1").spec.template.spec.containers[0].args,
+        45,
+        what="the remediation rendered into the Deployment",
+    )
+    during = reads() - before
+    obj = k.get(ns, "r1")
+    assert [r["action"] for r in obj["status"]["remediations"]] == ["asyncScheduling=false"]
+    assert during <= 1, f"{during:.0f} reads of the server for one remediated crash"

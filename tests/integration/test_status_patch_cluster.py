@@ -1,4 +1,4 @@
-"""kube.update_status against the real kube-apiserver (issue 11 part 8): one guarded JSON patch, no read when
+"""statusguard.update_status (what handlers/servers.py writes status with) against the real kube-apiserver (issue 11 part 8): one guarded JSON patch, no read when
 the body is current or only other keys moved, a concurrent change of the same key detected and kept, values
 the API server's `test` cannot compare (non-ASCII, `>=`) guarded by the resourceVersion instead."""
 
@@ -10,7 +10,7 @@ import uuid
 import kubernetes
 import pytest
 
-from gdn_operator.handlers import kube
+from gdn_operator.handlers import kube, statusguard
 from gdn_operator.handlers import conditions as st
 from operator_harness import Kube, gms, install_crd
 
@@ -25,8 +25,8 @@ def server(kube_api, monkeypatch):
     k.create(ns, gms("s"))
     monkeypatch.setattr(kube, "api_client", lambda: kube_api)
     reads: list[str] = []
-    get = kube.get_server
-    monkeypatch.setattr(kube, "get_server", lambda n, name: reads.append(name) or get(n, name))
+    get = statusguard.get_server
+    monkeypatch.setattr(statusguard, "get_server", lambda n, name: reads.append(name) or get(n, name))
     yield k, ns, reads
     core.delete_namespace(ns)
 
@@ -38,14 +38,16 @@ def _set(type_, value, reason, message):
 def test_one_patch_without_a_read_and_other_writers_keys_kept(server):
     k, ns, reads = server
     body = k.get(ns, "s")
-    first = kube.update_status(ns, "s", _set(st.VALIDATED, True, "Admitted", "Admitted; known issues to watch: vllm#1"), obj=body)
+    first = statusguard.update_status(
+        ns, "s", _set(st.VALIDATED, True, "Admitted", "Admitted; known issues to watch: vllm#1"), obj=body
+    )
     assert reads == []  # the body was current: written by version, not read
     # kopf's own annotation patch and another writer's key move the object on
     k.patch(ns, "s", {"metadata": {"annotations": {"kopf.serving.gdn-operator.io/last-handled-configuration": "{}"}}})
-    kube.update_status(ns, "s", lambda status, _o: status.__setitem__("workload", "Deployment"))
+    statusguard.update_status(ns, "s", lambda status, _o: status.__setitem__("workload", "Deployment"))
     reads.clear()
     # a writer holding the body from before both changes: its conditions key did not move, so no read
-    out = kube.update_status(ns, "s", _set(st.READY, False, "EnginesNotReady", "0/1 engine pods ready."), obj=first)
+    out = statusguard.update_status(ns, "s", _set(st.READY, False, "EnginesNotReady", "0/1 engine pods ready."), obj=first)
     assert reads == []
     assert out["status"]["workload"] == "Deployment"  # the other writer's key is kept
     assert st.get_condition(out["status"], st.VALIDATED)["message"] == "Admitted; known issues to watch: vllm#1"
@@ -54,11 +56,11 @@ def test_one_patch_without_a_read_and_other_writers_keys_kept(server):
 
 def test_a_concurrent_change_of_the_same_key_is_read_again_and_kept(server):
     k, ns, reads = server
-    body = kube.update_status(ns, "s", _set(st.VALIDATED, True, "Admitted", "ok"), obj=k.get(ns, "s"))
+    body = statusguard.update_status(ns, "s", _set(st.VALIDATED, True, "Admitted", "ok"), obj=k.get(ns, "s"))
     stale = copy.deepcopy(body)
-    kube.update_status(ns, "s", _set(st.READY, True, "EnginesReady", "1/1 engine pods ready."), obj=body)
+    statusguard.update_status(ns, "s", _set(st.READY, True, "EnginesReady", "1/1 engine pods ready."), obj=body)
     reads.clear()
-    out = kube.update_status(ns, "s", _set(st.PROGRESSING, False, "RolloutComplete", "done"), obj=stale)
+    out = statusguard.update_status(ns, "s", _set(st.PROGRESSING, False, "RolloutComplete", "done"), obj=stale)
     assert reads == ["s"]  # the conditions it was computed from moved: refused, read again, re-applied
     conds = {c["type"]: c["status"] for c in out["status"]["conditions"]}
     assert conds == {"Validated": "True", "Ready": "True", "Progressing": "False"}
@@ -66,14 +68,14 @@ def test_a_concurrent_change_of_the_same_key_is_read_again_and_kept(server):
 
 def test_a_non_ascii_value_is_guarded_by_the_version(server):
     k, ns, reads = server
-    body = kube.update_status(
+    body = statusguard.update_status(
         ns, "s", _set(st.VALIDATED, True, "AdmittedWithWarnings", "vllm#1 — affects >=0.18.0"), obj=k.get(ns, "s")
     )
     reads.clear()
     # the API server's test would not find this text equal to itself: the resourceVersion guards instead
-    out = kube.update_status(ns, "s", _set(st.VALIDATED, True, "Admitted", "plain"), obj=body)
+    out = statusguard.update_status(ns, "s", _set(st.VALIDATED, True, "Admitted", "plain"), obj=body)
     assert reads == [] and st.get_condition(out["status"], st.VALIDATED)["message"] == "plain"
     k.patch(ns, "s", {"metadata": {"annotations": {"x": "y"}}})
     reads.clear()
-    out = kube.update_status(ns, "s", _set(st.VALIDATED, True, "Admitted", "again"), obj=body)
+    out = statusguard.update_status(ns, "s", _set(st.VALIDATED, True, "Admitted", "again"), obj=body)
     assert reads == ["s"] and st.get_condition(out["status"], st.VALIDATED)["message"] == "again"

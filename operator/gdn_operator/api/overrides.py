@@ -99,6 +99,11 @@ def entries(
     ]
 
 
+def set_overrides(status: dict[str, Any], overrides: list[dict[str, Any]]) -> None:
+    """Set status.overrides: the overrides in force (this module owns the key; handlers/servers.py STATUS)."""
+    status["overrides"] = overrides
+
+
 def add_override(
     status: dict[str, Any],
     patch: SpecPatch,

@@ -22,8 +22,8 @@ from gdn_operator import telemetry
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
 from gdn_operator.handlers import stall as stall_watch
-from gdn_operator.handlers.bodies import ServerBodies
 from gdn_operator.handlers.pods import api_pods, pods_of
+from gdn_operator.handlers.servers import Servers
 from gdn_operator.render.engine import ENGINE_PORT
 from gdn_operator.watch.acceptance import AcceptanceTracker
 from gdn_operator.watch.scraper import MetricsSource, Target
@@ -80,10 +80,10 @@ def write_acceptance(
     acceptance: dict[str, Any],
     targets: int,
     failed: dict[str, str],
-    stall: dict[str, Any] | None = None,
-    bodies: ServerBodies | None = None,
+    stall: dict[str, Any] | None,
+    bodies: Servers,
 ) -> tuple[list[tuple[str, str, str]], dict[str, Any] | None]:
-    """Write status (from `bodies`' newest server body when given: no read); returns the Events emitted (type,
+    """Write status (from `bodies`' newest server body: no read); returns the Events emitted (type,
     reason, message) for condition transitions, and the server as written (None when it is gone)."""
     events: list[tuple[str, str, str]] = []
     findings = acceptance.get("findings") or []
@@ -133,7 +133,7 @@ def write_acceptance(
                     ("Normal", "AcceptanceRecovered", f"acceptance state {state}, {acceptance.get('rateDisplay') or 'no rate'}")
                 )
 
-    obj = bodies.update_status(namespace, name, mutate) if bodies is not None else kube.update_status(namespace, name, mutate)
+    obj = bodies.update_status(namespace, name, mutate)
     if obj is not None:
         for type_, reason, message in events:
             if reason in (st.STALL_REASON, "StallEnded"):
@@ -153,11 +153,9 @@ class AcceptanceSupervisor:
     (Not a kopf daemon or timer: those make kopf put a finalizer on every GDNModelServer, so deleting one
     would hang whenever the operator is down.)"""
 
-    def __init__(
-        self, tracker: AcceptanceTracker, scraper: MetricsSource, concurrency: int, bodies: ServerBodies | None = None
-    ) -> None:
+    def __init__(self, tracker: AcceptanceTracker, scraper: MetricsSource, concurrency: int, bodies: Servers) -> None:
         self.tracker = tracker
-        #: the newest server bodies seen (handlers/bodies.py): status writes from them need no read
+        #: the newest server bodies seen (handlers/servers.py): status writes from them need no read
         self.bodies = bodies
         self.scraper = scraper
         self.stall = stall_watch.StallWatch()
@@ -248,12 +246,13 @@ class AcceptanceSupervisor:
                 stall_watch.condition_message(stall),
                 self.stall.restarted,
                 self.plan_inputs,
+                self.bodies,
             )
 
     def _says_nothing_yet(self, namespace: str, name: str) -> bool:
         """Whether the server's newest known status holds no acceptance figures and none of the conditions this
         round writes (False when no body is known: then the round writes as before)."""
-        body = self.bodies.get(namespace, name) if self.bodies is not None else None
+        body = self.bodies.get(namespace, name)
         if body is None:
             return False
         status = body.get("status") or {}
@@ -266,7 +265,7 @@ class AcceptanceSupervisor:
         self.tracker.forget_resource(namespace, name)
         self.stall.forget(namespace, name)
         self.last_written.pop((namespace, name), None)
-        clear_acceptance(namespace, name)
+        clear_acceptance(namespace, name, self.bodies)
 
     async def run(self) -> None:
         sem = asyncio.Semaphore(self.concurrency)
@@ -297,7 +296,7 @@ class AcceptanceSupervisor:
             await self.scraper.close()
 
 
-def clear_acceptance(namespace: str, name: str) -> None:
+def clear_acceptance(namespace: str, name: str, bodies: Servers) -> None:
     """Metrics turned off: drop status.acceptance and set its conditions Unknown."""
 
     def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
@@ -307,10 +306,6 @@ def clear_acceptance(namespace: str, name: str) -> None:
             st.set_condition(status, st.ACCEPTANCE, None, "MetricsDisabled", "spec.metrics.enabled is false", gen)
         if st.get_condition(status, st.METRICS_AVAILABLE) is not None:
             st.set_condition(status, st.METRICS_AVAILABLE, None, "MetricsDisabled", "spec.metrics.enabled is false", gen)
-        status.pop("stall", None)
-        if st.get_condition(status, st.STALLED) is not None:
-            st.set_condition(
-                status, st.STALLED, None, "MetricsDisabled", "spec.metrics.enabled is false: no stall detection", gen
-            )
+        stall_watch.metrics_disabled(status, gen)
 
-    kube.update_status(namespace, name, mutate)
+    bodies.update_status(namespace, name, mutate)

@@ -12,19 +12,20 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gdn_operator.handlers import kube
-from gdn_operator.handlers.plan import PlanInputs, plan
+from gdn_operator.handlers.plan import Plan, PlanInputs, plan, plan_key
 from gdn_operator.render import autoscale
 
 log = logging.getLogger(__name__)
 
 
-def apply_autoscaler(namespace: str, name: str, inputs: PlanInputs) -> str | None:
+def apply_autoscaler(namespace: str, name: str, inputs: PlanInputs, planned: Plan | None = None) -> str | None:
     """Re-apply only the server's autoscaler (after CrashLooping changed). Returns "paused"/"resumed"
-    when the scale-up policy changed, None otherwise."""
-    body = kube.get_server(namespace, name)
+    when the scale-up policy changed, None otherwise. `planned`: the caller's plan of the newest body, used when
+    that body is still the newest (no second plan)."""
+    body = inputs.servers.current(namespace, name)  # the newest body seen (the crash's or quiet period's write)
     if body is None:
         return None
-    p = plan(body, inputs)
+    p = planned if planned is not None and planned.key == plan_key(body) else plan(body, inputs)
     scaler = next((o for o in p.objects or [] if o["kind"] in ("ScaledObject", "HorizontalPodAutoscaler")), None)
     if scaler is None:
         return None
@@ -54,8 +55,8 @@ def apply_autoscaler(namespace: str, name: str, inputs: PlanInputs) -> str | Non
     return word
 
 
-def sync_scale_up(namespace: str, name: str, obj: dict[str, Any], inputs: PlanInputs) -> None:
+def sync_scale_up(namespace: str, name: str, obj: dict[str, Any], inputs: PlanInputs, planned: Plan | None = None) -> None:
     """After CrashLooping may have changed on `obj`: re-apply its autoscaler if it has one."""
     if not (obj.get("spec") or {}).get("autoscaling"):
         return
-    apply_autoscaler(namespace, name, inputs)
+    apply_autoscaler(namespace, name, inputs, planned)

@@ -27,7 +27,7 @@ from gdn_operator.handlers import kube
 from gdn_operator.handlers.autoscaler import sync_scale_up
 from gdn_operator.handlers.logfollow import LogFollowers, StreamedResults, evidence_for
 from gdn_operator.handlers.overrides import reapply
-from gdn_operator.handlers.plan import PlanInputs, expected_objects
+from gdn_operator.handlers.plan import PlanInputs, expected_objects, plan_key
 from gdn_operator.handlers.remediation import maybe_remediate
 from gdn_operator.redact import redact
 from gdn_operator.render.engine import CONTAINER
@@ -138,7 +138,7 @@ def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -
     """Classify one container death and record it. Returns the CR status after the update."""
     if not rt.seen_deaths.add((death.pod_uid, death.restart_count)):
         return None
-    evidence = evidence_for(namespace, name)
+    evidence = evidence_for(rt.servers, namespace, name)  # the newest body seen: no read when one is held
     result = best_result(
         classify_termination_message(death.message, evidence=evidence), rt.streamed.take(death.pod_uid, death.restart_count)
     )
@@ -153,6 +153,8 @@ def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -
             root_cause=f"container exited with code {death.exit_code} ({death.reason or 'no reason'})",
         )
     outcome: dict[str, Any] = {}
+    plans: dict[tuple[Any, ...], set[tuple[str, ...]] | None] = {}  # by plan_key: a conflict re-read re-plans only
+    # when the generation or the overrides moved
     sig = result.signature or "engine-dead"
     upstream = result.upstream
     hint = result.remediation.hint if result.remediation else None
@@ -173,7 +175,10 @@ def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -
             return
         # A pod still running a previous spec (rollout in progress) is reported, but its crashes do not
         # count toward remediating the current generation.
-        current = _current_args(obj, rt)
+        key = plan_key(obj)
+        if key not in plans:
+            plans[key] = _current_args(obj, rt)
+        current = plans[key]
         stale = bool(death.args) and current is not None and tuple(death.args) not in current
         # One crash of a multi-node group kills several pods: a death in the same group shortly after the
         # last recorded one is the same incident. It counts once, and keeps the root cause the first pod
@@ -231,7 +236,7 @@ def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -
             st.set_condition(status, st.CRASH_LOOPING, False, "EngineCrashed", died, gen)
         outcome.update(count=count, generation=gen, obj=obj)
 
-    obj = kube.update_status(namespace, name, mutate)
+    obj = rt.servers.update_status(namespace, name, mutate)  # from the newest body seen: no read
     if obj is None or outcome.get("duplicate") or "obj" not in outcome:
         return None
     telemetry.CRASHES.labels(namespace, name, sig, upstream or "").inc()
@@ -256,16 +261,17 @@ def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -
         outcome["count"],
         " (previous spec, not counted)" if outcome.get("stale") else " (same group incident)" if outcome.get("incident") else "",
     )
+    planned = None
     if (
         not outcome.get("stale")
         and not outcome.get("incident")
         and maybe_remediate(
-            namespace, name, obj, result, outcome["count"], outcome["generation"], policy=rt.settings.default_policy
+            rt.servers, namespace, name, obj, result, outcome["count"], outcome["generation"], policy=rt.settings.default_policy
         )
         is not None
     ):
-        reapply(namespace, name, rt)  # the override is in status; render and apply it now
-    sync_scale_up(namespace, name, obj, rt)
+        planned = reapply(namespace, name, rt)  # the override is in status; render and apply it now
+    sync_scale_up(namespace, name, obj, rt, planned)  # the autoscaler from the same plan (no second one)
     return obj.get("status")
 
 

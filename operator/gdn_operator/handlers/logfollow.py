@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from gdn_operator.api.load import parse_spec
 from gdn_operator.handlers import kube
 from gdn_operator.handlers.patchset import report_patch_check
+from gdn_operator.handlers.servers import Servers
 from gdn_operator.labels import LABEL_SERVER
 from gdn_operator.render.engine import CONTAINER
 from gdn_operator.watch.evidence import Evidence
@@ -57,12 +58,12 @@ class StreamedResults:
             return self._d.pop((pod_uid, restart_count), None)
 
 
-def evidence_for(namespace: str, name: str) -> Evidence | None:
+def evidence_for(servers: Servers, namespace: str, name: str) -> Evidence | None:
     """What the operator knows about a server from the spec it rendered (model family, speculative decoding,
     GDN prefill backend, vLLM version): the classifier names an upstream issue only with that evidence
     (or the log's). None when the server cannot be read or its spec is invalid."""
     try:
-        obj = kube.get_server(namespace, name)
+        obj = servers.current(namespace, name)  # the newest body seen: no read when the operator holds one
         return Evidence.from_spec(parse_spec((obj or {}).get("spec") or {})) if obj else None
     except Exception as e:  # noqa: BLE001 - evidence is optional: classify without it
         log.debug("no spec evidence for %s/%s: %s", namespace, name, e)
@@ -150,9 +151,10 @@ class LogFollowers:
     (Not a kopf daemon: daemons make kopf put a finalizer on every engine pod, which would block pod
     deletion whenever the operator is down.)"""
 
-    def __init__(self, pool: Executor, streamed: StreamedResults) -> None:
+    def __init__(self, pool: Executor, streamed: StreamedResults, servers: Servers) -> None:
         self.pool = pool  # log streams hold a thread while the engine runs: never the pool status writes use
         self.streamed = streamed
+        self.servers = servers  # the one door to the servers (handlers/servers.py)
         self.tasks: dict[str, tuple[int, asyncio.Task[None]]] = {}
         #: the log classifier of each followed pod's current container instance, by (namespace, pod)
         self.classifiers: dict[tuple[str, str], StreamClassifier] = {}
@@ -196,10 +198,10 @@ class LogFollowers:
         def on_guard(line: GuardLine | None) -> None:
             if not checked:  # once per container instance, also across reconnects
                 checked.append(True)
-                report_patch_check(namespace, server, pod, line)
+                report_patch_check(self.servers, namespace, server, pod, line)
 
         loop = asyncio.get_running_loop()
-        evidence = await loop.run_in_executor(self.pool, evidence_for, namespace, server) if server else None
+        evidence = await loop.run_in_executor(self.pool, evidence_for, self.servers, namespace, server) if server else None
         state = StreamState(StreamClassifier(evidence=evidence), lambda result: self.streamed.remember(uid, restart + 1, result))
         self.classifiers[(namespace, pod)] = state.classifier
         try:

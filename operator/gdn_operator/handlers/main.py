@@ -6,7 +6,7 @@ calls them. The bodies live in their modules (below, in the order an object meet
 | startup / cleanup | on.startup, on.cleanup | startup.configure; runtime.Runtime |
 | reconcile | on.resume/create/update GDNModelServer (spec) | reconcile.reconcile |
 | converge_generation | on.event GDNModelServer | reconcile.converge_generation |
-| track_servers | on.event GDNModelServer | runtime.bodies; acceptance / probes / quiet-period supervisors |
+| track_servers | on.event GDNModelServer | runtime.servers; acceptance / probes / quiet-period supervisors |
 | engine_pods | index pods (managed) | pods.engine_pods |
 | pod_event | on.event pods (managed) | crashwatch.on_pod_event, then workload.pod_event (pod status) |
 | deployment_event | on.event deployments (managed) | workload.deployment_event |
@@ -134,9 +134,10 @@ async def track_servers(type: str, body: kopf.Body, namespace: str | None, name:
     ns = kube.require_namespace(namespace)
     plain = kube.plain(body)
     if type == "DELETED":
-        rt.bodies.forget(ns, name)
+        rt.servers.forget(ns, name)
+        rt.handled.forget(str(body["metadata"].get("uid")))
     else:
-        rt.bodies.put(plain)  # what Deployment events and acceptance rounds read instead of a GET
+        rt.servers.put(plain)  # what Deployment events and acceptance rounds read instead of a GET
     if type == "DELETED" or body["metadata"].get("deletionTimestamp"):
         rt.acceptance.forget(ns, name)
         rt.probes.forget(ns, name)
@@ -169,7 +170,7 @@ async def pod_event(
     finally:
         rt = runtime_of(memo)
         marks = dict(rt.draining.marks)  # a copy: the status write runs in a thread while node events arrive
-        await workload.pod_event(ns, name, pods.pods_of(kwargs["engine_pods"], ns, name), rt.bodies, marks)
+        await workload.pod_event(ns, name, pods.pods_of(kwargs["engine_pods"], ns, name), rt.servers, marks)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
@@ -193,11 +194,13 @@ async def node_event(type: str, body: kopf.Body, name: str, memo: kopf.Memo, **k
         return
     index = kwargs["engine_pods"]
     for ns, server in [key for key in index if any(p.get("node") == name for p in index[key])]:
-        await workload.pod_event(ns, server, pods.pods_of(index, ns, server), rt.bodies, dict(rt.draining.marks))
+        await workload.pod_event(ns, server, pods.pods_of(index, ns, server), rt.servers, dict(rt.draining.marks))
 
 
-async def inference_pool_event(type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, **_: Any) -> None:
-    await router.inference_pool_event(type, body, namespace, meta)
+async def inference_pool_event(
+    type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, memo: kopf.Memo, **_: Any
+) -> None:
+    await router.inference_pool_event(runtime_of(memo).servers, type, body, namespace, meta)
 
 
 # --------------------------------------------------------------------------------------- admission ---

@@ -10,29 +10,31 @@ from __future__ import annotations
 import logging
 
 from gdn_operator.handlers import kube
-from gdn_operator.handlers.plan import PlanInputs, plan
+from gdn_operator.handlers.plan import Plan, PlanInputs, plan
 
 log = logging.getLogger(__name__)
 
 
-def reapply(namespace: str, name: str, inputs: PlanInputs) -> bool:
-    """Render `namespace/name` with its overrides and apply its objects. True when the workload changed."""
-    body = kube.get_server(namespace, name)
+def reapply(namespace: str, name: str, inputs: PlanInputs) -> Plan | None:
+    """Render `namespace/name` with its overrides and apply its objects. Returns the plan applied (None: the
+    server is gone or nothing can be applied), which the caller passes on (autoscaler.sync_scale_up)."""
+    body = inputs.servers.current(namespace, name)  # the newest body seen: the override's own status write
     if body is None:
-        return False
+        return None
     p = plan(body, inputs)
     if p.objects is None:
         log.warning("override not applied to %s/%s: %s", namespace, name, p.problem[:300])
-        return False
+        return None
     changed = False
     for obj in p.objects:
         _out, obj_changed = kube.apply_changed(obj)
         changed = changed or (obj_changed and obj["kind"] in ("Deployment", "LeaderWorkerSet"))
     # the decision (an override added) is logged at INFO where it is made (remediation.remediate_once)
     log.debug(
-        "applied overrides to %s/%s: %s",
+        "applied overrides to %s/%s (workload changed: %s): %s",
         namespace,
         name,
+        changed,
         ", ".join(f"{o.get('path')}={o.get('value')!r} ({o.get('reason')})" for o in p.overrides) or "none in force",
     )
-    return changed
+    return p

@@ -10,12 +10,13 @@ from typing import Any
 
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
+from gdn_operator.handlers.servers import Servers
 from gdn_operator.watch.guardline import GuardLine, check_patch_set
 
 log = logging.getLogger(__name__)
 
 
-def report_patch_check(namespace: str, name: str, pod: str, line: GuardLine | None) -> None:
+def report_patch_check(servers: Servers, namespace: str, name: str, pod: str, line: GuardLine | None) -> None:
     """Compare what the gdn-guard plugin reported in the engine log with spec.image.patches."""
     events: list[tuple[str, str]] = []
 
@@ -31,7 +32,7 @@ def report_patch_check(namespace: str, name: str, pod: str, line: GuardLine | No
         if st.set_condition(status, st.PATCH_SET, check.ok, check.reason, msg, gen) and not check.ok:
             events.append((check.reason, msg))
 
-    obj = kube.update_status(namespace, name, mutate)
+    obj = servers.update_status(namespace, name, mutate)
     if obj is not None:
         for reason, msg in events:
             log.warning(

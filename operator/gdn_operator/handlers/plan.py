@@ -17,14 +17,14 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from gdn_operator.api.load import ManifestError, parse_spec
-from gdn_operator.api.overrides import apply_overrides, entries, live_overrides
+from gdn_operator.api.overrides import CLEAR_ANNOTATION, CLEARED_KEY, apply_overrides, entries, live_overrides
 from gdn_operator.api.pod import unsafe_refusals
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
-from gdn_operator.handlers.bodies import ServerBodies
 from gdn_operator.handlers.kube import CrdCache
+from gdn_operator.handlers.servers import Servers
 from gdn_operator.render import autoscale, lws, router
 from gdn_operator.render.engine import RenderError
 from gdn_operator.render.objects import render_all
@@ -36,8 +36,9 @@ PODMONITOR_CRD = "podmonitors.monitoring.coreos.com"
 
 
 class PlanInputs(Protocol):
-    """What a plan reads besides the object: the settings, and which optional CRDs the cluster serves; and,
-    for the handlers that plan (reconcile, drift), the newest server bodies seen (handlers/bodies.py)."""
+    """What a plan reads besides the object: the settings, and which optional CRDs the cluster serves; and, for
+    the handlers that plan, the one door to the servers (handlers/servers.py: the body to plan from, the status
+    write of what they decided)."""
 
     @property
     def settings(self) -> Settings: ...
@@ -46,7 +47,7 @@ class PlanInputs(Protocol):
     def crds(self) -> CrdCache: ...
 
     @property
-    def bodies(self) -> ServerBodies: ...
+    def servers(self) -> Servers: ...
 
 
 @dataclass
@@ -61,6 +62,7 @@ class Plan:
     overrides: list[dict[str, Any]] = field(default_factory=list)  # status.overrides to record (in force)
     ended: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # remediation overrides that ended, why
     cleared: str | None = None  # a new clear-overrides token acted on (status.overridesCleared)
+    key: tuple[Any, ...] = ()  # plan_key of the body planned: a body with the same key plans the same
 
     @property
     def run_spec(self) -> GDNModelServerSpec | None:
@@ -68,6 +70,14 @@ class Plan:
 
 
 def plan(body: dict[str, Any], inputs: PlanInputs) -> Plan:
+    """The decision for `body` (a handler plans once per event and passes the plan down; plan_key says when a
+    newer body needs another)."""
+    out = _plan(body, inputs)
+    out.key = plan_key(body)
+    return out
+
+
+def _plan(body: dict[str, Any], inputs: PlanInputs) -> Plan:
     cfg = inputs.settings
     meta = body["metadata"]
     try:
@@ -137,6 +147,21 @@ def mitigation_overrides(
         ):
             out.append(before.get((e["path"], json.dumps(e["value"]), e["reason"]), e))
     return out
+
+
+def plan_key(body: dict[str, Any]) -> tuple[Any, ...]:
+    """What a plan of `body` depends on besides the operator's inputs: the object, its generation, the overrides
+    and the clear-overrides token, and CrashLooping (the autoscaler's scale-up pause). Two bodies with the same
+    key plan the same: a conflict re-read re-plans only when its key moved (issue 37)."""
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    return (
+        meta.get("uid"),
+        meta.get("generation"),
+        json.dumps(status.get("overrides"), sort_keys=True),
+        status.get(CLEARED_KEY),
+        (meta.get("annotations") or {}).get(CLEAR_ANNOTATION),
+        st.is_true(status, st.CRASH_LOOPING),
+    )
 
 
 def expected_objects(body: dict[str, Any], inputs: PlanInputs) -> list[dict[str, Any]] | None:

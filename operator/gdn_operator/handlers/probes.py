@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import random
@@ -44,6 +45,7 @@ from gdn_operator.handlers.overrides import reapply
 from gdn_operator.handlers.plan import PlanInputs, plan
 from gdn_operator.handlers.pods import engine_fingerprint
 from gdn_operator.handlers.remediation import change_from_mitigation, remediate_once, running_dict, vet_change
+from gdn_operator.handlers.servers import Servers
 from gdn_operator.render.engine import CONTAINER, ENGINE_PORT
 from gdn_operator.watch.probe_client import ProbeClient, completions_url
 from gdn_operator.watch.probes import (
@@ -220,7 +222,9 @@ def diagnose(s: ServerProbes, cond: Condition) -> dict[str, Any] | None:
     return {"rules": rules, "message": msg[:1024]}
 
 
-def write_status(namespace: str, name: str, s: ServerProbes, body: dict[str, Any], cond: Condition) -> dict[str, Any] | None:
+def write_status(
+    servers: Servers, namespace: str, name: str, s: ServerProbes, body: dict[str, Any], cond: Condition
+) -> dict[str, Any] | None:
     """Write status.probes and the conditions; emit an Event per OutputConsistent transition."""
     events: list[tuple[str, str, str]] = []
     gen = s.generation
@@ -241,14 +245,14 @@ def write_status(namespace: str, name: str, s: ServerProbes, body: dict[str, Any
         elif transition and cond.value is True:
             events.append(("Normal", "OutputConsistent", msg))
 
-    obj = kube.update_status(namespace, name, mutate)
+    obj = servers.update_status(namespace, name, mutate)
     if obj is not None:
         for type_, reason, message in events:
             kube.emit_event(obj, reason, message, type_)
     return obj
 
 
-def remediate(namespace: str, name: str, s: ServerProbes, cond: Condition, obj: dict[str, Any]) -> bool:
+def remediate(servers: Servers, namespace: str, name: str, s: ServerProbes, cond: Condition, obj: dict[str, Any]) -> bool:
     """Record the mitigation of the first warned silent-corruption rule with one as an override, once per
     revision. True when one was recorded (the caller re-applies the workload)."""
     if not s.warned:
@@ -262,6 +266,7 @@ def remediate(namespace: str, name: str, s: ServerProbes, cond: Condition, obj: 
     )
     return (
         remediate_once(
+            servers,
             namespace,
             name,
             obj,
@@ -289,8 +294,8 @@ class ProbeSupervisor:
         self,
         pods_of: Callable[[str, str], list[dict[str, Any]]],
         *,
-        writer: Callable[..., dict[str, Any] | None] = write_status,
-        remediator: Callable[..., Any] = remediate,
+        writer: Callable[..., dict[str, Any] | None] | None = None,
+        remediator: Callable[..., Any] | None = None,
         concurrency: int = 64,
         seed: int | None = None,
         port: int = ENGINE_PORT,
@@ -298,8 +303,10 @@ class ProbeSupervisor:
     ) -> None:
         self.pods_of = pods_of
         self.port = port
-        self.writer = writer
-        self.remediator = remediator
+        #: the one door to the servers (handlers/servers.py): the runtime's; a fresh one without a runtime
+        self.door: Servers = rt.servers if rt is not None else Servers()
+        self.writer = writer or functools.partial(write_status, self.door)
+        self.remediator = remediator or functools.partial(remediate, self.door)
         self.servers: dict[tuple[str, str], ServerProbes] = {}
         self.client = ProbeClient(concurrency)
         self.rt = rt  # parses server bodies (render, rules); None: configure() only (tests, benchmarks)
@@ -349,7 +356,7 @@ class ProbeSupervisor:
             cond = st.get_condition(status, st.OUTPUT_CONSISTENT)
             if cond is None or cond.get("status") != "Unknown" or cond.get("reason") != "ProbesDisabled":
                 self._clear_metrics(namespace, name)
-                s.task = asyncio.get_running_loop().create_task(asyncio.to_thread(mark_disabled, namespace, name))
+                s.task = asyncio.get_running_loop().create_task(asyncio.to_thread(mark_disabled, self.door, namespace, name))
 
     def forget(self, namespace: str, name: str) -> None:
         for key in [k for k in self.timeouts if k[:2] == (namespace, name)]:
@@ -502,6 +509,6 @@ def probes_disabled(status: dict[str, Any], generation: int | None) -> None:
     st.set_condition(status, st.OUTPUT_CONSISTENT, None, "ProbesDisabled", "spec.probes is not set (or not enabled)", generation)
 
 
-def mark_disabled(namespace: str, name: str) -> None:
+def mark_disabled(servers: Servers, namespace: str, name: str) -> None:
     """probes_disabled as a status write of its own (a server the reconciler has already recorded)."""
-    kube.update_status(namespace, name, lambda status, obj: probes_disabled(status, obj["metadata"].get("generation")))
+    servers.update_status(namespace, name, lambda status, obj: probes_disabled(status, obj["metadata"].get("generation")))

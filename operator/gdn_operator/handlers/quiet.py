@@ -15,9 +15,9 @@ import logging
 from typing import Any
 
 from gdn_operator.handlers import conditions as st
-from gdn_operator.handlers import kube
 from gdn_operator.handlers.autoscaler import sync_scale_up
 from gdn_operator.handlers.plan import PlanInputs
+from gdn_operator.handlers.servers import Servers
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def age_seconds(ts: str | None) -> float:
     return (dt.datetime.now(dt.UTC) - t).total_seconds()
 
 
-def clear_crash_conditions(namespace: str, name: str, quiet_seconds: float) -> dict[str, Any] | None:
+def clear_crash_conditions(servers: Servers, namespace: str, name: str, quiet_seconds: float) -> dict[str, Any] | None:
     """Clear the crash conditions when the last crash is `quiet_seconds` old and the server is Ready.
     Returns the object after the check (None: it is gone)."""
     cleared: list[bool] = []
@@ -51,7 +51,7 @@ def clear_crash_conditions(namespace: str, name: str, quiet_seconds: float) -> d
             st.set_condition(status, st.CRASH_LOOPING, False, "EnginesRunning", "engines are running", gen)
             cleared.append(True)
 
-    obj = kube.update_status(namespace, name, mutate)
+    obj = servers.update_status(namespace, name, mutate)
     if obj is None or not cleared:
         return obj
     log.info(
@@ -84,7 +84,7 @@ class QuietPeriod:
 
     def check(self, namespace: str, name: str) -> None:
         """One server (blocking: runs in a worker thread)."""
-        obj = clear_crash_conditions(namespace, name, self.inputs.settings.crash_quiet_seconds)
+        obj = clear_crash_conditions(self.inputs.servers, namespace, name, self.inputs.settings.crash_quiet_seconds)
         if obj is not None:
             sync_scale_up(namespace, name, obj, self.inputs)
 

@@ -8,20 +8,22 @@ with the drift corrector, the crash watch and the probes); this module applies i
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from gdn_operator.api.overrides import CLEARED_KEY
+from gdn_operator.api.overrides import CLEARED_KEY, set_overrides
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
-from gdn_operator.handlers.bodies import ServerBodies
-from gdn_operator.handlers.plan import PlanInputs, plan
+from gdn_operator.handlers.plan import Plan, PlanInputs, plan
 from gdn_operator.handlers.probes import probes_disabled
-from gdn_operator.handlers.workloadstatus import workload_status
+from gdn_operator.handlers.servers import Servers
+from gdn_operator.handlers.workloadstatus import record_workload_kind, workload_status
 from gdn_operator.render import lws, podparts
 from gdn_operator.render.engine import ENGINE_PORT
 from gdn_operator.render.objects import rendered_digest
@@ -110,7 +112,7 @@ def prune(body: dict[str, Any], candidates: list[str], rt: PlanInputs) -> list[s
 
 
 def _not_validated(
-    bodies: ServerBodies, body: dict[str, Any], reason: str, event: str, msg: str, ev: Evaluation | None = None
+    servers: Servers, body: dict[str, Any], reason: str, event: str, msg: str, ev: Evaluation | None = None
 ) -> None:
     """Record why nothing (new) is applied: Validated=False with the reason, findings, and an Event when
     that is news (a retry, a resumed handler or an operator restart repeats no Event). One status write,
@@ -133,7 +135,7 @@ def _not_validated(
             st.set_condition(status, st.PROGRESSING, False, reason, "Nothing is applied for this generation: " + msg, gen)
         probes_disabled(status, gen)  # nothing runs: nothing to probe (handlers/probes.py would write the same)
 
-    bodies.update_status(meta["namespace"], meta["name"], mutate, obj=body)
+    servers.update_status(meta["namespace"], meta["name"], mutate, obj=body)
     if news["changed"]:
         log.info("not applied %s/%s generation %s: %s: %s", meta["namespace"], meta["name"], gen, reason, msg[:300])
         kube.emit_event(body, event, msg, "Warning")
@@ -150,6 +152,65 @@ def _probes_off(body: dict[str, Any]) -> bool:
     return not raw or raw.get("enabled") is False
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """What a reconcile decided for an admitted generation besides its plan: calculate_status's other input."""
+
+    generation: int | None  # of the body planned (the status write may start from a newer one)
+    reason: str  # Validated's reason: Admitted, Mitigated, AdmittedWithWarnings
+    message: str
+    owned: list[str]  # status.ownedKinds: the managed kinds rendered, and those still to prune
+    workload: dict[str, Any] | None  # the engine workload rendered (Deployment or LeaderWorkerSet)
+    digest: str | None  # its rendered_digest
+    probes_off: bool
+
+
+def calculate_status(status: dict[str, Any], obj: dict[str, Any], p: Plan, admitted: Admitted) -> bool:
+    """The reconcile's status of an admitted generation, calculated from the plan and the decision alone (pure:
+    edits `status` in place, reads nothing else; the status write reruns it on the newest body after a
+    conflict, and writes only when it changed). True when the generation or Validated is news (log, Event)."""
+    if p.ev is None or p.run_spec is None:
+        raise ValueError("calculate_status needs the plan of an evaluated spec")
+    meta = obj["metadata"]
+    gen, run_spec, workload = admitted.generation, p.run_spec, admitted.workload
+    news = bool(status.get("observedGeneration") != gen)
+    # no workload was ever recorded: the one applied next is new, and its first event will say no more than
+    # what a workload without status says, written here in the same patch (workloadstatus.workload_status)
+    fresh = workload is not None and "workload" not in status and st.get_condition(status, st.READY) is None
+    status["observedGeneration"] = gen
+    status["findings"], status["advisories"] = _findings(p.ev)
+    status["effective"] = p.ev.effective.model_dump(by_alias=True, exclude_none=True, mode="json")
+    set_overrides(status, p.overrides)  # the spec is never written: what runs differently is listed here
+    if p.cleared is not None:
+        status[CLEARED_KEY] = p.cleared
+    st.set_overridden(status, gen)
+    status[OWNED_KINDS] = admitted.owned
+    if admitted.digest is not None:
+        status[RENDERED_DIGEST] = admitted.digest
+    status["url"] = podparts.url(meta["name"], meta["namespace"], ENGINE_PORT)  # the engine Service is applied next
+    if workload is not None:
+        record_workload_kind(status, workload["kind"])  # workload events keep it (workloadstatus.workload_status)
+    if st.set_condition(status, st.VALIDATED, True, admitted.reason, admitted.message, gen):
+        news = True
+    ready = int(status.get("readyReplicas") or 0)
+    desired = (
+        run_spec.replicas if run_spec.autoscaling is None else int(status.get("replicas") or run_spec.autoscaling.min_replicas)
+    )
+    st.set_replicas(status, desired, ready, gen)
+    progressing = st.get_condition(status, st.PROGRESSING) or {}
+    rolling = progressing.get("status") == "True" and progressing.get("observedGeneration") == gen
+    if (ready < desired or not st.is_true(status, st.READY)) and not rolling:  # (a resume keeps RollingOut)
+        st.set_condition(
+            status, st.PROGRESSING, True, "Applying", "Applying the engine Deployment for this generation; waiting for pods.", gen
+        )
+    if fresh and workload is not None and (workload.get("spec") or {}).get("replicas") is not None:
+        # (without spec.replicas, an autoscaler's, the API server's default decides: the event tells)
+        workload_status(status, obj, {"kind": workload["kind"], "spec": workload["spec"]})
+    if admitted.probes_off:  # what handlers/probes.py writes for a server without probes, in this same write
+        probes_disabled(status, gen)
+    return news
+
+
 def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     """Bring the cluster to the object's spec. Returns a short outcome word (for logs and tests).
 
@@ -157,7 +218,7 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     body kopf delivered: no read), one server-side apply per object, at most one Event; reads only to
     prune kinds the spec dropped (prune_candidates) and when the status changed under the write. For a new
     server that write also holds what its new workload's first event would write (workload_status), and
-    the written object goes to rt.bodies, which workload events read: that event then costs no request."""
+    the written object goes to rt.servers, which workload events read: that event then costs no request."""
     cfg = rt.settings
     meta = body["metadata"]
     ns, name, gen = meta["namespace"], meta["name"], meta.get("generation")
@@ -167,17 +228,15 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     if ev is not None and not ev.allowed:
         existing = kube.get_deployment(ns, name) or (kube.get_object(lws.KIND, ns, name) if rt.crds.exists(lws.CRD) else None)
         tail = " The previously admitted configuration keeps running." if existing is not None else " Nothing was created."
-        _not_validated(rt.bodies, body, "KnownIssue", "Rejected", p.problem + tail, ev)
+        _not_validated(rt.servers, body, "KnownIssue", "Rejected", p.problem + tail, ev)
         return "rejected"
     if p.objects is None:
-        _not_validated(rt.bodies, body, "InvalidSpec", "InvalidSpec", p.problem, ev)
+        _not_validated(rt.servers, body, "InvalidSpec", "InvalidSpec", p.problem, ev)
         return "invalid"
     if ev is None or p.spec is None or p.run_spec is None:  # plan() gives objects only for a parsed, allowed spec
         raise kopf.PermanentError(f"{ns}/{name}: internal error: objects planned without an evaluated spec")
     run_spec, objects = p.run_spec, p.objects
     policy = p.spec.admission_policy or cfg.default_policy
-    findings, advisories = _findings(ev)
-    effective = ev.effective.model_dump(by_alias=True, exclude_none=True, mode="json")
 
     mitigated = [f for f in ev.findings if f.action == "mitigated"]
     warned = [f for f in ev.findings if f.action == "warned"]
@@ -195,58 +254,16 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     same_rendering = digest is not None and (body.get("status") or {}).get(RENDERED_DIGEST) == digest
     candidates = prune_candidates(body, objects, rt)
     owned = sorted({kind for _, kind in _managed(objects)} | set(candidates))  # until pruned
-    probes_off = _probes_off(body)
 
+    admitted = Admitted(gen, reason, vmsg, owned, workload, digest, _probes_off(body))
     news = {"changed": False}
 
     def applied(status: dict[str, Any], obj: dict[str, Any]) -> None:
-        news["changed"] = status.get("observedGeneration") != gen
-        # no workload was ever recorded: the one applied below is new, and its first event will say no more
-        # than what a workload without status says, written here in the same patch (workload.workload_status)
-        fresh = workload is not None and "workload" not in status and st.get_condition(status, st.READY) is None
-        status["observedGeneration"] = gen
-        status["findings"] = findings
-        status["advisories"] = advisories
-        status["effective"] = effective
-        status["overrides"] = p.overrides  # the spec is never written: what runs differently is listed here
-        if p.cleared is not None:
-            status[CLEARED_KEY] = p.cleared
-        st.set_overridden(status, gen)
-        status[OWNED_KINDS] = owned
-        if digest is not None:
-            status[RENDERED_DIGEST] = digest
-        status["url"] = podparts.url(name, ns, ENGINE_PORT)  # the engine Service is applied below
-        if workload is not None and "workload" not in status:
-            status["workload"] = workload["kind"]  # handlers/workload.py keeps it from the workload's events
-        if st.set_condition(status, st.VALIDATED, True, reason, vmsg, gen):
-            news["changed"] = True
-        ready = int(status.get("readyReplicas") or 0)
-        desired = (
-            run_spec.replicas
-            if run_spec.autoscaling is None
-            else int(status.get("replicas") or run_spec.autoscaling.min_replicas)
-        )
-        st.set_replicas(status, desired, ready, gen)
-        progressing = st.get_condition(status, st.PROGRESSING) or {}
-        rolling = progressing.get("status") == "True" and progressing.get("observedGeneration") == gen
-        if (ready < desired or not st.is_true(status, st.READY)) and not rolling:  # (a resume keeps RollingOut)
-            st.set_condition(
-                status,
-                st.PROGRESSING,
-                True,
-                "Applying",
-                "Applying the engine Deployment for this generation; waiting for pods.",
-                gen,
-            )
-        if fresh and workload is not None and (workload.get("spec") or {}).get("replicas") is not None:
-            # (without spec.replicas, an autoscaler's, the API server's default decides: the event tells)
-            workload_status(status, obj, {"kind": workload["kind"], "spec": workload["spec"]})
-        if probes_off:  # what handlers/probes.py writes for a server without probes, in this same write
-            probes_disabled(status, gen)
+        news["changed"] = calculate_status(status, obj, p, admitted)
 
     # The status says which generation this is and why it was admitted before the workload is applied, so a
     # client never sees Ready (from the Deployment) without observedGeneration.
-    rt.bodies.update_status(ns, name, applied, obj=body)  # rt.bodies: what this server's workload events read
+    rt.servers.update_status(ns, name, applied, obj=body)  # rt.servers: what this server's workload events read
     if news["changed"]:
         log.info(
             "%s %s/%s generation %s (policy %s)%s",
@@ -268,7 +285,7 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
         detail = _api_message(e)
         forbidden = e.status == 403
         _not_validated(
-            rt.bodies,
+            rt.servers,
             body,
             "Forbidden" if forbidden else "InvalidSpec",
             "ApplyRefused",
@@ -283,7 +300,7 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     if candidates:
         prune(body, candidates, rt)
         final = sorted(kind for _, kind in _managed(objects))
-        rt.bodies.update_status(ns, name, lambda status, _obj: status.__setitem__(OWNED_KINDS, final))
+        rt.servers.update_status(ns, name, lambda status, _obj: status.__setitem__(OWNED_KINDS, final))
 
     event = transition_event(objects, gen, mitigated, warned, workload_changed=changed, news=news["changed"])
     if event is not None:
@@ -324,8 +341,40 @@ def transition_event(
     return None
 
 
-#: kopf's record of the last spec its handlers completed (the same storage main.configure installs)
-DIFFBASE = kopf.AnnotationsDiffBaseStorage(prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
+class HandledSpecs(kopf.DiffBaseStorage):
+    """kopf's diff base (the essence of the last spec its handlers completed: what tells an update from a
+    no-op), held in the operator's memory (one per runtime; startup.configure installs it) instead of an
+    annotation on the server: that annotation was one PATCH of every server per handled change, 1 of the 8
+    requests a new server cost (issue 37, bench/bench_reconcile.py). The annotation an earlier operator wrote
+    is still read until this one handles the object. After a restart or a hand-over to the other replica
+    nothing is held: kopf sees each server as created and runs the create handler, the same idempotent
+    reconcile its resume handler runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: what operators before issue 37 kept the diff base in (read, never written)
+        self.annotations = kopf.AnnotationsDiffBaseStorage(prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
+        self._held: dict[str, kopf.BodyEssence] = {}
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return self.annotations.build(body=body, extra_fields=extra_fields)  # without the old annotation
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        held = self._held.get(str(body.metadata.uid))
+        return copy.deepcopy(held) if held is not None else self.annotations.fetch(body=body)
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        self._held[str(body.metadata.uid)] = copy.deepcopy(essence)  # nothing added to kopf's patch: no write
+
+    def forget(self, uid: str) -> None:
+        self._held.pop(uid, None)
+
+
+class ReconcileState(PlanInputs, Protocol):
+    """What converge_generation reads besides the plan's inputs (the runtime provides it)."""
+
+    @property
+    def handled(self) -> HandledSpecs: ...
 
 
 async def reconcile(body: kopf.Body, logger: kopf.Logger, rt: PlanInputs) -> None:
@@ -334,7 +383,7 @@ async def reconcile(body: kopf.Body, logger: kopf.Logger, rt: PlanInputs) -> Non
     logger.info("reconciled: %s", outcome)
 
 
-async def converge_generation(body: kopf.Body, logger: kopf.Logger, rt: PlanInputs) -> None:
+async def converge_generation(body: kopf.Body, logger: kopf.Logger, rt: ReconcileState) -> None:
     """status.observedGeneration reaches metadata.generation whatever kopf coalesces.
 
     kopf calls the update handler only when the spec differs from the last one it handled; patches
@@ -345,7 +394,7 @@ async def converge_generation(body: kopf.Body, logger: kopf.Logger, rt: PlanInpu
     gen, observed = meta.get("generation"), status.get("observedGeneration")
     if gen is None or observed is None or observed >= gen or meta.get("deletionTimestamp"):
         return
-    handled = DIFFBASE.fetch(body=body)
+    handled = rt.handled.fetch(body=body)
     if handled is None or kube.plain(handled.get("spec")) != kube.plain(body.get("spec")):
         return  # the spec changed: kopf's update handler runs for it (and writes the generation)
     outcome = await asyncio.to_thread(reconcile_sync, kube.plain(body), rt)

@@ -25,11 +25,12 @@ from pydantic import ValidationError
 
 from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
-from gdn_operator.api.overrides import add_override, apply_overrides, live_overrides, revision
+from gdn_operator.api.overrides import add_override, apply_overrides, live_overrides, revision, set_overrides
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
+from gdn_operator.handlers.servers import Servers
 from gdn_operator.rules import evaluate
 from gdn_operator.watch.catalogue import default_catalogue
 from gdn_operator.watch.result import ClassificationResult
@@ -139,6 +140,7 @@ def choose_remediation(
 
 
 def maybe_remediate(
+    servers: Servers,
     namespace: str,
     name: str,
     obj: dict[str, Any],
@@ -167,6 +169,7 @@ def maybe_remediate(
             st.set_condition(status, st.CRASH_LOOPING, True, "Remediated", f"applied {change.action} after {sig}", generation)
 
     return remediate_once(
+        servers,
         namespace,
         name,
         obj,
@@ -201,6 +204,7 @@ def vet_change(obj: dict[str, Any], change: Change | None, policy: str) -> tuple
 
 
 def remediate_once(
+    servers: Servers,
     namespace: str,
     name: str,
     obj: dict[str, Any],
@@ -248,14 +252,14 @@ def remediate_once(
         status["remediations"] = rem[-32:]
         if change is not None:
             # the spec is never written: the change is an operator-owned override, applied at render
-            status["overrides"] = live + [o for o in status.get("overrides") or [] if o.get("source") == "mitigation"]
+            set_overrides(status, live + [o for o in status.get("overrides") or [] if o.get("source") == "mitigation"])
             add_override(status, change.spec_patch, reason=signature, generation=generation, since=str(record["time"]), spec=user)
             st.set_overridden(status, generation)
         if on_claim is not None:
             on_claim(status)
         claimed.append(True)
 
-    kube.update_status(namespace, name, claim)
+    obj = servers.update_status(namespace, name, claim, obj=obj) or obj  # from the newest body: no read
     if not claimed:
         return None
     if act is not None:

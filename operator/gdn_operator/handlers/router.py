@@ -15,6 +15,7 @@ import kopf
 
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
+from gdn_operator.handlers.servers import Servers
 
 #: InferencePool condition type → the GDNModelServer condition that mirrors it.
 MIRRORED = {"Accepted": st.INFERENCE_POOL_ACCEPTED, "ResolvedRefs": st.INFERENCE_POOL_RESOLVED_REFS}
@@ -36,7 +37,7 @@ def aggregate(pool: dict[str, Any]) -> dict[str, tuple[bool, str, str]]:
     return out
 
 
-def mirror(namespace: str, name: str, pool: dict[str, Any] | None) -> None:
+def mirror(servers: Servers, namespace: str, name: str, pool: dict[str, Any] | None) -> None:
     agg = aggregate(pool) if pool is not None else {}
 
     def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
@@ -48,12 +49,14 @@ def mirror(namespace: str, name: str, pool: dict[str, Any] | None) -> None:
             elif st.get_condition(status, ours) is not None:
                 st.remove_condition(status, ours)
 
-    kube.update_status(namespace, name, mutate)
+    servers.update_status(namespace, name, mutate)
 
 
-async def inference_pool_event(type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, **_: Any) -> None:
+async def inference_pool_event(
+    servers: Servers, type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, **_: Any
+) -> None:
     namespace = kube.require_namespace(namespace)
     name = kube.owner_name(kube.plain(meta))
     if not name:
         return
-    await asyncio.to_thread(mirror, namespace, name, None if type == "DELETED" else kube.plain(body))
+    await asyncio.to_thread(mirror, servers, namespace, name, None if type == "DELETED" else kube.plain(body))

@@ -24,7 +24,6 @@ from typing import Any
 import kopf
 
 from gdn_operator.handlers.acceptance import AcceptanceSupervisor
-from gdn_operator.handlers.bodies import ServerBodies
 from gdn_operator.handlers.crashwatch import SeenDeaths
 from gdn_operator.handlers.disruption import DrainingNodes
 from gdn_operator.handlers.guardadmission import GuardAdmission
@@ -32,6 +31,8 @@ from gdn_operator.handlers.kube import CrdCache
 from gdn_operator.handlers.logfollow import LogFollowers, StreamedResults
 from gdn_operator.handlers.probes import ProbeSupervisor
 from gdn_operator.handlers.quiet import QuietPeriod
+from gdn_operator.handlers.reconcile import HandledSpecs
+from gdn_operator.handlers.servers import Servers
 from gdn_operator.settings import Settings
 from gdn_operator.watch.acceptance import AcceptanceTracker
 from gdn_operator.watch.promsource import PrometheusSource
@@ -48,14 +49,16 @@ class Runtime:
         #: which optional CRDs (PodMonitor, LeaderWorkerSet, KEDA, InferencePool) the cluster serves
         self.crds = CrdCache()
         #: the newest GDNModelServer bodies seen (watch events and the operator's own status writes)
-        self.bodies = ServerBodies()
+        self.servers = Servers()
+        #: kopf's diff base: the last spec its handlers completed, per server uid (no annotation write)
+        self.handled = HandledSpecs()
         #: nodes marked for a drain (node events; GDN_WATCH_NODES): DisruptionBlocked
         self.draining = DrainingNodes()
         # crash watch
         self.seen_deaths = SeenDeaths()  # deaths already handled, so re-delivered pod events count once
         self.streamed = StreamedResults()  # crash diagnoses from log streams, until the death is handled
         self.log_pool = ThreadPoolExecutor(max_workers=settings.max_log_streams, thread_name_prefix="gdn-log")
-        self.followers = LogFollowers(self.log_pool, self.streamed)
+        self.followers = LogFollowers(self.log_pool, self.streamed, self.servers)
         self.quiet = QuietPeriod(self)
         # acceptance and output probes
         self.acceptance = AcceptanceSupervisor(
@@ -64,7 +67,7 @@ class Runtime:
             if settings.metrics_prometheus
             else Scraper(timeout=settings.scrape_timeout, concurrency=settings.scrape_concurrency),
             concurrency=settings.scrape_servers_concurrency,
-            bodies=self.bodies,
+            bodies=self.servers,
         )
         self.probes = ProbeSupervisor(self.acceptance.pods, concurrency=settings.probe_concurrency, rt=self)
         # a stall's supporting evidence: hang wording from the crash watch's log streams, output-probe timeouts

@@ -37,6 +37,7 @@ from gdn_operator.handlers import kube
 from gdn_operator.handlers.overrides import reapply
 from gdn_operator.handlers.plan import PlanInputs
 from gdn_operator.handlers.remediation import remediate_once, remediation_for, running_spec, vet_change
+from gdn_operator.handlers.servers import Servers
 from gdn_operator.rules import effective_config, load_rules
 from gdn_operator.settings import Settings
 from gdn_operator.watch.stall import DEFAULT_STALL_SECONDS, StallDetector, StallVerdict
@@ -182,6 +183,15 @@ def apply_condition(status: dict[str, Any], stall: dict[str, Any] | None, genera
     return events
 
 
+def metrics_disabled(status: dict[str, Any], generation: int | None) -> None:
+    """Metrics turned off: no status.stall, and Stalled (if ever set) Unknown: no stall detection."""
+    status.pop("stall", None)
+    if st.get_condition(status, st.STALLED) is not None:
+        st.set_condition(
+            status, st.STALLED, None, "MetricsDisabled", "spec.metrics.enabled is false: no stall detection", generation
+        )
+
+
 def g1_trigger(spec: GDNModelServerSpec) -> bool:
     """MTP with FULL decode CUDA graphs on a GDN hybrid in the configuration that runs, at any version and any layer
     layout. Broader than G1's `when` (two full-attention KV-cache groups, V1 runner): the ladder reacts to a stall it
@@ -200,6 +210,7 @@ def end_stall(
     message: str,
     restarted: set[str],
     inputs: PlanInputs | None,
+    servers: Servers,
 ) -> str | None:
     """The ladder's next step for the pods stalled this round (module docstring); returns what was done.
     `restarted`: uids of pods this operator deleted (runtime state): a pod on its way out is not a new stall.
@@ -235,6 +246,7 @@ def end_stall(
             return gone
 
         remediate_once(
+            servers,
             namespace,
             name,
             obj,
@@ -256,6 +268,7 @@ def end_stall(
         change, refusal = vet_change(obj, remediation_for(PIECEWISE_ACTION, running), policy)
     if change is not None:
         remediate_once(
+            servers,
             namespace,
             name,
             obj,
@@ -282,6 +295,7 @@ def end_stall(
         + ": collect the engine log; disabling speculative decoding is the last resort, for a human."
     )
     remediate_once(
+        servers,
         namespace,
         name,
         obj,

@@ -20,7 +20,7 @@ from prometheus_client import start_http_server
 from gdn_operator import telemetry
 from gdn_operator.handlers import certs, kube, webhookconfigs
 from gdn_operator.handlers.guardadmission import GUARD_WEBHOOK_ID, GuardAdmission
-from gdn_operator.handlers.reconcile import ANNOTATION_PREFIX, DIFFBASE
+from gdn_operator.handlers.reconcile import ANNOTATION_PREFIX, HandledSpecs
 from gdn_operator.handlers.webhook_limits import BoundedWebhookServer
 from gdn_operator.settings import Settings
 
@@ -30,6 +30,9 @@ class Host(Protocol):
 
     @property
     def settings(self) -> Settings: ...
+
+    @property
+    def handled(self) -> HandledSpecs: ...
 
     webhook_renewal: dict[str, Any]
     metrics_started: bool
@@ -120,9 +123,10 @@ async def renew_webhook_certificate_forever(renewal: dict[str, Any]) -> None:
 def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, rt: Host) -> kopf.WebhookServer | None:
     """kopf's settings, the thread pool and the metrics endpoint; returns the webhook server (None: off)."""
     cfg = rt.settings
-    # Keep kopf's bookkeeping in annotations so the status schema stays strict and ours.
+    # Keep kopf's bookkeeping out of status so the status schema stays strict and ours: its progress (a retried
+    # handler) in annotations, the last spec handled in memory (reconcile.HandledSpecs: no write per change).
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
-    settings.persistence.diffbase_storage = DIFFBASE
+    settings.persistence.diffbase_storage = rt.handled
     settings.persistence.finalizer = "serving.gdn-operator.io/kopf-finalizer"
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = cfg.max_workers

@@ -18,8 +18,8 @@ from kubernetes.utils import parse_quantity
 from gdn_operator import telemetry
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import disruption, kube
-from gdn_operator.handlers.bodies import ServerBodies
-from gdn_operator.handlers.plan import PlanInputs, expected_objects
+from gdn_operator.handlers.plan import PlanInputs, expected_objects, plan_key
+from gdn_operator.handlers.servers import Servers
 from gdn_operator.handlers.workloadstatus import block_rollout, workload_replicas, workload_status
 from gdn_operator.render import lws
 from gdn_operator.render.scaleout import workload_of
@@ -79,11 +79,11 @@ def update_from_pods(
     namespace: str,
     name: str,
     pods: list[dict[str, Any]],
-    bodies: ServerBodies | None = None,
+    servers: Servers,
     draining: Mapping[str, str] | None = None,
 ) -> None:
     """Pod-derived status (Unschedulable, StartFailed; DisruptionBlocked from `draining`, the nodes marked for a
-    drain), from `bodies`' newest server body when there is one (no read; most pod events change nothing, and a
+    drain), from the newest server body `servers` holds (no read; most pod events change nothing, and a
     stale body only costs the guarded patch a re-read). A start failure that appears (or changes reason) also gets
     a Warning Event on the server."""
     unsched = [p for p in pods if p["unschedulable"]]
@@ -117,7 +117,7 @@ def update_from_pods(
         elif st.get_condition(status, st.UNSCHEDULABLE) is not None:
             st.set_condition(status, st.UNSCHEDULABLE, False, "Scheduled", "All engine pods are scheduled.", gen)
 
-    obj = bodies.update_status(namespace, name, mutate) if bodies is not None else kube.update_status(namespace, name, mutate)
+    obj = servers.update_status(namespace, name, mutate)
     if obj is not None:  # the events of the mutate that was written (a conflict re-runs it)
         for type_, reason, message in events:
             if reason in ("ModelDownloadFailed", "ImagePullFailed"):
@@ -130,20 +130,18 @@ async def pod_event(
     namespace: str,
     name: str,
     pods: list[dict[str, Any]],
-    bodies: ServerBodies | None = None,
+    servers: Servers,
     draining: Mapping[str, str] | None = None,
 ) -> None:
     """The workload's part of an engine pod event (handlers/main.py fans each out to the crash watch, then
     here), and of a node event that marks or unmarks a node with its pods: the server's pod-derived status,
     from all of its pods in kopf's index."""
-    await asyncio.to_thread(update_from_pods, namespace, name, pods, bodies, draining)
+    await asyncio.to_thread(update_from_pods, namespace, name, pods, servers, draining)
 
 
-def deployment_status(
-    namespace: str, name: str, dep: dict[str, Any], server: dict[str, Any] | None = None, bodies: ServerBodies | None = None
-) -> None:
-    """Status from the engine workload (workload_status): one guarded status patch from `server` (or the
-    newest body `bodies` holds; without either, one read), none when nothing changed."""
+def deployment_status(namespace: str, name: str, dep: dict[str, Any], server: dict[str, Any] | None, servers: Servers) -> None:
+    """Status from the engine workload (workload_status): one guarded status patch from the newest of `server`
+    and the body `servers` holds (without either, one read), none when nothing changed."""
     desired, ready = workload_replicas(dep)
     telemetry.READY_REPLICAS.labels(namespace, name).set(ready)
     telemetry.DESIRED_REPLICAS.labels(namespace, name).set(desired)
@@ -151,10 +149,7 @@ def deployment_status(
     def mutate(status: dict[str, Any], obj: dict[str, Any]) -> None:
         workload_status(status, obj, dep)
 
-    if bodies is not None:
-        bodies.update_status(namespace, name, mutate, obj=server)
-    else:
-        kube.update_status(namespace, name, mutate, obj=server)
+    servers.update_status(namespace, name, mutate, obj=server)
 
 
 def drifted(
@@ -188,16 +183,23 @@ def correct_drift(
 ) -> bool:
     """Re-apply the rendered Deployment if someone changed or deleted it. Returns True if corrected."""
     if server is None:
-        server = kube.get_server(namespace, name)
+        server = rt.servers.read(namespace, name)
     want = drifted(rt, server, dep, kind) if server is not None else None
     if server is None or want is None:
         return False
+    restore(server, want, dep)
+    return True
+
+
+def restore(server: dict[str, Any], want: dict[str, Any], dep: dict[str, Any] | None) -> None:
+    """Re-apply the workload `want` that `server`'s spec renders over `dep` (None: deleted)."""
+    meta = server["metadata"]
     kube.apply(want)
     log.info(
         "drift corrected on %s/%s generation %s: engine %s %s outside the operator, re-applied",
-        namespace,
-        name,
-        server["metadata"].get("generation"),
+        meta["namespace"],
+        meta["name"],
+        meta.get("generation"),
         want["kind"],
         "deleted" if dep is None else "edited",
     )
@@ -209,7 +211,6 @@ def correct_drift(
         + " outside the operator; restored from the spec.",
         "Warning",
     )
-    return True
 
 
 async def deployment_event(
@@ -236,14 +237,20 @@ def current_workload_kind(server: dict[str, Any]) -> str:
 def on_deployment(
     rt: PlanInputs, namespace: str, name: str, dep: dict[str, Any] | None, kind: str = "Deployment", owner_uid: str | None = None
 ) -> None:
-    """Drift, then status. The server is the newest body the operator has seen (rt.bodies: no read); only a
+    """Drift, then status. The server is the newest body the operator has seen (rt.servers: no read); only a
     deleted workload, or one that differs from that body's spec, is checked again against a fresh read
     before anything is re-applied. The status write is a guarded patch: a stale body costs a re-read."""
-    server = rt.bodies.get(namespace, name, owner_uid)
-    if server is None or dep is None or drifted(rt, server, dep, kind) is not None:
-        server = kube.get_server(namespace, name)
-        if server is None:
+    server = rt.servers.get(namespace, name, owner_uid)
+    want = drifted(rt, server, dep, kind) if server is not None else None  # planned once for this event
+    if server is None or dep is None or want is not None:
+        fresh = rt.servers.read(namespace, name)  # drift correction acts only on what the API server holds
+        if fresh is None:
             return
-        correct_drift(rt, namespace, name, dep, server, kind)
+        # re-planned only when its inputs moved (or it is being deleted: nothing is restored then)
+        if server is None or fresh["metadata"].get("deletionTimestamp") or plan_key(fresh) != plan_key(server):
+            want = drifted(rt, fresh, dep, kind)
+        server = fresh
+        if want is not None:
+            restore(server, want, dep)
     if dep is not None and kind == current_workload_kind(server):
-        deployment_status(namespace, name, dep, server, rt.bodies)
+        deployment_status(namespace, name, dep, server, rt.servers)

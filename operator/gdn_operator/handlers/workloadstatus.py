@@ -35,6 +35,16 @@ def block_rollout(status: dict[str, Any], obj: dict[str, Any], gen: Any) -> None
     )
 
 
+#: status key: the engine workload's kind (Deployment or LeaderWorkerSet)
+WORKLOAD = "workload"
+
+
+def record_workload_kind(status: dict[str, Any], kind: str) -> None:
+    """The kind of the workload the reconcile is about to apply, until that workload's events say (a kind
+    already recorded is the events' to change)."""
+    status.setdefault(WORKLOAD, kind)
+
+
 def workload_status(status: dict[str, Any], obj: dict[str, Any], dep: dict[str, Any]) -> None:
     """What server `obj`'s engine workload `dep` says of it (replicas, Ready, Progressing, workload, groupSize),
     written into `status`: a Deployment (replicas = pods) or a LeaderWorkerSet (replicas = groups; the LWS
@@ -54,7 +64,7 @@ def workload_status(status: dict[str, Any], obj: dict[str, Any], dep: dict[str, 
         st.set_condition(status, st.READY, True, "EnginesReady", f"{ready}/{desired} {unit} ready.", gen)
     else:
         st.set_condition(status, st.READY, False, "EnginesNotReady", f"{ready}/{desired} {unit} ready.", gen)
-    status["workload"] = dep.get("kind", "Deployment")
+    status[WORKLOAD] = dep.get("kind", "Deployment")
     status["selector"] = scale_selector(obj["metadata"]["name"], group_size > 1)
     if group_size > 1:
         status["groupSize"] = group_size
