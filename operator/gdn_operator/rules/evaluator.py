@@ -24,6 +24,7 @@ rejected instead.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,12 +74,20 @@ class Evaluation:
     mitigated_spec: GDNModelServerSpec | None
     change: SpecPatch
     patch: list[dict[str, Any]]
-    effective: EffectiveConfig
     detail: Effective
     original_detail: Effective
     notes: list[str] = field(default_factory=list)
     defaults: list[Default] = field(default_factory=list)
     resolved_spec: GDNModelServerSpec | None = None
+    ruleset: RuleSet | None = None  # the rules evaluated (what `effective` prices the defaults with)
+
+    @functools.cached_property
+    def effective(self) -> EffectiveConfig:
+        """The status view of `detail` with the defaults and what each costs (rules/cost.py), built when first
+        read: the reconciler writes it to status; admission never reads it."""
+        ruleset = self.ruleset or load_rules()
+        costs = {d.field: default_cost(ruleset, d.field, self.detail) for d in self.defaults}
+        return self.detail.to_status(self.defaults, costs)
 
     @property
     def changed(self) -> bool:
@@ -388,10 +397,10 @@ def _result(
         mitigated_spec=mitigated,
         change=change,
         patch=patch,
-        effective=eff.to_status(defaults, {d.field: default_cost(ruleset, d.field, eff) for d in defaults}),
         detail=eff,
         original_detail=eff0,
         notes=notes,
         defaults=defaults,
         resolved_spec=resolved,
+        ruleset=ruleset,
     )
