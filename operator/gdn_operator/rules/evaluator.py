@@ -229,6 +229,7 @@ def evaluate(
     policy: str | None = None,
     defaults: bool = True,
     ruleset: RuleSet | None = None,
+    revalidate: bool = False,
 ) -> Evaluation:
     """Evaluate a validated spec. Never raises for a valid spec (ValueError only for a bad default_policy).
 
@@ -239,6 +240,8 @@ def evaluate(
     `defaults`:       fill unset fields with the rules' safe values (rules/defaults.py); False for raw
                       launch lines, which run as written.
     `ruleset`:        another rule set than the packaged one (rules/compat.py's tests use a synthetic one).
+    `revalidate`:     build every safe-defaults candidate by validating the whole spec again (rules/defaults.py:
+                      the reference the tests hold the fast path to; same answer, slower).
     """
     if default_policy not in ADMISSION_POLICIES:
         raise ValueError(f"default_policy must be one of {', '.join(ADMISSION_POLICIES)}, got {default_policy!r}")
@@ -246,7 +249,7 @@ def evaluate(
     effective_policy = policy or spec.admission_policy or default_policy
     if effective_policy not in ADMISSION_POLICIES:
         raise ValueError(f"policy must be one of {', '.join(ADMISSION_POLICIES)}, got {effective_policy!r}")
-    return _evaluate(ruleset, spec, effective_policy, vllm_version, overrides, defaults)
+    return _evaluate(ruleset, spec, effective_policy, vllm_version, overrides, defaults, revalidate)
 
 
 def _evaluate(
@@ -256,9 +259,10 @@ def _evaluate(
     vllm_version: str | None,
     overrides: LaunchOverrides | None,
     use_defaults: bool = True,
+    revalidate: bool = False,
 ) -> Evaluation:
     if use_defaults:
-        res = resolve_defaults(ruleset, spec, vllm_version, overrides)
+        res = resolve_defaults(ruleset, spec, vllm_version, overrides, revalidate=revalidate)
         resolved, defaults, eff0, hits0 = res.spec, res.defaults, res.effective, res.hits
     else:
         resolved, defaults = spec, []
@@ -299,7 +303,7 @@ def _evaluate(
                 failed[hit.ref] = f"its mitigation gives an invalid spec ({e.error_count()} error(s))"
                 continue
             if use_defaults:
-                res = resolve_defaults(ruleset, cand_spec, vllm_version, overrides)
+                res = resolve_defaults(ruleset, cand_spec, vllm_version, overrides, revalidate=revalidate)
                 cand_spec, cand_defaults, cand_eff, cand_hits = res.spec, res.defaults, res.effective, res.hits
             else:
                 cand_defaults = []
