@@ -195,8 +195,10 @@ async def inference_pool_event(type: str, body: kopf.Body, namespace: str | None
 # --------------------------------------------------------------------------------------- admission ---
 
 
-# kopf passes `old` (None on CREATE) to admission handlers although its WebhookFn protocol omits it
-def mitigate(
+# kopf passes `old` (None on CREATE) to admission handlers although its WebhookFn protocol omits it. Both are
+# coroutines: kopf runs them on its event loop instead of queueing them for a worker thread behind the reconciles'
+# blocking API calls (they do no I/O: bench/bench_admission.py --py-spy).
+async def mitigate(
     spec: kopf.Spec,
     patch: kopf.Patch,
     warnings: list[str],
@@ -211,7 +213,7 @@ def mitigate(
         admission.mitigate(spec, patch, warnings, namespace, name, old, cfg.default_policy)
 
 
-def validate(
+async def validate(
     spec: kopf.Spec,
     warnings: list[str],
     namespace: str | None,
