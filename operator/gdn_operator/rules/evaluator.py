@@ -210,6 +210,8 @@ def _finding(hit: Hit, action: str, extra: str = "") -> RuleFinding:
         fields=list(hit.fields),
         workaround=hit.workaround,
         mitigation=hit.mitigation.as_dict() if hit.mitigation else None,
+        code=None,  # every field given: no per-field default lookup
+        measurements=None,
     )
 
 
