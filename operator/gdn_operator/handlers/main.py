@@ -195,9 +195,10 @@ async def inference_pool_event(type: str, body: kopf.Body, namespace: str | None
 # --------------------------------------------------------------------------------------- admission ---
 
 
-# kopf passes `old` (None on CREATE) to admission handlers although its WebhookFn protocol omits it. Both are
-# coroutines: kopf runs them on its event loop instead of queueing them for a worker thread behind the reconciles'
-# blocking API calls (they do no I/O: bench/bench_admission.py --py-spy).
+# kopf passes `old` (None on CREATE) to admission handlers although its WebhookFn protocol omits it. `mitigate` is a
+# coroutine: it does no I/O (a no-op unless GDN_MUTATE_SPEC), so kopf runs it on its event loop instead of queueing it
+# for a worker thread behind the reconciles' blocking API calls (bench/bench_admission.py). `validate` stays a
+# thread's: its optional-API check may read a CRD from the API server (handlers/kube.py CrdCache, once a minute).
 async def mitigate(
     spec: kopf.Spec,
     patch: kopf.Patch,
@@ -213,7 +214,7 @@ async def mitigate(
         admission.mitigate(spec, patch, warnings, namespace, name, old, cfg.default_policy)
 
 
-async def validate(
+def validate(
     spec: kopf.Spec,
     warnings: list[str],
     namespace: str | None,
