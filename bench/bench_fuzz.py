@@ -73,6 +73,10 @@ class Oracle:
         py = engine_python()
         self._oracle = ParserOracle(py) if py is not None else None
 
+    @property
+    def available(self) -> bool:
+        return self._oracle is not None
+
     def parse(self, argv: list[str]) -> dict | None:
         return None if self._oracle is None else self._oracle.parse(argv)
 
@@ -248,7 +252,7 @@ def main() -> int:
                     rows["admitted-but-undeployable"] += 1
                     examples["admitted-but-undeployable"].append(f"{name}: operator model refuses: {e}"[:200])
                     continue
-                if spec.extra_args and oracle.proc is not None:
+                if spec.extra_args and oracle.available:
                     checked += 1
                     base_argv = rendered_args(name, spec.model_copy(update={"extra_args": []}))
                     base, got = oracle.parse(base_argv), oracle.parse(rendered_args(name, spec))
@@ -287,7 +291,7 @@ def main() -> int:
 
     print(f"manifests: {args.count} (seed {args.seed}); control plane: core tier, operator with webhook (1 process)")
     for k, v in rows.items():
-        note = " (not checked: no engine venv)" if k == "admitted-with-owned-override" and oracle.proc is None else ""
+        note = " (not checked: no engine venv)" if k == "admitted-with-owned-override" and not oracle.available else ""
         print(f"  {k:30s} {v:6d}{note}")
     print(f"  {'operator crashes':30s} {crashes:6d}")
     print(f"admitted with extraArgs, parsed by vLLM's real parser: {checked}")

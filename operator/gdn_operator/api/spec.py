@@ -41,6 +41,25 @@ MAX_SPEC_DEPTH = 32
 MAX_SPEC_BYTES = 512 * 1024
 
 
+#: Fields whose value only their own type checks, apart from `check_consistency` (no field validator reads them
+#: through `info.data`, no "before" model validator looks at them; SpeculativeDecodingSpec has no validators): a
+#: change to them is validated field by field (api/specpatch.py `SpecPatch.apply_model`, the safe-defaults rounds of
+#: the admission hot path). A validator that starts reading one of them takes it out of this set.
+INDEPENDENT_FIELDS = frozenset(
+    {
+        "async_scheduling",
+        "prefix_caching",
+        "chunked_prefill",
+        "model_runner",
+        "attention_backend",
+        "gdn_prefill_backend",
+        "cudagraph_mode",
+        "enforce_eager",
+        "speculative_decoding",
+    }
+)
+
+
 def _drop_schema_default(schema: dict[str, Any]) -> None:
     schema.pop("default", None)
 
@@ -364,6 +383,12 @@ class GDNModelServerSpec(_Model):
 
     @model_validator(mode="after")
     def _consistency(self) -> GDNModelServerSpec:
+        self.check_consistency()
+        return self
+
+    def check_consistency(self) -> None:
+        """The checks across fields of a built spec (ValueError): run by validation, and by
+        api/specpatch.py `SpecPatch.apply_model` after it changes INDEPENDENT_FIELDS without re-validating."""
         if self.cudagraph_mode is not None and self.cudagraph_mode != CudagraphMode.NONE.value and self.enforce_eager:
             raise ValueError("enforceEager: true disables CUDA graphs; drop cudagraphMode or enforceEager")
         claim = self.model.cache.persistent_volume_claim
@@ -383,4 +408,3 @@ class GDNModelServerSpec(_Model):
                     f"claim, but {' and '.join(several)} put engine pods on several nodes: they would wait for the volume "
                     "forever; use accessMode ReadWriteMany (a claim all pods share) or spec.model.cache.emptyDir (a cache per pod)"
                 )
-        return self

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gdn_operator.api.spec import GDNModelServerSpec
+from gdn_operator.api.spec import INDEPENDENT_FIELDS, GDNModelServerSpec
 
 
 def get_path(d: Mapping[str, Any], path: str) -> tuple[bool, Any]:
@@ -153,9 +153,37 @@ class SpecPatch:
                     cur[parts[-1]] = copy.deepcopy(value)
         return out
 
+    def apply_model(self, spec: GDNModelServerSpec) -> GDNModelServerSpec:
+        """The validated spec `apply` gives for `spec` as submitted (ValidationError when it is invalid), without
+        re-validating what the change leaves alone where it may: a patch that sets only INDEPENDENT_FIELDS
+        (api/spec.py) to values is made with model copies and the cross-field check (`check_consistency`), its
+        values validated by pydantic the first time this patch is applied (the same value always validates the
+        same way; the memo lives on the patch, made once per rule at start-up). What differs from a full
+        validation: the input-size and depth bounds are not re-measured (they bound what a client sends; a
+        resolved spec is never sent). Anything else (an unset, another field) is the full dump-and-validate."""
+        fields: tuple[tuple[tuple[str, ...], Any], ...] | None = self.__dict__.get("_validated")
+        if fields is not None:
+            try:
+                return _with_fields(spec, fields)
+            except ValueError:
+                pass  # a cross-field check fails: the full validation below raises the ValidationError saying why
+        out = GDNModelServerSpec.model_validate(
+            self.apply_shared(spec.model_dump(by_alias=True, exclude_unset=True, mode="json"))
+        )
+        if fields is None and self.changes:
+            learned = _validated_fields(self, out)
+            if learned is not None:
+                self.__dict__["_validated"] = learned  # frozen dataclass: the memo is no field (eq/hash ignore it)
+        return out
+
     def pending(self, spec: Mapping[str, Any]) -> SpecPatch:
         """The pairs whose value `spec` does not already have (an absent field counts as unset)."""
         return SpecPatch(tuple((p, v) for p, v in self.changes if get_path(spec, p)[1] != v), self.label)
+
+    def pending_in(self, spec: BaseModel) -> SpecPatch:
+        """`pending` against a spec model as submitted (its set fields; an unset field counts as unset), without
+        dumping it."""
+        return SpecPatch(tuple((p, v) for p, v in self.changes if set_value(spec, p)[1] != v), self.label)
 
     def merge_patch(self) -> dict[str, Any]:
         """The RFC 7386 merge patch for .spec (null unsets a field)."""
@@ -210,18 +238,87 @@ class SpecPatch:
         return ", ".join(f"{p}: {_text(v)}" for p, v in self.changes)
 
 
+def _field_names(path: str) -> tuple[str, ...] | None:
+    """The field names along a camelCase dotted spec path (None when it names no field)."""
+    model: Any = GDNModelServerSpec
+    names: list[str] = []
+    for part in path.split("."):
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        name = _by_alias(model).get(part)
+        if name is None:
+            return None
+        names.append(name)
+        ann = model.model_fields[name].annotation
+        model = next((a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)), ann)
+    return tuple(names)
+
+
+def _validated_fields(patch: SpecPatch, validated: GDNModelServerSpec) -> tuple[tuple[tuple[str, ...], Any], ...] | None:
+    """(field names, validated value) per change of `patch`, read from a spec it was validated into; None when a
+    change unsets a field, leaves INDEPENDENT_FIELDS or goes deeper than one sub-model."""
+    out = []
+    for path, value in patch.changes:
+        names = _field_names(path)
+        if value is None or names is None or names[0] not in INDEPENDENT_FIELDS or len(names) > 2:
+            return None
+        got: Any = validated
+        for n in names:
+            got = getattr(got, n)
+        out.append((names, got))
+    return tuple(out)
+
+
+def _with_fields(spec: GDNModelServerSpec, fields: tuple[tuple[tuple[str, ...], Any], ...]) -> GDNModelServerSpec:
+    """`spec` with validated values set at field-name paths (model copies: set fields are marked set, as
+    validation from a dict holding them marks them), then its cross-field check (ValueError)."""
+    update: dict[str, Any] = {}
+    for names, value in fields:
+        if len(names) == 1:
+            update[names[0]] = value
+        else:
+            top = names[0]
+            sub = update.get(top, getattr(spec, top))
+            update[top] = sub.model_copy(update={names[1]: value})
+    out = spec.model_copy(update=update)
+    out.check_consistency()
+    return out
+
+
 def user_set(model: Any, path: str) -> bool:
     """Whether the camelCase dotted `path` was given in the input `model` (a pydantic spec model) was
     validated from, as opposed to left to its default: pydantic's `model_fields_set`, walked by alias."""
+    return _walk(model, path)[0]
+
+
+def set_value(model: Any, path: str) -> tuple[bool, Any]:
+    """(given, value) of the camelCase dotted `path` in the input `model` was validated from: what `get_path`
+    answers for the model's `model_dump(by_alias=True, exclude_unset=True, mode="json")`, without the dump."""
+    given, value = _walk(model, path)
+    return given, _json(value) if given else None
+
+
+def _walk(model: Any, path: str) -> tuple[bool, Any]:
     cur = model
     for part in path.split("."):
         if not isinstance(cur, BaseModel):
-            return False
+            return False, None
         name = _by_alias(type(cur)).get(part)
         if name is None or name not in cur.model_fields_set:
-            return False
+            return False, None
         cur = getattr(cur, name)
-    return True
+    return True, cur
+
+
+def _json(value: Any) -> Any:
+    """A set value as the exclude-unset JSON dump holds it."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    if isinstance(value, list):
+        return [_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json(v) for k, v in value.items()}
+    return value
 
 
 @functools.cache

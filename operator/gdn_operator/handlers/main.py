@@ -206,8 +206,11 @@ async def inference_pool_event(
 # --------------------------------------------------------------------------------------- admission ---
 
 
-# kopf passes `old` (None on CREATE) to admission handlers although its WebhookFn protocol omits it
-def mitigate(
+# kopf passes `old` (None on CREATE) to admission handlers although its WebhookFn protocol omits it. `mitigate` is a
+# coroutine: it does no I/O (a no-op unless GDN_MUTATE_SPEC), so kopf runs it on its event loop instead of queueing it
+# for a worker thread behind the reconciles' blocking API calls (bench/bench_admission.py). `validate` stays a
+# thread's: its optional-API check may read a CRD from the API server (handlers/kube.py CrdCache, once a minute).
+async def mitigate(
     spec: kopf.Spec,
     patch: kopf.Patch,
     warnings: list[str],

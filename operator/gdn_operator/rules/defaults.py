@@ -69,13 +69,19 @@ def resolve_defaults(
     spec: GDNModelServerSpec,
     vllm_version: str | None = None,
     overrides: LaunchOverrides | None = None,
+    *,
+    revalidate: bool = False,
 ) -> Resolved:
-    """`spec` with every unset field a matching rule objects to set to that rule's mitigation."""
+    """`spec` with every unset field a matching rule objects to set to that rule's mitigation.
+
+    Each candidate is built with `SpecPatch.apply_model` (the changed fields validated, the rest of the spec
+    kept: admission's hot path); `revalidate=True` builds it as before, the user's values plus the defaults so far
+    dumped, changed and validated whole (the reference the property tests hold the fast path to)."""
     eff = effective_config(spec, vllm_version, overrides=overrides)
     hits = match_rules(ruleset, eff)
     if eff.version is None:
         return Resolved(spec, [], eff, hits)
-    current: dict[str, Any] | None = None  # the user's values plus the defaults so far (dumped when first needed)
+    current: dict[str, Any] | None = None  # revalidate: the user's values plus the defaults so far (dumped once)
     cur_spec = spec
     defaults: list[Default] = []
     done: set[str] = set()  # fields defaulted: each at most once, so this ends
@@ -89,12 +95,12 @@ def resolve_defaults(
                 continue
             if any(p in done or not unset.setdefault(p, not user_set(spec, p)) for p, _ in m.changes):
                 continue
-            if current is None:
+            if revalidate and current is None:
                 current = spec.model_dump(by_alias=True, exclude_unset=True, mode="json")
-            if not m.pending(current):
+            if not (m.pending(current) if current is not None else m.pending_in(cur_spec)):
                 continue
             candidates.append(h)
-        if not candidates or current is None:
+        if not candidates:
             break
         candidates.sort(key=lambda h: (not h.enforced, SEVERITY_RANK.get(h.severity, 9), h.order))
         before = _enforced(hits)
@@ -102,9 +108,9 @@ def resolve_defaults(
         for h in candidates:
             m = h.mitigation or SpecPatch()
             failed.add(h.ref)  # taken back below when it is applied
-            cand = m.apply_shared(current)  # read-only here: validated, then the next round's `current`
+            cand = m.apply_shared(current) if current is not None else None  # read-only: validated, then `current`
             try:
-                cand_spec = GDNModelServerSpec.model_validate(cand)
+                cand_spec = GDNModelServerSpec.model_validate(cand) if cand is not None else m.apply_model(cur_spec)
             except ValidationError:
                 continue
             cand_eff = effective_config(cand_spec, vllm_version, overrides=overrides)
@@ -113,7 +119,8 @@ def resolve_defaults(
                 continue  # a default never creates a rejection
             failed.discard(h.ref)
             done.update(p for p, _ in m.changes)
-            defaults.extend(Default(p, v, h.ref) for p, v in m.pending(current).changes)
+            pending = m.pending(current) if current is not None else m.pending_in(cur_spec)
+            defaults.extend(Default(p, v, h.ref) for p, v in pending.changes)
             current, cur_spec, eff, hits = cand, cand_spec, cand_eff, cand_hits
             progressed = True
             break

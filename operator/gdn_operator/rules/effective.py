@@ -425,7 +425,7 @@ def describe_field(eff: Effective, path: str) -> str:
         return f"architecture {v['architecture'] or 'unrecognised'}"
     if path.startswith("spec.env"):
         # names only: env values can be credentials, and findings are copied into status and Events
-        envs = ", ".join(k[4:] for k in sorted(v) if k.startswith("env."))
+        envs = ", ".join(sorted(k[4:] for k in v if k.startswith("env.")))  # the same order as the full keys
         return f"env {envs} set" if envs else ""
     if path == "spec.model.uri":
         n = v["attention_kv_groups"]

@@ -24,6 +24,7 @@ rejected instead.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,12 +74,20 @@ class Evaluation:
     mitigated_spec: GDNModelServerSpec | None
     change: SpecPatch
     patch: list[dict[str, Any]]
-    effective: EffectiveConfig
     detail: Effective
     original_detail: Effective
     notes: list[str] = field(default_factory=list)
     defaults: list[Default] = field(default_factory=list)
     resolved_spec: GDNModelServerSpec | None = None
+    ruleset: RuleSet | None = None  # the rules evaluated (what `effective` prices the defaults with)
+
+    @functools.cached_property
+    def effective(self) -> EffectiveConfig:
+        """The status view of `detail` with the defaults and what each costs (rules/cost.py), built when first
+        read: the reconciler writes it to status; admission never reads it."""
+        ruleset = self.ruleset or load_rules()
+        costs = {d.field: default_cost(ruleset, d.field, self.detail) for d in self.defaults}
+        return self.detail.to_status(self.defaults, costs)
 
     @property
     def changed(self) -> bool:
@@ -201,6 +210,8 @@ def _finding(hit: Hit, action: str, extra: str = "") -> RuleFinding:
         fields=list(hit.fields),
         workaround=hit.workaround,
         mitigation=hit.mitigation.as_dict() if hit.mitigation else None,
+        code=None,  # every field given: no per-field default lookup
+        measurements=None,
     )
 
 
@@ -220,6 +231,7 @@ def evaluate(
     policy: str | None = None,
     defaults: bool = True,
     ruleset: RuleSet | None = None,
+    revalidate: bool = False,
 ) -> Evaluation:
     """Evaluate a validated spec. Never raises for a valid spec (ValueError only for a bad default_policy).
 
@@ -230,6 +242,8 @@ def evaluate(
     `defaults`:       fill unset fields with the rules' safe values (rules/defaults.py); False for raw
                       launch lines, which run as written.
     `ruleset`:        another rule set than the packaged one (rules/compat.py's tests use a synthetic one).
+    `revalidate`:     build every safe-defaults candidate by validating the whole spec again (rules/defaults.py:
+                      the reference the tests hold the fast path to; same answer, slower).
     """
     if default_policy not in ADMISSION_POLICIES:
         raise ValueError(f"default_policy must be one of {', '.join(ADMISSION_POLICIES)}, got {default_policy!r}")
@@ -237,7 +251,7 @@ def evaluate(
     effective_policy = policy or spec.admission_policy or default_policy
     if effective_policy not in ADMISSION_POLICIES:
         raise ValueError(f"policy must be one of {', '.join(ADMISSION_POLICIES)}, got {effective_policy!r}")
-    return _evaluate(ruleset, spec, effective_policy, vllm_version, overrides, defaults)
+    return _evaluate(ruleset, spec, effective_policy, vllm_version, overrides, defaults, revalidate)
 
 
 def _evaluate(
@@ -247,9 +261,10 @@ def _evaluate(
     vllm_version: str | None,
     overrides: LaunchOverrides | None,
     use_defaults: bool = True,
+    revalidate: bool = False,
 ) -> Evaluation:
     if use_defaults:
-        res = resolve_defaults(ruleset, spec, vllm_version, overrides)
+        res = resolve_defaults(ruleset, spec, vllm_version, overrides, revalidate=revalidate)
         resolved, defaults, eff0, hits0 = res.spec, res.defaults, res.effective, res.hits
     else:
         resolved, defaults = spec, []
@@ -290,7 +305,7 @@ def _evaluate(
                 failed[hit.ref] = f"its mitigation gives an invalid spec ({e.error_count()} error(s))"
                 continue
             if use_defaults:
-                res = resolve_defaults(ruleset, cand_spec, vllm_version, overrides)
+                res = resolve_defaults(ruleset, cand_spec, vllm_version, overrides, revalidate=revalidate)
                 cand_spec, cand_defaults, cand_eff, cand_hits = res.spec, res.defaults, res.effective, res.hits
             else:
                 cand_defaults = []
@@ -388,10 +403,10 @@ def _result(
         mitigated_spec=mitigated,
         change=change,
         patch=patch,
-        effective=eff.to_status(defaults, {d.field: default_cost(ruleset, d.field, eff) for d in defaults}),
         detail=eff,
         original_detail=eff0,
         notes=notes,
         defaults=defaults,
         resolved_spec=resolved,
+        ruleset=ruleset,
     )

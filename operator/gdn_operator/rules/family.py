@@ -24,6 +24,7 @@ with the log is reported there (watch/evidence.py).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -84,8 +85,9 @@ def published_checkpoints() -> dict[str, tuple[str, str]]:
     return {k: (GDN_CLASSES[str(e["architecture"]).lower()], str(e["source"])) for k, e in _checkpoint_entries().items()}
 
 
+@functools.lru_cache(maxsize=1024)  # admission asks per configuration (several per spec); bounded: names are input
 def checkpoint_entry(name: str) -> dict[str, Any] | None:
-    """The table's entry for a Hub repo id, or for a path ending in ORG/NAME (a local copy of it)."""
+    """The table's entry for a Hub repo id, or for a path ending in ORG/NAME (a local copy of it). Read-only."""
     parts = [p for p in name.strip().lower().split("/") if p]
     return _checkpoint_entries().get("/".join(parts[-2:])) if len(parts) >= 2 else None
 
@@ -108,6 +110,7 @@ def _name_pattern(name: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)  # a pure function of the name over the packaged table and patterns
 def infer_architecture(model_name: str) -> str | None:
     """HF architecture class from a model name (published-checkpoint table, then name patterns), or None."""
     return _checkpoint(model_name) or _name_pattern(model_name)

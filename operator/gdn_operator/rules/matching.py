@@ -64,8 +64,9 @@ def match_rules(ruleset: RuleSet, eff: Effective) -> list[Hit]:
     if ver is None:
         return hits  # defaults cannot be resolved: no rule can be evaluated honestly
     v, vk = eff.values, ver.key
-    for i, rule in enumerate(ruleset.rules):
-        hit = _rule_hit(ruleset, i, rule, eff, v, vk)
+    rules = ruleset.rules
+    for i in ruleset.in_range(vk):
+        hit = _rule_hit(ruleset, i, rules[i], eff, v, vk)
         if hit is not None:
             hits.append(hit)
     return hits
@@ -83,7 +84,9 @@ def rematch(ruleset: RuleSet, eff: Effective, prev: Effective, prev_hits: list[H
     hits = _builtin_hits(ruleset, eff)
     before = {h.order: h for h in prev_hits if h.rule is not None}
     vk = eff.version.key
-    for i, rule in enumerate(ruleset.rules):
+    rules = ruleset.rules
+    for i in ruleset.in_range(vk):
+        rule = rules[i]
         if not rule.reads.isdisjoint(changed):
             hit = _rule_hit(ruleset, i, rule, eff, v, vk)
         else:
@@ -150,8 +153,7 @@ def _detail(rule: Rule, eff: Effective) -> str:
 
 
 def _rule_hit(ruleset: RuleSet, i: int, rule: Rule, eff: Effective, v: dict[str, Any], vk: Any) -> Hit | None:
-    if not rule.range.contains(eff.version):
-        return None
+    """The rule's hit on `eff` (its version range already checked: RuleSet.in_range)."""
     patches = v["patches"]
     if rule.patches and any(p in patches and p in ruleset.patch_ids for p in rule.patches):
         return None  # neutralised by a shipped patch the image declares (checked at run time too)

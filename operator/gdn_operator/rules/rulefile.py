@@ -20,7 +20,7 @@ from gdn_operator.api.specpatch import SpecPatch, check_path
 from gdn_operator.datafiles import load_yaml, once
 from gdn_operator.rules.effective import FIELDS
 from gdn_operator.rules.predicates import PredicateError, compile_predicate, referenced_fields
-from gdn_operator.versions import Version, VersionRange, parse_version
+from gdn_operator.versions import Version, VersionKey, VersionRange, parse_version
 
 #: What a rule is about (not the crash watch's signature kinds, watch/catalogue.py KINDS).
 RuleKind = Literal["startup-crash", "runtime-crash", "silent-corruption", "deadlock", "config"]
@@ -352,6 +352,9 @@ class RuleFile(_Strict):
         return self
 
 
+_IN_RANGE_MAX = 256
+
+
 class RuleSet:
     """The loaded rule file: rules in file order, patch ids, built-in finding texts, catalogue range."""
 
@@ -373,6 +376,19 @@ class RuleSet:
         self.oldest: Version = parse_version(data.catalogue.oldest)  # type: ignore[assignment]
         self.newest: Version = parse_version(data.catalogue.newest)  # type: ignore[assignment]
         self.releases: tuple[str, ...] = tuple(data.catalogue.releases)
+        #: version key -> indices of the rules whose `versions` hold it (matching asks per configuration; the
+        #: versions a cluster runs are few, a bound keeps odd input from growing it)
+        self._in_range: dict[VersionKey, tuple[int, ...]] = {}
+
+    def in_range(self, key: VersionKey) -> tuple[int, ...]:
+        """Indices (file order) of the rules whose affected versions hold the version with sort key `key`."""
+        got = self._in_range.get(key)
+        if got is None:
+            got = tuple(i for i, r in enumerate(self.rules) if r.range.contains_key(key))
+            if len(self._in_range) >= _IN_RANGE_MAX:
+                self._in_range.clear()
+            self._in_range[key] = got
+        return got
 
     def rule(self, ref: str) -> Rule | None:
         """A rule by id or alias (e.g. 'vllm#53912' finds vllm#43559)."""
