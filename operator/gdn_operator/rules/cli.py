@@ -100,10 +100,10 @@ def _opt_ins(raw: str) -> frozenset[str]:
     return frozenset(listed)
 
 
-def _objects(filename: str, source: str) -> list[tuple[str, str | None, GDNModelServer | None]]:
-    """(label, metadata.name, the parsed object) per document, in the webhook's order: a name the engine Service
-    cannot take is refused before the spec is read (object None); other problems are raised together."""
-    docs = load_documents(read_text(filename), source)
+def _objects(text: str, source: str) -> list[tuple[str, str | None, GDNModelServer | None]]:
+    """(label, metadata.name, the parsed object) per document of `text`, in the webhook's order: a name the engine
+    Service cannot take is refused before the spec is read (object None); other problems are raised together."""
+    docs = load_documents(text, source)
     out: list[tuple[str, str | None, GDNModelServer | None]] = []
     problems: list[str] = []
     for i, doc in enumerate(docs):
@@ -170,10 +170,10 @@ def _no_family(line: LaunchLine) -> str:
     )
 
 
-def _workload_documents(filename: str, source: str) -> list[tuple[str, dict[str, Any]]]:
+def _workload_documents(text: str, source: str) -> list[tuple[str, dict[str, Any]]]:
     """(label, document) of a file of workloads (Deployment, StatefulSet, LeaderWorkerSet, Pod, ...), or []
     when it holds a GDNModelServer (or anything without a pod template)."""
-    docs = load_documents(read_text(filename), source)
+    docs = load_documents(text, source)
     if not docs or not all(isinstance(d, dict) and pod_specs(d) and d.get("kind") != KIND for d in docs):
         return []
     return [(source if len(docs) == 1 else f"{source}[doc {i}]", d) for i, d in enumerate(docs)]
@@ -238,10 +238,11 @@ def run_validate(args: argparse.Namespace) -> int:
         verdicts.append(None)
     elif filename:  # always, after the checks above
         source = "<stdin>" if filename == "-" else filename
-        workloads = _workload_documents(filename, source)
+        text = read_text(filename)  # once: "-" is standard input
+        workloads = _workload_documents(text, source)
         if workloads:
             return _validate_workloads(workloads, args)
-        for label, named, obj in _objects(filename, source):
+        for label, named, obj in _objects(text, source):
             if obj is None:  # the webhook refuses the name before it reads the spec
                 problem = k8s.service_name_problem(named or "") or ""
                 results.append(
