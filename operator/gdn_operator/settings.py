@@ -266,6 +266,30 @@ class Settings:
         "Prometheus the KEDA ScaledObjects query; empty = HPA only",
         "scaleOut.autoscaling.keda.prometheusAddress",
     )
+    # GDNGuard: the run-time features on workloads other tools create (handlers/guards.py)
+    guards: bool = _setting(
+        "GDN_GUARDS",
+        True,
+        _bool,
+        "act on GDNGuards: watch pods (get, list, watch in the watched namespaces) and run the crash watch, stall "
+        "detection, acceptance and probes on the engine pods a guard selects (read-only on them)",
+    )
+    guard_interval: float = _setting(
+        "GDN_GUARD_INTERVAL", 15.0, _seconds, "seconds between two rounds of a GDNGuard (scrape, findings, one status write)"
+    )
+    guard_stall_seconds: float = _setting(
+        "GDN_GUARD_STALL_SECONDS",
+        120.0,
+        _seconds,
+        "stall detection on guarded pods: seconds with requests running and no progress before a pod counts as stalled",
+    )
+    guard_delete_pods: bool = _setting(
+        "GDN_GUARD_DELETE_PODS",
+        False,
+        _bool,
+        "opt-in: a GDNGuard with `remediation: deletePod` may delete a stalled or deterministically crashing guarded "
+        "pod (the chart grants pod delete only then); off: such a guard reports what it would have done",
+    )
     # admission webhook
     webhook_mode: str = _setting(
         "GDN_WEBHOOK_MODE",

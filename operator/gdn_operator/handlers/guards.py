@@ -1,0 +1,441 @@
+"""GDNGuard at run time: the crash watch, stall detection and acceptance on the engine pods of workloads other
+tools create (a Deployment, StatefulSet, LeaderWorkerSet, a KServe LLMInferenceService, a KAITO Workspace, bare
+pods), selected by a guard's label selector.
+
+One code path with GDNModelServer: a target is a GDNModelServer or a guarded workload, and the run-time features
+act on "the engine pods of a target":
+
+* crash watch: each pod's container deaths (crashwatch.deaths_in, for the container the guard names or finds),
+  classified by crashwatch.classify_death (the termination message, the same signature catalogue, the launch
+  line's configuration as evidence), counted per signature and pod;
+* acceptance and stall: AcceptanceSupervisor.measure scrapes the ready pods' /metrics (the launch line's --port)
+  with the same scraper, tracker, anomaly detectors and stall detectors, and sets the same gdn_* series: a
+  workload is `server` in their labels (its name), so the same alerts and dashboard rows work;
+* known crashes: the launch line read by rules/launchline.py and evaluated by the same rules (KnownCrash);
+* output probes need prompts a guard does not have yet: `features.probes` is reported as not supported.
+
+Findings go to the guard's status (guardstatus.compose: one write per round, only when changed), Events on the
+owning workload (new objects of ours; the workload itself is never written), gdn_guard_findings, and a
+PolicyReport per namespace where its CRD is installed. The one write to an object that is not the operator's is
+opt-in: `remediation: deletePod` with the chart's GDN_GUARD_DELETE_PODS, which deletes a stalled pod or a pod
+crashing twice with the same classified signature (deterministic), once per pod instance; without the setting a
+guard reports what it would have done.
+
+Pods the operator itself manages (label serving.gdn-operator.io/server) are left to the GDNModelServer path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import kubernetes
+
+from gdn_operator import telemetry
+from gdn_operator.handlers import kube
+from gdn_operator.handlers.acceptance import AcceptanceSupervisor
+from gdn_operator.handlers.crashwatch import CrashWatchState, Death, classify_death, deaths_in
+from gdn_operator.handlers.guardowners import Owners, WorkloadRef
+from gdn_operator.handlers.guardstatus import (
+    Finding,
+    WorkloadView,
+    apply_policy_report,
+    compose,
+    fingerprint,
+    policy_report,
+    write_status,
+)
+from gdn_operator.handlers.pods import api_pods, pod_summary
+from gdn_operator.labels import LABEL_SERVER
+from gdn_operator.rules import evaluate_launch
+from gdn_operator.watch.evidence import Evidence
+from gdn_operator.watch.guarded import engine_container, launch_argv, port_of, selects, vllm_version
+
+log = logging.getLogger(__name__)
+
+FEATURES = {"admission": True, "crashWatch": True, "stall": True, "acceptance": True, "probes": False}
+_POLICY_RETRY = 300.0  # seconds before asking again for a PolicyReport CRD that was not served
+
+
+class GuardRuntime(CrashWatchState, Protocol):
+    """What the guard controller reads of the runtime (handlers/runtime.py provides it)."""
+
+    @property
+    def acceptance(self) -> AcceptanceSupervisor: ...
+
+
+@dataclass
+class GuardedPod:
+    name: str
+    uid: str
+    container: str
+    port: int
+    argv: tuple[str, ...]
+    version: str | None
+    version_source: str
+    version_problem: str | None
+    summary: dict[str, Any]
+
+
+@dataclass
+class WorkloadState:
+    ref: WorkloadRef
+    pods: dict[str, GuardedPod] = field(default_factory=dict)
+    crashes: dict[tuple[str, str], Finding] = field(default_factory=dict)  # (rule, pod) → the last crash finding
+    crash_at: dict[tuple[str, str], float] = field(default_factory=dict)  # monotonic time of the last one
+    known: list[Finding] = field(default_factory=list)
+    known_for: tuple[tuple[str, ...], str | None] | None = None
+    known_problem: str | None = None
+    evidence: Evidence | None = None
+    measured: list[Finding] = field(default_factory=list)
+    first_seen: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    acceptance: dict[str, Any] | None = None
+    reported: set[tuple[str, str, str]] = field(default_factory=set)
+    remediated: set[str] = field(default_factory=set)  # pod uids deleted (or that would have been)
+
+
+@dataclass
+class GuardState:
+    namespace: str
+    name: str
+    uid: str | None = None
+    generation: int | None = None
+    spec: dict[str, Any] = field(default_factory=dict)
+    workloads: dict[tuple[str, str], WorkloadState] = field(default_factory=dict)
+    status: dict[str, Any] = field(default_factory=dict)
+    written: str = ""
+    next: float = 0.0
+
+    def feature(self, name: str) -> bool:
+        return bool((self.spec.get("features") or {}).get(name, FEATURES[name]))
+
+    @property
+    def delete_pods(self) -> bool:
+        return self.spec.get("remediation") == "deletePod"
+
+
+def _label_selector(selector: dict[str, Any]) -> str:
+    """A LabelSelector as the list call's `labelSelector` string."""
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for e in selector.get("matchExpressions") or []:
+        key, op, vals = e.get("key"), e.get("operator"), ",".join(e.get("values") or [])
+        parts.append({"In": f"{key} in ({vals})", "NotIn": f"{key} notin ({vals})", "Exists": f"{key}"}.get(op, f"!{key}"))
+    return ",".join(parts)
+
+
+class GuardSupervisor:
+    """Guards and the pods they select (fed by GDNGuard and pod events), driven by one round task."""
+
+    def __init__(self, rt: GuardRuntime) -> None:
+        self.rt = rt
+        self.guards: dict[tuple[str, str], GuardState] = {}
+        self.pod_home: dict[tuple[str, str], tuple[tuple[str, str], tuple[str, str]]] = {}  # pod → (guard, workload)
+        self.owners = Owners()
+        self.policy_absent_at: float | None = None  # monotonic time the PolicyReport CRD was found not served
+        self.policy_last: dict[str, str] = {}  # namespace → the report's fingerprint last applied
+        self.task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------------------------------- events ---
+
+    async def on_guard_event(self, type_: str, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        key = (meta["namespace"], meta["name"])
+        if type_ == "DELETED" or meta.get("deletionTimestamp"):
+            guard = self.guards.pop(key, None)
+            if guard is not None:
+                for ws in guard.workloads.values():
+                    self._forget_workload(guard, ws)
+                for pod, home in list(self.pod_home.items()):
+                    if home[0] == key:
+                        del self.pod_home[pod]
+                log.info("guard %s/%s removed: its %d workload(s) are no longer guarded", *key, len(guard.workloads))
+                await asyncio.to_thread(self._publish_policy, key[0])
+            return
+        guard = self.guards.setdefault(key, GuardState(*key))
+        changed = guard.generation != meta.get("generation") or guard.uid != meta.get("uid")
+        guard.uid, guard.generation, guard.spec = meta.get("uid"), meta.get("generation"), body.get("spec") or {}
+        if not guard.status:
+            guard.status = dict(body.get("status") or {})
+        if changed:
+            log.info("guard %s/%s generation %s: selecting pods by %s", *key, guard.generation, guard.spec.get("selector"))
+            await self._rescan(guard)
+
+    async def _rescan(self, guard: GuardState) -> None:
+        """A new or changed guard: the pods of its namespace it selects now (pods it no longer selects leave)."""
+        selector = guard.spec.get("selector") or {}
+        for pod, home in list(self.pod_home.items()):
+            if home[0] == (guard.namespace, guard.name):
+                self._drop_pod(pod)
+        if not selector:
+            return
+        core = kubernetes.client.CoreV1Api(kube.api_client())
+        resp: Any = await asyncio.to_thread(
+            core.list_namespaced_pod, guard.namespace, label_selector=_label_selector(selector), _preload_content=False
+        )
+        for pod in kube._json(resp).get("items") or []:
+            await self.on_pod_event("RESCAN", pod)
+
+    def _guard_for(self, namespace: str, labels: dict[str, str]) -> GuardState | None:
+        """The guard of a pod: the first by name among its namespace's guards that select it."""
+        cands = [g for (ns, _), g in self.guards.items() if ns == namespace and selects(g.spec.get("selector"), labels)]
+        return min(cands, key=lambda g: g.name) if cands else None
+
+    async def on_pod_event(self, type_: str, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        labels = meta.get("labels") or {}
+        key = (meta["namespace"], meta["name"])
+        if type_ == "DELETED" or LABEL_SERVER in labels or not self.guards:
+            self._drop_pod(key)
+            return
+        guard = self._guard_for(key[0], labels)
+        container = engine_container(body.get("spec") or {}, (guard.spec if guard else {}).get("container"))
+        if guard is None or container is None:
+            self._drop_pod(key)
+            return
+        ref = await asyncio.to_thread(self.owners.workload_of, body)
+        wkey = (ref.kind, ref.name)
+        home = self.pod_home.get(key)
+        if home is not None and home != ((guard.namespace, guard.name), wkey):
+            self._drop_pod(key)
+        ws = guard.workloads.setdefault(wkey, WorkloadState(ref))
+        argv = launch_argv(container)
+        annotations = meta.get("annotations") or {}
+        version, source, problem = vllm_version(guard.spec, str(container.get("image") or ""), annotations)
+        gp = GuardedPod(
+            meta["name"],
+            meta.get("uid", ""),
+            str(container.get("name")),
+            port_of(argv),
+            tuple(argv),
+            version,
+            source,
+            problem,
+            pod_summary(body, str(container.get("name"))),
+        )
+        if gp.summary["deleting"]:
+            self._drop_pod(key)
+            return
+        ws.pods[gp.name] = gp
+        self.pod_home[key] = ((guard.namespace, guard.name), wkey)
+        if not guard.feature("crashWatch"):
+            return
+        self._known(ws, gp)  # the evidence for classifying: what the launch line configures
+        for death in deaths_in(body, gp.container):
+            await asyncio.to_thread(self._crash, guard, ws, gp, death)
+
+    def _drop_pod(self, key: tuple[str, str]) -> None:
+        home = self.pod_home.pop(key, None)
+        if home is None:
+            return
+        guard = self.guards.get(home[0])
+        ws = guard.workloads.get(home[1]) if guard else None
+        if ws is not None:
+            ws.pods.pop(key[1], None)
+
+    def _forget_workload(self, guard: GuardState, ws: WorkloadState) -> None:
+        self.rt.acceptance.forget_target(guard.namespace, ws.ref.name)
+        for t in ("KnownCrash", "CrashDiagnosed", "Stalled", "AcceptanceCollapsed", "OutputInconsistent"):
+            with contextlib.suppress(KeyError):
+                telemetry.GUARD_FINDINGS.remove(guard.namespace, ws.ref.name, ws.ref.kind, t)
+
+    # -------------------------------------------------------------------------------------- crash watch ---
+
+    def _crash(self, guard: GuardState, ws: WorkloadState, gp: GuardedPod, death: Death) -> None:
+        result = classify_death(self.rt, death, lambda: ws.evidence)
+        if result is None:
+            return
+        sig = result.signature or "engine-dead"
+        rule = result.upstream or sig
+        k = (rule, death.pod)
+        prev = ws.crashes.get(k)
+        count = (prev.count or 0) + 1 if prev else 1
+        hint = result.remediation.hint if result.remediation else None
+        msg = f"engine died (restart {death.restart_count}, exit {death.exit_code}): {result.summary()}"
+        if hint:
+            msg += f". Remedy: {hint}"
+        ws.crashes[k] = Finding("CrashDiagnosed", msg, prev.since if prev else kube.now(), rule, death.pod, count)
+        ws.crash_at[k] = time.monotonic()
+        telemetry.CRASHES.labels(guard.namespace, ws.ref.name, sig, result.upstream or "").inc()
+        kube.emit_event(ws.ref.event_target(guard.namespace), "EngineCrashed", f"pod {death.pod}: {msg}", "Warning")
+        ws.reported.add(ws.crashes[k].key)
+        log.info(
+            "guard %s/%s: engine crash in %s %s pod %s restart %s: %s, count %s",
+            guard.namespace, guard.name, ws.ref.kind, ws.ref.name, death.pod, death.restart_count, sig, count,
+        )  # fmt: skip
+        if count >= 2 and not result.generic:
+            self._remediate(guard, ws, gp.name, gp.uid, f"crashed {count} times with {rule} (deterministic)")
+
+    def _known(self, ws: WorkloadState, gp: GuardedPod) -> None:
+        """KnownCrash findings: the pod's launch line evaluated by the rules (once per launch line and release)."""
+        if ws.known_for == (gp.argv, gp.version):
+            return
+        ws.known_for, ws.known, ws.known_problem = (gp.argv, gp.version), [], None
+        if gp.version is None:
+            ws.known_problem = gp.version_problem
+            return
+        try:
+            line, ev = evaluate_launch(list(gp.argv), vllm_version=gp.version, policy="reject")
+        except Exception as e:  # noqa: BLE001 - ManifestError and what a foreign launch line may hold: reported
+            ws.known_problem = f"launch line of {gp.name} not read: {e}"
+            return
+        ws.evidence = Evidence.from_spec(line.spec, gp.version)
+        ws.known = [
+            Finding("KnownCrash", f.line(), kube.now(), f.rule) for f in ev.findings if f.action in ("rejected", "mitigated")
+        ]
+
+    # ---------------------------------------------------------------------------------------- remediation ---
+
+    def _remediate(self, guard: GuardState, ws: WorkloadState, pod: str, uid: str, why: str) -> None:
+        if not guard.delete_pods or uid in ws.remediated:
+            return
+        ws.remediated.add(uid)
+        target = ws.ref.event_target(guard.namespace)
+        if not self.rt.settings.guard_delete_pods:
+            msg = f"pod {pod} {why}: remediation deletePod is not enabled in the operator (chart: GDN_GUARD_DELETE_PODS)"
+            kube.emit_event(target, "RemediationNotAllowed", msg, "Warning")
+            log.info("guard %s/%s: %s", guard.namespace, guard.name, msg)
+            return
+        gone = kube.delete_pod(guard.namespace, pod, uid)
+        msg = f"deleted pod {pod} ({why}); its controller replaces it" if gone else f"pod {pod} ({why}) was already gone"
+        kube.emit_event(target, "PodDeleted", msg, "Warning")
+        telemetry.REMEDIATIONS.labels(guard.namespace, ws.ref.name, why.split(" ", 1)[0], "delete-pod").inc()
+        log.info("guard %s/%s: %s", guard.namespace, guard.name, msg)
+
+    # ----------------------------------------------------------------------------------------------- rounds ---
+
+    async def round(self, guard: GuardState) -> None:
+        """Measure every guarded workload, collect findings, write status (when changed), Events for new ones."""
+        views = []
+        quiet = self.rt.settings.crash_quiet_seconds
+        now = time.monotonic()
+        for wkey, ws in list(guard.workloads.items()):
+            if not ws.pods:
+                self._forget_workload(guard, ws)
+                del guard.workloads[wkey]
+                continue
+            await self._measure(guard, ws)
+            for k in [k for k, t in ws.crash_at.items() if now - t > quiet]:
+                ws.crashes.pop(k, None)
+                ws.crash_at.pop(k, None)
+            findings = (ws.known if guard.feature("admission") else []) + list(ws.crashes.values()) + ws.measured
+            self._report(guard, ws, findings)
+            first = next(iter(ws.pods.values()))
+            problems = [p for p in (ws.known_problem, first.version_problem) if p]
+            if guard.feature("probes"):
+                problems.append("features.probes: output probes need prompts a GDNGuard cannot give yet; not run")
+            views.append(
+                WorkloadView(ws.ref.kind, ws.ref.name, first.version, first.version_source, len(ws.pods), findings,
+                             ws.acceptance, list(dict.fromkeys(problems)))
+            )  # fmt: skip
+        problems = [] if guard.spec.get("selector") else ["spec.selector is empty: it selects no pod; set matchLabels"]
+        status = compose(guard.status, views, guard.generation, problems)
+        fp = fingerprint(status)
+        if fp == guard.written:
+            return
+        if await asyncio.to_thread(write_status, guard.namespace, guard.name, status):
+            guard.status, guard.written = status, fp
+            await asyncio.to_thread(self._publish_policy, guard.namespace)
+
+    async def _measure(self, guard: GuardState, ws: WorkloadState) -> None:
+        ws.measured = []
+        if not (guard.feature("acceptance") or guard.feature("stall")):
+            return
+        pods = api_pods([gp.summary for gp in ws.pods.values()])
+        port = next(iter(ws.pods.values())).port
+        m = await self.rt.acceptance.measure(guard.namespace, ws.ref.name, pods, self.rt.settings.guard_stall_seconds, port)
+        if guard.feature("acceptance"):
+            a = m.acceptance
+            keep = ("state", "rate", "rateDisplay", "meanAcceptedLength", "draftsPerSecond", "podsReporting", "updated")
+            ws.acceptance = {k: a[k] for k in keep if a.get(k) is not None} or None
+            for f in a.get("findings") or []:
+                rule = (f.get("upstream") or [f.get("reason")])[0]
+                ws.measured.append(self._since(ws, Finding("AcceptanceCollapsed", f"{f['reason']}: {f['message']}", "", rule)))
+        if guard.feature("stall") and m.stall:
+            for p in m.stall["stalled"]:
+                msg = (
+                    f"{p['running']} requests running, {p['waiting']} waiting, no progress for "
+                    f"{p['secondsWithoutProgress']}s while /health answers"
+                )
+                ws.measured.append(self._since(ws, Finding("Stalled", msg, p.get("since") or "", "engine-stall", p["pod"])))
+                gp = ws.pods.get(p["pod"])
+                if gp is not None:
+                    await asyncio.to_thread(self._remediate, guard, ws, gp.name, gp.uid, "stalled")
+
+    @staticmethod
+    def _since(ws: WorkloadState, f: Finding) -> Finding:
+        """The finding with the time it was first seen (kept while it holds: an unchanged finding writes nothing)."""
+        f.since = ws.first_seen.setdefault(f.key, f.since or kube.now())
+        return f
+
+    def _report(self, guard: GuardState, ws: WorkloadState, findings: list[Finding]) -> None:
+        """Events on the workload for findings new this round, gdn_guard_findings, and forget the ones gone."""
+        keys = {f.key for f in findings}
+        target = ws.ref.event_target(guard.namespace)
+        for f in findings:
+            if f.key not in ws.reported:
+                ws.reported.add(f.key)
+                kube.emit_event(target, f.type, (f"pod {f.pod}: " if f.pod else "") + f.message, "Warning")
+                log.info("guard %s/%s: %s %s %s: %s", guard.namespace, guard.name, ws.ref.kind, ws.ref.name, f.type, f.message)
+        for k in ws.reported - keys:
+            ws.reported.discard(k)
+            ws.first_seen.pop(k, None)
+        for t in ("KnownCrash", "CrashDiagnosed", "Stalled", "AcceptanceCollapsed", "OutputInconsistent"):
+            telemetry.GUARD_FINDINGS.labels(guard.namespace, ws.ref.name, ws.ref.kind, t).set(
+                sum(1 for f in findings if f.type == t)
+            )
+
+    def _publish_policy(self, namespace: str) -> None:
+        """The namespace's PolicyReport, when the CRD is served and its content changed."""
+        if self.policy_absent_at is not None and time.monotonic() - self.policy_absent_at < _POLICY_RETRY:
+            return
+        results = []
+        for (ns, name), g in sorted(self.guards.items()):
+            if ns != namespace:
+                continue
+            for w in g.status.get("workloads") or []:
+                ws = g.workloads.get((w["kind"], w["name"]))
+                if ws is None:
+                    continue
+                for f in w.get("findings") or []:
+                    results.append((name, ws.ref.event_target(ns), Finding(**f)))
+        report = policy_report(namespace, results, 0)
+        fp = repr(report)
+        if self.policy_last.get(namespace) == fp:
+            return
+        report = policy_report(namespace, results, time.time())
+        try:
+            served = apply_policy_report(report)
+        except Exception as e:  # noqa: BLE001 - a report is best effort: status and Events carry the findings
+            log.warning("PolicyReport %s/%s not written: %s", namespace, report["metadata"]["name"], e)
+            return
+        if not served:
+            log.info("no PolicyReport CRD (wgpolicyk8s.io/v1alpha2) served: findings are in GDNGuard status and Events only")
+            self.policy_absent_at = time.monotonic()
+            return
+        self.policy_absent_at = None
+        self.policy_last[namespace] = fp
+
+    async def run(self) -> None:
+        """Each guard's round every GDN_GUARD_INTERVAL seconds (rounds of different guards run at once)."""
+        sem = asyncio.Semaphore(self.rt.settings.scrape_servers_concurrency)
+
+        async def one(guard: GuardState) -> None:
+            async with sem:
+                try:
+                    await self.round(guard)
+                except Exception as e:  # noqa: BLE001 - a failed round is retried next interval
+                    log.warning("guard round for %s/%s failed: %s", guard.namespace, guard.name, e)
+
+        interval = self.rt.settings.guard_interval
+        while True:
+            now = time.monotonic()
+            due = [g for g in list(self.guards.values()) if g.next <= now]
+            for g in due:
+                g.next = now + interval
+            if due:
+                await asyncio.gather(*(one(g) for g in due))
+            await asyncio.sleep(0.5)
