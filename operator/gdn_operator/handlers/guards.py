@@ -310,6 +310,7 @@ class GuardSupervisor:
     async def round(self, guard: GuardState) -> None:
         """Measure every guarded workload, collect findings, write status (when changed), Events for new ones."""
         views = []
+        remedies: list[tuple[WorkloadState, GuardedPod, str]] = []
         quiet = self.rt.settings.crash_quiet_seconds
         now = time.monotonic()
         for wkey, ws in list(guard.workloads.items()):
@@ -317,35 +318,39 @@ class GuardSupervisor:
                 self._forget_workload(guard, ws)
                 del guard.workloads[wkey]
                 continue
-            await self._measure(guard, ws)
+            first = next(iter(ws.pods.values()))  # (pod events may change ws.pods while the round awaits)
+            pods = len(ws.pods)
+            stalled = await self._measure(guard, ws)
+            remedies += [(ws, gp, "stalled") for gp in stalled]
             for k in [k for k, t in ws.crash_at.items() if now - t > quiet]:
                 ws.crashes.pop(k, None)
                 ws.crash_at.pop(k, None)
             findings = (ws.known if guard.feature("admission") else []) + list(ws.crashes.values()) + ws.measured
             self._report(guard, ws, findings)
-            first = next(iter(ws.pods.values()))
             problems = [p for p in (ws.known_problem, first.version_problem) if p]
             if guard.feature("probes"):
                 problems.append("features.probes: output probes need prompts a GDNGuard cannot give yet; not run")
             views.append(
-                WorkloadView(ws.ref.kind, ws.ref.name, first.version, first.version_source, len(ws.pods), findings,
+                WorkloadView(ws.ref.kind, ws.ref.name, first.version, first.version_source, pods, findings,
                              ws.acceptance, list(dict.fromkeys(problems)))
             )  # fmt: skip
         problems = [] if guard.spec.get("selector") else ["spec.selector is empty: it selects no pod; set matchLabels"]
         status = compose(guard.status, views, guard.generation, problems)
         fp = fingerprint(status)
-        if fp == guard.written:
-            return
-        if await asyncio.to_thread(write_status, guard.namespace, guard.name, status):
+        if fp != guard.written and await asyncio.to_thread(write_status, guard.namespace, guard.name, status):
             guard.status, guard.written = status, fp
             await asyncio.to_thread(self._publish_policy, guard.namespace)
+        for ws, gp, why in remedies:  # after the status that shows why
+            await asyncio.to_thread(self._remediate, guard, ws, gp.name, gp.uid, why)
 
-    async def _measure(self, guard: GuardState, ws: WorkloadState) -> None:
+    async def _measure(self, guard: GuardState, ws: WorkloadState) -> list[GuardedPod]:
+        """Acceptance and stall findings of the round (ws.measured); the stalled pods."""
         ws.measured = []
         if not (guard.feature("acceptance") or guard.feature("stall")):
-            return
+            return []
         pods = api_pods([gp.summary for gp in ws.pods.values()])
         port = next(iter(ws.pods.values())).port
+        stalled: list[GuardedPod] = []
         m = await self.rt.acceptance.measure(guard.namespace, ws.ref.name, pods, self.rt.settings.guard_stall_seconds, port)
         if guard.feature("acceptance"):
             a = m.acceptance
@@ -363,7 +368,8 @@ class GuardSupervisor:
                 ws.measured.append(self._since(ws, Finding("Stalled", msg, p.get("since") or "", "engine-stall", p["pod"])))
                 gp = ws.pods.get(p["pod"])
                 if gp is not None:
-                    await asyncio.to_thread(self._remediate, guard, ws, gp.name, gp.uid, "stalled")
+                    stalled.append(gp)
+        return stalled
 
     @staticmethod
     def _since(ws: WorkloadState, f: Finding) -> Finding:

@@ -32,7 +32,12 @@ FINDING_TYPES = ("KnownCrash", "CrashDiagnosed", "Stalled", "AcceptanceCollapsed
 POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL = "wgpolicyk8s.io", "v1alpha2", "policyreports"
 #: the one PolicyReport per namespace the operator owns
 POLICY_REPORT = "gdn-guard"
-_SEVERITY = {"KnownCrash": "high", "CrashDiagnosed": "high", "Stalled": "critical", "AcceptanceCollapsed": "medium"}
+_SEVERITY = {
+    "KnownCrash": "high",
+    "CrashDiagnosed": "high",
+    "Stalled": "high",
+    "AcceptanceCollapsed": "medium",
+}  # the CRD: high, medium, low
 
 
 @dataclass
