@@ -103,7 +103,7 @@ def test_replayed_stall_flagged_and_pod_deleted_once_opt_in(op, g, ns):
     g.apps.create_namespaced_deployment(ns, deployment("stally", labels, engine_container(argv=SAFE)))
     g.create(ns, guard("g", labels, remediation="deletePod", features={"crashWatch": True}))
     (pod,) = g.running_pods(ns, "app=stally")
-    stand_ins = [MetricsStandIn(pod.status.pod_ip, 8000, "stalled-fullgraph-tp2", offset=60)]
+    stand_ins = {pod.status.pod_ip: MetricsStandIn(pod.status.pod_ip, 8000, "stalled-fullgraph-tp2", offset=60)}
     try:
         f = g.finding(ns, "g", "Deployment", "stally", "Stalled", timeout=120)
         assert f["pod"] == pod.metadata.name and "no progress for" in f["message"], f
@@ -118,7 +118,10 @@ def test_replayed_stall_flagged_and_pod_deleted_once_opt_in(op, g, ns):
         assert (
             metric(text, "gdn_remediations_total", namespace=ns, server="stally", signature="stalled", action="delete-pod") == 1
         )
-        stand_ins.append(MetricsStandIn(new.status.pod_ip, 8000, "healthy-piecewise-tp2", speed=4.0))
+        if new.status.pod_ip in stand_ins:  # kwok may hand the replacement the same loopback IP
+            stand_ins[new.status.pod_ip].switch("healthy-piecewise-tp2", speed=4.0)
+        else:
+            stand_ins[new.status.pod_ip] = MetricsStandIn(new.status.pod_ip, 8000, "healthy-piecewise-tp2", speed=4.0)
         wait_for(
             lambda: (
                 not any(x["type"] == "Stalled" for x in (g.workload(ns, "g", "Deployment", "stally") or {}).get("findings", [{}]))
@@ -129,5 +132,5 @@ def test_replayed_stall_flagged_and_pod_deleted_once_opt_in(op, g, ns):
         assert len(g.events_on(ns, "Deployment", "stally", "PodDeleted")) == 1
         assert_not_written(g, ns)
     finally:
-        for s in stand_ins:
+        for s in stand_ins.values():
             s.close()
