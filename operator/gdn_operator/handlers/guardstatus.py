@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,8 +23,6 @@ from kubernetes.client.exceptions import ApiException
 from gdn_operator import GROUP, VERSION
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
-
-log = logging.getLogger(__name__)
 
 PLURAL = "gdnguards"
 FINDING_TYPES = ("KnownCrash", "CrashDiagnosed", "Stalled", "AcceptanceCollapsed", "OutputInconsistent")
