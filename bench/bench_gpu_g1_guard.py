@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import os
 import re
 import sys
 import tempfile
@@ -145,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
     ap.add_argument("--until", type=float, default=None, help="hard deadline, epoch seconds (default: now + 230)")
     ap.add_argument("--variants", default="base,guard", help=f"comma list of {', '.join(VARIANTS)}")
     ap.add_argument("--tp", type=int, default=1)
-    ap.add_argument("--gpus", default=None, help="CUDA_VISIBLE_DEVICES of every engine (default 0..tp-1)")
+    ap.add_argument(
+        "--gpus", default=None, help="CUDA_VISIBLE_DEVICES of every engine (default: this process's own, else 0..tp-1)"
+    )
     ap.add_argument("--concurrency", default="8,32")
     ap.add_argument("--repeats", type=int, default=2, help="rounds of the held-out set per concurrency")
     ap.add_argument("--request-cap", type=float, default=30.0, help="longest wait for one request (s)")
@@ -160,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
         ap.error(f"--variants: unknown {unknown}; choose from {', '.join(VARIANTS)}")
     until = args.until or time.time() + 230.0
     stop_at = until - TEARDOWN_S
-    gpus = args.gpus or ",".join(str(i) for i in range(args.tp))
+    # default: the GPUs this process was given (a lease step on GPU 1 runs with CUDA_VISIBLE_DEVICES=1), else 0..tp-1
+    given = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
+    gpus = args.gpus or ",".join(given[: args.tp] if len(given) >= args.tp else [str(i) for i in range(args.tp)])
     levels = [int(c) for c in args.concurrency.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     logdir = args.out / "logs"

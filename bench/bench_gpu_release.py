@@ -10,9 +10,11 @@ Engines from the offline bundle, argv from `gdnctl render` of the minimal manife
   e     MTP k=2, prefix caching on, async off: (a) with only the prefix-caching default removed (vllm#43559 alone)
   f     MTP off, prefix caching off: (b) with --no-enable-prefix-caching (prefix caching's cost without MTP)
   g     MTP k=2, prefix caching off, async on: (a) with only the async-scheduling default removed
-  p     MTP k=2, prefix caching on by flag, async off: (a) with --enable-prefix-caching in place of the default's
-        --no-enable-prefix-caching (vLLM 0.26.0 resolved prefix caching off for these hybrids when left unset)
+  p     MTP k=2, prefix caching on by flag (--enable-prefix-caching), async as rendered (vllm#43559 alone)
   q     MTP off, prefix caching on by flag (p's control)
+  r     MTP k=2, prefix caching on by flag, async scheduling as vLLM decides (on): vLLM's defaults from 0.28.0 with the
+        V1 runner (vllm#43559 with vllm#51571 / vllm#51508 reachable)
+  p3    p with k=3
   k1    (a) with k=1;  k3  (a) with k=3
 
 Workloads, every one a cell of ``--reps`` repetitions; a repetition sends requests with the cell's concurrency in
@@ -70,40 +72,56 @@ from _stats import pct  # noqa: E402
 from bench_gpu_mtp_graphs import acceptance, counters, start_standin  # noqa: E402
 
 TEARDOWN_S = 25.0
-REFERENCE = {"a": "a", "c": "a", "e": "a", "g": "a", "k1": "a", "k3": "a", "p": "a", "b": "f", "f": "f", "q": "f"}
-#: name -> (speculative tokens or 0, our defaults removed, flags added, GPU queue)
-ENGINES: dict[str, tuple[int, tuple[str, ...], tuple[str, ...], int]] = {
-    "a": (2, (), (), 0),
-    "b": (0, (), (), 1),
-    "c": (2, ("--no-async-scheduling", "--no-enable-prefix-caching"), (), 0),
-    "e": (2, ("--no-enable-prefix-caching",), (), 1),
-    "f": (0, (), ("--no-enable-prefix-caching",), 1),
-    "g": (2, ("--no-async-scheduling",), (), 0),
-    "p": (2, ("--no-enable-prefix-caching",), ("--enable-prefix-caching",), 1),
-    "q": (0, (), ("--enable-prefix-caching",), 1),
-    "k1": (1, (), (), 0),
-    "k3": (3, (), (), 1),
+REFERENCE = {
+    "a": "a", "c": "a", "e": "a", "g": "a", "k1": "a", "k3": "a", "p": "a", "r": "a", "p3": "a",
+    "b": "f", "f": "f", "q": "f",
+}  # fmt: skip
+#: name -> (speculative tokens or 0, prefix caching, async scheduling, GPU queue); a setting is "rendered" (as
+#: `gdnctl render` gave it at the release), "default" (the operator's flag removed: vLLM decides), "on" or "off" (the
+#: operator's flag replaced by vLLM's explicit one). Settings, not flag edits: what the operator renders differs by
+#: release (0.26.0 renders no prefix-caching flag, 0.33.0 renders --no-enable-prefix-caching).
+ENGINES: dict[str, tuple[int, str, str, int]] = {
+    "a": (2, "rendered", "rendered", 0),
+    "b": (0, "default", "default", 1),
+    "c": (2, "default", "default", 0),
+    "e": (2, "default", "rendered", 1),
+    "f": (0, "off", "default", 1),
+    "g": (2, "rendered", "default", 0),
+    "p": (2, "on", "rendered", 1),
+    "q": (0, "on", "default", 1),
+    "r": (2, "on", "default", 0),
+    "p3": (3, "on", "rendered", 0),
+    "k1": (1, "rendered", "rendered", 0),
+    "k3": (3, "rendered", "rendered", 1),
 }
-#: per GPU queue (four engines a GPU, each KV pool fixed): (engine, workload) in order; a and b are measured at the
-#: same time (one per GPU), then c beside e and f
+_FLAGS = {
+    "prefix": ("--enable-prefix-caching", "--no-enable-prefix-caching"),
+    "async": ("--async-scheduling", "--no-async-scheduling"),
+}
+#: per GPU queue (engines spread over two GPUs, each KV pool fixed): (engine, workload) in order; a and b are measured
+#: at the same time (one per GPU), then c beside e and f; the prefix-caching engines (p, q, r, p3) last
 QUEUES: tuple[tuple[tuple[str, str], ...], ...] = (
     (("a", "c1"), ("a", "c8"), ("a", "c32"), ("a", "long"), ("a", "prefix"), ("c", "c1"), ("c", "c8"), ("c", "c32"))
-    + (("c", "long"), ("c", "prefix"), ("g", "c8"), ("g", "c32"), ("k1", "c8")),
+    + (("c", "long"), ("c", "prefix"), ("g", "c8"), ("g", "c32"), ("k1", "c8"), ("r", "prefix"), ("r", "c8"))
+    + (("p3", "prefix"),),
     (("b", "c1"), ("b", "c8"), ("b", "c32"), ("b", "long"), ("b", "prefix"), ("e", "prefix"), ("e", "c8"))
     + (("f", "prefix"), ("f", "c8"), ("k3", "c8"), ("p", "prefix"), ("p", "c8"), ("q", "prefix")),
 )
 CONCURRENCY = {"c1": 1, "c8": 8, "c32": 32, "long": 8, "prefix": 8}
 #: requests after which a repetition stops sending even before --min-seconds (the lists hold this many)
 MIN_REQUESTS = {"c1": 200, "c8": 400, "c32": 1200, "long": 200, "prefix": 400}
-RATIOS = (("a", "b"), ("c", "a"), ("e", "a"), ("g", "a"), ("p", "a"), ("q", "f"), ("b", "f"), ("k1", "a"), ("k3", "a"))
+RATIOS = (
+    ("a", "b"), ("c", "a"), ("e", "a"), ("g", "a"), ("p", "a"), ("r", "a"), ("p3", "a"), ("q", "f"), ("b", "f"),
+    ("k1", "a"), ("k3", "a"),
+)  # fmt: skip
 _LOG_FACTS = re.compile(r"mamba_cache_mode|block_size|prefix caching|[Pp]refix[ _]cach|cudagraph_mode|async sched|V2 model")
 
 
 def rendered_engines(version: str, kv_cache_memory: str, eager: bool = False) -> dict[str, harness.Rendered]:
     """Each engine's argv from `gdnctl render` of the minimal manifest (prefixCaching and asyncScheduling unset:
-    the rules decide), then exactly the changes ENGINES names, each checked and noted."""
+    the rules decide), then exactly the settings ENGINES names, each change noted."""
     out: dict[str, harness.Rendered] = {}
-    for name, (k, remove, add, _) in ENGINES.items():
+    for name, (k, prefix, asynch, _) in ENGINES.items():
         m = harness.adapted_manifest(mtp=k > 0, eager=eager, gpu_memory_utilization=0.1, kv_cache_memory=kv_cache_memory)
         s = m["spec"]
         s.pop("prefixCaching", None)  # the example sets it; the minimal manifest leaves it to the rules
@@ -112,17 +130,18 @@ def rendered_engines(version: str, kv_cache_memory: str, eager: bool = False) ->
             s["speculativeDecoding"]["numSpeculativeTokens"] = k
         r = harness.render(m)
         argv, notes = list(r.argv), list(r.notes)
-        for flag in remove:
-            if flag not in argv:
-                raise RuntimeError(f"{name}: {flag} is not in the rendered argv at {version}: {argv}")
-            argv.remove(flag)
-            notes.append(f"# removed {flag} after rendering (vLLM's default instead)")
-        for flag in add:
-            if flag in argv:
-                raise RuntimeError(f"{name}: {flag} is already rendered at {version}: {argv}")
-            argv.append(flag)
-            notes.append(f"# added {flag} after rendering")
-        if name == "b" and any(f in argv for f in ("--no-async-scheduling", "--no-enable-prefix-caching")):
+        for setting, want in (("prefix", prefix), ("async", asynch)):
+            if want == "rendered":
+                continue
+            for flag in _FLAGS[setting]:
+                if flag in argv:
+                    argv.remove(flag)
+                    notes.append(f"# removed {flag} after rendering")
+            if want in ("on", "off"):
+                flag = _FLAGS[setting][0 if want == "on" else 1]
+                argv.append(flag)
+                notes.append(f"# added {flag} after rendering")
+        if name == "b" and any(f in argv for fs in _FLAGS.values() for f in fs):
             raise RuntimeError(f"b must run vLLM's defaults, the operator rendered {argv}")
         out[name] = harness.Rendered(argv, r.env, notes)
     return out

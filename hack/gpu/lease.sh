@@ -8,6 +8,8 @@
 #                                                    the install, run the session step EXTRA_STEP (e.g. graphs-tiny)
 #                                                    on GPU 1 for at most EXTRA_S, then `session.sh release-serve`
 #                                                    until UNTIL (epoch seconds)
+#                                                    GDN_RELEASE_ARGS (env, word-split): extra arguments of
+#                                                    release-serve's bench (e.g. "--engines a,p --workloads prefix")
 #   hack/gpu/lease.sh stage VERSION                  each later call: stage the carried piece(s); install once complete
 #   hack/gpu/lease.sh wait VERSION SECONDS           block until the background work is done or SECONDS pass, print
 #                                                    its progress, copy its files (<= 8) to $OUT
@@ -81,7 +83,8 @@ subprocess.Popen(sys.argv[2:], cwd=sys.argv[1], start_new_session=True, close_fd
     fi
     wait "$train" || echo "lease run: training exited $?"
     echo "lease run: $(date +%T) training done; serving until $(date -d "@$UNTIL" +%T)"
-    OUT="$STATE/serve" bash hack/gpu/session.sh release-serve --until "$UNTIL" || echo "lease run: release-serve exited $?"
+    # shellcheck disable=SC2086  # GDN_RELEASE_ARGS is a list of words
+    OUT="$STATE/serve" bash hack/gpu/session.sh release-serve --until "$UNTIL" -- ${GDN_RELEASE_ARGS:-} || echo "lease run: release-serve exited $?"
     [ -z "$extra" ] || wait "$extra" || echo "lease run: lease-extra exited $?"
     echo "lease run: $(date +%T) done"
     touch "$STATE/done"

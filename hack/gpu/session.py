@@ -23,6 +23,8 @@ $GDN_GPU_SITE; two GPUs of one host for stall and multinode):
   release-serve  bench/bench_gpu_release.py on that model at $GDN_GPU_VLLM_VERSION: MTP as rendered, MTP off,
              MTP with vLLM's defaults, each default alone, k=1/3; repeated cells, TTFT/ITL, the shared-prefix
              workload (issues 32, 34)
+  g1-guard  bench/bench_gpu_g1_guard.py on the tiny model: FULL_AND_PIECEWISE + MTP without and with the gdn-guard
+             plugin, and PIECEWISE, exact answers at concurrency 8 and 32 and tokens/s (issue 33); ``-- --tp 2``
 
 ``--dry-run`` (prodmodel-*, release-serve): no GPU — the trainer on CPU with a tiny batch and the serve driver with stand-in
 engines (tests/gpu/standin_engine.py), to prove arguments, deadlines and the files in $OUT.
@@ -124,7 +126,10 @@ def step_cmd(step: str, work: Path, until: float, extra: list[str], dry_run: boo
             *(["--dry-run"] if dry_run else []),
             *extra,
         )
-        keep = {"release.json": "release.json", **{f"logs/serve-{n}.log": f"serve-{n}.log" for n in ("a", "b", "c", "e", "f")}}
+        keep = {
+            "release.json": "release.json",
+            **{f"logs/serve-{n}.log": f"serve-{n}.log" for n in ("a", "f", "p", "q", "r", "p3")},
+        }
     elif step == "graphs-tiny":
         budget = max(60.0, until - 10 - time.time())
         cmd = _py(
@@ -144,6 +149,9 @@ def step_cmd(step: str, work: Path, until: float, extra: list[str], dry_run: boo
             *extra,
         )
         keep = {"bench-gpu-tp.json": "graphs-tiny.json"}
+    elif step == "g1-guard":
+        cmd = _py("bench/bench_gpu_g1_guard.py", "--out", str(work), "--until", u, "--variants", "base,guard,piecewise", *extra)
+        keep = {"g1-guard.json": "g1-guard.json", "logs/serve-guard.log": "g1-serve-guard.log"}
     elif step == "stall":
         cmd = _py("bench/bench_gpu_stall.py", "--out", str(work), "--until", u, *extra)
         keep = {
@@ -168,7 +176,7 @@ def step_cmd(step: str, work: Path, until: float, extra: list[str], dry_run: boo
         keep = {}
     else:
         raise SystemExit(
-            f"session: unknown step {step!r} (stall, multinode, check, prodmodel-train, prodmodel-serve, release-serve, graphs-tiny)"
+            f"session: unknown step {step!r} (stall, multinode, check, prodmodel-train, prodmodel-serve, release-serve, graphs-tiny, g1-guard)"
         )
     return cmd, keep
 
@@ -194,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.step == "prodmodel-train":  # never report a stale result as this run's
         (PROD_MODEL / "training.json").unlink(missing_ok=True)
     if (
-        a.step in ("stall", "multinode", "prodmodel-serve", "release-serve", "graphs-tiny")
+        a.step in ("stall", "multinode", "prodmodel-serve", "release-serve", "graphs-tiny", "g1-guard")
         and not a.dry_run
         and not (SITE / "vllm").is_dir()
     ):

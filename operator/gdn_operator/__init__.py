@@ -9,3 +9,9 @@ PLURAL = "gdnmodelservers"
 SINGULAR = "gdnmodelserver"
 SHORT_NAMES = ["gms"]
 API_VERSION = f"{GROUP}/{VERSION}"
+
+# GDNGuard (api/guard.py): guards vLLM workloads that other tools create (issue 35)
+GUARD_KIND = "GDNGuard"
+GUARD_PLURAL = "gdnguards"
+GUARD_SINGULAR = "gdnguard"
+GUARD_SHORT_NAMES = ["gdng"]

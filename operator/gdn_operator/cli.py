@@ -13,8 +13,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gdn_operator import __version__
-from gdn_operator.api.crd import crd_yaml
+from gdn_operator import GUARD_KIND, KIND, __version__
+from gdn_operator.api.crd import crd_yaml, guard_crd_yaml
 from gdn_operator.api.enums import ADMISSION_POLICIES
 from gdn_operator.api.load import ManifestError
 from gdn_operator.render.cli import run_render
@@ -31,7 +31,7 @@ def _cmd_version(args: argparse.Namespace) -> int:
 
 
 def _cmd_crd(args: argparse.Namespace) -> int:
-    sys.stdout.write(crd_yaml())
+    sys.stdout.write(guard_crd_yaml() if args.kind == GUARD_KIND else crd_yaml())
     return 0
 
 
@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("version", help="print the gdnctl version")
     s.set_defaults(func=_cmd_version)
 
-    s = sub.add_parser("crd", help="print the GDNModelServer CRD generated from the API models")
+    s = sub.add_parser("crd", help="print a CRD generated from the API models (GDNModelServer, or --kind GDNGuard)")
+    s.add_argument("--kind", choices=[KIND, GUARD_KIND], default=KIND, help="which resource's CRD (default: %(default)s)")
     s.set_defaults(func=_cmd_crd)
 
     s = sub.add_parser("render", help="print the Kubernetes objects the operator would create")

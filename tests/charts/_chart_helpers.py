@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gdn-operator"
 CI_VALUES = CHART / "ci"
 GENERATED_CRD = CHART / "files" / "crds" / "gdnmodelservers.serving.gdn-operator.io.yaml"
+GENERATED_GUARD_CRD = CHART / "files" / "crds" / "gdnguards.serving.gdn-operator.io.yaml"
 DASHBOARD = CHART / "files" / "dashboards" / "gdn-operator.json"
 RELEASE = "gdn"
 NAMESPACE = "gdn-system"

@@ -11,6 +11,7 @@ import yaml
 from _chart_helpers import (
     CHART,
     GENERATED_CRD,
+    GENERATED_GUARD_CRD,
     NAMESPACE,
     VALUE_SETS,
     by_kind,
@@ -349,21 +350,24 @@ def test_peering_crds_in_crds_dir_match_kopf():
 
 
 @pytest.mark.parametrize("name", SETS)
-def test_crd_is_the_generated_file(chart_tools, name):
-    from gdn_operator.api.crd import crd_manifest
+def test_crds_are_the_generated_files(chart_tools, name):
+    from gdn_operator.api.crd import crd_manifest, guard_crd_manifest
 
-    crd = one(render_set(name), "CustomResourceDefinition")
-    annotations = crd["metadata"].pop("annotations")
-    assert annotations == {"helm.sh/resource-policy": "keep"}
-    assert crd == yaml.safe_load(GENERATED_CRD.read_text())
-    assert crd == crd_manifest()
+    crds = {c["metadata"]["name"]: c for c in by_kind(render_set(name), "CustomResourceDefinition")}
+    assert set(crds) == {"gdnmodelservers.serving.gdn-operator.io", "gdnguards.serving.gdn-operator.io"}
+    for generated, manifest in ((GENERATED_CRD, crd_manifest()), (GENERATED_GUARD_CRD, guard_crd_manifest())):
+        crd = crds[manifest["metadata"]["name"]]
+        annotations = crd["metadata"].pop("annotations")
+        assert annotations == {"helm.sh/resource-policy": "keep"}
+        assert crd == yaml.safe_load(generated.read_text())
+        assert crd == manifest
 
 
 def test_crd_install_and_keep_switches(chart_tools):
     objs = docs(render_text(sets={"crds.install": False}))
     assert not by_kind(objs, "CustomResourceDefinition")
-    crd = one(docs(render_text(sets={"crds.keep": False})), "CustomResourceDefinition")
-    assert "annotations" not in crd["metadata"]
+    crds = by_kind(docs(render_text(sets={"crds.keep": False})), "CustomResourceDefinition")
+    assert len(crds) == 2 and all("annotations" not in c["metadata"] for c in crds)
 
 
 @pytest.mark.parametrize("name", SETS)

@@ -251,6 +251,13 @@ def _label_selector(sel: dict[str, Any] | None, path: str, out: list[str]) -> No
         _requirement(req, f"{path}.matchExpressions[{i}]", _LABEL_OPS, out)
 
 
+def label_selector_problems(sel: dict[str, Any] | None, path: str) -> list[str]:
+    """What the API server would refuse in a metav1.LabelSelector (`path` names it in the messages)."""
+    out: list[str] = []
+    _label_selector(sel, path, out)
+    return out
+
+
 def _pod_term(term: dict[str, Any], path: str, out: list[str]) -> None:
     if not label_key(term.get("topologyKey") or ""):
         out.append(f"{path}.topologyKey: must be a non-empty label key")

@@ -1,0 +1,125 @@
+"""Known-crash rules on the launch line of a foreign workload's pod template (issue 35, rules/workload.py):
+the same rule lines `gdnctl validate -- vllm serve ...` prints, warned or refused per the guard's policy.
+
+The known-crash launch line is vllm#36917 (GDN attention AssertionError on a mixed decode / spec-decode
+batch, vLLM < 0.18.0 with MTP); the clean one runs 0.33.0 with the known risks turned off."""
+
+import pytest
+
+from gdn_operator.api.guard import GDNGuardSpec
+from gdn_operator.rules.launchline import evaluate_launch
+from gdn_operator.rules.workload import judge_workload, launch_argv, pod_specs
+
+SC = '{"method":"mtp","num_speculative_tokens":2}'
+CLEAN = ["--no-enable-prefix-caching", "--no-async-scheduling", "--gdn-prefill-backend", "triton"]
+
+
+def guard(policy="warn", **extra):
+    return GDNGuardSpec.model_validate(
+        {"selector": {"matchLabels": {"app": "my-vllm"}}, "admission": {"policy": policy}, **extra}
+    )
+
+
+def podspec(tag, extra=(), **container):
+    vllm = {"name": "vllm", "image": f"vllm/vllm-openai:{tag}", "args": ["Qwen/Qwen3.5-9B", "--speculative-config", SC, *extra]}
+    vllm.update(container)
+    return {"containers": [{"name": "proxy", "image": "envoy:v1.30.0", "command": ["envoy"]}, vllm]}
+
+
+def deployment(tag, extra=(), **container):
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "my-vllm", "labels": {"app": "my-vllm"}},
+        "spec": {"template": {"metadata": {"labels": {"app": "my-vllm"}}, "spec": podspec(tag, extra, **container)}},
+    }
+
+
+def test_known_crash_is_warned_with_the_gdnctl_rule_line():
+    v = judge_workload(deployment("v0.17.1"), guard("warn"))
+    assert v.allowed and "vllm#36917" in v.rules
+    _, ev = evaluate_launch(
+        ["vllm", "serve", "Qwen/Qwen3.5-9B", "--speculative-config", SC], vllm_version="0.17.1", policy="warn"
+    )
+    assert [f.line() for f in ev.findings if f.action == "warned"] == v.warnings  # the same messages as gdnctl validate
+
+
+def test_known_crash_is_refused_under_policy_deny():
+    v = judge_workload(deployment("v0.17.1"), guard("deny"), "team/g")
+    assert not v.allowed
+    assert v.denied.startswith("Deployment my-vllm refused by GDNGuard team/g (admission policy deny)")
+    assert "vllm#36917" in v.denied
+
+
+def test_clean_launch_line_is_admitted_without_warnings():
+    for policy in ("warn", "deny"):
+        v = judge_workload(deployment("v0.33.0", CLEAN), guard(policy))
+        assert v.allowed and v.warnings == [] and v.notes == [], (policy, v)
+        assert len(v.evaluations) == 1
+
+
+def test_unknown_release_is_a_note_not_a_verdict():
+    v = judge_workload(deployment("latest"), guard("deny"))
+    assert v.allowed and v.rules == []
+    assert "gdn-operator.io/vllm-version" in v.notes[0]
+    annotated = deployment("latest")
+    annotated["spec"]["template"]["metadata"]["annotations"] = {"gdn-operator.io/vllm-version": "0.17.1"}
+    assert not judge_workload(annotated, guard("deny")).allowed  # the default falls back to the annotation
+    assert not judge_workload(deployment("latest"), guard("deny", vllmVersion={"pinned": "0.17.1"})).allowed
+
+
+def test_custom_tag_pattern():
+    g = guard("deny", vllmVersion={"imageTag": {"pattern": r"^release-([0-9.]+)$"}})
+    assert not judge_workload(deployment("release-0.17.1"), g).allowed
+    assert judge_workload(deployment("v0.17.1"), g).notes  # the pattern does not match: release unknown
+
+
+def test_env_literal_values_lead_the_line_and_sh_c_is_read():
+    c = {
+        "name": "e",
+        "command": ["/bin/sh", "-c", "exec vllm serve Qwen/Qwen3.5-9B --port 9000"],
+        "env": [{"name": "A", "value": "1"}],
+    }
+    assert launch_argv(c) == ["A=1", "vllm", "serve", "Qwen/Qwen3.5-9B", "--port", "9000"]  # `exec` dropped
+    c["command"] = ["/bin/sh", "-c", "vllm serve Qwen/Qwen3.5-9B --port 9000; sleep 5"]
+    assert launch_argv(c)[-2:] == ["sleep", "5"]  # a script is read as written: the reader reports the stray words
+    c["command"] = ["/bin/sh", "-c", "vllm serve Qwen/Qwen3.5-9B --port 9000"]
+    c["env"] += [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
+    assert launch_argv(c) == ["A=1", "vllm", "serve", "Qwen/Qwen3.5-9B", "--port", "9000"]
+    assert launch_argv({"name": "x", "image": "busybox", "args": ["serve"]}) is None
+
+
+def test_named_container_and_no_engine():
+    g = guard("deny", container="proxy")
+    v = judge_workload(deployment("v0.17.1"), g)
+    assert v.allowed and "container 'proxy'" in v.notes[0]
+
+
+@pytest.mark.parametrize(
+    ("obj", "paths"),
+    [
+        ({"kind": "Pod", "spec": {"containers": []}}, ["spec"]),
+        ({"kind": "StatefulSet", "spec": {"template": {"spec": {}}}}, ["spec.template.spec"]),
+        (
+            {
+                "kind": "LeaderWorkerSet",
+                "spec": {"leaderWorkerTemplate": {"leaderTemplate": {"spec": {}}, "workerTemplate": {"spec": {}}}},
+            },
+            ["spec.leaderWorkerTemplate.leaderTemplate.spec", "spec.leaderWorkerTemplate.workerTemplate.spec"],
+        ),
+        ({"kind": "ConfigMap", "data": {}}, []),
+    ],
+)
+def test_pod_templates_per_kind(obj, paths):
+    assert [p for p, _ in pod_specs(obj)] == paths
+
+
+def test_bare_pod_and_lws_are_judged():
+    pod = {"kind": "Pod", "metadata": {"name": "p"}, "spec": podspec("v0.17.1")}
+    assert not judge_workload(pod, guard("deny")).allowed
+    lws = {
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "l"},
+        "spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": podspec("v0.17.1")}}},
+    }
+    assert "vllm#36917" in judge_workload(lws, guard("deny")).denied
