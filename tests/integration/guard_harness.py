@@ -24,31 +24,9 @@ LAUNCH = ["vllm", "serve", "/models/tiny-qwen3-next-recall", "--served-model-nam
 
 
 def guard_crd() -> dict[str, Any]:
-    """The GDNGuard CRD from api/guard.py (its one source). Until that module is merged into this branch: a
-    schema-less stand-in with the same names and status subresource, so the run-time side can be tested."""
-    try:
-        from gdn_operator.api.guard import crd_manifest  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return {
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{GUARDS}.{GROUP}"},
-            "spec": {
-                "group": GROUP,
-                "scope": "Namespaced",
-                "names": {"kind": "GDNGuard", "plural": GUARDS, "singular": "gdnguard", "shortNames": ["gdng"]},
-                "versions": [
-                    {
-                        "name": VERSION,
-                        "served": True,
-                        "storage": True,
-                        "subresources": {"status": {}},
-                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                    }
-                ],
-            },
-        }
-    return crd_manifest()
+    from gdn_operator.api.crd import guard_crd_manifest  # api/guard.py: the CRD's one source
+
+    return guard_crd_manifest()
 
 
 def install_guard_crd(api: kubernetes.client.ApiClient) -> None:

@@ -1,5 +1,5 @@
-"""What a GDNGuard reads of the pods it selects (watch/guarded.py, issue 35): selector, engine container, release,
-port; and the guard status composition (handlers/guardstatus.py): one condition per finding type, times kept while
+"""What the guard controller reads of the pods it selects (watch/guarded.py, issue 35): selector, port, the release
+problem (the engine container and release: rules/workload.py, tests/rules/test_guard_workload.py); and the guard status composition (handlers/guardstatus.py): one condition per finding type, times kept while
 nothing changes, so an unchanged round writes nothing."""
 
 from __future__ import annotations
@@ -9,10 +9,7 @@ import json
 import pytest
 
 from gdn_operator.handlers.guardstatus import Finding, WorkloadView, compose, fingerprint, policy_report
-from gdn_operator.watch.guarded import engine_container, image_tag, launch_argv, port_of, selects, vllm_version
-
-SERVE = {"name": "vllm", "image": "vllm/vllm-openai:v0.33.0", "command": ["vllm", "serve"], "args": ["Qwen/Qwen3.5-27B"]}
-SIDECAR = {"name": "proxy", "image": "envoyproxy/envoy:v1.33.0", "command": ["envoy"]}
+from gdn_operator.watch.guarded import port_of, selects, version_problem
 
 
 @pytest.mark.parametrize(
@@ -33,18 +30,6 @@ def test_selector(selector, labels, want):
     assert selects(selector, labels) is want
 
 
-def test_engine_container_by_name_by_launch_line_or_by_vllm_image():
-    assert engine_container({"containers": [SIDECAR, SERVE]})["name"] == "vllm"
-    assert engine_container({"containers": [SIDECAR, SERVE]}, "proxy")["name"] == "proxy"
-    assert engine_container({"containers": [SIDECAR, SERVE]}, "missing") is None
-    api_server = {"name": "main", "image": "x/y:1", "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"]}
-    assert engine_container({"containers": [SIDECAR, api_server]})["name"] == "main"
-    args_only = {"name": "kserve-container", "image": "vllm/vllm-openai:v0.32.0", "args": ["--model", "Qwen/Qwen3.5-27B"]}
-    assert engine_container({"containers": [SIDECAR, args_only]})["name"] == "kserve-container"
-    assert launch_argv(args_only) == ["vllm", "serve", "--model", "Qwen/Qwen3.5-27B"]
-    assert engine_container({"containers": [SIDECAR]}) is None
-
-
 @pytest.mark.parametrize(
     ("argv", "port"),
     [(["vllm", "serve", "m"], 8000), (["vllm", "serve", "m", "--port", "9001"], 9001), (["vllm", "serve", "--port=81"], 81)],
@@ -53,26 +38,9 @@ def test_port(argv, port):
     assert port_of(argv) == port
 
 
-def test_image_tag_ignores_registry_port_and_digest():
-    assert image_tag("registry.local:5000/vllm/vllm-openai:v0.33.0@sha256:abc") == "v0.33.0"
-    assert image_tag("registry.local:5000/vllm") == ""
-
-
-def test_version_sources():
-    assert vllm_version({}, "vllm/vllm-openai:v0.33.0-cu128", {}) == ("0.33.0", "imageTag", None)
-    assert vllm_version({}, "vllm:latest", {"gdn-operator.io/vllm-version": "0.30.1"}) == ("0.30.1", "annotation", None)
-    version, source, problem = vllm_version({}, "vllm:latest", {})
-    assert (version, source) == (None, "imageTag") and "spec.vllmVersion.pinned" in problem
-    assert vllm_version({"vllmVersion": {"pinned": "0.28.0"}}, "vllm:v0.33.0", {}) == ("0.28.0", "pinned", None)
-    spec = {"vllmVersion": {"imageTag": {"pattern": r"^rel-(\d+\.\d+\.\d+)$"}}}
-    assert vllm_version(spec, "corp/vllm:rel-0.31.2", {}) == ("0.31.2", "imageTag", None)
-    assert vllm_version({"vllmVersion": {"annotation": "a/b"}}, "x:v0.33.0", {}) == (
-        None,
-        "annotation",
-        "annotation a/b is not set",
-    )
-    bad = vllm_version({"vllmVersion": {"imageTag": {"pattern": "("}}}, "x:1", {})
-    assert bad[0] is None and "not a regular expression" in bad[2]
+def test_version_problem_names_the_fix():
+    assert "set spec.vllmVersion.pinned" in version_problem("imageTag", "corp/vllm:latest", None)
+    assert "annotation team/vllm is not set" in version_problem("annotation", "corp/vllm:latest", "team/vllm")
 
 
 def _view(*findings: Finding) -> WorkloadView:

@@ -36,11 +36,13 @@ from typing import Any, Protocol
 import kubernetes
 
 from gdn_operator import telemetry
+from gdn_operator.api.guard import GDNGuardSpec
 from gdn_operator.handlers import kube
 from gdn_operator.handlers.acceptance import AcceptanceSupervisor
 from gdn_operator.handlers.crashwatch import CrashWatchState, Death, classify_death, deaths_in
 from gdn_operator.handlers.guardowners import Owners, WorkloadRef
 from gdn_operator.handlers.guardstatus import (
+    FINDING_TYPES,
     Finding,
     WorkloadView,
     apply_policy_report,
@@ -52,12 +54,12 @@ from gdn_operator.handlers.guardstatus import (
 from gdn_operator.handlers.pods import api_pods, pod_summary
 from gdn_operator.labels import LABEL_SERVER
 from gdn_operator.rules import evaluate_launch
+from gdn_operator.rules.workload import engine_container, resolve_version
 from gdn_operator.watch.evidence import Evidence
-from gdn_operator.watch.guarded import engine_container, launch_argv, port_of, selects, vllm_version
+from gdn_operator.watch.guarded import port_of, selects, version_problem
 
 log = logging.getLogger(__name__)
 
-FEATURES = {"admission": True, "crashWatch": True, "stall": True, "acceptance": True, "probes": False}
 _POLICY_RETRY = 300.0  # seconds before asking again for a PolicyReport CRD that was not served
 
 
@@ -104,18 +106,21 @@ class GuardState:
     name: str
     uid: str | None = None
     generation: int | None = None
-    spec: dict[str, Any] = field(default_factory=dict)
+    spec: GDNGuardSpec | None = None  # None: the spec is not valid (problems says why)
+    selector: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
     workloads: dict[tuple[str, str], WorkloadState] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)
     written: str = ""
     next: float = 0.0
 
     def feature(self, name: str) -> bool:
-        return bool((self.spec.get("features") or {}).get(name, FEATURES[name]))
+        """Whether a feature of spec.features is on (admission, crash_watch, stall, acceptance, probes)."""
+        return self.spec is not None and bool(getattr(self.spec.features, name))
 
     @property
     def delete_pods(self) -> bool:
-        return self.spec.get("remediation") == "deletePod"
+        return self.spec is not None and self.spec.remediation == "deletePod"
 
 
 def _label_selector(selector: dict[str, Any]) -> str:
@@ -157,16 +162,21 @@ class GuardSupervisor:
             return
         guard = self.guards.setdefault(key, GuardState(*key))
         changed = guard.generation != meta.get("generation") or guard.uid != meta.get("uid")
-        guard.uid, guard.generation, guard.spec = meta.get("uid"), meta.get("generation"), body.get("spec") or {}
+        guard.uid, guard.generation = meta.get("uid"), meta.get("generation")
+        try:
+            guard.spec, guard.problems = GDNGuardSpec.model_validate(body.get("spec") or {}), []
+            guard.selector = guard.spec.selector.dump()
+        except ValueError as e:  # pydantic's ValidationError: what admission would have refused (no webhook)
+            guard.spec, guard.selector, guard.problems = None, {}, [f"spec is not valid: {e}"]
         if not guard.status:
             guard.status = dict(body.get("status") or {})
         if changed:
-            log.info("guard %s/%s generation %s: selecting pods by %s", *key, guard.generation, guard.spec.get("selector"))
+            log.info("guard %s/%s generation %s: selecting pods by %s", *key, guard.generation, guard.selector)
             await self._rescan(guard)
 
     async def _rescan(self, guard: GuardState) -> None:
         """A new or changed guard: the pods of its namespace it selects now (pods it no longer selects leave)."""
-        selector = guard.spec.get("selector") or {}
+        selector = guard.selector
         for pod, home in list(self.pod_home.items()):
             if home[0] == (guard.namespace, guard.name):
                 self._drop_pod(pod)
@@ -181,7 +191,7 @@ class GuardSupervisor:
 
     def _guard_for(self, namespace: str, labels: dict[str, str]) -> GuardState | None:
         """The guard of a pod: the first by name among its namespace's guards that select it."""
-        cands = [g for (ns, _), g in self.guards.items() if ns == namespace and selects(g.spec.get("selector"), labels)]
+        cands = [g for (ns, _), g in self.guards.items() if ns == namespace and selects(g.selector, labels)]
         return min(cands, key=lambda g: g.name) if cands else None
 
     async def on_pod_event(self, type_: str, body: dict[str, Any]) -> None:
@@ -192,19 +202,21 @@ class GuardSupervisor:
             self._drop_pod(key)
             return
         guard = self._guard_for(key[0], labels)
-        container = engine_container(body.get("spec") or {}, (guard.spec if guard else {}).get("container"))
-        if guard is None or container is None:
+        found = engine_container(body.get("spec") or {}, guard.spec.container) if guard and guard.spec else None
+        if guard is None or guard.spec is None or found is None:
             self._drop_pod(key)
             return
+        container, argv = found
         ref = await asyncio.to_thread(self.owners.workload_of, body)
         wkey = (ref.kind, ref.name)
         home = self.pod_home.get(key)
         if home is not None and home != ((guard.namespace, guard.name), wkey):
             self._drop_pod(key)
         ws = guard.workloads.setdefault(wkey, WorkloadState(ref))
-        argv = launch_argv(container)
         annotations = meta.get("annotations") or {}
-        version, source, problem = vllm_version(guard.spec, str(container.get("image") or ""), annotations)
+        image = str(container.get("image") or "")
+        version, source = resolve_version(guard.spec, image, annotations)
+        problem = None if version else version_problem(source, image, guard.spec.vllm_version.annotation)
         gp = GuardedPod(
             meta["name"],
             meta.get("uid", ""),
@@ -221,7 +233,7 @@ class GuardSupervisor:
             return
         ws.pods[gp.name] = gp
         self.pod_home[key] = ((guard.namespace, guard.name), wkey)
-        if not guard.feature("crashWatch"):
+        if not guard.feature("crash_watch"):
             return
         self._known(ws, gp)  # the evidence for classifying: what the launch line configures
         for death in deaths_in(body, gp.container):
@@ -238,7 +250,7 @@ class GuardSupervisor:
 
     def _forget_workload(self, guard: GuardState, ws: WorkloadState) -> None:
         self.rt.acceptance.forget_target(guard.namespace, ws.ref.name)
-        for t in ("KnownCrash", "CrashDiagnosed", "Stalled", "AcceptanceCollapsed", "OutputInconsistent"):
+        for t in FINDING_TYPES:
             with contextlib.suppress(KeyError):
                 telemetry.GUARD_FINDINGS.remove(guard.namespace, ws.ref.name, ws.ref.kind, t)
 
@@ -329,13 +341,12 @@ class GuardSupervisor:
             self._report(guard, ws, findings)
             problems = [p for p in (ws.known_problem, first.version_problem) if p]
             if guard.feature("probes"):
-                problems.append("features.probes: output probes need prompts a GDNGuard cannot give yet; not run")
+                problems.append("features.probes: output probes on guarded workloads are not run yet (acceptance and stall are)")
             views.append(
                 WorkloadView(ws.ref.kind, ws.ref.name, first.version, first.version_source, pods, findings,
                              ws.acceptance, list(dict.fromkeys(problems)))
             )  # fmt: skip
-        problems = [] if guard.spec.get("selector") else ["spec.selector is empty: it selects no pod; set matchLabels"]
-        status = compose(guard.status, views, guard.generation, problems)
+        status = compose(guard.status, views, guard.generation, guard.problems)
         fp = fingerprint(status)
         if fp != guard.written and await asyncio.to_thread(write_status, guard.namespace, guard.name, status):
             guard.status, guard.written = status, fp
@@ -389,7 +400,7 @@ class GuardSupervisor:
         for k in ws.reported - keys:
             ws.reported.discard(k)
             ws.first_seen.pop(k, None)
-        for t in ("KnownCrash", "CrashDiagnosed", "Stalled", "AcceptanceCollapsed", "OutputInconsistent"):
+        for t in FINDING_TYPES:
             telemetry.GUARD_FINDINGS.labels(guard.namespace, ws.ref.name, ws.ref.kind, t).set(
                 sum(1 for f in findings if f.type == t)
             )

@@ -15,17 +15,17 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
-from gdn_operator import GROUP, VERSION
+from gdn_operator import GROUP, GUARD_PLURAL, VERSION
+from gdn_operator.api.guard import FindingType
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
 
-PLURAL = "gdnguards"
-FINDING_TYPES = ("KnownCrash", "CrashDiagnosed", "Stalled", "AcceptanceCollapsed", "OutputInconsistent")
+FINDING_TYPES: tuple[str, ...] = get_args(FindingType)
 POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL = "wgpolicyk8s.io", "v1alpha2", "policyreports"
 #: the one PolicyReport per namespace the operator owns
 POLICY_REPORT = "gdn-guard"
@@ -140,7 +140,7 @@ def write_status(namespace: str, name: str, status: dict[str, Any]) -> bool:
     """Merge-patch the guard's status subresource (lists are replaced whole). False when the guard is gone."""
     try:
         r: Any = kubernetes.client.CustomObjectsApi(kube.api_client()).patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, name, {"status": status}, _preload_content=False
+            GROUP, VERSION, namespace, GUARD_PLURAL, name, {"status": status}, _preload_content=False
         )
         r.release_conn()
     except ApiException as e:

@@ -31,11 +31,10 @@ from typing import Any
 
 import kopf
 
-from gdn_operator import GROUP, PLURAL, VERSION
+from gdn_operator import GROUP, GUARD_PLURAL, PLURAL, VERSION
 from gdn_operator.handlers import admission, crashwatch, disruption, kube, pods, router, workload
 from gdn_operator.handlers import reconcile as reconciler
 from gdn_operator.handlers import startup as starter
-from gdn_operator.handlers.guardstatus import PLURAL as GUARD_PLURAL
 from gdn_operator.handlers.runtime import MEMO_KEY, Runtime, runtime_of
 from gdn_operator.labels import LABEL_SERVER, MANAGED
 from gdn_operator.render import lws

@@ -7,7 +7,6 @@ Public API (the webhook, the reconciler and gdnctl call these):
     load_rules() -> RuleSet                                     (the rule file, validated once)
     parse_launch_line(argv, vllm_version=..., architecture=None, patches=()) -> LaunchLine
     evaluate_launch(argv, vllm_version=..., architecture=None, patches=()) -> (LaunchLine, Evaluation)
-    is_launch_line(argv) -> bool                                (a container's command + args starts vLLM)
 
 The rules themselves are data: gdn_operator/rules/data/rules.yaml. Version parsing and ranges:
 gdn_operator/versions.py (shared with api/, render/ and watch/).
@@ -16,7 +15,7 @@ gdn_operator/versions.py (shared with api/, render/ and watch/).
 from gdn_operator.rules.effective import Effective, LaunchOverrides, effective_config
 from gdn_operator.rules.evaluator import Evaluation, evaluate
 from gdn_operator.rules.family import infer_architecture
-from gdn_operator.rules.launchline import LaunchLine, evaluate_launch, is_launch_line, parse_launch_line
+from gdn_operator.rules.launchline import LaunchLine, evaluate_launch, parse_launch_line
 from gdn_operator.rules.rulefile import Rule, RuleFileError, RuleSet, load_rules
 
 __all__ = [
@@ -31,7 +30,6 @@ __all__ = [
     "evaluate",
     "evaluate_launch",
     "infer_architecture",
-    "is_launch_line",
     "load_rules",
     "parse_launch_line",
 ]

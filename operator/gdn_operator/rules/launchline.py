@@ -602,18 +602,3 @@ def evaluate_launch(
     ev = evaluate(line.spec, overrides=line.overrides, policy=policy, defaults=False)  # runs as written
     ev.notes = list(dict.fromkeys(line.notes + ev.notes))
     return line, ev
-
-
-def is_launch_line(argv: Sequence[str]) -> bool:
-    """Whether `argv` (a container's command + args) starts a vLLM server the way this reader reads it: `vllm
-    serve`, `python -m vllm.entrypoints.openai.api_server` (leading VAR=value assignments allowed). A bare list of
-    flags is not one here: a container is an engine only by its command."""
-    try:
-        args = _split(argv)
-        if not args or args[0].startswith("-"):
-            return False
-        notes: list[str] = []
-        _command(args, notes)
-    except ManifestError:
-        return False
-    return not notes
