@@ -233,9 +233,9 @@ class GuardSupervisor:
             return
         ws.pods[gp.name] = gp
         self.pod_home[key] = ((guard.namespace, guard.name), wkey)
+        self._known(ws, gp)  # KnownCrash findings, and the crash watch's evidence: what the launch line configures
         if not guard.feature("crash_watch"):
             return
-        self._known(ws, gp)  # the evidence for classifying: what the launch line configures
         for death in deaths_in(body, gp.container):
             await asyncio.to_thread(self._crash, guard, ws, gp, death)
 
