@@ -150,13 +150,14 @@ class GuardSupervisor:
         meta = body["metadata"]
         key = (meta["namespace"], meta["name"])
         if type_ == "DELETED" or meta.get("deletionTimestamp"):
-            guard = self.guards.pop(key, None)
+            guard = self.guards.get(key)
             if guard is not None:
-                for ws in guard.workloads.values():
-                    self._forget_workload(guard, ws)
                 for pod, home in list(self.pod_home.items()):
                     if home[0] == key:
-                        del self.pod_home[pod]
+                        self._drop_pod(pod)
+                for ws in guard.workloads.values():
+                    self._forget_workload(guard, ws)
+                del self.guards[key]
                 log.info("guard %s/%s removed: its %d workload(s) are no longer guarded", *key, len(guard.workloads))
                 await asyncio.to_thread(self._publish_policy, key[0])
             return
@@ -236,6 +237,8 @@ class GuardSupervisor:
         self._known(ws, gp)  # KnownCrash findings, and the crash watch's evidence: what the launch line configures
         if not guard.feature("crash_watch"):
             return
+        if self.rt.settings.stream_logs:  # the crash watch's log follower, for this pod's engine container
+            self.rt.followers.ensure(key[0], body, gp.container)
         for death in deaths_in(body, gp.container):
             await asyncio.to_thread(self._crash, guard, ws, gp, death)
 
@@ -245,8 +248,9 @@ class GuardSupervisor:
             return
         guard = self.guards.get(home[0])
         ws = guard.workloads.get(home[1]) if guard else None
-        if ws is not None:
-            ws.pods.pop(key[1], None)
+        gp = ws.pods.pop(key[1], None) if ws is not None else None
+        if gp is not None:
+            self.rt.followers.stop(gp.uid)
 
     def _forget_workload(self, guard: GuardState, ws: WorkloadState) -> None:
         self.rt.acceptance.forget_target(guard.namespace, ws.ref.name)
