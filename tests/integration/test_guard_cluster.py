@@ -134,3 +134,23 @@ def test_replayed_stall_flagged_and_pod_deleted_once_opt_in(op, g, ns):
     finally:
         for s in stand_ins.values():
             s.close()
+
+
+def test_streamed_log_of_a_guarded_container_gives_the_diagnosis(op, g, ns, full_cluster, tmp_path):
+    """The crash watch follows the engine container's log (here named `engine`) of a guarded pod; its streamed
+    diagnosis wins over an uninformative termination message, as for a GDNModelServer's engine."""
+    from test_crashwatch_logs import B1_TAIL, cri, startup_lines
+
+    log = tmp_path / "engine.log"
+    log.write_text(cri(startup_lines() + B1_TAIL.read_text().splitlines()))
+    full_cluster.serve_pod_logs(ns, log, containers=["engine"])
+    labels = {"app": "streamed"}
+    g.apps.create_namespaced_deployment(ns, deployment("streamed", labels, engine_container(argv=SAFE, name="engine")))
+    g.create(ns, guard("g", labels))
+    (pod,) = g.running_pods(ns, "app=streamed")
+    wait_for(lambda: f"pods/{pod.metadata.name}/log" in op.log_tail(600), 60, what="operator followed the engine's log")
+    g.core.patch_namespaced_pod(pod.metadata.name, ns, {"metadata": {"annotations": {
+        "gdn-operator.io/test-crash-message": "container exited", "gdn-operator.io/test-crash-container": "engine"}}})  # fmt: skip
+    f = g.finding(ns, "g", "Deployment", "streamed", "CrashDiagnosed")
+    assert f["rule"] == "vllm#36917" and "gdn-mixed-spec-decode-assert" in f["message"], f
+    assert_not_written(g, ns)
