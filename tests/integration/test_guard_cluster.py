@@ -154,3 +154,25 @@ def test_streamed_log_of_a_guarded_container_gives_the_diagnosis(op, g, ns, full
     f = g.finding(ns, "g", "Deployment", "streamed", "CrashDiagnosed")
     assert f["rule"] == "vllm#36917" and "gdn-mixed-spec-decode-assert" in f["message"], f
     assert_not_written(g, ns)
+
+
+def test_deterministic_crash_deletes_the_pod_once_opt_in(op, g, ns):
+    """remediation: deletePod (and the operator's GDN_GUARD_DELETE_PODS): the second crash of one classified
+    signature in one pod deletes that pod, once; the first does not."""
+    from test_crashwatch_cluster import crash
+
+    labels = {"app": "loopy"}
+    g.apps.create_namespaced_deployment(ns, deployment("loopy", labels, engine_container(argv=SAFE)))
+    g.create(ns, guard("g", labels, remediation="deletePod"))
+    (pod,) = g.running_pods(ns, "app=loopy")
+    wait_for(lambda: g.workload(ns, "g", "Deployment", "loopy"), 60, what="the Deployment in the guard's status")
+    crash(g, ns, pod.metadata.name, tail("b1-gdn-assert-tp2-interleaved.tail.log"))
+    f = g.finding(ns, "g", "Deployment", "loopy", "CrashDiagnosed")
+    assert f["count"] == 1 and not g.events_on(ns, "Deployment", "loopy", "PodDeleted")
+    crash(g, ns, pod.metadata.name, tail("b1-gdn-assert-tp2-interleaved.tail.log"))
+    (ev,) = wait_for(lambda: g.events_on(ns, "Deployment", "loopy", "PodDeleted"), 30, what="PodDeleted Event")
+    assert pod.metadata.name in ev.message and "vllm#36917" in ev.message
+    wait_for(lambda: [p for p in g.running_pods(ns, "app=loopy") if p.metadata.uid != pod.metadata.uid] or None, 90,
+             what="the replacement pod")  # fmt: skip
+    assert len(g.events_on(ns, "Deployment", "loopy", "PodDeleted")) == 1
+    assert_not_written(g, ns)
