@@ -29,7 +29,9 @@ def test_webhook_server_serve_is_the_static_method_the_bounded_server_overrides(
 
     assert isinstance(inspect.getattr_static(kopf.WebhookServer, "_serve"), staticmethod)
     assert tuple(inspect.signature(kopf.WebhookServer._serve).parameters) == kopfcompat.SERVE_PARAMETERS
-    assert tuple(inspect.signature(BoundedWebhookServer._serve).parameters) == kopfcompat.SERVE_PARAMETERS
+    # an instance method here (it reads the server's routes): kopf calls it as self._serve(fn, request)
+    assert tuple(inspect.signature(BoundedWebhookServer._serve).parameters)[1:] == kopfcompat.SERVE_PARAMETERS
+    assert "self._serve(fn, request)" in inspect.getsource(kopf.WebhookServer.__call__)
 
 
 def test_webhook_types_and_handlers_are_what_webhookconfigs_reads():

@@ -50,7 +50,15 @@ GUARD_HANDLERS = {"guard-event", "guarded-pod-event"}
         (
             {},
             True,
-            {"leader_worker_set_event", "inference_pool_event", "node_event", "gdn-mitigate", "gdn-admission"} | GUARD_HANDLERS,
+            {
+                "leader_worker_set_event",
+                "inference_pool_event",
+                "node_event",
+                "gdn-mitigate",
+                "gdn-admission",
+                "guard-admission-scope",
+            }
+            | GUARD_HANDLERS,
         ),
         ({"lws": False, "inference_pool": False, "watch_nodes": False, "guards": False}, False, set()),
         ({"inference_pool": False}, False, {"leader_worker_set_event", "node_event"} | GUARD_HANDLERS),

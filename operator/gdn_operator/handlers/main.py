@@ -92,8 +92,15 @@ def register_optional(rt: Runtime, *, webhook: bool, registry: kopf.OperatorRegi
         ids.append("node_event")
     if webhook:
         ids += register_admission(reg)
+        kopf.on.event(GROUP, VERSION, GUARD_PLURAL, id="guard-admission-scope", registry=reg)(guard_scope_event)
+        ids.append("guard-admission-scope")
     rt.optional_handlers = ids or ["(none)"]
     return ids
+
+
+async def guard_scope_event(memo: kopf.Memo, **_: Any) -> None:
+    """A GDNGuard changed: rewrite the guard webhook configuration's scope (handlers/guardadmission.py)."""
+    runtime_of(memo).guard_admission.guard_changed()
 
 
 def register_admission(registry: kopf.OperatorRegistry) -> list[str]:

@@ -27,6 +27,7 @@ from gdn_operator.handlers.acceptance import AcceptanceSupervisor
 from gdn_operator.handlers.bodies import ServerBodies
 from gdn_operator.handlers.crashwatch import SeenDeaths
 from gdn_operator.handlers.disruption import DrainingNodes
+from gdn_operator.handlers.guardadmission import GuardAdmission
 from gdn_operator.handlers.guards import GuardSupervisor
 from gdn_operator.handlers.kube import CrdCache
 from gdn_operator.handlers.logfollow import LogFollowers, StreamedResults
@@ -72,6 +73,8 @@ class Runtime:
         self.guards = GuardSupervisor(self)
         # start-up
         self.webhook_renewal: dict[str, Any] = {}  # where the operator-managed webhook certificate lives
+        #: GDNGuard admission: the webhook server's clientConfig and the guard webhook configuration's rewrites
+        self.guard_admission = GuardAdmission(settings.webhook_config_name, settings.namespaces)
         self.metrics_started = False
         self.optional_handlers: list[str] = []  # registered at start-up from the settings (main.register_optional)
         self.tasks: list[asyncio.Task[None]] = []

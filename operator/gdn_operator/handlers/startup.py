@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import tempfile
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,6 +19,7 @@ from prometheus_client import start_http_server
 
 from gdn_operator import telemetry
 from gdn_operator.handlers import certs, kube, webhookconfigs
+from gdn_operator.handlers.guardadmission import GUARD_WEBHOOK_ID, GuardAdmission
 from gdn_operator.handlers.reconcile import ANNOTATION_PREFIX, DIFFBASE
 from gdn_operator.handlers.webhook_limits import BoundedWebhookServer
 from gdn_operator.settings import Settings
@@ -32,6 +33,7 @@ class Host(Protocol):
 
     webhook_renewal: dict[str, Any]
     metrics_started: bool
+    guard_admission: GuardAdmission
 
     def start(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]: ...
 
@@ -48,11 +50,10 @@ class ServiceWebhookServer(BoundedWebhookServer):
         self.service_namespace = service_namespace
         self.service_port = service_port
 
-    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
-        async for cfg in super().__call__(fn):
-            yield webhookconfigs.service_client_config(
-                self.service_name, self.service_namespace, self.service_port, self.path, cfg.get("caBundle")
-            )
+    def advertised(self, client_config: Any) -> Any:
+        return webhookconfigs.service_client_config(
+            self.service_name, self.service_namespace, self.service_port, self.path, client_config.get("caBundle")
+        )
 
 
 def webhook_server(cfg: Settings, renewal: dict[str, Any]) -> kopf.WebhookServer | None:
@@ -151,6 +152,10 @@ def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, rt: Host) ->
             settings.admission.managed = cfg.webhook_config_name
         if rt.webhook_renewal:
             rt.start(renew_webhook_certificate_forever(rt.webhook_renewal), "webhook-certificate-renewal")
+        if isinstance(server, BoundedWebhookServer):  # GDNGuard admission: its own path and configuration
+            server.routes[GUARD_WEBHOOK_ID] = rt.guard_admission.answer
+            server.on_publish.append(rt.guard_admission.published)
+            rt.start(rt.guard_admission.run(), "guard-admission-scope")
     # Blocking Kubernetes calls of all handlers run in this pool (asyncio.to_thread); log streams have
     # their own pool (the runtime's log_pool) so long reads never starve status writes.
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="gdn-api"))

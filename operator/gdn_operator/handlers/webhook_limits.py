@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp.web
@@ -80,17 +81,40 @@ def precheck(text: str) -> tuple[dict[str, Any] | None, aiohttp.web.Response | N
     return review, None
 
 
-class BoundedWebhookServer(kopf.WebhookServer):
-    """kopf's HTTPS webhook server, with the size and nesting bounds above."""
+#: an admission path answered outside kopf (handlers/guardadmission.py): review -> AdmissionReview answer
+Route = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
-    @staticmethod
-    async def _serve(fn: Any, request: aiohttp.web.Request) -> aiohttp.web.Response:
+
+class BoundedWebhookServer(kopf.WebhookServer):
+    """kopf's HTTPS webhook server, with the size and nesting bounds above. `routes` answers the paths kopf
+    does not serve (the guard webhook); `on_publish` hears each clientConfig the server advertises."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.routes: dict[str, Route] = {}
+        self.on_publish: list[Callable[[dict[str, Any]], None]] = []
+
+    def advertised(self, client_config: Any) -> Any:
+        """The clientConfig the API server is given for kopf's (a subclass may point it elsewhere)."""
+        return client_config
+
+    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
+        async for cfg in super().__call__(fn):
+            out = self.advertised(cfg)
+            for hear in self.on_publish:
+                hear(dict(out))
+            yield out
+
+    async def _serve(self, fn: Any, request: aiohttp.web.Request) -> aiohttp.web.Response:  # type: ignore[override]
         headers = dict(request.headers)
         sslpeer = request.transport.get_extra_info("peercert") if request.transport else None
         text = await read_bounded(request)
         review, deny = precheck(text)
         if deny is not None:
             return deny
+        route = self.routes.get(request.match_info.get("id") or "")
+        if route is not None and review is not None:
+            return aiohttp.web.json_response(await route(review))
         try:
             response = await fn(review, webhook=request.match_info.get("id"), sslpeer=sslpeer, headers=headers)
         except AmbiguousResourceError as e:

@@ -1,0 +1,186 @@
+"""GDNGuard admission through the real API server (issue 35): a Deployment whose pod template launches vLLM
+with a known-crash line (vllm#36917: vLLM 0.17.1 + MTP on a Qwen3.5 model, GDN attention AssertionError) is
+admitted with a warning under policy warn and refused under policy deny; a clean line is admitted without a
+warning; a Deployment outside every guard never reaches the webhook (the API server's own webhook request
+counter stays flat); and nothing the webhook saw carries a gdn-operator field manager (it never writes)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import kubernetes
+import pytest
+from kubernetes.client.rest import ApiException
+
+from gdn_operator import GROUP, GUARD_PLURAL, VERSION
+from gdn_operator.api.crd import guard_crd_manifest
+from gdn_operator.handlers.guardadmission import GUARD_WEBHOOK_ID, guard_config_name
+from operator_harness import WEBHOOK_CONFIG, install_crd, running_webhook_operator, wait_for
+
+SC = '{"method":"mtp","num_speculative_tokens":2}'
+CLEAN = ["--no-enable-prefix-caching", "--no-async-scheduling", "--gdn-prefill-backend", "triton"]
+GUARDS_CONFIG = guard_config_name(WEBHOOK_CONFIG)
+
+
+@pytest.fixture(scope="module")
+def op(full_cluster, kube_api, tmp_path_factory):
+    install_crd(kube_api)  # (its wait reads GDNModelServers)
+    install_crd(kube_api, guard_crd_manifest())
+    co = kubernetes.client.CustomObjectsApi(kube_api)
+    wait_for(lambda: co.list_cluster_custom_object(GROUP, VERSION, GUARD_PLURAL) is not None, 30, what="GDNGuard CRD served")
+    adm = kubernetes.client.AdmissionregistrationV1Api(kube_api)
+    try:
+        with running_webhook_operator(full_cluster, kube_api, tmp_path_factory.mktemp("operator-guard")) as proc:
+            yield proc
+    finally:
+        try:
+            adm.delete_validating_webhook_configuration(GUARDS_CONFIG)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+def deployment(name, tag, extra=(), labels=None):
+    labels = labels or {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": 0,  # no pods needed: admission judges the template
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "vllm",
+                            "image": f"vllm/vllm-openai:{tag}",
+                            "args": ["Qwen/Qwen3.5-9B", "--speculative-config", SC, *extra],
+                        }
+                    ]
+                },
+            },
+        },
+    }
+
+
+def guard(name, app, policy):
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "GDNGuard",
+        "metadata": {"name": name},
+        "spec": {"selector": {"matchLabels": {"app": app}}, "admission": {"policy": policy}},
+    }
+
+
+def webhook_calls(api) -> float:
+    """The API server's count of calls to the guard webhooks (apiserver_admission_webhook_request_total)."""
+    method, url, headers, _, _ = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    resp = api.rest_client.pool_manager.request(method, url, headers=headers, timeout=30)
+    assert resp.status == 200, resp.data[:300]
+    total = 0.0
+    for line in resp.data.decode().splitlines():
+        if line.startswith("apiserver_admission_webhook_request_total{") and f".{GUARD_WEBHOOK_ID}." in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def create_guard(kube_api, ns, body):
+    co = kubernetes.client.CustomObjectsApi(kube_api)
+    co.create_namespaced_custom_object(GROUP, VERSION, ns, GUARD_PLURAL, body)
+    adm = kubernetes.client.AdmissionregistrationV1Api(kube_api)
+
+    def scoped():
+        cfg = adm.read_validating_webhook_configuration(GUARDS_CONFIG)
+        return any(
+            (h.namespace_selector.match_labels or {}).get("kubernetes.io/metadata.name") == ns
+            and (h.object_selector.match_labels or {}) == body["spec"]["selector"]["matchLabels"]
+            for h in cfg.webhooks or []
+        )
+
+    def present():
+        try:
+            return scoped()
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+
+    wait_for(present, 60, what="guard webhook scoped to the guard")
+
+
+def create_deployment(kube_api, ns, obj):
+    """Create through the webhook; a fresh webhook may need a moment before the API server calls it."""
+    apps = kubernetes.client.AppsV1Api(kube_api)
+
+    def attempt():
+        try:
+            resp = apps.create_namespaced_deployment(ns, obj, _preload_content=False)
+            warnings = [v for k, v in resp.getheaders().items() if k.lower() == "warning"]
+            return ("created", warnings)
+        except ApiException as e:
+            if e.status == 500 and "failed calling webhook" in (e.body or ""):
+                return None
+            return ("denied", e)
+
+    return wait_for(attempt, 30, interval=0.5, what="webhook answer")
+
+
+def managers(kube_api, ns, name):
+    apps = kubernetes.client.AppsV1Api(kube_api)
+    return {m.manager for m in apps.read_namespaced_deployment(name, ns).metadata.managed_fields or []}
+
+
+def test_known_crash_warned_then_refused_clean_admitted_unguarded_never_called(op, kube_api, ns):
+    create_guard(kube_api, ns, guard("warn-guard", "crashy", "warn"))
+
+    # warn: admitted, with the same rule line gdnctl validate prints, led by the guard's name
+    before = webhook_calls(kube_api)
+    outcome, warnings = create_deployment(kube_api, ns, deployment("crashy", "v0.17.1"))
+    assert outcome == "created", warnings
+    text = " ".join(warnings)
+    assert "vllm#36917" in text and f"GDNGuard {ns}/warn-guard" in text, warnings
+    assert webhook_calls(kube_api) > before  # the positive control for the flat counter below
+    assert "gdn-operator" not in managers(kube_api, ns, "crashy")  # validating only: nothing written
+
+    # clean: admitted without a warning
+    create_guard(kube_api, ns, guard("clean-guard", "clean", "deny"))
+    outcome, warnings = create_deployment(kube_api, ns, deployment("clean", "v0.33.0", CLEAN))
+    assert (outcome, warnings) == ("created", [])
+    assert "gdn-operator" not in managers(kube_api, ns, "clean")
+
+    # deny: the same launch line refused, nothing created
+    create_guard(kube_api, ns, guard("deny-guard", "refused", "deny"))
+    outcome, err = create_deployment(kube_api, ns, deployment("refused", "v0.17.1"))
+    assert outcome == "denied" and err.status == 403, err
+    message = json.loads(err.body)["message"]
+    assert f"refused by GDNGuard {ns}/deny-guard (admission policy deny)" in message and "vllm#36917" in message
+    with pytest.raises(ApiException) as ei:
+        kubernetes.client.AppsV1Api(kube_api).read_namespaced_deployment("refused", ns)
+    assert ei.value.status == 404
+
+    # outside every guard: the same known-crash line, never sent to the webhook
+    calls = webhook_calls(kube_api)
+    outcome, warnings = create_deployment(kube_api, ns, deployment("unguarded", "v0.17.1"))
+    assert (outcome, warnings) == ("created", [])
+    assert webhook_calls(kube_api) == calls
+    assert re.search(r"guard admission (admitted|denied) Deployment " + re.escape(f"{ns}/unguarded"), op.log_tail(400)) is None
+
+
+def test_deleting_the_guard_removes_its_webhook(op, kube_api, ns):
+    create_guard(kube_api, ns, guard("gone", "gone", "deny"))
+    co = kubernetes.client.CustomObjectsApi(kube_api)
+    co.delete_namespaced_custom_object(GROUP, VERSION, ns, GUARD_PLURAL, "gone")
+    adm = kubernetes.client.AdmissionregistrationV1Api(kube_api)
+
+    def unscoped():
+        cfg = adm.read_validating_webhook_configuration(GUARDS_CONFIG)
+        return not any(
+            (h.namespace_selector.match_labels or {}).get("kubernetes.io/metadata.name") == ns for h in cfg.webhooks or []
+        )
+
+    wait_for(unscoped, 60, what="guard webhook removed")
+    outcome, warnings = create_deployment(kube_api, ns, deployment("gone", "v0.17.1"))
+    assert (outcome, warnings) == ("created", [])
