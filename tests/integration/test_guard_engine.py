@@ -90,7 +90,7 @@ def test_acceptance_of_a_guarded_deployment_then_broken_mtp_collapse(op, kube_ap
         it = items[2]
         wrong = list(it["expected_token_ids"][: it["max_tokens"]])
         wrong[min(2, len(wrong) - 1)] += 1
-        probes = {"intervalSeconds": 5, "timeoutSeconds": 60, "failureThreshold": 2, "prompts": [
+        probes = {"intervalSeconds": 20, "timeoutSeconds": 15, "failureThreshold": 2, "prompts": [
             {"name": "known", "promptTokenIds": items[3]["prompt_token_ids"], "maxTokens": items[3]["max_tokens"],
              "expectedTokenIds": items[3]["expected_token_ids"][: items[3]["max_tokens"]], "mode": "prefix"},
             {"name": "altered", "promptTokenIds": it["prompt_token_ids"], "maxTokens": it["max_tokens"],
