@@ -24,6 +24,9 @@ crashing twice with the same classified signature (deterministic), once per pod 
 guard reports what it would have done.
 
 Pods the operator itself manages (label serving.gdn-operator.io/server) are left to the GDNModelServer path.
+
+Size (~520 lines): one state machine over the guards (events, rounds, findings, remediation) whose parts share
+its state; the probe wiring (probe_pods, probe_result, _configure_probes) is the part that would move out first.
 """
 
 from __future__ import annotations
