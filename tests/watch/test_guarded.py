@@ -9,7 +9,7 @@ import json
 import pytest
 
 from gdn_operator.handlers.guardstatus import Finding, WorkloadView, compose, fingerprint, policy_report
-from gdn_operator.watch.guarded import port_of, selects, version_problem
+from gdn_operator.watch.guarded import port_of, selects, served_name, version_problem
 
 
 @pytest.mark.parametrize(
@@ -36,6 +36,12 @@ def test_selector(selector, labels, want):
 )
 def test_port(argv, port):
     assert port_of(argv) == port
+
+
+def test_served_name():
+    assert served_name(["vllm", "serve", "/m", "--served-model-name", "recall", "--port", "8000"]) == "recall"
+    assert served_name(["vllm", "serve", "/m", "--served-model-name=a"]) == "a"
+    assert served_name(["vllm", "serve", "/m"]) is None
 
 
 def test_version_problem_names_the_fix():

@@ -62,7 +62,7 @@ from gdn_operator.labels import LABEL_SERVER
 from gdn_operator.rules import evaluate_launch
 from gdn_operator.rules.workload import engine_container, resolve_version
 from gdn_operator.watch.evidence import Evidence
-from gdn_operator.watch.guarded import port_of, selects, version_problem
+from gdn_operator.watch.guarded import port_of, selects, served_name, version_problem
 from gdn_operator.watch.probes import Condition, ProbeBook
 
 log = logging.getLogger(__name__)
@@ -313,7 +313,7 @@ class GuardSupervisor:
             ws.known_problem = f"launch line of {gp.name} not read: {e}"
             return
         ws.evidence = Evidence.from_spec(line.spec, gp.version)
-        ws.served = line.spec.model.served_name or line.model
+        ws.served = served_name(gp.argv) or line.model
         ws.known = [
             Finding("KnownCrash", f.line(), kube.now(), f.rule) for f in ev.findings if f.action in ("rejected", "mitigated")
         ]

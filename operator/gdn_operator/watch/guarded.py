@@ -3,7 +3,7 @@ its launch line, the release: shared with the GDNGuard admission webhook), as pu
 
 * whether a guard's selector (a metav1.LabelSelector: matchLabels, matchExpressions In / NotIn / Exists /
   DoesNotExist) selects it; an empty selector selects nothing (api/guard.py refuses one);
-* where its engine's API listens: the launch line's `--port` (default 8000);
+* where its engine's API listens: the launch line's `--port` (default 8000), and the model name it answers to;
 * what to say when its release is not known.
 """
 
@@ -57,3 +57,14 @@ def version_problem(source: str, image: str, annotation: str | None) -> str:
         f"no vLLM release in image {image!r} nor annotation gdn-operator.io/vllm-version: set spec.vllmVersion.pinned, "
         "or the annotation on the workload's pod template"
     )
+
+
+def served_name(argv: Sequence[str]) -> str | None:
+    """The first `--served-model-name` of a launch line (what the engine's API answers to), None when unset: the
+    model path or id is then the name."""
+    for i, a in enumerate(argv):
+        if a.startswith("--served-model-name="):
+            return a.split("=", 1)[1] or None
+        if a == "--served-model-name" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            return argv[i + 1]
+    return None
