@@ -273,6 +273,7 @@ class Settings:
         _bool,
         "act on GDNGuards: watch pods (get, list, watch in the watched namespaces) and run the crash watch, stall "
         "detection, acceptance and probes on the engine pods a guard selects (read-only on them)",
+        "guard.enabled",
     )
     guard_interval: float = _setting(
         "GDN_GUARD_INTERVAL", 15.0, _seconds, "seconds between two rounds of a GDNGuard (scrape, findings, one status write)"
@@ -289,6 +290,7 @@ class Settings:
         _bool,
         "opt-in: a GDNGuard with `remediation: deletePod` may delete a stalled or deterministically crashing guarded "
         "pod (the chart grants pod delete only then); off: such a guard reports what it would have done",
+        "guard.remediation.enabled",
     )
     # admission webhook
     webhook_mode: str = _setting(

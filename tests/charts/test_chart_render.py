@@ -56,8 +56,19 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("", "persistentvolumeclaims"): {"get", "create", "patch", "delete"},
     # drain marks for DisruptionBlocked (issue 38, handlers/disruption.py): read only, operator.watchNodes
     ("", "nodes"): {"get", "list", "watch"},
+    # GDNGuard (issue 35, guard.enabled): the guards, and read only what they select (never a write)
+    ("serving.gdn-operator.io", "gdnguards"): {"get", "list", "watch"},
+    ("serving.gdn-operator.io", "gdnguards/status"): {"patch"},
+    ("apps", "statefulsets"): {"get", "list", "watch"},
+    ("apps", "replicasets"): {"get", "list", "watch"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"get", "list", "watch"},
 }
 NAMESPACED_RESOURCES = {
+    ("serving.gdn-operator.io", "gdnguards"),
+    ("serving.gdn-operator.io", "gdnguards/status"),
+    ("apps", "statefulsets"),
+    ("apps", "replicasets"),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"),
     ("serving.gdn-operator.io", "gdnmodelservers"),
     ("serving.gdn-operator.io", "gdnmodelservers/status"),
     ("serving.gdn-operator.io", "gdnmodelservers/finalizers"),
@@ -255,8 +266,7 @@ def test_probes_ports_and_services_are_wired(chart_tools, name):
     # to what the operator serves); the operator only patches their caBundle, by name
     assert env["GDN_WEBHOOK_CONFIGS"] == "shipped"
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
-        cfg = one(objs, kind)
-        assert cfg["metadata"]["name"] == env["GDN_WEBHOOK_CONFIG_NAME"]
+        cfg = one(objs, kind, env["GDN_WEBHOOK_CONFIG_NAME"])
         for hook in cfg["webhooks"]:
             assert hook["clientConfig"]["service"]["name"] == env["GDN_WEBHOOK_SERVICE"]
             assert hook["clientConfig"]["service"]["namespace"] == NAMESPACE
@@ -264,7 +274,10 @@ def test_probes_ports_and_services_are_wired(chart_tools, name):
             # failurePolicy Fail: an operator that does not answer holds each write this long (issue 38: was 30)
             assert hook["failurePolicy"] == "Fail" and hook["timeoutSeconds"] <= 10
     rules = [r for r in one(objs, "ClusterRole")["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
-    assert [(r.get("resourceNames"), sorted(r["verbs"])) for r in rules] == [([env["GDN_WEBHOOK_CONFIG_NAME"]], ["get", "patch"])]
+    assert [(r.get("resourceNames"), sorted(r["verbs"])) for r in rules] == [
+        ([env["GDN_WEBHOOK_CONFIG_NAME"]], ["get", "patch"]),
+        ([f"guards.{env['GDN_WEBHOOK_CONFIG_NAME']}"], ["get", "patch"]),  # GDNGuard admission (issue 35)
+    ]
     assert env["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
 

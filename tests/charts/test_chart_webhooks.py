@@ -82,8 +82,7 @@ async def test_chart_webhooks_are_what_the_operator_serves(chart_tools, handlers
     want = webhookconfigs.desired_webhooks(handlers, cfg.webhook_config_name, target, cfg.namespaces)
     with_ca = webhookconfigs.desired_webhooks(handlers, cfg.webhook_config_name, served, cfg.namespaces)
     for kind in KINDS:
-        shipped = one(objs, kind)
-        assert shipped["metadata"]["name"] == cfg.webhook_config_name
+        shipped = one(objs, kind, cfg.webhook_config_name)
         assert shipped["webhooks"] == want[kind], f"{kind}: the chart's webhooks differ from what the operator serves"
         # ... so the operator, pointing them at itself, writes the caBundle and nothing else
         p = webhookconfigs.plan(kind, shipped, with_ca[kind])
@@ -94,12 +93,12 @@ async def test_chart_webhooks_are_what_the_operator_serves(chart_tools, handlers
 def test_namespace_selector_follows_watch_namespaces(chart_tools):
     cluster = render_set("default")
     for kind in KINDS:
-        assert all("namespaceSelector" not in h for h in one(cluster, kind)["webhooks"])
+        assert all("namespaceSelector" not in h for h in one(cluster, kind, "gdn-operator.serving.gdn-operator.io")["webhooks"])
     namespaced = render_set("namespaced")
     watched = env_of(namespaced)["GDN_WATCH_NAMESPACES"].split(",")
     assert watched == ["team-a", "team-b"]
     for kind in KINDS:
-        for h in one(namespaced, kind)["webhooks"]:
+        for h in one(namespaced, kind, "gdn-operator.serving.gdn-operator.io")["webhooks"]:
             assert h["namespaceSelector"] == {
                 "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": watched}]
             }
@@ -109,8 +108,7 @@ def test_config_name_and_release_namespace_propagate(chart_tools):
     objs = docs(render_text(sets={"webhook.configName": "hooks.example.com"}, namespace="ops", release="r1"))
     env = env_of(objs)
     for kind in KINDS:
-        cfg = one(objs, kind)
-        assert cfg["metadata"]["name"] == "hooks.example.com"
+        cfg = one(objs, kind, "hooks.example.com")
         for h in cfg["webhooks"]:
             assert h["name"].endswith(".hooks.example.com")
             assert h["clientConfig"]["service"]["name"] == env["GDN_WEBHOOK_SERVICE"]
@@ -122,8 +120,16 @@ def test_config_name_and_release_namespace_propagate(chart_tools):
             "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
             "resourceNames": ["hooks.example.com"],
             "verbs": ["get", "patch"],
-        }
+        },
+        {  # GDNGuard admission: the operator sets the webhooks of its guard configuration, by name only
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingwebhookconfigurations"],
+            "resourceNames": ["guards.hooks.example.com"],
+            "verbs": ["get", "patch"],
+        },
     ]
+    guards = one(objs, webhookconfigs.VALIDATING, "guards.hooks.example.com")
+    assert guards["webhooks"] == []  # shipped empty: the operator adds one webhook per GDNGuard
 
 
 def test_webhook_disabled_ships_no_configurations_and_no_webhook_rbac(chart_tools):
@@ -143,8 +149,11 @@ def test_a_changed_handler_is_caught(chart_tools, handlers):
     changed = [
         dataclasses.replace(h, operations=["CREATE", "UPDATE", "DELETE"]) if h.id == "gdn-admission" else h for h in handlers
     ]
-    target = one(objs, webhookconfigs.VALIDATING)["webhooks"][0]["clientConfig"]
+    target = one(objs, webhookconfigs.VALIDATING, "gdn-operator.serving.gdn-operator.io")["webhooks"][0]["clientConfig"]
     target = {"service": {**target["service"], "path": ""}}
     want = webhookconfigs.desired_webhooks(changed, env["GDN_WEBHOOK_CONFIG_NAME"], target)
-    assert one(objs, webhookconfigs.VALIDATING)["webhooks"] != want[webhookconfigs.VALIDATING]
+    assert (
+        one(objs, webhookconfigs.VALIDATING, "gdn-operator.serving.gdn-operator.io")["webhooks"]
+        != want[webhookconfigs.VALIDATING]
+    )
     assert one(objs, webhookconfigs.MUTATING)["webhooks"] == want[webhookconfigs.MUTATING]

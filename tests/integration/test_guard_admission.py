@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import kubernetes
 import pytest
@@ -21,6 +24,7 @@ from operator_harness import WEBHOOK_CONFIG, install_crd, running_webhook_operat
 SC = '{"method":"mtp","num_speculative_tokens":2}'
 CLEAN = ["--no-enable-prefix-caching", "--no-async-scheduling", "--gdn-prefill-backend", "triton"]
 GUARDS_CONFIG = guard_config_name(WEBHOOK_CONFIG)
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "guard" / "my-vllm.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -90,13 +94,18 @@ def webhook_calls(api) -> float:
 def create_guard(kube_api, ns, body):
     co = kubernetes.client.CustomObjectsApi(kube_api)
     co.create_namespaced_custom_object(GROUP, VERSION, ns, GUARD_PLURAL, body)
+    create_guard_wait(kube_api, ns, body["spec"]["selector"]["matchLabels"])
+
+
+def create_guard_wait(kube_api, ns, match_labels):
+    """Until the guard webhook configuration has the guard's webhook (scoped to `ns` and its labels)."""
     adm = kubernetes.client.AdmissionregistrationV1Api(kube_api)
 
     def scoped():
         cfg = adm.read_validating_webhook_configuration(GUARDS_CONFIG)
         return any(
             (h.namespace_selector.match_labels or {}).get("kubernetes.io/metadata.name") == ns
-            and (h.object_selector.match_labels or {}) == body["spec"]["selector"]["matchLabels"]
+            and (h.object_selector.match_labels or {}) == match_labels
             for h in cfg.webhooks or []
         )
 
@@ -184,3 +193,23 @@ def test_deleting_the_guard_removes_its_webhook(op, kube_api, ns):
     wait_for(unscoped, 60, what="guard webhook removed")
     outcome, warnings = create_deployment(kube_api, ns, deployment("gone", "v0.17.1"))
     assert (outcome, warnings) == ("created", [])
+
+
+@pytest.mark.tools
+@pytest.mark.readme("kubectl apply -n NAMESPACE -f examples/guard/my-vllm.yaml")
+def test_the_readme_guard_warns_on_a_known_crash_deployment(op, kube_api, full_cluster, ns):
+    """README "Guard an existing vLLM deployment": the example guard, applied with kubectl as written there,
+    warns on a Deployment labelled app=my-vllm whose launch line a known-crash rule matches."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "charts"))
+    from _chart_helpers import tools
+
+    res = subprocess.run(
+        [tools()["kubectl"], "--kubeconfig", str(full_cluster.kubeconfig), "apply", "-n", ns, "-f", str(EXAMPLE)],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stderr
+    create_guard_wait(kube_api, ns, {"app": "my-vllm"})
+    outcome, warnings = create_deployment(kube_api, ns, deployment("my-vllm", "v0.17.1"))
+    assert outcome == "created" and any("vllm#36917" in w and f"GDNGuard {ns}/my-vllm" in w for w in warnings), warnings
+    assert "gdn-operator" not in managers(kube_api, ns, "my-vllm")

@@ -28,7 +28,7 @@ from operator_harness import wait_for
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "charts"))
 from _chart_helpers import ToolError, docs, render_text, tools  # noqa: E402
 
-from gdn_operator.handlers import certs, main, webhookconfigs  # noqa: E402
+from gdn_operator.handlers import certs, guardadmission, main, webhookconfigs  # noqa: E402
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 WEBHOOK_KINDS = (webhookconfigs.VALIDATING, webhookconfigs.MUTATING)
@@ -253,7 +253,7 @@ def test_operator_points_the_shipped_webhooks_with_only_its_rbac(kube_api, contr
             webhookconfigs.VALIDATING: adm.read_validating_webhook_configuration,
             webhookconfigs.MUTATING: adm.read_mutating_webhook_configuration,
         }
-        shipped = {o["kind"]: o for o in i.applied if o["kind"] in WEBHOOK_KINDS}
+        shipped = {o["kind"]: o for o in i.applied if o["kind"] in WEBHOOK_KINDS and o["metadata"]["name"] == i.config_name}
         ca = certs.new_bundle(["x"]).ca_pem
         bundle = base64.b64encode(ca).decode()
         served = webhookconfigs.service_client_config(i.env["GDN_WEBHOOK_SERVICE"], i.namespace, 443, None, bundle)
@@ -275,6 +275,19 @@ def test_operator_points_the_shipped_webhooks_with_only_its_rbac(kube_api, contr
             rv = {k: read[k](i.config_name).metadata.resource_version for k in WEBHOOK_KINDS}
             webhookconfigs.point_webhooks(sa_api, i.config_name, desired)
             assert {k: read[k](i.config_name).metadata.resource_version for k in WEBHOOK_KINDS} == rv
+
+            # GDNGuard admission (issue 35): the SA sets the webhooks of the shipped guard configuration, as
+            # handlers/guardadmission.write_configuration does (a JSON patch), with its own token
+            guards_cfg = f"guards.{i.config_name}"
+            hook = guardadmission.guard_webhooks(
+                [{"metadata": {"name": "g", "namespace": i.watched[0]}, "spec": {"selector": {"matchLabels": {"app": "x"}}}}],
+                i.config_name,
+                served,
+            )
+            sa_adm = kubernetes.client.AdmissionregistrationV1Api(sa_api)
+            sa_adm.patch_validating_webhook_configuration(guards_cfg, [{"op": "add", "path": "/webhooks", "value": hook}])
+            live_guards = adm.read_validating_webhook_configuration(guards_cfg).webhooks
+            assert [h.object_selector.match_labels for h in live_guards] == [{"app": "x"}]
 
             # another configuration (admin-made, same content): the SA can neither read nor patch it
             other = {**shipped[webhookconfigs.VALIDATING], "metadata": {"name": f"other-{i.config_name}"}}
@@ -311,3 +324,46 @@ def test_watch_nodes_off_grants_nothing_on_nodes(kube_api, control_plane, helm_t
         assert i.env["GDN_WATCH_NODES"] == "false"
         (ns,) = i.watched
         i.check([("patch", "deployments", "apps", ns)], [*NODE_READS, *common_denials(i, ns)])
+
+
+def test_guards_read_what_they_select_and_write_nothing_of_it(kube_api, control_plane, helm_tools):
+    """GDNGuard (issue 35): in the watched namespaces the operator reads the guards and the workloads they
+    select (StatefulSets, ReplicaSets, LeaderWorkerSets besides the pods, logs and Deployments it reads for its
+    own servers), writes only a guard's status and the webhooks of its own guard configuration, and never
+    creates, changes or deletes a StatefulSet, ReplicaSet, LeaderWorkerSet or a GDNGuard (the user's spec)."""
+    with Install(control_plane, kube_api, watched=["guard-a"], webhooks=False) as i:
+        (a,) = i.watched
+        guards, lws = "serving.gdn-operator.io", "leaderworkerset.x-k8s.io"
+        allowed = [
+            *[(v, "gdnguards", guards, a) for v in ("get", "list", "watch")],
+            ("patch", "gdnguards", guards, a, None, "status"),
+            *[(v, r, "apps", a) for r in ("statefulsets", "replicasets", "deployments") for v in ("get", "list", "watch")],
+            *[(v, "leaderworkersets", lws, a) for v in ("get", "list", "watch")],
+            ("get", "pods", "", a, None, "log"),
+            ("get", VWC, ADM, None, f"guards.{i.config_name}"),
+            ("patch", VWC, ADM, None, f"guards.{i.config_name}"),
+        ]
+        denied = [
+            *[(v, "gdnguards", guards, a) for v in ("create", "update", "patch", "delete")],
+            ("update", "gdnguards", guards, a, None, "status"),
+            *[(v, r, "apps", a) for r in ("statefulsets", "replicasets") for v in ("create", "update", "patch", "delete")],
+            *[(v, "leaderworkersets", lws, a) for v in ("create", "update", "patch", "delete")],
+            *[("get", r, "apps", "kube-system") for r in ("statefulsets", "replicasets")],
+            ("list", "gdnguards", guards, "default"),
+            ("list", "gdnguards", guards),  # not across all namespaces
+            ("delete", VWC, ADM, None, f"guards.{i.config_name}"),
+            ("patch", VWC, ADM, None, f"guards.{i.config_name}x"),
+            *common_denials(i, a),
+        ]
+        i.check(allowed, denied)
+    with Install(control_plane, kube_api, watched=["guard-off"], webhooks=False, extra={"guard.enabled": False}) as i:
+        (a,) = i.watched
+        i.check(
+            [("list", "deployments", "apps", a)],
+            [
+                ("list", "gdnguards", "serving.gdn-operator.io", a),
+                ("list", "statefulsets", "apps", a),
+                ("get", VWC, ADM, None, f"guards.{i.config_name}"),
+            ],
+        )
+        assert i.env["GDN_GUARDS"] == "false" and i.env["GDN_GUARD_DELETE_PODS"] == "false"

@@ -107,6 +107,11 @@ def test_named_container_and_no_engine():
             },
             ["spec.leaderWorkerTemplate.leaderTemplate.spec", "spec.leaderWorkerTemplate.workerTemplate.spec"],
         ),
+        (
+            {"kind": "LLMInferenceService", "spec": {"template": {}, "prefill": {"template": {}, "worker": {}}}},
+            ["spec.template", "spec.prefill.template", "spec.prefill.worker"],
+        ),
+        ({"kind": "Workspace", "inference": {"template": {"spec": {}}}}, ["inference.template.spec"]),
         ({"kind": "ConfigMap", "data": {}}, []),
     ],
 )
@@ -123,3 +128,29 @@ def test_bare_pod_and_lws_are_judged():
         "spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": podspec("v0.17.1")}}},
     }
     assert "vllm#36917" in judge_workload(lws, guard("deny")).denied
+    llmisvc = {"kind": "LLMInferenceService", "metadata": {"name": "k"}, "spec": {"template": podspec("v0.17.1")}}
+    assert "vllm#36917" in judge_workload(llmisvc, guard("deny")).denied
+
+
+def test_gdnctl_validate_reads_a_deployment(tmp_path, capsys):
+    """`gdnctl validate -f deployment.yaml`: the guard admission answer, offline (exit 1 when refused)."""
+    import json
+
+    import yaml
+
+    from gdn_operator.cli import main
+
+    path = tmp_path / "deployment.yaml"
+    path.write_text(yaml.safe_dump(deployment("v0.17.1")))
+    assert main(["validate", "-f", str(path)]) == 1  # --policy reject (the default) is a deny guard
+    out = capsys.readouterr().out
+    assert "Deployment my-vllm: REFUSED (GDNGuard admission, policy deny)" in out and "[refused] vllm#36917:" in out
+    assert main(["validate", "-f", str(path), "--policy", "warn", "--output", "json"]) == 0
+    (res,) = json.loads(capsys.readouterr().out)
+    assert res["allowed"] and "vllm#36917" in res["rules"]
+    path.write_text(yaml.safe_dump(deployment("latest")))
+    assert main(["validate", "-f", str(path), "--vllm-version", "0.33.0"]) == 1  # pinned: judged (vllm#43559)
+    capsys.readouterr()
+    path.write_text(yaml.safe_dump(deployment("v0.33.0", CLEAN)))
+    assert main(["validate", "-f", str(path)]) == 0
+    assert capsys.readouterr().out == f"{path} Deployment my-vllm: ADMITTED (GDNGuard admission, policy deny)\n"

@@ -134,6 +134,24 @@ tests/charts/test_chart_render.py holds the same table and fails on any extra re
 - apiGroups: [""]
   resources: ["pods/log"]
   verbs: ["get"]
+{{- if .Values.guard.enabled }}
+# GDNGuard (issue 35): the guards (read; their status written as a JSON patch) and, read only, the workloads
+# they select (deployments, pods and pods/log are read above for GDNModelServers already).
+- apiGroups: ["serving.gdn-operator.io"]
+  resources: ["gdnguards"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["serving.gdn-operator.io"]
+  resources: ["gdnguards/status"]
+  verbs: ["patch"]
+- apiGroups: ["apps"]
+  resources: ["statefulsets", "replicasets"]
+  verbs: ["get", "list", "watch"]
+{{- if not .Values.scaleOut.leaderWorkerSet.enabled }}
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
+{{- end }}
 # kube.emit_event and kopf's own event posting (core/v1 Events).
 - apiGroups: [""]
   resources: ["events"]

@@ -21,6 +21,7 @@ pod template unchanged (scale, labels, status) is admitted, so a rule added late
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import hashlib
 import logging
@@ -41,11 +42,15 @@ log = logging.getLogger(__name__)
 
 #: the path of the guard webhook on the operator's webhook server (and the prefix of its configuration's name)
 GUARD_WEBHOOK_ID = "gdn-guard-admission"
+#: seconds between re-checks of the guard webhook configuration when nothing signalled a change
+RESYNC_SECONDS = 60.0
 #: what the guard webhook is called for (CREATE and UPDATE only: it never sees deletes)
 GUARDED_RESOURCES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("apps", "v1", ("deployments", "statefulsets")),
     ("", "v1", ("pods",)),
     ("leaderworkerset.x-k8s.io", "v1", ("leaderworkersets",)),
+    ("serving.kserve.io", "v1alpha1", ("llminferenceservices",)),
+    ("kaito.sh", "v1beta1", ("workspaces",)),
 )
 
 
@@ -206,7 +211,6 @@ class GuardAdmission:
         self.namespaces = tuple(namespaces)
         self.client_config: dict[str, Any] | None = None
         self.changed = asyncio.Event()
-        self.written: list[dict[str, Any]] | None = None  # the webhooks last written (skip identical writes)
 
     def published(self, client_config: dict[str, Any]) -> None:
         """The webhook server's clientConfig (called at each (re)start of the server)."""
@@ -224,18 +228,18 @@ class GuardAdmission:
         return review_response(review, guards)
 
     async def run(self) -> None:
-        """Rewrite the guard webhook configuration whenever something it depends on changed."""
+        """Set the guard webhook configuration's webhooks whenever something they depend on changed, and every
+        RESYNC_SECONDS (an upgrade of the chart, or someone, may have emptied them)."""
         while True:
-            await self.changed.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), RESYNC_SECONDS)
             self.changed.clear()
             if self.client_config is None:
                 continue
             try:
                 guards = await asyncio.to_thread(list_guards, list(self.namespaces) or None)
                 desired = guard_configuration(guards, self.config_name, self.client_config)
-                if desired["webhooks"] != self.written:
-                    await asyncio.to_thread(write_configuration, desired)
-                    self.written = desired["webhooks"]
+                if await asyncio.to_thread(write_configuration, desired):
                     log.info(
                         "guard admission scope: %d guard webhook(s) in %s", len(desired["webhooks"]), desired["metadata"]["name"]
                     )
@@ -264,14 +268,33 @@ def list_guards(namespaces: list[str] | None) -> list[dict[str, Any]]:
     return items
 
 
-def write_configuration(desired: dict[str, Any]) -> None:
-    """Create the operator's guard webhook configuration, or set its webhooks (ours: never another's)."""
+def write_configuration(desired: dict[str, Any]) -> bool:
+    """Set the webhooks of the operator's guard webhook configuration (ours: never another's), creating it
+    where the chart did not ship it (GDN_WEBHOOK_CONFIGS=managed). Returns whether anything was written."""
     adm = kubernetes.client.AdmissionregistrationV1Api(api_client())
     name = desired["metadata"]["name"]
     try:
+        live = _json(adm.read_validating_webhook_configuration(name, _preload_content=False))
+        if _comparable(live.get("webhooks") or []) == _comparable(desired["webhooks"]):
+            return False
         # a JSON patch: a strategic merge would keep the webhooks of deleted guards (the list merges by name)
         adm.patch_validating_webhook_configuration(name, [{"op": "add", "path": "/webhooks", "value": desired["webhooks"]}])
     except ApiException as e:
         if e.status != 404:
             raise
         adm.create_validating_webhook_configuration(desired)  # type: ignore[arg-type]  # the client takes the dict as is
+    return True
+
+
+def _comparable(hooks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Webhooks as written, without the fields the API server defaults (so a live list compares equal)."""
+    keep = ("name", "failurePolicy", "rules", "objectSelector", "namespaceSelector", "clientConfig", "timeoutSeconds")
+    out = []
+    for h in hooks:
+        d = {k: h.get(k) for k in keep}
+        d["clientConfig"] = {k: v for k, v in (h.get("clientConfig") or {}).items() if v is not None}
+        d["rules"] = [
+            {k: r.get(k) for k in ("apiGroups", "apiVersions", "resources", "operations")} for r in h.get("rules") or []
+        ]
+        out.append(d)
+    return out

@@ -92,6 +92,7 @@ def register_optional(rt: Runtime, *, webhook: bool, registry: kopf.OperatorRegi
         ids.append("node_event")
     if webhook:
         ids += register_admission(reg)
+    if webhook and rt.settings.guards:
         kopf.on.event(GROUP, VERSION, GUARD_PLURAL, id="guard-admission-scope", registry=reg)(guard_scope_event)
         ids.append("guard-admission-scope")
     rt.optional_handlers = ids or ["(none)"]

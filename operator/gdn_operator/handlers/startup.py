@@ -152,7 +152,7 @@ def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, rt: Host) ->
             settings.admission.managed = cfg.webhook_config_name
         if rt.webhook_renewal:
             rt.start(renew_webhook_certificate_forever(rt.webhook_renewal), "webhook-certificate-renewal")
-        if isinstance(server, BoundedWebhookServer):  # GDNGuard admission: its own path and configuration
+        if isinstance(server, BoundedWebhookServer) and cfg.guards:  # GDNGuard admission: its own path and configuration
             server.routes[GUARD_WEBHOOK_ID] = rt.guard_admission.answer
             server.on_publish.append(rt.guard_admission.published)
             rt.start(rt.guard_admission.run(), "guard-admission-scope")

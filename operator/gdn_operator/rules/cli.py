@@ -31,8 +31,10 @@ import json
 import sys
 from typing import Any
 
+from gdn_operator import KIND
 from gdn_operator.api import k8s
 from gdn_operator.api.enums import Architecture
+from gdn_operator.api.guard import GDNGuardSpec
 from gdn_operator.api.load import ManifestError, load_documents, parse_object, read_text
 from gdn_operator.api.pod import UNSAFE_OPT_INS
 from gdn_operator.api.resource import GDNModelServer
@@ -40,6 +42,7 @@ from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.rules.admit import INVALID, Verdict, verdict
 from gdn_operator.rules.evaluator import Evaluation
 from gdn_operator.rules.launchline import LaunchLine, evaluate_launch
+from gdn_operator.rules.workload import judge_workload, pod_specs
 
 CLI_DEFAULT_POLICY = "reject"
 
@@ -167,6 +170,42 @@ def _no_family(line: LaunchLine) -> str:
     )
 
 
+def _workload_documents(filename: str, source: str) -> list[tuple[str, dict[str, Any]]]:
+    """(label, document) of a file of workloads (Deployment, StatefulSet, LeaderWorkerSet, Pod, ...), or []
+    when it holds a GDNModelServer (or anything without a pod template)."""
+    docs = load_documents(read_text(filename), source)
+    if not docs or not all(isinstance(d, dict) and pod_specs(d) and d.get("kind") != KIND for d in docs):
+        return []
+    return [(source if len(docs) == 1 else f"{source}[doc {i}]", d) for i, d in enumerate(docs)]
+
+
+def _validate_workloads(workloads: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) -> int:
+    """`gdnctl validate -f deployment.yaml`: the answer a GDNGuard's admission gives the workload (rules/workload.py),
+    policy deny for --policy reject (the default), warn otherwise (a guard never mutates); --vllm-version pins
+    the release, else it is read from the image tag or the gdn-operator.io/vllm-version annotation."""
+    policy = "deny" if (getattr(args, "policy", None) or CLI_DEFAULT_POLICY) == "reject" else "warn"
+    guard: dict[str, Any] = {"selector": {"matchLabels": {"gdnctl": "validate"}}, "admission": {"policy": policy}}
+    if args.vllm_version:
+        guard["vllmVersion"] = {"pinned": args.vllm_version}
+    spec = GDNGuardSpec.model_validate(guard)
+    results, lines, code = [], [], 0
+    for label, doc in workloads:
+        v = judge_workload(doc, spec, "(gdnctl validate)")
+        name = f"{doc.get('kind')} {(doc.get('metadata') or {}).get('name') or ''}".strip()
+        verdict_word = "REFUSED" if not v.allowed else ("WARNED" if v.warnings else "ADMITTED")
+        lines.append(f"{label} {name}: {verdict_word} (GDNGuard admission, policy {policy})")
+        lines += [f"  [refused] {m.removeprefix('- ')}" for m in v.denied.splitlines()[1:]]
+        lines += [f"  [warned] {w}" for w in v.warnings]
+        lines += [f"  note: {n}" for n in v.notes]
+        results.append({"source": label, "name": name, "allowed": v.allowed, "rules": v.rules, "warnings": v.warnings,
+                        "message": v.denied, "notes": v.notes})  # fmt: skip
+        code = max(code, 0 if v.allowed else 1)
+    sys.stdout.write(
+        json.dumps(results, indent=2) + "\n" if getattr(args, "output", "text") == "json" else "\n".join(lines) + "\n"
+    )
+    return code
+
+
 def run_validate(args: argparse.Namespace) -> int:
     launch = list(getattr(args, "launch", None) or [])
     if launch and launch[0] == "--":
@@ -199,6 +238,9 @@ def run_validate(args: argparse.Namespace) -> int:
         verdicts.append(None)
     elif filename:  # always, after the checks above
         source = "<stdin>" if filename == "-" else filename
+        workloads = _workload_documents(filename, source)
+        if workloads:
+            return _validate_workloads(workloads, args)
         for label, named, obj in _objects(filename, source):
             if obj is None:  # the webhook refuses the name before it reads the spec
                 problem = k8s.service_name_problem(named or "") or ""

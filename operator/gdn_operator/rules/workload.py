@@ -12,6 +12,10 @@ Where the pod templates are, per kind (the real types' field paths):
     LeaderWorkerSet (leaderworkerset.x-k8s.io)   spec.leaderWorkerTemplate.leaderTemplate.spec (when set),
                                                  spec.leaderWorkerTemplate.workerTemplate.spec
     CronJob                               spec.jobTemplate.spec.template.spec
+    LLMInferenceService (serving.kserve.io/v1alpha1)   spec.template, spec.worker, spec.prefill.template,
+                                          spec.prefill.worker (PodSpecs; the vLLM command often comes from the
+                                          LLMInferenceServiceConfig presets, then no container launches vLLM here)
+    Workspace (kaito.sh)                  inference.template.spec
 
 The engine container: the one named by the guard, else the first whose command + args launch vLLM. A
 container without `command` on a vLLM image (vllm/vllm-openai: ENTRYPOINT `vllm serve`) is read as
@@ -54,19 +58,33 @@ def _get(obj: Any, path: tuple[str, ...]) -> Any:
     return obj
 
 
+#: kinds with several pod templates: every path that may hold one
+_MULTI_POD_SPEC_PATHS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "LeaderWorkerSet": (
+        ("spec", "leaderWorkerTemplate", "leaderTemplate", "spec"),
+        ("spec", "leaderWorkerTemplate", "workerTemplate", "spec"),
+    ),
+    "LLMInferenceService": (
+        ("spec", "template"),
+        ("spec", "worker"),
+        ("spec", "prefill", "template"),
+        ("spec", "prefill", "worker"),
+    ),
+    "Workspace": (("inference", "template", "spec"),),
+}
+
+
 def pod_specs(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(field path, PodSpec) of each pod template of `obj` ([] for a kind without one)."""
     kind = obj.get("kind") or ""
-    if kind == "LeaderWorkerSet":
-        out = []
-        for role in ("leaderTemplate", "workerTemplate"):
-            spec = _get(obj, ("spec", "leaderWorkerTemplate", role, "spec"))
-            if isinstance(spec, dict):
-                out.append((f"spec.leaderWorkerTemplate.{role}.spec", spec))
-        return out
-    path = _POD_SPEC_PATHS.get(kind)
-    spec = _get(obj, path) if path else None
-    return [(".".join(path), spec)] if path and isinstance(spec, dict) else []
+    single = _POD_SPEC_PATHS.get(kind)
+    paths = _MULTI_POD_SPEC_PATHS.get(kind) or ((single,) if single else ())
+    out = []
+    for path in paths:
+        spec = _get(obj, path)
+        if isinstance(spec, dict):
+            out.append((".".join(path), spec))
+    return out
 
 
 def _image_tag(image: str) -> str:
@@ -145,7 +163,7 @@ def judge_workload(obj: dict[str, Any], guard: GDNGuardSpec, guard_name: str = "
     annotations = {**(meta.get("annotations") or {})}
     deny = guard.admission.policy == "deny"
     for path, podspec in pod_specs(obj):
-        template_meta = _get(obj, tuple(path.split(".")[:-1]) + ("metadata",)) if path != "spec" else None
+        template_meta = _get(obj, tuple(path.split(".")[:-1]) + ("metadata",)) if path.endswith(".spec") else None
         notes_of = {**annotations, **((template_meta or {}).get("annotations") or {})}
         found = engine_container(podspec, guard.container)
         if found is None:
