@@ -484,7 +484,11 @@ class GuardSupervisor:
             log.warning("PolicyReport %s/%s not written: %s", namespace, report["metadata"]["name"], e)
             return
         if not served:
-            log.info("no PolicyReport CRD (wgpolicyk8s.io/v1alpha2) served: findings are in GDNGuard status and Events only")
+            log.info(
+                "no PolicyReport (wgpolicyk8s.io/v1alpha2) written in %s: CRD not served or not permitted; findings are in "
+                "GDNGuard status and Events",
+                namespace,
+            )
             self.policy_absent_at = time.monotonic()
             return
         self.policy_absent_at = None
