@@ -156,3 +156,14 @@ ENGINE_SECONDS_WITHOUT_PROGRESS = Gauge(
     ["namespace", "server", "pod"],
     registry=METRICS_REGISTRY,
 )
+
+# --- GDNGuard (handlers/guards.py, issue 35) ---------------------------------------------------------------
+# A workload a GDNGuard guards is `server` in the series above (its name), so the same alerts and dashboard rows
+# work for it; `kind` tells it from a GDNModelServer here.
+GUARD_FINDINGS = Gauge(
+    "gdn_guard_findings",
+    "Findings of a GDNGuard on a guarded workload, by type (KnownCrash, CrashDiagnosed, Stalled, AcceptanceCollapsed, "
+    "OutputInconsistent).",
+    ["namespace", "server", "kind", "type"],
+    registry=METRICS_REGISTRY,
+)

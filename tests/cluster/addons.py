@@ -32,6 +32,8 @@ LWS_CRDS = (
 )
 KEDA_CRDS = ("config/crd/bases/keda.sh_scaledobjects.yaml",)
 GIE_CRDS = ("config/crd/bases/inference.networking.k8s.io_inferencepools.yaml",)
+KSERVE_LLMISVC_CRDS = ("config/crd/full/llmisvc/serving.kserve.io_llminferenceservices.yaml",)
+POLICY_REPORT_CRDS = ("policy-report/crd/v1alpha2/wgpolicyk8s.io_policyreports.yaml",)
 WEBHOOK_CONFIG = "gdn-test-lws"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 
@@ -51,6 +53,8 @@ class AddonPaths:
     keda_src: Path | None
     gie_src: Path | None
     versions: dict[str, str]
+    kserve_src: Path | None = None
+    wgpolicy_src: Path | None = None
 
 
 def find_addons(build: bool = True) -> AddonPaths:
@@ -65,7 +69,9 @@ def find_addons(build: bool = True) -> AddonPaths:
         lws_src=p("LWS_SRC"),
         keda_src=p("KEDA_SRC"),
         gie_src=p("GIE_SRC"),
-        versions={k: kv[k] for k in ("LWS_VERSION", "KEDA_VERSION", "GIE_VERSION")},
+        versions={k: kv[k] for k in ("LWS_VERSION", "KEDA_VERSION", "GIE_VERSION", "KSERVE_VERSION", "WGPOLICY_VERSION")},
+        kserve_src=p("KSERVE_SRC"),
+        wgpolicy_src=p("WGPOLICY_SRC"),
     )
 
 

@@ -11,8 +11,9 @@
 #   tests/cluster/build.sh prometheus  the Prometheus server (github.com/prometheus/prometheus cmd/prometheus) with
 #                                      only Kubernetes service discovery (prometheus/plugins.go overlay): Debian's
 #                                      package is built without it
-#   tests/cluster/build.sh addons      fetch (no build) the LWS, KEDA and Gateway API Inference Extension
-#                                      modules: their CRDs are read from the module cache, never committed
+#   tests/cluster/build.sh addons      fetch (no build) the LWS, KEDA, Gateway API Inference Extension, KServe and
+#                                      wg-policy-prototypes modules: their CRDs are read from the module cache,
+#                                      never committed
 #   tests/cluster/build.sh release     the release tier (issue 39): crane (github.com/google/go-containerregistry
 #                                      cmd/crane: `crane registry serve` is the OCI registry the install test pushes
 #                                      the chart to) and actionlint (github.com/rhysd/actionlint cmd/actionlint: the
@@ -38,6 +39,13 @@ KWOK_VERSION=v0.8.0
 LWS_VERSION=v0.9.0
 KEDA_VERSION=v2.21.0
 GIE_VERSION=v1.5.0
+# GDNGuard (issue 35): the real CRDs of the workloads a guard watches and of the report it writes. KServe v0.16.0
+# (LLMInferenceService, config/crd/full/llmisvc). The PolicyReport CRD (wgpolicyk8s.io/v1alpha2, what Kyverno and
+# the Trivy operator write): sigs.k8s.io/wg-policy-prototypes has no tags; this pseudo-version is one a released
+# go.mod requires, and the newest the module proxy serves here (its list and newer ones are refused). KAITO
+# (github.com/kaito-project/kaito) is refused by the module proxy here for every tag asked (v0.5.1 .. v0.8.0).
+KSERVE_VERSION=v0.16.0
+WGPOLICY_VERSION=v0.0.0-20210911211205-fb8f67bb6d38
 # Monitoring stack (issue 28): the newest version the module proxy lists here.
 PROMOP_VERSION=v0.85.0
 # Prometheus 3.5.0 (module version v0.305.0): the newest release in the Prometheus Operator 0.85 compatibility
@@ -248,7 +256,10 @@ fetch_addons() {
   module_dir sigs.k8s.io/lws "$LWS_VERSION" >/dev/null
   module_dir github.com/kedacore/keda/v2 "$KEDA_VERSION" >/dev/null
   module_dir sigs.k8s.io/gateway-api-inference-extension "$GIE_VERSION" >/dev/null
-  log "add-on modules fetched: lws $LWS_VERSION, keda $KEDA_VERSION, gateway-api-inference-extension $GIE_VERSION"
+  module_dir github.com/kserve/kserve "$KSERVE_VERSION" >/dev/null
+  module_dir sigs.k8s.io/wg-policy-prototypes "$WGPOLICY_VERSION" >/dev/null
+  log "add-on modules fetched: lws $LWS_VERSION, keda $KEDA_VERSION, gateway-api-inference-extension $GIE_VERSION," \
+    "kserve $KSERVE_VERSION, wg-policy-prototypes $WGPOLICY_VERSION"
 }
 
 # addon_src <module> <version>: the module dir if already in the module cache (no download)
@@ -290,6 +301,10 @@ CRANE=$(bin_dir crane "$CRANE_VERSION")/crane
 ACTIONLINT_VERSION=$ACTIONLINT_VERSION
 ACTIONLINT=$(bin_dir actionlint "$ACTIONLINT_VERSION")/actionlint
 GIE_SRC=$(addon_src sigs.k8s.io/gateway-api-inference-extension "$GIE_VERSION" || true)
+KSERVE_VERSION=$KSERVE_VERSION
+KSERVE_SRC=$(addon_src github.com/kserve/kserve "$KSERVE_VERSION" || true)
+WGPOLICY_VERSION=$WGPOLICY_VERSION
+WGPOLICY_SRC=$(addon_src sigs.k8s.io/wg-policy-prototypes "$WGPOLICY_VERSION" || true)
 EOF
 }
 

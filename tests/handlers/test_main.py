@@ -40,6 +40,10 @@ def test_import_registers_no_admission_handler():
     assert {"converge-generation", "acceptance-registry", "pod_event", "deployment_event"} <= ids["watching"]
 
 
+#: GDNGuard (issue 35): its resource and every pod, registered with GDN_GUARDS (default on)
+GUARD_HANDLERS = {"guard-event", "guarded-pod-event"}
+
+
 @pytest.mark.parametrize(
     "settings, webhook, expected",
     [
@@ -53,10 +57,11 @@ def test_import_registers_no_admission_handler():
                 "gdn-mitigate",
                 "gdn-admission",
                 "guard-admission-scope",
-            },
+            }
+            | GUARD_HANDLERS,
         ),
-        ({"lws": False, "inference_pool": False, "watch_nodes": False}, False, set()),
-        ({"inference_pool": False}, False, {"leader_worker_set_event", "node_event"}),
+        ({"lws": False, "inference_pool": False, "watch_nodes": False, "guards": False}, False, set()),
+        ({"inference_pool": False}, False, {"leader_worker_set_event", "node_event"} | GUARD_HANDLERS),
     ],
 )
 def test_optional_handlers_follow_the_settings(settings, webhook, expected):
@@ -97,7 +102,7 @@ def test_startup_builds_the_runtime_from_the_settings_main_parsed(monkeypatch):
         names = sorted(t.get_name() for t in rt.tasks)
         rt.stop()
         await asyncio.sleep(0)
-        assert names == ["acceptance-supervisor", "crash-quiet-period", "probe-supervisor"]
+        assert names == ["acceptance-supervisor", "crash-quiet-period", "guard-supervisor", "probe-supervisor"]
         return rt
 
     rt = asyncio.run(run())

@@ -23,7 +23,7 @@ from gdn_operator.api.base import _Model, _Status, cel
 from gdn_operator.api.k8s import dns1123_label, label_key, label_selector_problems
 from gdn_operator.api.probes import ProbesSpec
 from gdn_operator.api.resource import ObjectMeta
-from gdn_operator.api.status import Condition
+from gdn_operator.api.status import AcceptanceStatus, Condition
 
 #: The annotation read for the vLLM release when the image tag does not carry one (and the default key of
 #: spec.vllmVersion.annotation).
@@ -267,6 +267,7 @@ class GuardFinding(_Status):
     pod: str | None = None
     message: str = ""
     since: str | None = Field(default=None, description="RFC 3339 time the finding was first seen.")
+    count: int | None = Field(default=None, description="CrashDiagnosed: crashes of this signature in this pod so far.")
 
 
 class GuardedWorkload(_Status):
@@ -277,6 +278,12 @@ class GuardedWorkload(_Status):
     pods: int = 0
     findings: list[GuardFinding] = Field(default_factory=list, max_length=64)
     conditions: list[Condition] = Field(default_factory=list, json_schema_extra=_conditions_map())
+    acceptance: AcceptanceStatus | None = Field(
+        default=None, description="Speculative-decoding acceptance of the workload's engines (features.acceptance)."
+    )
+    problems: list[str] = Field(
+        default_factory=list, max_length=8, description="Why part of the guard cannot act on this workload, and the fix."
+    )
 
 
 class GDNGuardStatus(_Status):

@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from gdn_operator import telemetry
@@ -147,6 +148,18 @@ def _fingerprint(acceptance: dict[str, Any], targets: int, failed: dict[str, str
     return json.dumps([body, targets, sorted(failed.items()), stall], sort_keys=True, default=str)
 
 
+@dataclass(frozen=True)
+class Measurement:
+    """One scrape round's figures for a target: status.acceptance, the pods scraped, those that failed (pod →
+    reason), status.stall (None: nothing stalled) and each scraped pod's stall verdict."""
+
+    acceptance: dict[str, Any]
+    targets: int
+    failed: dict[str, str]
+    stall: dict[str, Any] | None
+    verdicts: list[stall_watch.PodVerdict]
+
+
 class AcceptanceSupervisor:
     """Servers to scrape, fed by GDNModelServer events, driven by one supervisor task.
 
@@ -200,11 +213,16 @@ class AcceptanceSupervisor:
             with contextlib.suppress(KeyError):
                 gauge.remove(namespace, name)
 
-    async def scrape_round(self, namespace: str, name: str, pods: list[dict[str, Any]]) -> None:
+    async def measure(
+        self, namespace: str, name: str, pods: list[dict[str, Any]], stall_seconds: float, port: int = ENGINE_PORT
+    ) -> Measurement:
+        """One scrape of the target's ready engine pods (`name`: a GDNModelServer, or a workload a GDNGuard
+        guards), fed to the acceptance tracker and the stall detectors, the gdn_* gauges set; the figures for
+        status. The one measuring path of both kinds of target."""
         live = [p for p in pods if p.get("ip") and p.get("ready")]
         tracker = self.tracker
         tracker.retain(namespace, name, [p["name"] for p in live])
-        targets = [Target.for_pod(namespace, name, p["name"], p["ip"], ENGINE_PORT) for p in live]
+        targets = [Target.for_pod(namespace, name, p["name"], p["ip"], port) for p in live]
         results = await self.scraper.scrape(targets) if targets else []
         failed: dict[str, str] = {}
         for r in results:
@@ -215,9 +233,6 @@ class AcceptanceSupervisor:
         tracker.update_gauges(namespace, name)
         summary = tracker.summary(namespace, name)
         acceptance = status_from_summary(summary, pod_figures(tracker, namespace, name, failed), tracker.window)
-        stall_seconds = float(
-            (self.servers.get((namespace, name)) or {}).get("stall_seconds") or stall_watch.DEFAULT_STALL_SECONDS
-        )
         verdicts = self.stall.observe_round(namespace, name, stall_seconds, live, results)
         stall = stall_watch.stall_status(
             verdicts,
@@ -225,7 +240,20 @@ class AcceptanceSupervisor:
             lambda pod: self.hang_of(namespace, pod),
             lambda pod: self.probe_timeouts_of(namespace, name, pod),
         )
-        fp = _fingerprint(acceptance, len(targets), failed, stall)
+        return Measurement(acceptance, len(targets), failed, stall, verdicts)
+
+    def forget_target(self, namespace: str, name: str) -> None:
+        """A guarded workload no longer guarded: its tracker windows and stall detectors (and their gauges) go."""
+        self.stall.forget(namespace, name)
+        self.tracker.forget_resource(namespace, name)
+
+    async def scrape_round(self, namespace: str, name: str, pods: list[dict[str, Any]]) -> None:
+        stall_seconds = float(
+            (self.servers.get((namespace, name)) or {}).get("stall_seconds") or stall_watch.DEFAULT_STALL_SECONDS
+        )
+        m = await self.measure(namespace, name, pods, stall_seconds)
+        acceptance, targets, failed, stall, verdicts = m.acceptance, m.targets, m.failed, m.stall, m.verdicts
+        fp = _fingerprint(acceptance, targets, failed, stall)
         if self.last_written.get((namespace, name)) == fp:
             return
         if not targets and stall is None and self._says_nothing_yet(namespace, name):
@@ -233,7 +261,7 @@ class AcceptanceSupervisor:
             # status write per new server (bench/bench_reconcile.py), telling nothing the conditions don't
             self.last_written[(namespace, name)] = fp
             return
-        _, obj = await asyncio.to_thread(write_acceptance, namespace, name, acceptance, len(targets), failed, stall, self.bodies)
+        _, obj = await asyncio.to_thread(write_acceptance, namespace, name, acceptance, targets, failed, stall, self.bodies)
         self.last_written[(namespace, name)] = fp
         if obj is not None and stall is not None:
             stalled = [pv for pv in verdicts if pv.verdict.stalled]

@@ -17,6 +17,7 @@ import asyncio
 import collections
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -32,6 +33,7 @@ from gdn_operator.handlers.remediation import maybe_remediate
 from gdn_operator.redact import redact
 from gdn_operator.render.engine import CONTAINER
 from gdn_operator.render.scaleout import engine_args
+from gdn_operator.watch.evidence import Evidence
 from gdn_operator.watch.groups import group_of, incident_members, same_incident
 from gdn_operator.watch.result import ClassificationResult, best_result
 from gdn_operator.watch.signatures import classify_termination_message
@@ -54,18 +56,18 @@ class Death:
     group: str | None = None  # "<LeaderWorkerSet>/<group index>" for a pod of a multi-node engine
 
 
-def deaths_in(pod: dict[str, Any]) -> list[Death]:
-    """Container deaths visible in a pod's status (current terminated state or last terminated state)."""
+def deaths_in(pod: dict[str, Any], container: str = CONTAINER) -> list[Death]:
+    """Deaths of the engine container `container` visible in a pod's status (current or last terminated state)."""
     out = []
     meta, status = pod["metadata"], pod.get("status") or {}
     if meta.get("deletionTimestamp"):
         return []  # killed on purpose (rollout, scale-down, eviction): not an engine crash
     args = next(
-        (tuple(c.get("args") or ()) for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == CONTAINER), ()
+        (tuple(c.get("args") or ()) for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == container), ()
     )
     group = group_of(meta.get("labels") or {})
     for cs in status.get("containerStatuses") or []:
-        if cs.get("name") != CONTAINER:
+        if cs.get("name") != container:
             continue
         restarts = int(cs.get("restartCount") or 0)
         state, last = cs.get("state") or {}, cs.get("lastState") or {}
@@ -80,7 +82,7 @@ def deaths_in(pod: dict[str, Any]) -> list[Death]:
                 Death(
                     pod=meta["name"],
                     pod_uid=meta.get("uid", ""),
-                    container=CONTAINER,
+                    container=container,
                     restart_count=count,
                     exit_code=term.get("exitCode"),
                     reason=term.get("reason"),
@@ -134,13 +136,15 @@ def _current_args(obj: dict[str, Any], rt: PlanInputs) -> set[tuple[str, ...]] |
     return engine_args(objs)
 
 
-def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -> dict[str, Any] | None:
-    """Classify one container death and record it. Returns the CR status after the update."""
+def classify_death(rt: CrashWatchState, death: Death, evidence: Callable[[], Evidence | None]) -> ClassificationResult | None:
+    """The diagnosis of one container death: its termination message and what its log stream showed, classified
+    (`evidence`: what is known of the engine's configuration, read only for a death not seen before). None when
+    this death was handled already (a re-delivered pod event). The one classification of every target's deaths:
+    a GDNModelServer's (handle_death) and a guarded workload's (handlers/guards.py)."""
     if not rt.seen_deaths.add((death.pod_uid, death.restart_count)):
         return None
-    evidence = evidence_for(rt.servers, namespace, name)  # the newest body seen: no read when one is held
     result = best_result(
-        classify_termination_message(death.message, evidence=evidence), rt.streamed.take(death.pod_uid, death.restart_count)
+        classify_termination_message(death.message, evidence=evidence()), rt.streamed.take(death.pod_uid, death.restart_count)
     )
     if not result.crashed:
         # Killed without a recognisable log (OOMKilled by the kernel, SIGKILL, ...): still a crash.
@@ -152,6 +156,14 @@ def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -
             generic=True,
             root_cause=f"container exited with code {death.exit_code} ({death.reason or 'no reason'})",
         )
+    return result
+
+
+def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -> dict[str, Any] | None:
+    """Classify one container death and record it. Returns the CR status after the update."""
+    result = classify_death(rt, death, lambda: evidence_for(rt.servers, namespace, name))
+    if result is None:
+        return None
     outcome: dict[str, Any] = {}
     plans: dict[tuple[Any, ...], set[tuple[str, ...]] | None] = {}  # by plan_key: a conflict re-read re-plans only
     # when the generation or the overrides moved

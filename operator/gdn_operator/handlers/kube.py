@@ -396,14 +396,16 @@ def retrying(attempt: Callable[[int], T], attempts: int, backoff: Backoff = CONF
 
 
 def emit_event(obj: dict[str, Any], reason: str, message: str, type_: str = "Normal") -> None:
-    """A core/v1 Event on the GDNModelServer (never raises: events are best effort)."""
+    """A core/v1 Event on the GDNModelServer, or on the object `obj` names with its own apiVersion and kind (a
+    workload a GDNGuard guards: the Event is a new object of ours, the workload is not written). Never raises:
+    events are best effort."""
     meta = obj["metadata"]
     ts = dt.datetime.now(dt.UTC)
     body = {
         "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
         "involvedObject": {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
+            "apiVersion": obj.get("apiVersion") or API_VERSION,
+            "kind": obj.get("kind") or KIND,
             "name": meta["name"],
             "namespace": meta["namespace"],
             "uid": meta.get("uid"),

@@ -90,6 +90,7 @@ def _stream_once(
     stop: Callable[[], bool],
     on_guard: Callable[[GuardLine | None], None],
     state: StreamState,
+    container: str = CONTAINER,
 ) -> str:
     """Follow one container instance's log until the stream ends. Returns why it ended."""
     core = kubernetes.client.CoreV1Api(kube.api_client())
@@ -98,7 +99,7 @@ def _stream_once(
         kw["since_seconds"] = max(1, math.ceil(time.time() - state.last_read) + 1)
     # the raw urllib3 response (_preload_content=False), not the str the client's annotation promises
     resp: Any = core.read_namespaced_pod_log(
-        pod, namespace, container=CONTAINER, follow=True, _preload_content=False, _request_timeout=(10, 600), **kw
+        pod, namespace, container=container, follow=True, _preload_content=False, _request_timeout=(10, 600), **kw
     )
     sc = state.classifier
     try:
@@ -123,7 +124,7 @@ def _stream_once(
         resp.release_conn()
 
 
-def _instance_running(namespace: str, pod: str, uid: str, restart: int) -> bool | None:
+def _instance_running(namespace: str, pod: str, uid: str, restart: int, container: str = CONTAINER) -> bool | None:
     """Whether this container instance still runs; None when the API server cannot say (outage)."""
     p: Any  # the raw HTTP response (_preload_content=False)
     try:
@@ -140,7 +141,7 @@ def _instance_running(namespace: str, pod: str, uid: str, restart: int) -> bool 
     if body["metadata"].get("uid") != uid or body["metadata"].get("deletionTimestamp"):
         return False
     cs: dict[str, Any] = next(
-        (c for c in (body.get("status") or {}).get("containerStatuses") or [] if c.get("name") == CONTAINER), {}
+        (c for c in (body.get("status") or {}).get("containerStatuses") or [] if c.get("name") == container), {}
     )
     return int(cs.get("restartCount") or 0) == restart and bool((cs.get("state") or {}).get("running"))
 
@@ -164,9 +165,11 @@ class LogFollowers:
         sc = self.classifiers.get((namespace, pod))
         return sc.hang.summary() if sc is not None else ""
 
-    def ensure(self, namespace: str, pod: dict[str, Any]) -> None:
+    def ensure(self, namespace: str, pod: dict[str, Any], container: str = CONTAINER) -> None:
+        """Follow the running engine container `container` of `pod` (the operator's own, or the one a GDNGuard
+        found in a guarded pod: then no server label, no spec evidence and no gdn-guard patch-set check)."""
         uid = pod["metadata"].get("uid", "")
-        cs = next((c for c in (pod.get("status") or {}).get("containerStatuses") or [] if c.get("name") == CONTAINER), None)
+        cs = next((c for c in (pod.get("status") or {}).get("containerStatuses") or [] if c.get("name") == container), None)
         running = bool(cs and (cs.get("state") or {}).get("running"))
         restart = int((cs or {}).get("restartCount") or 0)
         current = self.tasks.get(uid)
@@ -178,7 +181,7 @@ class LogFollowers:
             return
         name = pod["metadata"]["name"]
         server = (pod["metadata"].get("labels") or {}).get(LABEL_SERVER, "")
-        task = asyncio.get_running_loop().create_task(self._follow(namespace, name, uid, restart, server))
+        task = asyncio.get_running_loop().create_task(self._follow(namespace, name, uid, restart, server, container))
         self.tasks[uid] = (restart, task)
 
     def stop(self, uid: str) -> None:
@@ -190,13 +193,13 @@ class LogFollowers:
         for uid in list(self.tasks):
             self.stop(uid)
 
-    async def _follow(self, namespace: str, pod: str, uid: str, restart: int, server: str) -> None:
+    async def _follow(self, namespace: str, pod: str, uid: str, restart: int, server: str, container: str = CONTAINER) -> None:
         stop = threading.Event()
         backoff = 1.0
         checked: list[bool] = []
 
         def on_guard(line: GuardLine | None) -> None:
-            if not checked:  # once per container instance, also across reconnects
+            if not checked and server:  # once per container instance, also across reconnects; servers only
                 checked.append(True)
                 report_patch_check(self.servers, namespace, server, pod, line)
 
@@ -207,7 +210,9 @@ class LogFollowers:
         try:
             while True:  # until this container instance ends; a restart starts a new task
                 try:
-                    why = await loop.run_in_executor(self.pool, _stream_once, namespace, pod, stop.is_set, on_guard, state)
+                    why = await loop.run_in_executor(
+                        self.pool, _stream_once, namespace, pod, stop.is_set, on_guard, state, container
+                    )
                     if why == "stopped":
                         return
                     backoff = 1.0  # a clean end: the API server closed the stream (or the container ended)
@@ -215,7 +220,7 @@ class LogFollowers:
                     log.warning(
                         "log stream of %s/%s (server %s) interrupted, retrying in %.0fs: %s", namespace, pod, server, backoff, e
                     )
-                running = await loop.run_in_executor(self.pool, _instance_running, namespace, pod, uid, restart)
+                running = await loop.run_in_executor(self.pool, _instance_running, namespace, pod, uid, restart, container)
                 if running is False:
                     state.classifier.close()
                     if state.classifier.crashed:

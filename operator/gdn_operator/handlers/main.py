@@ -13,6 +13,7 @@ calls them. The bodies live in their modules (below, in the order an object meet
 | leader_worker_set_event | on.event LeaderWorkerSets, registered at start-up when GDN_LWS | workload.deployment_event |
 | inference_pool_event | on.event InferencePools, registered at start-up when GDN_INFERENCE_POOL | router.inference_pool_event |
 | node_event | on.event nodes, registered at start-up when GDN_WATCH_NODES | disruption.drain_mark, then workload.pod_event |
+| guard_event / guarded_pod_event | on.event GDNGuards, on.event pods (all), registered at start-up when GDN_GUARDS | guards.GuardSupervisor |
 | mitigate / admission | on.mutate / on.validate, registered at start-up when a webhook server is configured | admission.* |
 
 Why some are registered at start-up, not at import: kopf refuses to run with admission handlers but no
@@ -82,6 +83,10 @@ def register_optional(rt: Runtime, *, webhook: bool, registry: kopf.OperatorRegi
             inference_pool_event
         )
         ids.append("inference_pool_event")
+    if rt.settings.guards:  # GDNGuard: its resource, and every pod (a guard selects pods of any creator)
+        kopf.on.event(GROUP, VERSION, GUARD_PLURAL, id="guard-event", registry=reg)(guard_event)
+        kopf.on.event("", "v1", "pods", id="guarded-pod-event", registry=reg)(guarded_pod_event)
+        ids += ["guard-event", "guarded-pod-event"]
     if rt.settings.watch_nodes:  # the chart grants node get/list/watch only with operator.watchNodes
         kopf.on.event("", "v1", "nodes", registry=reg)(node_event)
         ids.append("node_event")
@@ -195,6 +200,14 @@ async def node_event(type: str, body: kopf.Body, name: str, memo: kopf.Memo, **k
     index = kwargs["engine_pods"]
     for ns, server in [key for key in index if any(p.get("node") == name for p in index[key])]:
         await workload.pod_event(ns, server, pods.pods_of(index, ns, server), rt.servers, dict(rt.draining.marks))
+
+
+async def guard_event(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    await runtime_of(memo).guards.on_guard_event(type, kube.plain(body))
+
+
+async def guarded_pod_event(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    await runtime_of(memo).guards.on_pod_event(type, kube.plain(body))
 
 
 async def inference_pool_event(

@@ -68,7 +68,9 @@ def start_failure(status: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def pod_summary(body: dict[str, Any]) -> dict[str, Any]:
+def pod_summary(body: dict[str, Any], container: str = CONTAINER) -> dict[str, Any]:
+    """What status, the acceptance scrape, the probes and the stall watch read of a pod (`container`: the engine
+    container's name, the operator's own or the one a GDNGuard names)."""
     status = body.get("status") or {}
     conds = {c.get("type"): c for c in status.get("conditions") or []}
     sched = conds.get("PodScheduled") or {}
@@ -88,7 +90,7 @@ def pod_summary(body: dict[str, Any]) -> dict[str, Any]:
         "start_failure": start_failure(status),
         "deleting": bool(body["metadata"].get("deletionTimestamp")),
         "engine": engine_fingerprint(
-            next((c for c in (body.get("spec") or {}).get("containers") or [] if c.get("name") == CONTAINER), None)
+            next((c for c in (body.get("spec") or {}).get("containers") or [] if c.get("name") == container), None)
         ),
         # multi-node engines: which LeaderWorkerSet group, and whether this pod serves the API (the leader)
         "group": labels.get(LABEL_GROUP_INDEX),

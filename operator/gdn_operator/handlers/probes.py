@@ -409,7 +409,12 @@ class ProbeSupervisor:
         per_pod = await asyncio.gather(
             *(
                 self.client.ask_pod(
-                    completions_url(p["ip"], self.port), s.model, s.spec.prompts, p["name"], timeout, api_key=s.api_key
+                    completions_url(p["ip"], p.get("port") or self.port),  # a guarded pod's own --port
+                    s.model,
+                    s.spec.prompts,
+                    p["name"],
+                    timeout,
+                    api_key=s.api_key,
                 )
                 for p in current
             )

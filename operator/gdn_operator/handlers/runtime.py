@@ -27,6 +27,7 @@ from gdn_operator.handlers.acceptance import AcceptanceSupervisor
 from gdn_operator.handlers.crashwatch import SeenDeaths
 from gdn_operator.handlers.disruption import DrainingNodes
 from gdn_operator.handlers.guardadmission import GuardAdmission
+from gdn_operator.handlers.guards import GuardSupervisor
 from gdn_operator.handlers.kube import CrdCache
 from gdn_operator.handlers.logfollow import LogFollowers, StreamedResults
 from gdn_operator.handlers.probes import ProbeSupervisor
@@ -74,6 +75,8 @@ class Runtime:
         self.acceptance.hang_of = self.followers.hang_summary
         self.acceptance.probe_timeouts_of = self.probes.timeouts_of
         self.acceptance.plan_inputs = self
+        # GDNGuard: the same crash watch, acceptance and stall detection on workloads other tools create
+        self.guards = GuardSupervisor(self)
         # start-up
         self.webhook_renewal: dict[str, Any] = {}  # where the operator-managed webhook certificate lives
         #: GDNGuard admission: the webhook server's clientConfig and the guard webhook configuration's rewrites
@@ -92,6 +95,8 @@ class Runtime:
         self.acceptance.task = self.start(self.acceptance.run(), "acceptance-supervisor")
         self.probes.task = self.start(self.probes.run(), "probe-supervisor")
         self.quiet.task = self.start(self.quiet.run(), "crash-quiet-period")
+        if self.settings.guards:
+            self.guards.task = self.start(self.guards.run(), "guard-supervisor")
 
     def stop(self) -> None:
         self.followers.stop_all()
