@@ -17,7 +17,9 @@ from gdn_operator.handlers import statusguard
 PKG = Path(gdn_operator.__file__).resolve().parent
 #: the code that writes a server's status dict (a variable named `status`): the handlers, and the one API module
 #: that edits it (the overrides; api/crd.py's `status` is a schema, not a status)
-SCANNED = sorted([*(PKG / "handlers").glob("*.py"), PKG / "api" / "overrides.py"])
+#: modules writing another resource's status (a GDNGuard's: handlers/guardstatus.py is its one writer, checked below)
+OTHER_RESOURCES = {PKG / "handlers" / "guardstatus.py"}
+SCANNED = sorted({*(PKG / "handlers").glob("*.py"), PKG / "api" / "overrides.py"} - OTHER_RESOURCES)
 
 
 def _key(node: ast.expr, module: object) -> str | None:
@@ -72,6 +74,21 @@ def test_every_status_key_has_one_writer_the_status_table_names():
     wrong = {k: sorted(mods) for k, mods in found.items() if k not in door.STATUS or mods != {door.STATUS[k][0]}}
     assert wrong == {}, "status keys written outside their owner (handlers/servers.py STATUS)"
     assert sorted(found) == sorted(door.STATUS), "a key in STATUS that nothing writes"
+
+
+def test_the_guard_status_writer_writes_only_guard_status_keys():
+    """handlers/guardstatus.py writes GDNGuard status (its keys are that schema's), and no other module does."""
+    from gdn_operator.api.guard import GDNGuardStatus
+
+    src = (PKG / "handlers" / "guardstatus.py").read_text()
+    # the shared condition code sets a GDNModelServer's `phase`; the guard's writer pops it (not in its schema)
+    assert 'status.pop("phase", None)' in src
+    keys = {k for k, _ in status_writes(PKG / "handlers" / "guardstatus.py")} - {"phase"}
+    schema = {f.alias or name for name, f in GDNGuardStatus.model_fields.items()}
+    assert keys and keys <= schema, keys - schema
+    guard_only = schema - {f.alias or name for name, f in GDNModelServerStatus.model_fields.items()}
+    for path in SCANNED:
+        assert not guard_only & {k for k, _ in status_writes(path)}, path
 
 
 def test_the_status_table_covers_the_status_schema():
