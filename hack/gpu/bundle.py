@@ -377,7 +377,12 @@ def cmd_build(args, cfg) -> None:
         "unpacked_bytes": unpacked,
         "pieces": pieces,
         "codec": args.codec,
-        "compression": {"codec": args.codec, "level": args.level, "threads": args.xz_threads, "seconds": round(xz_s, 1)},
+        "compression": {
+            "codec": args.codec,
+            "level": args.level,
+            "threads": args.xz_threads if args.codec == "xz" else "1",
+            "seconds": round(xz_s, 1),
+        },
         "trimmed": trimmed,
         **p,
     }
