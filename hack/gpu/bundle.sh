@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build an offline vLLM bundle for an air-gapped GPU host (hack/gpu/README.md).
 #   hack/gpu/bundle.sh VLLM_VERSION [--base FILE] [--with PKG]... [--piece-size 45M] [--out DIR]
-#                      [--xz-level 9] [--xz-threads 2]
+#                      [--codec xz|gzip] [--level 9] [--xz-threads 2] [--no-keep-host]
 # Defaults: --base = the H100 host's package list (tests/fixtures/vllm-0.22.0-h100/gpu-host-packages.txt),
 # --out = .gpu-bundle/vllm-VERSION in the checkout (git-ignored).
 # Wheels are cached in ${GDN_CACHE_DIR:-~/.cache/gdn-operator}/gpu-wheels.
@@ -16,7 +16,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --base) BASE="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    --with|--piece-size|--xz-level|--xz-threads) EXTRA+=("$1" "$2"); shift 2 ;;
+    --with|--piece-size|--codec|--level|--xz-level|--xz-threads) EXTRA+=("$1" "$2"); shift 2 ;;
+    --no-keep-host) EXTRA+=("$1"); shift ;;
     *) echo "bundle.sh: unknown option $1 (see the header of $0)" >&2; exit 2 ;;
   esac
 done

@@ -12,6 +12,7 @@ Exit codes: 0 installed (or already installed), 2 usage / missing or corrupt pie
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import lzma
@@ -170,10 +171,17 @@ def main(argv=None) -> None:
                 "rebuild the bundle with a --base list that does not name it",
                 file=sys.stderr,
             )
+        kept = manifest.get("kept_host") or {}
         for b in bad:
+            why = (
+                " (the bundle leaves it to the host: bundle.yaml keep_host; list this host version in the accept "
+                "list, or rebuild with --no-keep-host)"
+                if b["package"] in kept
+                else ""
+            )
             print(
                 f"install: CONFLICT {b['package']} {b['installed']} on the host, {b['by']} requires "
-                f"{b['package']}{b['required']}",
+                f"{b['package']}{b['required']}{why}",
                 file=sys.stderr,
             )
         die(
@@ -193,7 +201,8 @@ def main(argv=None) -> None:
     tmp = args.target.with_name(args.target.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    with lzma.open(_Concat(pieces)) as xz, tarfile.open(fileobj=xz, mode="r|") as tar:
+    opener = gzip.open if manifest.get("codec") == "gzip" else lzma.open
+    with opener(_Concat(pieces)) as xz, tarfile.open(fileobj=xz, mode="r|") as tar:
         tar.extractall(tmp, filter="data")
     (tmp / STAMP).write_text(
         json.dumps(

@@ -51,6 +51,8 @@ case "$CMD" in
     python3 -m pip list --format=freeze 2>/dev/null >"$STATE/host-packages.txt" || true  # the next bundle's --base
     rm -f "$STATE/done" "$STATE/run.log"
     stage
+    # the conflict gate needs only the manifest: a conflict the accept list misses shows now, not after the last piece
+    [ -f "$SITE/.installed-ok" ] || bash hack/gpu/install.sh "$STAGE" "$SITE" --check-only 2>&1 | tee -a "$STATE/staging.log" || true
     # the background work runs from its own copy: each call refreshes the checkout under a running script
     rm -rf "$STATE/src" && mkdir -p "$STATE/src"
     tar -C "$ROOT" --exclude=./.gpu-bundle --exclude=./.git -cf - . | tar -C "$STATE/src" -xf -

@@ -3,6 +3,7 @@ verification and conflict gate (install.py), on small synthetic bundles (CPU, no
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -109,6 +110,56 @@ def test_plan_bundles_a_replaceable_base_package_whose_host_version_does_not_do(
     assert bundle.plan(REPORT, BASE, CFG, set())["replaced_base"] == {}
 
 
+def test_plan_keeps_the_hosts_cuda_library_of_the_same_release_series_only():
+    """bundle.yaml keep_host (issue 32 item 1): torch 2.14.0 pins cuBLAS 13.1.1.3 (via cuda-toolkit 13.0.3) and cuSPARSELt
+    0.8.1 where the H200 host has 13.1.0.3 and 0.8.0: the host's are kept and the pin is recorded on the base, with the
+    host's version, for install.sh's accept list.  cuDNN (torch refuses an older runtime minor) and NCCL (torch imports
+    symbols 2.28.9 lacks) are bundled; so is a host cuBLAS of another minor, and everything under --no-keep-host."""
+    pins = {
+        "nvidia-cublas": "13.1.1.3",
+        "nvidia-cusparselt-cu13": "0.8.1",
+        "nvidia-cudnn-cu13": "9.24.0.43",
+        "nvidia-nccl-cu13": "2.30.7",
+    }
+    report = {
+        "install": [
+            _item("vllm", "0.33.0", ["torch==2.14.0"]),
+            _item(
+                "torch",
+                "2.14.0",
+                ["cuda-toolkit[cublas]==13.0.3", *(f"{k}=={v}" for k, v in pins.items() if k != "nvidia-cublas")],
+            ),
+            _item("cuda-toolkit", "13.0.3", ["nvidia-cublas==13.1.1.3.*; extra == 'cublas'"]),
+            *(_item(k, v) for k, v in pins.items()),
+        ]
+    }
+    host = {
+        "torch": "2.11.0",
+        "cuda-toolkit": "13.0.2",
+        "nvidia-cublas": "13.1.0.3",
+        "nvidia-cusparselt-cu13": "0.8.0",
+        "nvidia-cudnn-cu13": "9.19.0.56",
+        "nvidia-nccl-cu13": "2.28.9",
+    }
+    p = bundle.plan(report, host, CFG, set())
+    names = {x["name"] for x in p["packages"]}
+    assert names == {"vllm", "torch", "cuda-toolkit", "nvidia-cudnn-cu13", "nvidia-nccl-cu13"}
+    assert set(p["kept_host"]) == {"nvidia-cublas", "nvidia-cusparselt-cu13"}
+    assert p["kept_host"]["nvidia-cublas"]["base"] == "13.1.0.3" and "cuBLAS 13.1" in p["kept_host"]["nvidia-cublas"]["why"]
+    assert {(c["package"], c["base"], c["spec"]) for c in p["conflicts_with_base_file"]} == {
+        ("nvidia-cublas", "13.1.0.3", "==13.1.1.3.*"),
+        ("nvidia-cusparselt-cu13", "0.8.0", "==0.8.1"),
+    }
+    assert p["base_requirements"]["nvidia-cublas"] == [{"by": "cuda-toolkit", "spec": "==13.1.1.3.*"}]
+    # another minor on the host (13.0 against 13.1): bundled
+    older = bundle.plan(report, dict(host, **{"nvidia-cublas": "13.0.2.14"}), CFG, set())
+    assert "nvidia-cublas" in {x["name"] for x in older["packages"]} and "nvidia-cublas" not in older["kept_host"]
+    # --no-keep-host: the whole pinned stack is bundled, nothing is left as a conflict on the base
+    full = bundle.plan(report, host, CFG, set(), keep_host=False)
+    assert {x["name"] for x in full["packages"]} == names | {"nvidia-cublas", "nvidia-cusparselt-cu13"}
+    assert full["kept_host"] == {} and full["conflicts_with_base_file"] == []
+
+
 def test_parse_base_reads_pip_list_freeze_and_bare_names(tmp_path):
     f = tmp_path / "base.txt"
     f.write_text("Package    Version\n---------- -------\nTorch 2.11.0+cu130\nnumpy==2.5.2\nmy_pkg @ file:///x\nzipp\n")
@@ -121,14 +172,14 @@ def test_parse_base_reads_pip_list_freeze_and_bare_names(tmp_path):
 PAYLOAD = random.Random(14).randbytes(1500)  # incompressible: the archive spans several pieces
 
 
-def _fake_bundle(tmp_path: Path, base_requirements: dict, piece_size: int = 300) -> Path:
+def _fake_bundle(tmp_path: Path, base_requirements: dict, piece_size: int = 300, codec: str = "xz", **extra) -> Path:
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
         for name, data in {"fakepkg/__init__.py": PAYLOAD, "fakepkg-1.0.dist-info/METADATA": b"Name: fakepkg\n"}.items():
             ti = tarfile.TarInfo(name)
             ti.size = len(data)
             tar.addfile(ti, io.BytesIO(data))
-    archive = lzma.compress(raw.getvalue())
+    archive = gzip.compress(raw.getvalue(), 1) if codec == "gzip" else lzma.compress(raw.getvalue())
     out = tmp_path / "bundle"
     out.mkdir()
     pieces = []
@@ -145,6 +196,8 @@ def _fake_bundle(tmp_path: Path, base_requirements: dict, piece_size: int = 300)
         "pieces": pieces,
         "packages": [{"name": "fakepkg", "version": "1.0"}],
         "base_requirements": base_requirements,
+        "codec": codec,
+        **extra,
     }
     (out / "manifest.json").write_text(json.dumps(manifest))
     return out
@@ -194,6 +247,27 @@ def test_install_refuses_a_version_conflict_unless_accepted(tmp_path):
     # The acceptance is for the installed version it names, not for any version.
     acc.write_text(y.safe_dump({"accepted": [{"package": "pyyaml", "installed": "==0.0.1", "vllm": "==0.22.0", "reason": "t"}]}))
     assert _install(b, tmp_path / "site2", "--accept", str(acc)).returncode == 3
+
+
+def test_install_accepts_a_kept_host_library_only_where_the_accept_list_names_it(tmp_path):
+    """A bundle built with keep_host (gzip, as 0.33.0's is built) places the pin it left out on the base: install.sh
+    refuses the host's other version and names keep_host, unless accept-conflicts.yaml lists that host version."""
+    import yaml as y
+
+    kept = {"pyyaml": {"base": y.__version__, "spec": "==0.0.2", "by": "fakepkg", "why": "test"}}
+    b = _fake_bundle(tmp_path, {"pyyaml": [{"by": "fakepkg", "spec": "==0.0.2"}]}, codec="gzip", kept_host=kept)
+    r = _install(b, tmp_path / "site", "--accept", "")
+    assert r.returncode == 3 and "CONFLICT pyyaml" in r.stderr and "keep_host" in r.stderr
+    assert not (tmp_path / "site").exists()
+    acc = tmp_path / "accept.yaml"
+    entry = {"package": "pyyaml", "installed": f"=={y.__version__}", "vllm": "==0.22.0", "reason": "same series"}
+    acc.write_text(y.safe_dump({"accepted": [dict(entry, vllm="==0.33.0")]}))  # listed for another release only
+    assert _install(b, tmp_path / "site", "--accept", str(acc)).returncode == 3
+    acc.write_text(y.safe_dump({"accepted": [entry]}))
+    r = _install(b, tmp_path / "site", "--accept", str(acc))
+    assert r.returncode == 0, r.stderr
+    assert "accepted conflict: pyyaml" in r.stdout
+    assert (tmp_path / "site" / "fakepkg" / "__init__.py").read_bytes() == PAYLOAD
 
 
 def test_install_refuses_missing_base_package_and_corrupt_or_missing_pieces(tmp_path):
