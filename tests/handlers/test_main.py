@@ -114,3 +114,34 @@ def test_startup_under_kopf_run_parses_the_environment_and_stops_on_a_bad_value(
     monkeypatch.setenv("GDN_WEBHOOK_MODE", "remote")
     with pytest.raises(kopf.PermanentError, match=r"GDN_WEBHOOK_MODE='remote': not a valid value; set one of"):
         asyncio.run(main.startup(settings=kopf.OperatorSettings(), logger=None, memo=kopf.Memo()))
+
+
+def test_supervisors_start_even_when_start_up_already_started_another_task(monkeypatch):
+    """The guard admission scope task (a webhook server with GDN_GUARDS) is started by start-up before the
+    supervisors: they must still start (a dev cluster with webhooks once scraped nothing), and only once."""
+    from gdn_operator.handlers import startup
+    from gdn_operator.settings import Settings
+
+    monkeypatch.setattr(startup, "start_http_server", lambda *a, **k: None)
+    registry = kopf.OperatorRegistry()
+    monkeypatch.setattr(kopf, "get_default_registry", lambda: registry)
+    cfg = Settings(default_policy="warn", lws=False, inference_pool=False, metrics_port=0)
+    memo = kopf.Memo({main.SETTINGS_MEMO_KEY: cfg})
+
+    async def other() -> None:
+        await asyncio.sleep(3600)
+
+    async def run() -> list[str]:
+        rt = Runtime(cfg)
+        memo[main.MEMO_KEY] = rt
+        rt.start(other(), "guard-admission-scope")  # what starter.configure starts with a webhook server
+        log = kopf.LocalObjectLogger(body={}, settings=kopf.OperatorSettings())
+        await main.startup(settings=kopf.OperatorSettings(), logger=log, memo=memo)
+        await main.startup(settings=kopf.OperatorSettings(), logger=log, memo=memo)  # kopf may run it again
+        names = sorted(t.get_name() for t in rt.tasks)
+        rt.stop()
+        await asyncio.sleep(0)
+        return names
+
+    names = asyncio.run(run())
+    assert names == ["acceptance-supervisor", "crash-quiet-period", "guard-admission-scope", "guard-supervisor", "probe-supervisor"]

@@ -60,8 +60,7 @@ async def startup(settings: kopf.OperatorSettings, logger: kopf.Logger, memo: ko
         memo[MEMO_KEY] = rt
     server = starter.configure(settings, logger, rt)
     register_optional(rt, webhook=server is not None)
-    if not rt.tasks or all(t.done() for t in rt.tasks):
-        rt.start_supervisors()
+    rt.start_supervisors()  # each one not running yet (start-up may have started other tasks of the runtime)
 
 
 @kopf.on.cleanup()

@@ -92,10 +92,19 @@ class Runtime:
         return task
 
     def start_supervisors(self) -> None:
-        self.acceptance.task = self.start(self.acceptance.run(), "acceptance-supervisor")
-        self.probes.task = self.start(self.probes.run(), "probe-supervisor")
-        self.quiet.task = self.start(self.quiet.run(), "crash-quiet-period")
-        if self.settings.guards:
+        """Start each supervisor whose task is not running (idempotent: kopf may run the start-up handler again,
+        and start-up may already have started other tasks of this runtime, e.g. the guard admission scope)."""
+
+        def due(task: asyncio.Task[None] | None) -> bool:
+            return task is None or task.done()
+
+        if due(self.acceptance.task):
+            self.acceptance.task = self.start(self.acceptance.run(), "acceptance-supervisor")
+        if due(self.probes.task):
+            self.probes.task = self.start(self.probes.run(), "probe-supervisor")
+        if due(self.quiet.task):
+            self.quiet.task = self.start(self.quiet.run(), "crash-quiet-period")
+        if self.settings.guards and due(self.guards.task):
             self.guards.task = self.start(self.guards.run(), "guard-supervisor")
 
     def stop(self) -> None:
