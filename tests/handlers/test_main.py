@@ -144,4 +144,10 @@ def test_supervisors_start_even_when_start_up_already_started_another_task(monke
         return names
 
     names = asyncio.run(run())
-    assert names == ["acceptance-supervisor", "crash-quiet-period", "guard-admission-scope", "guard-supervisor", "probe-supervisor"]
+    assert names == [
+        "acceptance-supervisor",
+        "crash-quiet-period",
+        "guard-admission-scope",
+        "guard-supervisor",
+        "probe-supervisor",
+    ]
