@@ -224,8 +224,11 @@ def test_helm_upgrade_from_the_previous_release_in_the_registry_keeps_every_serv
         replica.stop()
         for delete in (adm.delete_validating_webhook_configuration, adm.delete_mutating_webhook_configuration):
             delete(cfg_name)
-        res = helm("upgrade", rel, oci, "--version", new_v, "--plain-http", "-n", rel_ns, "--force-conflicts", *sets,
-                   kubeconfig=kc)  # fmt: skip
+        # --take-ownership: CRDs are cluster-wide and kept on uninstall (helm.sh/resource-policy: keep), so a CRD this
+        # release adds (gdnguards, new in 0.2.0) may already exist, owned by another release on the same cluster (here:
+        # test_chart_cluster's); an operator re-installing after an uninstall meets the same, and the chart's README says so
+        res = helm("upgrade", rel, oci, "--version", new_v, "--plain-http", "-n", rel_ns, "--take-ownership",
+                   "--force-conflicts", *sets, kubeconfig=kc)  # fmt: skip
         assert "has been upgraded" in res.stdout, res.stdout
         assert listed() == (f"gdn-operator-{new_v}", new_v, "2", "deployed")
         crd = admin.sanitize_for_serialization(ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}"))
