@@ -54,11 +54,16 @@ GUARD_HANDLERS = {"guard-event", "guarded-pod-event"}
                 "leader_worker_set_event",
                 "inference_pool_event",
                 "node_event",
-                "gdn-mitigate",
                 "gdn-admission",
                 "guard-admission-scope",
             }
             | GUARD_HANDLERS,
+        ),
+        # the mutating webhook only with GDN_MUTATE_SPEC (without it, it would change nothing, at a round trip each)
+        (
+            {"mutate_spec": True, "lws": False, "inference_pool": False, "watch_nodes": False, "guards": False},
+            True,
+            {"gdn-mitigate", "gdn-admission"},
         ),
         ({"lws": False, "inference_pool": False, "watch_nodes": False, "guards": False}, False, set()),
         ({"inference_pool": False}, False, {"leader_worker_set_event", "node_event"} | GUARD_HANDLERS),
