@@ -13,6 +13,7 @@ import sys
 import kopf
 
 from gdn_operator.handlers.main import SETTINGS_MEMO_KEY  # importing it registers every kopf handler
+from gdn_operator.handlers.startup import settle_heap
 from gdn_operator.settings import Settings, SettingsError
 
 
@@ -23,6 +24,7 @@ def main() -> int:
         print(f"gdn-operator: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    settle_heap()  # the operator process only (not tests that import the handlers): imports and rules out of the GC
     kopf.run(
         clusterwide=not cfg.namespaces,
         namespaces=list(cfg.namespaces),

@@ -401,12 +401,13 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
         # the chart ships them complete; the operator (GDN_WEBHOOK_CONFIGS=shipped from the chart's env)
         # patches only clientConfig: here the local replicas' URL and CA instead of the Service
         adm = client.AdmissionregistrationV1Api(admin)
-        for read in (adm.read_validating_webhook_configuration, adm.read_mutating_webhook_configuration):
-            wait_for(
-                lambda read=read: all(h.client_config.url and h.client_config.ca_bundle for h in read(cfg_name).webhooks),
-                60,
-                what="webhooks pointed at the replicas",
-            )
+        # (the chart ships the MutatingWebhookConfiguration only with operator.mutateSpec, off here)
+        read = adm.read_validating_webhook_configuration
+        wait_for(
+            lambda: all(h.client_config.url and h.client_config.ca_bundle for h in read(cfg_name).webhooks),
+            60,
+            what="webhooks pointed at the replicas",
+        )
         bad = (
             GMS("qwen-bad", namespace=None)
             .small()

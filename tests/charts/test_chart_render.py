@@ -265,8 +265,11 @@ def test_probes_ports_and_services_are_wired(chart_tools, name):
     # the chart ships the webhook configurations complete (tests/charts/test_chart_webhooks.py holds them
     # to what the operator serves); the operator only patches their caBundle, by name
     assert env["GDN_WEBHOOK_CONFIGS"] == "shipped"
-    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
-        cfg = one(objs, kind, env["GDN_WEBHOOK_CONFIG_NAME"])
+    # the mutating configuration only with operator.mutateSpec (without it the operator serves no mutating webhook)
+    assert not by_kind(objs, "MutatingWebhookConfiguration")
+    with_mutating = docs(render_text(sets={"operator.mutateSpec": True}))
+    for kind, source in (("ValidatingWebhookConfiguration", objs), ("MutatingWebhookConfiguration", with_mutating)):
+        cfg = one(source, kind, env["GDN_WEBHOOK_CONFIG_NAME"])
         for hook in cfg["webhooks"]:
             assert hook["clientConfig"]["service"]["name"] == env["GDN_WEBHOOK_SERVICE"]
             assert hook["clientConfig"]["service"]["namespace"] == NAMESPACE

@@ -24,12 +24,17 @@ from gdn_operator.settings import Settings
 KINDS = (webhookconfigs.VALIDATING, webhookconfigs.MUTATING)
 
 
-@pytest.fixture(scope="module")
-def handlers():
+def registered(mutate_spec: bool) -> list:
     """The operator's admission handlers, registered the way the operator registers them."""
     reg = kopf.OperatorRegistry()
-    main.register_admission(reg)
-    hs = webhookconfigs.registered_handlers(reg)
+    main.register_admission(reg, mutate_spec=mutate_spec)
+    return webhookconfigs.registered_handlers(reg)
+
+
+@pytest.fixture(scope="module")
+def handlers():
+    """... with GDN_MUTATE_SPEC: both webhooks."""
+    hs = registered(mutate_spec=True)
     assert {h.id for h in hs} == {"gdn-admission", "gdn-mitigate"}
     return hs
 
@@ -72,16 +77,20 @@ async def served_client_config(objs: list[dict], monkeypatch, tmp_path: Path) ->
     return cfg, dict(client_config)
 
 
-@pytest.mark.parametrize("name", sorted(VALUE_SETS))
-async def test_chart_webhooks_are_what_the_operator_serves(chart_tools, handlers, name, monkeypatch, tmp_path):
-    objs = render_set(name)
+@pytest.mark.parametrize("name", [*sorted(VALUE_SETS), "mutate-spec"])
+async def test_chart_webhooks_are_what_the_operator_serves(chart_tools, name, monkeypatch, tmp_path):
+    objs = docs(render_text(sets={"operator.mutateSpec": True})) if name == "mutate-spec" else render_set(name)
     cfg, served = await served_client_config(objs, monkeypatch, tmp_path)
     assert cfg.webhook_mode == "service" and cfg.webhook_configs == "shipped"
+    assert cfg.mutate_spec == (name == "mutate-spec")
     assert served["caBundle"], "the server publishes its CA"
+    handlers = registered(cfg.mutate_spec)
     target = {k: v for k, v in served.items() if k != "caBundle"}
     want = webhookconfigs.desired_webhooks(handlers, cfg.webhook_config_name, target, cfg.namespaces)
     with_ca = webhookconfigs.desired_webhooks(handlers, cfg.webhook_config_name, served, cfg.namespaces)
-    for kind in KINDS:
+    # the MutatingWebhookConfiguration exactly when the operator serves a mutating webhook (GDN_MUTATE_SPEC)
+    assert {k for k in KINDS if by_kind(objs, k)} == set(want) == ({*KINDS} if cfg.mutate_spec else {webhookconfigs.VALIDATING})
+    for kind in want:
         shipped = one(objs, kind, cfg.webhook_config_name)
         assert shipped["webhooks"] == want[kind], f"{kind}: the chart's webhooks differ from what the operator serves"
         # ... so the operator, pointing them at itself, writes the caBundle and nothing else
@@ -91,10 +100,10 @@ async def test_chart_webhooks_are_what_the_operator_serves(chart_tools, handlers
 
 
 def test_namespace_selector_follows_watch_namespaces(chart_tools):
-    cluster = render_set("default")
+    cluster = docs(render_text(sets={"operator.mutateSpec": True}))
     for kind in KINDS:
         assert all("namespaceSelector" not in h for h in one(cluster, kind, "gdn-operator.serving.gdn-operator.io")["webhooks"])
-    namespaced = render_set("namespaced")
+    namespaced = docs(render_text(VALUE_SETS["namespaced"], sets={"operator.mutateSpec": True}))
     watched = env_of(namespaced)["GDN_WATCH_NAMESPACES"].split(",")
     assert watched == ["team-a", "team-b"]
     for kind in KINDS:
@@ -105,7 +114,9 @@ def test_namespace_selector_follows_watch_namespaces(chart_tools):
 
 
 def test_config_name_and_release_namespace_propagate(chart_tools):
-    objs = docs(render_text(sets={"webhook.configName": "hooks.example.com"}, namespace="ops", release="r1"))
+    objs = docs(
+        render_text(sets={"webhook.configName": "hooks.example.com", "operator.mutateSpec": True}, namespace="ops", release="r1")
+    )
     env = env_of(objs)
     for kind in KINDS:
         cfg = one(objs, kind, "hooks.example.com")
@@ -144,7 +155,7 @@ def test_webhook_disabled_ships_no_configurations_and_no_webhook_rbac(chart_tool
 
 def test_a_changed_handler_is_caught(chart_tools, handlers):
     """Guard: the comparison sees a handler change (here: DELETE added to the validating handler)."""
-    objs = render_set("default")
+    objs = docs(render_text(sets={"operator.mutateSpec": True}))
     env = env_of(objs)
     changed = [
         dataclasses.replace(h, operations=["CREATE", "UPDATE", "DELETE"]) if h.id == "gdn-admission" else h for h in handlers

@@ -122,3 +122,71 @@ def test_probes_with_an_api_key_the_operator_cannot_read_are_admitted_with_a_war
         ({**CLEAN, **PROBES, **KEY}, make_runtime(read_api_key_secrets=True)),
     ):
         assert not [w for w in all_warnings(spec, rt) if "apiKeySecret" in w], spec
+
+
+# ------------------------------------------------------- issue 37: admission on the event loop, not in a thread ---
+
+import threading  # noqa: E402
+
+from gdn_operator.handlers import main  # noqa: E402
+from gdn_operator.handlers.admission import may_read_api  # noqa: E402
+from gdn_operator.handlers.runtime import MEMO_KEY  # noqa: E402
+
+
+class CountingCrds(FakeCrds):
+    """Every CRD served; counts the lookups (on a real cluster each may be a blocking API read)."""
+
+    def __init__(self) -> None:
+        super().__init__(all=True)
+        self.asked: list[str] = []
+        self.threads: set[str] = set()
+
+    def exists(self, name: str) -> bool:
+        self.asked.append(name)
+        self.threads.add(threading.current_thread().name)
+        return super().exists(name)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        CLEAN,
+        {**CLEAN, "nodes": 1},
+        {**CLEAN, "nodes": 2, "tensorParallelSize": 2},
+        {**CLEAN, "router": {"inferencePool": {}}},
+        {**CLEAN, "router": {}},
+        {**CLEAN, "nodes": "2"},  # invalid: refused before any lookup, still sent to a thread (conservative)
+        {"model": "not a mapping"},
+    ],
+)
+def test_only_specs_marked_may_read_api_ever_look_a_crd_up(spec):
+    """main.validate runs admission on kopf's event loop unless may_read_api: a spec it lets through there must
+    never reach the CRD cache (a blocking read), whatever the settings enable."""
+    rt = make_runtime(lws=True, inference_pool=True)
+    rt.crds = CountingCrds()  # type: ignore[assignment]
+    try:
+        admission(spec, [], "ml", "srv", None, rt)
+    except kopf.AdmissionError:
+        pass
+    assert not rt.crds.asked or may_read_api(spec)
+
+
+def test_multi_node_and_inference_pool_specs_are_marked():
+    assert may_read_api({**CLEAN, "nodes": 2}) and may_read_api({**CLEAN, "router": {"inferencePool": {"x": 1}}})
+    assert not may_read_api(CLEAN) and not may_read_api({**CLEAN, "nodes": 1}) and not may_read_api({**CLEAN, "router": {}})
+
+
+async def test_validate_answers_as_admission_does_on_either_path():
+    rt = make_runtime(lws=True)
+    rt.crds = CountingCrds()  # type: ignore[assignment]
+    memo = kopf.Memo()
+    memo[MEMO_KEY] = rt
+    warnings: list[str] = []
+    await main.validate(kopf.Spec(kopf.Body({"spec": CLEAN})), warnings, "ml", memo, name="srv")
+    assert rt.crds.asked == []
+    multi = {**CLEAN, "nodes": 2, "tensorParallelSize": 2}
+    await main.validate(kopf.Body({"spec": multi}).spec, warnings, "ml", memo, name="srv")
+    assert rt.crds.asked == ["leaderworkersets.leaderworkerset.x-k8s.io"]
+    assert threading.current_thread().name not in rt.crds.threads  # ... in a thread, not on the event loop
+    with pytest.raises(kopf.AdmissionError):
+        await main.validate(kopf.Body({"spec": {**CLEAN, "prefixCaching": True}}).spec, [], "ml", memo, name="srv")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import kopf
@@ -54,11 +58,16 @@ GUARD_HANDLERS = {"guard-event", "guarded-pod-event"}
                 "leader_worker_set_event",
                 "inference_pool_event",
                 "node_event",
-                "gdn-mitigate",
                 "gdn-admission",
                 "guard-admission-scope",
             }
             | GUARD_HANDLERS,
+        ),
+        # the mutating webhook only with GDN_MUTATE_SPEC (without it, it would change nothing, at a round trip each)
+        (
+            {"mutate_spec": True, "lws": False, "inference_pool": False, "watch_nodes": False, "guards": False},
+            True,
+            {"gdn-mitigate", "gdn-admission"},
         ),
         ({"lws": False, "inference_pool": False, "watch_nodes": False, "guards": False}, False, set()),
         ({"inference_pool": False}, False, {"leader_worker_set_event", "node_event"} | GUARD_HANDLERS),
@@ -151,3 +160,28 @@ def test_supervisors_start_even_when_start_up_already_started_another_task(monke
         "guard-supervisor",
         "probe-supervisor",
     ]
+
+
+def test_the_operator_process_settles_its_start_up_heap_before_kopf_runs():
+    """__main__ (the operator process, not tests importing the handlers) freezes what start-up made, the rule set
+    included, out of the cyclic GC and makes full collections rarer (handlers/startup.settle_heap): a full
+    collection holds the GIL and paused admission's answers. Run in a child: the freeze lasts for the process."""
+    code = (
+        "import gc, kopf, gdn_operator.__main__ as m\n"
+        "from gdn_operator.handlers.startup import GC_THRESHOLDS\n"
+        "from gdn_operator.rules import load_rules\n"
+        "seen = {}\n"
+        "def run(**kw):\n"
+        "    rules = load_rules()\n"
+        "    seen.update(frozen=gc.get_freeze_count(), thresholds=gc.get_threshold(),\n"
+        "                rules_collectable=any(o is rules for o in gc.get_objects()), want=GC_THRESHOLDS)\n"
+        "kopf.run = run\n"
+        "assert gc.get_freeze_count() == 0\n"
+        "assert m.main() == 0\n"
+        "print(seen)\n"
+    )
+    env = {**os.environ, "GDN_WEBHOOK_MODE": ""}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    seen = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    assert seen["frozen"] > 10_000 and seen["thresholds"] == seen["want"] and not seen["rules_collectable"]

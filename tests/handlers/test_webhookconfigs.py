@@ -18,9 +18,9 @@ CONFIG = "gdn.example.io"
 
 @pytest.fixture
 def registry():
-    """A kopf registry holding the operator's real admission handlers."""
+    """A kopf registry holding the operator's real admission handlers (GDN_MUTATE_SPEC: both of them)."""
     reg = kopf.OperatorRegistry()
-    main.register_admission(reg)
+    main.register_admission(reg, mutate_spec=True)
     return reg
 
 

@@ -245,7 +245,8 @@ def test_cluster_wide_install_keeps_webhooks_and_secrets_narrow(kube_api, contro
 def test_operator_points_the_shipped_webhooks_with_only_its_rbac(kube_api, control_plane, helm_tools, tmp_path):
     """point_webhooks as the ServiceAccount (its own token): the chart's two configurations get the CA
     and keep every other field; a configuration of another name is out of reach."""
-    with Install(control_plane, kube_api, watched=["rbac-w"], webhooks=True) as i:
+    # operator.mutateSpec: the chart ships the MutatingWebhookConfiguration too (without it, only the validating one)
+    with Install(control_plane, kube_api, watched=["rbac-w"], webhooks=True, extra={"operator.mutateSpec": True}) as i:
         token = control_plane.create_token(i.namespace, i.sa)
         sa_api = control_plane.api_client(token=token)
         adm = kubernetes.client.AdmissionregistrationV1Api(kube_api)
@@ -313,9 +314,10 @@ def test_operator_points_the_shipped_webhooks_with_only_its_rbac(kube_api, contr
 
 
 def _registry() -> kopf.OperatorRegistry:
-    """A kopf registry with the operator's admission handlers, registered as the operator does."""
+    """A kopf registry with the operator's admission handlers, registered as the operator does with
+    GDN_MUTATE_SPEC (both webhooks)."""
     reg = kopf.OperatorRegistry()
-    main.register_admission(reg)
+    main.register_admission(reg, mutate_spec=True)
     return reg
 
 

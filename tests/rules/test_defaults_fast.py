@@ -139,3 +139,24 @@ def test_apply_model_equals_validating_the_changed_spec(corpus):
     if corpus == "random":  # enforceEager: true refuses G1's cudagraphMode: PIECEWISE (a cross-field check)
         assert refused > 0, "some mitigation should be refused on some spec"
     assert fast_built > len(specs), "the fast path should have built most candidates"
+
+
+@pytest.mark.parametrize("corpus", sorted(SPECS))
+def test_findings_are_the_models_model_construct_makes(corpus):
+    """rules/evaluator.construct_finding (model_construct without its per-field lookups) makes the RuleFinding that
+    RuleFinding.model_construct makes: equal, the same fields marked set, the same dumps."""
+    from gdn_operator.api.status import RuleFinding
+    from gdn_operator.rules.evaluator import construct_finding
+
+    seen = 0
+    for spec in SPECS[corpus]()[:400]:
+        for f in evaluate(spec, default_policy="mitigate").findings:
+            values = {name: getattr(f, name) for name in RuleFinding.model_fields}
+            want, got = RuleFinding.model_construct(**values), construct_finding(dict(values))
+            assert got == want and got.model_fields_set == want.model_fields_set
+            assert got.model_dump(by_alias=True, mode="json") == want.model_dump(by_alias=True, mode="json")
+            assert got.model_dump(by_alias=True, exclude_unset=True) == want.model_dump(by_alias=True, exclude_unset=True)
+            seen += 1
+    assert seen > 100
+    with pytest.raises(ValueError, match="exactly the fields"):
+        construct_finding({"rule": "x"})

@@ -14,7 +14,7 @@ calls them. The bodies live in their modules (below, in the order an object meet
 | inference_pool_event | on.event InferencePools, registered at start-up when GDN_INFERENCE_POOL | router.inference_pool_event |
 | node_event | on.event nodes, registered at start-up when GDN_WATCH_NODES | disruption.drain_mark, then workload.pod_event |
 | guard_event / guarded_pod_event | on.event GDNGuards, on.event pods (all), registered at start-up when GDN_GUARDS | guards.GuardSupervisor |
-| mitigate / admission | on.mutate / on.validate, registered at start-up when a webhook server is configured | admission.* |
+| mitigate / admission | on.mutate (only with GDN_MUTATE_SPEC) / on.validate, registered at start-up when a webhook server is configured | admission.* |
 
 Why some are registered at start-up, not at import: kopf refuses to run with admission handlers but no
 admission server (kopf/_core/engines/admission.py: "Admission handlers exist, but no admission
@@ -26,6 +26,7 @@ here are seen like those registered at import.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -90,7 +91,7 @@ def register_optional(rt: Runtime, *, webhook: bool, registry: kopf.OperatorRegi
         kopf.on.event("", "v1", "nodes", registry=reg)(node_event)
         ids.append("node_event")
     if webhook:
-        ids += register_admission(reg)
+        ids += register_admission(reg, mutate_spec=rt.settings.mutate_spec)
     if webhook and rt.settings.guards:
         kopf.on.event(GROUP, VERSION, GUARD_PLURAL, id="guard-admission-scope", registry=reg)(guard_scope_event)
         ids.append("guard-admission-scope")
@@ -103,17 +104,23 @@ async def guard_scope_event(memo: kopf.Memo, **_: Any) -> None:
     runtime_of(memo).guard_admission.guard_changed()
 
 
-def register_admission(registry: kopf.OperatorRegistry) -> list[str]:
-    """The two admission webhooks into `registry` (also what the chart's shipped webhook configurations are
-    checked against: tests/charts/test_chart_webhooks.py). Persistent: a replica that stops (HA hand-over)
-    must not strip the webhooks from the configuration the active replica serves."""
-    kopf.on.mutate(
-        GROUP, VERSION, PLURAL, id="gdn-mitigate", operations=["CREATE", "UPDATE"], persistent=True, registry=registry
-    )(mitigate)
+def register_admission(registry: kopf.OperatorRegistry, *, mutate_spec: bool) -> list[str]:
+    """The admission webhooks into `registry` (also what the chart's shipped webhook configurations are
+    checked against: tests/charts/test_chart_webhooks.py): the validating one always, the mutating one only with
+    GDN_MUTATE_SPEC (chart operator.mutateSpec, which also ships its MutatingWebhookConfiguration). Without it
+    the mutating webhook would change nothing, yet the API server would call it for every write and wait for its
+    answer (bench/bench_admission.py). Persistent: a replica that stops (HA hand-over) must not strip the
+    webhooks from the configuration the active replica serves."""
+    ids = []
+    if mutate_spec:
+        kopf.on.mutate(
+            GROUP, VERSION, PLURAL, id="gdn-mitigate", operations=["CREATE", "UPDATE"], persistent=True, registry=registry
+        )(mitigate)
+        ids.append("gdn-mitigate")
     kopf.on.validate(
         GROUP, VERSION, PLURAL, id="gdn-admission", operations=["CREATE", "UPDATE"], persistent=True, registry=registry
     )(validate)
-    return ["gdn-mitigate", "gdn-admission"]
+    return [*ids, "gdn-admission"]
 
 
 # ------------------------------------------------------------------------------------ GDNModelServer ---
@@ -218,10 +225,11 @@ async def inference_pool_event(
 # --------------------------------------------------------------------------------------- admission ---
 
 
-# kopf passes `old` (None on CREATE) to admission handlers although its WebhookFn protocol omits it. `mitigate` is a
-# coroutine: it does no I/O (a no-op unless GDN_MUTATE_SPEC), so kopf runs it on its event loop instead of queueing it
-# for a worker thread behind the reconciles' blocking API calls (bench/bench_admission.py). `validate` stays a
-# thread's: its optional-API check may read a CRD from the API server (handlers/kube.py CrdCache, once a minute).
+# kopf passes `old` (None on CREATE) to admission handlers although its WebhookFn protocol omits it. Both are
+# coroutines: they do no I/O, so kopf runs them on its event loop instead of queueing them for a worker thread
+# behind the reconciles' blocking API calls and handing the answer back across threads (bench/bench_admission.py).
+# The one exception: a spec whose optional-API check may read a CRD from the API server (handlers/kube.py CrdCache,
+# once a minute) is validated in a thread.
 async def mitigate(
     spec: kopf.Spec,
     patch: kopf.Patch,
@@ -237,7 +245,7 @@ async def mitigate(
         admission.mitigate(spec, patch, warnings, namespace, name, old, cfg.default_policy)
 
 
-def validate(
+async def validate(
     spec: kopf.Spec,
     warnings: list[str],
     namespace: str | None,
@@ -246,4 +254,8 @@ def validate(
     old: kopf.Body | None = None,
     **_: Any,
 ) -> None:
-    admission.admission(spec, warnings, namespace, name, old, runtime_of(memo))
+    rt = runtime_of(memo)
+    if admission.may_read_api(spec):
+        await asyncio.to_thread(admission.admission, spec, warnings, namespace, name, old, rt)
+    else:
+        admission.admission(spec, warnings, namespace, name, old, rt)

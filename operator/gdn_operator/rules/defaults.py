@@ -64,6 +64,20 @@ def _enforced(hits: list[Hit]) -> set[str]:
     return {h.ref for h in hits if h.enforced}
 
 
+def _all_unset(spec: GDNModelServerSpec, m: SpecPatch, done: set[str], unset: dict[str, bool]) -> bool:
+    """Whether every path `m` changes is neither defaulted yet (`done`) nor set by the user (`unset` remembers
+    user_set's answer per path)."""
+    for p, _ in m.changes:
+        if p in done:
+            return False
+        free = unset.get(p)
+        if free is None:
+            free = unset[p] = not user_set(spec, p)
+        if not free:
+            return False
+    return True
+
+
 def resolve_defaults(
     ruleset: RuleSet,
     spec: GDNModelServerSpec,
@@ -88,24 +102,25 @@ def resolve_defaults(
     failed: set[str] = set()  # rules whose mitigation could not be a default
     unset: dict[str, bool] = {}  # path -> the user left it unset (user_set, asked once per path)
     while True:
-        candidates = []
+        candidates: list[tuple[Hit, SpecPatch]] = []  # with the changes the spec does not have yet
         for h in hits:
             m = h.mitigation
             if not m or h.ref in failed or not keeps_spec_decoding(m):
                 continue
-            if any(p in done or not unset.setdefault(p, not user_set(spec, p)) for p, _ in m.changes):
+            if not _all_unset(spec, m, done, unset):
                 continue
             if revalidate and current is None:
                 current = spec.model_dump(by_alias=True, exclude_unset=True, mode="json")
-            if not (m.pending(current) if current is not None else m.pending_in(cur_spec)):
+            pending = m.pending(current) if current is not None else m.pending_in(cur_spec)
+            if not pending:
                 continue
-            candidates.append(h)
+            candidates.append((h, pending))
         if not candidates:
             break
-        candidates.sort(key=lambda h: (not h.enforced, SEVERITY_RANK.get(h.severity, 9), h.order))
+        candidates.sort(key=lambda c: (not c[0].enforced, SEVERITY_RANK.get(c[0].severity, 9), c[0].order))
         before = _enforced(hits)
         progressed = False
-        for h in candidates:
+        for h, pending in candidates:
             m = h.mitigation or SpecPatch()
             failed.add(h.ref)  # taken back below when it is applied
             cand = m.apply_shared(current) if current is not None else None  # read-only: validated, then `current`
@@ -119,7 +134,6 @@ def resolve_defaults(
                 continue  # a default never creates a rejection
             failed.discard(h.ref)
             done.update(p for p, _ in m.changes)
-            pending = m.pending(current) if current is not None else m.pending_in(cur_spec)
             defaults.extend(Default(p, v, h.ref) for p, v in pending.changes)
             current, cur_spec, eff, hits = cand, cand_spec, cand_eff, cand_hits
             progressed = True

@@ -75,13 +75,15 @@ class LaunchOverrides:
 class Effective:
     """The resolved configuration. `values` is what rule predicates read (see FIELDS)."""
 
-    __slots__ = ("version", "values", "sources", "notes")
+    __slots__ = ("version", "values", "sources", "notes", "described")
 
     def __init__(self, version: Version | None, values: dict[str, Any], sources: dict[str, str], notes: list[str]):
         self.version = version
         self.values = values
         self.sources = sources
         self.notes = notes
+        #: describe_field's phrase per spec path, made once (many findings describe the same fields)
+        self.described: dict[str, str] = {}
 
     def __getattr__(self, name: str) -> Any:  # convenience: eff.prefix_caching
         try:
@@ -383,7 +385,15 @@ def effective_config(
 
 
 def describe_field(eff: Effective, path: str) -> str:
-    """A short human phrase for what the spec path resolves to, e.g. for rule messages."""
+    """A short human phrase for what the spec path resolves to, e.g. for rule messages (remembered in `eff`:
+    a resolved configuration is never changed)."""
+    phrase = eff.described.get(path)
+    if phrase is None:
+        phrase = eff.described[path] = _describe(eff, path)
+    return phrase
+
+
+def _describe(eff: Effective, path: str) -> str:
     v = eff.values
     src = eff.sources
     if path == "spec.image.vllmVersion":

@@ -86,17 +86,7 @@ def compile_predicate(pred: Any, where: str = "when") -> Compiled:
         if not isinstance(arg, list) or not arg:
             raise PredicateError(f"{here}: expects a non-empty list of predicates")
         subs = tuple(compile_predicate(p, f"{here}[{i}]") for i, p in enumerate(arg))
-        if op == "all":
-
-            def all_of(v: dict[str, Any], ver: Any) -> bool:
-                return all(s(v, ver) for s in subs)
-
-            return all_of
-
-        def any_of(v: dict[str, Any], ver: Any) -> bool:
-            return any(s(v, ver) for s in subs)
-
-        return any_of
+        return _all_of(subs) if op == "all" else _any_of(subs)
 
     if op == "not":
         sub = compile_predicate(arg, here)
@@ -107,18 +97,8 @@ def compile_predicate(pred: Any, where: str = "when") -> Compiled:
             raise PredicateError(f"{here}: expects a mapping of field: value")
         tests = tuple(_equals(_check_field(f, here), _scalar(x, f"{here}.{f}")) for f, x in arg.items())
         if op == "eq":
-            if len(tests) == 1:
-                return tests[0]
-
-            def eq_all(v: dict[str, Any], ver: Any) -> bool:
-                return all(t(v, ver) for t in tests)
-
-            return eq_all
-
-        def ne_all(v: dict[str, Any], ver: Any) -> bool:
-            return not any(t(v, ver) for t in tests)
-
-        return ne_all
+            return tests[0] if len(tests) == 1 else _all_of(tests)
+        return _none_of(tests)
 
     if op == "in":
         if not isinstance(arg, dict) or not arg:
@@ -129,8 +109,7 @@ def compile_predicate(pred: Any, where: str = "when") -> Compiled:
             if not isinstance(xs, list) or not xs:
                 raise PredicateError(f"{here}.{f}: expects a non-empty list of values")
             sets.append((f, tuple(_scalar(x, f"{here}.{f}") for x in xs)))
-        sets_t = tuple(sets)
-        return lambda v, ver: all(any(_eq(v.get(f), x) for x in xs) for f, xs in sets_t)
+        return _in_all(tuple(sets))
 
     if op in _NUMERIC:
         if not isinstance(arg, dict) or not arg:
@@ -177,6 +156,55 @@ def compile_predicate(pred: Any, where: str = "when") -> Compiled:
         return lambda v, ver: arg in v.get("patches", ())
 
     raise PredicateError(f"{where}: unknown operator {op!r} (known: {', '.join(OPERATORS)})")
+
+
+# The combinators are loops, not all()/any() over a generator: matching is admission's hot path (bench/bench_rules.py).
+
+
+def _all_of(subs: tuple[Compiled, ...]) -> Compiled:
+    def all_of(v: dict[str, Any], ver: Any) -> bool:
+        for s in subs:  # noqa: SIM110
+            if not s(v, ver):
+                return False
+        return True
+
+    return all_of
+
+
+def _any_of(subs: tuple[Compiled, ...]) -> Compiled:
+    def any_of(v: dict[str, Any], ver: Any) -> bool:
+        for s in subs:  # noqa: SIM110
+            if s(v, ver):
+                return True
+        return False
+
+    return any_of
+
+
+def _none_of(subs: tuple[Compiled, ...]) -> Compiled:
+    def none_of(v: dict[str, Any], ver: Any) -> bool:
+        for s in subs:  # noqa: SIM110
+            if s(v, ver):
+                return False
+        return True
+
+    return none_of
+
+
+def _in_all(sets: tuple[tuple[str, tuple[Any, ...]], ...]) -> Compiled:
+    """Every field's value is one of its listed values."""
+
+    def in_all(v: dict[str, Any], ver: Any) -> bool:
+        for f, xs in sets:
+            got = v.get(f)
+            for x in xs:
+                if _eq(got, x):
+                    break
+            else:
+                return False
+        return True
+
+    return in_all
 
 
 def _equals(f: str, x: Any) -> Compiled:
