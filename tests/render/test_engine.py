@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from gdn_operator.api import flags
 from gdn_operator.api.load import parse_spec
-from gdn_operator.render.engine import RenderError, deployment, safe_label_value, service, vllm_args
+from gdn_operator.render.engine import deployment, service, vllm_args
+from gdn_operator.render.meta import RenderError, safe_label_value
 from gdn_operator.render.objects import render_all
 from gdn_operator.rules.launchline import parse_launch_line
 
