@@ -115,6 +115,37 @@ def test_rendered_argv_reads_back_to_the_same_settings(fields):
         assert back[key] == want[key], key
 
 
+#: one valid value per spec key of flags.JSON_FLAGS (a new entry there fails the test below until it has one)
+_JSON_VALUES: dict[str, object] = {
+    "speculativeDecoding.method": "mtp",
+    "speculativeDecoding.numSpeculativeTokens": 3,
+    "cudagraphMode": "PIECEWISE",
+    "gdnPrefillBackend": "triton",
+    "model.architecture": ["Qwen3_5ForCausalLM"],
+}
+
+
+@pytest.mark.parametrize("flag", sorted(flags.JSON_FLAGS))
+def test_every_json_key_of_the_table_reads_back_to_its_spec_key(flag):
+    """JSON_FLAGS is the one home of the JSON keys: a JSON option written under the table's keys (json_args)
+    reads back onto the spec keys the table names — also for the options only the reader sees
+    (--additional-config, --hf-overrides)."""
+    keys = flags.JSON_FLAGS[flag]
+    argv = ["vllm", "serve", "Qwen/Qwen3.5-27B", *flags.json_args(flag, {k: _JSON_VALUES[k] for k in keys})]
+    if flag != flags.SPECULATIVE_CONFIG:
+        argv += flags.json_args(flags.SPECULATIVE_CONFIG, {"speculativeDecoding.method": "mtp"})
+    line = parse_launch_line(argv, vllm_version="0.33.0")
+    back = line.spec.model_dump(by_alias=True)
+    for key in keys:
+        got: object = back
+        for part in key.split("."):
+            assert isinstance(got, dict), (key, got)
+            got = got[part]
+        want = _JSON_VALUES[key]
+        assert got == (want[0] if isinstance(want, list) else want), key
+    assert not [n for n in line.notes if "ignored" in n or "unknown" in n], line.notes
+
+
 def test_deprecated_alias_rendered_as_mtp():
     args = vllm_args(
         "srv", parse_spec(GMS().update(speculativeDecoding={"method": "qwen3_next_mtp", "numSpeculativeTokens": 1}).spec())
