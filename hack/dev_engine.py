@@ -26,7 +26,8 @@ for _p in ("tests", "tests/models", "operator"):
 import recall  # noqa: E402
 from engine_fixtures import engine_python, start_engine, stop_engine  # noqa: E402
 from gdn_operator.labels import LABEL_SERVER  # noqa: E402
-from gdn_operator.render.engine import ENGINE_PORT, safe_label_value  # noqa: E402
+from gdn_operator.render.engine import ENGINE_PORT  # noqa: E402
+from gdn_operator.render.meta import safe_label_value  # noqa: E402
 
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"  # "0" on a multi-node group's leader (API server)
 

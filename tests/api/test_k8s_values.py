@@ -16,7 +16,7 @@ from gdn_operator.api import k8s
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.handlers import webhook_limits
 from gdn_operator.handlers.reconcile import refused_as_invalid
-from gdn_operator.render.engine import RenderError, check_names
+from gdn_operator.render.meta import RenderError, check_names
 
 from builders import GMS
 

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from gdn_operator.api import flags
 from gdn_operator.api.load import parse_spec
-from gdn_operator.render.engine import RenderError, deployment, safe_label_value, service, vllm_args
+from gdn_operator.render.engine import deployment, service, vllm_args
+from gdn_operator.render.meta import RenderError, safe_label_value
 from gdn_operator.render.objects import render_all
 from gdn_operator.rules.launchline import parse_launch_line
 
@@ -112,6 +113,37 @@ def test_rendered_argv_reads_back_to_the_same_settings(fields):
     want = rendered.model_dump(by_alias=True)
     for key in [f.key for f in flags.READ_FLAGS] + ["speculativeDecoding", "cudagraphMode"]:
         assert back[key] == want[key], key
+
+
+#: one valid value per spec key of flags.JSON_FLAGS (a new entry there fails the test below until it has one)
+_JSON_VALUES: dict[str, object] = {
+    "speculativeDecoding.method": "mtp",
+    "speculativeDecoding.numSpeculativeTokens": 3,
+    "cudagraphMode": "PIECEWISE",
+    "gdnPrefillBackend": "triton",
+    "model.architecture": ["Qwen3_5ForCausalLM"],
+}
+
+
+@pytest.mark.parametrize("flag", sorted(flags.JSON_FLAGS))
+def test_every_json_key_of_the_table_reads_back_to_its_spec_key(flag):
+    """JSON_FLAGS is the one home of the JSON keys: a JSON option written under the table's keys (json_args)
+    reads back onto the spec keys the table names — also for the options only the reader sees
+    (--additional-config, --hf-overrides)."""
+    keys = flags.JSON_FLAGS[flag]
+    argv = ["vllm", "serve", "Qwen/Qwen3.5-27B", *flags.json_args(flag, {k: _JSON_VALUES[k] for k in keys})]
+    if flag != flags.SPECULATIVE_CONFIG:
+        argv += flags.json_args(flags.SPECULATIVE_CONFIG, {"speculativeDecoding.method": "mtp"})
+    line = parse_launch_line(argv, vllm_version="0.33.0")
+    back = line.spec.model_dump(by_alias=True)
+    for key in keys:
+        got: object = back
+        for part in key.split("."):
+            assert isinstance(got, dict), (key, got)
+            got = got[part]
+        want = _JSON_VALUES[key]
+        assert got == (want[0] if isinstance(want, list) else want), key
+    assert not [n for n in line.notes if "ignored" in n or "unknown" in n], line.notes
 
 
 def test_deprecated_alias_rendered_as_mtp():

@@ -185,8 +185,24 @@ def test_feature_floors_agree_with_the_rules():
 
     rules = {r.id: r for r in load_rules().rules}
     f = shutdown.features()
-    assert rules["vllm-config/shutdown-timeout-unsupported"].versions == f"<{f['shutdown_timeout']['since']}"
-    assert rules["vllm-config/multi-node-launcher"].versions == f"<{f['multi_node_mp']['since']}"
+    assert rules["vllm-config/shutdown-timeout-unsupported"].versions == f"<{f['shutdown_timeout'].since}"
+    assert rules["vllm-config/multi-node-launcher"].versions == f"<{f['multi_node_mp'].since}"
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"since": "latest", "evidence": "e"},  # not a vLLM version: would have turned the feature off silently
+        {"since": "0.18.0", "evidence": "e", "sinse": "0.19.0"},  # a misspelt key
+        {"since": "0.18.0"},  # no evidence
+    ],
+)
+def test_a_malformed_feature_entry_fails_the_load(entry):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        shutdown.Feature.model_validate(entry)
+    assert shutdown.Feature.model_validate({"since": "0.18.0", "evidence": "e"}).since == "0.18.0"
 
 
 def test_examples_render_their_scale_out_objects():

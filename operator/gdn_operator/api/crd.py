@@ -163,7 +163,7 @@ def guard_openapi_schema() -> dict[str, Any]:
     )
 
 
-PRINTER_COLUMNS = [
+PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Ready", "type": "string", "jsonPath": ".status.ready", "description": "Ready/desired engine pods."},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "TP", "type": "integer", "jsonPath": ".spec.tensorParallelSize", "description": "Tensor parallelism."},
@@ -192,7 +192,7 @@ PRINTER_COLUMNS = [
 ]
 
 
-GUARD_PRINTER_COLUMNS = [
+GUARD_PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Policy", "type": "string", "jsonPath": ".spec.admission.policy", "description": "Admission: warn or deny."},
     {
         "name": "Ready",
@@ -205,7 +205,20 @@ GUARD_PRINTER_COLUMNS = [
 ]
 
 
-def _crd(kind: str, plural: str, singular: str, short_names: list[str], version: dict[str, Any]) -> dict[str, Any]:
+def _crd(
+    kind: str,
+    plural: str,
+    singular: str,
+    short_names: list[str],
+    schema: dict[str, Any],
+    columns: list[dict[str, Any]],
+    scale: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """One CRD of the group: its one served and stored version carries the schema, the status subresource
+    (and the scale subresource where given) and the printer columns."""
+    subresources: dict[str, Any] = {"status": {}}
+    if scale is not None:
+        subresources["scale"] = scale
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -224,44 +237,31 @@ def _crd(kind: str, plural: str, singular: str, short_names: list[str], version:
                 "shortNames": list(short_names),
                 "categories": ["gdn"],
             },
-            "versions": [{"name": VERSION, "served": True, "storage": True, **version}],
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": schema},
+                    "subresources": subresources,
+                    "additionalPrinterColumns": columns,
+                }
+            ],
         },
     }
 
 
 def crd_manifest() -> dict[str, Any]:
-    return _crd(
-        KIND,
-        PLURAL,
-        SINGULAR,
-        SHORT_NAMES,
-        {
-            "schema": {"openAPIV3Schema": openapi_schema()},
-            "subresources": {
-                "status": {},
-                "scale": {
-                    "specReplicasPath": ".spec.replicas",
-                    "statusReplicasPath": ".status.replicas",
-                    "labelSelectorPath": ".status.selector",
-                },
-            },
-            "additionalPrinterColumns": PRINTER_COLUMNS,
-        },
-    )
+    scale = {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
+    return _crd(KIND, PLURAL, SINGULAR, SHORT_NAMES, openapi_schema(), PRINTER_COLUMNS, scale)
 
 
 def guard_crd_manifest() -> dict[str, Any]:
-    return _crd(
-        GUARD_KIND,
-        GUARD_PLURAL,
-        GUARD_SINGULAR,
-        GUARD_SHORT_NAMES,
-        {
-            "schema": {"openAPIV3Schema": guard_openapi_schema()},
-            "subresources": {"status": {}},
-            "additionalPrinterColumns": GUARD_PRINTER_COLUMNS,
-        },
-    )
+    return _crd(GUARD_KIND, GUARD_PLURAL, GUARD_SINGULAR, GUARD_SHORT_NAMES, guard_openapi_schema(), GUARD_PRINTER_COLUMNS)
 
 
 class _Dumper(yaml.SafeDumper):

@@ -6,7 +6,9 @@ under one name and read under another; `Flag.args` is the one place a value is s
 spelled, and the other spellings the reader accepts without vLLM's option table (`-tp`).
 
 JSON-carried settings (speculative decoding in ``--speculative-config``, the CUDA-graph mode in
-``--compilation-config``) are listed in JSON_FLAGS with the JSON key each spec field maps to.
+``--compilation-config``, the GDN prefill backend in ``--additional-config``, the architecture in ``--hf-overrides``)
+are listed in JSON_FLAGS with the JSON key each spec field maps to; the renderer writes them with `json_args`, and
+tests/render/test_engine.py holds the reader (which still spells these keys in rules/launchline.py) to the table.
 Whether vLLM accepts a spelling at all is api/vllm_args.py's business (the option table generated from vLLM's
 parser); tests/rules/test_rules_launchline_oracle.py checks the reader against vLLM's real parser.
 """

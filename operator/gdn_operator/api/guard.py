@@ -17,7 +17,6 @@ import re
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
-from pydantic.alias_generators import to_camel
 
 from gdn_operator.api.base import _Model, _Status, cel
 from gdn_operator.api.k8s import dns1123_label, label_key, label_selector_problems
@@ -58,10 +57,6 @@ class GuardSelector(_Model):
     (an empty selector would guard every workload in the namespace, and send every one through admission)."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        use_enum_values=True,
         json_schema_extra=cel(
             (
                 "(has(self.matchLabels) && size(self.matchLabels) > 0) || "
@@ -122,10 +117,6 @@ class VersionSource(_Model):
     (default: imageTag, falling back to the gdn-operator.io/vllm-version annotation)."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        use_enum_values=True,
         json_schema_extra=cel(
             (
                 "[has(self.imageTag), has(self.annotation), has(self.pinned)].filter(x, x).size() <= 1",
@@ -201,10 +192,6 @@ class GuardAdmission(_Model):
 
 class GDNGuardSpec(_Model):
     model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        use_enum_values=True,
         json_schema_extra=cel(
             (
                 "!has(self.features) || !has(self.features.probes) || !self.features.probes || has(self.probes)",

@@ -33,7 +33,7 @@ MODEL_MOUNT = "/models"
 #: Volume names the operator renders itself.
 OPERATOR_VOLUMES = frozenset({"dshm", "cache", "model"})
 
-#: Label / annotation key prefixes the operator sets or selects on (render/engine.py common_labels,
+#: Label / annotation key prefixes the operator sets or selects on (render/meta.py common_labels,
 #: the LeaderWorkerSet controller's own keys).
 OWNED_KEY_PREFIXES = ("app.kubernetes.io/", "serving.gdn-operator.io/", "leaderworkerset.sigs.k8s.io/")
 OWNED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/default-container"})

@@ -26,7 +26,7 @@ from gdn_operator.handlers import kube
 from gdn_operator.handlers.kube import CrdCache
 from gdn_operator.handlers.servers import Servers
 from gdn_operator.render import autoscale, lws, router
-from gdn_operator.render.engine import RenderError
+from gdn_operator.render.meta import RenderError
 from gdn_operator.render.objects import render_all
 from gdn_operator.render.scaleout import ScaleOutOptions
 from gdn_operator.rules import Evaluation, evaluate

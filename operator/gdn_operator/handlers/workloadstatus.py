@@ -10,7 +10,7 @@ from typing import Any
 
 from gdn_operator.handlers import conditions as st
 from gdn_operator.labels import LEADER_SELECTOR
-from gdn_operator.render.engine import selector_labels
+from gdn_operator.render.meta import selector_labels
 
 ROLLOUT_BLOCKED = "RolloutBlocked"
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from gdn_operator.api.scaleout import METRICS, AutoscalingSpec
 from gdn_operator.api.spec import GDNModelServerSpec
-from gdn_operator.render.engine import object_meta
+from gdn_operator.render.meta import object_meta
 
 KEDA_GROUP = "keda.sh"
 KEDA_VERSION = "v1alpha1"

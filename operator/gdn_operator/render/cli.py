@@ -9,7 +9,7 @@ import sys
 import yaml
 
 from gdn_operator.api.load import ManifestError, load_file
-from gdn_operator.render.engine import RenderError
+from gdn_operator.render.meta import RenderError
 from gdn_operator.render.objects import render_all
 from gdn_operator.render.scaleout import ScaleOutOptions
 from gdn_operator.rules import evaluate

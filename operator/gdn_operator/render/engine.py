@@ -1,5 +1,5 @@
-"""Pure functions: GDNModelServer spec → vLLM argv and Kubernetes objects — the lowest floor of render/ (the
-engine container, its pod template, Deployment, Service and PodMonitor, labels and object metadata); the
+"""Pure functions: GDNModelServer spec → vLLM argv and Kubernetes objects, on render/meta.py's labels and
+object metadata (the engine container, its pod template, Deployment, Service and PodMonitor); the
 multi-node and scale-out builders use these, and render/objects.py's `render_all` puts a server together.
 
 Nothing here talks to the API server; the reconciler applies what these functions return with
@@ -8,29 +8,16 @@ server-side apply, and `gdnctl render` prints it.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from gdn_operator import API_VERSION, KIND
-from gdn_operator.api import flags, k8s
+from gdn_operator.api import flags
 from gdn_operator.api.cache import RetainPolicy
 from gdn_operator.api.pod import CACHE_MOUNT, MODEL_MOUNT, SHM_MOUNT
 from gdn_operator.api.spec import GDNModelServerSpec
-from gdn_operator.labels import (
-    LABEL_COMPONENT,
-    LABEL_INSTANCE,
-    LABEL_MANAGED_BY,
-    LABEL_NAME,
-    LABEL_PART_OF,
-    LABEL_SERVER,
-    LABEL_VERSION,
-    LEADER_SELECTOR,
-    MANAGED_BY,
-)
 from gdn_operator.render import podparts, shutdown
+from gdn_operator.render.meta import api_selector, check_names, common_labels, object_meta, owner_reference, selector_labels
 
 ENGINE_PORT = 8000
 #: The engine Service's `metrics` port (to the engine's own http port, where vLLM serves /metrics). Was 9400, the
@@ -41,44 +28,6 @@ CONTAINER = "vllm"
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-
-
-class RenderError(ValueError):
-    """The object cannot be turned into a workload; the message names the field and the fix."""
-
-
-def safe_label_value(value: str) -> str:
-    """A valid label value: ≤63 chars; long values are shortened with a stable hash suffix."""
-    if k8s.label_value(value):
-        return value
-    digest = hashlib.sha256(value.encode()).hexdigest()[:8]
-    cleaned = re.sub(r"[^-A-Za-z0-9_.]", "-", value)[:54].strip("-_.")
-    return f"{cleaned}-{digest}"
-
-
-def selector_labels(name: str) -> dict[str, str]:
-    return {LABEL_SERVER: safe_label_value(name), LABEL_MANAGED_BY: MANAGED_BY}
-
-
-def api_selector(name: str, spec: GDNModelServerSpec) -> dict[str, str]:
-    """Labels of the pods that serve the OpenAI API and /metrics: every engine pod, or only the group
-    leaders of a multi-node engine (workers run headless)."""
-    labels = selector_labels(name)
-    if spec.nodes > 1:
-        labels.update(LEADER_SELECTOR)
-    return labels
-
-
-def common_labels(name: str, spec: GDNModelServerSpec) -> dict[str, str]:
-    return {
-        LABEL_NAME: "vllm",
-        LABEL_INSTANCE: safe_label_value(name),
-        LABEL_COMPONENT: "engine",
-        LABEL_PART_OF: "gdn-operator",
-        LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_VERSION: safe_label_value(spec.image.vllm_version),
-        LABEL_SERVER: safe_label_value(name),
-    }
 
 
 def model_argument(spec: GDNModelServerSpec) -> str:
@@ -167,30 +116,6 @@ def engine_env(spec: GDNModelServerSpec) -> list[dict[str, Any]]:
         else:
             env.append({"name": e.name, "value": e.value or ""})
     return env
-
-
-def owner_reference(name: str, uid: str) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "name": name,
-        "uid": uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def object_meta(name: str, namespace: str, uid: str | None, spec: GDNModelServerSpec) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": common_labels(name, spec)}
-    if uid:
-        meta["ownerReferences"] = [owner_reference(name, uid)]
-    return meta
-
-
-def check_names(name: str) -> None:
-    problem = k8s.service_name_problem(name)
-    if problem:
-        raise RenderError(problem)
 
 
 def pod_template(name: str, spec: GDNModelServerSpec, args: list[str] | None = None) -> dict[str, Any]:

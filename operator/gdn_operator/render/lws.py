@@ -33,7 +33,8 @@ from gdn_operator.api import flags
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.labels import LABEL_WORKER_INDEX
 from gdn_operator.render import podparts
-from gdn_operator.render.engine import check_names, object_meta, pod_template, vllm_args
+from gdn_operator.render.engine import pod_template, vllm_args
+from gdn_operator.render.meta import check_names, object_meta
 
 GROUP = "leaderworkerset.x-k8s.io"
 VERSION = "v1"

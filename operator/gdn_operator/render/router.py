@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from gdn_operator.api.spec import GDNModelServerSpec
-from gdn_operator.render.engine import ENGINE_PORT, api_selector, object_meta
+from gdn_operator.render.engine import ENGINE_PORT
+from gdn_operator.render.meta import api_selector, object_meta
 
 GROUP = "inference.networking.k8s.io"
 VERSION = "v1"

@@ -11,10 +11,12 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, TypeAdapter, field_validator
+
 from gdn_operator.api import flags
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.datafiles import load_yaml, once
-from gdn_operator.versions import parse_version
+from gdn_operator.versions import parse_version, require_version
 
 #: Seconds the preStop hook waits for endpoint removal before vLLM sees SIGTERM.
 PRESTOP_SECONDS = 5
@@ -26,18 +28,39 @@ EXIT_HEADROOM_SECONDS = 15
 DEFAULT_GRACE_SECONDS = 60
 
 
+class Feature(BaseModel):
+    """One entry of render/data/vllm_features.yaml, validated when the file is read (the same pydantic style as
+    rules/rulefile.py): a `since` that is not a vLLM version fails the load instead of turning the feature off."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    since: str
+    evidence: str
+    flag: str | None = None
+    flags: tuple[str, ...] = ()
+
+    @field_validator("since")
+    @classmethod
+    def _since_is_a_version(cls, value: str) -> str:
+        require_version(value)
+        return value
+
+
+_FEATURES = TypeAdapter(dict[str, Feature])
+
+
 @once
-def features() -> dict[str, Any]:
+def features() -> dict[str, Feature]:
     """render/data/vllm_features.yaml: the first vLLM release with each feature the renderer uses."""
     text = resources.files("gdn_operator.render").joinpath("data/vllm_features.yaml").read_text(encoding="utf-8")
-    data: dict[str, Any] = load_yaml(text)
-    return data
+    data: Any = load_yaml(text)
+    return _FEATURES.validate_python(data)
 
 
 def supports(spec: GDNModelServerSpec, feature: str) -> bool:
     """True when spec.image.vllmVersion is at least the feature's first release (unparseable: False)."""
-    ver, since = parse_version(spec.image.vllm_version), parse_version(features()[feature]["since"])
-    return ver is not None and since is not None and ver >= since
+    ver = parse_version(spec.image.vllm_version)
+    return ver is not None and ver >= require_version(features()[feature].since)
 
 
 def drain_seconds(spec: GDNModelServerSpec) -> int:
