@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import kubernetes
 import pytest
 import urllib3
+import waiting
 
 from gdn_operator.handlers.servers import Servers
 from gdn_operator.handlers import kube, logfollow
@@ -103,3 +104,64 @@ def test_log_follower_retries_through_an_outage_then_ends_with_the_instance(monk
         followers = logfollow.LogFollowers(pool, logfollow.StreamedResults(), Servers())
         asyncio.run(asyncio.wait_for(followers._follow("ns", "pod", "uid", 0, "srv"), 10))
     assert calls == {"stream": 4, "check": 4}
+
+
+@pytest.fixture
+def quiet_log_server():
+    """An HTTP server that answers a log request with headers and then nothing: a followed log of a quiet engine."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    conns = []
+    stop = threading.Event()
+
+    def serve():
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                c = srv.accept()[0]
+            except OSError:
+                continue
+            conns.append(c)
+            c.recv(65536)  # the request
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.getsockname()[1]}"
+    stop.set()
+    t.join(2)
+    for c in conns:
+        c.close()
+    srv.close()
+
+
+def test_shutdown_ends_the_blocked_read_of_a_quiet_followed_log(monkeypatch, quiet_log_server):
+    """A thread reading a quiet engine's followed log blocks up to its 600 s read timeout, and the interpreter joins
+    executor threads at exit: the operator's shutdown (LogFollowers.stop_all) must end those reads."""
+    monkeypatch.setattr(kube, "api_client", lambda: _client(quiet_log_server))
+    streams = logfollow.OpenStreams()
+    state = logfollow.StreamState(logfollow.StreamClassifier(), lambda _r: None)
+    out: list[object] = []
+
+    def follow() -> None:
+        try:
+            out.append(logfollow._stream_once("ns", "pod", lambda: False, lambda _g: None, state, "engine", streams))
+        except Exception as e:  # noqa: BLE001 - how the read ended is not the point: that it ended
+            out.append(e)
+
+    t = threading.Thread(target=follow, daemon=True)
+    t.start()
+    waiting.wait_for(lambda: len(streams) == 1, 10, interval=0.05, what="the log stream open and blocked in its read")
+    t.join(0.5)
+    assert t.is_alive(), "the read of a quiet log must block until shut down"
+    assert streams.shutdown_all() == 1
+    t.join(5)
+    assert not t.is_alive(), "the blocked read outlived the shutdown"
+    assert out and len(streams) == 0
+
+    # a stream opened after the shutdown (a task that was about to open one) ends at once
+    t2 = threading.Thread(target=follow, daemon=True)
+    t2.start()
+    t2.join(5)
+    assert not t2.is_alive() and len(out) == 2

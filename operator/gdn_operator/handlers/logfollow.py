@@ -84,6 +84,46 @@ class StreamState:
     carry: str = ""
 
 
+class OpenStreams:
+    """The followed log streams being read now, so that the operator's shutdown can end them.
+
+    A thread reading a followed log blocks until the engine writes a line or the read times out (600 s). The
+    interpreter joins executor threads at exit, so without this an operator told to stop (SIGTERM) would live on
+    until every quiet engine wrote a line: past the pod's termination grace period, where it is killed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: set[Any] = set()
+        self.closed = False
+
+    def add(self, resp: Any) -> None:
+        with self._lock:
+            if not self.closed:
+                self._open.add(resp)
+                return
+        resp.shutdown()  # opened after shutdown_all: end it at once
+
+    def discard(self, resp: Any) -> None:
+        with self._lock:
+            self._open.discard(resp)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+    def shutdown_all(self) -> int:
+        """End every open stream (the blocked reads return) and any opened later. Returns how many were open."""
+        with self._lock:
+            self.closed = True
+            live, self._open = list(self._open), set()
+        for resp in live:
+            try:
+                resp.shutdown()  # urllib3 HTTPResponse.shutdown: shuts the socket down, waking a blocked read
+            except Exception as e:  # noqa: BLE001 - best effort at shutdown: a stream already gone is fine
+                log.debug("log stream not shut down: %s", e)
+        return len(live)
+
+
 def _stream_once(
     namespace: str,
     pod: str,
@@ -91,8 +131,9 @@ def _stream_once(
     on_guard: Callable[[GuardLine | None], None],
     state: StreamState,
     container: str = CONTAINER,
+    streams: OpenStreams | None = None,
 ) -> str:
-    """Follow one container instance's log until the stream ends. Returns why it ended."""
+    """Follow one container instance's log until the stream ends (or `streams` is shut down). Returns why it ended."""
     core = kubernetes.client.CoreV1Api(kube.api_client())
     kw: dict[str, Any] = {}
     if state.last_read is not None:  # reconnect: do not read the whole log again
@@ -101,6 +142,8 @@ def _stream_once(
     resp: Any = core.read_namespaced_pod_log(
         pod, namespace, container=container, follow=True, _preload_content=False, _request_timeout=(10, 600), **kw
     )
+    if streams is not None:
+        streams.add(resp)
     sc = state.classifier
     try:
         for chunk in resp.stream(64 * 1024):
@@ -121,6 +164,8 @@ def _stream_once(
                 return "stopped"
         return "eof"
     finally:
+        if streams is not None:
+            streams.discard(resp)
         resp.release_conn()
 
 
@@ -159,6 +204,7 @@ class LogFollowers:
         self.tasks: dict[str, tuple[int, asyncio.Task[None]]] = {}
         #: the log classifier of each followed pod's current container instance, by (namespace, pod)
         self.classifiers: dict[tuple[str, str], StreamClassifier] = {}
+        self.streams = OpenStreams()  # ended by stop_all (the operator's shutdown)
 
     def hang_summary(self, namespace: str, pod: str) -> str:
         """Hang wording seen in the pod's current log (watch/hang.py): a stall's supporting evidence."""
@@ -190,8 +236,12 @@ class LogFollowers:
             cur[1].cancel()
 
     def stop_all(self) -> None:
+        """At shutdown: cancel every follow task and end the streams their threads read."""
         for uid in list(self.tasks):
             self.stop(uid)
+        ended = self.streams.shutdown_all()
+        if ended:
+            log.info("shutdown: ended %d followed log stream(s)", ended)
 
     async def _follow(self, namespace: str, pod: str, uid: str, restart: int, server: str, container: str = CONTAINER) -> None:
         stop = threading.Event()
@@ -211,7 +261,7 @@ class LogFollowers:
             while True:  # until this container instance ends; a restart starts a new task
                 try:
                     why = await loop.run_in_executor(
-                        self.pool, _stream_once, namespace, pod, stop.is_set, on_guard, state, container
+                        self.pool, _stream_once, namespace, pod, stop.is_set, on_guard, state, container, self.streams
                     )
                     if why == "stopped":
                         return
