@@ -4,6 +4,7 @@ API-server outage."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
@@ -18,31 +19,44 @@ from gdn_operator.handlers.servers import Servers
 from gdn_operator.handlers import kube, logfollow
 
 
-@pytest.fixture
-def silent_server():
-    """A TCP server that accepts connections and never answers (a frozen API server)."""
+@contextlib.contextmanager
+def _tcp_server(reply: bytes | None):
+    """A TCP server on a free port; each connection gets `reply` after its request (None: never answers, nor reads)."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(8)
     conns = []
     stop = threading.Event()
 
-    def accept():
+    def serve():
         srv.settimeout(0.2)
         while not stop.is_set():
             try:
-                conns.append(srv.accept()[0])
+                c = srv.accept()[0]
             except OSError:
-                pass
+                continue
+            conns.append(c)
+            if reply is not None:
+                c.recv(65536)  # the request
+                c.sendall(reply)
 
-    t = threading.Thread(target=accept, daemon=True)
+    t = threading.Thread(target=serve, daemon=True)
     t.start()
-    yield f"http://127.0.0.1:{srv.getsockname()[1]}"
-    stop.set()
-    t.join(2)
-    for c in conns:
-        c.close()
-    srv.close()
+    try:
+        yield f"http://127.0.0.1:{srv.getsockname()[1]}"
+    finally:
+        stop.set()
+        t.join(2)
+        for c in conns:
+            c.close()
+        srv.close()
+
+
+@pytest.fixture
+def silent_server():
+    """A TCP server that accepts connections and never answers (a frozen API server)."""
+    with _tcp_server(None) as url:
+        yield url
 
 
 def _client(host: str) -> kubernetes.client.ApiClient:
@@ -109,31 +123,8 @@ def test_log_follower_retries_through_an_outage_then_ends_with_the_instance(monk
 @pytest.fixture
 def quiet_log_server():
     """An HTTP server that answers a log request with headers and then nothing: a followed log of a quiet engine."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(8)
-    conns = []
-    stop = threading.Event()
-
-    def serve():
-        srv.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                c = srv.accept()[0]
-            except OSError:
-                continue
-            conns.append(c)
-            c.recv(65536)  # the request
-            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{srv.getsockname()[1]}"
-    stop.set()
-    t.join(2)
-    for c in conns:
-        c.close()
-    srv.close()
+    with _tcp_server(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n") as url:
+        yield url
 
 
 def test_shutdown_ends_the_blocked_read_of_a_quiet_followed_log(monkeypatch, quiet_log_server):
