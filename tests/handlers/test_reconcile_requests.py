@@ -435,3 +435,36 @@ def test_server_bodies_keep_the_newest_version_of_the_same_object():
     assert bodies.get("ns", "s", "u2")["status"] == {"n": 3}
     bodies.forget("ns", "s")
     assert bodies.get("ns", "s") is None
+
+
+def test_a_workload_event_during_the_operators_own_apply_is_not_drift(api, rt, monkeypatch):
+    """The status is written before the workload is applied; a Deployment event seen in between (the Deployment
+    controller's status of the old workload, or a crashed pod's) shows the old workload against the new status. That
+    is the operator's apply in flight: no fresh read of the server, no re-apply, no DriftCorrected Event (seen as a
+    second GET of one remediated crash in tests/integration/test_crashwatch_cluster.py under load)."""
+    reconcile.reconcile_sync(copy.deepcopy(api.obj), rt)
+    old = rendered_workload(api, rt, replicas=1, readyReplicas=1, updatedReplicas=1)
+    api.obj["spec"]["image"] = {**api.obj["spec"].get("image", {}), "tag": "v0.33.1"}
+    api.obj["metadata"]["generation"] = 2
+    api.bump()
+    reapplied: list[str] = []
+    monkeypatch.setattr(kube, "apply", lambda obj: reapplied.append(obj["kind"]) or obj)
+    seen: list[list[str]] = []
+    applying = kube.apply_changed
+
+    def apply_changed(obj: dict[str, Any], *, same_rendering: bool = False) -> tuple[dict[str, Any], bool]:
+        if obj["kind"] == "Deployment":  # the old workload's event, handled while the new one is being applied
+            before = len(api.requests)
+            workload.on_deployment(rt, "ns", "s", copy.deepcopy(old), owner_uid="u1")
+            seen.append(api.requests[before:])
+        return applying(obj, same_rendering=same_rendering)
+
+    monkeypatch.setattr(kube, "apply_changed", apply_changed)
+    api.events.clear()
+    assert reconcile.reconcile_sync(copy.deepcopy(api.obj), rt) == "applied"
+    assert seen and all("GET server" not in requests for requests in seen), seen
+    assert reapplied == [] and not [e for e in api.events if e[0] == "DriftCorrected"]
+    # after the apply, the same old workload is drift again: judged against a fresh read and re-applied
+    api.requests.clear()
+    workload.on_deployment(rt, "ns", "s", copy.deepcopy(old), owner_uid="u1")
+    assert api.requests[0] == "GET server" and reapplied == ["Deployment"]

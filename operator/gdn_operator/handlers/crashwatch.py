@@ -274,15 +274,23 @@ def handle_death(rt: CrashWatchState, namespace: str, name: str, death: Death) -
         " (previous spec, not counted)" if outcome.get("stale") else " (same group incident)" if outcome.get("incident") else "",
     )
     planned = None
-    if (
-        not outcome.get("stale")
-        and not outcome.get("incident")
-        and maybe_remediate(
-            rt.servers, namespace, name, obj, result, outcome["count"], outcome["generation"], policy=rt.settings.default_policy
-        )
-        is not None
-    ):
-        planned = reapply(namespace, name, rt)  # the override is in status; render and apply it now
+    with rt.servers.applying(namespace, name):  # from the override's status write to its apply: not drift
+        if (
+            not outcome.get("stale")
+            and not outcome.get("incident")
+            and maybe_remediate(
+                rt.servers,
+                namespace,
+                name,
+                obj,
+                result,
+                outcome["count"],
+                outcome["generation"],
+                policy=rt.settings.default_policy,
+            )
+            is not None
+        ):
+            planned = reapply(namespace, name, rt)  # the override is in status; render and apply it now
     sync_scale_up(namespace, name, obj, rt, planned)  # the autoscaler from the same plan (no second one)
     return obj.get("status")
 

@@ -261,40 +261,43 @@ def reconcile_sync(body: dict[str, Any], rt: PlanInputs) -> str:
     def applied(status: dict[str, Any], obj: dict[str, Any]) -> None:
         news["changed"] = calculate_status(status, obj, p, admitted)
 
-    # The status says which generation this is and why it was admitted before the workload is applied, so a
-    # client never sees Ready (from the Deployment) without observedGeneration.
-    rt.servers.update_status(ns, name, applied, obj=body)  # rt.servers: what this server's workload events read
-    if news["changed"]:
-        log.info(
-            "%s %s/%s generation %s (policy %s)%s",
-            reason.lower(),
-            ns,
-            name,
-            gen,
-            policy,
-            ": " + ", ".join(f"{f.rule} {f.action}" for f in mitigated + warned) if mitigated or warned else "",
-        )
-    changed = False
-    try:
-        for obj in objects:
-            _out, obj_changed = kube.apply_changed(obj, same_rendering=obj is workload and same_rendering)
-            changed = changed or (obj is workload and obj_changed)
-    except ApiException as e:
-        if e.status != 403 and not refused_as_invalid(e):
-            raise  # transient (5xx, timeouts): kopf retries
-        detail = _api_message(e)
-        forbidden = e.status == 403
-        _not_validated(
-            rt.servers,
-            body,
-            "Forbidden" if forbidden else "InvalidSpec",
-            "ApplyRefused",
-            f"the API server refused the engine {obj['kind']}: {detail}",
-        )
-        if forbidden:
-            # RBAC may be fixed: retry, slowly
-            raise kopf.TemporaryError(f"RBAC refused the engine {obj['kind']}: {detail}", delay=300) from None
-        return "refused"
+    # From the status write to the end of the apply a workload event shows the old workload against the new
+    # status: the operator's own change, not drift (Servers.applying).
+    with rt.servers.applying(ns, name):
+        # The status says which generation this is and why it was admitted before the workload is applied, so a
+        # client never sees Ready (from the Deployment) without observedGeneration.
+        rt.servers.update_status(ns, name, applied, obj=body)  # rt.servers: what this server's workload events read
+        if news["changed"]:
+            log.info(
+                "%s %s/%s generation %s (policy %s)%s",
+                reason.lower(),
+                ns,
+                name,
+                gen,
+                policy,
+                ": " + ", ".join(f"{f.rule} {f.action}" for f in mitigated + warned) if mitigated or warned else "",
+            )
+        changed = False
+        try:
+            for obj in objects:
+                _out, obj_changed = kube.apply_changed(obj, same_rendering=obj is workload and same_rendering)
+                changed = changed or (obj is workload and obj_changed)
+        except ApiException as e:
+            if e.status != 403 and not refused_as_invalid(e):
+                raise  # transient (5xx, timeouts): kopf retries
+            detail = _api_message(e)
+            forbidden = e.status == 403
+            _not_validated(
+                rt.servers,
+                body,
+                "Forbidden" if forbidden else "InvalidSpec",
+                "ApplyRefused",
+                f"the API server refused the engine {obj['kind']}: {detail}",
+            )
+            if forbidden:
+                # RBAC may be fixed: retry, slowly
+                raise kopf.TemporaryError(f"RBAC refused the engine {obj['kind']}: {detail}", delay=300) from None
+            return "refused"
     if p.monitoring and not run_spec.metrics.enabled:
         kube.delete_pod_monitor(ns, name)
     if candidates:

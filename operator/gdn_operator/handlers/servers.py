@@ -18,9 +18,11 @@ request, never a wrong write: status writes are JSON patches guarded by what the
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import copy
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from gdn_operator.handlers import statusguard
@@ -73,6 +75,29 @@ class Servers:
     def __init__(self) -> None:
         self._bodies: dict[tuple[str, str], dict[str, Any]] = {}
         self._lock = threading.Lock()
+        #: servers whose workload the operator itself is rendering and applying now (see `applying`)
+        self._applying: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    @contextlib.contextmanager
+    def applying(self, namespace: str, name: str) -> Iterator[None]:
+        """Mark the operator's own change of this server's workload, from the status write that decides it to the
+        end of the apply. A workload event seen meanwhile (the crashed pod's Deployment status, say) shows the old
+        workload against the new decision: that is the operator's apply in flight, not drift, and must cost no
+        fresh read and no DriftCorrected Event (workload.on_deployment); the apply's own event checks the result."""
+        key = (namespace, name)
+        with self._lock:
+            self._applying[key] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._applying[key] -= 1
+                if self._applying[key] <= 0:
+                    del self._applying[key]
+
+    def is_applying(self, namespace: str, name: str) -> bool:
+        with self._lock:
+            return (namespace, name) in self._applying
 
     def put(self, obj: dict[str, Any] | None) -> None:
         """Remember `obj` unless the stored body is newer. A deleted object (deletionTimestamp) is kept too:

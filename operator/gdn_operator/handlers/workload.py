@@ -241,7 +241,12 @@ def on_deployment(
     deleted workload, or one that differs from that body's spec, is checked again against a fresh read
     before anything is re-applied. The status write is a guarded patch: a stale body costs a re-read."""
     server = rt.servers.get(namespace, name, owner_uid)
-    want = drifted(rt, server, dep, kind) if server is not None else None  # planned once for this event
+    if server is not None and dep is not None and rt.servers.is_applying(namespace, name):
+        # the operator's own apply of this workload is in flight (Servers.applying): not drift; its event checks
+        log.debug("drift check of %s/%s skipped: the operator is applying its workload", namespace, name)
+        want = None
+    else:
+        want = drifted(rt, server, dep, kind) if server is not None else None  # planned once for this event
     if server is None or dep is None or want is not None:
         fresh = rt.servers.read(namespace, name)  # drift correction acts only on what the API server holds
         if fresh is None:
