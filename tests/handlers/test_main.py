@@ -93,7 +93,8 @@ def test_the_runtime_travels_in_kopfs_memo():
     rt.log_pool.shutdown(wait=False)
 
 
-def test_startup_builds_the_runtime_from_the_settings_main_parsed(monkeypatch):
+def _startup_inputs(monkeypatch):
+    """What main.startup is handed in these tests: parsed settings in kopf's memo, a fresh registry, no metrics port."""
     from gdn_operator.handlers import startup
     from gdn_operator.settings import Settings
 
@@ -101,7 +102,11 @@ def test_startup_builds_the_runtime_from_the_settings_main_parsed(monkeypatch):
     registry = kopf.OperatorRegistry()
     monkeypatch.setattr(kopf, "get_default_registry", lambda: registry)
     cfg = Settings(default_policy="warn", lws=False, inference_pool=False, metrics_port=0)
-    memo = kopf.Memo({main.SETTINGS_MEMO_KEY: cfg})
+    return cfg, kopf.Memo({main.SETTINGS_MEMO_KEY: cfg}), registry
+
+
+def test_startup_builds_the_runtime_from_the_settings_main_parsed(monkeypatch):
+    cfg, memo, registry = _startup_inputs(monkeypatch)
 
     async def run() -> Runtime:
         await main.startup(
@@ -128,14 +133,7 @@ def test_startup_under_kopf_run_parses_the_environment_and_stops_on_a_bad_value(
 def test_supervisors_start_even_when_start_up_already_started_another_task(monkeypatch):
     """The guard admission scope task (a webhook server with GDN_GUARDS) is started by start-up before the
     supervisors: they must still start (a dev cluster with webhooks once scraped nothing), and only once."""
-    from gdn_operator.handlers import startup
-    from gdn_operator.settings import Settings
-
-    monkeypatch.setattr(startup, "start_http_server", lambda *a, **k: None)
-    registry = kopf.OperatorRegistry()
-    monkeypatch.setattr(kopf, "get_default_registry", lambda: registry)
-    cfg = Settings(default_policy="warn", lws=False, inference_pool=False, metrics_port=0)
-    memo = kopf.Memo({main.SETTINGS_MEMO_KEY: cfg})
+    cfg, memo, registry = _startup_inputs(monkeypatch)
 
     async def other() -> None:
         await asyncio.sleep(3600)
