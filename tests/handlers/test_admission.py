@@ -129,7 +129,7 @@ def test_probes_with_an_api_key_the_operator_cannot_read_are_admitted_with_a_war
 import threading  # noqa: E402
 
 from gdn_operator.handlers import main  # noqa: E402
-from gdn_operator.handlers.admission import may_read_api  # noqa: E402
+from gdn_operator.handlers.plan import may_read_api  # noqa: E402
 from gdn_operator.handlers.runtime import MEMO_KEY  # noqa: E402
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -118,15 +117,6 @@ def admission(
     warned = [f.rule for f in ev.findings if f.action == "warned"] + (["missing-api"] if missing else [])
     warned += ["probes-without-api-key"] if unprobed else []
     log.info("admission admitted %s/%s%s", namespace, name, f" with warnings: {', '.join(warned)}" if warned else "")
-
-
-def may_read_api(spec: Any) -> bool:
-    """Whether validating this raw spec may read from the API server (a blocking call): plan.missing_apis asks the
-    CRD cache only for multi-node engines and InferencePools. Conservative: any such field, valid or not."""
-    if not isinstance(spec, Mapping):
-        return False
-    nodes, router = spec.get("nodes"), spec.get("router")
-    return (nodes is not None and nodes != 1) or (isinstance(router, Mapping) and router.get("inferencePool") is not None)
 
 
 def probes_without_key(spec: Any, can_read_secrets: bool) -> str:

@@ -36,6 +36,7 @@ from gdn_operator import GROUP, GUARD_PLURAL, PLURAL, VERSION
 from gdn_operator.handlers import admission, crashwatch, disruption, kube, pods, router, workload
 from gdn_operator.handlers import reconcile as reconciler
 from gdn_operator.handlers import startup as starter
+from gdn_operator.handlers.plan import may_read_api
 from gdn_operator.handlers.runtime import MEMO_KEY, Runtime, runtime_of
 from gdn_operator.labels import LABEL_SERVER, MANAGED
 from gdn_operator.render import lws
@@ -255,7 +256,7 @@ async def validate(
     **_: Any,
 ) -> None:
     rt = runtime_of(memo)
-    if admission.may_read_api(spec):
+    if may_read_api(spec):
         await asyncio.to_thread(admission.admission, spec, warnings, namespace, name, old, rt)
     else:
         admission.admission(spec, warnings, namespace, name, old, rt)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -167,6 +168,16 @@ def plan_key(body: dict[str, Any]) -> tuple[Any, ...]:
 def expected_objects(body: dict[str, Any], inputs: PlanInputs) -> list[dict[str, Any]] | None:
     """What the operator would have applied for this object now (None: invalid or rejected)."""
     return plan(body, inputs).objects
+
+
+def may_read_api(spec: Any) -> bool:
+    """Whether validating this raw spec may read from the API server (a blocking call): missing_apis (below) asks
+    the CRD cache only for multi-node engines and InferencePools; kept beside it so the two conditions move
+    together. Conservative: any such field, valid or not."""
+    if not isinstance(spec, Mapping):
+        return False
+    nodes, routing = spec.get("nodes"), spec.get("router")
+    return (nodes is not None and nodes != 1) or (isinstance(routing, Mapping) and routing.get("inferencePool") is not None)
 
 
 def missing_apis(spec: GDNModelServerSpec, inputs: PlanInputs) -> str:
