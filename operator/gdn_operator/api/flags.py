@@ -7,8 +7,8 @@ spelled, and the other spellings the reader accepts without vLLM's option table 
 
 JSON-carried settings (speculative decoding in ``--speculative-config``, the CUDA-graph mode in
 ``--compilation-config``, the GDN prefill backend in ``--additional-config``, the architecture in ``--hf-overrides``)
-are listed in JSON_FLAGS with the JSON key each spec field maps to; the renderer writes them with `json_args`, and
-tests/render/test_engine.py holds the reader (which still spells these keys in rules/launchline.py) to the table.
+are listed in JSON_FLAGS with the JSON key each spec field maps to; the renderer writes them with `json_args` and the
+reader (rules/launchline.py) reads them under the same keys; tests/render/test_engine.py holds the two to the table.
 Whether vLLM accepts a spelling at all is api/vllm_args.py's business (the option table generated from vLLM's
 parser); tests/rules/test_rules_launchline_oracle.py checks the reader against vLLM's real parser.
 """

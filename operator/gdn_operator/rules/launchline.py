@@ -48,6 +48,13 @@ from gdn_operator.rules.effective import LaunchOverrides
 from gdn_operator.rules.evaluator import Evaluation, evaluate
 
 _DOTTED = flags.DOTTED_JSON_PREFIXES
+#: the JSON keys the reader reads, from their one home (api/flags.py JSON_FLAGS, which the renderer writes with)
+_SD_KEYS = flags.JSON_FLAGS[flags.SPECULATIVE_CONFIG]  # spec key -> --speculative-config key
+_METHOD = _SD_KEYS["speculativeDecoding.method"]
+_K = _SD_KEYS["speculativeDecoding.numSpeculativeTokens"]
+_CUDAGRAPH_MODE = flags.JSON_FLAGS[flags.COMPILATION_CONFIG]["cudagraphMode"]
+_GDN_PREFILL = flags.JSON_FLAGS[flags.ADDITIONAL_CONFIG]["gdnPrefillBackend"]
+_ARCHITECTURES = flags.JSON_FLAGS[flags.HF_OVERRIDES]["model.architecture"]
 _ENV_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 _MTP_METHODS = frozenset(m.value for m in SpecMethod)
@@ -241,7 +248,7 @@ def _parse_json_obj(flag: str, text: str) -> dict[str, Any]:
     except json.JSONDecodeError as e:
         raise ManifestError(
             f"{flag}: not valid JSON ({e.msg} at column {e.colno}); quote it, e.g. "
-            f'{flag} \'{{"method":"mtp","num_speculative_tokens":2}}\''
+            f"{flag} '{json.dumps({_METHOD: 'mtp', _K: 2}, separators=(',', ':'))}'"
         ) from None
     if not isinstance(obj, dict):
         raise ManifestError(f"{flag}: expected a JSON object, got {type(obj).__name__}")
@@ -373,9 +380,9 @@ def _other_flag(r: _Read, tok: str, flag: str, inline: str | None) -> None:
     if flag == "--model":
         r.model = r.value(flag, inline)
     elif flag == "--spec-method":
-        r.sd_short["method"] = r.value(flag, inline)
+        r.sd_short[_METHOD] = r.value(flag, inline)
     elif flag == "--spec-tokens":
-        r.sd_short["num_speculative_tokens"] = _parse_int(flag, r.value(flag, inline))
+        r.sd_short[_K] = _parse_int(flag, r.value(flag, inline))
     elif flag == flags.SERVED_NAME.flag:
         r.served.append(r.value(flag, inline))
     elif flag == flags.HF_CONFIG_PATH:
@@ -428,23 +435,22 @@ def _read_flags(rest: list[str], notes: list[str]) -> _Read:
 def _additional_config(r: _Read) -> None:
     """--additional-config: vLLM stores --gdn-prefill-backend there, so both spellings mean the same."""
     key = flags.GDN_PREFILL_BACKEND.key
-    if "gdn_prefill_backend" in r.extra:
-        value = r.extra["gdn_prefill_backend"]
+    if _GDN_PREFILL in r.extra:
+        value = r.extra[_GDN_PREFILL]
         known = {b.value for b in GDNPrefillBackend}
         if not isinstance(value, str) or value.lower() not in known:
             raise ManifestError(
-                f"--additional-config: gdn_prefill_backend {value!r} is not a GDN prefill backend "
+                f"--additional-config: {_GDN_PREFILL} {value!r} is not a GDN prefill backend "
                 f"(vLLM has {', '.join(sorted(known))})"
             )
         if key in r.spec and r.spec[key] != value.lower():
             r.notes.append(
-                f"--gdn-prefill-backend {r.spec[key]} and --additional-config gdn_prefill_backend "
-                f"{value} disagree; the flag is used"
+                f"--gdn-prefill-backend {r.spec[key]} and --additional-config {_GDN_PREFILL} {value} disagree; the flag is used"
             )
         else:
             r.spec[key] = value.lower()
             r.origin[key] = "--additional-config"
-    for k in sorted(set(r.extra) - {"gdn_prefill_backend", "architectures"}):
+    for k in sorted(set(r.extra) - {_GDN_PREFILL, _ARCHITECTURES}):
         r.notes.append(f"--additional-config key {k!r} not used by the rules")
 
 
@@ -453,7 +459,7 @@ def _speculative(r: _Read) -> None:
     for key, value in r.sd_short.items():
         # vLLM's EngineArgs.create_speculative_config refuses a key given both ways (the engine exits)
         if key in sd:
-            flag = "--spec-method" if key == "method" else "--spec-tokens"
+            flag = "--spec-method" if key == _METHOD else "--spec-tokens"
             raise ManifestError(
                 f"{flag} and --speculative-config['{key}'] are mutually exclusive (vLLM exits at start); give one"
             )
@@ -462,20 +468,20 @@ def _speculative(r: _Read) -> None:
         r.spec["speculativeDecoding"] = {"enabled": False}
         r.notes.append("no --speculative-config: speculative decoding (MTP) is off")
         return
-    method = sd.get("method")
-    k = sd.get("num_speculative_tokens")
+    method = sd.get(_METHOD)
+    k = sd.get(_K)
     if method is None:
-        raise ManifestError("--speculative-config: 'method' is missing (use \"mtp\" for the Qwen3.5 / Qwen3-Next MTP head)")
+        raise ManifestError(f"--speculative-config: '{_METHOD}' is missing (use \"mtp\" for the Qwen3.5 / Qwen3-Next MTP head)")
     if not isinstance(method, str):
-        raise ManifestError(f"--speculative-config: 'method' must be a string, got {method!r}")
+        raise ManifestError(f"--speculative-config: '{_METHOD}' must be a string, got {method!r}")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-        raise ManifestError(f"--speculative-config: num_speculative_tokens must be a positive integer, got {k!r}")
-    for key in sorted(set(sd) - {"method", "num_speculative_tokens", "parallel_drafting", "model"}):
+        raise ManifestError(f"--speculative-config: {_K} must be a positive integer, got {k!r}")
+    for key in sorted(set(sd) - {_METHOD, _K, "parallel_drafting", "model"}):
         r.notes.append(f"--speculative-config key {key!r} not used by the rules")
     if sd.get("parallel_drafting") is True:
         r.ov.parallel_drafting = True
     if method in _MTP_METHODS and (k is None or k <= 16):
-        r.spec["speculativeDecoding"] = {"enabled": True, "method": method, **({"numSpeculativeTokens": k} if k else {})}
+        r.spec["speculativeDecoding"] = {"enabled": True, **_spec_values({_METHOD: method, _K: k})}
         return
     r.spec["speculativeDecoding"] = {"enabled": False}
     r.ov.spec_method = method
@@ -484,14 +490,19 @@ def _speculative(r: _Read) -> None:
         r.notes.append(f"speculative method {method!r} is not MTP; only rules for any spec decode apply")
 
 
+def _spec_values(values: dict[str, Any]) -> dict[str, Any]:
+    """--speculative-config values (JSON keys) -> speculativeDecoding's own keys, by the table; unset ones left out."""
+    return {spec_key.split(".", 1)[1]: values[key] for spec_key, key in _SD_KEYS.items() if values.get(key) is not None}
+
+
 def _compilation(r: _Read) -> None:
-    mode = r.cc.get("cudagraph_mode")
+    mode = r.cc.get(_CUDAGRAPH_MODE)
     if mode is None:
         return
     if str(mode).upper() not in {m.value for m in CudagraphMode}:
-        r.notes.append(f"--compilation-config cudagraph_mode {mode!r} not recognised; ignored")
+        r.notes.append(f"--compilation-config {_CUDAGRAPH_MODE} {mode!r} not recognised; ignored")
     elif r.spec.get(flags.ENFORCE_EAGER.key):
-        r.notes.append("--enforce-eager overrides cudagraph_mode (no CUDA graphs)")
+        r.notes.append(f"--enforce-eager overrides {_CUDAGRAPH_MODE} (no CUDA graphs)")
     else:
         r.spec["cudagraphMode"] = str(mode).upper()
         r.origin["cudagraphMode"] = "--compilation-config"
