@@ -17,7 +17,7 @@ from rules_helpers import TINY_MODEL, UNKNOWN_LAYOUT_MODEL, mk, rules_of
 from gdn_operator.api.load import load_file
 from gdn_operator.render.engine import vllm_args
 from gdn_operator.rules import evaluate, load_rules
-from gdn_operator.rules.defaults import keeps_spec_decoding
+from gdn_operator.rules.matching import keeps_spec_decoding
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

@@ -128,6 +128,18 @@ def test_malformed_yaml():
             True,
         ),
         ({"eq": {"env.NCCL_P2P_DISABLE": "1"}}, {}, False),
+        # several fields in one eq: all must hold; bool is still not 1, None still needs None (not a missing 0)
+        (
+            {"eq": {"gdn_hybrid": True, "model_runner": "v1", "max_num_seqs": 8}},
+            {"gdn_hybrid": True, "model_runner": "v1", "max_num_seqs": 8},
+            True,
+        ),
+        ({"eq": {"gdn_hybrid": True, "model_runner": "v1"}}, {"gdn_hybrid": True, "model_runner": "v2"}, False),
+        ({"eq": {"gdn_hybrid": True, "tensor_parallel_size": 1}}, {"gdn_hybrid": True, "tensor_parallel_size": True}, False),
+        ({"eq": {"gdn_hybrid": 1, "mtp": True}}, {"gdn_hybrid": True, "mtp": True}, False),
+        ({"eq": {"attention_kv_groups": None, "mtp": True}}, {"attention_kv_groups": 0, "mtp": True}, False),
+        ({"eq": {"attention_kv_groups": None, "mtp": True}}, {"mtp": True}, True),
+        ({"ne": {"mtp": True, "model_runner": "v1"}}, {"mtp": False, "model_runner": "v2"}, True),
         ({"has_arg": "--kv-cache-dtype"}, {"extra_args_flags": frozenset({"--kv-cache-dtype"})}, True),
     ],
 )

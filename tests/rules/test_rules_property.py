@@ -12,7 +12,7 @@ from rules_helpers import apply_json_patch
 
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.specpatch import get_path, user_set
-from gdn_operator.rules.defaults import keeps_spec_decoding
+from gdn_operator.rules.matching import keeps_spec_decoding
 from gdn_operator.rules import effective_config, evaluate, load_rules
 
 CAT = load_rules()
@@ -153,7 +153,10 @@ def test_effective_config_total(d, version):
 
 
 def _hits(hits):
-    return [(h.ref, h.kind, h.severity, h.enforced, h.fields, h.mitigation, h.detail, h.order, h.advisory) for h in hits]
+    return [
+        (h.ref, h.kind, h.severity, h.enforced, h.fields, h.mitigation, h.detail, h.order, h.advisory, h.keeps_spec)
+        for h in hits
+    ]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

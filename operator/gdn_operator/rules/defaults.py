@@ -30,9 +30,6 @@ from gdn_operator.rules.effective import Effective, LaunchOverrides, effective_c
 from gdn_operator.rules.matching import Hit, match_rules, rematch
 from gdn_operator.rules.rulefile import SEVERITY_RANK, RuleSet
 
-#: Paths whose change turns speculative decoding off: never a default (MTP stays on).
-_SPEC_OFF = ("speculativeDecoding.enabled", "speculativeDecoding")
-
 
 @dataclass(frozen=True)
 class Default:
@@ -54,10 +51,6 @@ class Resolved:
     defaults: list[Default]
     effective: Effective
     hits: list[Hit]
-
-
-def keeps_spec_decoding(patch: SpecPatch) -> bool:
-    return not any(p in _SPEC_OFF and v in (False, None, {}) for p, v in patch.changes)
 
 
 def _enforced(hits: list[Hit]) -> set[str]:
@@ -105,7 +98,7 @@ def resolve_defaults(
         candidates: list[tuple[Hit, SpecPatch]] = []  # with the changes the spec does not have yet
         for h in hits:
             m = h.mitigation
-            if not m or h.ref in failed or not keeps_spec_decoding(m):
+            if m is None or not h.keeps_spec or h.ref in failed:
                 continue
             if not _all_unset(spec, m, done, unset):
                 continue

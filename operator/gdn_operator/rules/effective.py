@@ -122,6 +122,9 @@ class Effective:
         return out
 
 
+#: what a spec without a launch line has (read here, never changed: effective_config only reads its overrides)
+_NO_OVERRIDES = LaunchOverrides()
+
 #: Effective fields rule predicates may reference (besides env.NAME), with the spec path behind each.
 FIELDS: dict[str, str] = {
     "vllm_version": "spec.image.vllmVersion",
@@ -190,7 +193,7 @@ def effective_config(
 
     Never raises for a valid spec; an unparseable version leaves version-dependent values None.
     """
-    ov = overrides or LaunchOverrides()
+    ov = overrides or _NO_OVERRIDES
     raw_version = vllm_version if vllm_version is not None else spec.image.vllm_version
     version = parse_version(raw_version)
     notes: list[str] = []

@@ -36,7 +36,7 @@ from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.api.status import EffectiveConfig, RuleFinding
 from gdn_operator.rules.cost import cost_findings, default_cost
-from gdn_operator.rules.defaults import Default, keeps_spec_decoding, resolve_defaults
+from gdn_operator.rules.defaults import Default, resolve_defaults
 from gdn_operator.rules.effective import Effective, LaunchOverrides, effective_config
 from gdn_operator.rules.matching import Hit, match_rules
 from gdn_operator.rules.rulefile import SEVERITY_RANK, RuleSet, load_rules
@@ -177,7 +177,7 @@ def _decide(hit: Hit, policy: str) -> str:
     if not hit.enforced and hit.rule is None:
         return "warned"  # a built-in check of spec input (e.g. a misspelt patch id): the user fixes it
     if not hit.enforced:
-        return "warned" if hit.mitigation and keeps_spec_decoding(hit.mitigation) else "advisory"
+        return "warned" if hit.keeps_spec else "advisory"
     if policy == "reject":
         return "rejected"
     if policy == "mitigate":
@@ -232,10 +232,6 @@ def construct_finding(values: dict[str, Any]) -> RuleFinding:
     _set_attr(m, "__pydantic_extra__", None)  # extra="ignore", not a root model, no post-init (as model_construct)
     _set_attr(m, "__pydantic_private__", None)
     return m
-
-
-def _sort_key(ruleset: RuleSet, f: RuleFinding, order: dict[str, int]) -> tuple[int, int, int, str]:
-    return (_ACTION_RANK.get(f.action, 9), SEVERITY_RANK.get(f.severity, 9), order.get(f.rule, 999), f.rule)
 
 
 # ----------------------------------------------------------------------------------- evaluate ---
@@ -413,7 +409,7 @@ def _result(
             seen.add(k)
             uniq.append(f)
     order = ruleset.order
-    uniq.sort(key=lambda f: _sort_key(ruleset, f, order))
+    uniq.sort(key=lambda f: (_ACTION_RANK.get(f.action, 9), SEVERITY_RANK.get(f.severity, 9), order.get(f.rule, 999), f.rule))
     notes = list(dict.fromkeys(eff0.notes + eff.notes))
     return Evaluation(
         findings=uniq,

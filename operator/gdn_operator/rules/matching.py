@@ -12,6 +12,14 @@ from gdn_operator.api.specpatch import SpecPatch
 from gdn_operator.rules.effective import Effective, describe_field
 from gdn_operator.rules.rulefile import Builtin, Rule, RuleSet
 
+#: Paths whose change turns speculative decoding off: never a default, never "warned" as the fix (MTP stays on).
+_SPEC_OFF = ("speculativeDecoding.enabled", "speculativeDecoding")
+
+
+def keeps_spec_decoding(patch: SpecPatch) -> bool:
+    """Whether applying `patch` leaves speculative decoding on."""
+    return not any(p in _SPEC_OFF and v in (False, None, {}) for p, v in patch.changes)
+
 
 @dataclass
 class Hit:
@@ -30,6 +38,8 @@ class Hit:
     rule: Rule | None = None
     advisory: bool = False  # a built-in check reported as an advisory (nothing in the spec to change)
     eff: Effective | None = None  # the configuration a rule matched (its detail describes it)
+    #: it has a mitigation and that mitigation keeps speculative decoding on (a safe default; a fix to suggest)
+    keeps_spec: bool = False
 
     def described_by(self, eff: Effective) -> Hit:
         """The same hit, its detail to be described from `eff` (a field-for-field copy: dataclasses.replace
@@ -81,7 +91,8 @@ def rematch(ruleset: RuleSet, eff: Effective, prev: Effective, prev_hits: list[H
         return match_rules(ruleset, eff)
     v, pv = eff.values, prev.values
     changed = {k for k in ruleset.reads if v.get(k, _MISSING) != pv.get(k, _MISSING)}  # what no rule reads is moot
-    hits = _builtin_hits(ruleset, eff)
+    same_builtins = all(v[k] == pv[k] for k in _BUILTIN_READS)  # the built-in checks hold as they did, details too
+    hits = [h for h in prev_hits if h.rule is None] if same_builtins else _builtin_hits(ruleset, eff)
     before = {h.order: h for h in prev_hits if h.rule is not None}
     vk = eff.version.key
     rules = ruleset.rules
@@ -99,6 +110,9 @@ def rematch(ruleset: RuleSet, eff: Effective, prev: Effective, prev_hits: list[H
 
 
 _MISSING = object()
+#: what the built-in checks read besides the version (its key is the same in `rematch`'s reuse): the version as
+#: written, the model, the patch ids
+_BUILTIN_READS = ("vllm_version", "gdn_hybrid", "model_name", "patches")
 
 
 def _builtin_hits(ruleset: RuleSet, eff: Effective) -> list[Hit]:
@@ -134,6 +148,8 @@ def _builtin_hits(ruleset: RuleSet, eff: Effective) -> list[Hit]:
                 -3,
             )
         )
+    if not patches:
+        return hits
     unknown = sorted(p for p in patches if p not in ruleset.patch_ids and p not in ruleset.planned_patch_ids)
     planned = sorted(p for p in patches if p in ruleset.planned_patch_ids)
     if unknown or planned:
@@ -149,13 +165,19 @@ def _builtin_hits(ruleset: RuleSet, eff: Effective) -> list[Hit]:
 
 def _detail(rule: Rule, eff: Effective) -> str:
     because = "; ".join(d for d in dict.fromkeys(describe_field(eff, p) for p in rule.fields) if d)
-    return f"{because} ({_versions_text(rule)})"
+    versions: str | None = rule.__dict__.get(_VERSIONS_TEXT)
+    if versions is None:
+        versions = rule.__dict__[_VERSIONS_TEXT] = _versions_text(rule)  # a memo outside the frozen fields, as _PROTO
+    return f"{because} ({versions})"
+
+
+_VERSIONS_TEXT = "_versions_text"
 
 
 def _rule_hit(ruleset: RuleSet, i: int, rule: Rule, eff: Effective, v: dict[str, Any], vk: Any) -> Hit | None:
     """The rule's hit on `eff` (its version range already checked: RuleSet.in_range)."""
-    patches = v["patches"]
-    if rule.patches and any(p in patches and p in ruleset.patch_ids for p in rule.patches):
+    shipped = ruleset.shipped_patches[i]
+    if shipped and not shipped.isdisjoint(v["patches"]):
         return None  # neutralised by a shipped patch the image declares (checked at run time too)
     if not rule.compiled_when(v, vk):
         return None
@@ -180,6 +202,7 @@ def _hit(rule: Rule, i: int, enforced: bool, eff: Effective) -> Hit:
             given_detail=None,
             order=i,
             rule=rule,
+            keeps_spec=bool(rule.mitigation_patch) and keeps_spec_decoding(rule.mitigation_patch or SpecPatch()),
         )
         rule.__dict__[_PROTO] = proto  # frozen model: a memo outside its fields (made once per rule)
     hit = object.__new__(Hit)

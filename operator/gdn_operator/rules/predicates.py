@@ -95,10 +95,10 @@ def compile_predicate(pred: Any, where: str = "when") -> Compiled:
     if op in ("eq", "ne"):
         if not isinstance(arg, dict) or not arg:
             raise PredicateError(f"{here}: expects a mapping of field: value")
-        tests = tuple(_equals(_check_field(f, here), _scalar(x, f"{here}.{f}")) for f, x in arg.items())
+        pairs = tuple((_check_field(f, here), _scalar(x, f"{here}.{f}")) for f, x in arg.items())
         if op == "eq":
-            return tests[0] if len(tests) == 1 else _all_of(tests)
-        return _none_of(tests)
+            return _equals(*pairs[0]) if len(pairs) == 1 else _equals_all(pairs)
+        return _none_of(tuple(_equals(f, x) for f, x in pairs))
 
     if op == "in":
         if not isinstance(arg, dict) or not arg:
@@ -214,6 +214,29 @@ def _equals(f: str, x: Any) -> Compiled:
     if isinstance(x, str):
         return lambda v, ver: v.get(f) == x
     return lambda v, ver: _eq(v.get(f), x)
+
+
+def _equals_all(pairs: tuple[tuple[str, Any], ...]) -> Compiled:
+    """Every `field == x` of `pairs` (an `eq` of several fields) in one loop: the singletons by identity, then the
+    strings, then the rest (as `_equals` compares each); the answer is `all_of` theirs, without a call per field."""
+    same = tuple((f, x) for f, x in pairs if x is None or isinstance(x, bool))
+    text = tuple((f, x) for f, x in pairs if isinstance(x, str))
+    other = tuple((f, x) for f, x in pairs if not (x is None or isinstance(x, (bool, str))))
+
+    def equals_all(v: dict[str, Any], ver: Any) -> bool:
+        get = v.get
+        for f, x in same:
+            if get(f) is not x:
+                return False
+        for f, x in text:
+            if get(f) != x:
+                return False
+        for f, x in other:  # noqa: SIM110
+            if not _eq(get(f), x):
+                return False
+        return True
+
+    return equals_all
 
 
 def _eq(a: Any, b: Any) -> bool:

@@ -372,6 +372,10 @@ class RuleSet:
         self.patch_ids: dict[str, str] = dict(data.patches)
         #: planned patch ids: documented, never relied on
         self.planned_patch_ids: dict[str, str] = dict(data.planned_patches)
+        #: per rule (file order): the shipped patch ids among those that neutralise it (matching's first test)
+        self.shipped_patches: tuple[frozenset[str], ...] = tuple(
+            frozenset(p for p in r.patches if p in self.patch_ids) for r in self.rules
+        )
         self.builtin: dict[str, Builtin] = dict(data.builtin)
         self.oldest: Version = parse_version(data.catalogue.oldest)  # type: ignore[assignment]
         self.newest: Version = parse_version(data.catalogue.newest)  # type: ignore[assignment]
