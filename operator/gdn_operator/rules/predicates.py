@@ -225,11 +225,11 @@ def _equals_all(pairs: tuple[tuple[str, Any], ...]) -> Compiled:
 
     def equals_all(v: dict[str, Any], ver: Any) -> bool:
         get = v.get
-        for f, x in same:
-            if get(f) is not x:
+        for f, one in same:
+            if get(f) is not one:
                 return False
-        for f, x in text:
-            if get(f) != x:
+        for f, word in text:
+            if get(f) != word:
                 return False
         for f, x in other:  # noqa: SIM110
             if not _eq(get(f), x):
