@@ -22,8 +22,10 @@ operator as a separate process, then:
   4. with --compare-env, step 2 again in a fresh namespace with a fresh operator whose environment also
      has the given values (each burst's operator watches only its own namespace, so the second one does
      not resume the first one's servers).
-Prints p50/p90/p99/max of both, the ratio, and the CPU seconds the operator, kube-apiserver and etcd used
-during each burst (with the load average: the machine may be shared).
+Prints p50/p90/p99/max of both, the ratio, and the CPU seconds the operator, kube-apiserver, etcd and the bench
+itself used during each burst and during the floor, their sum against the machine's cores and per server (where
+the time goes: a burst that keeps every core busy lasts as long as that sum), with the load average (the machine
+may be shared).
 """
 
 from __future__ import annotations
@@ -153,7 +155,12 @@ def burst(
             th.start()
             threads.append(th)
         time.sleep(1.0)  # let the watches establish
-        pids = {"operator": op.proc.pid if op.proc else 0, "kube-apiserver": cp.pids["kube-apiserver"], "etcd": cp.pids["etcd"]}
+        pids = {
+            "operator": op.proc.pid if op.proc else 0,
+            "kube-apiserver": cp.pids["kube-apiserver"],
+            "etcd": cp.pids["etcd"],
+            "bench": os.getpid(),  # its creates and its three watches
+        }
         cpu0 = {n: cpu_seconds(p) for n, p in pids.items()}
         req0 = apiserver_requests(cp)
         crd_create = []
@@ -226,14 +233,27 @@ def floor(cp: ControlPlane, k: Kube, ns: str, count: int, workers: int) -> dict[
         )
         return time.perf_counter()
 
+    pids = {"kube-apiserver": cp.pids["kube-apiserver"], "etcd": cp.pids["etcd"], "bench": os.getpid()}  # bench: the client
     req0 = apiserver_requests(cp)
+    cpu0 = {n: cpu_seconds(p) for n, p in pids.items()}
     t0 = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
         futures = [pool.submit(owe, k.create(ns, gms(f"gms-{i:04d}"))) for i in range(count)]
         done = [f.result() for f in futures]
+    cpu = {n: cpu_seconds(p) - cpu0[n] for n, p in pids.items()}
     req1 = apiserver_requests(cp)
     requests = {key: n - req0.get(key, 0.0) for key, n in req1.items() if n - req0.get(key, 0.0) > 0}
-    return {"t_total": max(done) - t0, "kinds": kinds, "requests": requests}
+    return {"t_total": max(done) - t0, "kinds": kinds, "requests": requests, "cpu": cpu}
+
+
+def cpu_line(label: str, cpu: dict[str, float], wall: float, count: int) -> str:
+    """CPU seconds per process, their sum against what the machine's cores could give in `wall`, per server."""
+    total = sum(cpu.values())
+    cores = os.cpu_count() or 1
+    return (
+        f"  {label:<10} {total:5.1f} CPU-s in {wall:.1f} s ({total / (wall * cores) * 100:3.0f} % of {cores} cores), "
+        f"{total / count * 1000:.1f} ms per server: " + ", ".join(f"{n} {s:.1f}" for n, s in cpu.items())
+    )
 
 
 def report(label: str, r: dict[str, Any], raw: list[float], count: int) -> None:
@@ -352,6 +372,10 @@ def main() -> int:
             f"burst / floor ({label}): completion {r['t_total']:.1f} s / {fl['t_total']:.1f} s = "
             f"{r['t_total'] / fl['t_total']:.2f}x (target <= 1.3)"
         )
+    print("where the time goes: the CPU each process used (a burst that keeps the cores busy is bound by the sum):")
+    for label, r in results:
+        print(cpu_line(label, r["cpu"], r["t_total"], args.count))
+    print(cpu_line("floor", fl["cpu"], fl["t_total"], args.count))
     if len(results) == 2 and results[0][1]["complete"] and results[1][1]["complete"]:
         a, b = results[0][1]["complete"], results[1][1]["complete"]
         print(f"compare / baseline (apply→all objects): p50 {pct(b, 50) / pct(a, 50):.2f}x, p99 {pct(b, 99) / pct(a, 99):.2f}x")
