@@ -154,8 +154,7 @@ def test_effective_config_total(d, version):
 
 def _hits(hits):
     return [
-        (h.ref, h.kind, h.severity, h.enforced, h.fields, h.mitigation, h.detail, h.order, h.advisory, h.keeps_spec)
-        for h in hits
+        (h.ref, h.kind, h.severity, h.enforced, h.fields, h.mitigation, h.detail, h.order, h.advisory, h.keeps_spec) for h in hits
     ]
 
 
