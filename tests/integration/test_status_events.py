@@ -36,9 +36,13 @@ def test_observed_generation_converges_after_back_to_back_patches(op, k, ns):
             lambda n=n: (g := generations(k, ns, n))[0] == g[1] and g, 30, what=f"{n}: observedGeneration == generation"
         )
         assert gen == 5
-        dep = k.deployment(ns, n)
-        args = dep.spec.template.spec.containers[0].args
-        assert args[args.index("--max-model-len") + 1] == "8192"
+
+        def max_model_len(n=n):
+            args = k.deployment(ns, n).spec.template.spec.containers[0].args
+            return args[args.index("--max-model-len") + 1]
+
+        # the status names the generation before its workload is applied (reconcile_sync): the Deployment follows
+        wait_for(lambda: max_model_len() == "8192", 30, what=f"{n}: the Deployment runs the last spec (8192)")
         cond = k.condition(ns, n, "Validated")
         assert cond["observedGeneration"] == gen
 
