@@ -17,8 +17,10 @@ operator as a separate process, then:
   3. floor: the same objects written directly by a plain client, in a fresh namespace: one thread creates
      the N servers as in step 2 and, as each create returns, a pool of as many workers as the operator has
      (GDN_MAX_WORKERS, default 64) server-side-applies the objects the operator renders for it
-     (render_all: Deployment, Service, PodDisruptionBudget, ...) and patches its status at the generation;
-     "burst / floor" is the ratio of the two completion times (first create -> last object), issue 29 part 9;
+     (render_all: Deployment, Service, PodDisruptionBudget, ...) and patches its status at the generation,
+     while the same three watches as in step 2 run (both steps pay for the bench's instruments alike);
+     "burst / floor" is the ratio of the two completion times (first create -> last object the watches saw),
+     issue 29 part 9; the floor's own client-side time (its last write returned) is printed beside it;
   4. with --compare-env, step 2 again in a fresh namespace with a fresh operator whose environment also
      has the given values (each burst's operator watches only its own namespace, so the second one does
      not resume the first one's servers).
@@ -82,6 +84,71 @@ def parse_env(ap: argparse.ArgumentParser, flag: str, items: list[str]) -> dict[
     return out
 
 
+class Watches:
+    """The bench's instruments: three watches in one namespace (Deployments, Services, and servers whose status
+    records their generation), each noting when it first saw each object. The burst and the floor both run
+    them, so both pay for them alike (the API server encodes every event for each watch)."""
+
+    def __init__(self, cp: ControlPlane, ns: str, count: int, timeout: float) -> None:
+        self.cp, self.ns, self.count = cp, ns, count
+        self.deadline = time.perf_counter() + timeout
+        # every object the operator owes each server: Deployment, Service, and a status that
+        # records this generation (observedGeneration); a server is done when all three are there
+        self.seen: dict[str, dict[str, float]] = {kind: {} for kind in KINDS}
+        self.restarts = {kind: 0 for kind in KINDS}
+        self.threads: list[threading.Thread] = []
+
+    def _watch(self, kind: str, list_fn: Any, *fn_args: Any, ready: Any) -> None:
+        # a watch that ends or fails early is opened again (its synthetic ADDED events re-list every
+        # object; setdefault keeps the first time seen, so a re-list can only make a figure later)
+        seen = self.seen[kind]
+        while len(seen) < self.count and time.perf_counter() < self.deadline:
+            w = kubernetes.watch.Watch()
+            try:
+                for ev in w.stream(list_fn, *fn_args, timeout_seconds=max(1, int(self.deadline - time.perf_counter()))):
+                    obj = ev["object"]
+                    if ev["type"] not in ("ADDED", "MODIFIED"):
+                        continue
+                    name = obj["metadata"]["name"] if isinstance(obj, dict) else obj.metadata.name
+                    if ready(obj):
+                        seen.setdefault(name, time.perf_counter())
+                        if len(seen) >= self.count:
+                            w.stop()
+                            return
+            except Exception as e:  # noqa: BLE001 - counted and printed; the watch is opened again
+                print(f"# {self.ns} {kind} watch failed: {e!r}", file=sys.stderr)
+            self.restarts[kind] += 1
+
+    def start(self) -> Watches:
+        apps = kubernetes.client.AppsV1Api(self.cp.api_client())
+        core = kubernetes.client.CoreV1Api(self.cp.api_client())
+        co = kubernetes.client.CustomObjectsApi(self.cp.api_client())
+        for kind, fn, fargs, ready in (
+            ("Deployment", apps.list_namespaced_deployment, (self.ns,), lambda o: True),
+            ("Service", core.list_namespaced_service, (self.ns,), lambda o: True),
+            (
+                "status",
+                co.list_namespaced_custom_object,
+                (GROUP, VERSION, self.ns, PLURAL),
+                lambda o: (o.get("status") or {}).get("observedGeneration") == o["metadata"].get("generation"),
+            ),
+        ):
+            th = threading.Thread(target=self._watch, args=(kind, fn, *fargs), kwargs={"ready": ready}, daemon=True)
+            th.start()
+            self.threads.append(th)
+        return self
+
+    def join(self) -> None:
+        for th in self.threads:
+            th.join(max(0.0, self.deadline - time.perf_counter()))
+
+    def last(self) -> float | None:
+        """When the last object was first seen (None: some were not seen)."""
+        if any(len(v) < self.count for v in self.seen.values()):
+            return None
+        return max(max(v.values()) for v in self.seen.values())
+
+
 def burst(
     cp: ControlPlane, k: Kube, ns: str, env: dict[str, str], args: argparse.Namespace, workdir: Path, py_spy: str | None
 ) -> dict[str, Any]:  # noqa: C901 - one measured sequence, kept in one place
@@ -100,7 +167,7 @@ def burst(
                 "raw",
                 "--threads",
                 "--rate",
-                "50",
+                str(args.py_spy_rate),
                 "-o",
                 py_spy,
             ]
@@ -111,49 +178,8 @@ def burst(
         time.sleep(1.0)  # py-spy attaches
     try:
         created_at: dict[str, float] = {}
-        # every object the operator owes each server: Deployment, Service, and a status that
-        # records this generation (observedGeneration); a server is done when all three are there
-        seen: dict[str, dict[str, float]] = {kind: {} for kind in KINDS}
-        restarts = {kind: 0 for kind in KINDS}
-        apps = kubernetes.client.AppsV1Api(cp.api_client())
-        core2 = kubernetes.client.CoreV1Api(cp.api_client())
-        co = kubernetes.client.CustomObjectsApi(cp.api_client())
-        deadline = time.perf_counter() + args.timeout
-
-        def watch(kind: str, list_fn, *fn_args, ready=lambda o: True) -> None:
-            # a watch that ends or fails early is opened again (its synthetic ADDED events re-list every
-            # object; setdefault keeps the first time seen, so a re-list can only make a figure later)
-            while len(seen[kind]) < args.count and time.perf_counter() < deadline:
-                w = kubernetes.watch.Watch()
-                try:
-                    for ev in w.stream(list_fn, *fn_args, timeout_seconds=max(1, int(deadline - time.perf_counter()))):
-                        obj = ev["object"]
-                        if ev["type"] not in ("ADDED", "MODIFIED"):
-                            continue
-                        name = obj["metadata"]["name"] if isinstance(obj, dict) else obj.metadata.name
-                        if ready(obj):
-                            seen[kind].setdefault(name, time.perf_counter())
-                            if len(seen[kind]) >= args.count:
-                                w.stop()
-                                return
-                except Exception as e:  # noqa: BLE001 - counted and printed; the watch is opened again
-                    print(f"# {ns} {kind} watch failed: {e!r}", file=sys.stderr)
-                restarts[kind] += 1
-
-        threads = []
-        for kind, fn, fargs, ready in (
-            ("Deployment", apps.list_namespaced_deployment, (ns,), lambda o: True),
-            ("Service", core2.list_namespaced_service, (ns,), lambda o: True),
-            (
-                "status",
-                co.list_namespaced_custom_object,
-                (GROUP, VERSION, ns, PLURAL),
-                lambda o: (o.get("status") or {}).get("observedGeneration") == o["metadata"].get("generation"),
-            ),
-        ):
-            th = threading.Thread(target=watch, args=(kind, fn, *fargs), kwargs={"ready": ready}, daemon=True)
-            th.start()
-            threads.append(th)
+        watches = Watches(cp, ns, args.count, args.timeout).start()
+        seen, restarts = watches.seen, watches.restarts
         time.sleep(1.0)  # let the watches establish
         pids = {
             "operator": op.proc.pid if op.proc else 0,
@@ -174,8 +200,7 @@ def burst(
             now = time.perf_counter()
             crd_create.append(now - t)
             created_at[name] = now
-        for th in threads:
-            th.join(max(0.0, deadline - time.perf_counter()))
+        watches.join()
         t_total = time.perf_counter() - t_all
         cpu = {n: cpu_seconds(p) - cpu0[n] for n, p in pids.items()}
         req1 = apiserver_requests(cp)
@@ -202,8 +227,9 @@ def burst(
     }
 
 
-def floor(cp: ControlPlane, k: Kube, ns: str, count: int, workers: int) -> dict[str, Any]:
-    """Step 3: the objects the operator owes N servers, written by a plain client at the operator's concurrency."""
+def floor(cp: ControlPlane, k: Kube, ns: str, count: int, workers: int, timeout: float) -> dict[str, Any]:
+    """Step 3: the objects the operator owes N servers, written by a plain client at the operator's concurrency,
+    observed by the same watches as the burst (its completion: the last object they saw, as the burst's)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from gdn_operator.api.load import parse_spec
@@ -233,6 +259,8 @@ def floor(cp: ControlPlane, k: Kube, ns: str, count: int, workers: int) -> dict[
         )
         return time.perf_counter()
 
+    watches = Watches(cp, ns, count, timeout).start()
+    time.sleep(1.0)  # let the watches establish, as the burst does
     pids = {"kube-apiserver": cp.pids["kube-apiserver"], "etcd": cp.pids["etcd"], "bench": os.getpid()}  # bench: the client
     req0 = apiserver_requests(cp)
     cpu0 = {n: cpu_seconds(p) for n, p in pids.items()}
@@ -240,10 +268,14 @@ def floor(cp: ControlPlane, k: Kube, ns: str, count: int, workers: int) -> dict[
     with ThreadPoolExecutor(workers) as pool:
         futures = [pool.submit(owe, k.create(ns, gms(f"gms-{i:04d}"))) for i in range(count)]
         done = [f.result() for f in futures]
+    watches.join()
     cpu = {n: cpu_seconds(p) - cpu0[n] for n, p in pids.items()}
     req1 = apiserver_requests(cp)
     requests = {key: n - req0.get(key, 0.0) for key, n in req1.items() if n - req0.get(key, 0.0) > 0}
-    return {"t_total": max(done) - t0, "kinds": kinds, "requests": requests, "cpu": cpu}
+    seen = watches.last()
+    if seen is None:
+        raise SystemExit(f"floor: the watches did not see every object in {timeout:g} s")
+    return {"t_total": seen - t0, "t_client": max(done) - t0, "kinds": kinds, "requests": requests, "cpu": cpu}
 
 
 def cpu_line(label: str, cpu: dict[str, float], wall: float, count: int) -> str:
@@ -317,6 +349,7 @@ def main() -> int:
         help="record the operator with py-spy (raw collapsed stacks: CPU samples); "
         "with --compare-env the second burst goes to OUT.compare",
     )
+    ap.add_argument("--py-spy-rate", type=int, default=50, help="with --py-spy: samples per second (more samples, more overhead)")
     ap.add_argument(
         "--py-spy-idle", action="store_true", help="with --py-spy: sample waiting threads too (wall time: where the workers wait)"
     )
@@ -352,7 +385,7 @@ def main() -> int:
         if args.tier == "full":
             k.create_namespace("bench-floor")
         workers = int(op_env.get("GDN_MAX_WORKERS", "64"))  # the (baseline) operator's concurrency
-        fl = floor(cp, k, "bench-floor", args.count, workers)
+        fl = floor(cp, k, "bench-floor", args.count, workers, args.timeout)
 
     pace = f"{args.rate:g}/s" if args.rate > 0 else "burst"
     print(
@@ -365,7 +398,8 @@ def main() -> int:
     kinds = ", ".join(f"{kd} {n // args.count}" for kd, n in sorted(fl["kinds"].items()))
     print(
         f"floor (plain client, {workers} workers, same objects: {kinds} + status patch per server): all {args.count} "
-        f"servers within {fl['t_total']:.1f} s; API requests per server {sum(fl['requests'].values()) / args.count:.1f}"
+        f"servers within {fl['t_total']:.1f} s as the watches saw them ({fl['t_client']:.1f} s as the client's "
+        f"last write returned); API requests per server {sum(fl['requests'].values()) / args.count:.1f}"
     )
     for label, r in results:
         print(

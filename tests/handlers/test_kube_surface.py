@@ -29,3 +29,26 @@ def test_every_public_kube_helper_has_a_caller():
 def test_the_operator_has_no_helper_that_writes_a_servers_spec():
     text = KUBE.read_text()
     assert "merge-patch+json" not in text, "the operator never writes a GDNModelServer's spec (overrides live in status)"
+
+
+def test_plain_copies_deeply_whatever_it_is_given():
+    """kube.plain: a kopf Body view, a plain dict, lists and tuples become plain dicts and lists, deeply (an edit of
+    the copy changes nothing of the original); kube.plain_object also leaves metadata.managedFields out."""
+    import kopf
+
+    from gdn_operator.handlers import kube
+
+    raw = {
+        "metadata": {"name": "s", "labels": {"a": "b"}, "managedFields": [{"manager": "m"}]},
+        "spec": {"args": ["--x", 1, 2.5, True, None], "nested": [{"k": ("t", "u")}]},
+    }
+    for given in (raw, kopf.Body(raw)):
+        out = kube.plain(given)
+        assert type(out) is dict and out["spec"]["nested"][0]["k"] == ["t", "u"]
+        out["spec"]["args"].append("--y")
+        out["metadata"]["labels"]["a"] = "c"
+        assert raw["spec"]["args"] == ["--x", 1, 2.5, True, None] and raw["metadata"]["labels"] == {"a": "b"}
+        obj = kube.plain_object(given)
+        assert obj["metadata"] == {"name": "s", "labels": {"a": "b"}} and obj["spec"]["args"] == raw["spec"]["args"]
+        obj["spec"]["nested"][0]["k"].append("v")
+        assert raw["spec"]["nested"][0]["k"] == ("t", "u")

@@ -97,6 +97,46 @@ def test_kopfs_diff_base_is_held_in_memory_and_writes_nothing():
     assert handled.fetch(body=body) == old
 
 
+@pytest.mark.parametrize(
+    "extra_fields",
+    [None, [("spec",)], [("status", "phase")], [("metadata", "finalizers")]],
+    ids=["none", "spec", "status field", "metadata field"],
+)
+def test_the_diff_base_is_kopfs_own_essence_built_from_less(extra_fields):
+    """HandledSpecs.build hands kopf the body without status and managedFields (kopf deep-copies what it is given,
+    then drops them): the essence must be exactly the one kopf builds from the whole body, kopf's own annotations
+    dropped, labels and annotations kept, and an extra field from status or metadata still picked."""
+    import kopf
+
+    key = f"{reconcile.ANNOTATION_PREFIX}/last-handled-configuration"
+    raw = {
+        "apiVersion": "serving.gdn-operator.io/v1alpha1",
+        "kind": "GDNModelServer",
+        "metadata": {
+            "uid": "u1",
+            "name": "s",
+            "namespace": "ns",
+            "resourceVersion": "7",
+            "generation": 3,
+            "labels": {"team": "a"},
+            "annotations": {key: "{}", "note": "kept", "kubectl.kubernetes.io/last-applied-configuration": "{}"},
+            "finalizers": ["x"],
+            "ownerReferences": [{"kind": "Deployment", "name": "d", "uid": "u0"}],
+            "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {"f:model": {}}}}],
+        },
+        "spec": {"model": "new", "maxModelLen": 8192, "extraArgs": ["--a"]},
+        "status": {"phase": "Ready", "conditions": [{"type": "Validated", "status": "True"}]},
+    }
+    kopfs = kopf.AnnotationsDiffBaseStorage(prefix=reconcile.ANNOTATION_PREFIX, key="last-handled-configuration")
+    want = kopfs.build(body=kopf.Body(copy.deepcopy(raw)), extra_fields=extra_fields)
+    got = reconcile.HandledSpecs().build(body=kopf.Body(copy.deepcopy(raw)), extra_fields=extra_fields)
+    assert got == want
+    assert got["metadata"] == {"labels": {"team": "a"}, "annotations": {"note": "kept"}} | (
+        {"finalizers": ["x"]} if extra_fields == [("metadata", "finalizers")] else {}
+    )
+    assert ("status" in got) == (extra_fields == [("status", "phase")])
+
+
 def test_the_generation_is_the_planned_bodys_even_when_the_write_starts_from_a_newer_one(rt, no_requests):
     """The status write reruns calculate_status on the newest body it holds: a generation planned earlier must not
     be reported as the newer one (that one's own reconcile reports it)."""

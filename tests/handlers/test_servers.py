@@ -127,6 +127,21 @@ def test_the_newest_body_is_kept_and_reads_happen_only_when_asked(monkeypatch):
     assert s.current("ns", "s")["status"]["phase"] == "Read" and reads == ["s", "s"]  # nothing held: one read
 
 
+def test_the_door_keeps_and_hands_out_copies_without_managed_fields():
+    """What put() keeps and get() hands out are deep copies (a caller's edit of either changes neither), without
+    metadata.managedFields (no handler reads them; they are most of a body)."""
+    body = _body("5")
+    body["metadata"]["managedFields"] = [{"manager": "m", "fieldsV1": {"f:spec": {}}}]
+    body["status"]["conditions"] = [{"type": "Validated", "status": "True"}]
+    s = door.Servers()
+    s.put(body)
+    body["status"]["conditions"][0]["status"] = "False"  # the caller's edit after put
+    held = s.get("ns", "s")
+    assert "managedFields" not in held["metadata"] and held["status"]["conditions"][0]["status"] == "True"
+    held["status"]["conditions"].append({"type": "Ready"})  # the reader's edit
+    assert s.get("ns", "s")["status"]["conditions"] == [{"type": "Validated", "status": "True"}]
+
+
 @pytest.mark.parametrize("held_newer", [True, False])
 def test_a_status_write_starts_from_the_newest_body(monkeypatch, held_newer):
     seen: list[str] = []

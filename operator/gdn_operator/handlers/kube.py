@@ -126,13 +126,37 @@ def require_namespace(namespace: str | None) -> str:
     return namespace
 
 
+#: JSON's scalars: plain() keeps them as they are
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def plain(obj: Any) -> Any:
-    """A deep plain-dict copy of a kopf Body/Patch view (safe to hand to a worker thread)."""
+    """A deep plain-dict copy of a kopf Body/Patch view or of a JSON-like dict (safe to hand to a worker thread).
+    Plain dicts, lists and scalars are told by their exact type first: that is what the operator copies most,
+    about 3x faster than copy.deepcopy (bench/bench_reconcile.py: copies were the burst's largest own cost)."""
+    t = type(obj)
+    if t is dict:
+        return {k: v if type(v) in _SCALARS else plain(v) for k, v in obj.items()}
+    if t is list:
+        return [v if type(v) in _SCALARS else plain(v) for v in obj]
+    if t in _SCALARS:
+        return obj
     if isinstance(obj, dict) or hasattr(obj, "keys"):
         return {k: plain(obj[k]) for k in obj.keys()}  # noqa: SIM118 - all it is known to have is keys() (the test above)
     if isinstance(obj, (list, tuple)):
         return [plain(v) for v in obj]
     return obj
+
+
+def plain_object(obj: Any) -> dict[str, Any]:
+    """plain(obj) of a whole Kubernetes object without metadata.managedFields: no handler reads them (an apply's
+    own response is read for them, changed_by_apply), and they are the largest part of most bodies (a
+    Deployment's pod template once per field manager)."""
+    out = {k: plain(obj[k]) for k in obj.keys() if k != "metadata"}  # noqa: SIM118 - a kopf Body has keys()
+    meta = obj.get("metadata")
+    if meta is not None:
+        out["metadata"] = {k: plain(meta[k]) for k in meta.keys() if k != "managedFields"}  # noqa: SIM118
+    return out
 
 
 def owner_name(meta: dict[str, Any]) -> str | None:

@@ -144,7 +144,7 @@ async def track_servers(type: str, body: kopf.Body, namespace: str | None, name:
     rt = runtime_of(memo)
     rt.acceptance.pods_index = kwargs["engine_pods"]  # kopf passes each index by its name; a live view
     ns = kube.require_namespace(namespace)
-    plain = kube.plain(body)
+    plain = kube.plain_object(body)
     if type == "DELETED":
         rt.servers.forget(ns, name)
         rt.handled.forget(str(body["metadata"].get("uid")))
@@ -178,7 +178,7 @@ async def pod_event(
     if not name:
         return
     try:
-        await crashwatch.on_pod_event(runtime_of(memo), type, ns, name, kube.plain(body))
+        await crashwatch.on_pod_event(runtime_of(memo), type, ns, name, kube.plain_object(body))
     finally:
         rt = runtime_of(memo)
         marks = dict(rt.draining.marks)  # a copy: the status write runs in a thread while node events arrive
@@ -201,7 +201,7 @@ async def node_event(type: str, body: kopf.Body, name: str, memo: kopf.Memo, **k
     """A node marked for a drain (cordon, autoscaler taints) or unmarked: the servers with engine pods on it
     recompute DisruptionBlocked (handlers/disruption.py)."""
     rt = runtime_of(memo)
-    mark = None if type == "DELETED" else disruption.drain_mark(kube.plain(body))
+    mark = None if type == "DELETED" else disruption.drain_mark(kube.plain_object(body))
     if not rt.draining.observe(name, mark):
         return
     index = kwargs["engine_pods"]
@@ -210,11 +210,11 @@ async def node_event(type: str, body: kopf.Body, name: str, memo: kopf.Memo, **k
 
 
 async def guard_event(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await runtime_of(memo).guards.on_guard_event(type, kube.plain(body))
+    await runtime_of(memo).guards.on_guard_event(type, kube.plain_object(body))
 
 
 async def guarded_pod_event(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await runtime_of(memo).guards.on_pod_event(type, kube.plain(body))
+    await runtime_of(memo).guards.on_pod_event(type, kube.plain_object(body))
 
 
 async def inference_pool_event(

@@ -105,7 +105,7 @@ def engine_pods(
     server = labels.get(LABEL_SERVER)
     if not server:
         return {}
-    return {(namespace, server): pod_summary(kube.plain(body))}
+    return {(namespace, server): pod_summary(kube.plain_object(body))}
 
 
 def pods_of(index: kopf.Index[tuple[str, str], dict[str, Any]], namespace: str, name: str) -> list[dict[str, Any]]:

@@ -8,11 +8,10 @@ with the drift corrector, the crash watch and the probes); this module applies i
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import kopf
 from kubernetes.client.exceptions import ApiException
@@ -344,6 +343,23 @@ def transition_event(
     return None
 
 
+#: the metadata kopf reads to build an essence (AnnotationsDiffBaseStorage.build keeps labels and annotations,
+#: and names its own annotation after the ownerReferences); the rest of metadata is dropped
+_ESSENCE_METADATA = ("labels", "annotations", "ownerReferences")
+
+
+def essence_source(body: kopf.Body, extra_fields: Any = None) -> kopf.Body:
+    """`body` without the parts kopf's essence drops (status, and metadata but its labels and annotations): a
+    shallow view, nothing copied. With an extra field (a handler's `field`, kopf's FieldPath tuple) in status or
+    metadata (none of ours: the update handler's is spec) the whole body, so it is still there to pick."""
+    if any(field and field[0] in ("metadata", "status") for field in extra_fields or ()):
+        return body
+    meta = body.get("metadata") or {}
+    out: dict[str, Any] = {k: body[k] for k in body.keys() if k not in ("metadata", "status")}  # noqa: SIM118
+    out["metadata"] = {k: meta[k] for k in _ESSENCE_METADATA if k in meta}
+    return kopf.Body(cast(kopf.RawBody, out))
+
+
 class HandledSpecs(kopf.DiffBaseStorage):
     """kopf's diff base (the essence of the last spec its handlers completed: what tells an update from a
     no-op), held in the operator's memory (one per runtime; startup.configure installs it) instead of an
@@ -360,14 +376,16 @@ class HandledSpecs(kopf.DiffBaseStorage):
         self._held: dict[str, kopf.BodyEssence] = {}
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
-        return self.annotations.build(body=body, extra_fields=extra_fields)  # without the old annotation
+        """kopf's essence (AnnotationsDiffBaseStorage.build, without the old annotation) of the body without what
+        it drops anyway: kopf deep-copies the body it is given, and status and managedFields are most of it."""
+        return self.annotations.build(body=essence_source(body, extra_fields), extra_fields=extra_fields)
 
     def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
         held = self._held.get(str(body.metadata.uid))
-        return copy.deepcopy(held) if held is not None else self.annotations.fetch(body=body)
+        return cast(kopf.BodyEssence, kube.plain(held)) if held is not None else self.annotations.fetch(body=body)
 
     def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
-        self._held[str(body.metadata.uid)] = copy.deepcopy(essence)  # nothing added to kopf's patch: no write
+        self._held[str(body.metadata.uid)] = kube.plain(essence)  # nothing added to kopf's patch: no write
 
     def forget(self, uid: str) -> None:
         self._held.pop(uid, None)
@@ -382,7 +400,7 @@ class ReconcileState(PlanInputs, Protocol):
 
 async def reconcile(body: kopf.Body, logger: kopf.Logger, rt: PlanInputs) -> None:
     """kopf's create/update/resume handler (handlers/main.py): reconcile in a worker thread."""
-    outcome = await asyncio.to_thread(reconcile_sync, kube.plain(body), rt)
+    outcome = await asyncio.to_thread(reconcile_sync, kube.plain_object(body), rt)
     logger.info("reconciled: %s", outcome)
 
 
@@ -400,5 +418,5 @@ async def converge_generation(body: kopf.Body, logger: kopf.Logger, rt: Reconcil
     handled = rt.handled.fetch(body=body)
     if handled is None or kube.plain(handled.get("spec")) != kube.plain(body.get("spec")):
         return  # the spec changed: kopf's update handler runs for it (and writes the generation)
-    outcome = await asyncio.to_thread(reconcile_sync, kube.plain(body), rt)
+    outcome = await asyncio.to_thread(reconcile_sync, kube.plain_object(body), rt)
     logger.info("generation %s carries the spec already handled; status converged (%s)", gen, outcome)

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import copy
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gdn_operator.handlers import statusguard
+from gdn_operator.handlers import kube, statusguard
 
 #: Every status key: (the one module that writes it, what it holds). The schema is api/status.py; the writer of
 #: each condition type is conditions.CONDITIONS. tests/handlers/test_servers.py finds every write of a status
@@ -106,7 +105,7 @@ class Servers:
             return
         meta = obj["metadata"]
         key = (meta.get("namespace") or "", meta.get("name") or "")
-        slim = copy.deepcopy({**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}})
+        slim = kube.plain_object(obj)
         with self._lock:
             old = self._bodies.get(key)
             if old is None or not _newer(old, slim):
@@ -119,7 +118,8 @@ class Servers:
             obj = self._bodies.get((namespace, name))
         if obj is None or (uid is not None and obj["metadata"].get("uid") != uid):
             return None
-        return copy.deepcopy(obj)
+        copied: dict[str, Any] = kube.plain(obj)
+        return copied
 
     def current(self, namespace: str, name: str, uid: str | None = None) -> dict[str, Any] | None:
         """The newest body seen, or (none seen) the object read now (None: it does not exist)."""

@@ -8,7 +8,6 @@ was computed from (status_patch); a failed guard reads the object again and reco
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from collections.abc import Callable
@@ -133,7 +132,7 @@ def update_status(
         if obj is None:
             return None
         old = obj.get("status") or {}
-        status = copy.deepcopy(old)
+        status = kube.plain(old)
         conditions_before = _condition_states(status)
         mutate(status, obj)
         if status == old:

@@ -218,14 +218,12 @@ async def deployment_event(
 ) -> None:
     """A Deployment or (multi-node engines) LeaderWorkerSet event: status and drift, the same for both."""
     namespace = kube.require_namespace(namespace)
-    plain_meta = kube.plain(meta)
-    name = kube.owner_name(plain_meta)
+    refs = kube.plain(meta.get("ownerReferences")) or []  # not the whole metadata: its managedFields are large
+    name = kube.owner_name({"ownerReferences": refs})
     if not name:
         return
-    uid = next(
-        (r.get("uid") for r in plain_meta.get("ownerReferences") or [] if r.get("name") == name and r.get("controller")), None
-    )
-    obj = kube.plain(body)
+    uid = next((r.get("uid") for r in refs if r.get("name") == name and r.get("controller")), None)
+    obj = kube.plain_object(body)
     obj.setdefault("kind", kind)
     await asyncio.to_thread(on_deployment, rt, namespace, name, None if type == "DELETED" else obj, kind, uid)
 
