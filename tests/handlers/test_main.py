@@ -14,7 +14,8 @@ import kopf
 import pytest
 from runtime_helpers import make_runtime
 
-from gdn_operator.handlers import main
+from gdn_operator import GROUP, PLURAL
+from gdn_operator.handlers import kopfcompat, main
 from gdn_operator.handlers.runtime import MEMO_KEY, Runtime, runtime_of
 
 HANDLERS = Path(main.__file__).parent
@@ -183,3 +184,22 @@ def test_the_operator_process_settles_its_start_up_heap_before_kopf_runs():
     assert out.returncode == 0, out.stderr
     seen = ast.literal_eval(out.stdout.strip().splitlines()[-1])
     assert seen["frozen"] > 10_000 and seen["thresholds"] == seen["want"] and not seen["rules_collectable"]
+
+
+def test_kopf_builds_essences_only_for_servers():
+    """Only GDNModelServers have changing handlers (create/update/resume): kopf's essence of every other watched
+    kind's events (Deployments, pods, nodes, guards) is read by no handler, so main.startup narrows HandledSpecs
+    to servers; a changing or spawning handler on another kind widens it back to every kind."""
+    optional = kopf.OperatorRegistry()
+    main.register_optional(make_runtime(), webhook=True, registry=optional)  # every optional handler on
+    selected = kopfcompat.essence_resources(kopf.get_default_registry()) | kopfcompat.essence_resources(optional)
+    assert selected == {(GROUP, PLURAL)}
+    rt = make_runtime()
+    main.narrow_essences(rt, kopf.get_default_registry())
+    assert rt.handled.essential_kinds == {"GDNModelServer"}
+    for register in (kopf.on.update, kopf.daemon):
+        other = kopf.OperatorRegistry()
+        register("apps", "v1", "deployments", registry=other)(lambda **_: None)
+        main.narrow_essences(rt, other)
+        assert rt.handled.essential_kinds is None
+    rt.log_pool.shutdown(wait=False)

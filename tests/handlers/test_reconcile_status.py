@@ -137,6 +137,20 @@ def test_the_diff_base_is_kopfs_own_essence_built_from_less(extra_fields):
     assert ("status" in got) == (extra_fields == [("status", "phase")])
 
 
+def test_a_kind_without_changing_handlers_gets_an_empty_essence():
+    """Narrowed to servers (main.narrow_essences), HandledSpecs builds nothing for a Deployment's event (kopf
+    hands a watching cause no essence); a server's essence is still kopf's own."""
+    import kopf
+
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1}}
+    server = {"kind": "GDNModelServer", "metadata": {"name": "s"}, "spec": {"model": "m"}, "status": {"phase": "Ready"}}
+    handled = reconcile.HandledSpecs()
+    assert handled.build(body=kopf.Body(dep)) == {"spec": {"replicas": 1}}  # not narrowed: every kind, as kopf
+    handled.essential_kinds = frozenset({"GDNModelServer"})
+    assert handled.build(body=kopf.Body(dep)) == {}
+    assert handled.build(body=kopf.Body(server)) == {"spec": {"model": "m"}}
+
+
 def test_the_generation_is_the_planned_bodys_even_when_the_write_starts_from_a_newer_one(rt, no_requests):
     """The status write reruns calculate_status on the newest body it holds: a generation planned earlier must not
     be reported as the newer one (that one's own reconcile reports it)."""

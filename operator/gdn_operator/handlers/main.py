@@ -27,13 +27,14 @@ here are seen like those registered at import.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
-from gdn_operator import GROUP, GUARD_PLURAL, PLURAL, VERSION
-from gdn_operator.handlers import admission, crashwatch, disruption, kube, pods, router, workload
+from gdn_operator import GROUP, GUARD_PLURAL, KIND, PLURAL, VERSION
+from gdn_operator.handlers import admission, crashwatch, disruption, kopfcompat, kube, pods, router, workload
 from gdn_operator.handlers import reconcile as reconciler
 from gdn_operator.handlers import startup as starter
 from gdn_operator.handlers.plan import may_read_api
@@ -42,6 +43,8 @@ from gdn_operator.labels import LABEL_SERVER, MANAGED
 from gdn_operator.render import lws
 from gdn_operator.render import router as router_render
 from gdn_operator.settings import Settings, SettingsError
+
+log = logging.getLogger(__name__)
 
 #: where __main__ puts the settings it parsed before kopf.run (so they are parsed once)
 SETTINGS_MEMO_KEY = "gdn_settings"
@@ -62,7 +65,16 @@ async def startup(settings: kopf.OperatorSettings, logger: kopf.Logger, memo: ko
         memo[MEMO_KEY] = rt
     server = starter.configure(settings, logger, rt)
     register_optional(rt, webhook=server is not None)
+    narrow_essences(rt, kopf.get_default_registry())
     rt.start_supervisors()  # each one not running yet (start-up may have started other tasks of the runtime)
+
+
+def narrow_essences(rt: Runtime, registry: kopf.OperatorRegistry) -> None:
+    """kopf's diff base is read only for the resources with changing handlers: when those are GDNModelServers
+    alone (this module's registrations), HandledSpecs builds no essence of any other kind's events."""
+    selected = kopfcompat.essence_resources(registry)
+    rt.handled.essential_kinds = frozenset({KIND}) if selected <= {(GROUP, PLURAL)} else None
+    log.info("kopf essences built for: %s", "GDNModelServers" if rt.handled.essential_kinds else f"every kind ({selected})")
 
 
 @kopf.on.cleanup()

@@ -374,10 +374,18 @@ class HandledSpecs(kopf.DiffBaseStorage):
         #: what operators before issue 37 kept the diff base in (read, never written)
         self.annotations = kopf.AnnotationsDiffBaseStorage(prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
         self._held: dict[str, kopf.BodyEssence] = {}
+        #: the kinds whose essence kopf reads (their changing handlers diff it); None: every kind. main.startup
+        #: narrows it to GDNModelServers once the registry shows no other kind has such handlers
+        #: (kopfcompat.essence_resources): the Deployments, pods and nodes watched only for events then cost no
+        #: deep copy of their spec per event.
+        self.essential_kinds: frozenset[str] | None = None
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
         """kopf's essence (AnnotationsDiffBaseStorage.build, without the old annotation) of the body without what
-        it drops anyway: kopf deep-copies the body it is given, and status and managedFields are most of it."""
+        it drops anyway: kopf deep-copies the body it is given, and status and managedFields are most of it. For a
+        kind no changing handler watches (essential_kinds), an empty essence: kopf hands it to no handler."""
+        if self.essential_kinds is not None and body.get("kind") not in self.essential_kinds:
+            return cast(kopf.BodyEssence, {})
         return self.annotations.build(body=essence_source(body, extra_fields), extra_fields=extra_fields)
 
     def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
