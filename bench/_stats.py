@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -20,3 +21,9 @@ def machine() -> str:
     except OSError:  # pragma: no cover
         load = "load average n/a"
     return f"machine: {os.cpu_count() or 0} CPUs, {load}"
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (its own threads; children not included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -15,7 +15,9 @@ input, most of it refused) or, with `--corpus valid`, admitted servers over the 
   histogram_quantile does, and the share of calls at or under 100 ms (the goal: p99 under 100 ms, i.e. >= 99 %);
   the answers: 201, 4xx, 5xx (5xx must be 0); the webhook call errors the API server counts
   (apiserver_admission_webhook_rejection_count by error_type: calling_webhook_error = a timeout or failed call);
-  the client's request latency and how late the pacer ran.
+  the client's request latency and how late the pacer ran;
+  the cores the operator's process used during the round (its Python threads share one GIL: near 1 core its
+  webhook waits behind its reconciles however little the webhook itself costs).
 
 With --floor, each round also runs the floor: the same operator without its webhooks (so its reconciles of what is
 admitted compete exactly as before) and, in its place, a do-nothing webhook in its own process (aiohttp over TLS, as
@@ -55,7 +57,7 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import kubernetes  # noqa: E402
-from _stats import machine, pct  # noqa: E402  (bench/ is on sys.path when run as a script)
+from _stats import cpu_seconds, machine, pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 from aiohttp import web  # noqa: E402
 from bench_fuzz import manifest, post, start_webhook_operator, tree_crd  # noqa: E402
 from controlplane import ControlPlane, ensure_built, free_port  # noqa: E402
@@ -186,7 +188,8 @@ def report(label: str, res: dict[str, Any], buckets: dict[str, dict[float, float
     print(
         f"  {label}: {n} creates in {res['took']:.1f} s ({n / res['took']:.0f}/s; pacer at most {res['late'] * 1000:.0f} ms "
         f"late); answers {res['codes']}; client latency p50 {pct(res['lat'], 50) * 1000:.1f} ms, "
-        f"p99 {pct(res['lat'], 99) * 1000:.1f} ms"
+        f"p99 {pct(res['lat'], 99) * 1000:.1f} ms; the operator process used {res['op_cores']:.2f} cores (its "
+        "Python threads share one GIL: near 1 it is saturated)"
     )
     ok = res["codes"].get("5xx", 0) == 0
     for typ in sorted(buckets):
@@ -324,7 +327,10 @@ def run(args: argparse.Namespace) -> int:
                     )  # fmt: skip
                 try:
                     before = scrape(admin)
+                    cpu0 = cpu_seconds(op.proc.pid) if op.proc is not None else 0.0
                     res = paced(api, ns, chunk, args.rate, args.workers)
+                    # the operator's process: its Python threads share one GIL, so near 1 core it is saturated
+                    res["op_cores"] = (cpu_seconds(op.proc.pid) - cpu0) / res["took"] if op.proc is not None else 0.0
                     after = scrape(admin)
                     if spy is not None:
                         spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT

@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 sys.path.insert(0, str(ROOT / "tests"))  # tests/waiting.py, which operator_harness uses
 
 import kubernetes  # noqa: E402
-from _stats import pct  # noqa: E402  (bench/ is on sys.path when run as a script)
+from _stats import cpu_seconds, pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 from controlplane import ControlPlane, ensure_built  # noqa: E402
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
 from operator_harness import Kube, OperatorProcess, apiserver_requests, gms, install_crd  # noqa: E402
@@ -66,12 +66,6 @@ def line(label: str, xs: list[float]) -> str:
         f"{label:<34} n={len(ms):4d}  p50={pct(ms, 50):8.1f} ms  p90={pct(ms, 90):8.1f} ms  "
         f"p99={pct(ms, 99):8.1f} ms  max={max(ms):8.1f} ms  mean={statistics.mean(ms):8.1f} ms"
     )
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (its own threads; children not included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def parse_env(ap: argparse.ArgumentParser, flag: str, items: list[str]) -> dict[str, str]:
