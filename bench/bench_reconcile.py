@@ -5,6 +5,7 @@ against the raw API write latency measured in the same run on the same control p
 
     .venv/bin/python bench/bench_reconcile.py [--count 500] [--tier core|full] [--operator-env K=V ...]
         [--compare-env K=V ...]   # a second burst in the same run with the operator's env changed (ratio)
+        [--timers OUT.txt]        # the CPU time of the operator's own steps (bench/optimers/sitecustomize.py)
         [--py-spy OUT.txt [--py-spy-idle]]  # sample the operator (py-spy, collapsed stacks; bench/pyspy_top.py reads them;
                                             # py-spy is not a project dependency: .venv/bin/pip install py-spy)
 
@@ -272,6 +273,27 @@ def floor(cp: ControlPlane, k: Kube, ns: str, count: int, workers: int, timeout:
     return {"t_total": seen - t0, "t_client": max(done) - t0, "kinds": kinds, "requests": requests, "cpu": cpu}
 
 
+def timer_env(out: str | None) -> dict[str, str]:
+    """The operator's environment for bench/optimers (its steps' CPU time written to `out`); nothing without `out`."""
+    if not out:
+        return {}
+    path = os.pathsep.join([str(ROOT / "bench" / "optimers"), str(ROOT / "operator"), os.environ.get("PYTHONPATH", "")])
+    return {"PYTHONPATH": path.rstrip(os.pathsep), "GDN_OPTIMERS": str(Path(out).resolve())}
+
+
+def timer_lines(label: str, out: str, count: int) -> list[str]:
+    """bench/optimers' figures for one burst: CPU-s and ms per server of each step (a step includes those it calls)."""
+    rows = []
+    for text in Path(out).read_text().splitlines():
+        head, _, calls = text.rpartition(" ")
+        name, _, cpu = head.rpartition(" ")
+        if not name:  # "process <cpu>" and "main_thread <cpu>": no call count
+            name, cpu, calls = head, calls, ""
+        per = float(cpu) / count * 1000
+        rows.append(f"    {name:<34} {float(cpu):6.2f} CPU-s {per:6.2f} ms per server" + (f"  ({calls} calls)" if calls else ""))
+    return [f"  {label}: the operator's steps (bench/optimers, thread CPU time from its first reconcile on):", *rows]
+
+
 def cpu_line(label: str, cpu: dict[str, float], wall: float, count: int) -> str:
     """CPU seconds per process, their sum against what the machine's cores could give in `wall`, per server."""
     total = sum(cpu.values())
@@ -343,6 +365,12 @@ def main() -> int:
         help="record the operator with py-spy (raw collapsed stacks: CPU samples); "
         "with --compare-env the second burst goes to OUT.compare",
     )
+    ap.add_argument(
+        "--timers",
+        metavar="OUT",
+        help="the CPU time of the operator's own steps (bench/optimers: reconcile, applies, status writes, Events, plans, "
+        "the event loop's thread), written to OUT and printed; with --compare-env the second burst's to OUT.compare",
+    )
     ap.add_argument("--py-spy-rate", type=int, default=50, help="with --py-spy: samples per second (more samples, more overhead)")
     ap.add_argument(
         "--py-spy-idle", action="store_true", help="with --py-spy: sample waiting threads too (wall time: where the workers wait)"
@@ -353,9 +381,11 @@ def main() -> int:
 
     bins = ensure_built(args.tier)
     work = Path(tempfile.mkdtemp(prefix="gdn-bench-"))
-    runs = [("baseline", "bench-gms", op_env, args.py_spy)]
+    timers = {"baseline": args.timers, "compare": args.timers and args.timers + ".compare"}
+    runs = [("baseline", "bench-gms", {**op_env, **timer_env(timers["baseline"])}, args.py_spy)]
     if compare:
-        runs.append(("compare", "bench-gms2", {**op_env, **compare}, args.py_spy and args.py_spy + ".compare"))
+        compare_env = {**op_env, **compare, **timer_env(timers["compare"])}
+        runs.append(("compare", "bench-gms2", compare_env, args.py_spy and args.py_spy + ".compare"))
     with ControlPlane(work / "cp", tier=args.tier, binaries=bins) as cp:
         api = cp.api_client()
         install_crd(api)
@@ -404,6 +434,9 @@ def main() -> int:
     for label, r in results:
         print(cpu_line(label, r["cpu"], r["t_total"], args.count))
     print(cpu_line("floor", fl["cpu"], fl["t_total"], args.count))
+    for label, _r in results:
+        if timers[label]:
+            print("\n".join(timer_lines(label, timers[label], args.count)))
     if len(results) == 2 and results[0][1]["complete"] and results[1][1]["complete"]:
         a, b = results[0][1]["complete"], results[1][1]["complete"]
         print(f"compare / baseline (apply→all objects): p50 {pct(b, 50) / pct(a, 50):.2f}x, p99 {pct(b, 99) / pct(a, 99):.2f}x")
