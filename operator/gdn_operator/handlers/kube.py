@@ -17,7 +17,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import kubernetes
@@ -133,7 +133,8 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 def plain(obj: Any) -> Any:
     """A deep plain-dict copy of a kopf Body/Patch view or of a JSON-like dict (safe to hand to a worker thread).
     Plain dicts, lists and scalars are told by their exact type first: that is what the operator copies most,
-    about 3x faster than copy.deepcopy (bench/bench_reconcile.py: copies were the burst's largest own cost)."""
+    about 3x faster than copy.deepcopy (copies were a large share of the operator's own CPU in a burst of new
+    servers, bench/bench_reconcile.py)."""
     t = type(obj)
     if t is dict:
         return {k: v if type(v) in _SCALARS else plain(v) for k, v in obj.items()}
@@ -159,8 +160,9 @@ def plain_object(obj: Any) -> dict[str, Any]:
     return out
 
 
-def owner_name(meta: dict[str, Any]) -> str | None:
-    """The GDNModelServer that controls an object (its engine workload, InferencePool), from its metadata."""
+def owner_name(meta: Mapping[str, Any]) -> str | None:
+    """The GDNModelServer that controls an object (its engine workload, InferencePool), from its metadata (a dict or
+    kopf's Meta view: nothing is copied)."""
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") == KIND and ref.get("controller"):
             name: str | None = ref.get("name")

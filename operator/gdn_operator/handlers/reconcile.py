@@ -349,8 +349,8 @@ _ESSENCE_METADATA = ("labels", "annotations", "ownerReferences")
 
 
 def essence_source(body: kopf.Body, extra_fields: Any = None) -> kopf.Body:
-    """`body` without the parts kopf's essence drops (status, and metadata but its labels and annotations): a
-    shallow view, nothing copied. With an extra field (a handler's `field`, kopf's FieldPath tuple) in status or
+    """`body` without the parts kopf's essence drops (status, and the metadata kopf does not read:
+    _ESSENCE_METADATA): a shallow view, nothing copied. With an extra field (a handler's `field`, kopf's FieldPath tuple) in status or
     metadata (none of ours: the update handler's is spec) the whole body, so it is still there to pick."""
     if any(field and field[0] in ("metadata", "status") for field in extra_fields or ()):
         return body

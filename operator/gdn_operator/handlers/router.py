@@ -56,7 +56,7 @@ async def inference_pool_event(
     servers: Servers, type: str, body: kopf.Body, namespace: str | None, meta: kopf.Meta, **_: Any
 ) -> None:
     namespace = kube.require_namespace(namespace)
-    name = kube.owner_name({"ownerReferences": kube.plain(meta.get("ownerReferences")) or []})  # not the managedFields
+    name = kube.owner_name(meta)
     if not name:
         return
     await asyncio.to_thread(mirror, servers, namespace, name, None if type == "DELETED" else kube.plain_object(body))

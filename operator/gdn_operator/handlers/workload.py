@@ -218,10 +218,10 @@ async def deployment_event(
 ) -> None:
     """A Deployment or (multi-node engines) LeaderWorkerSet event: status and drift, the same for both."""
     namespace = kube.require_namespace(namespace)
-    refs = kube.plain(meta.get("ownerReferences")) or []  # not the whole metadata: its managedFields are large
-    name = kube.owner_name({"ownerReferences": refs})
+    name = kube.owner_name(meta)
     if not name:
         return
+    refs = meta.get("ownerReferences") or []
     uid = next((r.get("uid") for r in refs if r.get("name") == name and r.get("controller")), None)
     obj = kube.plain_object(body)
     obj.setdefault("kind", kind)
