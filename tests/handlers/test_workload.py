@@ -2,7 +2,7 @@
 
 import pytest
 
-from gdn_operator.handlers.kube import owner_name
+from gdn_operator.handlers.kube import owner_name, owner_ref
 from gdn_operator.handlers.pods import pod_summary
 from gdn_operator.handlers.workload import is_subset
 
@@ -45,11 +45,13 @@ def test_owner_name():
     meta = {
         "ownerReferences": [
             {"kind": "ReplicaSet", "name": "x", "controller": True},
-            {"kind": "GDNModelServer", "name": "srv", "controller": True},
+            {"kind": "GDNModelServer", "name": "srv", "uid": "u1", "controller": True},
         ]
     }
     assert owner_name(meta) == "srv"
     assert owner_name({}) is None
+    assert owner_ref(meta) == {"kind": "GDNModelServer", "name": "srv", "uid": "u1", "controller": True}
+    assert owner_ref({"ownerReferences": [{"kind": "GDNModelServer", "name": "srv"}]}) is None  # not its controller
 
 
 def test_pod_summary_unschedulable_and_restarts():

@@ -160,14 +160,17 @@ def plain_object(obj: Any) -> dict[str, Any]:
     return out
 
 
+def owner_ref(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ownerReference of the GDNModelServer that controls an object (its engine workload, InferencePool), from its
+    metadata (a dict or kopf's Meta view: nothing is copied); None when no server controls it."""
+    return next((r for r in meta.get("ownerReferences") or [] if r.get("kind") == KIND and r.get("controller")), None)
+
+
 def owner_name(meta: Mapping[str, Any]) -> str | None:
-    """The GDNModelServer that controls an object (its engine workload, InferencePool), from its metadata (a dict or
-    kopf's Meta view: nothing is copied)."""
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == KIND and ref.get("controller"):
-            name: str | None = ref.get("name")
-            return name
-    return None
+    """The name of the GDNModelServer that controls an object (owner_ref)."""
+    ref = owner_ref(meta)
+    name: str | None = ref.get("name") if ref is not None else None
+    return name
 
 
 def now() -> str:
@@ -290,8 +293,8 @@ def delete_owned(kind: str, namespace: str, name: str, owner_uid: str | None, cr
     obj = get_object(kind, namespace, name) if kind in BUILTIN_KINDS or crds.exists(_crd_name(kind)) else None
     if obj is None:
         return False
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    if not any(r.get("controller") and r.get("kind") == KIND and (owner_uid is None or r.get("uid") == owner_uid) for r in refs):
+    ref = owner_ref(obj.get("metadata") or {})
+    if ref is None or (owner_uid is not None and ref.get("uid") != owner_uid):
         return False
     c = api_client()
     body = kubernetes.client.V1DeleteOptions.model_validate({"propagationPolicy": "Background"})

@@ -424,7 +424,7 @@ async def converge_generation(body: kopf.Body, logger: kopf.Logger, rt: Reconcil
     if gen is None or observed is None or observed >= gen or meta.get("deletionTimestamp"):
         return
     handled = rt.handled.fetch(body=body)
-    if handled is None or kube.plain(handled.get("spec")) != kube.plain(body.get("spec")):
+    if handled is None or handled.get("spec") != kube.plain(body.get("spec")):  # fetch gives a plain copy
         return  # the spec changed: kopf's update handler runs for it (and writes the generation)
     outcome = await asyncio.to_thread(reconcile_sync, kube.plain_object(body), rt)
     logger.info("generation %s carries the spec already handled; status converged (%s)", gen, outcome)

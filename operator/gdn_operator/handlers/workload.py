@@ -218,11 +218,10 @@ async def deployment_event(
 ) -> None:
     """A Deployment or (multi-node engines) LeaderWorkerSet event: status and drift, the same for both."""
     namespace = kube.require_namespace(namespace)
-    name = kube.owner_name(meta)
-    if not name:
+    ref = kube.owner_ref(meta)
+    if ref is None or not ref.get("name"):
         return
-    refs = meta.get("ownerReferences") or []
-    uid = next((r.get("uid") for r in refs if r.get("name") == name and r.get("controller")), None)
+    name, uid = ref["name"], ref.get("uid")
     obj = kube.plain_object(body)
     obj.setdefault("kind", kind)
     await asyncio.to_thread(on_deployment, rt, namespace, name, None if type == "DELETED" else obj, kind, uid)
