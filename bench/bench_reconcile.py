@@ -402,9 +402,7 @@ def main() -> int:
         k = Kube(api)
         core = kubernetes.client.CoreV1Api(api)
         for ns in ["bench-raw"] + [r[1] for r in runs]:
-            core.create_namespace({"metadata": {"name": ns}})
-            if args.tier == "full":
-                k.create_namespace(ns)
+            create_namespace(core, k, ns, args.tier)
 
         # 1. baseline: raw API writes of a similar-sized object
         payload = json.dumps(gms("x")["spec"])
@@ -415,9 +413,7 @@ def main() -> int:
             raw.append(time.perf_counter() - t)
 
         results = [(label, burst(cp, k, ns, env, args, work / f"op-{label}", spy)) for label, ns, env, spy in runs]
-        core.create_namespace({"metadata": {"name": "bench-floor"}})
-        if args.tier == "full":
-            k.create_namespace("bench-floor")
+        create_namespace(core, k, "bench-floor", args.tier)
         workers = int(op_env.get("GDN_MAX_WORKERS", "64"))  # the (baseline) operator's concurrency
         fl = floor(cp, k, "bench-floor", args.count, workers, args.timeout)
 
@@ -479,9 +475,12 @@ def main() -> int:
 
 
 def create_namespace(core: Any, k: Kube, ns: str, tier: str) -> None:
-    core.create_namespace({"metadata": {"name": ns}})
+    """A fresh namespace; on the full tier also its default ServiceAccount, which kube-controller-manager makes
+    (Kube.create_namespace waits for it; the core tier has no controller-manager)."""
     if tier == "full":
-        k.create_namespace(ns)  # and wait for its default ServiceAccount (kube-controller-manager makes it)
+        k.create_namespace(ns)
+    else:
+        core.create_namespace({"metadata": {"name": ns}})
 
 
 if __name__ == "__main__":
