@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: what the operator's start-up heap settling (handlers/startup.settle_heap: gc.freeze and
+"""Benchmark: what the operator's start-up heap settling (handlers/heap.settle_heap: gc.freeze and
 GC_THRESHOLDS) costs in memory and buys in full collections, against the interpreter's defaults, same run.
 
     .venv/bin/python bench/bench_heap.py [--count 1000] [--steady 30] [--rounds 2] [--variants shipped,freeze,none]
@@ -48,7 +48,7 @@ VARIANTS = ("shipped", "freeze", "none")
 #: the operator's sitecustomize: the full-collection recorder (every variant), then the variant's settle_heap
 SITECUSTOMIZE = """
 import gc, os, time
-import gdn_operator.handlers.startup as _startup
+import gdn_operator.handlers.heap as _startup
 
 _log = open(os.environ["GDN_BENCH_GC_LOG"], "a", buffering=1)
 _t0 = [0.0]

@@ -12,9 +12,9 @@ import sys
 
 import kopf
 
+from gdn_operator.handlers.heap import settle_heap
 from gdn_operator.handlers.main import SETTINGS_MEMO_KEY  # importing it registers every kopf handler
-from gdn_operator.handlers.startup import settle_heap
-from gdn_operator.settings import Settings, SettingsError
+from gdn_operator.settings import LOG_FORMAT, Settings, SettingsError
 
 
 def main() -> int:
@@ -23,7 +23,7 @@ def main() -> int:
     except SettingsError as e:
         print(f"gdn-operator: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(levelname)s [%(name)s] %(message)s")
+    logging.basicConfig(level=cfg.log_level, format=LOG_FORMAT)
     settle_heap()  # the operator process only (not tests that import the handlers): imports and rules out of the GC
     kopf.run(
         clusterwide=not cfg.namespaces,

@@ -20,6 +20,10 @@ from gdn_operator.api.pod import UNSAFE_OPT_INS
 
 WEBHOOK_MODES = ("", "local", "service")
 WEBHOOK_CONFIGS = ("managed", "shipped")
+#: where the GDNModelServer webhook is answered (handlers/webhookfront.py)
+WEBHOOK_PROCESSES = ("own", "operator")
+#: the log line of every process of the operator (its own, the webhook front's)
+LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -317,6 +321,15 @@ class Settings:
     )
     webhook_addr: str = _setting("GDN_WEBHOOK_ADDR", "0.0.0.0", _text, "address the webhook server listens on")
     webhook_port: int = _setting("GDN_WEBHOOK_PORT", 9443, _int(1, 65535), "port the webhook server listens on", "webhook.port")
+    webhook_process: str = _setting(
+        "GDN_WEBHOOK_PROCESS",
+        "own",
+        _choice(*WEBHOOK_PROCESSES),
+        "where the webhook server runs: `own` (a process of its own beside the operator's, which answers "
+        "GDNModelServer validation itself, so a reconcile burst does not hold admission up) or `operator` (in the "
+        "operator's process)",
+        "webhook.process",
+    )
     webhook_host: str | None = _setting("GDN_WEBHOOK_HOST", None, _optional, "`local` mode: host name in the webhook URL")
     webhook_service: str | None = _setting(
         "GDN_WEBHOOK_SERVICE", None, _optional, "`service` mode: the Service in front of the webhook", "webhook.enabled"

@@ -180,6 +180,9 @@ class LocalReplica:
                 self.argv, env=self.env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(ROOT)
             )
         wait_for(self.alive, 90, what=f"liveness of {self.pod_id} (log {self.log})")
+        # ready as the chart's readinessProbe has it: its webhook port listens (the webhook front, after kopf started;
+        # here the port is shared, so its log says so)
+        wait_for(lambda: "webhook front (pid" in self.text(), 60, what=f"{self.pod_id}: its webhook front listening")
         return self
 
     def alive(self) -> bool:

@@ -163,11 +163,11 @@ def test_supervisors_start_even_when_start_up_already_started_another_task(monke
 
 def test_the_operator_process_settles_its_start_up_heap_before_kopf_runs():
     """__main__ (the operator process, not tests importing the handlers) freezes what start-up made, the rule set
-    included, out of the cyclic GC and makes full collections rarer (handlers/startup.settle_heap): a full
+    included, out of the cyclic GC and makes full collections rarer (handlers/heap.settle_heap): a full
     collection holds the GIL and paused admission's answers. Run in a child: the freeze lasts for the process."""
     code = (
         "import gc, kopf, gdn_operator.__main__ as m\n"
-        "from gdn_operator.handlers.startup import GC_THRESHOLDS\n"
+        "from gdn_operator.handlers.heap import GC_THRESHOLDS\n"
         "from gdn_operator.rules import load_rules\n"
         "seen = {}\n"
         "def run(**kw):\n"

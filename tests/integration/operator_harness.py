@@ -195,11 +195,17 @@ def running_operator(cluster: Any, api: kubernetes.client.ApiClient, workdir: Pa
 @contextlib.contextmanager
 def running_webhook_operator(cluster: Any, api: kubernetes.client.ApiClient, workdir: Path, **kw: Any):
     """`running_operator` with the admission webhook: the block starts once both webhook configurations
-    exist; afterwards they are deleted (a dead webhook with failurePolicy Fail would block later tests)."""
+    exist and the validating one names its webhook (kopf creates the objects first and writes the webhooks once
+    its server, and the webhook front before it, listen); afterwards they are deleted (a dead webhook with
+    failurePolicy Fail would block later tests)."""
     adm = kubernetes.client.AdmissionregistrationV1Api(api)
     try:
         with running_operator(cluster, api, workdir, webhook=True, **kw) as proc:
-            wait_for(lambda: adm.read_validating_webhook_configuration(WEBHOOK_CONFIG), 60, what="validating webhook configured")
+            wait_for(
+                lambda: adm.read_validating_webhook_configuration(WEBHOOK_CONFIG).webhooks,
+                60,
+                what="validating webhook configured",
+            )
             wait_for(lambda: adm.read_mutating_webhook_configuration(WEBHOOK_CONFIG), 60, what="mutating webhook configured")
             yield proc
     finally:

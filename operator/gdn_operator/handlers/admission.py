@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -19,11 +20,17 @@ import kopf
 from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.handlers.kube import plain
-from gdn_operator.handlers.plan import PlanInputs, missing_apis
+from gdn_operator.handlers.plan import ClusterFacts, missing_apis
 from gdn_operator.rules import evaluate
 from gdn_operator.rules.admit import verdict
 
 log = logging.getLogger(__name__)
+
+#: the validating webhook's kopf handler id, which is also its path on the webhook server (the front answers it:
+#: handlers/webhookfront.py)
+VALIDATE_ID = "gdn-admission"
+#: the mutating webhook's (opt-in: GDN_MUTATE_SPEC)
+MITIGATE_ID = "gdn-mitigate"
 
 #: opt-in spec mutation only: rule id -> the spec change the mutating webhook wrote for it
 MITIGATIONS_ANNOTATION = "serving.gdn-operator.io/mitigations"
@@ -34,7 +41,7 @@ def mitigations_note(findings: list[Any]) -> str:
     return json.dumps({f.rule: f.mitigation for f in findings if f.action == "mitigated"}, sort_keys=True, separators=(",", ":"))
 
 
-def _spec_unchanged(old: Any, new_spec: Any) -> bool:
+def _spec_unchanged(old: Mapping[str, Any] | None, new_spec: Any) -> bool:
     return old is not None and plain(old.get("spec")) == plain(new_spec)
 
 
@@ -77,7 +84,12 @@ def mitigate(
 
 
 def admission(
-    spec: kopf.Spec, warnings: list[str], namespace: str | None, name: str | None, old: kopf.Body | None, rt: PlanInputs
+    spec: Mapping[str, Any],
+    warnings: list[str],
+    namespace: str | None,
+    name: str | None,
+    old: Mapping[str, Any] | None,
+    rt: ClusterFacts,
 ) -> None:
     """The validating webhook: the verdict `gdnctl validate` gives offline (rules/admit.py: the name, the spec,
     the pod-isolation opt-ins, the rules), then the cluster's optional APIs (AdmissionError when refused)."""

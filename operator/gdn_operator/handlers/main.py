@@ -127,13 +127,13 @@ def register_admission(registry: kopf.OperatorRegistry, *, mutate_spec: bool) ->
     ids = []
     if mutate_spec:
         kopf.on.mutate(
-            GROUP, VERSION, PLURAL, id="gdn-mitigate", operations=["CREATE", "UPDATE"], persistent=True, registry=registry
+            GROUP, VERSION, PLURAL, id=admission.MITIGATE_ID, operations=["CREATE", "UPDATE"], persistent=True, registry=registry
         )(mitigate)
-        ids.append("gdn-mitigate")
+        ids.append(admission.MITIGATE_ID)
     kopf.on.validate(
-        GROUP, VERSION, PLURAL, id="gdn-admission", operations=["CREATE", "UPDATE"], persistent=True, registry=registry
+        GROUP, VERSION, PLURAL, id=admission.VALIDATE_ID, operations=["CREATE", "UPDATE"], persistent=True, registry=registry
     )(validate)
-    return [*ids, "gdn-admission"]
+    return [*ids, admission.VALIDATE_ID]
 
 
 # ------------------------------------------------------------------------------------ GDNModelServer ---

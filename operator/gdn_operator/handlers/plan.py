@@ -36,16 +36,20 @@ from gdn_operator.settings import Settings
 PODMONITOR_CRD = "podmonitors.monitoring.coreos.com"
 
 
-class PlanInputs(Protocol):
-    """What a plan reads besides the object: the settings, and which optional CRDs the cluster serves; and, for
-    the handlers that plan, the one door to the servers (handlers/servers.py: the body to plan from, the status
-    write of what they decided)."""
+class ClusterFacts(Protocol):
+    """What admission reads besides the object: the settings, and which optional CRDs the cluster serves (the
+    operator's runtime, or the webhook front's own: handlers/webhookfront.py)."""
 
     @property
     def settings(self) -> Settings: ...
 
     @property
     def crds(self) -> CrdCache: ...
+
+
+class PlanInputs(ClusterFacts, Protocol):
+    """What a plan reads besides the object: the cluster facts; and, for the handlers that plan, the one door to
+    the servers (handlers/servers.py: the body to plan from, the status write of what they decided)."""
 
     @property
     def servers(self) -> Servers: ...
@@ -180,7 +184,7 @@ def may_read_api(spec: Any) -> bool:
     return (nodes is not None and nodes != 1) or (isinstance(routing, Mapping) and routing.get("inferencePool") is not None)
 
 
-def missing_apis(spec: GDNModelServerSpec, inputs: PlanInputs) -> str:
+def missing_apis(spec: GDNModelServerSpec, inputs: ClusterFacts) -> str:
     """Why the cluster cannot run this spec (an API it needs is not installed, or the operator does not manage
     it), or "". Admission warns with it (or refuses, GDN_MISSING_API_POLICY); the reconciler reports it."""
     cfg, crds = inputs.settings, inputs.crds

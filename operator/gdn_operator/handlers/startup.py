@@ -7,7 +7,6 @@ parsed once (gdn_operator/settings.py) and the runtime that carries them (handle
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import tempfile
 from collections.abc import Coroutine
@@ -23,7 +22,6 @@ from gdn_operator.handlers import certs, kube, webhookconfigs
 from gdn_operator.handlers.guardadmission import GUARD_WEBHOOK_ID, GuardAdmission
 from gdn_operator.handlers.reconcile import ANNOTATION_PREFIX, HandledSpecs
 from gdn_operator.handlers.webhook_limits import BoundedWebhookServer
-from gdn_operator.rules import load_rules
 from gdn_operator.settings import Settings
 
 
@@ -76,7 +74,13 @@ def webhook_server(cfg: Settings, renewal: dict[str, Any]) -> kopf.WebhookServer
             bundle = certs.new_bundle([host, "localhost"])
         ca, crt, key = bundle.write(d)
         return BoundedWebhookServer(
-            addr=cfg.webhook_addr, port=cfg.webhook_port, host=host, certfile=str(crt), pkeyfile=str(key), cafile=str(ca)
+            addr=cfg.webhook_addr,
+            port=cfg.webhook_port,
+            host=host,
+            certfile=str(crt),
+            pkeyfile=str(key),
+            cafile=str(ca),
+            front=cfg.webhook_process == "own",
         )
     if cfg.webhook_mode == "service":
         if not cfg.webhook_service or not cfg.webhook_namespace:
@@ -101,6 +105,7 @@ def webhook_server(cfg: Settings, renewal: dict[str, Any]) -> kopf.WebhookServer
             pkeyfile=str(key),
             cafile=str(ca),
             file_check_interval=60.0,
+            front=cfg.webhook_process == "own",
         )
     raise kopf.PermanentError(f"GDN_WEBHOOK_MODE={cfg.webhook_mode!r}: use local, service, or leave empty")
 
@@ -181,27 +186,3 @@ def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, rt: Host) ->
         f" (configurations {cfg.webhook_configs} {cfg.webhook_config_name})" if cfg.webhook_mode else "",
     )
     return server
-
-
-#: gc.set_threshold: Python's young generations (700, 10) and a full collection after 100 middle ones instead of 10,
-#: so the full collections, which walk everything the process holds (the servers' bodies), come ~10x less often;
-#: the young ones stay short
-GC_THRESHOLDS = (700, 10, 100)
-
-
-def settle_heap() -> int:
-    """Move what start-up made (modules, the rule file and its compiled predicates, pydantic's and kopf's own
-    structures; called by __main__ before kopf runs) out of the cyclic garbage collector's generations (gc.freeze),
-    and make full collections rarer (GC_THRESHOLDS): what start-up made lives as long as the process, yet
-    every full collection walked it again. A full collection holds the GIL, so the webhook's answers wait for it:
-    under paced creates (bench/bench_admission.py) they came every 3-4 s and took 35-320 ms, the admission latency's
-    tail; GC_THRESHOLDS makes them rarer. Reference counting still frees frozen objects; only cycles among them are
-    left to the process's end.
-    Returns how many objects were frozen."""
-    load_rules()  # loaded once per process: frozen with the rest, not found by a collection under load
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-    n = gc.get_freeze_count()
-    log.info("start-up heap settled: %d objects left out of garbage collection", n)
-    return n

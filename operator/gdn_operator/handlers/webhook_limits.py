@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+import socket
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -21,6 +23,7 @@ import aiohttp.web
 import kopf
 
 from gdn_operator.api.k8s import MAX_OBJECT_DEPTH, nested_too_deep, too_deep, too_deep_in_text
+from gdn_operator.handlers.frontprocess import FrontProcess
 from gdn_operator.handlers.kopfcompat import AmbiguousResourceError, UnknownResourceError, WebhookError
 
 log = logging.getLogger(__name__)
@@ -47,16 +50,21 @@ def denial(review: dict[str, Any] | None, uid: str, code: int, message: str) -> 
     )
 
 
-async def read_bounded(request: aiohttp.web.Request) -> str:
-    """The body as text (HTTP 413 beyond MAX_BODY_BYTES, which the API server never sends)."""
+async def read_bounded_bytes(request: aiohttp.web.Request) -> bytes:
+    """The body (HTTP 413 beyond MAX_BODY_BYTES, which the API server never sends)."""
     body = bytearray()
     while True:
         chunk = await request.content.read(1 << 16)  # StreamReader.read(n) may return less than n; b"" at EOF
         if not chunk:
-            return body.decode("utf-8", errors="replace")
+            return bytes(body)
         body += chunk
         if len(body) > MAX_BODY_BYTES:
             raise aiohttp.web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=len(body))
+
+
+async def read_bounded(request: aiohttp.web.Request) -> str:
+    """The body as text (HTTP 413 beyond MAX_BODY_BYTES)."""
+    return (await read_bounded_bytes(request)).decode("utf-8", errors="replace")
 
 
 def precheck(text: str) -> tuple[dict[str, Any] | None, aiohttp.web.Response | None]:
@@ -81,29 +89,73 @@ def precheck(text: str) -> tuple[dict[str, Any] | None, aiohttp.web.Response | N
     return review, None
 
 
+def free_loopback_port() -> int:
+    """A TCP port free on the loopback now (kopf's server behind the front binds it once kopf starts it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def with_port(url: str, port: int) -> str:
+    """`url` with its port replaced."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{host}:{port}"))
+
+
 #: an admission path answered outside kopf (handlers/guardadmission.py): review -> AdmissionReview answer
 Route = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class BoundedWebhookServer(kopf.WebhookServer):
     """kopf's HTTPS webhook server, with the size and nesting bounds above. `routes` answers the paths kopf
-    does not serve (the guard webhook); `on_publish` hears each clientConfig the server advertises."""
+    does not serve (the guard webhook); `on_publish` hears each clientConfig the server advertises.
 
-    def __init__(self, **kw: Any) -> None:
+    With `front=True` (GDN_WEBHOOK_PROCESS=own) the configured address and port belong to the webhook front, a process
+    of its own (handlers/webhookfront.py, started here once kopf's server listens), and kopf's server listens on a
+    loopback port for what the front passes on; the advertised URL keeps the configured port."""
+
+    def __init__(self, *, front: bool = False, **kw: Any) -> None:
         super().__init__(**kw)
         self.routes: dict[str, Route] = {}
         self.on_publish: list[Callable[[dict[str, Any]], None]] = []
+        self.front: FrontProcess | None = None
+        if front:
+            if not (self.certfile and self.pkeyfile and self.cafile and self.port):
+                raise ValueError("the webhook front needs a port and certificate files (certfile, pkeyfile, cafile)")
+            backend = free_loopback_port()
+            self.front = FrontProcess(
+                addr=self.addr or "",
+                port=self.port,
+                backend=backend,
+                cert=str(self.certfile),
+                key=str(self.pkeyfile),
+                ca=str(self.cafile),
+                path=self.path or "",
+            )
+            self.addr, self.port = "127.0.0.1", backend
 
     def advertised(self, client_config: Any) -> Any:
-        """The clientConfig the API server is given for kopf's (a subclass may point it elsewhere)."""
+        """The clientConfig the API server is given for kopf's (a subclass may point it elsewhere): with a front,
+        its URL names the front's port."""
+        if self.front is not None and client_config.get("url"):
+            client_config = dict(client_config)
+            client_config["url"] = with_port(client_config["url"], self.front.port)
         return client_config
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
-        async for cfg in super().__call__(fn):
-            out = self.advertised(cfg)
-            for hear in self.on_publish:
-                hear(dict(out))
-            yield out
+        try:
+            async for cfg in super().__call__(fn):
+                if self.front is not None:  # kopf's server listens: the front may pass requests on
+                    await self.front.ensure_started()
+                out = self.advertised(cfg)
+                for hear in self.on_publish:
+                    hear(dict(out))
+                yield out
+        finally:
+            if self.front is not None:
+                await self.front.stop()
 
     async def _serve(self, fn: Any, request: aiohttp.web.Request) -> aiohttp.web.Response:  # type: ignore[override]
         headers = dict(request.headers)

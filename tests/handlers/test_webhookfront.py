@@ -1,0 +1,197 @@
+"""The webhook front without a cluster: the operator's webhook server with `front=True` starts the real front process,
+which answers GDNModelServer validation itself and passes the rest to kopf's server behind it; its counts reach the
+operator's process; it ends with the server. (Through the API server: tests/integration/test_webhook_front.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import ssl
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gdn_operator import GROUP, PLURAL, VERSION, telemetry
+from gdn_operator.handlers import admission, certs
+from gdn_operator.handlers.frontprocess import FrontProcess
+from gdn_operator.handlers.webhook_limits import BoundedWebhookServer, free_loopback_port, with_port
+from gdn_operator.handlers.webhookfront import Front, review_answer
+
+
+def review(spec: dict[str, Any], uid: str = "u-1") -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "resource": {"group": GROUP, "version": VERSION, "resource": PLURAL},
+            "operation": "CREATE",
+            "userInfo": {"username": "alice"},
+            "object": {"metadata": {"name": "s", "namespace": "front-test"}, "spec": spec},
+        },
+    }
+
+
+FINE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "t", "vllmVersion": "0.32.0"}}
+REFUSED = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "t", "vllmVersion": "0.17.1"}, "admissionPolicy": "reject"}
+
+
+def denied_count(rule: str) -> float:
+    return (
+        telemetry.METRICS_REGISTRY.get_sample_value(
+            "gdn_admission_decisions_total", {"namespace": "front-test", "decision": "denied", "rule": rule}
+        )
+        or 0.0
+    )
+
+
+def test_with_port_replaces_only_the_port():
+    assert with_port("https://127.0.0.1:41234/x/y", 9443) == "https://127.0.0.1:9443/x/y"
+    assert with_port("https://host.example/p", 8443) == "https://host.example:8443/p"
+    assert with_port("https://[::1]:1/p", 2) == "https://[::1]:2/p"
+
+
+def test_the_answer_has_kopfs_shape():
+    r = review(FINE)
+    assert review_answer(r, "u", [], None) == {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": "u", "allowed": True},
+    }
+    refused = review_answer({}, "u", ["w"], {"message": "no", "code": 403})["response"]
+    assert refused == {"uid": "u", "allowed": False, "warnings": ["w"], "status": {"message": "no", "code": 403}}
+
+
+def test_the_operators_process_adds_what_the_front_reports():
+    fp = FrontProcess(addr="127.0.0.1", port=1, backend=2, cert="c", key="k", ca="a")
+    before = denied_count("r-1")
+    assert fp._read(b'{"ready": true}\n') == "ready"
+    assert fp._read(b'{"decisions": [["front-test", "denied", "r-1", 2.0]]}\n') == "counts"
+    assert fp._read(b"a stray line\n") == ""
+    assert denied_count("r-1") == before + 2.0
+
+
+def test_the_front_reports_only_what_changed(tmp_path):
+    c = _bundle(tmp_path)
+    front = Front(None, backend="https://127.0.0.1:1", cert=c["cert"], key=c["key"], ca=c["ca"])  # type: ignore[arg-type]
+    front.report()  # whatever this process counted before
+    telemetry.ADMISSION_DECISIONS.labels("front-test", "denied", "r-2").inc()
+    telemetry.ADMISSION_DECISIONS.labels("front-test", "denied", "r-2").inc()
+    assert json.loads(front.report()) == {"decisions": [["front-test", "denied", "r-2", 2.0]]}
+    assert front.report() == ""
+
+
+def _bundle(d: Path) -> dict[str, str]:
+    ca, crt, key = certs.new_bundle(["127.0.0.1", "localhost"]).write(d)
+    return {"cert": str(crt), "key": str(key), "ca": str(ca)}
+
+
+async def _post(session: aiohttp.ClientSession, port: int, path: str, body: Any) -> tuple[int, Any]:
+    async with session.post(f"https://127.0.0.1:{port}{path}", json=body) as r:
+        return r.status, await r.json()
+
+
+def _refused(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return False
+    except OSError:
+        return True
+
+
+@pytest.mark.timeout(120)
+async def test_the_server_with_a_front_answers_validation_there_and_passes_the_rest_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("GDN_WEBHOOK_MODE", "")  # the front parses the settings from the environment it inherits
+    port = free_loopback_port()
+    server = BoundedWebhookServer(addr="127.0.0.1", port=port, host="127.0.0.1", front=True, **_file_args(tmp_path))
+    assert server.port != port and server.addr == "127.0.0.1"  # kopf's server: a loopback port behind the front
+    seen: list[str | None] = []
+
+    async def fn(request: Any, *, webhook: str | None = None, **_: Any) -> dict[str, Any]:  # kopf's side
+        seen.append(webhook)
+        return review_answer(request, request["request"]["uid"], [], None)
+
+    async with server:  # as kopf runs it (kopf/_core/engines/admission.py): its exit closes the server
+        cfg = await asyncio.wait_for(server(fn).__anext__(), 90)
+        assert cfg["url"] == f"https://127.0.0.1:{port}"  # the API server is told the front's port
+        ctx = ssl.create_default_context(cafile=_file_args(tmp_path)["cafile"])
+        before = denied_count("vllm#36917")
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+            status, answer = await _post(session, port, f"/{admission.VALIDATE_ID}", review(REFUSED, uid="u-2"))
+            assert status == 200 and answer["response"]["allowed"] is False and answer["response"]["uid"] == "u-2"
+            assert "vllm#36917" in answer["response"]["status"]["message"] and answer["response"]["status"]["code"] == 403
+            status, answer = await _post(session, port, f"/{admission.VALIDATE_ID}", review(FINE))
+            assert status == 200 and answer["response"]["allowed"] is True
+            assert seen == []  # validation never reached the operator's process
+            status, answer = await _post(session, port, "/guard-admission", review(FINE, uid="u-3"))
+            assert status == 200 and answer["response"] == {"uid": "u-3", "allowed": True}
+            assert seen == ["guard-admission"]
+        for _ in range(100):  # the front reports every REPORT_SECONDS
+            if denied_count("vllm#36917") == before + 1:
+                break
+            await asyncio.sleep(0.1)
+        assert denied_count("vllm#36917") == before + 1
+        front = server.front
+        assert front is not None and front.proc is not None and front.proc.returncode is None
+    assert front.proc.returncode is not None  # kopf stopped its server: the front ended with it
+    assert _refused(port)
+
+
+def _file_args(d: Path) -> dict[str, str]:
+    if not (d / "tls.crt").exists():
+        _bundle(d)
+    return {"certfile": str(d / "tls.crt"), "pkeyfile": str(d / "tls.key"), "cafile": str(d / "ca.crt")}
+
+
+def test_a_front_needs_certificate_files():
+    with pytest.raises(ValueError, match="certificate files"):
+        BoundedWebhookServer(addr="127.0.0.1", port=9443, front=True)
+
+
+@pytest.mark.timeout(60)
+async def test_the_front_serves_a_renewed_certificate(tmp_path, monkeypatch):
+    """The operator renews its certificate (handlers/certs.py) and cert-manager rotates a mounted one: the front
+    reads the files again and new connections get the new pair."""
+    from gdn_operator.handlers import webhookfront
+
+    monkeypatch.setattr(webhookfront, "CERT_CHECK_SECONDS", 0.05)
+    c = _bundle(tmp_path)
+    front = Front(None, backend="https://127.0.0.1:1", cert=c["cert"], key=c["key"], ca=c["ca"])  # type: ignore[arg-type]
+    runner = aiohttp.web.AppRunner(front.app())
+    await runner.setup()
+    port = free_loopback_port()
+    await aiohttp.web.TCPSite(runner, "127.0.0.1", port, ssl_context=front.server_context).start()
+    reload = asyncio.create_task(front.reload_certificates_forever())
+
+    async def served_by(ca: str) -> bool:
+        ctx = ssl.create_default_context(cafile=ca)
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+        except ssl.SSLCertVerificationError:
+            return False
+        writer.close()
+        return True
+
+    try:
+        assert await served_by(c["ca"])
+        first_ca = Path(c["ca"]).read_bytes()
+        renewed = tmp_path / "renewed"
+        ca, crt, key = certs.new_bundle(["127.0.0.1", "localhost"]).write(renewed)
+        Path(c["cert"]).write_bytes(crt.read_bytes())  # as the operator rewrites its files (startup.py renewal)
+        Path(c["key"]).write_bytes(key.read_bytes())
+        Path(c["ca"]).write_bytes(ca.read_bytes())
+        for _ in range(100):
+            if await served_by(str(ca)):
+                break
+            await asyncio.sleep(0.05)
+        assert await served_by(str(ca))
+        old_ca = tmp_path / "old-ca.crt"
+        old_ca.write_bytes(first_ca)
+        assert not await served_by(str(old_ca))  # the old pair is no longer served
+    finally:
+        reload.cancel()
+        await runner.cleanup()
+        await front.close()
