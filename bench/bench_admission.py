@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import kubernetes  # noqa: E402
-from _stats import cpu_seconds, machine, pct  # noqa: E402  (bench/ is on sys.path when run as a script)
+from _stats import child_pids, cpu_seconds, machine, pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 from aiohttp import web  # noqa: E402
 from bench_fuzz import manifest, post, start_webhook_operator, tree_crd  # noqa: E402
 from controlplane import ControlPlane, ensure_built, free_port  # noqa: E402
@@ -190,6 +190,7 @@ def report(label: str, res: dict[str, Any], buckets: dict[str, dict[float, float
         f"late); answers {res['codes']}; client latency p50 {pct(res['lat'], 50) * 1000:.1f} ms, "
         f"p99 {pct(res['lat'], 99) * 1000:.1f} ms; the operator process used {res['op_cores']:.2f} cores (its "
         "Python threads share one GIL: near 1 it is saturated)"
+        + (f", its webhook front {res['front_cores']:.2f}" if res.get("front_cores") is not None else ", no webhook front")
     )
     ok = res["codes"].get("5xx", 0) == 0
     for typ in sorted(buckets):
@@ -328,9 +329,12 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     before = scrape(admin)
                     cpu0 = cpu_seconds(op.proc.pid) if op.proc is not None else 0.0
+                    fronts = child_pids(op.proc.pid) if op.proc is not None else []  # the webhook front, when it runs
+                    front0 = sum(cpu_seconds(p) for p in fronts)
                     res = paced(api, ns, chunk, args.rate, args.workers)
                     # the operator's process: its Python threads share one GIL, so near 1 core it is saturated
                     res["op_cores"] = (cpu_seconds(op.proc.pid) - cpu0) / res["took"] if op.proc is not None else 0.0
+                    res["front_cores"] = (sum(cpu_seconds(p) for p in fronts) - front0) / res["took"] if fronts else None
                     after = scrape(admin)
                     if spy is not None:
                         spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT

@@ -108,7 +108,8 @@ def start_webhook_operator(cp: ControlPlane, api, workdir: Path, pythonpath: str
         env["PYTHONPATH"] = pythonpath  # before the venv's own (editable) gdn_operator
     op = OperatorProcess(cp, workdir, webhook=True, env=env).start()
     adm = kubernetes.client.AdmissionregistrationV1Api(api)
-    wait_for(lambda: adm.read_validating_webhook_configuration(WEBHOOK_CONFIG), 60, what="webhook configured")
+    # kopf creates the configuration first and names its webhook once its server (and the webhook front) listen
+    wait_for(lambda: adm.read_validating_webhook_configuration(WEBHOOK_CONFIG).webhooks, 60, what="webhook configured")
     wait_for(lambda: adm.read_mutating_webhook_configuration(WEBHOOK_CONFIG), 60, what="mutating webhook configured")
     for j in range(20):  # warm-up: imports, rule file, connection pools
         warm = json.dumps(gms(f"warm-{j}", image={"tag": "v0.32.0", "vllmVersion": "0.32.0"}))
@@ -220,7 +221,7 @@ def main() -> int:
         core.create_namespace({"metadata": {"name": ns}})
         op = OperatorProcess(cp, work / "op", webhook=True, env={"GDN_LOG_LEVEL": "WARNING", "GDN_STREAM_LOGS": "0"}).start()
         adm = kubernetes.client.AdmissionregistrationV1Api(api)
-        wait_for(lambda: adm.read_validating_webhook_configuration(WEBHOOK_CONFIG), 60, what="webhook configured")
+        wait_for(lambda: adm.read_validating_webhook_configuration(WEBHOOK_CONFIG).webhooks, 60, what="webhook configured")
         warm = json.dumps(gms("warmup", image={"tag": "v0.32.0", "vllmVersion": "0.32.0"}))
         wait_for(lambda: post(api, "default", warm)[0] == 201, 60, interval=0.5, what="webhook answering")
         accepted: dict[str, dict] = {}  # name -> the object as stored (after the API server's pruning)

@@ -284,7 +284,7 @@ def stack(full_cluster, kube_api, tmp_path_factory):
             "denied", image={"tag": "v0.28.0", "vllmVersion": "0.28.0"}, admissionPolicy="reject", prefixCaching=True
         )
         adm = client.AdmissionregistrationV1Api(kube_api)
-        wait_for(lambda: adm.read_validating_webhook_configuration(WEBHOOK_CONFIG), 60, what="the webhook configuration")
+        wait_for(lambda: adm.read_validating_webhook_configuration(WEBHOOK_CONFIG).webhooks, 60, what="the webhook configuration")
 
         def deny():  # the API server picks up a fresh webhook configuration after a moment
             try:
