@@ -16,7 +16,7 @@ import pytest
 
 from gdn_operator import GROUP, PLURAL, VERSION, telemetry
 from gdn_operator.handlers import admission, certs
-from gdn_operator.handlers.frontprocess import FrontProcess
+from gdn_operator.handlers.frontprocess import FrontError, FrontProcess
 from gdn_operator.handlers.webhook_limits import BoundedWebhookServer, free_loopback_port, with_port
 from gdn_operator.handlers.webhookfront import Front, review_answer
 
@@ -71,6 +71,8 @@ def test_the_operators_process_adds_what_the_front_reports():
     assert fp._read(b'{"ready": true}\n') == "ready"
     assert fp._read(b'{"decisions": [["front-test", "denied", "r-1", 2.0]]}\n') == "counts"
     assert fp._read(b"a stray line\n") == ""
+    assert fp._read(b'{"decisions": [["front-test", "denied"]]}\n') == ""  # malformed: logged, never raised
+    assert fp._read(b"[1, 2]\n") == ""
     assert denied_count("r-1") == before + 2.0
 
 
@@ -195,3 +197,40 @@ async def test_the_front_serves_a_renewed_certificate(tmp_path, monkeypatch):
         reload.cancel()
         await runner.cleanup()
         await front.close()
+
+
+@pytest.mark.timeout(120)
+async def test_a_front_that_cannot_start_is_an_error_and_nothing_is_left_running(tmp_path, monkeypatch):
+    monkeypatch.setenv("GDN_WEBHOOK_MODE", "")
+    fp = FrontProcess(addr="127.0.0.1", port=free_loopback_port(), backend=1, cert=str(tmp_path / "none.crt"), key="k", ca="a")
+    with pytest.raises(FrontError, match="exited with 2 before it listened"):
+        await fp.ensure_started()
+    assert fp.proc is not None and fp.proc.returncode == 2
+
+
+@pytest.mark.timeout(120)
+async def test_stop_leaves_no_front_even_while_one_is_being_restarted(tmp_path, monkeypatch):
+    """A front killed from outside is started again by the supervisor; stop() then (whether the restart already
+    happened or is still waiting) ends the supervisor before the process, so no front outlives it."""
+    import gdn_operator.handlers.frontprocess as fpm
+
+    monkeypatch.setenv("GDN_WEBHOOK_MODE", "")
+    monkeypatch.setattr(fpm, "RESTART_SECONDS", 0.01)
+    files = _file_args(tmp_path)
+    port = free_loopback_port()
+    fp = FrontProcess(addr="127.0.0.1", port=port, backend=1, cert=files["certfile"], key=files["pkeyfile"], ca=files["cafile"])
+    await fp.ensure_started()
+    first = fp.proc
+    assert first is not None
+    first.kill()
+    for _ in range(600):  # restarted (a fresh import takes a second or two)
+        if fp.proc is not first and fp.proc is not None and fp.starts == 2:
+            break
+        await asyncio.sleep(0.01)
+    second = fp.proc
+    assert second is not first and fp.starts == 2
+    second.kill()  # and again: stop() now races the supervisor's restart
+    await fp.stop()
+    assert fp.supervisor is not None and fp.supervisor.done()
+    assert fp.proc is not None and fp.proc.returncode is not None
+    assert _refused(port)

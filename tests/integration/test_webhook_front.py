@@ -97,7 +97,9 @@ CASES = {
         {**FINE, "spec": {**FINE["spec"], "prefixCaching": True, "admissionPolicy": "reject"}}, operation="UPDATE", old=FINE
     ),
     "delete": review(None, operation="DELETE", old=FINE),
-    "connect": review(FINE, operation="CONNECT"),
+    # kopf runs a validating handler for any operation its webhook gets (the configurations send CREATE and UPDATE)
+    "connect": review(REFUSED, operation="CONNECT"),
+    "another version": review(REFUSED, resource={"group": GROUP, "version": "v1", "resource": PLURAL}),
     "no user": review(FINE, userInfo=None),
     "no object": review(None, operation="CREATE"),
     "another resource": review(FINE, resource={"group": "apps", "version": "v1", "resource": "deployments"}),
