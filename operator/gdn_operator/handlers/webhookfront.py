@@ -258,13 +258,8 @@ async def serve(front: Front, addr: str, port: int) -> None:
         asyncio.create_task(front.report_forever(out), name="report"),
         asyncio.create_task(front.reload_certificates_forever(), name="certificates"),
     ]
-    log.info(
-        "webhook front listening on %s:%d: answers %s, passes the rest to %s",
-        addr or "*",
-        port,
-        admission.VALIDATE_ID,
-        front.backend,
-    )
+    # the operator's process logs the INFO line (frontprocess.py) once it has read READY
+    log.debug("listening on %s:%d: answers %s, passes the rest to %s", addr or "*", port, admission.VALIDATE_ID, front.backend)
     try:
         await stop.wait()
     finally:
