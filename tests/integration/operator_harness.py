@@ -53,14 +53,16 @@ def metric(text: str, name: str, absent: float | None = None, **labels: str) -> 
     return total if found else absent
 
 
-def apiserver_requests(cp: Any) -> dict[str, float]:
-    """kube-apiserver's apiserver_request_total, summed per "VERB resource[/subresource]" (all codes): what a
-    test or benchmark counts the operator's requests with (bench/bench_reconcile.py, issue 37)."""
+def apiserver_requests(cp: Any, code: str | None = None) -> dict[str, float]:
+    """kube-apiserver's apiserver_request_total, summed per "VERB resource[/subresource]" (all codes, or only
+    `code`): what a test or benchmark counts the operator's requests with (bench/bench_reconcile.py, issue 37)."""
     with urllib.request.urlopen(f"{cp.server}/metrics", timeout=30, context=cp.ssl_context()) as r:
         text = r.read().decode()
     out: dict[str, float] = {}
     for m in re.finditer(r"^apiserver_request_total\{([^}]*)\} (\S+)$", text, re.M):
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        if code is not None and labels.get("code") != code:
+            continue
         key = f"{labels.get('verb')} {labels.get('resource')}" + (
             f"/{labels['subresource']}" if labels.get("subresource") else ""
         )

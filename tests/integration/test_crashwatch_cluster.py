@@ -226,7 +226,12 @@ def test_a_remediated_crash_reads_the_server_at_most_once(op, k, ns, full_cluste
     """Issue 37: classifying the crash (its spec evidence), recording it, claiming the remediation, rendering the
     override and syncing the autoscaler all start from the newest body the operator holds (handlers/servers.py):
     one remediated crash reads the server at most once (it was up to 5 GETs: one per step). Counted at the API
-    server (apiserver_request_total); the test itself waits with reads of pods and Deployments only."""
+    server (apiserver_request_total); the test itself waits with reads of pods and Deployments only.
+
+    The one other read the door makes is on a status-write conflict: its guarded write (handlers/statusguard.py) is
+    refused with 422 when another writer changed the status since the body it holds, and it must read the newest
+    body then. The rollout the remediation starts sends Deployment events whose status writes can meet the crash
+    watch's (a full run hit two such conflicts): each refused write is allowed its one read, no more."""
     k.create(ns, gms("r1", remediation={"mode": "auto", "threshold": 1}, asyncScheduling=True))
     pod = running_pod(k, ns, "r1")
     wait_for(lambda: (k.condition(ns, "r1", "Ready") or {}).get("status") == "True", 60, what="r1 Ready")
@@ -234,14 +239,17 @@ def test_a_remediated_crash_reads_the_server_at_most_once(op, k, ns, full_cluste
     def reads() -> float:
         return apiserver_requests(full_cluster).get("GET gdnmodelservers", 0.0)
 
-    before = reads()
+    def conflicts() -> float:
+        return apiserver_requests(full_cluster, code="422").get("PATCH gdnmodelservers/status", 0.0)
+
+    before, conflicts_before = reads(), conflicts()
     crash(k, ns, pod.metadata.name, tail("b9-np-repeat-negative.tail.log"))
     wait_for(
         lambda: "--no-async-scheduling" in k.deployment(ns, "r1").spec.template.spec.containers[0].args,
         45,
         what="the remediation rendered into the Deployment",
     )
-    during = reads() - before
+    during, refused = reads() - before, conflicts() - conflicts_before
     obj = k.get(ns, "r1")
     assert [r["action"] for r in obj["status"]["remediations"]] == ["asyncScheduling=false"]
-    assert during <= 1, f"{during:.0f} reads of the server for one remediated crash"
+    assert during <= 1 + refused, f"{during:.0f} reads of the server for one remediated crash ({refused:.0f} conflicts)"
