@@ -86,6 +86,24 @@ def test_the_front_reports_only_what_changed(tmp_path):
     assert front.report() == ""
 
 
+def test_a_report_of_many_changes_comes_in_lines_the_operator_reads(tmp_path, monkeypatch):
+    from gdn_operator.handlers import webhookfront
+
+    monkeypatch.setattr(webhookfront, "REPORT_CHUNK", 2)
+    c = _bundle(tmp_path)
+    front = Front(None, backend="https://127.0.0.1:1", cert=c["cert"], key=c["key"], ca=c["ca"])  # type: ignore[arg-type]
+    front.report()
+    for rule in ("c-1", "c-2", "c-3"):
+        telemetry.ADMISSION_DECISIONS.labels("front-test", "warned", rule).inc()
+    lines = front.report().splitlines()
+    assert [len(json.loads(ln)["decisions"]) for ln in lines] == [2, 1]
+    fp = FrontProcess(addr="127.0.0.1", port=1, backend=2, cert="c", key="k", ca="a")
+    sample = {"namespace": "front-test", "decision": "warned", "rule": "c-3"}
+    before = telemetry.METRICS_REGISTRY.get_sample_value("gdn_admission_decisions_total", sample) or 0.0
+    assert [fp._read(ln.encode()) for ln in lines] == ["counts", "counts"]
+    assert telemetry.METRICS_REGISTRY.get_sample_value("gdn_admission_decisions_total", sample) == before + 1.0
+
+
 def _bundle(d: Path) -> dict[str, str]:
     ca, crt, key = certs.new_bundle(["127.0.0.1", "localhost"]).write(d)
     return {"cert": str(crt), "key": str(key), "ca": str(ca)}
