@@ -7,23 +7,19 @@ The startup handler (handlers/main.py) builds the runtime from the same object.
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import kopf
 
 from gdn_operator.handlers.heap import settle_heap
 from gdn_operator.handlers.main import SETTINGS_MEMO_KEY  # importing it registers every kopf handler
-from gdn_operator.settings import LOG_FORMAT, Settings, SettingsError
+from gdn_operator.settings import process_settings
 
 
 def main() -> int:
-    try:
-        cfg = Settings.from_env()
-    except SettingsError as e:
-        print(f"gdn-operator: {e}", file=sys.stderr)
+    cfg = process_settings("gdn-operator")
+    if cfg is None:
         return 2
-    logging.basicConfig(level=cfg.log_level, format=LOG_FORMAT)
     settle_heap()  # the operator process only (not tests that import the handlers): imports and rules out of the GC
     kopf.run(
         clusterwide=not cfg.namespaces,

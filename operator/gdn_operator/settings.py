@@ -9,8 +9,10 @@ with an error naming the variable and what to set instead.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
@@ -435,3 +437,16 @@ def settings_table() -> list[tuple[str, str, str, str]]:
 
 def env_names() -> set[str]:
     return {f.metadata["env"] for f in fields(Settings)}
+
+
+def process_settings(prog: str) -> Settings | None:
+    """The settings of one of the operator's processes (the operator's own, its webhook front's), parsed from the
+    environment, and that process's logging configured with them; None after printing what is wrong, prefixed with
+    `prog` (the caller exits 2)."""
+    try:
+        cfg = Settings.from_env()
+    except SettingsError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return None
+    logging.basicConfig(level=cfg.log_level, format=LOG_FORMAT)
+    return cfg

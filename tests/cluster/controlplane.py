@@ -304,6 +304,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_refuses(port: int) -> bool:
+    """Whether nothing listens on 127.0.0.1:`port` (a connection is refused)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return False
+    except OSError:
+        return True
+
+
 def _tail(path: Path, lines: int = 40) -> str:
     try:
         data = path.read_text(errors="replace").splitlines()

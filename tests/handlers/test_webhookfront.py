@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import ssl
 from pathlib import Path
 from typing import Any
@@ -14,11 +13,12 @@ from typing import Any
 import aiohttp
 import pytest
 
+from controlplane import port_refuses
 from gdn_operator import GROUP, PLURAL, VERSION, telemetry
 from gdn_operator.handlers import admission, certs
 from gdn_operator.handlers.frontprocess import FrontError, FrontProcess
-from gdn_operator.handlers.webhook_limits import BoundedWebhookServer, free_loopback_port, with_port
-from gdn_operator.handlers.webhookfront import Front, review_answer
+from gdn_operator.handlers.webhook_limits import BoundedWebhookServer, free_loopback_port, review_answer, with_port
+from gdn_operator.handlers.webhookfront import Front
 
 
 def review(spec: dict[str, Any], uid: str = "u-1") -> dict[str, Any]:
@@ -114,14 +114,6 @@ async def _post(session: aiohttp.ClientSession, port: int, path: str, body: Any)
         return r.status, await r.json()
 
 
-def _refused(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2):
-            return False
-    except OSError:
-        return True
-
-
 @pytest.mark.timeout(120)
 async def test_the_server_with_a_front_answers_validation_there_and_passes_the_rest_on(tmp_path, monkeypatch):
     monkeypatch.setenv("GDN_WEBHOOK_MODE", "")  # the front parses the settings from the environment it inherits
@@ -157,7 +149,7 @@ async def test_the_server_with_a_front_answers_validation_there_and_passes_the_r
         front = server.front
         assert front is not None and front.proc is not None and front.proc.returncode is None
     assert front.proc.returncode is not None  # kopf stopped its server: the front ended with it
-    assert _refused(port)
+    assert port_refuses(port)
 
 
 def _file_args(d: Path) -> dict[str, str]:
@@ -251,4 +243,4 @@ async def test_stop_leaves_no_front_even_while_one_is_being_restarted(tmp_path, 
     await fp.stop()
     assert fp.supervisor is not None and fp.supervisor.done()
     assert fp.proc is not None and fp.proc.returncode is not None
-    assert _refused(port)
+    assert port_refuses(port)

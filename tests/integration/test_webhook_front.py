@@ -13,13 +13,13 @@ import json
 import os
 import re
 import signal
-import socket
 import ssl
 import urllib.request
 from typing import Any
 
 import pytest
 
+from controlplane import port_refuses
 from gdn_operator import GROUP, PLURAL, VERSION
 from gdn_operator.handlers.guardadmission import GUARD_WEBHOOK_ID
 from operator_harness import gms, running_webhook_operator, wait_for
@@ -151,21 +151,13 @@ def test_a_front_that_exits_is_started_again(op, kube_api):
     wait_for(lambda: answering(kube_api), 30, interval=0.5, what="webhook answering again")
 
 
-def refused_connection(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2):
-            return False
-    except OSError:
-        return True
-
-
 def test_the_front_ends_with_the_operators_process(full_cluster, kube_api, tmp_path):
     with running_webhook_operator(full_cluster, kube_api, tmp_path / "op") as proc:
         pid, port, _ = wait_for(lambda: _LISTENS.search(proc.log_path.read_text(errors="replace")), 60).groups()
-        assert not refused_connection(int(port))
+        assert not port_refuses(int(port))
         os.kill(proc.proc.pid, signal.SIGKILL)  # the operator's process alone: no clean-up, the front is not told
         proc.proc.wait(10)
-        wait_for(lambda: refused_connection(int(port)), 15, what="the front's port closed")
+        wait_for(lambda: port_refuses(int(port)), 15, what="the front's port closed")
         wait_for(lambda: gone(int(pid)), 15, what=f"front pid {pid} gone")
 
 

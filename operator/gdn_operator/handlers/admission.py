@@ -10,6 +10,7 @@ object was created can never wedge that object.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Mapping
@@ -20,7 +21,7 @@ import kopf
 from gdn_operator import telemetry
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.handlers.kube import plain
-from gdn_operator.handlers.plan import ClusterFacts, missing_apis
+from gdn_operator.handlers.plan import ClusterFacts, may_read_api, missing_apis
 from gdn_operator.rules import evaluate
 from gdn_operator.rules.admit import verdict
 
@@ -129,6 +130,23 @@ def admission(
     warned = [f.rule for f in ev.findings if f.action == "warned"] + (["missing-api"] if missing else [])
     warned += ["probes-without-api-key"] if unprobed else []
     log.info("admission admitted %s/%s%s", namespace, name, f" with warnings: {', '.join(warned)}" if warned else "")
+
+
+async def admit(
+    spec: Mapping[str, Any],
+    warnings: list[str],
+    namespace: str | None,
+    name: str | None,
+    old: Mapping[str, Any] | None,
+    rt: ClusterFacts,
+) -> None:
+    """`admission` from an event loop (kopf's in the operator's process, or the webhook front's): on the loop, as it
+    does no I/O, except for a spec whose optional-API check may read a CRD from the API server (handlers/kube.py
+    CrdCache, once a minute), validated in a thread."""
+    if may_read_api(spec):
+        await asyncio.to_thread(admission, spec, warnings, namespace, name, old, rt)
+    else:
+        admission(spec, warnings, namespace, name, old, rt)
 
 
 def probes_without_key(spec: Any, can_read_secrets: bool) -> str:

@@ -26,7 +26,6 @@ here are seen like those registered at import.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -37,7 +36,6 @@ from gdn_operator import GROUP, GUARD_PLURAL, KIND, PLURAL, VERSION
 from gdn_operator.handlers import admission, crashwatch, disruption, kopfcompat, kube, pods, router, workload
 from gdn_operator.handlers import reconcile as reconciler
 from gdn_operator.handlers import startup as starter
-from gdn_operator.handlers.plan import may_read_api
 from gdn_operator.handlers.runtime import MEMO_KEY, Runtime, runtime_of
 from gdn_operator.labels import LABEL_SERVER, MANAGED
 from gdn_operator.render import lws
@@ -240,9 +238,8 @@ async def inference_pool_event(
 
 # kopf passes `old` (None on CREATE) to admission handlers although its WebhookFn protocol omits it. Both are
 # coroutines: they do no I/O, so kopf runs them on its event loop instead of queueing them for a worker thread
-# behind the reconciles' blocking API calls and handing the answer back across threads (bench/bench_admission.py).
-# The one exception: a spec whose optional-API check may read a CRD from the API server (handlers/kube.py CrdCache,
-# once a minute) is validated in a thread.
+# behind the reconciles' blocking API calls and handing the answer back across threads (bench/bench_admission.py);
+# admission.admit names the one exception.
 async def mitigate(
     spec: kopf.Spec,
     patch: kopf.Patch,
@@ -267,8 +264,4 @@ async def validate(
     old: kopf.Body | None = None,
     **_: Any,
 ) -> None:
-    rt = runtime_of(memo)
-    if may_read_api(spec):
-        await asyncio.to_thread(admission.admission, spec, warnings, namespace, name, old, rt)
-    else:
-        admission.admission(spec, warnings, namespace, name, old, rt)
+    await admission.admit(spec, warnings, namespace, name, old, runtime_of(memo))

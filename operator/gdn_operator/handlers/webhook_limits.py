@@ -39,15 +39,23 @@ def _in_object(path: str) -> str:
     return path.removeprefix(_OBJECT).lstrip(".")
 
 
+def review_answer(review: dict[str, Any], uid: str, warnings: list[str], status: dict[str, Any] | None) -> dict[str, Any]:
+    """The AdmissionReview answer, in the shape kopf's server gives (kopf/_core/engines/admission.py build_response):
+    allowed unless there is a status; the warnings as strings."""
+    response: dict[str, Any] = {"uid": uid, "allowed": status is None}
+    if warnings:
+        response["warnings"] = [str(w) for w in warnings]
+    if status is not None:
+        response["status"] = status
+    return {
+        "apiVersion": review.get("apiVersion", "admission.k8s.io/v1"),
+        "kind": review.get("kind", "AdmissionReview"),
+        "response": response,
+    }
+
+
 def denial(review: dict[str, Any] | None, uid: str, code: int, message: str) -> aiohttp.web.Response:
-    api_version = (review or {}).get("apiVersion") or "admission.k8s.io/v1"
-    return aiohttp.web.json_response(
-        {
-            "apiVersion": api_version,
-            "kind": "AdmissionReview",
-            "response": {"uid": uid, "allowed": False, "status": {"code": code, "message": message}},
-        }
-    )
+    return aiohttp.web.json_response(review_answer(review or {}, uid, [], {"code": code, "message": message}))
 
 
 async def read_bounded_bytes(request: aiohttp.web.Request) -> bytes:

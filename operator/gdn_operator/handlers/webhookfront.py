@@ -45,9 +45,8 @@ from gdn_operator import GROUP, PLURAL, VERSION, telemetry
 from gdn_operator.handlers import admission
 from gdn_operator.handlers.heap import settle_heap
 from gdn_operator.handlers.kube import CrdCache
-from gdn_operator.handlers.plan import may_read_api
-from gdn_operator.handlers.webhook_limits import precheck, read_bounded_bytes
-from gdn_operator.settings import LOG_FORMAT, Settings, SettingsError
+from gdn_operator.handlers.webhook_limits import precheck, read_bounded_bytes, review_answer
+from gdn_operator.settings import Settings, process_settings
 
 log = logging.getLogger(__name__)
 
@@ -69,21 +68,6 @@ class FrontFacts:
 
     settings: Settings
     crds: CrdCache
-
-
-def review_answer(review: dict[str, Any], uid: str, warnings: list[str], status: dict[str, Any] | None) -> dict[str, Any]:
-    """The AdmissionReview answer, in the shape kopf's server gives (kopf/_core/engines/admission.py build_response):
-    allowed unless there is a status; the warnings as strings."""
-    response: dict[str, Any] = {"uid": uid, "allowed": status is None}
-    if warnings:
-        response["warnings"] = [str(w) for w in warnings]
-    if status is not None:
-        response["status"] = status
-    return {
-        "apiVersion": review.get("apiVersion", "admission.k8s.io/v1"),
-        "kind": review.get("kind", "AdmissionReview"),
-        "response": response,
-    }
 
 
 def decision_counts() -> dict[tuple[str, str, str], float]:
@@ -153,10 +137,7 @@ class Front:
         old_body = kopf.Body(cast(kopf.RawBody, old)) if old is not None else None
         namespace, name = body.metadata.namespace, body.metadata.name
         try:
-            if may_read_api(body.spec):  # the CRD cache may read from the API server: not on the event loop
-                await asyncio.to_thread(admission.admission, body.spec, warnings, namespace, name, old_body, self.facts)
-            else:
-                admission.admission(body.spec, warnings, namespace, name, old_body, self.facts)
+            await admission.admit(body.spec, warnings, namespace, name, old_body, self.facts)
         except kopf.AdmissionError as e:
             status = {"message": str(e) or repr(e), "code": e.code or 500}
         except Exception as e:  # as kopf answers a failed handler: refused with its message, code 500
@@ -286,12 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ca", required=True)
     ap.add_argument("--path", default="")
     a = ap.parse_args(argv)
-    try:
-        cfg = Settings.from_env()
-    except SettingsError as e:
-        print(f"gdn-operator webhook front: {e}", file=sys.stderr)
+    cfg = process_settings("gdn-operator webhook front")
+    if cfg is None:
         return 2
-    logging.basicConfig(level=cfg.log_level, format=LOG_FORMAT)
     addr, _, port = a.listen.rpartition(":")
     try:
         front = Front(
