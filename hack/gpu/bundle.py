@@ -129,7 +129,48 @@ def cmd_resolve(args, cfg) -> None:
         f"vllm=={args.vllm_version}",
     ]
     print("resolve:", " ".join(argv[3:8]), "…", f"vllm=={args.vllm_version}", flush=True)
-    subprocess.run(argv, check=True)
+    optional = {norm(k) for k in cfg["optional"]} - {norm(w) for w in args.with_}
+    stubs: dict[str, str] = {}
+    while True:
+        r = subprocess.run(argv, capture_output=True, text=True)
+        sys.stdout.write(r.stdout)
+        if r.returncode == 0:
+            break
+        missing = _missing_pin(r.stderr)
+        # An optional kernel the bundle leaves out, pinned at a version the index does not serve (vLLM 0.34.0 pins
+        # flashinfer-python==0.7.3, which PyPI does not have): a metadata-only stand-in lets the resolver finish;
+        # the package is never downloaded (the plan excludes optional packages not opted in).
+        if missing is None or missing[0] not in optional or missing[0] in stubs:
+            sys.stderr.write(r.stderr)
+            raise SystemExit(f"resolve: pip's resolver failed for vllm=={args.vllm_version} (above)")
+        stubs[missing[0]] = missing[1]
+        write_stub_wheel(args.work / "stubs", *missing)
+        print(f"resolve: optional {missing[0]}=={missing[1]} is not on the index: resolved against a stand-in", flush=True)
+        if "--find-links" not in argv:
+            argv[-1:-1] = ["--find-links", str(args.work / "stubs")]
+    (args.work / "stubs.json").write_text(json.dumps(stubs, sort_keys=True) + "\n")
+
+
+_MISSING = re.compile(r"No matching distribution found for ([A-Za-z0-9._-]+)==([A-Za-z0-9.+!_-]+)")
+
+
+def _missing_pin(stderr: str) -> tuple[str, str] | None:
+    """The exact pin pip's resolver could not find (``No matching distribution found for NAME==VERSION``)."""
+    m = _MISSING.search(stderr)
+    return (norm(m.group(1)), m.group(2)) if m else None
+
+
+def write_stub_wheel(folder: Path, name: str, version: str) -> Path:
+    """A wheel with metadata only (no files, no requirements): a stand-in the resolver accepts for NAME==VERSION."""
+    folder.mkdir(parents=True, exist_ok=True)
+    dist = re.sub(r"[-.]+", "_", name)
+    path = folder / f"{dist}-{version}-py3-none-any.whl"
+    info = f"{dist}-{version}.dist-info"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: gdn-bundle-stub\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+    return path
 
 
 def plan(report: dict, base: dict[str, str | None], cfg: dict, opt_in: set[str], keep_host: bool = True) -> dict:
@@ -318,6 +359,9 @@ def cmd_build(args, cfg) -> None:
     base = parse_base(args.base)
     report = json.loads((args.work / "report.json").read_text())
     p = plan(report, base, cfg, {norm(w) for w in args.with_}, keep_host=not args.no_keep_host)
+    stubs_file = args.work / "stubs.json"
+    if stubs_file.exists():  # optional pins the index does not serve (cmd_resolve): named in the manifest
+        p["optional_not_on_index"] = json.loads(stubs_file.read_text())
     cache = args.cache
     cache.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
