@@ -10,7 +10,14 @@
 #                                                    until UNTIL (epoch seconds)
 #                                                    GDN_RELEASE_ARGS (env, word-split): extra arguments of
 #                                                    release-serve's bench (e.g. "--engines a,p --workloads prefix")
-#   hack/gpu/lease.sh stage VERSION                  each later call: stage the carried piece(s); install once complete
+#                                                    GDN_LEASE_PLAN (env): a plan file (hack/gpu/plans/*.txt) run instead of
+#                                                    the extra step and release-serve, in order on one GPU after the
+#                                                    training: lines `VERSION CAP_S[/STOPVER] STEP [-- ARGS]`; each
+#                                                    step waits for VERSION's bundle, runs at most CAP_S (and never past
+#                                                    UNTIL), and with /STOPVER is stopped once STOPVER's bundle is
+#                                                    installed (work for the staging minutes of a later release)
+#   hack/gpu/lease.sh stage VERSION                  each later call: stage the carried piece(s) of every bundle the
+#                                                    call carries (.gpu-bundle/vllm-*); install each once complete
 #   hack/gpu/lease.sh wait VERSION SECONDS           block until the background work is done or SECONDS pass, print
 #                                                    its progress, copy its files (<= 8) to $OUT
 # The pieces travel in .gpu-bundle/vllm-VERSION (manifest.json + piece files; git-ignored, named in `carry`).
@@ -28,19 +35,63 @@ STAGE="$CACHE/gpu-stage/vllm-$VERSION"
 export GDN_GPU_SITE="$SITE" GDN_GPU_VLLM_VERSION="$VERSION" GDN_PROD_MODEL="$CACHE/prod-model"
 mkdir -p "$STATE"
 
-stage() {
-  local t0 rc=0
+stage_one() {  # stage_one VERSION: the carried pieces of that release's bundle; install it once complete
+  local v="$1" t0 rc=0
+  local stage_dir="$CACHE/gpu-stage/vllm-$v" site="$CACHE/gpu-site/vllm-$v"
   t0=$(date +%s%N)
-  bash hack/gpu/stage-piece.sh ".gpu-bundle/vllm-$VERSION" "$STAGE" || rc=$?
-  echo "lease: $(date +%T) staged in $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$STATE/staging.log"
-  if [ "$rc" = 0 ] && [ ! -f "$SITE/.installed-ok" ]; then
+  bash hack/gpu/stage-piece.sh ".gpu-bundle/vllm-$v" "$stage_dir" || rc=$?
+  echo "lease: $(date +%T) $v staged in $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$STATE/staging.log"
+  if [ "$rc" = 0 ] && [ ! -f "$site/.installed-ok" ]; then
     t0=$(date +%s%N)
     local irc=0
-    bash hack/gpu/install.sh "$STAGE" "$SITE" || irc=$?
-    [ "$irc" != 0 ] || touch "$SITE/.installed-ok"
-    echo "lease: $(date +%T) install exited $irc in $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$STATE/staging.log"
+    bash hack/gpu/install.sh "$stage_dir" "$site" || irc=$?
+    [ "$irc" != 0 ] || touch "$site/.installed-ok"
+    echo "lease: $(date +%T) $v install exited $irc in $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$STATE/staging.log"
   fi
   [ "$rc" = 0 ] || [ "$rc" = 4 ]
+}
+
+stage() {  # every bundle this call carries (a plan can stage two releases in one lease)
+  local ok=0 d v
+  for d in .gpu-bundle/vllm-*/; do
+    [ -f "$d/manifest.json" ] || continue
+    v="$(basename "$d")"; v="${v#vllm-}"
+    stage_one "$v" || ok=1
+  done
+  return "$ok"
+}
+
+run_plan() {  # run_plan FILE UNTIL: the plan's steps in order on GPU 0 (see the header)
+  local plan="$1" until="$2" n=0 ver cap step rest stopver limit end pid
+  while read -r ver cap step rest; do
+    case "$ver" in ''|'#'*) continue ;; esac
+    n=$((n + 1)); stopver=""
+    case "$cap" in */*) stopver="${cap#*/}"; cap="${cap%/*}" ;; esac
+    until [ -f "$CACHE/gpu-site/vllm-$ver/.installed-ok" ] || [ "$(date +%s)" -gt "$until" ]; do sleep 2; done
+    [ -f "$CACHE/gpu-site/vllm-$ver/.installed-ok" ] || { echo "lease plan: $(date +%T) step $n $step@$ver: no bundle before the deadline"; continue; }
+    if [ -n "$stopver" ] && [ -f "$CACHE/gpu-site/vllm-$stopver/.installed-ok" ]; then
+      echo "lease plan: $(date +%T) step $n $step@$ver skipped: $stopver is already installed"; continue
+    fi
+    end=$(( $(date +%s) + cap )); [ "$end" -le "$until" ] || end="$until"
+    limit=$(( end - $(date +%s) ))
+    [ "$limit" -ge 30 ] || { echo "lease plan: $(date +%T) step $n $step@$ver skipped: ${limit} s left"; continue; }
+    echo "lease plan: $(date +%T) step $n $step@$ver for at most ${limit} s${stopver:+ (stopped once $stopver is installed)}"
+    mkdir -p "$STATE/steps/$n-$step-$ver"
+    # shellcheck disable=SC2086  # rest is the step's own words: `-- ARGS`
+    OUT="$STATE/steps/$n-$step-$ver" GDN_GPU_SITE="$CACHE/gpu-site/vllm-$ver" GDN_GPU_VLLM_VERSION="$ver" \
+      CUDA_VISIBLE_DEVICES=0 GDN_SESSION_WORK="$STATE/work/$n-$step" \
+      bash hack/gpu/session.sh "$step" --until "$end" $rest >"$STATE/steps/$n-$step-$ver/session.log" 2>&1 &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+      if [ -n "$stopver" ] && [ -f "$CACHE/gpu-site/vllm-$stopver/.installed-ok" ]; then
+        echo "lease plan: $(date +%T) step $n: $stopver installed, stopping $step@$ver"
+        kill -TERM "$pid" 2>/dev/null || true
+        break
+      fi
+      sleep 2
+    done
+    wait "$pid" && echo "lease plan: $(date +%T) step $n done" || echo "lease plan: $(date +%T) step $n exited $?"
+  done <"$plan"
 }
 
 case "$CMD" in
@@ -74,7 +125,8 @@ subprocess.Popen(sys.argv[2:], cwd=sys.argv[1], start_new_session=True, close_fd
     echo "lease run: $(date +%T) training for ${TRAIN_S} s on GPU 0"
     OUT="$STATE/train" bash hack/gpu/session.sh prodmodel-train --until $(( $(date +%s) + TRAIN_S )) &
     train=$!
-    until [ -f "$SITE/.installed-ok" ] || [ "$(date +%s)" -gt "$UNTIL" ]; do sleep 2; done
+    # a plan waits for each step's own bundle (run_plan); without one, the training overlaps the staging
+    until [ -n "${GDN_LEASE_PLAN:-}" ] || [ -f "$SITE/.installed-ok" ] || [ "$(date +%s)" -gt "$UNTIL" ]; do sleep 2; done
     echo "lease run: $(date +%T) bundle installed: $([ -f "$SITE/.installed-ok" ] && echo yes || echo no)"
     extra=""
     if [ -n "$EXTRA" ] && [ -f "$SITE/.installed-ok" ]; then
@@ -84,6 +136,13 @@ subprocess.Popen(sys.argv[2:], cwd=sys.argv[1], start_new_session=True, close_fd
       extra=$!
     fi
     wait "$train" || echo "lease run: training exited $?"
+    if [ -n "${GDN_LEASE_PLAN:-}" ]; then
+      echo "lease run: $(date +%T) training done; the plan $GDN_LEASE_PLAN until $(date -d "@$UNTIL" +%T)"
+      run_plan "$GDN_LEASE_PLAN" "$UNTIL"
+      echo "lease run: $(date +%T) done"
+      touch "$STATE/done"
+      exit 0
+    fi
     echo "lease run: $(date +%T) training done; serving until $(date -d "@$UNTIL" +%T)"
     # shellcheck disable=SC2086  # GDN_RELEASE_ARGS is a list of words
     OUT="$STATE/serve" bash hack/gpu/session.sh release-serve --until "$UNTIL" -- ${GDN_RELEASE_ARGS:-} || echo "lease run: release-serve exited $?"
@@ -103,6 +162,9 @@ subprocess.Popen(sys.argv[2:], cwd=sys.argv[1], start_new_session=True, close_fd
       for f in "$STATE"/serve/release.json "$STATE"/train/training.json "$STATE"/extra/*.json "$STATE/run.log" "$STATE/host-packages.txt"; do
         [ -f "$f" ] && cp "$f" "$OUT/" || true
       done
+      if [ -d "$STATE/steps" ]; then  # a plan's results: every file of every step in one archive (<= 8 files come back)
+        tar -C "$STATE" -cJf "$OUT/lease-steps.tar.xz" steps 2>/dev/null || true
+      fi
       tar -C "$STATE" -cJf "$OUT/lease-logs.tar.xz" --exclude='*.json' --ignore-failed-read \
         serve extra train extra.log staging.log gpus.txt 2>/dev/null || true
       ls -la "$OUT"

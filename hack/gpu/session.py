@@ -23,10 +23,13 @@ $GDN_GPU_SITE; two GPUs of one host for stall and multinode):
   release-serve  bench/bench_gpu_release.py on that model at $GDN_GPU_VLLM_VERSION: MTP as rendered, MTP off,
              MTP with vLLM's defaults, each default alone, k=1/3; repeated cells, TTFT/ITL, the shared-prefix
              workload (issues 32, 34)
+  shortprompt  bench/probe_gpu_short_prompts.py on the tiny model at $GDN_GPU_VLLM_VERSION: prompts and final prefill
+             chunks of exactly 1 + k tokens with MTP k = 1/2/3 against MTP off (issue 47 item 3: PR #32716's
+             descendants)
   g1-guard  bench/bench_gpu_g1_guard.py on the tiny model: FULL_AND_PIECEWISE + MTP without and with the gdn-guard
              plugin, and PIECEWISE, exact answers at concurrency 8 and 32 and tokens/s (issue 33); ``-- --tp 2``
 
-``--dry-run`` (prodmodel-*, release-serve): no GPU — the trainer on CPU with a tiny batch and the serve driver with stand-in
+``--dry-run`` (prodmodel-*, release-serve, shortprompt): no GPU — the trainer on CPU with a tiny batch and the serve driver with stand-in
 engines (tests/gpu/standin_engine.py), to prove arguments, deadlines and the files in $OUT.
 
 Deadline: ``--until`` (epoch seconds) or now + ``--budget`` (default 560). The step gets ``--until`` 10 s
@@ -149,6 +152,11 @@ def step_cmd(step: str, work: Path, until: float, extra: list[str], dry_run: boo
             *extra,
         )
         keep = {"bench-gpu-tp.json": "graphs-tiny.json"}
+    elif step == "shortprompt":
+        cmd = _py(
+            "bench/probe_gpu_short_prompts.py", "--out", str(work), "--until", u, *(["--dry-run"] if dry_run else []), *extra
+        )
+        keep = {"short-prompts.json": "short-prompts.json", "logs/serve-k2.log": "short-serve-k2.log"}
     elif step == "g1-guard":
         cmd = _py("bench/bench_gpu_g1_guard.py", "--out", str(work), "--until", u, "--variants", "base,guard,piecewise", *extra)
         keep = {"g1-guard.json": "g1-guard.json", "logs/serve-guard.log": "g1-serve-guard.log"}
@@ -176,7 +184,7 @@ def step_cmd(step: str, work: Path, until: float, extra: list[str], dry_run: boo
         keep = {}
     else:
         raise SystemExit(
-            f"session: unknown step {step!r} (stall, multinode, check, prodmodel-train, prodmodel-serve, release-serve, graphs-tiny, g1-guard)"
+            f"session: unknown step {step!r} (stall, multinode, check, prodmodel-train, prodmodel-serve, release-serve, graphs-tiny, g1-guard, shortprompt)"
         )
     return cmd, keep
 
@@ -202,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.step == "prodmodel-train":  # never report a stale result as this run's
         (PROD_MODEL / "training.json").unlink(missing_ok=True)
     if (
-        a.step in ("stall", "multinode", "prodmodel-serve", "release-serve", "graphs-tiny", "g1-guard")
+        a.step in ("stall", "multinode", "prodmodel-serve", "release-serve", "graphs-tiny", "g1-guard", "shortprompt")
         and not a.dry_run
         and not (SITE / "vllm").is_dir()
     ):
@@ -227,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     with open(stdout, "wb") as f:
         p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         assert p.stdout is not None
+        # SIGTERM (lease.sh stops a step early when a later step's bundle has arrived): end the step's process group
+        # now; its files are still kept below
+        signal.signal(signal.SIGTERM, lambda *_: os.killpg(p.pid, signal.SIGKILL))
         try:
             for line in iter(p.stdout.readline, b""):  # the step ends by its own --until; this is the backstop
                 f.write(line)
