@@ -16,6 +16,7 @@
 #                                                    step waits for VERSION's bundle, runs at most CAP_S (and never past
 #                                                    UNTIL), and with /STOPVER is stopped once STOPVER's bundle is
 #                                                    installed (work for the staging minutes of a later release)
+#   hack/gpu/lease.sh plan VERSION FILE UNTIL        run a plan file's steps now (no training, no staging): its dry run
 #   hack/gpu/lease.sh stage VERSION                  each later call: stage the carried piece(s) of every bundle the
 #                                                    call carries (.gpu-bundle/vllm-*); install each once complete
 #   hack/gpu/lease.sh wait VERSION SECONDS           block until the background work is done or SECONDS pass, print
@@ -26,7 +27,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
-[ $# -ge 2 ] || { sed -n 2,17p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,26p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 CMD="$1" VERSION="$2"
 CACHE="${GDN_CACHE_DIR:-$HOME/.cache/gdn-operator}"
 STATE="$CACHE/lease-$VERSION"
@@ -118,6 +119,9 @@ subprocess.Popen(sys.argv[2:], cwd=sys.argv[1], start_new_session=True, close_fd
   stage)
     stage
     ;;
+  plan)  # plan VERSION FILE UNTIL: a plan's steps now, without training or staging (a dry run: steps with --dry-run)
+    run_plan "${3:?plan needs FILE}" "${4:?plan needs UNTIL (epoch seconds)}"
+    ;;
   run)  # the background part (started by `start`)
     UNTIL="$3" TRAIN_S="$4" EXTRA="${5:-}" EXTRA_S="${6:-300}"
     export GDN_GPU_NAME
@@ -170,5 +174,5 @@ subprocess.Popen(sys.argv[2:], cwd=sys.argv[1], start_new_session=True, close_fd
       ls -la "$OUT"
     fi
     ;;
-  *) echo "lease: unknown command $CMD (start, stage, wait)" >&2; exit 2 ;;
+  *) echo "lease: unknown command $CMD (start, stage, plan, wait)" >&2; exit 2 ;;
 esac

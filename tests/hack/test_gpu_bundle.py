@@ -307,3 +307,76 @@ def test_stage_piece_collects_pieces_across_calls(tmp_path):
         p.unlink()
     r = subprocess.run(["bash", str(HACK / "stage-piece.sh"), str(carried), str(stage)], capture_output=True, text=True)
     assert r.returncode != 0 and "sha256 differs" in r.stderr
+
+
+def _wait_for(path: Path, seconds: float) -> bool:
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if path.exists():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_resolve_stands_in_for_an_optional_pin_the_index_does_not_serve(tmp_path):
+    """vLLM 0.34.0 pins flashinfer-python==0.7.3, which PyPI does not serve: pip's message names the pin, and the
+    stand-in wheel is a wheel pip accepts for exactly that name and version (metadata only, no requirements)."""
+    msg = "ERROR: No matching distribution found for flashinfer-python==0.7.3 (from vllm)\n"
+    assert bundle._missing_pin(msg) == ("flashinfer-python", "0.7.3")
+    assert bundle._missing_pin("ERROR: Could not find a version that satisfies the requirement torch>=9") is None
+    whl = bundle.write_stub_wheel(tmp_path / "stubs", "flashinfer-python", "0.7.3")
+    target = tmp_path / "t"
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(whl.parent), "--target", str(target)]
+        + ["--quiet", "flashinfer-python==0.7.3"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    (info,) = target.glob("flashinfer_python-0.7.3.dist-info")
+    assert "Requires-Dist" not in (info / "METADATA").read_text()
+
+
+@pytest.mark.timeout(240)
+def test_lease_plan_runs_steps_in_order_and_stops_a_step_when_the_later_release_arrives(tmp_path):
+    """hack/gpu/lease.sh's plan (one GPU, two releases in one lease): a step waits for its release's bundle; a step
+    marked /0.34.0 is stopped once 0.34.0 is installed and keeps what it wrote; the next step then runs. The steps are
+    the short-prompt probe's dry run (stand-in engines), so no GPU is needed."""
+    cache = tmp_path / "cache"
+    (cache / "gpu-site" / "vllm-0.26.0").mkdir(parents=True)
+    (cache / "gpu-site" / "vllm-0.26.0" / ".installed-ok").touch()
+    plan = tmp_path / "plan.txt"
+    plan.write_text(
+        "# a comment, then a blank line\n\n"
+        "0.26.0 170/0.34.0 shortprompt --dry-run -- --per-length 2000 --max-len 10\n"
+        "0.34.0 60 shortprompt --dry-run -- --per-length 2 --max-len 3\n"
+    )
+    import os
+    import time
+
+    env = dict(os.environ, GDN_CACHE_DIR=str(cache), GDN_GPU_PYTHON=sys.executable)
+    p = subprocess.Popen(
+        ["bash", str(REPO / "hack/gpu/lease.sh"), "plan", "0.34.0", str(plan), str(int(time.time()) + 200)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    first = cache / "lease-0.34.0" / "work" / "1-shortprompt" / "short-prompts.json"
+    assert _wait_for(first, 60), "the 0.26.0 step never started"
+    (cache / "gpu-site" / "vllm-0.34.0").mkdir(parents=True)
+    (cache / "gpu-site" / "vllm-0.34.0" / ".installed-ok").touch()
+    out, _ = p.communicate(timeout=200)
+    assert p.returncode == 0, out
+    lines = [ln for ln in out.splitlines() if ln.startswith("lease plan:")]
+    assert any("step 1: 0.34.0 installed, stopping shortprompt@0.26.0" in ln for ln in lines), out
+    assert any("step 2 shortprompt@0.34.0" in ln for ln in lines) and lines[-1].endswith("step 2 done"), out
+    stopped = json.loads((cache / "lease-0.34.0" / "steps" / "1-shortprompt-0.26.0" / "short-prompts.json").read_text())
+    done = json.loads((cache / "lease-0.34.0" / "steps" / "2-shortprompt-0.34.0" / "short-prompts.json").read_text())
+    assert stopped["vllm_version"] == "0.26.0" and done["vllm_version"] == "0.34.0"
+    # the stopped step's 18,000 short prompts could not all be answered; the second step's few were
+    assert set(done["cells"]) == {"short-c", "short-1", "chunk"}
+    assert "chunk" not in stopped["cells"]
