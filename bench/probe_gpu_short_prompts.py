@@ -1,33 +1,38 @@
 #!/usr/bin/env python3
 """Probe (GPU host, one GPU): prompts and final prefill chunks of exactly 1 + k tokens under MTP (issue 47 item 3).
 
-The seed hazard PR #32716 (Mamba2, then GDN in vllm#51562 / PR #51565): with MTP k, the attention metadata builder
-treats every request with at most 1 + k new tokens as a decode (``decode_threshold`` = 1 + k). A new request whose
-whole prompt, or whose final prefill chunk, is that short is then run down the speculative-decode path, and its
-recurrent (GDN) state is never initialised from the prompt: silent wrong answers, no log line. This probe asks
-whether a release shows it on the trained tiny recall model (tests/models/tiny-qwen3-next-recall), where every answer
-token must be recalled from the prompt, so a state that was never written shows as wrong tokens.
+The seed hazard PR #32716 (short prompts taken for decodes under MTP) has a 2026 descendant (vllm#53051, vllm#49918;
+fix PRs #47123 / #53059 open for the V1 runner; the V2 runner's phase-aware dispatch from 0.28.0, vllm#51865): a step
+is dispatched to the FULL speculative-decode CUDA graph by its shape alone, so a request whose prompt, or whose final
+prefill chunk, is exactly 1 + k tokens (alone, or beside decode rows of 1 + k tokens each) replays the spec-decode
+graph on stale state indices, and its GDN state is never written: deterministic wrong answers, no log line. It needs
+FULL graphs (vLLM's default FULL_AND_PIECEWISE); PIECEWISE and eager cannot reach it. This probe asks whether a
+release shows it on the trained tiny recall model (tests/models/tiny-qwen3-next-recall), where every answer token
+must be recalled from the prompt, and whether what the operator renders avoids it.
 
-Engines (every one rendered by ``gdnctl render`` at ``$GDN_GPU_VLLM_VERSION`` from the minimal manifest, the same
-adaptation as the rest of the GPU tier: tests/gpu/harness.py; one GPU, a fixed KV pool each, eager, started at once):
+Engines (argv from ``gdnctl render`` at ``$GDN_GPU_VLLM_VERSION`` of the minimal manifest, the GPU tier's adaptation:
+tests/gpu/harness.py; one GPU, a fixed KV pool each, started at once):
 
-  off      MTP off: the reference (same weights, no speculative path)
-  k1 k2 k3 MTP with k = 1 / 2 / 3 as the operator renders it
+  off   MTP off, eager: the reference (same weights, no speculative path)
+  k2    MTP k = 2 with vLLM's default CUDA graphs (the rendered --compilation-config removed): the hazard's setting
+  k3    the same with k = 3: the fatal length moves with k
+  k1    the same with k = 1
+  k2r   MTP k = 2 exactly as the operator renders it (the tiny model's two attention KV groups make the G1 rule
+        render PIECEWISE; so does vllm#53051's rule where it applies): the mitigation
 
-Every engine runs with ``--max-num-batched-tokens CHUNK`` (default 64) and ``--max-num-seqs 16``, so a prompt of
-CHUNK + L tokens sent alone is prefilled in two chunks, the last of L tokens.
+Every engine runs with ``maxNumBatchedTokens`` CHUNK (default 64) and ``maxNumSeqs`` 16, so a prompt of CHUNK + L
+tokens sent alone is prefilled in two chunks, the last of L tokens.
 
-Workloads (greedy, token-id prompts of random symbols + ``=``, the same list for every engine, seeded):
+Workloads (greedy, token-id prompts of random symbols + ``=``, the same list for every engine, seeded; one request at
+a time, so G1 — which garbles rows after the first of a FULL-graph batch on this model — cannot confound them):
 
-  short    whole prompts of L = 2..``--max-len`` tokens (1..L-1 symbols), ``--per-length`` prompts each, sent with
-           ``--concurrency`` in flight, then the same again one at a time (a batch of one: no other request's decode
-           rows beside it)
-  chunk    prompts of CHUNK + L tokens, L = 1..``--max-len``, one at a time: the final chunk is L tokens
+  short    whole prompts of L = 1..``--max-len`` tokens (L - 1 symbols, then `=`), ``--per-length`` each (L = 1:
+           vllm#51562's one-token first chunk, MTP or not)
+  chunk    prompts of CHUNK + L tokens, L = 1..``--max-len``: the final chunk is L tokens
 
 For each engine, workload and L: how many answers are exact (the task's answer, then EOS) and how many agree with the
-``off`` engine's answer to the same prompt (the reference: a model that is wrong on two-symbol strings is wrong the
-same way without MTP). The hazard predicts a drop at L = 1 + k for engine k and nowhere else; the other lengths and
-engines are the controls. ``short-prompts.json`` is rewritten after every cell.
+``off`` engine's answer to the same prompt. The hazard predicts wrong answers at L = 1 + k for engine kN and nowhere
+else; the other lengths and engines are the controls. ``short-prompts.json`` is rewritten after every cell.
 
 ``--dry-run``: stand-in engines (tests/gpu/standin_engine.py), no GPU: proves the phases, deadline and files.
 
@@ -57,7 +62,8 @@ from recall import EOS_TOKEN_ID, FIRST_SYMBOL_ID  # noqa: E402
 
 SYMBOLS = 62
 EQUALS = 3
-ENGINES = {"off": 0, "k1": 1, "k2": 2, "k3": 3}  # name -> num_speculative_tokens (0: MTP off)
+#: name -> (num_speculative_tokens (0: MTP off), CUDA graphs: "eager", "default" (vLLM's) or "rendered" (ours))
+ENGINES = {"off": (0, "eager"), "k2": (2, "default"), "k3": (3, "default"), "k1": (1, "default"), "k2r": (2, "rendered")}
 
 
 def prompts(lengths: range, per_length: int, seed: int, pad: int = 0) -> list[dict]:
@@ -80,22 +86,24 @@ def prompts(lengths: range, per_length: int, seed: int, pad: int = 0) -> list[di
     return out
 
 
-def render(k: int, chunk: int, kv_cache_memory: str) -> harness.Rendered:
-    """gdnctl's argv for MTP k (0: off), with the chunk size and the probe's GPU share (extraArgs)."""
-    m = harness.adapted_manifest(
-        mtp=k > 0,
-        gpu_memory_utilization=0.1,
-        kv_cache_memory=kv_cache_memory,
-    )
+def render(k: int, graphs: str, chunk: int, kv_cache_memory: str) -> harness.Rendered:
+    """gdnctl's argv for MTP k (0: off) with the probe's chunk size and GPU share; graphs "default" removes the rendered
+    --compilation-config (vLLM's own mode), "eager" renders enforceEager."""
+    m = harness.adapted_manifest(mtp=k > 0, eager=graphs == "eager", gpu_memory_utilization=0.1, kv_cache_memory=kv_cache_memory)
     m["spec"]["maxNumBatchedTokens"] = chunk
     m["spec"]["maxNumSeqs"] = 16
+    m["spec"]["maxModelLen"] = 1024
     if k > 0:
         m["spec"]["speculativeDecoding"]["numSpeculativeTokens"] = k
-    m["spec"]["maxModelLen"] = 1024
     r = harness.render(m)
-    if k > 0 and f'"num_speculative_tokens":{k}' not in "".join(r.argv).replace(" ", ""):
-        raise RuntimeError(f"k{k}: the rendered argv does not carry num_speculative_tokens={k}: {r.argv}")
-    return r
+    argv, notes = list(r.argv), list(r.notes)
+    if graphs == "default" and "--compilation-config" in argv:
+        i = argv.index("--compilation-config")
+        notes.append(f"# removed the rendered --compilation-config {argv[i + 1]}: vLLM's default CUDA-graph mode")
+        del argv[i : i + 2]
+    if k > 0 and f'"num_speculative_tokens":{k}' not in "".join(argv).replace(" ", ""):
+        raise RuntimeError(f"k{k}: the rendered argv does not carry num_speculative_tokens={k}: {argv}")
+    return harness.Rendered(argv, r.env, notes)
 
 
 def tally(items: list[dict], got: list[dict], ref: list[dict] | None) -> dict[str, dict]:
@@ -120,11 +128,10 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--until", type=float, default=time.time() + 300, help="deadline, epoch seconds")
-    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--engines", default="off,k2,k3,k2r")
     ap.add_argument("--chunk", type=int, default=64, help="--max-num-batched-tokens of every engine")
-    ap.add_argument("--max-len", type=int, default=10)
+    ap.add_argument("--max-len", type=int, default=8)
     ap.add_argument("--per-length", type=int, default=12)
-    ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--kv-cache-memory", default="1G")
     ap.add_argument("--seed", type=int, default=32716)
     ap.add_argument("--dry-run", action="store_true", help="stand-in engines, no GPU")
@@ -150,17 +157,16 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
     def save() -> None:
         path.write_text(json.dumps(result, indent=1) + "\n")
 
-    lengths = range(2, a.max_len + 1)
     work = {
-        "short-c": (prompts(lengths, a.per_length, a.seed), a.concurrency),
-        "short-1": (prompts(lengths, a.per_length // 2 or 1, a.seed + 1), 1),
-        "chunk": (prompts(range(1, a.max_len + 1), 3, a.seed + 2, pad=a.chunk), 1),
+        "short": prompts(range(1, a.max_len + 1), a.per_length, a.seed),
+        "chunk": prompts(range(1, a.max_len + 1), max(1, a.per_length // 3), a.seed + 1, pad=a.chunk),
     }
     engines: dict[str, harness.Engine] = {}
     try:
         for n in names:
-            r = render(ENGINES[n], a.chunk, a.kv_cache_memory)
-            result["engines"][n] = {"k": ENGINES[n], "argv": r.argv, "env": r.env, "notes": r.notes}
+            k, graphs = ENGINES[n]
+            r = render(k, graphs, a.chunk, a.kv_cache_memory)
+            result["engines"][n] = {"k": k, "graphs": graphs, "argv": r.argv, "env": r.env, "notes": r.notes}
             engines[n] = start_standin(n, r, logdir, "0", 2.0) if a.dry_run else harness.start(n, r, logdir)
         save()
         for n in names:
@@ -171,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
                 result["engines"][n]["failed"] = str(e)[-4000:]
         save()
         ref: dict[str, list[dict]] = {}
-        for w, (items, conc) in work.items():
+        for w, items in work.items():
             for n in names:  # off first: the reference for the rest
                 if "ready_s" not in result["engines"][n]:
                     continue
@@ -179,11 +185,10 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
                     result["skipped"].append(f"{n}/{w}")
                     continue
                 cap = max(5.0, min(60.0, a.until - time.time() - 20))
-                got, wall = harness.run_requests(engines[n], items, conc, keep_errors=True, timeout=cap)
+                got, wall = harness.run_requests(engines[n], items, 1, keep_errors=True, timeout=cap)
                 if n == "off":
                     ref[w] = got
                 result["cells"].setdefault(w, {})[n] = {
-                    "concurrency": conc,
                     "wall_s": round(wall, 2),
                     "by_length": tally(items, got, ref.get(w)),
                 }
