@@ -15,8 +15,10 @@
 #                                                    training: lines `VERSION CAP_S[/STOPVER] STEP [-- ARGS]`; each
 #                                                    step waits for VERSION's bundle, runs at most CAP_S (and never past
 #                                                    UNTIL), and with /STOPVER is stopped once STOPVER's bundle is
-#                                                    installed (work for the staging minutes of a later release)
-#   hack/gpu/lease.sh plan VERSION FILE UNTIL        run a plan file's steps now (no training, no staging): its dry run
+#                                                    installed (work for the staging minutes of a later release); a
+#                                                    VERSION written `+VERSION` runs beside the training (steps that
+#                                                    time nothing), and the rest waits for both
+#   hack/gpu/lease.sh plan VERSION FILE UNTIL        run a plan file's steps now (the `+` ones first; no training, no staging)
 #   hack/gpu/lease.sh stage VERSION                  each later call: stage the carried piece(s) of every bundle the
 #                                                    call carries (.gpu-bundle/vllm-*); install each once complete
 #   hack/gpu/lease.sh wait VERSION SECONDS           block until the background work is done or SECONDS pass, print
@@ -27,7 +29,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
-[ $# -ge 2 ] || { sed -n 2,26p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,28p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 CMD="$1" VERSION="$2"
 CACHE="${GDN_CACHE_DIR:-$HOME/.cache/gdn-operator}"
 STATE="$CACHE/lease-$VERSION"
@@ -62,11 +64,15 @@ stage() {  # every bundle this call carries (a plan can stage two releases in on
   return "$ok"
 }
 
-run_plan() {  # run_plan FILE UNTIL: the plan's steps in order on GPU 0 (see the header)
-  local plan="$1" until="$2" n=0 ver cap step rest stopver limit end pid
+run_plan() {  # run_plan FILE UNTIL [early]: the plan's steps in order on GPU 0 (see the header); `early`: the `+` lines
+  local plan="$1" until="$2" early="${3:-}" n=0 ver cap step rest stopver limit end pid
   while read -r ver cap step rest; do
     case "$ver" in ''|'#'*) continue ;; esac
+    if [ -n "$early" ]; then case "$ver" in +*) ver="${ver#+}" ;; *) continue ;; esac
+    else case "$ver" in +*) continue ;; esac
+    fi
     n=$((n + 1)); stopver=""
+    [ -z "$early" ] || n="e$n"
     case "$cap" in */*) stopver="${cap#*/}"; cap="${cap%/*}" ;; esac
     until [ -f "$CACHE/gpu-site/vllm-$ver/.installed-ok" ] || [ "$(date +%s)" -gt "$until" ]; do sleep 2; done
     [ -f "$CACHE/gpu-site/vllm-$ver/.installed-ok" ] || { echo "lease plan: $(date +%T) step $n $step@$ver: no bundle before the deadline"; continue; }
@@ -120,7 +126,8 @@ subprocess.Popen(sys.argv[2:], cwd=sys.argv[1], start_new_session=True, close_fd
     stage
     ;;
   plan)  # plan VERSION FILE UNTIL: a plan's steps now, without training or staging (a dry run: steps with --dry-run)
-    run_plan "${3:?plan needs FILE}" "${4:?plan needs UNTIL (epoch seconds)}"
+    run_plan "${3:?plan needs FILE}" "${4:?plan needs UNTIL (epoch seconds)}" early
+    run_plan "$3" "$4"
     ;;
   run)  # the background part (started by `start`)
     UNTIL="$3" TRAIN_S="$4" EXTRA="${5:-}" EXTRA_S="${6:-300}"
@@ -139,7 +146,13 @@ subprocess.Popen(sys.argv[2:], cwd=sys.argv[1], start_new_session=True, close_fd
         >"$STATE/extra.log" 2>&1 &
       extra=$!
     fi
+    early=""
+    if [ -n "${GDN_LEASE_PLAN:-}" ]; then  # the plan's `+` steps (correctness, no timing) run beside the training
+      run_plan "$GDN_LEASE_PLAN" "$UNTIL" early &
+      early=$!
+    fi
     wait "$train" || echo "lease run: training exited $?"
+    [ -z "$early" ] || wait "$early" || echo "lease run: the early steps exited $?"
     if [ -n "${GDN_LEASE_PLAN:-}" ]; then
       echo "lease run: $(date +%T) training done; the plan $GDN_LEASE_PLAN until $(date -d "@$UNTIL" +%T)"
       run_plan "$GDN_LEASE_PLAN" "$UNTIL"

@@ -350,6 +350,7 @@ def test_lease_plan_runs_steps_in_order_and_stops_a_step_when_the_later_release_
     plan = tmp_path / "plan.txt"
     plan.write_text(
         "# a comment, then a blank line\n\n"
+        "+0.26.0 60 shortprompt --dry-run -- --per-length 2 --max-len 2\n"
         "0.26.0 170/0.34.0 shortprompt --dry-run -- --per-length 2000 --max-len 10\n"
         "0.34.0 60 shortprompt --dry-run -- --per-length 2 --max-len 3\n"
     )
@@ -365,7 +366,7 @@ def test_lease_plan_runs_steps_in_order_and_stops_a_step_when_the_later_release_
         stderr=subprocess.STDOUT,
         text=True,
     )
-    first = cache / "lease-0.34.0" / "work" / "1-shortprompt" / "short-prompts.json"
+    first = cache / "lease-0.34.0" / "work" / "1-shortprompt" / "short-prompts.json"  # after the `+` step
     assert _wait_for(first, 60), "the 0.26.0 step never started"
     (cache / "gpu-site" / "vllm-0.34.0").mkdir(parents=True)
     (cache / "gpu-site" / "vllm-0.34.0" / ".installed-ok").touch()
@@ -377,6 +378,10 @@ def test_lease_plan_runs_steps_in_order_and_stops_a_step_when_the_later_release_
     stopped = json.loads((cache / "lease-0.34.0" / "steps" / "1-shortprompt-0.26.0" / "short-prompts.json").read_text())
     done = json.loads((cache / "lease-0.34.0" / "steps" / "2-shortprompt-0.34.0" / "short-prompts.json").read_text())
     assert stopped["vllm_version"] == "0.26.0" and done["vllm_version"] == "0.34.0"
-    # the stopped step's 18,000 short prompts could not all be answered; the second step's few were
-    assert set(done["cells"]) == {"short-c", "short-1", "chunk"}
+    # the `+` step (beside the training in a lease) ran first and whole
+    assert lines[0].startswith("lease plan:") and "step e1 shortprompt@0.26.0" in lines[0], out
+    early = json.loads((cache / "lease-0.34.0" / "steps" / "e1-shortprompt-0.26.0" / "short-prompts.json").read_text())
+    assert set(early["cells"]) == {"short", "chunk"}
+    # the stopped step's 16,000 short prompts could not all be answered (one at a time); the second step's few were
+    assert set(done["cells"]) == {"short", "chunk"}
     assert "chunk" not in stopped["cells"]
