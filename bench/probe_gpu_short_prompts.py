@@ -46,6 +46,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import sys
 import time
 from pathlib import Path
@@ -136,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear drive
     ap.add_argument("--seed", type=int, default=32716)
     ap.add_argument("--dry-run", action="store_true", help="stand-in engines, no GPU")
     a = ap.parse_args(argv)
+    # SIGTERM (the lease stops this step when a later release has arrived): unwind, so `finally` stops the engines
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     names = [n for n in a.engines.split(",") if n]
     if "off" not in names or any(n not in ENGINES for n in names):
         ap.error(f"--engines: a comma list of {', '.join(ENGINES)} that includes off (the reference)")

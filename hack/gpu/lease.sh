@@ -64,6 +64,17 @@ stage() {  # every bundle this call carries (a plan can stage two releases in on
   return "$ok"
 }
 
+end_step_processes() {  # end_step_processes TAG: SIGKILL every process whose environment has GDN_LEASE_STEP=TAG
+  local f pid left=""
+  for f in /proc/[0-9]*/environ; do
+    pid="${f#/proc/}"; pid="${pid%/environ}"
+    if tr '\0' '\n' <"$f" 2>/dev/null | grep -qxF "GDN_LEASE_STEP=$1"; then
+      kill -9 "$pid" 2>/dev/null && left="$left $pid"
+    fi
+  done
+  [ -z "$left" ] || echo "lease plan: $(date +%T) ended what the step left running:$left"
+}
+
 run_plan() {  # run_plan FILE UNTIL [early]: the plan's steps in order on GPU 0 (see the header); `early`: the `+` lines
   local plan="$1" until="$2" early="${3:-}" n=0 ver cap step rest stopver limit end pid
   while read -r ver cap step rest; do
@@ -85,7 +96,7 @@ run_plan() {  # run_plan FILE UNTIL [early]: the plan's steps in order on GPU 0 
     echo "lease plan: $(date +%T) step $n $step@$ver for at most ${limit} s${stopver:+ (stopped once $stopver is installed)}"
     mkdir -p "$STATE/steps/$n-$step-$ver"
     # shellcheck disable=SC2086  # rest is the step's own words: `-- ARGS`
-    OUT="$STATE/steps/$n-$step-$ver" GDN_GPU_SITE="$CACHE/gpu-site/vllm-$ver" GDN_GPU_VLLM_VERSION="$ver" \
+    OUT="$STATE/steps/$n-$step-$ver" GDN_LEASE_STEP="$STATE/work/$n-$step" GDN_GPU_SITE="$CACHE/gpu-site/vllm-$ver" GDN_GPU_VLLM_VERSION="$ver" \
       CUDA_VISIBLE_DEVICES=0 GDN_SESSION_WORK="$STATE/work/$n-$step" \
       bash hack/gpu/session.sh "$step" --until "$end" $rest >"$STATE/steps/$n-$step-$ver/session.log" 2>&1 &
     pid=$!
@@ -98,6 +109,9 @@ run_plan() {  # run_plan FILE UNTIL [early]: the plan's steps in order on GPU 0 
       sleep 2
     done
     wait "$pid" && echo "lease plan: $(date +%T) step $n done" || echo "lease plan: $(date +%T) step $n exited $?"
+    # an engine a stopped step left behind would hold GPU memory the next step needs (steps share one GPU in turn):
+    # every process that inherited this step's GDN_LEASE_STEP (engines run in sessions of their own) is ended
+    end_step_processes "$STATE/work/$n-$step"
   done <"$plan"
 }
 

@@ -235,9 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     with open(stdout, "wb") as f:
         p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         assert p.stdout is not None
-        # SIGTERM (lease.sh stops a step early when a later step's bundle has arrived): end the step's process group
-        # now; its files are still kept below
-        signal.signal(signal.SIGTERM, lambda *_: os.killpg(p.pid, signal.SIGKILL))
+        # SIGTERM (lease.sh stops a step early when a later step's bundle has arrived): pass it on to the step, which
+        # stops its engines (each in a process group of its own) and keeps what it wrote; the deadline backstop below
+        # still applies
+        signal.signal(signal.SIGTERM, lambda *_: os.killpg(p.pid, signal.SIGTERM))
         try:
             for line in iter(p.stdout.readline, b""):  # the step ends by its own --until; this is the backstop
                 f.write(line)

@@ -385,3 +385,16 @@ def test_lease_plan_runs_steps_in_order_and_stops_a_step_when_the_later_release_
     # the stopped step's 16,000 short prompts could not all be answered (one at a time); the second step's few were
     assert set(done["cells"]) == {"short", "chunk"}
     assert "chunk" not in stopped["cells"]
+    # the stopped step's stand-in engines (sessions of their own) were ended with it: none still runs
+    assert not _processes_with_env(f"GDN_LEASE_STEP={cache}")
+
+
+def _processes_with_env(prefix: str) -> list[int]:
+    found = []
+    for env in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if any(v.startswith(prefix) for v in env.read_bytes().decode(errors="replace").split("\0")):
+                found.append(int(env.parent.name))
+        except OSError:
+            continue
+    return found
