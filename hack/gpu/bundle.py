@@ -187,8 +187,20 @@ def plan(report: dict, base: dict[str, str | None], cfg: dict, opt_in: set[str],
     patterns = list(cfg.get("replace_base") or {})
     keep = {norm(k): v for k, v in (cfg.get("keep_host") or {}).items()} if keep_host else {}
     kept: dict[str, dict] = {}  # base name → {base, spec, by, why}: left out although its pin differs (keep_host)
+    together = {norm(k): v for k, v in (cfg.get("replace_together") or {}).items()}
     todo = [("vllm", frozenset())]
-    while todo:
+    while True:
+        if not todo:
+            # a base package that pins a package the bundle now carries (the host's transformers 5.17.0 asks
+            # huggingface-hub<2.0, vLLM 0.34.0 asks >=2.0) is bundled too, at the resolver's version, and walked
+            for dep, rule in sorted(together.items()):
+                by = [w for w in rule["with"] if norm(w) in replaced]
+                if dep in base and dep not in replaced and by and dep in items:
+                    replaced[dep] = {"base": base[dep], "spec": "", "by": f"replace_together ({', '.join(by)})"}
+                    base_reqs.pop(dep, None)
+                    todo.append((dep, frozenset()))
+            if not todo:
+                break
         name, extras = todo.pop()
         seen = include.setdefault(name, set())
         if extras and extras <= seen and name != "vllm":

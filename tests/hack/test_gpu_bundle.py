@@ -110,6 +110,32 @@ def test_plan_bundles_a_replaceable_base_package_whose_host_version_does_not_do(
     assert bundle.plan(REPORT, BASE, CFG, set())["replaced_base"] == {}
 
 
+def test_plan_bundles_a_base_package_that_pins_a_package_the_bundle_carries():
+    """vLLM 0.34.0 asks huggingface-hub>=2.0.0; the host's 1.33.0 is replaced, and the host's transformers 5.17.0, which
+    vLLM's own pin accepts, asks huggingface-hub<2.0 (its import-time check would fail): bundle.yaml's replace_together
+    bundles transformers too, at the resolver's version, and walks into it. Without a replaced hub nothing changes."""
+    report = {
+        "install": [
+            _item("vllm", "0.34.0", ["transformers<5.23.0,>=5.16.1", "huggingface-hub>=2.0.0", "numpy<2.4"]),
+            _item("transformers", "5.22.2", ["huggingface-hub<3.0,>=1.31.0", "numpy>=1.17", "regex>=2025.10.22"]),
+            _item("huggingface-hub", "2.4.0", ["httpx2<3,>=2.0.0"]),
+            _item("httpx2", "2.17.0"),
+            _item("regex", "2026.1.1"),
+            _item("numpy", "2.3.5"),
+        ]
+    }
+    base = {"transformers": "5.17.0", "huggingface-hub": "1.33.0", "numpy": "2.5.2", "regex": "2026.1.1"}
+    p = bundle.plan(report, base, CFG, set())
+    names = {x["name"]: x["version"] for x in p["packages"]}
+    assert names["huggingface-hub"] == "2.4.0" and names["transformers"] == "5.22.2" and "httpx2" in names
+    assert "regex" not in names and "numpy" not in names  # transformers' other requirements stay the host's
+    assert p["replaced_base"]["transformers"]["by"] == "replace_together (huggingface-hub)"
+    assert "transformers" not in p["base_requirements"] and "regex" in p["base_requirements"]
+    # a host whose hub already satisfies vLLM keeps its transformers
+    kept = bundle.plan(report, dict(base, **{"huggingface-hub": "2.1.1"}), CFG, set())
+    assert {"transformers", "huggingface-hub"}.isdisjoint({x["name"] for x in kept["packages"]})
+
+
 def test_plan_keeps_the_hosts_cuda_library_of_the_same_release_series_only():
     """bundle.yaml keep_host (issue 32 item 1): torch 2.14.0 pins cuBLAS 13.1.1.3 (via cuda-toolkit 13.0.3) and cuSPARSELt
     0.8.1 where the H200 host has 13.1.0.3 and 0.8.0: the host's are kept and the pin is recorded on the base, with the
