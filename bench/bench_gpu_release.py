@@ -10,6 +10,8 @@ Engines from the offline bundle, argv from `gdnctl render` of the minimal manife
   e     MTP k=2, prefix caching on, async off: (a) with only the prefix-caching default removed (vllm#43559 alone)
   f     MTP off, prefix caching off: (b) with --no-enable-prefix-caching (prefix caching's cost without MTP)
   g     MTP k=2, prefix caching off, async on: (a) with only the async-scheduling default removed
+  h     MTP k=2, prefix caching as rendered, async scheduling off by flag (from 0.34.0 the operator renders no async flag:
+        h is (a) with async off, vllm#51508's old mitigation)
   p     MTP k=2, prefix caching on by flag (--enable-prefix-caching), async as rendered (vllm#43559 alone)
   q     MTP off, prefix caching on by flag (p's control)
   r     MTP k=2, prefix caching on by flag, async scheduling as vLLM decides (on): vLLM's defaults from 0.28.0 with the
@@ -75,7 +77,7 @@ from bench_gpu_mtp_graphs import acceptance, counters, start_standin  # noqa: E4
 
 TEARDOWN_S = 25.0
 REFERENCE = {
-    "a": "a", "a2": "a", "c": "a", "e": "a", "g": "a", "k1": "a", "k3": "a", "p": "a", "r": "a", "p3": "a",
+    "a": "a", "a2": "a", "c": "a", "e": "a", "g": "a", "h": "a", "k1": "a", "k3": "a", "p": "a", "r": "a", "p3": "a",
     "b": "f", "f": "f", "q": "f",
 }  # fmt: skip
 #: name -> (speculative tokens or 0, prefix caching, async scheduling, GPU queue); a setting is "rendered" (as
@@ -89,6 +91,7 @@ ENGINES: dict[str, tuple[int, str, str, int]] = {
     "e": (2, "default", "rendered", 1),
     "f": (0, "off", "default", 1),
     "g": (2, "rendered", "default", 0),
+    "h": (2, "rendered", "off", 1),
     "p": (2, "on", "rendered", 1),
     "q": (0, "on", "default", 1),
     "r": (2, "on", "default", 0),
@@ -109,14 +112,14 @@ QUEUES: tuple[tuple[tuple[str, str], ...], ...] = (
     + (("p3", "prefix"),),
     (("b", "c1"), ("b", "c8"), ("b", "c32"), ("b", "long"), ("b", "prefix"), ("e", "prefix"), ("e", "c8"))
     + (("f", "prefix"), ("f", "c8"), ("k3", "c8"), ("p", "prefix"), ("p", "c8"), ("q", "prefix"))
-    + (("a2", "c8"), ("a2", "prefix")),
+    + (("h", "c8"), ("a2", "c8"), ("a2", "prefix")),
 )
 CONCURRENCY = {"c1": 1, "c8": 8, "c32": 32, "long": 8, "prefix": 8}
 #: requests after which a repetition stops sending even before --min-seconds (the lists hold this many)
 MIN_REQUESTS = {"c1": 200, "c8": 400, "c32": 1200, "long": 200, "prefix": 400}
 RATIOS = (
     ("a", "b"), ("c", "a"), ("e", "a"), ("g", "a"), ("p", "a"), ("r", "a"), ("p3", "a"), ("q", "f"), ("b", "f"),
-    ("k1", "a"), ("k3", "a"), ("g", "e"), ("r", "p"),
+    ("k1", "a"), ("k3", "a"), ("g", "e"), ("r", "p"), ("h", "a"),
 )  # fmt: skip
 _LOG_FACTS = re.compile(r"mamba_cache_mode|block_size|prefix caching|[Pp]refix[ _]cach|cudagraph_mode|async sched|V2 model")
 
