@@ -17,15 +17,17 @@ bench_gpu_release.py does), one at a time on the GPU, in the order of ``--plan``
   GEOM:k1, GEOM:k3   as rendered with k=1 / k=3;  GEOM:k2b  k2 again: the A/A twin (noise floor)
   ex:FILE     an example manifest at real geometry: start, read capacity, stop (item 3; ``examples_plan``)
 
-Bench adaptations after rendering, each recorded in the engine's notes: ``--load-format dummy``,
-``--skip-tokenizer-init``, and ``max_cudagraph_capture_size`` = ``--capture-max`` (default 256 = 64 requests x
-(k+1) tokens, the largest step measured: every measured step replays a graph as it would without the cap; the
-cap only shortens the start).
+Bench adaptations after rendering, each recorded in the engine's notes: ``--load-format dummy`` and
+``--skip-tokenizer-init``; nothing else. vLLM's own CUDA-graph capture sizes stay (``--capture-max`` exists but
+is off by default: an explicit ``max_cudagraph_capture_size`` makes vLLM 0.34.0 fall back to the token-strided
+legacy grid, whose sizes are not multiples of k+1, so MTP's uniform decode steps would lose their FULL graphs —
+vllm/config/vllm.py, the ``legacy_sizes`` branch).
 
 Cells (each ``--reps`` repetitions; a repetition is one wave of requests with fixed output length, EOS ignored):
 
-  c1, c8, c32, c64   concurrency 1 (2 requests a repetition) / 8 / 32 / 64, 32-token random prompts, ``--out-tokens``
-  long               concurrency 8, 16 requests: every other one a 1,000-1,800-token prompt (the long-prompt mix)
+  c1, c8, c32, c64   concurrency 1 / 8 / 32 / 64 (that many requests a repetition), 32-token random prompts,
+                     ``--out-tokens`` out
+  long               concurrency 8, 8 requests: every other one a 1,000-1,800-token prompt (the long-prompt mix)
   prefix             concurrency 8: 4 prefixes of 1,200 tokens (each sent alone first), then 16 requests = prefix + a
                      24-token tail, 32 tokens out. TTFT there is the prefill cost with prefix caching on or off
 
@@ -52,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import hashlib
 import http.client
 import importlib.util
@@ -59,6 +62,8 @@ import json
 import os
 import random
 import re
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -95,6 +100,8 @@ DEFAULT_PLAN = (
 )
 CELLS = ("c1", "c8", "c32", "c64", "long", "prefix")
 CONCURRENCY = {"c1": 1, "c8": 8, "c32": 32, "c64": 64, "long": 8, "prefix": 8, "c8-again": 8}
+#: the cells each kind measures (k1, k3 and the A/A twin: decode only, the rest is k2's question)
+KIND_CELLS = {"k1": ("c1", "c8", "c32", "c64"), "k3": ("c1", "c8", "c32", "c64"), "k2b": ("c1", "c8", "c32", "c64")}
 #: speed-up of (k, settings) over MTP off of the same geometry, per cell
 PAIRS = (("k2", "off"), ("k2v", "off"), ("k1", "off"), ("k3", "off"), ("k2b", "off"), ("k2v", "k2"), ("k2b", "k2"))
 #: published acceptance of Qwen MTP heads: (label, k it was measured at, unconditional per-position rates, source)
@@ -205,7 +212,7 @@ def _add_capture_cap(argv: list[str], notes: list[str], cap: int) -> None:
         argv[i] = json.dumps(cfg, separators=(",", ":"))
     else:
         argv += ["--compilation-config", json.dumps({"max_cudagraph_capture_size": cap}, separators=(",", ":"))]
-    notes.append(f"# bench: max_cudagraph_capture_size {cap} (the largest measured step: 64 requests x (k+1) tokens)")
+    notes.append(f"# bench: max_cudagraph_capture_size {cap} (--capture-max; not vLLM's default capture sizes)")
 
 
 def bench_adapt(r: harness.Rendered, model_dir: str, capture_max: int) -> harness.Rendered:
@@ -252,6 +259,44 @@ def render_engine(kind: str, model: dict, args: argparse.Namespace) -> harness.R
                 argv.remove(flag)
                 notes.append(f"# bench: removed {flag} after rendering (vLLM's default)")
     return bench_adapt(harness.Rendered(argv, r.env, notes), model["dir"], args.capture_max)
+
+
+def free_gpu(pgid: int, timeout: float, dry_run: bool) -> dict:
+    """After an engine's stop: wait until its whole process group (the EngineCore too) is gone, killing what is
+    left at the timeout, then until the GPU's used memory is back under 2 GiB (the next engine sizes its caches
+    from the memory free at its start)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.25)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+    used = None
+    while not dry_run and time.monotonic() - t0 < timeout + 15:
+        try:
+            out = subprocess.run(
+                [
+                    "nvidia-smi",
+                    "--query-gpu=memory.used",
+                    "--format=csv,noheader,nounits",
+                    "-i",
+                    os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0],
+                ],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+            used = float(out.stdout.split()[0])
+        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+            break
+        if used < 2048:
+            break
+        time.sleep(0.5)
+    return {"group_gone_s": round(time.monotonic() - t0, 1), "gpu_mib_used_after": used}
 
 
 def capacity(log: str) -> dict:
@@ -330,11 +375,11 @@ def workload(name: str, seed: int, out_tokens: int) -> tuple[list[tuple[list[int
     rng = random.Random(f"{seed}-{name}")
     conc = CONCURRENCY[name]
     if name == "long":
-        return [], [(_prompt(rng, rng.randint(1000, 1800) if i % 2 else 32), out_tokens) for i in range(16)]
+        return [], [(_prompt(rng, rng.randint(1000, 1800) if i % 2 else 32), out_tokens) for i in range(8)]
     if name == "prefix":
         heads = [_prompt(rng, 1200) for _ in range(4)]
         return [(h, 1) for h in heads], [(heads[i % 4] + _prompt(rng, 24), 32) for i in range(16)]
-    return [], [(_prompt(rng, 32), out_tokens) for _ in range(max(2, conc))]
+    return [], [(_prompt(rng, 32), out_tokens) for _ in range(conc)]
 
 
 def _median(xs: list[float]) -> float | None:
@@ -587,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear, dead
     ap.add_argument("--out-tokens", type=int, default=64)
     ap.add_argument("--max-model-len", type=int, default=8192)
     ap.add_argument("--gpu-util", type=float, default=0.9)
-    ap.add_argument("--capture-max", type=int, default=256, help="max_cudagraph_capture_size (0: vLLM's default)")
+    ap.add_argument("--capture-max", type=int, default=0, help="max_cudagraph_capture_size (0: vLLM's default sizes)")
     ap.add_argument("--engine-min", type=float, default=75.0, help="an engine starts only with this many s left")
     ap.add_argument("--cell-min", type=float, default=8.0, help="a repetition starts only with this many s left")
     ap.add_argument("--request-cap", type=float, default=60.0)
@@ -621,6 +666,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear, dead
         "engines": {},
         "cells": {},
         "examples": {},
+        "stops": [],
         "skipped": [],
         "errors": [],
     }
@@ -641,6 +687,12 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear, dead
             return start_standin(name, r, logdir, "0", args.standin_ready)
         return harness.start(name, r, logdir, extra_env={"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")})
 
+    def stop(eng: harness.Engine) -> None:
+        t = time.monotonic()
+        harness.stop(eng, grace=8.0)
+        rec = {"stopped_s": round(time.monotonic() - t, 1), **free_gpu(eng.proc.pid, 30.0, args.dry_run)}
+        result["stops"].append({"engine": eng.name, **rec})
+
     def wait(eng: harness.Engine, rec: dict) -> bool:
         try:
             harness.wait_ready(eng, timeout=max(1.0, time.monotonic() - eng.started + left() - args.cell_min))
@@ -648,15 +700,18 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear, dead
             return True
         except RuntimeError as e:
             rec["start_error"] = str(e)[-2500:]
+            rec["cut_by_deadline"] = eng.proc.poll() is None  # still starting: the bench's clock, not the engine
             return False
         finally:
             log = eng.log_text()
             rec["capacity"] = capacity(log)
             rec["log_facts"] = log_facts(log)
 
-    def measure(eng: harness.Engine, name: str, k: int) -> None:
+    def measure(eng: harness.Engine, name: str, kind: str) -> None:
+        k = KINDS[kind][0]
         rec = result["cells"].setdefault(name, {})
-        for work in [*cells, "c8-again"] if "c8" in cells else cells:
+        mine = [c for c in cells if c in KIND_CELLS.get(kind, CELLS)]
+        for work in [*mine, "c8-again"] if "c8" in mine else mine:
             conc = CONCURRENCY[work]
             warm, items = workload(work.replace("-again", ""), args.seed, args.out_tokens)
             if left() < args.cell_min:
@@ -706,12 +761,12 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear, dead
                 save()
                 warm, items = workload("c8", args.seed - 1, 8)
                 rep(eng.port, items, 8, max(1.0, min(args.request_cap, left())))  # graphs and allocator warm
-                measure(eng, item, KINDS[kind][0])
+                measure(eng, item, kind)
             else:
                 print(f"not ready: {item}: {rec.get('start_error', '')[-300:]}", flush=True)
         finally:
             rec["exit_code_before_stop"] = eng.proc.poll()
-            harness.stop(eng, grace=8.0)
+            stop(eng)
             save()
 
     def run_example(item: str) -> None:
@@ -759,13 +814,18 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear, dead
         eng = start("ex-" + Path(fname).stem, r)
         try:
             ok = wait(eng, rec)
-            rec["starts"] = ok
             err = [ln for ln in rec.get("start_error", "").splitlines() if "Error" in ln or "error" in ln]
-            rec["reason"] = "Ready" if ok else (err[-1][:400] if err else "not Ready before the deadline")
+            if ok:
+                rec["starts"], rec["reason"] = True, "Ready"
+            elif rec["cut_by_deadline"]:
+                rec["starts"], rec["reason"] = None, f"still starting when the bench's deadline came ({left():.0f} s left)"
+            else:
+                rec["starts"] = False
+                rec["reason"] = err[-1][:400] if err else f"exited {eng.proc.returncode} before Ready"
             print(f"example {fname}: starts={ok} capacity={rec['capacity']}", flush=True)
         finally:
             rec["exit_code_before_stop"] = eng.proc.poll()
-            harness.stop(eng, grace=8.0)
+            stop(eng)
             save()
 
     save()
@@ -783,7 +843,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear, dead
         with open(args.out / "stepcost-engines.log", "w") as f:
             for p in sorted(logdir.glob("serve-*.log")) if logdir.exists() else []:
                 lines = p.read_text(errors="replace").splitlines()
-                keep = [ln for ln in lines if '"POST /' not in ln and '"GET /' not in ln]
+                keep = [ln for ln in lines if ln.strip() and '"POST /' not in ln and '"GET /' not in ln]
                 f.write(f"===== {p.name} ({len(lines)} lines; access lines dropped)\n")
                 f.write("\n".join(keep[:60] + ["# [...]"] + keep[-60:] if len(keep) > 120 else keep) + "\n")
     print(
