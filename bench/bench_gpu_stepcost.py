@@ -57,7 +57,6 @@ import concurrent.futures
 import contextlib
 import hashlib
 import http.client
-import importlib.util
 import json
 import os
 import random
@@ -74,50 +73,31 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests" / "gpu"))
 
 import harness  # noqa: E402
+from _stepcost_figures import (  # noqa: E402
+    CELLS,
+    CONCURRENCY,
+    GEOMETRY_DIR,
+    KIND_CELLS,
+    KINDS,
+    PUBLISHED,
+    RULE_FLAGS,
+    cell_acceptance,
+    curves,
+    finish_cell,
+    median,
+    noise,
+    oracle_acceptance,
+    spec_counters,
+    text_only_config,
+    text_params,
+)
 from bench_gpu_mtp_graphs import start_standin  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("stepcost", REPO / "operator" / "gdn_operator" / "rules" / "stepcost.py")
-assert _spec and _spec.loader
-stepcost = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(stepcost)
-
-GEOMETRY_DIR = REPO / "tests" / "fixtures" / "models-geometry"
-ORACLE = REPO / "tests" / "fixtures" / "vllm-0.26.0-h200x2-release" / "release.json"
 TEARDOWN_S = 20.0
 #: engine kind -> (speculative tokens, settings: "rendered" or "vllm" (the rules' two flags removed))
-KINDS: dict[str, tuple[int, str]] = {
-    "off": (0, "rendered"),
-    "k2": (2, "rendered"),
-    "k2v": (2, "vllm"),
-    "k1": (1, "rendered"),
-    "k3": (3, "rendered"),
-    "k2b": (2, "rendered"),
-}
-RULE_FLAGS = ("--no-async-scheduling", "--async-scheduling", "--no-enable-prefix-caching", "--enable-prefix-caching")
 DEFAULT_PLAN = (
     "qwen3.5-27b:off,qwen3.5-27b:k2,qwen3.5-27b:k2v,qwen3.5-27b:k1,qwen3.5-27b:k3,qwen3.5-27b:k2b,"
     "qwen3.5-9b:off,qwen3.5-9b:k2,qwen3.5-9b:k2v,qwen3.5-35b-a3b:off,qwen3.5-35b-a3b:k2"
-)
-CELLS = ("c1", "c8", "c32", "c64", "long", "prefix")
-CONCURRENCY = {"c1": 1, "c8": 8, "c32": 32, "c64": 64, "long": 8, "prefix": 8, "c8-again": 8}
-#: the cells each kind measures (k1, k3 and the A/A twin: decode only, the rest is k2's question)
-KIND_CELLS = {"k1": ("c1", "c8", "c32", "c64"), "k3": ("c1", "c8", "c32", "c64"), "k2b": ("c1", "c8", "c32", "c64")}
-#: speed-up of (k, settings) over MTP off of the same geometry, per cell
-PAIRS = (("k2", "off"), ("k2v", "off"), ("k1", "off"), ("k3", "off"), ("k2b", "off"), ("k2v", "k2"), ("k2b", "k2"))
-#: published acceptance of Qwen MTP heads: (label, k it was measured at, unconditional per-position rates, source)
-PUBLISHED: tuple[dict, ...] = (
-    {
-        "label": "vllm#48892 MTP k=8, gsm8k, temperature 0 (per-position, first 3)",
-        "per_position": [0.7617, 0.6158, 0.5125],
-        "source": "https://github.com/vllm-project/vllm/pull/48892 (comment by TheEpicDolphin, 2026-08-03)",
-        "caveat": "the excerpt read does not name the checkpoint; a Model Runner V2 multi-layer MTP PR",
-    },
-    {
-        "label": "tenstorrent/vllm#442: Qwen3.8-27B bf16 MTP head, k=1, teacher-forced, pooled",
-        "per_position": [0.647],
-        "source": "https://github.com/tenstorrent/vllm/issues/442 (comment by L-Beale-NZ, 2026-08-25)",
-        "caveat": "Qwen3.8-27B (same architecture class), HF-assembled head; code 0.91, prose 0.49",
-    },
 )
 _FACTS = re.compile(
     r"GPU KV cache size|Maximum concurrency|Available KV cache memory|Model loading took|[Gg]raph capturing finished|init engine|"
@@ -129,50 +109,6 @@ _CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]
 
 
 # ------------------------------------------------------------------------------------------- the models
-
-
-def text_only_config(full: dict) -> dict:
-    """The text-only checkpoint form of a Qwen3.5 config: ``text_config`` at the top, the matching *ForCausalLM
-    architecture (what a text-only Qwen3.5 checkpoint carries); every geometry field unchanged."""
-    arch = full["architectures"][0]
-    causal = {
-        "Qwen3_5ForConditionalGeneration": "Qwen3_5ForCausalLM",
-        "Qwen3_5MoeForConditionalGeneration": "Qwen3_5MoeForCausalLM",
-    }
-    if arch not in causal:
-        raise ValueError(f"{arch}: not a Qwen3.5 multimodal architecture")
-    out = dict(full["text_config"])
-    out["architectures"] = [causal[arch]]
-    out["tie_word_embeddings"] = bool(full.get("tie_word_embeddings", out.get("tie_word_embeddings", False)))
-    return out
-
-
-def text_params(cfg: dict) -> int:
-    """Parameters of the text model (embeddings, decoder layers, final norm, LM head; the MTP layer not counted):
-    what dummy weights occupy, so what a step reads."""
-    h, n, v = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
-    hd, qh, kvh = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    kd, vd, kh, vh = (
-        cfg["linear_key_head_dim"],
-        cfg["linear_value_head_dim"],
-        cfg["linear_num_key_heads"],
-        cfg["linear_num_value_heads"],
-    )
-    conv = cfg["linear_conv_kernel_dim"]
-    full_attn = h * qh * hd * 2 + 2 * h * kvh * hd + qh * hd * h + 2 * hd  # q (+ output gate), k, v, o, q/k norms
-    qkv = 2 * kh * kd + vh * vd
-    gdn = (
-        h * qkv + h * vh * vd + 2 * h * vh + qkv * conv + 2 * vh + vd + vh * vd * h
-    )  # in_proj qkv, z, a/b, conv, A/dt, norm, out
-    if "num_experts" in cfg:
-        e, mi, si = cfg["num_experts"], cfg["moe_intermediate_size"], cfg["shared_expert_intermediate_size"]
-        mlp = e * 3 * h * mi + 3 * h * si + h * e + h  # experts, shared expert, router, shared gate
-    else:
-        mlp = 3 * h * cfg["intermediate_size"]
-    kinds = cfg["layer_types"]
-    layers = sum(full_attn if t == "full_attention" else gdn for t in kinds) + n * (mlp + 2 * h)
-    emb = v * h * (1 if cfg.get("tie_word_embeddings") else 2)
-    return int(layers + emb + h)
 
 
 def prepare_models(work: Path, names: set[str]) -> dict[str, dict]:
@@ -382,26 +318,11 @@ def workload(name: str, seed: int, out_tokens: int) -> tuple[list[tuple[list[int
     return [], [(_prompt(rng, 32), out_tokens) for _ in range(conc)]
 
 
-def _median(xs: list[float]) -> float | None:
-    xs = sorted(xs)
-    if not xs:
-        return None
-    m = len(xs) // 2
-    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
-
-
-def spread(values: list[float], nd: int = 3) -> dict | None:
-    xs = [x for x in values if x is not None]
-    if not xs:
-        return None
-    return {"median": round(_median(xs) or 0.0, nd), "min": round(min(xs), nd), "max": round(max(xs), nd)}
-
-
 def rep(port: int, items: list[tuple[list[int], int]], conc: int, cap: float) -> dict:
     t0 = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(conc) as ex:
         res = list(ex.map(lambda it: stream_timed(port, it[0], it[1], cap), items))
-    wall = time.monotonic() - t0
+    wall = round(time.monotonic() - t0, 4)  # the figure kept: tokens/s is recomputed from it
     ok = [r for r in res if "error" not in r]
     per_token = [r["span"] / r["after_first"] * 1e3 for r in ok if r.get("span") and r.get("after_first")]
     tokens = sum(r["tokens"] for r in ok)
@@ -409,38 +330,13 @@ def rep(port: int, items: list[tuple[list[int], int]], conc: int, cap: float) ->
         "requests": len(items),
         "errors": len(res) - len(ok),
         "error_sample": next((r["error"][:200] for r in res if "error" in r), None),
-        "wall_s": round(wall, 3),
+        "wall_s": wall,
         "tokens": tokens,
         "tokens_per_s": round(tokens / wall, 1) if wall else None,
-        "ms_per_token": round(_median(per_token), 3) if per_token else None,  # x tokens per step = step cost
-        "ttft_ms": round(_median([r["ttft"] * 1e3 for r in ok if r.get("ttft") is not None]) or 0.0, 1) if ok else None,
+        "ms_per_token": round(median(per_token), 3) if per_token else None,  # x tokens per step = step cost
+        "ttft_ms": round(median([r["ttft"] * 1e3 for r in ok if r.get("ttft") is not None]) or 0.0, 1) if ok else None,
         "tokens_per_chunk": round(sum(r["after_first"] for r in ok) / max(1, sum(r["chunks"] - 1 for r in ok)), 3),
     }
-
-
-SPEC = (
-    "vllm:spec_decode_num_drafts_total",
-    "vllm:spec_decode_num_draft_tokens_total",
-    "vllm:spec_decode_num_accepted_tokens_total",
-)
-
-
-def spec_counters(text: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("#") or " " not in line:
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        try:
-            value = float(line.rsplit(" ", 1)[1])
-        except ValueError:
-            continue
-        if name in SPEC or name.startswith("vllm:prefix_cache_"):
-            out[name] = out.get(name, 0.0) + value
-        elif name == "vllm:spec_decode_num_accepted_tokens_per_pos_total" and 'position="' in line:
-            pos = line.split('position="', 1)[1].split('"', 1)[0]
-            out[f"pos{pos}"] = out.get(f"pos{pos}", 0.0) + value
-    return out
 
 
 def scrape(eng: harness.Engine) -> dict[str, float]:
@@ -448,108 +344,6 @@ def scrape(eng: harness.Engine) -> dict[str, float]:
         return spec_counters(harness.metrics(eng))
     except (OSError, RuntimeError):
         return {}
-
-
-def cell_acceptance(before: dict, after: dict, k: int) -> dict | None:
-    d = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
-    drafts = d.get(SPEC[0], 0.0)
-    if not k or not drafts:
-        return None
-    acc = d.get(SPEC[2], 0.0)
-    return {
-        "drafts": drafts,
-        "accepted": acc,
-        "per_position": [round(d.get(f"pos{i}", 0.0) / drafts, 4) for i in range(k)],
-        "tokens_per_step": round(1 + acc / drafts, 4),
-    }
-
-
-def finish_cell(cell: dict) -> None:
-    """The cell's figures from its repetitions: step cost = ms per token x tokens per step (L)."""
-    reps = cell["reps"]
-    L = (cell.get("acceptance") or {}).get("tokens_per_step") or 1.0
-    cell["tokens_per_step"] = L
-    cell["step_ms"] = spread([r["ms_per_token"] * L for r in reps if r.get("ms_per_token")])
-    cell["tokens_per_s"] = spread([r["tokens_per_s"] for r in reps if r.get("tokens_per_s")], 1)
-    cell["ttft_ms"] = spread([r["ttft_ms"] for r in reps if r.get("ttft_ms")], 1)
-
-
-# ------------------------------------------------------------------------------------------- the figures
-
-
-def oracle_acceptance(path: Path = ORACLE) -> dict[str, dict]:
-    """What the trained production-geometry oracle accepted at 0.26.0 (per k and workload): unconditional
-    per-position rates from its counters, so (1 + sum) is its mean tokens per step."""
-    doc = json.loads(path.read_text())
-    out: dict[str, dict] = {}
-    for eng, k in (("k1", 1), ("a", 2), ("k3", 3)):
-        for work, cell in doc["cells"].get(eng, {}).items():
-            acc = cell.get("acceptance")
-            if not acc:
-                continue
-            mal = acc["mean_accepted_length"]
-            pp = list(acc["per_position"][:k])
-            if len(pp) < k:  # the 0.26.0 driver kept two positions: the rest from the mean length
-                pp.append(round(mal - 1 - sum(pp), 4))
-            out[f"k{k} {work}"] = {"k": k, "per_position": pp, "tokens_per_step": mal, "engine": eng}
-    return out
-
-
-def curves(result: dict) -> dict:
-    """Per geometry, pair and cell: the step-cost ratio, the speed-up curve over constant acceptance, the
-    break-even acceptance, and the speed-up at the oracle's and the published acceptance (ranges from the
-    step-cost spreads)."""
-    oracle = result.get("oracle_acceptance") or {}
-    out: dict[str, dict] = {}
-    for geom in sorted({e["geometry"] for e in result["engines"].values() if e.get("geometry")}):
-        for num, den in PAIRS:
-            a, b = result["cells"].get(f"{geom}:{num}", {}), result["cells"].get(f"{geom}:{den}", {})
-            k = KINDS[num][0]
-            for work in CELLS:
-                x, y = (a.get(work) or {}).get("step_ms"), (b.get(work) or {}).get("step_ms")
-                if not x or not y:
-                    continue
-                key = f"{geom} {work} {num}/{den}"
-                entry: dict = {"t_num_ms": x, "t_den_ms": y, "step_ratio": round(x["median"] / y["median"], 3)}
-                if KINDS[den][0] == 0:  # MTP against MTP off: the curve
-                    t_off, t_k = y["median"], x["median"]
-                    entry["curve"] = stepcost.curve(t_off, t_k, k)
-                    entry["break_even_alpha"] = stepcost.break_even(t_off, t_k, k)
-                    marks = {}
-                    for label, o in oracle.items():
-                        if o["k"] == k:
-                            marks[f"oracle {label}"] = _mark(y, x, o["per_position"])
-                    for p in PUBLISHED:
-                        pp = p["per_position"][:k]
-                        if len(pp) == k:
-                            marks[p["label"]] = _mark(y, x, pp)
-                    entry["at"] = marks
-                out[key] = entry
-    return out
-
-
-def _mark(off: dict, mtp: dict, pp: list[float]) -> dict:
-    return {
-        "per_position": pp,
-        "speedup": round(stepcost.speedup(off["median"], mtp["median"], pp), 3),
-        "range": [
-            round(stepcost.speedup(off["min"], mtp["max"], pp), 3),
-            round(stepcost.speedup(off["max"], mtp["min"], pp), 3),
-        ],
-    }
-
-
-def noise(result: dict) -> dict:
-    """The A/A figures: per engine c8 at the start and the end of its slot; k2b against k2 per cell."""
-    out: dict[str, dict] = {}
-    for name, cells in result["cells"].items():
-        a, b = (cells.get("c8") or {}).get("step_ms"), (cells.get("c8-again") or {}).get("step_ms")
-        if a and b:
-            out[f"{name} c8-again/c8"] = {"ratio": round(b["median"] / a["median"], 3)}
-    for key, e in result.get("curves", {}).items():
-        if key.endswith("k2b/k2"):
-            out[key] = {"ratio": e["step_ratio"]}
-    return out
 
 
 # ------------------------------------------------------------------------------------------- examples (item 3)
@@ -831,10 +625,12 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear, dead
     save()
     try:
         for item in plan:
-            if left() < args.engine_min:
+            if item.startswith("ex:"):  # rendered whatever the time (an example the operator refuses needs no GPU)
+                run_example(item)
+            elif left() < args.engine_min:
                 result["skipped"].append(f"{item}: not started, {left():.0f} s left")
-                continue
-            (run_example if item.startswith("ex:") else run_engine)(item)
+            else:
+                run_engine(item)
     except Exception as e:  # keep what was measured
         result["errors"].append(f"driver: {type(e).__name__}: {e}")
         raise
