@@ -378,13 +378,29 @@ def example_manifest(path: Path, model: dict, version: str | None) -> tuple[dict
     if version:
         s["image"]["vllmVersion"] = version
         s["image"]["tag"] = f"v{version}"
-    s.pop("autoscaling", None)
-    s.pop("router", None)
     s.setdefault("env", []).append({"name": "VLLM_USE_FLASHINFER_SAMPLER", "value": "0"})
     if s.get("gdnPrefillBackend") not in (None, "triton"):
         how.append(f"gdnPrefillBackend {s['gdnPrefillBackend']} -> triton (no FlashInfer in the bundle)")
         s["gdnPrefillBackend"] = "triton"
     return m, how
+
+
+#: flags that change nothing of an engine's start or memory (how long a shutdown drains)
+_NOT_STARTUP = ("--shutdown-timeout",)
+
+
+def start_key(argv: list[str]) -> list[str]:
+    """The launch line without the flags in _NOT_STARTUP (and their values): two examples with equal keys start the
+    same engine, so the second is not started again."""
+    out, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+        elif x in _NOT_STARTUP:
+            skip = True
+        else:
+            out.append(x)
+    return out
 
 
 def examples_plan() -> list[str]:
@@ -599,6 +615,19 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear, dead
         rec.update(argv=r.argv, env=r.env, notes=r.notes, started_release=args.vllm_version)
         mns = r.argv[r.argv.index("--max-num-seqs") + 1] if "--max-num-seqs" in r.argv else None
         rec["configured_max_num_seqs"] = int(mns) if mns else "vLLM default (see log_facts)"
+        twin = next(
+            (
+                n
+                for n, e in result["examples"].items()
+                if n != fname and e.get("starts") is not None and start_key(e.get("argv") or []) == start_key(r.argv)
+            ),
+            None,
+        )
+        if twin:  # the same server as far as its start goes (the autoscaled example's is the plain one's): started once
+            t = result["examples"][twin]
+            rec.update(starts=t["starts"], capacity=t.get("capacity"), reason=f"the launch line of {twin}: {t['reason']}")
+            save()
+            return
         if left() < args.engine_min:
             result["skipped"].append(f"{item}: {left():.0f} s left")
             rec["starts"] = None
