@@ -651,15 +651,24 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear, dead
             stop(eng)
             save()
 
+    failed: list[str] = []  # engines that exited (or failed to render) before Ready
     save()
     try:
         for item in plan:
+            geom = item.partition(":")[0]
             if item.startswith("ex:"):  # rendered whatever the time (an example the operator refuses needs no GPU)
                 run_example(item)
             elif left() < args.engine_min:
                 result["skipped"].append(f"{item}: not started, {left():.0f} s left")
+            elif f"{geom}:off" in failed:  # no baseline at this geometry: its MTP engines would measure nothing usable
+                result["skipped"].append(f"{item}: not started, {geom}:off did not start")
+            elif len(failed) >= 3 and not any(n in result["cells"] for n in plan):
+                result["skipped"].append(f"{item}: not started, the first three engines exited before Ready")
             else:
                 run_engine(item)
+                e = result["engines"].get(item, {})
+                if "ready_s" not in e and not e.get("cut_by_deadline"):
+                    failed.append(item)
     except Exception as e:  # keep what was measured
         result["errors"].append(f"driver: {type(e).__name__}: {e}")
         raise
