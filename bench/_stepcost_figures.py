@@ -26,14 +26,19 @@ KINDS: dict[str, tuple[int, str]] = {
     "k1": (1, "rendered"),
     "k3": (3, "rendered"),
     "k2b": (2, "rendered"),
+    "k1v": (1, "vllm"),
+    "k3v": (3, "vllm"),
 }
 RULE_FLAGS = ("--no-async-scheduling", "--async-scheduling", "--no-enable-prefix-caching", "--enable-prefix-caching")
 CELLS = ("c1", "c8", "c32", "c64", "long", "prefix")
 CONCURRENCY = {"c1": 1, "c8": 8, "c32": 32, "c64": 64, "long": 8, "prefix": 8, "c8-again": 8}
 #: the cells each kind measures (k1, k3 and the A/A twin: decode only, the rest is k2's question)
-KIND_CELLS = {"k1": ("c1", "c8", "c32", "c64"), "k3": ("c1", "c8", "c32", "c64"), "k2b": ("c1", "c8", "c32", "c64")}
+KIND_CELLS = {k: ("c1", "c8", "c32", "c64") for k in ("k1", "k3", "k2b", "k1v", "k3v")}
 #: speed-up of (k, settings) over MTP off of the same geometry, per cell
-PAIRS = (("k2", "off"), ("k2v", "off"), ("k1", "off"), ("k3", "off"), ("k2b", "off"), ("k2v", "k2"), ("k2b", "k2"))
+PAIRS = (
+    ("k2", "off"), ("k2v", "off"), ("k1", "off"), ("k3", "off"), ("k2b", "off"), ("k1v", "off"), ("k3v", "off"),
+    ("k2v", "k2"), ("k2b", "k2"), ("k1v", "k1"), ("k3v", "k3"),
+)  # fmt: skip
 #: published acceptance of Qwen MTP heads: (label, k it was measured at, unconditional per-position rates, source)
 PUBLISHED: tuple[dict, ...] = (
     {

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark (GPU host, ONE GPU): MTP's step cost at real Qwen3.5 geometry, dummy weights (issue 50 items 2 and 3).
 
-Real weights cannot reach the GPU hosts; real shapes can. Each geometry in tests/fixtures/models-geometry (the
-published config.json, see its README) is served by the bundle's vLLM with ``--load-format dummy`` and token-id
+Real weights cannot reach the GPU hosts; real shapes can. Each geometry in tests/fixtures/models-geometry (config.json
+assembled from the published model cards, sources in its README) is served by the bundle's vLLM with ``--load-format dummy`` and token-id
 prompts (``--skip-tokenizer-init``: no tokenizer on the host). The engines run the text-only form of the
 checkpoint (``Qwen3_5ForCausalLM`` / ``Qwen3_5MoeForCausalLM`` built from ``text_config``, written by
 ``text_only_config`` beside the results: the multimodal processor needs a tokenizer); the vision tower (~0.9 GB
@@ -11,10 +11,11 @@ bf16) is the only thing left out.
 Engines (argv from ``gdnctl render`` of the minimal manifest at ``--vllm-version`` via tests/gpu/harness.py, as
 bench_gpu_release.py does), one at a time on the GPU, in the order of ``--plan`` (the most valuable first):
 
-  GEOM:off    MTP off (the operator renders vLLM's defaults there: checked, else the run stops)
+  GEOM:off    MTP off (the operator renders vLLM's defaults there: checked, else that engine is an error)
   GEOM:k2     MTP k=2 exactly as rendered (the rules' defaults: async scheduling off, prefix caching off)
   GEOM:k2v    MTP k=2 with vLLM's defaults (the two flags the rules added removed)
-  GEOM:k1, GEOM:k3   as rendered with k=1 / k=3;  GEOM:k2b  k2 again: the A/A twin (noise floor)
+  GEOM:k1, GEOM:k3   as rendered with k=1 / k=3;  GEOM:k1v, GEOM:k3v  the same with vLLM's defaults (not in the
+              default plan);  GEOM:k2b  k2 again: the A/A twin (noise floor)
   ex:FILE     an example manifest at real geometry: start, read capacity, stop (item 3; ``examples_plan``)
 
 Bench adaptations after rendering, each recorded in the engine's notes: ``--load-format dummy`` and
@@ -36,14 +37,18 @@ IS the cost of one verify-(k+1) step. Per request: (last chunk - first chunk) / 
 L the cell's mean tokens per step from /metrics (1 + accepted/drafts; 1 without MTP) — correct whatever the
 acceptance and however the API server groups tokens into chunks. A repetition's figure is the median over its
 requests; a cell's is the median (min-max) over repetitions. Every engine measures c8 again at the end of its
-slot (``c8-again``: the within-engine A/A); ``k2b`` is the engine twin.
+slot (``c8-again``: the within-engine A/A); ``k2b`` is the engine twin. The largest |ratio - 1| of those pairs at
+a geometry is its noise floor: a step-cost ratio is ``claimed`` where the spreads do not overlap and
+``beyond_noise`` where it is also farther from 1 than the floor (the release table's rule).
 
 From the step costs, MTP's speed-up at acceptance: ``(1 + a1 + a1 a2 + ...) * t_off / t_k``
 (gdn_operator/rules/stepcost.py), as curves over constant conditional acceptance, at the acceptance the oracle
 model measured at 0.26.0 (tests/fixtures/vllm-0.26.0-h200x2-release) and at published Qwen MTP acceptance
 (``PUBLISHED``). ``stepcost.json`` is rewritten after every repetition; the engines' kept log lines go to
 ``stepcost-engines.log``. ``--until`` (epoch seconds) bounds everything; an engine starts only with
-``--engine-min`` seconds left.
+``--engine-min`` seconds left; after an engine stops, its whole process group must be gone and the GPU's memory
+back under 2 GiB before the next starts. An engine that exits before Ready keeps its log tail; a geometry whose
+MTP-off engine did not start skips its MTP engines.
 
 ``--dry-run``: stand-in engines (tests/gpu/standin_engine.py), no GPU: proves arguments, deadline and files.
 
