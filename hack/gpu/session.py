@@ -26,10 +26,14 @@ $GDN_GPU_SITE; two GPUs of one host for stall and multinode):
   shortprompt  bench/probe_gpu_short_prompts.py on the tiny model at $GDN_GPU_VLLM_VERSION: prompts and final prefill
              chunks of exactly 1 + k tokens with MTP k = 1/2/3 against MTP off (issue 47 item 3: PR #32716's
              descendants)
+  stepcost  bench/bench_gpu_stepcost.py on ONE GPU at $GDN_GPU_VLLM_VERSION: real Qwen3.5 geometry
+             (tests/fixtures/models-geometry) with dummy weights, MTP off / k=1,2,3 as rendered and k=2 with vLLM's
+             defaults, decode step cost at concurrency 1-64, the long-prompt mix, shared-prefix prefill; then every
+             example started at real geometry (capacity read, no load) — one engine at a time (issue 50)
   g1-guard  bench/bench_gpu_g1_guard.py on the tiny model: FULL_AND_PIECEWISE + MTP without and with the gdn-guard
              plugin, and PIECEWISE, exact answers at concurrency 8 and 32 and tokens/s (issue 33); ``-- --tp 2``
 
-``--dry-run`` (prodmodel-*, release-serve, shortprompt): no GPU — the trainer on CPU with a tiny batch and the serve driver with stand-in
+``--dry-run`` (prodmodel-*, release-serve, shortprompt, stepcost): no GPU — the trainer on CPU with a tiny batch and the serve driver with stand-in
 engines (tests/gpu/standin_engine.py), to prove arguments, deadlines and the files in $OUT.
 
 Deadline: ``--until`` (epoch seconds) or now + ``--budget`` (default 560). The step gets ``--until`` 10 s
@@ -133,6 +137,19 @@ def step_cmd(step: str, work: Path, until: float, extra: list[str], dry_run: boo
             "release.json": "release.json",
             **{f"logs/serve-{n}.log": f"serve-{n}.log" for n in ("a", "f", "p", "q", "r", "p3")},
         }
+    elif step == "stepcost":
+        cmd = _py(
+            "bench/bench_gpu_stepcost.py",
+            "--out",
+            str(work),
+            "--until",
+            u,
+            "--vllm-version",
+            os.environ.get("GDN_GPU_VLLM_VERSION", "0.22.0"),
+            *(["--dry-run"] if dry_run else []),
+            *extra,
+        )
+        keep = {"stepcost.json": "stepcost.json", "stepcost-engines.log": "stepcost-engines.log"}
     elif step == "graphs-tiny":
         budget = max(60.0, until - 10 - time.time())
         cmd = _py(
@@ -184,7 +201,7 @@ def step_cmd(step: str, work: Path, until: float, extra: list[str], dry_run: boo
         keep = {}
     else:
         raise SystemExit(
-            f"session: unknown step {step!r} (stall, multinode, check, prodmodel-train, prodmodel-serve, release-serve, graphs-tiny, g1-guard, shortprompt)"
+            f"session: unknown step {step!r} (stall, multinode, check, prodmodel-train, prodmodel-serve, release-serve, graphs-tiny, g1-guard, shortprompt, stepcost)"
         )
     return cmd, keep
 
@@ -210,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.step == "prodmodel-train":  # never report a stale result as this run's
         (PROD_MODEL / "training.json").unlink(missing_ok=True)
     if (
-        a.step in ("stall", "multinode", "prodmodel-serve", "release-serve", "graphs-tiny", "g1-guard", "shortprompt")
+        a.step in ("stall", "multinode", "prodmodel-serve", "release-serve", "graphs-tiny", "g1-guard", "shortprompt", "stepcost")
         and not a.dry_run
         and not (SITE / "vllm").is_dir()
     ):

@@ -65,6 +65,8 @@ def main() -> None:
             prompt = body["prompt"]
             answer = prompt[: prompt.index(SEP)] if SEP in prompt else []
             out = (answer + [EOS])[: body["max_tokens"]]
+            if body.get("ignore_eos"):  # fixed-length output: the answer, then filler ids up to max_tokens
+                out = (answer + [5 + i % 7 for i in range(body["max_tokens"])])[: body["max_tokens"]]
             time.sleep(0.002 * len(out))
             with lock:
                 c["generation"] += len(out)
@@ -82,6 +84,8 @@ def main() -> None:
                     ch = {"text": "".join(chr(96 + (t % 26)) for t in part if t != EOS), "token_ids": part}
                     ch["finish_reason"] = reason if i + 2 >= len(out) else None
                     self.wfile.write(b"data: " + json.dumps({"choices": [ch]}).encode() + b"\n\n")
+                    self.wfile.flush()
+                    time.sleep(0.001)  # chunks a step apart, as an engine streams them
                 usage = {"choices": [], "usage": {"completion_tokens": len(out)}}
                 self.wfile.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
                 return
