@@ -17,7 +17,8 @@
 #                                                    UNTIL), and with /STOPVER is stopped once STOPVER's bundle is
 #                                                    installed (work for the staging minutes of a later release); a
 #                                                    VERSION written `+VERSION` runs beside the training (steps that
-#                                                    time nothing), and the rest waits for both
+#                                                    time nothing), and the rest waits for both; a STEP written `&STEP`
+#                                                    runs beside the steps after it until a line `wait`
 #   hack/gpu/lease.sh plan VERSION FILE UNTIL        run a plan file's steps now (the `+` ones first; no training, no staging)
 #   hack/gpu/lease.sh stage VERSION                  each later call: stage the carried piece(s) of every bundle the
 #                                                    call carries (.gpu-bundle/vllm-*); install each once complete
@@ -29,13 +30,13 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
-[ $# -ge 2 ] || { sed -n 2,28p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,29p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 CMD="$1" VERSION="$2"
 CACHE="${GDN_CACHE_DIR:-$HOME/.cache/gdn-operator}"
 STATE="$CACHE/lease-$VERSION"
 SITE="$CACHE/gpu-site/vllm-$VERSION"
 STAGE="$CACHE/gpu-stage/vllm-$VERSION"
-export GDN_GPU_SITE="$SITE" GDN_GPU_VLLM_VERSION="$VERSION" GDN_PROD_MODEL="$CACHE/prod-model"
+export GDN_GPU_SITE="$SITE" GDN_GPU_VLLM_VERSION="$VERSION" GDN_PROD_MODEL="${GDN_PROD_MODEL:-$CACHE/prod-model}"
 mkdir -p "$STATE"
 
 stage_one() {  # stage_one VERSION: the carried pieces of that release's bundle; install it once complete
@@ -68,7 +69,7 @@ end_step_processes() {  # end_step_processes TAG: SIGKILL every process whose en
   local f pid left=""
   for f in /proc/[0-9]*/environ; do
     pid="${f#/proc/}"; pid="${pid%/environ}"
-    if tr '\0' '\n' <"$f" 2>/dev/null | grep -qxF "GDN_LEASE_STEP=$1"; then
+    if tr '\0' '\n' 2>/dev/null <"$f" | grep -qxF "GDN_LEASE_STEP=$1"; then
       kill -9 "$pid" 2>/dev/null && left="$left $pid"
     fi
   done
@@ -76,13 +77,18 @@ end_step_processes() {  # end_step_processes TAG: SIGKILL every process whose en
 }
 
 run_plan() {  # run_plan FILE UNTIL [early]: the plan's steps in order on GPU 0 (see the header); `early`: the `+` lines
-  local plan="$1" until="$2" early="${3:-}" n=0 ver cap step rest stopver limit end pid
+  local plan="$1" until="$2" early="${3:-}" n=0 ver cap step rest stopver limit end pid bg="" tag
   while read -r ver cap step rest; do
     case "$ver" in ''|'#'*) continue ;; esac
+    if [ "$ver" = wait ]; then  # `wait`: the `&` steps started above end first
+      [ -z "$bg" ] || { wait $bg || true; }
+      bg=""; echo "lease plan: $(date +%T) the steps started together are done"; continue
+    fi
     if [ -n "$early" ]; then case "$ver" in +*) ver="${ver#+}" ;; *) continue ;; esac
     else case "$ver" in +*) continue ;; esac
     fi
-    n=$((n + 1)); stopver=""
+    n=$((n + 1)); stopver=""; tag=""
+    case "$step" in '&'*) step="${step#&}"; tag="&" ;; esac
     [ -z "$early" ] || n="e$n"
     case "$cap" in */*) stopver="${cap#*/}"; cap="${cap%/*}" ;; esac
     until [ -f "$CACHE/gpu-site/vllm-$ver/.installed-ok" ] || [ "$(date +%s)" -gt "$until" ]; do sleep 2; done
@@ -100,6 +106,9 @@ run_plan() {  # run_plan FILE UNTIL [early]: the plan's steps in order on GPU 0 
       CUDA_VISIBLE_DEVICES=0 GDN_SESSION_WORK="$STATE/work/$n-$step" \
       bash hack/gpu/session.sh "$step" --until "$end" $rest >"$STATE/steps/$n-$step-$ver/session.log" 2>&1 &
     pid=$!
+    if [ -n "$tag" ]; then  # `&STEP`: runs beside the next steps until a `wait` line (steps that time nothing)
+      bg="$bg $pid"; continue
+    fi
     while kill -0 "$pid" 2>/dev/null; do
       if [ -n "$stopver" ] && [ -f "$CACHE/gpu-site/vllm-$stopver/.installed-ok" ]; then
         echo "lease plan: $(date +%T) step $n: $stopver installed, stopping $step@$ver"
@@ -113,6 +122,7 @@ run_plan() {  # run_plan FILE UNTIL [early]: the plan's steps in order on GPU 0 
     # every process that inherited this step's GDN_LEASE_STEP (engines run in sessions of their own) is ended
     end_step_processes "$STATE/work/$n-$step"
   done <"$plan"
+  [ -z "$bg" ] || { wait $bg || true; }
 }
 
 case "$CMD" in
@@ -147,9 +157,12 @@ subprocess.Popen(sys.argv[2:], cwd=sys.argv[1], start_new_session=True, close_fd
     UNTIL="$3" TRAIN_S="$4" EXTRA="${5:-}" EXTRA_S="${6:-300}"
     export GDN_GPU_NAME
     GDN_GPU_NAME="$(head -1 "$STATE/gpus.txt" | cut -d, -f2 | sed 's/^ //')"
-    echo "lease run: $(date +%T) training for ${TRAIN_S} s on GPU 0"
-    OUT="$STATE/train" bash hack/gpu/session.sh prodmodel-train --until $(( $(date +%s) + TRAIN_S )) &
-    train=$!
+    train=""
+    if [ "$TRAIN_S" -gt 0 ]; then  # TRAIN_S 0: no training (a plan on the committed tiny model, GDN_PROD_MODEL)
+      echo "lease run: $(date +%T) training for ${TRAIN_S} s on GPU 0"
+      OUT="$STATE/train" bash hack/gpu/session.sh prodmodel-train --until $(( $(date +%s) + TRAIN_S )) &
+      train=$!
+    fi
     # a plan waits for each step's own bundle (run_plan); without one, the training overlaps the staging
     until [ -n "${GDN_LEASE_PLAN:-}" ] || [ -f "$SITE/.installed-ok" ] || [ "$(date +%s)" -gt "$UNTIL" ]; do sleep 2; done
     echo "lease run: $(date +%T) bundle installed: $([ -f "$SITE/.installed-ok" ] && echo yes || echo no)"
@@ -165,7 +178,7 @@ subprocess.Popen(sys.argv[2:], cwd=sys.argv[1], start_new_session=True, close_fd
       run_plan "$GDN_LEASE_PLAN" "$UNTIL" early &
       early=$!
     fi
-    wait "$train" || echo "lease run: training exited $?"
+    [ -z "$train" ] || wait "$train" || echo "lease run: training exited $?"
     [ -z "$early" ] || wait "$early" || echo "lease run: the early steps exited $?"
     if [ -n "${GDN_LEASE_PLAN:-}" ]; then
       echo "lease run: $(date +%T) training done; the plan $GDN_LEASE_PLAN until $(date -d "@$UNTIL" +%T)"
