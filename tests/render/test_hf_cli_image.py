@@ -82,8 +82,12 @@ def file_gets(hub: HubServer) -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize("version", IMAGE_HUB_VERSIONS)
 def test_the_rendered_download_step_fills_the_cache_with_the_image_hub_cli(version, tmp_path):
     hf = hf_cli(version)
-    ver = subprocess.run([str(hf.parent / "python"), "-c", "import huggingface_hub as h; print(h.__version__)"],
-                         capture_output=True, text=True, check=True)
+    ver = subprocess.run(
+        [str(hf.parent / "python"), "-c", "import huggingface_hub as h; print(h.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert ver.stdout.strip() == version  # the CLI under test is that release's
     init = rendered_init(BODY)
     spec = parse_spec(BODY)
