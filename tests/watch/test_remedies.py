@@ -66,6 +66,14 @@ def test_every_action_id_is_defined_once_in_the_data():
             {"modelRunner": "v2", "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}},
             "modelRunner=v1",
         ),
+        # ... and its way back: signature v1-runner-removed (VLLM_USE_V2_MODEL_RUNNER=0 refused at start-up)
+        (
+            "disable-v1-model-runner",
+            {"modelRunner": "v1", "image": {"tag": "v0.34.0", "vllmVersion": "0.34.0"}},
+            "modelRunner=auto",
+        ),
+        ("disable-v1-model-runner", {"modelRunner": "v1", "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}, None),
+        ("disable-v1-model-runner", {"image": {"tag": "v0.34.0", "vllmVersion": "0.34.0"}}, None),  # in effect
         ("enable-chunked-prefill", {"chunkedPrefill": False}, "chunkedPrefill=true"),
         ("disable-prefix-caching", {"prefixCaching": True}, "prefixCaching=false"),
         ("drop-nccl-p2p-disable", P2P, "env NCCL_P2P_DISABLE removed"),
