@@ -195,6 +195,7 @@ def _validate_workloads(workloads: list[tuple[str, dict[str, Any]]], args: argpa
         guard["vllmVersion"] = {"pinned": args.vllm_version}
     spec = GDNGuardSpec.model_validate(guard)
     results, lines, code = [], [], 0
+    strict = False
     for label, doc in workloads:
         v = judge_workload(doc, spec, "(gdnctl validate)")
         name = f"{doc.get('kind')} {(doc.get('metadata') or {}).get('name') or ''}".strip()
@@ -206,6 +207,13 @@ def _validate_workloads(workloads: list[tuple[str, dict[str, Any]]], args: argpa
         results.append({"source": label, "name": name, "allowed": v.allowed, "rules": v.rules, "warnings": v.warnings,
                         "message": v.denied, "notes": v.notes})  # fmt: skip
         code = max(code, 0 if v.allowed else 1)
+        if getattr(args, "strict", False):  # each vLLM container's release, as for a manifest
+            whys = sorted({w for ev in v.evaluations if (w := load_rules().uncatalogued(ev.detail.values["vllm_version"]))})
+            results[-1]["uncatalogued"] = "; ".join(whys) or None
+            lines += [f"strict: not a catalogued release, {label} {name}: {w}" for w in whys]
+            strict = strict or bool(whys)
+    if strict and code == 0:
+        code = EXIT_UNCATALOGUED
     sys.stdout.write(
         json.dumps(results, indent=2) + "\n" if getattr(args, "output", "text") == "json" else "\n".join(lines) + "\n"
     )
