@@ -87,6 +87,7 @@ def _effective_line(ev: Evaluation) -> str:
         f"prefix caching {onoff(v['prefix_caching'])}" + (f" (mamba {v['mamba_cache_mode']})" if v["mamba_cache_mode"] else ""),
         f"chunked prefill {onoff(v['chunked_prefill'])}",
         f"runner {(v['model_runner'] or 'unknown').upper()}",
+        f"CUDA graphs {v['cudagraph_mode']} ({v['cudagraph_implementation'] or 'none'})",
         f"TP={v['tensor_parallel_size']}",
     ]
     if v.get("pipeline_parallel_size", 1) > 1:
