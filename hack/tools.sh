@@ -5,11 +5,15 @@
 #   promtool                        from the Debian package `prometheus` (only if promtool is missing)
 #   shellcheck                      from the Debian package `shellcheck` (only if missing): actionlint runs it over the
 #                                   release workflow's `run:` scripts (tests/hack/test_release.py)
+#   hf (huggingface_hub VERSION)    `hack/tools.sh hf-cli VERSION` only: a venv of its own with that release from PyPI,
+#                                   the Hub CLI a vLLM image carries (tests/render/test_hf_cli_image.py runs the
+#                                   download step's argv with it)
 #
 # Idempotent: a second run only verifies and prints the paths.
 #   hack/tools.sh            install everything, print KEY=path lines
 #   hack/tools.sh paths      print the paths only
 #   hack/tools.sh kubectl    install helm + kubectl only (hack/dev.sh), print kubectl's path
+#   hack/tools.sh hf-cli V   install huggingface_hub==V in its own venv, print the path of its `hf`
 set -euo pipefail
 
 CACHE="${GDN_CACHE_DIR:-$HOME/.cache/gdn-operator}"
@@ -92,6 +96,24 @@ install_shellcheck() {
   command -v shellcheck >/dev/null || { log "shellcheck still missing after apt-get install shellcheck"; exit 1; }
 }
 
+install_hf_cli() {
+  local ver="$1" venv="$CACHE/venvs/hf-cli-$1" t0=$SECONDS
+  [[ "$ver" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { log "hf-cli: expected a huggingface_hub version X.Y.Z, got '$ver'"; exit 2; }
+  # .complete is written last: a venv an interrupted run left behind is built again
+  if [[ -f "$venv/.complete" && -x "$venv/bin/hf" ]]; then
+    log "huggingface_hub $ver: present"; echo "$venv/bin/hf"; return 0
+  fi
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  log "installing huggingface_hub==$ver from PyPI into $venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "huggingface_hub==$ver" >&2
+  "$venv/bin/python" -c "import huggingface_hub as h, sys; sys.exit(h.__version__ != '$ver')" \
+    || { log "hf-cli: $venv does not hold huggingface_hub $ver"; exit 1; }
+  touch "$venv/.complete"
+  log "huggingface_hub $ver: installed in $((SECONDS - t0))s"
+  echo "$venv/bin/hf"
+}
+
 print_paths() {
   echo "HELM=$HELM"
   echo "KUBECTL=$KUBECTL"
@@ -110,5 +132,6 @@ case "${1:-install}" in
   kubectl)
     install_layer_tools
     echo "$KUBECTL" ;;
-  *) echo "usage: $0 [install|paths|kubectl]" >&2; exit 2 ;;
+  hf-cli) install_hf_cli "${2:-}" ;;
+  *) echo "usage: $0 [install|paths|kubectl|hf-cli VERSION]" >&2; exit 2 ;;
 esac

@@ -4,6 +4,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from gdn_operator.api.crd import crd_yaml
@@ -198,3 +199,74 @@ def test_render_keeps_full_graphs_for_a_checkpoint_with_one_attention_group():
     args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--compilation-config" not in args and "--enforce-eager" not in args
     assert '"method":"mtp"' in " ".join(args) and "mtp-full-decode-cudagraph" not in r.stderr
+
+
+# ------------------------------------------------------------------------ vLLM 0.34.0 (issue 46) --
+
+MANIFEST_34 = (
+    "apiVersion: serving.gdn-operator.io/v1alpha1\nkind: GDNModelServer\nmetadata: {name: q, namespace: default}\n"
+    'spec:\n  model: {uri: "hf://Qwen/Qwen3.5-27B"}\n  image: {tag: v0.34.0, vllmVersion: "0.34.0"}\n'
+)
+
+
+def _engine_args(stdout: str) -> list[str]:
+    deploy = next(o for o in json.loads(stdout)["items"] if o["kind"] == "Deployment")
+    return deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_validate_at_0_34_refuses_modelrunner_v1_naming_why_and_the_fix(tmp_path):
+    f = tmp_path / "v1.yaml"
+    f.write_text(MANIFEST_34.replace("0.34.0", "0.33.0") + "  modelRunner: v1\n")
+    r = run("validate", "-f", str(f), "--vllm-version", "0.34.0")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "REJECTED" in r.stdout and "vllm-config/v1-runner-removed" in r.stdout
+    assert "V1 model runner was removed in vLLM 0.34.0" in r.stdout and "pin spec.image.vllmVersion to a 0.33.x" in r.stdout
+    assert run("validate", "-f", str(f)).returncode == 0  # the same manifest at 0.33.0 still runs V1
+
+
+def test_render_at_0_34_writes_no_gpu_memory_fraction_or_async_flag_unless_set():
+    r = run("render", "-f", "-", "--output", "json", stdin=MANIFEST_34)
+    assert r.returncode == 0, r.stderr
+    args = _engine_args(r.stdout)
+    assert "--gpu-memory-utilization" not in args and "--no-async-scheduling" not in args
+    assert "--no-enable-prefix-caching" in args and "--gdn-prefill-backend" in args  # the defaults that stay
+    set_ = run("render", "-f", "-", "--output", "json", stdin=MANIFEST_34 + "  gpuMemoryUtilization: 0.8\n")
+    args = _engine_args(set_.stdout)
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.8"
+    v = json.loads(run("validate", "-f", "-", "--output", "json", stdin=MANIFEST_34).stdout)["results"][0]
+    assert {d["field"] for d in v["defaults"]} == {"prefixCaching", "gdnPrefillBackend"}, v["defaults"]
+
+
+def test_validate_strict_exits_4_for_an_uncatalogued_release_and_names_it(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text(MANIFEST_34)
+    assert run("validate", "-f", str(f), "--strict").returncode == 0  # 0.34.0 is catalogued
+    for version in ("0.35.0", "0.34.1rc1", "0.34.1.dev12+gabc"):
+        r = run("validate", "-f", str(f), "--vllm-version", version, "--strict")
+        assert r.returncode == 4, (version, r.stdout + r.stderr)
+        assert "strict: not a catalogued release" in r.stdout, r.stdout
+        assert run("validate", "-f", str(f), "--vllm-version", version).returncode == 0  # without --strict: admitted
+    newer = run("validate", "-f", str(f), "--vllm-version", "0.35.0", "--strict", "--output", "json")
+    doc = json.loads(newer.stdout)
+    assert doc["exitCode"] == 4 and "newer than the releases the catalogue read" in doc["results"][0]["uncatalogued"]
+    # the admission warning names what was not checked
+    assert any("not checked against vLLM 0.35.0" in w["message"] for w in doc["results"][0]["findings"])
+    # a refusal stays a refusal (1), strict or not; a launch line is judged the same way
+    f.write_text(MANIFEST_34 + "  modelRunner: v1\n")
+    assert run("validate", "-f", str(f), "--vllm-version", "0.35.0", "--strict").returncode == 1
+    line = ["--", "vllm", "serve", "Qwen/Qwen3.5-27B", "--no-enable-prefix-caching", "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}']  # fmt: skip
+    assert run("validate", "--vllm-version", "0.36.0", "--strict", *line).returncode == 4
+    assert run("validate", "--vllm-version", "0.34.0", "--strict", *line).returncode == 0
+
+
+@pytest.mark.readme("gdnctl validate --strict --vllm-version 0.35.0 -f examples/qwen3.5-27b-mtp.yaml")
+def test_readme_strict_line_exits_4_for_a_release_newer_than_the_catalogue():
+    r = run("validate", "--strict", "--vllm-version", "0.35.0", "-f", "examples/qwen3.5-27b-mtp.yaml")
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "ADMITTED WITH WARNINGS" in r.stdout and "gdn-operator/version-not-in-catalogue" in r.stdout
+    assert r.stdout.rstrip().endswith("vLLM 0.35.0 is newer than the releases the catalogue read (0.17.0 - 0.34.0)")
+
+
+def test_validate_help_documents_strict():
+    r = run("validate", "--help")
+    assert "--strict" in r.stdout and "catalogue" in r.stdout

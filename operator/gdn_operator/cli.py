@@ -4,7 +4,7 @@ Sub-commands are thin: each parses its arguments here and calls the owning modul
 exactly the answer the operator would give in the cluster.
 
 Exit codes: 0 ok, 1 would be rejected/changed (validate), 2 malformed input or usage, 3 no crash
-found (classify-log).
+found (classify-log), 4 an uncatalogued vLLM release under validate --strict.
 """
 
 from __future__ import annotations
@@ -96,6 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="OPT-INS",
         help="the operator's opt-ins for pod settings refused by default, comma-separated, as its chart value "
         "operator.allowUnsafe / GDN_ALLOW_UNSAFE lists them (default: none, as the operator)",
+    )
+    s.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 4 when the vLLM version is not a release the known-issue catalogue has read (newer than its "
+        "newest, a pre-release or nightly, or a release it skipped): such a release keeps the newest release's "
+        "rules and defaults unchecked, so a CI pipeline can refuse to roll it out",
     )
     s.add_argument("launch", nargs=argparse.REMAINDER, help="-- vllm serve MODEL --flags ...")
     s.set_defaults(func=_cmd_validate)

@@ -17,6 +17,8 @@ def test_defaults():
     assert s.speculative_decoding.num_speculative_tokens == 2
     assert s.async_scheduling is None and s.prefix_caching is None  # None = vLLM's own default
     assert s.model_runner == "auto"
+    # issue 46: unset = vLLM's choice (the renderer decides per release: render/engine.py gpu_memory_utilization)
+    assert s.gpu_memory_utilization is None and s.cudagraph_implementation is None
     assert s.startup_budget_seconds >= 1800
     assert s.remediation.mode == "auto" and s.remediation.threshold == 3
     assert s.metrics.scrape_interval_seconds == 15
@@ -53,6 +55,10 @@ def test_dump_is_camel_case_and_round_trips():
         ),
         ({"extraArgs": ["--trust-remote-code", "--no-async-scheduling"]}, "set spec.asyncScheduling instead"),
         ({"env": [{"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "1"}]}, "set spec.modelRunner instead"),
+        # issue 46: the breakable-CUDA-graph switch is the operator's (spec.cudagraphImplementation)
+        ({"env": [{"name": "VLLM_USE_BREAKABLE_CUDAGRAPH", "value": "0"}]}, "set spec.cudagraphImplementation instead"),
+        ({"cudagraphImplementation": "piecewise"}, "spec.cudagraphImplementation: Input should be 'breakable' or 'compiled'"),
+        ({"cudagraphImplementation": "breakable", "enforceEager": True}, "drop cudagraphImplementation or enforceEager"),
         # vLLM's parser spellings that would smuggle an owned option past the rules
         ({"extraArgs": ["--speculative-config.num_speculative_tokens=5"]}, "sets --speculative-config, which the operator owns"),
         ({"extraArgs": ["--speculative_config={}"]}, "sets --speculative-config"),

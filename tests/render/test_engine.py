@@ -8,7 +8,14 @@ from hypothesis import strategies as st
 
 from gdn_operator.api import flags
 from gdn_operator.api.load import parse_spec
-from gdn_operator.render.engine import deployment, service, vllm_args
+from gdn_operator.render.engine import (
+    GPU_MEMORY_BEFORE_KV_SIZING,
+    deployment,
+    engine_env,
+    gpu_memory_utilization,
+    service,
+    vllm_args,
+)
 from gdn_operator.render.meta import RenderError, safe_label_value
 from gdn_operator.render.objects import render_all
 from gdn_operator.rules.launchline import parse_launch_line
@@ -111,6 +118,8 @@ def test_rendered_argv_reads_back_to_the_same_settings(fields):
     assert set(options) <= written, set(options) - written  # every option the renderer writes is in the table
     back = parse_launch_line(["vllm", "serve", *argv], vllm_version="0.33.0").spec.model_dump(by_alias=True)
     want = rendered.model_dump(by_alias=True)
+    # unset before vLLM 0.34.0 renders the fraction always rendered there (issue 46): that is what runs
+    want["gpuMemoryUtilization"] = gpu_memory_utilization(rendered)
     for key in [f.key for f in flags.READ_FLAGS] + ["speculativeDecoding", "cudagraphMode"]:
         assert back[key] == want[key], key
 
@@ -263,3 +272,37 @@ def test_label_value_is_always_valid():
     long = safe_label_value("x" * 100)
     assert len(long) <= 63
     assert safe_label_value("0.19.2rc1.dev226+g53b9640fb").replace("-", "").replace(".", "").replace("_", "").isalnum()
+
+
+# ------------------------------------------------------------------------ vLLM 0.34.0 (issue 46) --
+
+
+@pytest.mark.parametrize(
+    "version, set_to, rendered",
+    [
+        ("0.34.0", None, None),  # vLLM sizes the KV cache from measured memory (config/cache.py): nothing rendered
+        ("0.35.0", None, None),
+        ("0.34.0", 0.85, "0.85"),  # set: rendered as always
+        ("0.33.0", None, "0.9"),  # before 0.34.0: the fraction always rendered
+        ("0.33.0", 0.95, "0.95"),
+        ("0.34.0rc1", None, "0.9"),  # a pre-release of 0.34.0 sorts before it (vllm_features.yaml kv_cache_sizing)
+    ],
+)
+def test_gpu_memory_utilization_renders_nothing_unset_from_0_34(version, set_to, rendered):
+    fields = {} if set_to is None else {"gpuMemoryUtilization": set_to}
+    spec = parse_spec(GMS().version(version).update(**fields).spec())
+    argv = vllm_args("srv", spec)
+    if rendered is None:
+        assert "--gpu-memory-utilization" not in argv and gpu_memory_utilization(spec) is None
+    else:
+        assert flag_value(argv, "--gpu-memory-utilization") == rendered
+    assert GPU_MEMORY_BEFORE_KV_SIZING == 0.9
+
+
+@pytest.mark.parametrize("value, env", [("breakable", "1"), ("compiled", "0"), (None, None)])
+def test_cudagraph_implementation_renders_vllms_breakable_switch(value, env):
+    fields = {} if value is None else {"cudagraphImplementation": value}
+    spec = parse_spec(GMS().version("0.34.0").update(**fields).spec())
+    got = {e["name"]: e.get("value") for e in engine_env(spec)}
+    assert got.get("VLLM_USE_BREAKABLE_CUDAGRAPH") == env  # vllm/envs.py reads it as == "1"
+    assert not any("BREAKABLE" in a for a in vllm_args("srv", spec))  # an environment switch, no flag

@@ -62,6 +62,10 @@ MINIMAL = {
         "asyncScheduling": (False, "vllm#51508"),
         "gdnPrefillBackend": ("triton", "flashinfer#3329"),
     },
+    "0.34.0": {  # issue 46: vllm#51508 ends with the V1 runner, async scheduling stays vLLM's (on)
+        "prefixCaching": (False, "vllm#43559"),
+        "gdnPrefillBackend": ("triton", "flashinfer#3329"),
+    },
 }
 
 
@@ -97,6 +101,7 @@ G1 = "gdn-operator/mtp-full-decode-cudagraph"
         (TINY_MODEL, "0.26.0", [], True),  # ... at every release with the V1 runner
         (TINY_MODEL, "0.26.0", ["gdn-guard/fa3-group-metadata"], False),  # the image carries the guard
         (TINY_MODEL, "0.29.0", [], False),  # V2 runner by default: FlashAttention metadata per group
+        (TINY_MODEL, "0.34.0", [], False),  # V2 only (the rule ends with V1); the breakable path is the GPU run's
     ],
 )
 def test_g1_defaults_piecewise_only_where_the_trigger_is(model, version, patches, piecewise):

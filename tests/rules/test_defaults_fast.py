@@ -54,7 +54,7 @@ def _corpus_specs() -> list[GDNModelServerSpec]:
 def _random_specs(n: int, seed: int) -> list[GDNModelServerSpec]:
     """Valid specs over the settings the rules read (bench_rules' mix, with every cudagraph mode and enforceEager)."""
     rng = random.Random(seed)
-    versions = [*CAT.releases, "0.19.2rc1.dev226+g53b9640fb", "0.34.0", "latest"]
+    versions = [*CAT.releases, "0.19.2rc1.dev226+g53b9640fb", "0.35.0", "latest"]
     patches = sorted([*CAT.patch_ids, *CAT.planned_patch_ids])
     out: list[GDNModelServerSpec] = []
     while len(out) < n:

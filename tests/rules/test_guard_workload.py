@@ -154,3 +154,22 @@ def test_gdnctl_validate_reads_a_deployment(tmp_path, capsys):
     path.write_text(yaml.safe_dump(deployment("v0.33.0", CLEAN)))
     assert main(["validate", "-f", str(path)]) == 0
     assert capsys.readouterr().out == f"{path} Deployment my-vllm: ADMITTED (GDNGuard admission, policy deny)\n"
+
+
+def test_gdnctl_validate_strict_judges_a_workloads_release_too(tmp_path, capsys):
+    """Issue 46 item 3: --strict exits 4 for a workload whose vLLM container runs a release the catalogue has not
+    read (from the image tag here), 0 for a catalogued one; a refusal stays 1."""
+    import yaml
+
+    from gdn_operator.cli import main
+
+    path = tmp_path / "deployment.yaml"
+    path.write_text(yaml.safe_dump(deployment("v0.35.0", CLEAN)))
+    assert main(["validate", "-f", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["validate", "-f", str(path), "--strict"]) == 4
+    assert "strict: not a catalogued release" in capsys.readouterr().out
+    path.write_text(yaml.safe_dump(deployment("v0.34.0", CLEAN)))
+    assert main(["validate", "-f", str(path), "--strict"]) == 0
+    path.write_text(yaml.safe_dump(deployment("v0.17.1")))
+    assert main(["validate", "-f", str(path), "--strict", "--vllm-version", "0.17.1rc1"]) == 1

@@ -21,7 +21,7 @@ def _raw():
 def test_packaged_rule_file_loads_once():
     a = load_rules()
     assert a is load_rules()
-    assert str(a.newest) == "0.33.0" and str(a.oldest) == "0.17.0" and len(a.releases) == 25
+    assert str(a.newest) == "0.34.0" and str(a.oldest) == "0.17.0" and len(a.releases) == 26
     # seed bugs and every configuration-triggered B-item are covered
     for ref in [
         "vllm#36917",
@@ -58,7 +58,9 @@ def test_every_rule_cites_the_catalogue():
     """Catalogue rules cite the catalogue. The operator's own GPU findings (bug `G<n> (<fixture dir>)`, id
     gdn-operator/...) cite a committed capture that exists instead, and cover only the releases it ran on.
     Rules of the upstream sweeps after the catalogue (bug `U<n>`, issue 36) name an upstream issue as their id
-    and the release wheels their range was read from."""
+    and the release wheels their range was read from; vLLM's own checks read in release wheels after the catalogue
+    (bug `W<n>`, issue 46) name the wheels. A rule without a fix is open-ended unless it ends with what it needs
+    (`ends_in`: the V1 runner, removed in vLLM 0.34.0)."""
     repo = Path(__file__).resolve().parents[2]
     for r in load_rules().rules:
         if r.bug.startswith("G"):
@@ -70,11 +72,15 @@ def test_every_rule_cites_the_catalogue():
             assert re.fullmatch(r"(vllm|flashinfer|LMCache)#\d+", r.id), r.id
             assert re.search(r"Release wheels read: .{0,80}?\b\d+\.\d+\.\d+", r.evidence), r.id
             if r.fixed_in is None:
-                assert r.range.is_open_ended, r.id
+                assert r.range.is_open_ended or r.ends_in, r.id
+            continue
+        if re.fullmatch(r"W\d+", r.bug):  # vLLM's own checks read in release wheels after the catalogue (issue 46)
+            assert r.id.startswith("vllm-config/"), r.id
+            assert re.search(r"Release wheels read: .{0,80}?\b\d+\.\d+\.\d+", r.evidence), r.id
             continue
         assert re.search(r"Catalogue (B\d+|§\d)", r.evidence), r.id
         if r.fixed_in is None:
-            assert r.range.is_open_ended or r.id.startswith("vllm-config/"), r.id
+            assert r.range.is_open_ended or r.ends_in or r.id.startswith("vllm-config/"), r.id
 
 
 def _mutated(fn):
@@ -94,6 +100,11 @@ def _mutated(fn):
         (lambda r: r["rules"][0].update(patches=["gdn-guard/vllm-00000"]), "not declared in `patches`"),
         (lambda r: r["rules"][0].update(fields=["prefixCaching"]), "must be a spec path"),
         (lambda r: r["rules"][0].update(fixed_in="0.17.0"), "lies inside versions"),
+        # issue 46: a rule that ends because what it needs left vLLM (ends_in), not because it was fixed
+        (lambda r: r["rules"][0].update(ends_in="0.18.0", ends_why="the runner went"), "either fixed .* or ends"),
+        (lambda r: r["rules"][0].update(fixed_in=None, ends_in="0.18.0"), "ends_in and ends_why go together"),
+        (lambda r: r["rules"][0].update(fixed_in=None, ends_in="0.17.0", ends_why="x"), "must bound versions"),
+        (lambda r: r["rules"][0].update(fixed_in=None, versions=">=0.17.0", ends_in="0.18.0", ends_why="x"), "must bound"),
         (lambda r: r["rules"][0].update(action="warn"), "needs advisory_reason"),
         (lambda r: r["rules"][0].update(id="36917"), "upstream reference"),
         (lambda r: r["rules"][1].update(id="vllm#36917"), "already used"),

@@ -14,6 +14,8 @@ from gdn_operator.api.load import load_file
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.specpatch import SpecPatch, set_path
 from gdn_operator.api.status import RuleFinding
+from gdn_operator.api.vllm_args import table_versions
+from gdn_operator.versions import require_version
 from gdn_operator.rules import evaluate, load_rules
 from gdn_operator.rules import evaluator as evaluator_mod
 from gdn_operator.rules.rulefile import default_rule_file, parse_rule_file
@@ -277,18 +279,28 @@ def test_nightly_version_parses_as_prerelease():
     )
 
 
-@pytest.mark.parametrize("version", ["0.34.0", "0.33.1rc1", "1.0.0"])
-def test_newer_than_catalogue_is_info_and_open_bugs_still_apply(version):
+@pytest.mark.parametrize("version", ["0.35.0", "0.34.1rc1", "1.0.0"])
+def test_newer_than_catalogue_is_a_warning_naming_what_is_unchecked_and_open_bugs_still_apply(version):
+    """Issue 46 item 3: a release newer than the catalogue keeps the newest release's rules, and the admission
+    warning (status.findings) names what nobody checked for it."""
     ev = evaluate(mk(version))
     f = next(f for f in ev.findings if f.rule == "gdn-operator/version-not-in-catalogue")
-    assert f.action == "advisory" and f.severity == "info" and "not in the catalogue" in f.message
+    assert f.action == "warned" and f.severity == "info" and "not in the catalogue" in f.message
+    assert "the rules of 0.34.0 were applied" in f.message
+    table = max((require_version(t) for t in table_versions()), key=lambda v: v.key)  # the newest: all are below
+    for unchecked in ("open bugs it fixes", "vllm#43559", "async scheduling, prefix caching, model runner, CUDA graphs",
+                      "KV-cache sizing", f"extraArgs read with the vLLM {table} option table", "crash signatures"):  # fmt: skip
+        assert unchecked in f.message, (unchecked, f.message)
+    assert "vllm-config/" not in f.message.split("assumed present:")[1].split(")")[0]  # config checks are not bugs
+    assert ev.allowed  # admitted: a warning, not a refusal
     # open bug, prefix caching on by default: still applies, so the unset field resolves to off
     assert ("prefixCaching", False, "vllm#43559") in [(d.field, d.value, d.rule) for d in ev.defaults]
     assert "vllm#43559" in rules_of(evaluate(mk(version, prefixCaching=True)), "rejected")
 
 
 def test_catalogue_version_prereleases_are_not_newer():
-    assert "gdn-operator/version-not-in-catalogue" not in rules_of(evaluate(mk("0.33.0rc2")))
+    assert "gdn-operator/version-not-in-catalogue" not in rules_of(evaluate(mk("0.34.0rc2")))
+    assert "gdn-operator/version-not-in-catalogue" not in rules_of(evaluate(mk("0.34.0")))
     assert "gdn-operator/version-not-in-catalogue" not in rules_of(evaluate(mk("0.33.0")))
 
 
@@ -346,6 +358,8 @@ def test_every_mitigation_converges_and_is_clean():
         "vllm-config/gdn-prefill-backend-unsupported": ("0.20.0", {"gdnPrefillBackend": "cutedsl"}),
         "vllm-config/shutdown-timeout-unsupported": ("0.17.1", {"shutdownTimeoutSeconds": 30}),
         "vllm#44697": ("0.33.0", {**PP2, "modelRunner": "v1"}),
+        "vllm-config/v1-runner-removed": ("0.34.0", {"modelRunner": "v1"}),
+        "vllm-config/cudagraph-implementation-unsupported": ("0.29.0", {"cudagraphImplementation": "breakable"}),
         "vllm#52069": ("0.29.0", PP2),
     }
     with_mitigation = {r.id for r in cat.rules if r.mitigation}

@@ -20,7 +20,7 @@ VERSIONS = list(CAT.releases) + [
     "0.19.2rc1.dev226+g53b9640fb",
     "0.17.1rc1",
     "v0.26.0",
-    "0.34.0",
+    "0.35.0",  # newer than the catalogue
     "0.16.0",
     "latest",
     "0.33.0rc1",

@@ -48,12 +48,12 @@ TABLE = [
         "gdn-guard/fa3-group-metadata",
         None,
     ),
-    (
+    (  # ends with the V1 runner: silent at 0.34.0 (ends_in), where vllm-config/v1-runner-removed refuses v1
         "gdn-operator/mtp-full-decode-cudagraph",
         {"model": TINY_MODEL, "modelRunner": "v1"},
         "0.33.0",
         "rejected",
-        None,
+        "0.34.0",
         None,
         None,
     ),
@@ -81,11 +81,12 @@ TABLE = [
     ("vllm#43559", {"prefixCaching": True}, "0.23.0", "rejected", None, "gdn-guard/vllm-43559", None),
     ("vllm#43559", {}, "0.28.0", "rejected", None, None, None),  # default-on prefix caching for hybrids from 0.28.0
     ("vllm#43559", {}, "0.33.0", "rejected", None, None, None),  # open @0.33.0
-    ("vllm#51571", {"prefixCaching": True, "modelRunner": "v1"}, "0.33.0", "rejected", None, "gdn-guard/vllm-51571", None),
+    ("vllm#51571", {"prefixCaching": True, "modelRunner": "v1"}, "0.33.0", "rejected", "0.34.0", "gdn-guard/vllm-51571", None),
     ("vllm#51571", {"prefixCaching": True}, "0.24.0", "rejected", None, None, None),
     ("vllm#53962", {}, "0.25.0", "warned", "0.29.0", "gdn-guard/vllm-53962", None),
     ("vllm#40756", {}, "0.19.1", "advisory", None, None, None),
-    ("vllm#51508", {}, "0.33.0", "warned", None, "gdn-guard/vllm-51508", None),
+    # ends at 0.33.x: the V2 runner, the only one from 0.34.0, never stores a zero accepted count (issue 46)
+    ("vllm#51508", {}, "0.33.0", "warned", "0.34.0", "gdn-guard/vllm-51508", None),
     ("flashinfer#3329", {}, "0.18.0", "warned", None, None, None),
     ("flashinfer#3329", {"gdnPrefillBackend": "flashinfer"}, "0.33.0", "warned", None, None, None),
     ("vllm#50708", {}, "0.26.0", "rejected", None, None, LaunchOverrides(spec_method="dflash", num_speculative_tokens=16)),
@@ -121,12 +122,42 @@ TABLE = [
         {"tensorParallelSize": 8, "pipelineParallelSize": 2, "nodes": 2, "modelRunner": "v1"},
         "0.33.0",
         "rejected",
-        None,
+        "0.34.0",
         None,
         None,
     ),
     ("vllm#52069", {"tensorParallelSize": 8, "pipelineParallelSize": 2, "nodes": 2}, "0.29.0", "rejected", None, None, None),
     ("vllm#41830", {"extraArgs": ["--kv-offloading-size", "64"]}, "0.21.0", "rejected", "0.22.0", None, None),
+    # issue 46: vLLM 0.34.0 read in its wheel
+    ("vllm-config/v1-runner-removed", {"modelRunner": "v1"}, "0.34.0", "rejected", None, None, None),
+    # platforms/interface.py compares the string with "1": "01" (True to int()) is refused as well
+    (
+        "vllm-config/v1-runner-removed",
+        {},
+        "0.34.0",
+        "rejected",
+        None,
+        None,
+        LaunchOverrides(env={"VLLM_USE_V2_MODEL_RUNNER": "01"}),
+    ),
+    (
+        "vllm-config/cudagraph-implementation-unsupported",
+        {"cudagraphImplementation": "breakable"},
+        "0.29.0",
+        "rejected",
+        "0.30.0",
+        None,
+        None,
+    ),
+    (
+        "vllm-config/cudagraph-implementation-unsupported",
+        {"cudagraphImplementation": "compiled"},
+        "0.26.0",
+        "rejected",
+        "0.30.0",
+        None,
+        None,
+    ),
 ]
 
 
@@ -228,6 +259,14 @@ NEGATIVE = [
     ("vllm#50708", {"speculativeDecoding": {"numSpeculativeTokens": 16}}, "0.26.0"),  # serial MTP: 0 slots
     ("vllm-config/align-requires-chunked-prefill", {"prefixCaching": False, "chunkedPrefill": False}, "0.33.0"),
     ("vllm-config/gdn-prefill-backend-unsupported", {"gdnPrefillBackend": "aiter_flydsl"}, "0.32.0"),
+    ("vllm-config/v1-runner-removed", {"modelRunner": "v2"}, "0.34.0"),  # =1: redundant, vLLM only warns
+    ("vllm-config/v1-runner-removed", {}, "0.34.0"),
+    ("vllm-config/v1-runner-removed", {"modelRunner": "v1"}, "0.33.0"),
+    ("vllm-config/cudagraph-implementation-unsupported", {}, "0.29.0"),  # unset: vLLM's own choice
+    ("vllm-config/cudagraph-implementation-unsupported", {"cudagraphImplementation": "breakable"}, "0.34.0"),
+    # from 0.34.0 no rule needs the V1 runner: a default server gets no asyncScheduling default (issue 46)
+    ("vllm#51508", {}, "0.34.0"),
+    ("vllm#51571", {"prefixCaching": True, "modelRunner": "v1"}, "0.34.0"),
 ]
 
 

@@ -58,6 +58,22 @@ def test_every_action_id_is_defined_once_in_the_data():
         ("gdn-prefill-backend-triton", {"gdnPrefillBackend": "flashinfer"}, "gdnPrefillBackend=triton"),
         ("disable-v2-model-runner", {"modelRunner": "v2"}, "modelRunner=v1"),
         ("disable-v2-model-runner", {"modelRunner": "v1"}, None),
+        # issue 46: vLLM 0.34.0 has no V1 runner (VLLM_USE_V2_MODEL_RUNNER=0 stops it at start-up): not offered
+        ("disable-v2-model-runner", {"modelRunner": "v2", "image": {"tag": "v0.34.0", "vllmVersion": "0.34.0"}}, None),
+        ("disable-v2-model-runner", {"modelRunner": "v2", "image": {"tag": "v0.35.0", "vllmVersion": "0.35.0"}}, None),
+        (
+            "disable-v2-model-runner",
+            {"modelRunner": "v2", "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}},
+            "modelRunner=v1",
+        ),
+        # ... and its way back: signature v1-runner-removed (VLLM_USE_V2_MODEL_RUNNER=0 refused at start-up)
+        (
+            "disable-v1-model-runner",
+            {"modelRunner": "v1", "image": {"tag": "v0.34.0", "vllmVersion": "0.34.0"}},
+            "modelRunner=auto",
+        ),
+        ("disable-v1-model-runner", {"modelRunner": "v1", "image": {"tag": "v0.33.0", "vllmVersion": "0.33.0"}}, None),
+        ("disable-v1-model-runner", {"image": {"tag": "v0.34.0", "vllmVersion": "0.34.0"}}, None),  # in effect
         ("enable-chunked-prefill", {"chunkedPrefill": False}, "chunkedPrefill=true"),
         ("disable-prefix-caching", {"prefixCaching": True}, "prefixCaching=false"),
         ("drop-nccl-p2p-disable", P2P, "env NCCL_P2P_DISABLE removed"),
@@ -101,6 +117,8 @@ def test_an_applied_action_is_valid_and_never_applies_twice(extra):
         ({"investigate": {"lower": {"maxNumSeqs": {"by": 1}}}}, "needs exactly by, at_most and at_least"),
         ({"investigate": {"unset": ["prefixCaching"]}}, "unknown field(s) unset"),
         ({"investigate": None}, "needs one of set, lower, drop_env"),
+        ({"investigate": {"set": {"modelRunner": "v1"}, "versions": "<=banana"}}, "actions.investigate.versions: bad version"),
+        ({"investigate": {"set": {"modelRunner": "v1"}, "versions": 34}}, "expected a version range such as '<0.34.0'"),
         (
             {"other": {"manual": "m"}},
             "field 'remediation' needs 'action' (one of other)",

@@ -66,6 +66,14 @@ class CudagraphMode(str, enum.Enum):
     FULL_AND_PIECEWISE = "FULL_AND_PIECEWISE"
 
 
+# How vLLM captures the piecewise part of its CUDA graphs (VLLM_USE_BREAKABLE_CUDAGRAPH, issue 46): breakable =
+# one stream capture broken at attention and the GDN core (no torch.compile), compiled = torch.compile's split
+# graphs. No docstring: it would become a schema description and change the generated CRD.
+class CudagraphImplementation(str, enum.Enum):
+    BREAKABLE = "breakable"
+    COMPILED = "compiled"
+
+
 # What admission does with a known-crash finding (spec.admissionPolicy, GDN_DEFAULT_POLICY). No docstring:
 # it would become a schema description and change the generated CRD.
 class AdmissionPolicy(str, enum.Enum):

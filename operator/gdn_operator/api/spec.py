@@ -16,6 +16,7 @@ from gdn_operator.api.cache import SHARED_MODES
 from gdn_operator.api.enums import (
     AdmissionPolicy,
     AttentionBackend,
+    CudagraphImplementation,
     CudagraphMode,
     GDNPrefillBackend,
     ModelRunner,
@@ -54,6 +55,7 @@ INDEPENDENT_FIELDS = frozenset(
         "attention_backend",
         "gdn_prefill_backend",
         "cudagraph_mode",
+        "cudagraph_implementation",
         "enforce_eager",
         "speculative_decoding",
     }
@@ -135,7 +137,16 @@ class GDNModelServerSpec(_Model):
     max_model_len: int | None = Field(default=None, ge=16, le=10_000_000, description="vLLM --max-model-len.")
     max_num_seqs: int | None = Field(default=None, ge=1, le=65536, description="vLLM --max-num-seqs.")
     max_num_batched_tokens: int | None = Field(default=None, ge=1, le=10_000_000, description="vLLM --max-num-batched-tokens.")
-    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=0.99, description="vLLM --gpu-memory-utilization.")
+    gpu_memory_utilization: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=0.99,
+        description=(
+            "vLLM --gpu-memory-utilization; unset = 0.9 up to vLLM 0.33.x, and from 0.34.0 nothing is rendered: vLLM "
+            "sizes the KV cache from the memory it measures (extensible KV cache). Set it when something vLLM does "
+            "not measure shares the GPU."
+        ),
+    )
     async_scheduling: bool | None = Field(
         default=None,
         description="vLLM async scheduling; unset = the value the known-issue rules accept for this vLLM version (status.effective.defaults), else vLLM's default (on with MTP).",
@@ -158,6 +169,14 @@ class GDNModelServerSpec(_Model):
     cudagraph_mode: CudagraphMode | None = Field(
         default=None,
         description="CUDA graph mode (--compilation-config cudagraph_mode); unset = the value the rules accept, else vLLM's default.",
+    )
+    cudagraph_implementation: CudagraphImplementation | None = Field(
+        default=None,
+        description=(
+            "How vLLM captures the piecewise CUDA graphs (VLLM_USE_BREAKABLE_CUDAGRAPH, vLLM 0.30.0+): breakable "
+            "(one capture broken at attention and the GDN core, no torch.compile) or compiled (torch.compile's split "
+            "graphs); unset = vLLM's choice (breakable for Qwen3.5 checkpoints on NVIDIA from 0.34.0, else compiled)."
+        ),
     )
     enforce_eager: bool = Field(default=False, description="vLLM --enforce-eager (no CUDA graphs).")
     extra_args: list[Annotated[str, Field(max_length=4096)]] = Field(
@@ -391,6 +410,8 @@ class GDNModelServerSpec(_Model):
         api/specpatch.py `SpecPatch.apply_model` after it changes INDEPENDENT_FIELDS without re-validating."""
         if self.cudagraph_mode is not None and self.cudagraph_mode != CudagraphMode.NONE.value and self.enforce_eager:
             raise ValueError("enforceEager: true disables CUDA graphs; drop cudagraphMode or enforceEager")
+        if self.cudagraph_implementation is not None and self.enforce_eager:
+            raise ValueError("enforceEager: true disables CUDA graphs; drop cudagraphImplementation or enforceEager")
         claim = self.model.cache.persistent_volume_claim
         if claim is not None and claim.access_mode not in SHARED_MODES:
             several = [

@@ -195,6 +195,9 @@ class EffectiveConfig(_Status):
     architecture: str | None = None
     gdn_prefill_backend: str | None = None
     cudagraph_mode: str | None = None
+    cudagraph_implementation: str | None = Field(
+        default=None, description="breakable or compiled piecewise CUDA graphs (none without CUDA graphs)."
+    )
     defaults: list[DefaultedField] = Field(
         default_factory=list,
         max_length=32,

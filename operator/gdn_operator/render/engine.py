@@ -14,6 +14,7 @@ from typing import Any
 
 from gdn_operator.api import flags
 from gdn_operator.api.cache import RetainPolicy
+from gdn_operator.api.enums import CudagraphImplementation
 from gdn_operator.api.pod import CACHE_MOUNT, MODEL_MOUNT, SHM_MOUNT
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.render import podparts, shutdown
@@ -27,6 +28,9 @@ METRICS_SERVICE_PORT = 8001
 CONTAINER = "vllm"
 
 GPU_RESOURCE = "nvidia.com/gpu"
+#: --gpu-memory-utilization for an unset spec.gpuMemoryUtilization on releases before vLLM sizes the KV cache
+#: itself (render/data/vllm_features.yaml kv_cache_sizing): the value always rendered there
+GPU_MEMORY_BEFORE_KV_SIZING = 0.9
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
@@ -53,6 +57,14 @@ def speculative_config(spec: GDNModelServerSpec) -> dict[str, Any] | None:
     return {"speculativeDecoding.method": "mtp", "speculativeDecoding.numSpeculativeTokens": sd.num_speculative_tokens}
 
 
+def gpu_memory_utilization(spec: GDNModelServerSpec) -> float | None:
+    """The --gpu-memory-utilization to render: the spec's value when set; unset, nothing from the release where
+    vLLM sizes the KV cache from measured memory (0.34.0), else the value always rendered before."""
+    if spec.gpu_memory_utilization is not None:
+        return spec.gpu_memory_utilization
+    return None if shutdown.supports(spec, "kv_cache_sizing") else GPU_MEMORY_BEFORE_KV_SIZING
+
+
 def vllm_args(name: str, spec: GDNModelServerSpec) -> list[str]:
     """The arguments after `vllm serve` (the model is the first positional argument); every flag and how its
     value is spelled comes from api/flags.py, the table the launch-line reader reads back with."""
@@ -65,7 +77,7 @@ def vllm_args(name: str, spec: GDNModelServerSpec) -> list[str]:
         flags.PORT,
         str(ENGINE_PORT),
         *flags.TENSOR_PARALLEL.args(spec.tensor_parallel_size),
-        *flags.GPU_MEMORY.args(spec.gpu_memory_utilization),
+        *flags.GPU_MEMORY.args(gpu_memory_utilization(spec)),
     ]
     if spec.pipeline_parallel_size > 1:
         args += flags.PIPELINE_PARALLEL.args(spec.pipeline_parallel_size)
@@ -98,6 +110,9 @@ def engine_env(spec: GDNModelServerSpec) -> list[dict[str, Any]]:
         env.append({"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "1"})
     elif spec.model_runner == "v1":
         env.append({"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "0"})
+    if spec.cudagraph_implementation is not None:  # vLLM reads it as == "1" (envs.py); admission bounds the release
+        breakable = spec.cudagraph_implementation == CudagraphImplementation.BREAKABLE
+        env.append({"name": "VLLM_USE_BREAKABLE_CUDAGRAPH", "value": "1" if breakable else "0"})
     if spec.api_key_secret is not None:  # vLLM reads VLLM_API_KEY when --api-key is absent (refused in extraArgs)
         ref = spec.api_key_secret
         env.append({"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})

@@ -1,7 +1,7 @@
 """`gdnctl validate`: the admission answer the operator would give, offline.
 
-    gdnctl validate -f FILE [--output text|json] [--vllm-version V] [--patch ID ...]
-    gdnctl validate --vllm-version 0.19.1 [--architecture ARCH] [--patch ID ...] -- vllm serve MODEL --flags ...
+    gdnctl validate -f FILE [--output text|json] [--vllm-version V] [--patch ID ...] [--strict]
+    gdnctl validate --vllm-version 0.19.1 [--architecture ARCH] [--patch ID ...] [--strict] -- vllm serve MODEL --flags ...
 
 Unset fields are shown with the value the rules chose for them (`default:` lines, rules/defaults.py);
 advisories (risks no spec value avoids yet, and what the rules' mitigations measurably cost: MTPSlowerThanOff,
@@ -9,7 +9,10 @@ rules/cost.py) are listed apart from the warnings a user can act on.
 
 Exit codes: 0 admitted unchanged (warnings allowed); 1 rejected, or changed by a mitigation;
 2 malformed input (ManifestError, printed by gdnctl's main as one line per problem), or a launch line whose
-model family no source reveals ("cannot tell: pass --architecture ...") or is known not to be a GDN hybrid.
+model family no source reveals ("cannot tell: pass --architecture ...") or is known not to be a GDN hybrid;
+4 with --strict, when every answer would be 0 but a vLLM version evaluated is not a release the catalogue read
+(RuleSet.uncatalogued: newer than its newest, a pre-release or nightly, or a release it skipped; issue 46): it
+was judged with the newest release's rules and defaults, which nobody has checked against it.
 The family of a launch line is decided by rules/family.py from every source the line has (--architecture,
 --hf-overrides / --additional-config, a readable local config.json, published checkpoints, the model name,
 --served-model-name); sources that disagree are reported as notes.
@@ -42,9 +45,12 @@ from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.rules.admit import INVALID, Verdict, verdict
 from gdn_operator.rules.evaluator import Evaluation
 from gdn_operator.rules.launchline import LaunchLine, evaluate_launch
+from gdn_operator.rules.rulefile import load_rules
 from gdn_operator.rules.workload import judge_workload, pod_specs
 
 CLI_DEFAULT_POLICY = "reject"
+#: validate --strict: an answer given for a vLLM release the catalogue has not read
+EXIT_UNCATALOGUED = 4
 
 
 def _adjust_spec(spec: GDNModelServerSpec, args: argparse.Namespace) -> GDNModelServerSpec:
@@ -81,6 +87,7 @@ def _effective_line(ev: Evaluation) -> str:
         f"prefix caching {onoff(v['prefix_caching'])}" + (f" (mamba {v['mamba_cache_mode']})" if v["mamba_cache_mode"] else ""),
         f"chunked prefill {onoff(v['chunked_prefill'])}",
         f"runner {(v['model_runner'] or 'unknown').upper()}",
+        f"CUDA graphs {v['cudagraph_mode']} ({v['cudagraph_implementation'] or 'none'})",
         f"TP={v['tensor_parallel_size']}",
     ]
     if v.get("pipeline_parallel_size", 1) > 1:
@@ -189,6 +196,7 @@ def _validate_workloads(workloads: list[tuple[str, dict[str, Any]]], args: argpa
         guard["vllmVersion"] = {"pinned": args.vllm_version}
     spec = GDNGuardSpec.model_validate(guard)
     results, lines, code = [], [], 0
+    strict = False
     for label, doc in workloads:
         v = judge_workload(doc, spec, "(gdnctl validate)")
         name = f"{doc.get('kind')} {(doc.get('metadata') or {}).get('name') or ''}".strip()
@@ -200,10 +208,29 @@ def _validate_workloads(workloads: list[tuple[str, dict[str, Any]]], args: argpa
         results.append({"source": label, "name": name, "allowed": v.allowed, "rules": v.rules, "warnings": v.warnings,
                         "message": v.denied, "notes": v.notes})  # fmt: skip
         code = max(code, 0 if v.allowed else 1)
+        if getattr(args, "strict", False):  # each vLLM container's release, as for a manifest
+            whys = sorted({w for ev in v.evaluations if (w := load_rules().uncatalogued(ev.detail.values["vllm_version"]))})
+            results[-1]["uncatalogued"] = "; ".join(whys) or None
+            lines += [f"strict: not a catalogued release, {label} {name}: {w}" for w in whys]
+            strict = strict or bool(whys)
+    if strict and code == 0:
+        code = EXIT_UNCATALOGUED
     sys.stdout.write(
         json.dumps(results, indent=2) + "\n" if getattr(args, "output", "text") == "json" else "\n".join(lines) + "\n"
     )
     return code
+
+
+def _uncatalogued(results: list[dict[str, Any]], evs: list[Evaluation | None]) -> list[str]:
+    """--strict: each result's vLLM version the catalogue has not read (results[i]["uncatalogued"]: why, or None)."""
+    rules = load_rules()
+    out = []
+    for res, ev in zip(results, evs, strict=True):
+        why = rules.uncatalogued(ev.detail.values["vllm_version"]) if ev is not None else None
+        res["uncatalogued"] = why
+        if why:
+            out.append(f"{res['source']}{' ' + res['name'] if res.get('name') else ''}: {why}")
+    return out
 
 
 def run_validate(args: argparse.Namespace) -> int:
@@ -283,8 +310,12 @@ def run_validate(args: argparse.Namespace) -> int:
     code = max(
         1 if ev is None or (v is not None and not v.allowed) else ev.exit_code for ev, v in zip(evs, verdicts, strict=True)
     )
+    strict = _uncatalogued(results, evs) if getattr(args, "strict", False) else []
+    if strict and code == 0:
+        code = EXIT_UNCATALOGUED
     if getattr(args, "output", "text") == "json":
         sys.stdout.write(json.dumps({"exitCode": code, "results": results}, indent=2, sort_keys=False) + "\n")
     else:
         sys.stdout.write(_text(results, evs, verdicts))
+        sys.stdout.writelines(f"strict: not a catalogued release, {why}\n" for why in strict)
     return code

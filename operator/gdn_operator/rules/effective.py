@@ -2,9 +2,12 @@
 
 Most of the known GDN + MTP bugs are triggered by *defaults*, not opt-ins, so the rules are evaluated
 against what vLLM will actually run, not against what the spec says. The defaults below are those of
-shared/docs/vllm-known-issues.md (beside the checkout) §2 (checked in the released wheels 0.17.0–0.33.0):
+shared/docs/vllm-known-issues.md (beside the checkout) §2 (checked in the released wheels 0.17.0–0.33.0), and
+the 0.34.0 wheel (issue 46, the facts in docs/safe-defaults.md):
 
-* async scheduling: unset → on when the speculative method is EAGLE/MTP-type (all catalogued versions);
+* async scheduling: unset → on when the speculative method is EAGLE/MTP-type (all catalogued versions); from
+  0.34.0 on for every generative model (config/vllm.py VllmConfig.__post_init__: 0.33.0's V1-runner exceptions
+  are gone with the V1 runner);
 * prefix caching for hybrid (GDN) models: unset → off on 0.17.0–0.27.1 (opt-in), on from 0.28.0 (the catalogue
   said 0.26.0; the wheels and a 0.26.0 GPU run say 0.28.0);
 * mamba cache mode for Qwen3.5 / Qwen3-Next: follows prefix caching (on → ``align``, off → ``none``);
@@ -12,7 +15,11 @@ shared/docs/vllm-known-issues.md (beside the checkout) §2 (checked in the relea
 * chunked prefill: unset → on (vLLM V1 default; implied by §2: the 0.26.0+ default config resolves to
   ``align``, and ``align`` asserts that chunked prefill is on, yet that default config starts);
 * model runner (``spec.modelRunner: auto``, ``VLLM_USE_V2_MODEL_RUNNER`` unset): V1 up to 0.28.0, V2 from
-  0.29.0. ``v1``/``v2`` set ``VLLM_USE_V2_MODEL_RUNNER=0/1``, which vLLM parses with ``int()``;
+  0.29.0, and V2 only from 0.34.0 (the V1 runner was removed; platforms/interface.py refuses the variable set to
+  anything but ``1``). ``v1``/``v2`` set ``VLLM_USE_V2_MODEL_RUNNER=0/1``, which vLLM parses with ``int()``;
+* CUDA-graph implementation (``spec.cudagraphImplementation``, ``VLLM_USE_BREAKABLE_CUDAGRAPH``): unset →
+  breakable for the Qwen3.5 classes on NVIDIA from 0.34.0 (config/vllm.py ``_QWEN3_5_ARCHITECTURES``,
+  ``default_breakable_cudagraph_architectures``), compiled (torch.compile) otherwise;
 * speculative method: ``qwen3_next_mtp`` and ``qwen3_5_mtp`` (any ``*_mtp``) are rewritten to ``mtp``.
 
 The architecture comes from ``spec.model.architecture`` or is inferred from the model name (the published
@@ -25,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gdn_operator.api.enums import Architecture
+from gdn_operator.api.enums import Architecture, CudagraphImplementation
 from gdn_operator.api.spec import GDNModelServerSpec
 from gdn_operator.api.status import DefaultedField
 from gdn_operator.api.status import EffectiveConfig as EffectiveConfigStatus
@@ -51,6 +58,15 @@ PREFIX_CACHING_HYBRID_DEFAULT_ON = require_version("0.28.0")
 V2_RUNNER_DEFAULT_FROM = require_version("0.29.0")
 MAMBA_MODE_FLAG_NOOP_FROM = require_version("0.33.0")
 V2_ENV_TRISTATE_FROM = require_version("0.22.0")
+#: v1/worker/gpu_model_runner.py is gone from the 0.34.0 wheel; platforms/interface.py validate_environ refuses
+#: VLLM_USE_V2_MODEL_RUNNER != "1" (rule vllm-config/v1-runner-removed)
+V1_RUNNER_REMOVED_IN = require_version("0.34.0")
+#: config/vllm.py VllmConfig.__post_init__ at 0.34.0: async scheduling on unless pooling / no executor support
+ASYNC_ON_FOR_ALL_FROM = require_version("0.34.0")
+#: config/vllm.py default_breakable_cudagraph_architectures() adds _QWEN3_5_ARCHITECTURES on CUDA from 0.34.0
+BREAKABLE_QWEN3_5_DEFAULT_FROM = require_version("0.34.0")
+#: the HF classes of config/vllm.py _QWEN3_5_ARCHITECTURES this operator serves (Qwen3-Next is not among them)
+BREAKABLE_DEFAULT_ARCHITECTURES = frozenset(a.value for a in Architecture if a.value.startswith("Qwen3_5"))
 
 #: Assumed vLLM defaults for the OpenAI server when unset (see B14 in the rule file).
 DEFAULT_MAX_NUM_SEQS = 256
@@ -105,6 +121,7 @@ class Effective:
             architecture=v["architecture"],
             gdn_prefill_backend=v["gdn_prefill_backend"],
             cudagraph_mode=v["cudagraph_mode"],
+            cudagraph_implementation=v["cudagraph_implementation"],
             defaults=[
                 DefaultedField.model_construct(field=d.field, value=d.value, rule=d.rule, cost=(costs or {}).get(d.field, ""))
                 for d in defaults
@@ -155,6 +172,8 @@ FIELDS: dict[str, str] = {
     "attention_backend": "spec.attentionBackend",
     "gdn_prefill_backend": "spec.gdnPrefillBackend",
     "cudagraph_mode": "spec.cudagraphMode",
+    "cudagraph_implementation": "spec.cudagraphImplementation",
+    "cudagraph_implementation_set": "spec.cudagraphImplementation",
     "enforce_eager": "spec.enforceEager",
     "patches": "spec.image.patches",
     "attention_kv_groups": "spec.model.uri",
@@ -242,16 +261,7 @@ def effective_config(
     )
 
     # --- async scheduling -------------------------------------------------------------------
-    if spec.async_scheduling is not None:
-        async_on: bool | None = spec.async_scheduling
-        sources["async_scheduling"] = "spec.asyncScheduling"
-    elif enabled and method in EAGLE_TYPES:
-        async_on = True
-        sources["async_scheduling"] = "unset: vLLM turns async scheduling on with EAGLE/MTP speculative decoding"
-    else:
-        async_on = None
-        sources["async_scheduling"] = "unset: vLLM default (not catalogued without EAGLE/MTP)"
-    v["async_scheduling"] = async_on
+    v["async_scheduling"], sources["async_scheduling"] = _async_scheduling(spec, version, enabled and method in EAGLE_TYPES)
 
     # --- prefix caching / mamba cache mode --------------------------------------------------
     if spec.prefix_caching is not None:
@@ -327,6 +337,9 @@ def effective_config(
     elif not gdn:
         runner = None
         sources["model_runner"] = "auto: depends on the (unrecognised) model family"
+    elif version >= V1_RUNNER_REMOVED_IN:
+        runner = "v2"
+        sources["model_runner"] = "auto: V2 is the only runner from vLLM 0.34.0 (V1 removed)"
     elif version >= V2_RUNNER_DEFAULT_FROM:
         runner = "v2"
         sources["model_runner"] = "auto: V2 is the default runner from vLLM 0.29.0"
@@ -373,6 +386,9 @@ def effective_config(
     )
     v["enforce_eager"] = spec.enforce_eager
     v["cudagraph_mode"] = "NONE" if spec.enforce_eager else (spec.cudagraph_mode or "auto")
+    v["cudagraph_implementation_set"], v["cudagraph_implementation"], sources["cudagraph_implementation"] = (
+        _cudagraph_implementation(spec, ov, arch, version)
+    )
 
     # --- image, env, extra args -------------------------------------------------------------
     v["patches"] = frozenset(spec.image.patches)
@@ -385,6 +401,37 @@ def effective_config(
         resolve_extra_args(spec.extra_args, raw_version).flags if spec.extra_args else frozenset()
     ) | frozenset(ov.extra_flags)
     return Effective(version, v, sources, notes)
+
+
+def _async_scheduling(spec: GDNModelServerSpec, version: Version | None, eagle_type: bool) -> tuple[bool | None, str]:
+    """(async scheduling on, why) for `spec` at `version`; None: vLLM's default is not catalogued."""
+    if spec.async_scheduling is not None:
+        return spec.async_scheduling, "spec.asyncScheduling"
+    if version is not None and version >= ASYNC_ON_FOR_ALL_FROM:
+        return True, "unset: vLLM turns async scheduling on for every generative model from 0.34.0"
+    if eagle_type:
+        return True, "unset: vLLM turns async scheduling on with EAGLE/MTP speculative decoding"
+    return None, "unset: vLLM default (not catalogued without EAGLE/MTP)"
+
+
+def _cudagraph_implementation(
+    spec: GDNModelServerSpec, ov: LaunchOverrides, arch: str | None, version: Version | None
+) -> tuple[str | None, str | None, str]:
+    """(what the spec or launch line sets, what vLLM runs, why) for the piecewise CUDA-graph capture: None when
+    no graphs are captured or the release is unknown."""
+    if spec.cudagraph_implementation is not None:
+        chosen = CudagraphImplementation(spec.cudagraph_implementation).value
+        return chosen, chosen, "spec.cudagraphImplementation"
+    if "VLLM_USE_BREAKABLE_CUDAGRAPH" in ov.env:  # vLLM (envs.py) reads it as == "1"
+        chosen = "breakable" if ov.env["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "1" else "compiled"
+        return chosen, chosen, f"VLLM_USE_BREAKABLE_CUDAGRAPH={ov.env['VLLM_USE_BREAKABLE_CUDAGRAPH']}"
+    if spec.enforce_eager:
+        return None, None, "enforceEager: no CUDA graphs"
+    if version is None:
+        return None, None, "unset: unknown for an unparseable vLLM version"
+    if version >= BREAKABLE_QWEN3_5_DEFAULT_FROM and arch in BREAKABLE_DEFAULT_ARCHITECTURES:
+        return None, "breakable", "unset: vLLM 0.34.0+ picks breakable CUDA graphs for Qwen3.5 classes on NVIDIA"
+    return None, "compiled", "unset: torch.compile piecewise graphs (vLLM's default for this model and release)"
 
 
 def describe_field(eff: Effective, path: str) -> str:
@@ -446,4 +493,7 @@ def _describe(eff: Effective, path: str) -> str:
         return f"full-attention KV-cache groups {what} ({src.get('attention_kv_groups', '')})"
     if path == "spec.cudagraphMode":
         return f"cudagraph mode {v['cudagraph_mode']}"
+    if path == "spec.cudagraphImplementation":
+        impl = v["cudagraph_implementation"] or "none"
+        return f"CUDA-graph implementation {impl} ({src.get('cudagraph_implementation', '')})"
     return path

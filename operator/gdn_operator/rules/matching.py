@@ -64,6 +64,8 @@ class Hit:
 def _versions_text(rule: Rule) -> str:
     if rule.versions.strip() in ("", "*"):
         return "all versions" + ("" if rule.fixed_in else ", no fix released")
+    if rule.ends_in:
+        return f"affects {rule.versions}, no fix released; cannot apply from {rule.ends_in}: {rule.ends_why}"
     fixed = f", fixed in {rule.fixed_in}" if rule.fixed_in else ", no fix released"
     return f"affects {rule.versions}{fixed}"
 
@@ -131,7 +133,8 @@ def _builtin_hits(ruleset: RuleSet, eff: Effective) -> list[Hit]:
         hits.append(
             builtin_hit(
                 b,
-                f"vLLM {v['vllm_version']} is not in the catalogue (newest {ruleset.newest}); open bugs assumed still present",
+                f"vLLM {v['vllm_version']} is not in the catalogue (newest {ruleset.newest}), so the rules of "
+                f"{ruleset.newest} were applied; {ruleset.unchecked(ver)}",
                 -4,
             )
         )

@@ -17,10 +17,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gdn_operator.api.specpatch import SpecPatch, check_path
+from gdn_operator.api.vllm_args import table_versions
 from gdn_operator.datafiles import load_yaml, once
 from gdn_operator.rules.effective import FIELDS
 from gdn_operator.rules.predicates import PredicateError, compile_predicate, referenced_fields
-from gdn_operator.versions import Version, VersionKey, VersionRange, parse_version
+from gdn_operator.versions import Version, VersionKey, VersionRange, parse_version, require_version
 
 #: What a rule is about (not the crash watch's signature kinds, watch/catalogue.py KINDS).
 RuleKind = Literal["startup-crash", "runtime-crash", "silent-corruption", "deadlock", "config"]
@@ -161,6 +162,10 @@ class Rule(_Strict):
     escalate_if: dict[str, Any] | None = None
     versions: str
     fixed_in: str | None = None
+    #: the first release the rule cannot apply to because what it needs is gone from vLLM (not a fix): e.g. the
+    #: V1 model runner, removed in 0.34.0; `ends_why` says what went, read where
+    ends_in: str | None = None
+    ends_why: str | None = None
     patches: list[str] = Field(default_factory=list)
     when: dict[str, Any]
     fields: list[str] = Field(min_length=1)
@@ -195,7 +200,7 @@ class Rule(_Strict):
         VersionRange(v)  # raises ValueError with a clear message
         return v
 
-    @field_validator("fixed_in")
+    @field_validator("fixed_in", "ends_in")
     @classmethod
     def _fixed(cls, v: str | None) -> str | None:
         if v is not None and parse_version(v) is None:
@@ -254,6 +259,13 @@ class Rule(_Strict):
             raise ValueError("escalate_if / advisory_reason only make sense with action: warn")
         if self.fixed_in is not None and self.range.contains(parse_version(self.fixed_in)):
             raise ValueError(f"fixed_in {self.fixed_in} lies inside versions {self.versions!r}")
+        if (self.ends_in is None) != (self.ends_why is None):
+            raise ValueError("ends_in and ends_why go together (the release and what was removed in it)")
+        if self.ends_in is not None:
+            if self.fixed_in is not None:
+                raise ValueError("a rule is either fixed (fixed_in) or ends with what it needs (ends_in), not both")
+            if self.range.contains(parse_version(self.ends_in)) or self.range.is_open_ended:
+                raise ValueError(f"ends_in {self.ends_in} must bound versions {self.versions!r} from above")
         for i, c in enumerate(self.cost):
             why = _cost_holds_mitigation(c, self.mitigation)
             if why:
@@ -380,6 +392,7 @@ class RuleSet:
         self.oldest: Version = parse_version(data.catalogue.oldest)  # type: ignore[assignment]
         self.newest: Version = parse_version(data.catalogue.newest)  # type: ignore[assignment]
         self.releases: tuple[str, ...] = tuple(data.catalogue.releases)
+        self._release_bases = frozenset(require_version(r).base for r in self.releases)
         #: version key -> indices of the rules whose `versions` hold it (matching asks per configuration; the
         #: versions a cluster runs are few, a bound keeps odd input from growing it)
         self._in_range: dict[VersionKey, tuple[int, ...]] = {}
@@ -397,6 +410,39 @@ class RuleSet:
     def rule(self, ref: str) -> Rule | None:
         """A rule by id or alias (e.g. 'vllm#53912' finds vllm#43559)."""
         return self.by_ref.get(ref)
+
+    def uncatalogued(self, version: str | None) -> str | None:
+        """Why `version` is not a release the catalogue read (None: it is one). A pre-release or nightly of a read
+        release is not that release; a local build label (+cu129) is. `gdnctl validate --strict` refuses these."""
+        ver = parse_version(version)
+        if ver is None:
+            return f"{version!r} is not a vLLM version"
+        if ver.is_prerelease:
+            return f"vLLM {ver} is a pre-release or nightly; the catalogue read releases only (newest {self.newest})"
+        if ver.base not in self._release_bases:
+            where = "newer than" if ver > self.newest else ("older than" if ver < self.oldest else "not among")
+            return f"vLLM {ver.base} is {where} the releases the catalogue read ({self.oldest} - {self.newest})"
+        return None
+
+    def unchecked(self, version: Version) -> str:
+        """What was not checked for `version`, a release newer than the newest one read: the newest release's
+        rules and defaults are what the evaluation used instead."""
+        open_bugs = [
+            r.id
+            for r in self.rules
+            if r.range.is_open_ended and r.range.contains(self.newest) and not r.id.startswith("vllm-config/")
+        ]
+        tables = sorted(
+            (v for v in (parse_version(t) for t in table_versions()) if v is not None and v <= version), key=lambda v: v.key
+        )
+        table = f"the vLLM {tables[-1]} option table" if tables else "no option table"
+        return (
+            f"not checked against vLLM {version}: which of the {len(open_bugs)} open bugs it fixes (assumed present: "
+            f"{', '.join(open_bugs)}); the defaults the rules resolve (async scheduling, prefix caching, model "
+            f"runner, CUDA graphs, KV-cache sizing: those of {self.newest} assumed); its CLI options (extraArgs read "
+            f"with {table}) and the environment variables it validates; the crash signatures and metric names "
+            f"(those of {self.newest})"
+        )
 
 
 def parse_rule_file(text: str, source: str = "rules.yaml") -> RuleSet:

@@ -12,21 +12,26 @@ An action is one or more of
                                                      does not apply when the result is below L or no lower
     drop_env: {NAME: VALUE}                          the spec.env entry NAME (set to VALUE) removed; does not
                                                      apply when no entry has that value
-with an optional `only_if: {path: value}` that must hold in the spec (defaults included); or
+with an optional `only_if: {path: value}` that must hold in the spec (defaults included), and an optional
+`versions: RANGE` (the rules' range syntax, gdn_operator/versions.py): the vLLM releases the change exists in; it
+does not apply to a spec whose spec.image.vllmVersion is outside them or not a version (issue 46: no
+disable-v2-model-runner where vLLM has no V1 runner); or
     manual:   why a human decides (never applied automatically).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gdn_operator.api.specpatch import SpecPatch, check_path, get_path
+from gdn_operator.versions import VersionRange, parse_version
 
 if TYPE_CHECKING:
     from gdn_operator.api.spec import GDNModelServerSpec
 
-_KEYS = ("set", "lower", "drop_env", "only_if", "manual")
+_KEYS = ("set", "lower", "drop_env", "only_if", "versions", "manual")
 
 
 class ActionError(ValueError):
@@ -48,6 +53,7 @@ class Action:
     lower: tuple[Lower, ...] = ()
     drop_env: tuple[tuple[str, str], ...] = ()
     only_if: tuple[tuple[str, Any], ...] = ()
+    versions: str | None = None  # the vLLM releases the change exists in, a range (None: every release)
     manual: str | None = None  # a human decides: why
 
 
@@ -70,6 +76,11 @@ def _int(where: str, v: Any) -> int:
     if not isinstance(v, int) or isinstance(v, bool):
         raise ActionError(f"{where}: expected an integer, got {v!r}")
     return v
+
+
+@functools.lru_cache(maxsize=64)
+def _range(text: str) -> VersionRange:
+    return VersionRange(text)
 
 
 def parse_action(where: str, aid: str, a: Any) -> Action:
@@ -115,7 +126,15 @@ def parse_action(where: str, aid: str, a: Any) -> Action:
         if "only_if" in a
         else ()
     )
-    return Action(aid, sets, tuple(lowers), tuple(drops), only)
+    versions = None
+    if "versions" in a:
+        if not isinstance(a["versions"], str) or not a["versions"].strip():
+            raise ActionError(f"{where}.versions: expected a version range such as '<0.34.0'")
+        try:
+            versions = str(_range(a["versions"]))
+        except ValueError as e:
+            raise ActionError(f"{where}.versions: {e}") from None
+    return Action(aid, sets, tuple(lowers), tuple(drops), only, versions)
 
 
 def parse_actions(path: str, data: Any) -> dict[str, Action]:
@@ -129,6 +148,10 @@ def action_patch(action: Action | None, spec: GDNModelServerSpec) -> SpecPatch |
     """The change `action` makes to `spec`; None when it needs a human, does not apply, or is in effect."""
     if action is None or action.manual is not None:
         return None
+    if action.versions is not None:
+        ver = parse_version(spec.image.vllm_version)
+        if ver is None or not _range(action.versions).contains(ver):
+            return None  # the change does not exist in this release
     current = spec.model_dump(by_alias=True, mode="json")  # defaults included: unset means the default
     if any(get_path(current, p)[1] != v for p, v in action.only_if):
         return None
