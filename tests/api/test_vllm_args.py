@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from gdn_operator.api import vllm_args
+from gdn_operator.api import flags, vllm_args
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.rules import effective_config
 
@@ -359,3 +359,29 @@ def test_new_options_get_their_checks():
 def test_options_new_in_0_33_admitted(args, version):
     assert problems(args, version) == []
     assert problems(args, "0.34.0") == []
+
+
+def _rendered_spellings() -> list[tuple[str, object]]:
+    """(option, the value an on/off option stores or None) for every option string the renderer writes."""
+    out: list[tuple[str, object]] = []
+    for value in vars(flags).values():
+        if isinstance(value, flags.Flag):
+            out.append((value.flag, True if value.kind == "bool" else None))
+            out += [(a, None) for a in value.aliases]
+            if value.off:
+                out.append((value.off, False))
+        elif isinstance(value, str) and value.startswith("--"):
+            out.append((value, None))
+    return sorted(set(out), key=str)
+
+
+@pytest.mark.parametrize("version", vllm_args.table_versions())
+def test_every_option_the_renderer_writes_exists_in_each_release_table(version):
+    """A release that drops or renames a spelling we render (e.g. the hidden `--no-enable-prefix-caching` of
+    0.33.0+) fails here when its table is added, before a rendered server fails to start."""
+    table = vllm_args.load_table(version)
+    for spelling, stores in _rendered_spellings():
+        option, dest, const = vllm_args.read_option(table, spelling)
+        assert option == spelling, f"vLLM {version} has no {spelling} (reads it as {option})"
+        if stores is not None:
+            assert const is stores, f"vLLM {version}: {spelling} stores {const} in {dest}"
