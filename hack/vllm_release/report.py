@@ -51,6 +51,7 @@ class Repo:
 
     def __init__(self, watch: dict[str, Any], root: Path = ROOT):
         self.watch = watch
+        self.root = root
         self.policy = yaml.safe_load((root / POLICY).read_text())
         rules = yaml.safe_load((root / RULES).read_text())["rules"]
         self.has_arg: dict[str, list[str]] = {}
@@ -164,7 +165,12 @@ def diff(old: dict[str, Any], new: dict[str, Any], repo: Repo) -> list[Change]: 
                     changes.append(Change("flags", f"{key} changed", item, o[key], n[key], consumers, note))
             continue
         if kind == "added":
-            note = note or "no consumer; admitted in extraArgs once the parser table exists"
+            if (repo.root / table).exists():
+                note = note or "no consumer here; admitted in extraArgs (the release's parser table has it)"
+            else:
+                note = (
+                    note + "; " if note else ""
+                ) + "NO PARSER TABLE: refused in extraArgs until hack/gen_vllm_options.py makes it"
             consumers = [*consumers, table]
         changes.append(
             Change("flags", kind, item, entry if kind == "removed" else None, entry if kind == "added" else None, consumers, note)
@@ -296,6 +302,12 @@ def _render_change(c: Change, readers: bool = True) -> list[str]:
     if c.section.startswith("branches:"):
         out.append(f"  ~ {c.item}")
         out += [f"      - {x}" for x in c.old] + [f"      + {x}" for x in c.new]
+    elif c.kind in _MARK and c.section == "flags":
+        entry = c.new if c.kind == "added" else c.old
+        aliases = [o for o in entry["options"] if o != c.item]
+        out.append(
+            f"  {_MARK[c.kind]} {c.item} (default {entry['default']}" + (f"; also {', '.join(aliases)})" if aliases else ")")
+        )
     elif c.kind in _MARK:
         value = c.new if c.kind == "added" else c.old
         out.append(f"  {_MARK[c.kind]} {c.item}" + (f": {_show(value)}" if value not in (None, "", [], {}) else ""))

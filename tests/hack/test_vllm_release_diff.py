@@ -154,6 +154,11 @@ def write_release(root: Path, version: str, *, v1_runner: bool, gpu_mem: str, bl
     }
     if v1_runner:
         files["vllm/v1/worker/gpu_model_runner.py"] = "class GPUModelRunner:\n    pass\n"
+    else:  # the newer release has one more option
+        new_option = '                    group.add_argument("--cache-aware-admission-window", type=int, default=0)\n'
+        files["vllm/engine/arg_utils.py"] = files["vllm/engine/arg_utils.py"].replace(
+            "                    return parser\n", new_option + "                    return parser\n"
+        )
     if not refuse_v1_env:  # the older release: the spec-decode acceptance counter is spelled too
         files["vllm/v1/metrics/loggers.py"] += 'ACCEPTED = "vllm:spec_decode_num_accepted_tokens"\n'
     for rel, text in files.items():
@@ -259,6 +264,11 @@ def test_diff_of_two_synthetic_releases_names_each_change_and_who_reads_it(two_r
     assert "it still raises where named" in gone.note
     hub = _find(changes, "requires", "huggingface-hub", "changed")
     assert (hub.old, hub.new) == (">=1.31.0", ">=2.0.0") and hub.consumers == ["operator/gdn_operator/render/podparts.py"]
+    window = _find(changes, "flags", "--cache-aware-admission-window", "added")
+    assert window.new == {"options": ["--cache-aware-admission-window"], "default": "0"}
+    assert window.note == (
+        "reviewed, allowed in extraArgs; NO PARSER TABLE: refused in extraArgs until hack/gen_vllm_options.py makes it"
+    )
     scraped = _find(changes, "metrics", "vllm:spec_decode_num_accepted_tokens", "removed")
     assert scraped.note.startswith("SCRAPED") and "operator/gdn_operator/watch/acceptance/parse.py:_KINDS" in scraped.consumers
     validate = _find(changes, "branches:env_validation", "Platform.validate_environ")
