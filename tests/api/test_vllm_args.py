@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from gdn_operator.api import vllm_args
+from gdn_operator.api import flags, vllm_args
 from gdn_operator.api.load import ManifestError, parse_spec
 from gdn_operator.rules import effective_config
 
@@ -160,14 +160,30 @@ def test_exact_table_for_its_release():
     assert (table.version, exact) == (EXACT, True)
 
 
-@pytest.mark.parametrize("version", ["0.33.0", "0.33.0rc1", "0.32.1", "0.19.1"])
-def test_other_releases_use_the_nearest_table_strictly(version):
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_each_generated_release_has_its_own_table(version):
     table, exact = vllm_args.select_table(version)
-    assert table.version == EXACT and exact is False
+    assert (table.version, exact) == (version, True)
+
+
+@pytest.mark.parametrize(
+    "version, nearest",
+    [
+        ("0.33.0rc1", "0.32.0"),
+        ("0.32.1", "0.32.0"),
+        ("0.19.1", "0.32.0"),
+        ("0.33.1", "0.33.0"),
+        ("0.34.1", "0.34.0"),
+        ("0.35.0", "0.34.0"),
+    ],
+)
+def test_other_releases_use_the_nearest_table_strictly(version, nearest):
+    table, exact = vllm_args.select_table(version)
+    assert table.version == nearest and exact is False
     found = problems(["--as"], version)
     assert any("write options in full" in p for p in found), found
     assert problems(["--trust-rem"], version) and problems(["--trust-remote-code"], version) == []
-    assert "is not an option of vLLM 0.32.0" in problems(["--option-from-the-future"], version)[0]
+    assert f"is not an option of vLLM {nearest}" in problems(["--option-from-the-future"], version)[0]
 
 
 def test_unparseable_version_admits_no_extra_args():
@@ -199,9 +215,10 @@ def test_policy_names_real_destinations():
     assert stale == []
 
 
-def test_table_is_generated_from_the_real_parser():
-    table = yaml.safe_load((vllm_args._TABLES / f"{EXACT}.yaml").read_text())
-    assert table["generated_by"] == "hack/gen_vllm_options.py"
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0", "0.34.0"])
+def test_table_is_generated_from_the_real_parser(version):
+    table = yaml.safe_load((vllm_args._TABLES / f"{version}.yaml").read_text())
+    assert table["generated_by"] == "hack/gen_vllm_options.py" and table["vllm_version"] == version
     assert table["parser"]["preprocessing"] == {
         "underscore_to_dash": True,
         "dotted_json_keys": True,
@@ -249,3 +266,122 @@ def test_spec_message_names_field_and_never_the_token_value():
     with pytest.raises(ManifestError) as e:
         parse_spec({**BASE, "extraArgs": ["hf_abcdefghijklmnopqrstuv"]})
     assert "hf_abcdef" not in str(e.value) and "<redacted>" in str(e.value)
+
+
+# ------------------------------------------------------------------------- 0.33.0 and 0.34.0 ---
+# vLLM 0.33.0 registers every BooleanOptionalAction as its EnableDisableAction (vllm/utils/argparse_utils.py):
+# `--enable-x` pairs with `--disable-x`, and `--no-enable-x` stays registered but hidden from help. The generated
+# tables list the hidden strings and which strings store False (`negative`, found by calling the action).
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_enable_disable_pairs_carry_their_negative_forms(version):
+    by_dest = {o["dest"]: o for o in yaml.safe_load((vllm_args._TABLES / f"{version}.yaml").read_text())["options"]}
+    pc = by_dest["enable_prefix_caching"]
+    assert (pc["action"], pc["options"]) == (
+        "EnableDisableAction",
+        ["--enable-prefix-caching", "--disable-prefix-caching", "--no-enable-prefix-caching"],
+    )
+    assert pc["negative"] == ["--disable-prefix-caching", "--no-enable-prefix-caching"]
+    assert by_dest["async_scheduling"]["negative"] == ["--no-async-scheduling"]
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+@pytest.mark.parametrize(
+    "args, dest_hint",
+    [
+        (["--disable-prefix-caching"], "spec.prefixCaching"),
+        (["--no-enable-prefix-caching"], "spec.prefixCaching"),  # hidden from help, still accepted
+        (["--disable-prefix"], "spec.prefixCaching"),  # abbreviation of the new spelling
+        (["--disable-chunked-prefill"], "spec.chunkedPrefill"),
+        (["--no-enforce-eager"], "spec.enforceEager"),
+        (["--as"], "spec.asyncScheduling"),
+    ],
+)
+def test_owned_destinations_refused_in_the_enable_disable_spellings(version, args, dest_hint):
+    found = problems(args, version)
+    assert found and "which the operator owns" in found[0] and dest_hint in found[0], found
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+@pytest.mark.parametrize(
+    "args, dest, value",
+    [
+        (["--disable-prefix-caching"], "enable_prefix_caching", False),
+        (["--no-enable-prefix-caching"], "enable_prefix_caching", False),
+        (["--enable-prefix-caching"], "enable_prefix_caching", True),
+        (["--disable-chunked-prefill"], "enable_chunked_prefill", False),
+        (["--enable-sliding-window"], "disable_sliding_window", False),  # the inverse of a --disable-x option
+        (["--no-async-scheduling"], "async_scheduling", False),
+    ],
+)
+def test_enable_disable_values_are_what_vllm_stores(version, args, dest, value):
+    """Without the table's `negative` list, `--disable-x` would read as `--enable-x` (both set the same dest)."""
+    assert vllm_args.option_values(args, version) == {dest: value}
+    option, read_dest, const = vllm_args.read_option(vllm_args.load_table(version), args[0])
+    assert (option, read_dest, const) == (args[0], dest, value)
+
+
+NEW_IN_0_34 = [
+    ["--enable-extensible-kv-cache"],
+    ["--disable-extensible-kv-cache"],
+    ["--cache-aware-admission-window", "8", "--cache-aware-admission-threshold", "0.25"],
+    ["--max-num-inflight-kv-loads", "4"],
+    ["--shuffle-safetensors-files"],
+    ["--checkpoint-prepare-on-startup"],
+]
+
+
+@pytest.mark.parametrize("args", NEW_IN_0_34)
+def test_options_new_in_0_34_admitted_at_0_34(args):
+    assert problems(args, "0.34.0") == []
+    assert problems(args, "0.34.1") == []  # nearest table, options spelled in full
+
+
+@pytest.mark.parametrize("args", NEW_IN_0_34)
+def test_options_new_in_0_34_refused_where_vllm_lacks_them(args):
+    assert "is not an option of vLLM 0.33.0" in problems(args, "0.33.0")[0]
+
+
+def test_new_options_get_their_checks():
+    assert "invalid int value" in " ".join(problems(["--cache-aware-admission-window", "x"], "0.34.0"))
+    assert "invalid float value" in " ".join(problems(["--cache-aware-admission-threshold", "half"], "0.34.0"))
+
+
+@pytest.mark.parametrize(
+    "args, version",
+    [
+        (["--monokernel"], "0.33.0"),
+        (["--sleep-mode-backend", "cumem"], "0.33.0"),
+        (['--watchdog-config={"timeout":60}'], "0.33.0"),
+    ],
+)
+def test_options_new_in_0_33_admitted(args, version):
+    assert problems(args, version) == []
+    assert problems(args, "0.34.0") == []
+
+
+def _rendered_spellings() -> list[tuple[str, object]]:
+    """(option, the value an on/off option stores or None) for every option string the renderer writes."""
+    out: list[tuple[str, object]] = []
+    for value in vars(flags).values():
+        if isinstance(value, flags.Flag):
+            out.append((value.flag, True if value.kind == "bool" else None))
+            out += [(a, None) for a in value.aliases]
+            if value.off:
+                out.append((value.off, False))
+        elif isinstance(value, str) and value.startswith("--"):
+            out.append((value, None))
+    return sorted(set(out), key=str)
+
+
+@pytest.mark.parametrize("version", vllm_args.table_versions())
+def test_every_option_the_renderer_writes_exists_in_each_release_table(version):
+    """A release that drops or renames a spelling we render (e.g. the hidden `--no-enable-prefix-caching` of
+    0.33.0+) fails here when its table is added, before a rendered server fails to start."""
+    table = vllm_args.load_table(version)
+    for spelling, stores in _rendered_spellings():
+        option, dest, const = vllm_args.read_option(table, spelling)
+        assert option == spelling, f"vLLM {version} has no {spelling} (reads it as {option})"
+        if stores is not None:
+            assert const is stores, f"vLLM {version}: {spelling} stores {const} in {dest}"

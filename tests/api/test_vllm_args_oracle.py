@@ -12,7 +12,9 @@ venv) parses the operator's rendered arguments followed by the extraArgs, and:
   one checked by vLLM's own Action classes (`--lora-modules`).
 
 And for every list refused as "vLLM would exit", vLLM's parser does fail (no false refusals).
-GDN_ORACLE_EXAMPLES sets the number of generated lists (default 400).
+GDN_ORACLE_EXAMPLES sets the number of generated lists (default 400). GDN_ORACLE_VLLM_VERSION checks another
+release's table (default 0.32.0, the engine venv's): point the engine venv's python at that release's vllm package
+(PYTHONPATH, see hack/gen_vllm_options.py) so the oracle subprocess imports it.
 """
 
 from __future__ import annotations
@@ -33,11 +35,11 @@ from gdn_operator.render.engine import vllm_args as rendered_args
 
 pytestmark = pytest.mark.engine
 
-VERSION = "0.32.0"
+VERSION = os.environ.get("GDN_ORACLE_VLLM_VERSION", "0.32.0")
 SPEC = parse_spec(
     {
         "model": {"uri": "hf://Qwen/Qwen3.5-27B"},
-        "image": {"tag": "v0.32.0", "vllmVersion": VERSION},
+        "image": {"tag": f"v{VERSION}", "vllmVersion": VERSION},
         "speculativeDecoding": {"numSpeculativeTokens": 2},
         "prefixCaching": False,
         "asyncScheduling": False,
@@ -123,6 +125,7 @@ _STDLIB_ACTIONS = {
     "StoreConstAction",
     "AppendAction",
     "BooleanOptionalAction",
+    "EnableDisableAction",  # vLLM 0.33.0+: a BooleanOptionalAction pairing --enable-x / --disable-x, no value
     "HelpAction",
     "CountAction",
     "LoRAParserAction",
@@ -138,7 +141,7 @@ def typed_group(draw) -> list[str]:
     sp = draw(spelling())
     found = [o for s, o in _BY_STRING.items() if s.startswith(sp)]
     opt = _BY_STRING.get(sp) or (found[0] if found else None)
-    if opt is None or opt.get("nargs") == 0 or opt["action"].endswith("BooleanOptionalAction"):
+    if opt is None or opt.get("nargs") == 0 or opt["action"] in ("BooleanOptionalAction", "EnableDisableAction"):
         return [sp]
     value = str(draw(st.sampled_from(opt["choices"]))) if opt.get("choices") else _TYPED_VALUE.get(opt.get("type", "str"), "x")
     return [f"{sp}={value}"] if draw(st.booleans()) else [sp, value]
@@ -213,7 +216,7 @@ def test_refused_spellings_really_reach_a_guarded_field(parser_oracle, extra):
 
 @pytest.mark.readme("VENV/bin/python hack/gen_vllm_options.py > operator/gdn_operator/api/data/vllm-options/X.Y.Z.yaml")
 def test_committed_table_is_what_the_generator_prints():
-    """The shipped 0.32.0 table is the generator's output for the engine venv's vLLM (never hand-edited)."""
+    """The shipped table is the generator's output for the engine venv's vLLM (never hand-edited)."""
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run(
         [str(require_engine_python()), str(root / "hack" / "gen_vllm_options.py")],

@@ -179,7 +179,7 @@ def test_unknown_flags_are_ignored_with_a_note():
             "--shiny-new-switch",
             "--another=1",
         ],
-        vllm_version="0.33.0",
+        vllm_version="0.31.0",  # no option table of its own: the nearest one's, where unknown options are notes
     )
     joined = " | ".join(line.notes)
     assert "--frobnicate 7" in joined and "--shiny-new-switch" in joined and "--another=1" in joined
@@ -295,3 +295,27 @@ def test_hf_overrides_architectures_reveal_the_family():
     assert line.spec.model.architecture == "Qwen3_5ForConditionalGeneration"
     assert "gdn-operator/unrecognised-model-family" not in rules_of(ev, "rejected")
     assert "vllm#36917" in rules_of(ev, "rejected")
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_enable_disable_spellings_read_as_vllm_stores_them(version):
+    """vLLM 0.33.0+ pairs `--enable-x` with `--disable-x` (EnableDisableAction); the reader must take the
+    `--disable-` form as OFF, as vLLM does, not as the `--enable-` option it shares a destination with."""
+    line = parse_launch_line(
+        [
+            "vllm",
+            "serve",
+            "Qwen/Qwen3.6-27B",
+            "--speculative-config",
+            SC2,
+            "--disable-prefix-caching",
+            "--disable-chunked-prefill",
+        ],
+        vllm_version=version,
+    )
+    assert line.spec.prefix_caching is False and line.spec.chunked_prefill is False
+    line = parse_launch_line(
+        ["vllm", "serve", "Qwen/Qwen3.6-27B", "--speculative-config", SC2, "--enable-prefix-caching", "--no-async-scheduling"],
+        vllm_version=version,
+    )
+    assert line.spec.prefix_caching is True and line.spec.async_scheduling is False

@@ -153,6 +153,10 @@ def _lora_module(value: str) -> Any:
     return value
 
 
+#: on/off options: argparse's BooleanOptionalAction and vLLM's EnableDisableAction (0.33.0+: `--enable-x` with
+#: `--disable-x`, the hidden `--no-enable-x` still accepted); the table's `negative` lists the strings that store False
+_ON_OFF_ACTIONS = frozenset({"BooleanOptionalAction", "EnableDisableAction"})
+
 #: vLLM's own argparse Action classes (their checks are code, not table data): the value check per class
 _CUSTOM_ACTION_VALUES = {"LoRAParserAction": _lora_module}
 
@@ -208,9 +212,10 @@ class OptionTable:
         if not strings:
             self.parser.add_argument(dest, nargs=nargs, default=argparse.SUPPRESS)
             return
-        if kind == "BooleanOptionalAction":
-            pos = [s for s in strings if not s.startswith("--no-")]
-            neg = [s for s in strings if s.startswith("--no-")]
+        if kind in _ON_OFF_ACTIONS:
+            negative = opt.get("negative")  # tables before it was recorded: argparse's own `--no-` forms
+            neg = [s for s in strings if s.startswith("--no-")] if negative is None else list(negative)
+            pos = [s for s in strings if s not in neg]
             self.parser.add_argument(*pos, action="store_const", const=True, **common)
             if neg:
                 self.parser.add_argument(*neg, action="store_const", const=False, **common)
