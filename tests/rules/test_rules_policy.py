@@ -347,6 +347,7 @@ def test_every_mitigation_converges_and_is_clean():
         "vllm-config/shutdown-timeout-unsupported": ("0.17.1", {"shutdownTimeoutSeconds": 30}),
         "vllm#44697": ("0.33.0", {**PP2, "modelRunner": "v1"}),
         "vllm#52069": ("0.29.0", PP2),
+        "vllm#53051": ("0.26.0", {"cudagraphMode": "FULL_AND_PIECEWISE"}),
     }
     with_mitigation = {r.id for r in cat.rules if r.mitigation}
     assert with_mitigation == set(triggers)

@@ -127,6 +127,10 @@ TABLE = [
     ),
     ("vllm#52069", {"tensorParallelSize": 8, "pipelineParallelSize": 2, "nodes": 2}, "0.29.0", "rejected", None, None, None),
     ("vllm#41830", {"extraArgs": ["--kv-offloading-size", "64"]}, "0.21.0", "rejected", "0.22.0", None, None),
+    # U4 (issue 47): 1 + k prompt on the FULL spec-decode graph; V1 default up to 0.28.0, V2 shape dispatch < 0.28.0
+    ("vllm#53051", {}, "0.26.0", "rejected", None, None, None),
+    ("vllm#53051", {"modelRunner": "v1"}, "0.33.0", "rejected", None, None, None),
+    ("vllm#53051", {"modelRunner": "v2", "cudagraphMode": "FULL_DECODE_ONLY"}, "0.27.1", "rejected", None, None, None),
 ]
 
 
@@ -228,6 +232,14 @@ NEGATIVE = [
     ("vllm#50708", {"speculativeDecoding": {"numSpeculativeTokens": 16}}, "0.26.0"),  # serial MTP: 0 slots
     ("vllm-config/align-requires-chunked-prefill", {"prefixCaching": False, "chunkedPrefill": False}, "0.33.0"),
     ("vllm-config/gdn-prefill-backend-unsupported", {"gdnPrefillBackend": "aiter_flydsl"}, "0.32.0"),
+    # vllm#53051: PIECEWISE / eager never replay a FULL graph; V2 dispatches by phase from 0.28.0 (the default
+    # runner from 0.29.0); MTP off has no spec-decode graph
+    ("vllm#53051", {"cudagraphMode": "PIECEWISE"}, "0.26.0"),
+    ("vllm#53051", {"enforceEager": True}, "0.26.0"),
+    ("vllm#53051", {"modelRunner": "v2"}, "0.28.0"),
+    ("vllm#53051", {}, "0.29.0"),
+    ("vllm#53051", {}, "0.33.0"),
+    ("vllm#53051", {"speculativeDecoding": {"enabled": False}}, "0.26.0"),
 ]
 
 
