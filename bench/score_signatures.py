@@ -11,7 +11,7 @@ Figures (one row per log, or per log + spec where expected.tsv gives the spec th
 - precision: of the logs where the classifier names an upstream issue, the share where that issue is the one
   the reader gives (naming one for a log whose reader gives none counts as wrong);
 - recall: of the logs whose reader names an upstream issue, the share the classifier names correctly;
-- signature recall: of the logs with a catalogued signature, the share classified with it;
+- signature recall: of the logs the reader gives a signature (or class) to, the share classified with it;
 - crash detection: of the crash logs (known or not), the share detected as a crash whose root-cause line holds the
   reader's root cause;
 - false crashes: healthy logs reported as crashes.
@@ -102,7 +102,7 @@ def score(cases: list[Case]) -> tuple[dict[str, Any], list[str]]:
         if c.upstream is not None:
             with_up += 1
             up_ok += r.upstream == c.upstream
-        if c.expect == "known":
+        if c.signature is not None:
             with_sig += 1
             sig_ok += r.signature == c.signature
         if c.expect in ("known", "crash"):
@@ -113,7 +113,7 @@ def score(cases: list[Case]) -> tuple[dict[str, Any], list[str]]:
             false_crash += bool(r.crashed)
         ok = (
             (r.upstream == c.upstream)
-            and (c.expect != "known" or r.signature == c.signature)
+            and (c.signature is None or r.signature == c.signature)
             and (r.crashed == (c.expect != "healthy"))
             and (c.expect == "healthy" or root_ok)
         )
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{s['logs']} real logs; precision {s['precision']:.1%} ({s['named_correctly']}/{s['named']} named correctly); "
         f"recall {s['recall']:.1%} ({s['attributed']}/{s['with_upstream']} upstream issues attributed); "
-        f"signature recall {s['signature_recall']:.1%} ({s['with_signature']} catalogued); "
+        f"signature recall {s['signature_recall']:.1%} ({s['with_signature']} labelled); "
         f"crash detection {s['crash_detection']:.1%} of {s['crashes']}; false crashes {s['false_crashes']}/{s['healthy']}"
     )
     return 0
