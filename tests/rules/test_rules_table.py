@@ -131,6 +131,8 @@ TABLE = [
     ("vllm#53051", {}, "0.26.0", "rejected", None, None, None),
     ("vllm#53051", {"modelRunner": "v1"}, "0.33.0", "rejected", None, None, None),
     ("vllm#53051", {"modelRunner": "v2", "cudagraphMode": "FULL_DECODE_ONLY"}, "0.27.1", "rejected", None, None, None),
+    # issue 47 item 4: a start-up refusal the operator's own rendering would cause (VLLM_USE_V2_MODEL_RUNNER=0)
+    ("vllm-config/v1-runner-removed", {"modelRunner": "v1"}, "0.34.0", "rejected", None, None, None),
 ]
 
 
@@ -240,6 +242,9 @@ NEGATIVE = [
     ("vllm#53051", {}, "0.29.0"),
     ("vllm#53051", {}, "0.33.0"),
     ("vllm#53051", {"speculativeDecoding": {"enabled": False}}, "0.26.0"),
+    ("vllm-config/v1-runner-removed", {"modelRunner": "v1"}, "0.33.0"),
+    ("vllm-config/v1-runner-removed", {}, "0.34.0"),
+    ("vllm-config/v1-runner-removed", {"modelRunner": "v2"}, "0.34.0"),
 ]
 
 
