@@ -111,3 +111,16 @@ def test_precision_and_recall_over_every_real_log() -> None:
     assert s["logs"] >= 117
     assert s["precision"] == 1.0 and s["recall"] >= 0.9 and s["signature_recall"] >= 0.9
     assert s["crash_detection"] >= 0.9 and s["false_crashes"] == 0
+
+
+def test_gdnctl_says_which_releases_when_the_version_is_unknown() -> None:
+    from paths import gdnctl
+
+    log = UP / "vllm-42911-qwen3.6-hybrid-kv-valueerror-single-line.log"
+    p = subprocess.run([gdnctl(), "classify-log", str(log)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "upstream:    vllm#41830 (if vLLM <0.22.0: the version is not known)" in p.stdout
+    p = subprocess.run(
+        [gdnctl(), "classify-log", str(log), "--vllm-version", "0.23.0"], capture_output=True, text=True, timeout=120
+    )
+    assert "vllm#41830" not in p.stdout.split("candidates:")[0] and "hybrid-kv-manager-off" in p.stdout
