@@ -124,3 +124,26 @@ def test_gdnctl_says_which_releases_when_the_version_is_unknown() -> None:
         [gdnctl(), "classify-log", str(log), "--vllm-version", "0.23.0"], capture_output=True, text=True, timeout=120
     )
     assert "vllm#41830" not in p.stdout.split("candidates:")[0] and "hybrid-kv-manager-off" in p.stdout
+
+
+@pytest.mark.readme(".venv/bin/python bench/score_signatures.py")
+def test_the_score_line_readme_shows() -> None:
+    p = subprocess.run([sys.executable, str(REPO / "bench" / "score_signatures.py")], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    line = p.stdout.strip().splitlines()[-1]
+    assert line.startswith(f"{len(_labelled())} real logs; precision 100.0% (")
+    assert "false crashes 0/" in line
+
+
+def _labelled() -> list[str]:
+    """Every labelled real log (one row per log + spec): expected.tsv rows and captures.tsv rows found here."""
+    rows = [ln for ln in (UP / "expected.tsv").read_text().splitlines()[1:] if ln and not ln.startswith("#")]
+    caps = [
+        ln.split("\t")[0]
+        for ln in (FIX / "logs" / "captures.tsv").read_text().splitlines()
+        if ln and not ln.startswith("#") and not ln.startswith("file\t")
+    ]
+    from paths import SHARED as shared
+
+    here = [c for c in caps if (shared / c.removeprefix("shared/") if c.startswith("shared/") else REPO / c).is_file()]
+    return rows + here
