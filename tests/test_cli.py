@@ -188,17 +188,27 @@ def test_validate_policy_applies_to_a_launch_line():
 
 def test_render_keeps_full_graphs_for_a_checkpoint_with_one_attention_group():
     """Issue 33: Qwen/Qwen3.5-27B (16 attention + 1 MTP vs 48 GDN layers, data/checkpoints.yaml) forms one
-    full-attention KV-cache group, so G1 sets no CUDA-graph mode at 0.22.0: vLLM's FULL_AND_PIECEWISE default runs."""
-    manifest = (
-        "apiVersion: serving.gdn-operator.io/v1alpha1\nkind: GDNModelServer\nmetadata: {name: q, namespace: default}\n"
-        'spec:\n  model: {uri: "hf://Qwen/Qwen3.5-27B"}\n  image: {tag: v0.22.0, vllmVersion: "0.22.0"}\n'
-    )
-    r = run("render", "-f", "-", "--output", "json", stdin=manifest)
-    assert r.returncode == 0, r.stderr
-    deploy = next(o for o in json.loads(r.stdout)["items"] if o["kind"] == "Deployment")
-    args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+    full-attention KV-cache group, so G1 sets no CUDA-graph mode: on the V2 runner (0.29.0) vLLM's
+    FULL_AND_PIECEWISE default runs. Issue 47: on the V1 runner (0.22.0) vllm#53051 sets PIECEWISE all the same,
+    and says so; G1 is not the reason."""
+
+    def render(version: str) -> tuple[list[str], str]:
+        manifest = (
+            "apiVersion: serving.gdn-operator.io/v1alpha1\nkind: GDNModelServer\nmetadata: {name: q, namespace: default}\n"
+            f'spec:\n  model: {{uri: "hf://Qwen/Qwen3.5-27B"}}\n  image: {{tag: v{version}, vllmVersion: "{version}"}}\n'
+        )
+        r = run("render", "-f", "-", "--output", "json", stdin=manifest)
+        assert r.returncode == 0, r.stderr
+        deploy = next(o for o in json.loads(r.stdout)["items"] if o["kind"] == "Deployment")
+        return deploy["spec"]["template"]["spec"]["containers"][0]["args"], r.stderr
+
+    args, err = render("0.29.0")
     assert "--compilation-config" not in args and "--enforce-eager" not in args
-    assert '"method":"mtp"' in " ".join(args) and "mtp-full-decode-cudagraph" not in r.stderr
+    assert '"method":"mtp"' in " ".join(args) and "mtp-full-decode-cudagraph" not in err
+    args, err = render("0.22.0")
+    i = args.index("--compilation-config")
+    assert args[i + 1] == '{"cudagraph_mode":"PIECEWISE"}' and "--enforce-eager" not in args
+    assert 'default cudagraphMode="PIECEWISE" (vllm#53051)' in err, err
 
 
 # ------------------------------------------------------------------------ vLLM 0.34.0 (issue 46) --

@@ -26,7 +26,7 @@ from rules_helpers import UNKNOWN_LAYOUT_MODEL, mk
 from gdn_operator.api.overrides import apply_overrides
 from gdn_operator.api.status import GDNModelServerStatus
 from gdn_operator.rules import effective_config, evaluate, evaluate_launch, load_rules
-from gdn_operator.rules.cost import SLOWER, SLOWER_ABOVE_RANGE, cost_findings
+from gdn_operator.rules.cost import SLOWER, SLOWER_ABOVE_RANGE, cost_findings, default_cost
 from gdn_operator.rules.rulefile import Cost, RuleFileError, default_rule_file, parse_rule_file
 
 G1 = "gdn-operator/mtp-full-decode-cudagraph"
@@ -325,8 +325,19 @@ def test_a_default_carries_its_measured_cost_in_status_or_says_unmeasured():
     """Unset means safe, and a safe default that costs throughput says what it costs per release (issue 32):
     status.effective.defaults[].cost, from the same cost entries as the advisory."""
     by_field = {d.field: d.cost for d in evaluate(mk("0.26.0")).effective.defaults}
-    assert by_field["asyncScheduling"].startswith("MTP with it 1.22x / 1.06x / 1.15x of MTP off at concurrency 1 / 8 / 32")
-    assert "vLLM 0.26.0" in by_field["asyncScheduling"] and "vllm-0.26.0-h200x2-release" in by_field["asyncScheduling"]
+    # issue 47: vllm#53051 resolves an unset cudagraphMode to PIECEWISE up to 0.28.0 (V1 runner), and the 0.26.0
+    # async-scheduling measurement ran vLLM's FULL_AND_PIECEWISE graphs: it no longer covers the default server
+    assert by_field["cudagraphMode"] == "unmeasured at vLLM 0.26.0 for this configuration"
+    assert by_field["asyncScheduling"].startswith("unmeasured at vLLM 0.26.0 for this configuration; at vLLM 0.26.0 (")
+    # the measurement itself still quotes for a server that runs its configuration (without the U4 default)
+    raw = _raw()
+    u4 = next(r for r in raw["rules"] if r["id"] == "vllm#53051")
+    raw["rules"].remove(u4)
+    ruleset = parse_rule_file(yaml.safe_dump(raw), "rules.yaml")
+    eff = effective_config(mk("0.26.0", asyncScheduling=False))
+    quoted = default_cost(ruleset, "asyncScheduling", eff)
+    assert quoted.startswith("MTP with it 1.22x / 1.06x / 1.15x of MTP off at concurrency 1 / 8 / 32")
+    assert "vLLM 0.26.0" in quoted and "vllm-0.26.0-h200x2-release" in quoted
     assert by_field["gdnPrefillBackend"] == "unmeasured at vLLM 0.26.0 for this configuration"
     g1 = {d.field: d.cost for d in evaluate(mk("0.22.0", model=G1_MODEL)).effective.defaults}["cudagraphMode"]
     assert "1.26x / 1.01x / 0.84x" in g1

@@ -158,6 +158,10 @@ TABLE = [
         None,
         None,
     ),
+    # U4 (issue 47): 1 + k prompt on the FULL spec-decode graph; V1 default up to 0.28.0, V2 shape dispatch < 0.28.0
+    ("vllm#53051", {}, "0.26.0", "rejected", None, None, None),
+    ("vllm#53051", {"modelRunner": "v1"}, "0.33.0", "rejected", None, None, None),
+    ("vllm#53051", {"modelRunner": "v2", "cudagraphMode": "FULL_DECODE_ONLY"}, "0.27.1", "rejected", None, None, None),
 ]
 
 
@@ -267,6 +271,15 @@ NEGATIVE = [
     # from 0.34.0 no rule needs the V1 runner: a default server gets no asyncScheduling default (issue 46)
     ("vllm#51508", {}, "0.34.0"),
     ("vllm#51571", {"prefixCaching": True, "modelRunner": "v1"}, "0.34.0"),
+    # vllm#53051: PIECEWISE / eager never replay a FULL graph; V2 dispatches by phase from 0.28.0 (the default
+    # runner from 0.29.0); MTP off has no spec-decode graph
+    ("vllm#53051", {"cudagraphMode": "PIECEWISE"}, "0.26.0"),
+    ("vllm#53051", {"enforceEager": True}, "0.26.0"),
+    ("vllm#53051", {"modelRunner": "v2"}, "0.28.0"),
+    ("vllm#53051", {}, "0.29.0"),
+    ("vllm#53051", {}, "0.33.0"),
+    ("vllm#53051", {"speculativeDecoding": {"enabled": False}}, "0.26.0"),
+    ("vllm-config/v1-runner-removed", {"modelRunner": "v2"}, "0.34.0"),
 ]
 
 

@@ -45,6 +45,8 @@ def _format_text(r: ClassificationResult, name: str) -> str:
     out.append(f"  kind:        {r.kind}" + (" (generic: no known signature matched)" if r.generic else ""))
     if r.upstream:
         conf = " (probable match)" if r.confidence == "probable" else ""
+        if r.upstream_if_versions:
+            conf += f" (if vLLM {r.upstream_if_versions}: the version is not known)"
         out.append(f"  upstream:    {r.upstream}{conf} {r.upstream_url or ''}".rstrip())
         if r.related:
             out.append(f"  related:     {', '.join(r.related)}")

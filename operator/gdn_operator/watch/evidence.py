@@ -2,7 +2,8 @@
 
 A signature may name an upstream issue only when its `attribution` holds (data/signatures.yaml): every
 `needs` fact is known to have the stated value, no `excludes` fact is known to have its value, and a known
-vLLM version lies in `versions`. Facts come from the log (`facts:` in the catalogue: `Resolved
+vLLM version lies in `versions` (with no version known, the issue is named with the releases it holds for:
+`unknown_version`). Facts come from the log (`facts:` in the catalogue: `Resolved
 architecture: Qwen3_5ForConditionalGeneration`, `Using FlashInfer GDN prefill kernel`, ...) and from
 the spec (`Evidence.from_spec`); where both say something, the spec wins (it is what was deployed), and a
 disagreement is reported (`contradictions`), never dropped silently. The log's family evidence is its
@@ -86,6 +87,14 @@ def contradictions(log_facts: dict[str, str], evidence: Evidence | None) -> list
         for k, v in sorted(evidence.facts.items())
         if k in log_facts and log_facts[k] != v
     ]
+
+
+def unknown_version(attr: Attribution | None, version: str | None) -> str | None:
+    """The releases an attribution holds for, when neither the log nor the spec gives the vLLM version (issue 47:
+    the issue is still named on the rest of the evidence, and the result says which versions it would be)."""
+    if attr is None or attr.versions is None or version:
+        return None
+    return str(attr.versions)
 
 
 def check(attr: Attribution, facts: dict[str, str], version: str | None) -> str | None:

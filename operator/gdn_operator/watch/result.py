@@ -43,6 +43,8 @@ class ClassificationResult:
     attribution: list[str] = field(default_factory=list)
     #: facts used for attribution: fact -> "value (log|spec|--vllm-version)"
     evidence: dict[str, str] = field(default_factory=dict)
+    #: the vLLM releases `upstream` holds for, when neither the log nor the spec gives the version (issue 47)
+    upstream_if_versions: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,6 +57,8 @@ class ClassificationResult:
         if not self.crashed:
             return "no crash signature found"
         up = f" ({self.upstream})" if self.upstream else ""
+        if self.upstream and self.upstream_if_versions:
+            up = f" ({self.upstream} if vLLM {self.upstream_if_versions}; the log does not give the version)"
         cand = f" (candidates, not confirmed: {', '.join(self.candidates)})" if self.candidates and not self.upstream else ""
         rc = f": {self.root_cause}" if self.root_cause else ""
         return f"{self.signature}{up}{cand}{rc}"

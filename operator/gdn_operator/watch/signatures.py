@@ -99,6 +99,14 @@ _PYDANTIC_TAIL = re.compile(r"\s*\[type=[^\]]*(?:\]|$).*$")
 _EMPTY_MESSAGE = re.compile(r"^(?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Fault):\s*$")
 #: refined root causes kept (original line -> refined), oldest dropped first
 MAX_REFINED = 64
+#: an exception raised without a message (`AssertionError` from a bare `assert`): the statement and the frame
+#: above it in the traceback say what failed (issue 47)
+_BARE_EXC = re.compile(r"^(?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception)\s*$")
+_FRAME = re.compile(r'^File "(?:[^"]*/)?([^"/]+)", line (\d+), in (\S+)')
+_MARKERS = re.compile(r"^[\s^~]*$")
+#: the executor's wrapper around a worker's exception message (multiproc_executor.py, 0.17.0-0.34.0); a cut log
+#: may lose its closing quote
+_WRAPPED = re.compile(r"^(?:RuntimeError: )?Worker failed with error '(.+?)'?(?:, please check the stack trace above.*)?$")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -359,9 +367,33 @@ class LogClassifier:
             self._refined.pop(next(iter(self._refined)))
         self._refined[exc.line] = refined
 
+    def _refine_bare(self, exc: _Exc) -> None:
+        """`AssertionError` alone: take the failing statement and its frame from the traceback lines above it,
+        e.g. `AssertionError (assert intermediate_tensors is not None; qwen3_next_mtp.py:120 in forward)`."""
+        stmt = None
+        for raw in reversed(exc.context[-6:]):
+            text = parse_line(raw).payload.strip()
+            if not text or _MARKERS.match(text):
+                continue
+            if stmt is None:
+                if text.startswith(("File ", "Traceback")):
+                    return
+                stmt = text
+                continue
+            m = _FRAME.match(text)
+            where = f"; {m.group(1)}:{m.group(2)} in {m.group(3)}" if m else ""
+            refined = (exc.line, f"{exc.text.strip()} ({stmt}{where})")
+            if len(self._refined) >= MAX_REFINED:
+                self._refined.pop(next(iter(self._refined)))
+            self._refined[exc.line] = refined
+            return
+
     def _root(self, line: int, text: str) -> tuple[int, str]:
-        """A root-cause line, moved to the line that says what is wrong when its message continues below."""
-        return self._refined.get(line, (line, text))
+        """A root-cause line, moved to the line that says what is wrong when its message continues below, and
+        unwrapped from `Worker failed with error '...'` (the worker's own message is the root cause)."""
+        line, text = self._refined.get(line, (line, text))
+        m = _WRAPPED.match(text.strip())
+        return (line, m.group(1)) if m else (line, text)
 
     # -- matching -------------------------------------------------------------------------------
     def _learn_facts(self, line: str, payload: str) -> None:
@@ -405,7 +437,16 @@ class LogClassifier:
         secondary: bool | None = None
         if not noisy and _EXC_LINE.match(payload):
             secondary = self._secondary.search(payload) is not None
-            if not secondary:
+            # `Worker failed with error '...'` reports a worker's exception: it stands for it when the worker's own
+            # traceback is not in the text (a tail that kept only EngineCore's lines; issue 47)
+            le = self._last_exc
+            stands_in = (
+                secondary
+                and "Worker failed with error" in payload
+                and _WRAPPED.match(payload.strip()) is not None
+                and (le is None or lineno - le.line > CHAIN_WINDOW)
+            )
+            if not secondary or stands_in:
                 where = context_of(parsed)
                 handled = where != "engine" and lineno - self._handled_line <= HANDLED_WINDOW
                 exc = _Exc(lineno, payload, ctx(), level, where, handled)
@@ -414,6 +455,8 @@ class LogClassifier:
                 self._chain_cause = None
                 self._last_exc = exc
                 self._expect_message(exc)
+                if _BARE_EXC.match(payload.strip()):
+                    self._refine_bare(exc)
         for st in self._states:
             sig = st.sig
             for kw in sig.keywords:
@@ -580,6 +623,11 @@ class LogClassifier:
             for ref in best.related:
                 if ref not in candidates:
                     candidates.append(ref)
+        if_versions = None
+        if best.upstream is not None:
+            if_versions = _ev.unknown_version(cat.get(best.id).attribution, version)
+            if if_versions is not None:
+                notes.append(f"{best.upstream} affects vLLM {if_versions} only; neither the log nor the spec gives the version")
         return ClassificationResult(
             crashed=True,
             signature=best.id,
@@ -602,6 +650,7 @@ class LogClassifier:
             candidates=candidates if best.upstream is None else [],
             attribution=notes,
             evidence=shown,
+            upstream_if_versions=if_versions,
         )
 
     def _exit_result(self, shown: dict[str, str], conflicts: list[str]) -> ClassificationResult:
