@@ -362,7 +362,6 @@ def test_every_mitigation_converges_and_is_clean():
         "vllm-config/cudagraph-implementation-unsupported": ("0.29.0", {"cudagraphImplementation": "breakable"}),
         "vllm#52069": ("0.29.0", PP2),
         "vllm#53051": ("0.26.0", {"cudagraphMode": "FULL_AND_PIECEWISE"}),
-        "vllm-config/v1-runner-removed": ("0.34.0", {"modelRunner": "v1"}),
     }
     with_mitigation = {r.id for r in cat.rules if r.mitigation}
     assert with_mitigation == set(triggers)
