@@ -271,3 +271,74 @@ def noise(result: dict) -> dict:
         if key.endswith("k2b/k2"):
             out[key] = {"ratio": e["step_ratio"]}
     return out
+
+
+# ------------------------------------------------------------------------------------------- into the rules (item 4)
+
+
+def acceptance_named(doc: dict, name: str, k: int) -> tuple[list[float], str]:
+    """Per-position acceptance for k drafted tokens by name: an oracle key of the capture ("k2 c8": the trained
+    production-geometry model at 0.26.0) or a published label; with its source."""
+    oracle = doc.get("oracle_acceptance") or {}
+    if name in oracle:
+        o = oracle[name]
+        if o["k"] != k:
+            raise ValueError(f"{name}: measured at k={o['k']}, not k={k}")
+        return list(o["per_position"]), f"the oracle model's {name} at vLLM 0.26.0, {ORACLE.parent.name}"
+    for p in doc.get("published_acceptance", PUBLISHED):
+        if p["label"] == name:
+            if len(p["per_position"]) < k:
+                raise ValueError(f"{name}: {len(p['per_position'])} positions published, k={k} needs {k}")
+            return list(p["per_position"][:k]), f"{p['label']}, {p['source']}"
+    raise ValueError(f"{name}: not an oracle key ({sorted(oracle)}) nor a published label")
+
+
+def cost_entry(doc: dict, fixture: str, geom: str, acceptance: str) -> dict:
+    """A rules.yaml `cost` entry (basis step-cost) from a capture: MTP k=2 as the operator rendered it (GEOM:k2)
+    against MTP off (GEOM:off), at every decode concurrency both measured, projected at the named acceptance.
+    No vs_unmitigated: vLLM's-defaults engine (k2v) differs by two rules' flags, not one rule's mitigation; its
+    step-cost ratio goes into the note. `fixture` is the capture's stepcost.json as a checkout path."""
+    mit, off = f"{geom}:k2", f"{geom}:off"
+    argv = doc["engines"][mit]["argv"]
+    k = doc["engines"][mit]["k"]
+    if not {"--no-async-scheduling", "--no-enable-prefix-caching"} <= set(argv) or "--compilation-config" in argv:
+        raise ValueError(f"{mit} did not run the rendered defaults this entry describes: {argv}")
+    pp, source = acceptance_named(doc, acceptance, k)
+    points = []
+    for c in (1, 8, 32, 64):
+        x = (doc["cells"].get(mit, {}).get(f"c{c}") or {}).get("step_ms")
+        y = (doc["cells"].get(off, {}).get(f"c{c}") or {}).get("step_ms")
+        if x and y:
+            points.append({"concurrency": c, "vs_off": round(stepcost.speedup(y["median"], x["median"], pp), 3)})
+    if not points:
+        raise ValueError(f"{mit} and {off} share no measured decode cell")
+    v = {c: (doc["cells"].get(f"{geom}:k2v", {}).get(f"c{c}") or {}).get("step_ms") for c in (1, 8, 32, 64)}
+    k2 = {c: (doc["cells"].get(mit, {}).get(f"c{c}") or {}).get("step_ms") for c in (1, 8, 32, 64)}
+    vs = [f"{v[c]['median'] / k2[c]['median']:.3f} at {c}" for c in (1, 8, 32, 64) if v[c] and k2[c]]
+    return {
+        "vllm": doc["vllm_version"],
+        "hardware": f"1x {doc['gpu']}",
+        "model": f"{geom} geometry ({doc['models'][geom]['text_params'] / 1e9:.1f} B text parameters, dummy weights)",
+        "model_path": f"tests/fixtures/models-geometry/{geom}",
+        "representative": True,
+        "basis": "step-cost",
+        "acceptance": {"per_position": pp, "source": source},
+        "fixture": fixture,
+        "engines": {"mitigated": mit, "mtp_off": off},
+        "config": {
+            "mtp": True,
+            "num_speculative_tokens": k,
+            "async_scheduling": False,
+            "prefix_caching": False,
+            "cudagraph_mode": "auto",
+            "tensor_parallel_size": 1,
+        },
+        "baseline": "MTP off with vLLM's defaults (async scheduling and prefix caching as vLLM decides at the release)",
+        "points": points,
+        "note": (
+            f"Step cost (median of {doc['method']['reps']} repetitions, {doc['method']['out_tokens']} tokens out, EOS "
+            f"ignored) of the verify-{k + 1} step against MTP off's step, times the tokens per step the acceptance gives "
+            f"({stepcost.tokens_per_step(pp):.3f}). MTP k=2 with vLLM's defaults (async scheduling and prefix caching "
+            f"on) stepped " + (", ".join(vs) if vs else "(not measured)") + " x the rendered k=2 step (concurrency)."
+        ),
+    }

@@ -87,6 +87,7 @@ from _stepcost_figures import (  # noqa: E402
     PUBLISHED,
     RULE_FLAGS,
     cell_acceptance,
+    cost_entry,
     curves,
     finish_cell,
     median,
@@ -454,7 +455,19 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear, dead
     ap.add_argument("--seed", type=int, default=50)
     ap.add_argument("--dry-run", action="store_true", help="stand-in engines (no GPU)")
     ap.add_argument("--standin-ready", type=float, default=1.5)
+    ap.add_argument(
+        "--cost-entry",
+        nargs=3,
+        metavar=("CAPTURE_DIR", "GEOMETRY", "ACCEPTANCE"),
+        help="print the rules.yaml `cost` entry (JSON, which YAML reads) a capture gives, and run nothing",
+    )
     args = ap.parse_args(argv)
+    if args.cost_entry:
+        capture, geom, name = args.cost_entry
+        path = Path(capture) / "stepcost.json"
+        fixture = path.resolve().relative_to(REPO).as_posix() if path.resolve().is_relative_to(REPO) else str(path)
+        print(json.dumps(cost_entry(json.loads(path.read_text()), fixture, geom, name), indent=1))
+        return 0
     stop_at = (args.until or time.time() + 420.0) - TEARDOWN_S
     plan = parse_plan(args.plan.replace("examples", ",".join(examples_plan())))
     cells = [c for c in args.cells.split(",") if c]
