@@ -535,6 +535,16 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear, dead
             rec["capacity"] = capacity(log)
             rec["log_facts"] = log_facts(log)
 
+    def counted(cell: dict, before: dict, after: dict, k: int) -> None:
+        """The cell's counters so far (acceptance, prefix-cache hits) and its figures: after every repetition, so a
+        cell the deadline cuts is as consistent as a finished one."""
+        cell["acceptance"] = cell_acceptance(before, after, k)
+        pc = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after if key.startswith("vllm:prefix_cache_")}
+        q = next((v for key, v in pc.items() if "quer" in key), 0.0)
+        h = next((v for key, v in pc.items() if "hit" in key), 0.0)
+        cell["prefix_cache"] = {"queries": q, "hits": h, "hit_rate": round(h / q, 4) if q else None}
+        finish_cell(cell)
+
     def measure(eng: harness.Engine, name: str, kind: str) -> None:
         k = KINDS[kind][0]
         rec = result["cells"].setdefault(name, {})
@@ -555,21 +565,13 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear, dead
                     break
                 r = rep(eng.port, items, conc, max(1.0, min(args.request_cap, left())))
                 cell["reps"].append(r)
-                finish_cell(cell)
+                counted(cell, before, scrape(eng), k)
                 print(
                     f"{name} {work} rep {len(cell['reps'])}: {r['ms_per_token']} ms/token, {r['tokens_per_s']} tok/s, "
                     f"ttft {r['ttft_ms']} ms, errors {r['errors']}",
                     flush=True,
                 )
                 save()
-            after = scrape(eng)
-            cell["acceptance"] = cell_acceptance(before, after, k)
-            pc = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after if key.startswith("vllm:prefix_cache_")}
-            q = next((v for key, v in pc.items() if "quer" in key), 0.0)
-            h = next((v for key, v in pc.items() if "hit" in key), 0.0)
-            cell["prefix_cache"] = {"queries": q, "hits": h, "hit_rate": round(h / q, 4) if q else None}
-            finish_cell(cell)
-            save()
 
     def run_engine(item: str) -> None:
         geom, _, kind = item.partition(":")
