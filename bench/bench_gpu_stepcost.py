@@ -51,6 +51,9 @@ back under 2 GiB before the next starts. An engine that exits before Ready keeps
 MTP-off engine did not start skips its MTP engines.
 
 ``--dry-run``: stand-in engines (tests/gpu/standin_engine.py), no GPU: proves arguments, deadline and files.
+``--cost-entry CAPTURE_DIR GEOMETRY ACCEPTANCE``: print the rules.yaml ``cost`` entry (``basis: step-cost``) a
+capture gives (bench/_stepcost_figures.py ``cost_entry``; ACCEPTANCE an oracle key such as "k2 c8" or a published
+label), run nothing.
 
     PYTHONPATH=$GDN_GPU_SITE:operator GDN_GPU_VLLM_VERSION=0.34.0 python3 bench/bench_gpu_stepcost.py --out .gpu-artifacts
 """
