@@ -134,7 +134,7 @@ def spec_counters(text: str) -> dict[str, float]:
             value = float(line.rsplit(" ", 1)[1])
         except ValueError:
             continue
-        if name in SPEC or name.startswith("vllm:prefix_cache_"):
+        if name in SPEC or (name.startswith("vllm:prefix_cache_") and name.endswith("_total")):  # not *_created
             out[name] = out.get(name, 0.0) + value
         elif name == "vllm:spec_decode_num_accepted_tokens_per_pos_total" and 'position="' in line:
             pos = line.split('position="', 1)[1].split('"', 1)[0]

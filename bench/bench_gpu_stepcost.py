@@ -113,7 +113,7 @@ _FACTS = re.compile(
     r"max_num_seqs|cudagraph_mode|enable_prefix_caching|async_scheduling|mamba|block_size|Error|error:|V2 model|"
     r"Initializing a V1 LLM engine"
 )
-_KV = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
+_KV = re.compile(r"KV cache size: ([\d,]+) tokens")  # "GPU KV cache size" (0.34.0: "GPU + host" with hisparse)
 _CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 
 
@@ -256,7 +256,9 @@ def capacity(log: str) -> dict:
 
 
 def log_facts(log: str, limit: int = 40) -> list[str]:
-    return [ln.strip()[:400] for ln in log.splitlines() if _FACTS.search(ln) and '"POST /' not in ln][:limit]
+    return [ln.strip()[:400] for ln in log.splitlines() if _FACTS.search(ln) and '"POST /' not in ln and "ulimit" not in ln][
+        :limit
+    ]
 
 
 # ------------------------------------------------------------------------------------------- the load
