@@ -342,3 +342,61 @@ def cost_entry(doc: dict, fixture: str, geom: str, acceptance: str) -> dict:
             f"on) stepped " + (", ".join(vs) if vs else "(not measured)") + " x the rendered k=2 step (concurrency)."
         ),
     }
+
+
+# ------------------------------------------------------------------------------------------- the closing note's tables
+
+
+def _r(s: dict | None, nd: int = 2) -> str:
+    return f"{s['median']:.{nd}f} ({s['min']:.{nd}f}-{s['max']:.{nd}f})" if s else "-"
+
+
+def tables(doc: dict) -> str:
+    """Markdown tables of a capture, every figure read from it: step cost per engine and cell, MTP's speed-up at the
+    marked acceptance with break-even acceptance and the noise judgement, the A/A pairs, and the examples."""
+    out = [
+        f"vLLM {doc['vllm_version']}, {doc['gpu'] or 'GPU not named'}{' (DRY RUN: figures meaningless)' if doc['dry_run'] else ''}; "
+        f"{doc['method']['reps']} repetitions a cell, {doc['method']['out_tokens']} tokens out, EOS ignored.",
+        "",
+        "| engine | ready s | KV tokens / max concurrency | cell | step ms | tokens/step | tokens/s | TTFT ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, cells in doc["cells"].items():
+        e = doc["engines"][name]
+        cap = e.get("capacity") or {}
+        for i, (work, c) in enumerate(cells.items()):
+            head = (
+                f"| {name} | {e.get('ready_s', '-')} | {cap.get('kv_cache_tokens') or '-'} / {cap.get('max_concurrency') or '-'} "
+                if i == 0
+                else "| | | "
+            )
+            out.append(
+                head + f"| {work} | {_r(c.get('step_ms'))} | {c.get('tokens_per_step', '-')} | {_r(c.get('tokens_per_s'), 0)} "
+                f"| {_r(c.get('ttft_ms'), 0)} |"
+            )
+    out += [
+        "",
+        "| pair | cell | step-cost ratio | claimed / beyond noise (floor) | break-even alpha | speed-up at the marks |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for key, c in doc["curves"].items():
+        geom, work, pair = key.split(" ")
+        marks = "; ".join(
+            f"{label}: {m['speedup']:.2f}x ({m['range'][0]:.2f}-{m['range'][1]:.2f})" for label, m in c.get("at", {}).items()
+        )
+        judged = f"{c['claimed']} / {c.get('beyond_noise', '-')} ({c.get('noise_floor', '-')})"
+        out.append(
+            f"| {geom} {pair} | {work} | {c['step_ratio']:.3f} | {judged} | {c.get('break_even_alpha', '-')} | {marks or '-'} |"
+        )
+    out += ["", "| A/A | ratio |", "| --- | --- |"] + [f"| {k} | {v['ratio']} |" for k, v in doc["noise"].items()]
+    out += ["", "| example | geometry (how scaled) | starts | reason | KV tokens / max concurrency | configured max_num_seqs |"]
+    out += ["| --- | --- | --- | --- | --- | --- |"]
+    for name, e in doc["examples"].items():
+        cap = e.get("capacity") or {}
+        out.append(
+            f"| {name} | {e['geometry']} ({'; '.join(e.get('how') or [e['scaled']])}) | {e.get('starts')} | {e.get('reason', '')[:160]} "
+            f"| {cap.get('kv_cache_tokens') or '-'} / {cap.get('max_concurrency') or '-'} | {e.get('configured_max_num_seqs', '-')} |"
+        )
+    if doc["skipped"]:
+        out += ["", "Not measured (the deadline): " + "; ".join(doc["skipped"])]
+    return "\n".join(out) + "\n"

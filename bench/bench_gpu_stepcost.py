@@ -53,7 +53,7 @@ MTP-off engine did not start skips its MTP engines.
 ``--dry-run``: stand-in engines (tests/gpu/standin_engine.py), no GPU: proves arguments, deadline and files.
 ``--cost-entry CAPTURE_DIR GEOMETRY ACCEPTANCE``: print the rules.yaml ``cost`` entry (``basis: step-cost``) a
 capture gives (bench/_stepcost_figures.py ``cost_entry``; ACCEPTANCE an oracle key such as "k2 c8" or a published
-label), run nothing.
+label), run nothing. ``--table CAPTURE_DIR``: the capture's tables for the closing note (markdown), run nothing.
 
     PYTHONPATH=$GDN_GPU_SITE:operator GDN_GPU_VLLM_VERSION=0.34.0 python3 bench/bench_gpu_stepcost.py --out .gpu-artifacts
 """
@@ -97,6 +97,7 @@ from _stepcost_figures import (  # noqa: E402
     noise,
     oracle_acceptance,
     spec_counters,
+    tables,
     text_only_config,
     text_params,
 )
@@ -466,7 +467,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear, dead
         metavar=("CAPTURE_DIR", "GEOMETRY", "ACCEPTANCE"),
         help="print the rules.yaml `cost` entry (JSON, which YAML reads) a capture gives, and run nothing",
     )
+    ap.add_argument("--table", type=Path, metavar="CAPTURE_DIR", help="print a capture's tables (markdown), run nothing")
     args = ap.parse_args(argv)
+    if args.table:
+        print(tables(json.loads((args.table / "stepcost.json").read_text())), end="")
+        return 0
     if args.cost_entry:
         capture, geom, name = args.cost_entry
         path = Path(capture) / "stepcost.json"

@@ -271,3 +271,17 @@ def test_dry_run_keeps_the_plan_order_and_stops_at_the_deadline(tmp_path):
     assert any(s.startswith("qwen3.5-27b:k2: not started") for s in doc["skipped"])
     assert doc["examples"]["denied-qwen3.6-prefix-caching-mtp.yaml"]["starts"] is None
     assert (tmp_path / "stepcost-engines.log").read_text().startswith("===== serve-qwen3.5-27b-off.log")
+
+
+@pytest.mark.parametrize("fix", CAPTURES)
+def test_the_closing_note_tables_carry_the_capture_figures(fix: Path):
+    doc = _load(fix)
+    text = bench.tables(doc)
+    for name, cells in doc["cells"].items():
+        for work, c in cells.items():
+            s = c["step_ms"]
+            assert f"| {work} | {s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f}) |" in text, (name, work)
+    for key, c in doc["curves"].items():
+        assert f"| {c['step_ratio']:.3f} |" in text, key
+    assert all(f"| {name} |" in text for name in doc["examples"])
+    assert ("DRY RUN" in text) == doc["dry_run"]
