@@ -19,6 +19,7 @@ _spec.loader.exec_module(stepcost)
 
 GEOMETRY_DIR = REPO / "tests" / "fixtures" / "models-geometry"
 ORACLE = REPO / "tests" / "fixtures" / "vllm-0.26.0-h200x2-release" / "release.json"
+#: engine kind -> (speculative tokens, settings: SETTINGS key)
 KINDS: dict[str, tuple[int, str]] = {
     "off": (0, "rendered"),
     "k2": (2, "rendered"),
@@ -26,18 +27,34 @@ KINDS: dict[str, tuple[int, str]] = {
     "k1": (1, "rendered"),
     "k3": (3, "rendered"),
     "k2b": (2, "rendered"),
+    "k2a": (2, "async-default"),
+    "offnpc": (0, "no-prefix-caching"),
     "k1v": (1, "vllm"),
     "k3v": (3, "vllm"),
 }
 RULE_FLAGS = ("--no-async-scheduling", "--async-scheduling", "--no-enable-prefix-caching", "--enable-prefix-caching")
+#: settings -> (flags removed from the rendered line, flags added): "rendered" as gdnctl gave it; "vllm" the rules'
+#: async-scheduling and prefix-caching flags removed (vLLM decides both); "async-default" only the async one removed;
+#: "no-prefix-caching" prefix caching turned off by flag (MTP off's control for the prefill cost)
+SETTINGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "rendered": ((), ()),
+    "vllm": (RULE_FLAGS, ()),
+    "async-default": (("--no-async-scheduling", "--async-scheduling"), ()),
+    "no-prefix-caching": (("--enable-prefix-caching",), ("--no-enable-prefix-caching",)),
+}
 CELLS = ("c1", "c8", "c32", "c64", "long", "prefix")
 CONCURRENCY = {"c1": 1, "c8": 8, "c32": 32, "c64": 64, "long": 8, "prefix": 8, "c8-again": 8}
 #: the cells each kind measures (k1, k3 and the A/A twin: decode only, the rest is k2's question)
-KIND_CELLS = {k: ("c1", "c8", "c32", "c64") for k in ("k1", "k3", "k2b", "k1v", "k3v")}
+KIND_CELLS = {
+    **{k: ("c1", "c8", "c32", "c64") for k in ("k1", "k3", "k2b", "k1v", "k3v")},
+    "k2a": ("c1", "c8", "c32", "c64", "prefix"),  # async scheduling's share of k2v/k2
+    "offnpc": ("c8", "prefix"),  # prefix caching's prefill cost without MTP (TTFT against off)
+}
 #: speed-up of (k, settings) over MTP off of the same geometry, per cell
 PAIRS = (
     ("k2", "off"), ("k2v", "off"), ("k1", "off"), ("k3", "off"), ("k2b", "off"), ("k1v", "off"), ("k3v", "off"),
-    ("k2v", "k2"), ("k2b", "k2"), ("k1v", "k1"), ("k3v", "k3"),
+    ("k2a", "off"), ("k2v", "k2"), ("k2b", "k2"), ("k2a", "k2"), ("k2v", "k2a"), ("k1v", "k1"), ("k3v", "k3"),
+    ("offnpc", "off"),
 )  # fmt: skip
 #: published acceptance of Qwen MTP heads: (label, k it was measured at, unconditional per-position rates, source)
 PUBLISHED: tuple[dict, ...] = (
@@ -232,7 +249,7 @@ def curves(result: dict) -> dict:
                 if floor is not None:
                     entry["noise_floor"] = floor
                     entry["beyond_noise"] = entry["claimed"] and abs(ratio - 1) > floor
-                if KINDS[den][0] == 0:  # MTP against MTP off: the curve
+                if KINDS[den][0] == 0 and k:  # MTP against MTP off: the curve
                     t_off, t_k = y["median"], x["median"]
                     entry["curve"] = stepcost.curve(t_off, t_k, k)
                     entry["break_even_alpha"] = stepcost.break_even(t_off, t_k, k)

@@ -16,6 +16,8 @@ bench_gpu_release.py does), one at a time on the GPU, in the order of ``--plan``
   GEOM:k2v    MTP k=2 with vLLM's defaults (the two flags the rules added removed)
   GEOM:k1, GEOM:k3   as rendered with k=1 / k=3;  GEOM:k1v, GEOM:k3v  the same with vLLM's defaults (not in the
               default plan);  GEOM:k2b  k2 again: the A/A twin (noise floor)
+  GEOM:k2a    k2 with only the async-scheduling flag removed (async's share of k2v/k2; the rest is prefix caching's)
+  GEOM:offnpc MTP off with --no-enable-prefix-caching (prefix caching's prefill cost without MTP: prefix TTFT vs off)
   ex:FILE     an example manifest at real geometry: start, read capacity, stop (item 3; ``examples_plan``)
 
 Bench adaptations after rendering, each recorded in the engine's notes: ``--load-format dummy`` and
@@ -89,6 +91,7 @@ from _stepcost_figures import (  # noqa: E402
     KINDS,
     PUBLISHED,
     RULE_FLAGS,
+    SETTINGS,
     cell_acceptance,
     cost_entry,
     curves,
@@ -104,9 +107,9 @@ from _stepcost_figures import (  # noqa: E402
 from bench_gpu_mtp_graphs import start_standin  # noqa: E402
 
 TEARDOWN_S = 20.0
-#: engine kind -> (speculative tokens, settings: "rendered" or "vllm" (the rules' two flags removed))
 DEFAULT_PLAN = (
     "qwen3.5-27b:off,qwen3.5-27b:k2,qwen3.5-27b:k2v,qwen3.5-27b:k1,qwen3.5-27b:k3,qwen3.5-27b:k2b,"
+    "qwen3.5-27b:k2a,qwen3.5-27b:offnpc,"
     "qwen3.5-9b:off,qwen3.5-9b:k2,qwen3.5-9b:k2v,qwen3.5-35b-a3b:off,qwen3.5-35b-a3b:k2"
 )
 _FACTS = re.compile(
@@ -199,11 +202,15 @@ def render_engine(kind: str, model: dict, args: argparse.Namespace) -> harness.R
     argv, notes = list(r.argv), list(r.notes)
     if k == 0 and any(f in argv for f in RULE_FLAGS):
         raise RuntimeError(f"MTP off should render vLLM's defaults, the operator rendered {argv}")
-    if settings == "vllm":
-        for flag in RULE_FLAGS:
-            if flag in argv:
-                argv.remove(flag)
-                notes.append(f"# bench: removed {flag} after rendering (vLLM's default)")
+    remove, add = SETTINGS[settings]
+    for flag in remove:
+        if flag in argv:
+            argv.remove(flag)
+            notes.append(f"# bench: removed {flag} after rendering (vLLM's default)")
+    for flag in add:
+        if flag not in argv:
+            argv.append(flag)
+            notes.append(f"# bench: added {flag} after rendering")
     return bench_adapt(harness.Rendered(argv, r.env, notes), model["dir"], args.capture_max)
 
 

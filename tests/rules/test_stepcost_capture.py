@@ -128,14 +128,19 @@ def test_engines_ran_the_rendered_line_plus_the_recorded_adaptations(fix: Path):
         assert Path(a[0]).name == e["geometry"] and _flag(a, "--load-format") == "dummy" and "--skip-tokenizer-init" in a
         assert _flag(a, "--tensor-parallel-size") == "1" and "--enforce-eager" not in a
         present = {f for f in flags if f in a}
-        if k and settings == "rendered":  # the rules' defaults at 0.34.0 with MTP: async scheduling and prefix caching off
-            assert present == {"--no-async-scheduling", "--no-enable-prefix-caching"}, name
-        else:  # MTP off renders vLLM's defaults; k2v has the two flags removed
-            assert present == set(), name
+        want = {
+            "rendered": {"--no-async-scheduling", "--no-enable-prefix-caching"} if k else set(),  # MTP off: vLLM's own
+            "vllm": set(),
+            "async-default": {"--no-enable-prefix-caching"},
+            "no-prefix-caching": {"--no-enable-prefix-caching"},
+        }[settings]
+        assert present == want, name
         added = [n for n in e["notes"] if n.startswith("# bench:")]
         assert any("--load-format dummy" in n for n in added) and any("--skip-tokenizer-init" in n for n in added)
-        if settings == "vllm":
-            assert sum("removed" in n for n in added) == 2, name
+        # the flags the settings took out of the rendered line (MTP's two `--no-` flags) and put in
+        n_removed = {"rendered": 0, "vllm": 2, "async-default": 1, "no-prefix-caching": 0}[settings]
+        assert sum("removed" in n for n in added) == n_removed, name
+        assert sum("added --" in n and "after rendering" in n for n in added) == len(bench.SETTINGS[settings][1]), name
         cap = doc["method"]["capture_max"]
         assert ("--compilation-config" in a) == bool(cap), name  # vLLM's own capture sizes unless asked
     # what the operator renders today at the capture's release is what k2 ran (model path, host and port aside)
