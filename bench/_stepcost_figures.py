@@ -19,6 +19,7 @@ _spec.loader.exec_module(stepcost)
 
 GEOMETRY_DIR = REPO / "tests" / "fixtures" / "models-geometry"
 ORACLE = REPO / "tests" / "fixtures" / "vllm-0.26.0-h200x2-release" / "release.json"
+#: engine kind -> (speculative tokens, settings: SETTINGS key)
 KINDS: dict[str, tuple[int, str]] = {
     "off": (0, "rendered"),
     "k2": (2, "rendered"),
@@ -26,18 +27,34 @@ KINDS: dict[str, tuple[int, str]] = {
     "k1": (1, "rendered"),
     "k3": (3, "rendered"),
     "k2b": (2, "rendered"),
+    "k2a": (2, "async-default"),
+    "offnpc": (0, "no-prefix-caching"),
     "k1v": (1, "vllm"),
     "k3v": (3, "vllm"),
 }
 RULE_FLAGS = ("--no-async-scheduling", "--async-scheduling", "--no-enable-prefix-caching", "--enable-prefix-caching")
-CELLS = ("c1", "c8", "c32", "c64", "long", "prefix")
+#: settings -> (flags removed from the rendered line, flags added): "rendered" as gdnctl gave it; "vllm" the rules'
+#: async-scheduling and prefix-caching flags removed (vLLM decides both); "async-default" only the async one removed;
+#: "no-prefix-caching" prefix caching turned off by flag (MTP off's control for the prefill cost)
+SETTINGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "rendered": ((), ()),
+    "vllm": (RULE_FLAGS, ()),
+    "async-default": (("--no-async-scheduling", "--async-scheduling"), ()),
+    "no-prefix-caching": (("--enable-prefix-caching",), ("--no-enable-prefix-caching",)),
+}
+CELLS = ("c8", "c1", "c32", "c64", "prefix", "long")  # measured in this order: a deadline cut loses the last
 CONCURRENCY = {"c1": 1, "c8": 8, "c32": 32, "c64": 64, "long": 8, "prefix": 8, "c8-again": 8}
 #: the cells each kind measures (k1, k3 and the A/A twin: decode only, the rest is k2's question)
-KIND_CELLS = {k: ("c1", "c8", "c32", "c64") for k in ("k1", "k3", "k2b", "k1v", "k3v")}
+KIND_CELLS = {
+    **{k: ("c1", "c8", "c32", "c64") for k in ("k1", "k3", "k2b", "k1v", "k3v")},
+    "k2a": ("c1", "c8", "c32", "c64", "prefix"),  # async scheduling's share of k2v/k2
+    "offnpc": ("c8", "prefix"),  # prefix caching's prefill cost without MTP (TTFT against off)
+}
 #: speed-up of (k, settings) over MTP off of the same geometry, per cell
 PAIRS = (
     ("k2", "off"), ("k2v", "off"), ("k1", "off"), ("k3", "off"), ("k2b", "off"), ("k1v", "off"), ("k3v", "off"),
-    ("k2v", "k2"), ("k2b", "k2"), ("k1v", "k1"), ("k3v", "k3"),
+    ("k2a", "off"), ("k2v", "k2"), ("k2b", "k2"), ("k2a", "k2"), ("k2v", "k2a"), ("k1v", "k1"), ("k3v", "k3"),
+    ("offnpc", "off"),
 )  # fmt: skip
 #: published acceptance of Qwen MTP heads: (label, k it was measured at, unconditional per-position rates, source)
 PUBLISHED: tuple[dict, ...] = (
@@ -134,7 +151,7 @@ def spec_counters(text: str) -> dict[str, float]:
             value = float(line.rsplit(" ", 1)[1])
         except ValueError:
             continue
-        if name in SPEC or name.startswith("vllm:prefix_cache_"):
+        if name in SPEC or (name.startswith("vllm:prefix_cache_") and name.endswith("_total")):  # not *_created
             out[name] = out.get(name, 0.0) + value
         elif name == "vllm:spec_decode_num_accepted_tokens_per_pos_total" and 'position="' in line:
             pos = line.split('position="', 1)[1].split('"', 1)[0]
@@ -232,7 +249,7 @@ def curves(result: dict) -> dict:
                 if floor is not None:
                     entry["noise_floor"] = floor
                     entry["beyond_noise"] = entry["claimed"] and abs(ratio - 1) > floor
-                if KINDS[den][0] == 0:  # MTP against MTP off: the curve
+                if KINDS[den][0] == 0 and k:  # MTP against MTP off: the curve
                     t_off, t_k = y["median"], x["median"]
                     entry["curve"] = stepcost.curve(t_off, t_k, k)
                     entry["break_even_alpha"] = stepcost.break_even(t_off, t_k, k)
@@ -271,3 +288,132 @@ def noise(result: dict) -> dict:
         if key.endswith("k2b/k2"):
             out[key] = {"ratio": e["step_ratio"]}
     return out
+
+
+# ------------------------------------------------------------------------------------------- into the rules (item 4)
+
+
+def acceptance_named(doc: dict, name: str, k: int) -> tuple[list[float], str]:
+    """Per-position acceptance for k drafted tokens by name: an oracle key of the capture ("k2 c8": the trained
+    production-geometry model at 0.26.0) or a published label; with its source."""
+    oracle = doc.get("oracle_acceptance") or {}
+    if name in oracle:
+        o = oracle[name]
+        if o["k"] != k:
+            raise ValueError(f"{name}: measured at k={o['k']}, not k={k}")
+        return list(o["per_position"]), f"the oracle model's {name} at vLLM 0.26.0, {ORACLE.parent.name}"
+    for p in doc.get("published_acceptance", PUBLISHED):
+        if p["label"] == name:
+            if len(p["per_position"]) < k:
+                raise ValueError(f"{name}: {len(p['per_position'])} positions published, k={k} needs {k}")
+            return list(p["per_position"][:k]), f"{p['label']}, {p['source']}"
+    raise ValueError(f"{name}: not an oracle key ({sorted(oracle)}) nor a published label")
+
+
+def cost_entry(doc: dict, fixture: str, geom: str, acceptance: str) -> dict:
+    """A rules.yaml `cost` entry (basis step-cost) from a capture: MTP k=2 as the operator rendered it (GEOM:k2)
+    against MTP off (GEOM:off), at every decode concurrency both measured, projected at the named acceptance.
+    No vs_unmitigated: vLLM's-defaults engine (k2v) differs by two rules' flags, not one rule's mitigation; its
+    step-cost ratio goes into the note. `fixture` is the capture's stepcost.json as a checkout path."""
+    mit, off = f"{geom}:k2", f"{geom}:off"
+    argv = doc["engines"][mit]["argv"]
+    k = doc["engines"][mit]["k"]
+    if not {"--no-async-scheduling", "--no-enable-prefix-caching"} <= set(argv) or "--compilation-config" in argv:
+        raise ValueError(f"{mit} did not run the rendered defaults this entry describes: {argv}")
+    pp, source = acceptance_named(doc, acceptance, k)
+    points = []
+    for c in (1, 8, 32, 64):
+        x = (doc["cells"].get(mit, {}).get(f"c{c}") or {}).get("step_ms")
+        y = (doc["cells"].get(off, {}).get(f"c{c}") or {}).get("step_ms")
+        if x and y:
+            points.append({"concurrency": c, "vs_off": round(stepcost.speedup(y["median"], x["median"], pp), 3)})
+    if not points:
+        raise ValueError(f"{mit} and {off} share no measured decode cell")
+    v = {c: (doc["cells"].get(f"{geom}:k2v", {}).get(f"c{c}") or {}).get("step_ms") for c in (1, 8, 32, 64)}
+    k2 = {c: (doc["cells"].get(mit, {}).get(f"c{c}") or {}).get("step_ms") for c in (1, 8, 32, 64)}
+    vs = [f"{v[c]['median'] / k2[c]['median']:.3f} at {c}" for c in (1, 8, 32, 64) if v[c] and k2[c]]
+    return {
+        "vllm": doc["vllm_version"],
+        "hardware": f"1x {doc['gpu']}",
+        "model": f"{geom} geometry ({doc['models'][geom]['text_params'] / 1e9:.1f} B text parameters, dummy weights)",
+        "model_path": f"tests/fixtures/models-geometry/{geom}",
+        "representative": True,
+        "basis": "step-cost",
+        "acceptance": {"per_position": pp, "source": source},
+        "fixture": fixture,
+        "engines": {"mitigated": mit, "mtp_off": off},
+        "config": {
+            "mtp": True,
+            "num_speculative_tokens": k,
+            "async_scheduling": False,
+            "prefix_caching": False,
+            "cudagraph_mode": "auto",
+            "tensor_parallel_size": 1,
+        },
+        "baseline": "MTP off with vLLM's defaults (async scheduling and prefix caching as vLLM decides at the release)",
+        "points": points,
+        "note": (
+            f"Step cost (median of {doc['method']['reps']} repetitions, {doc['method']['out_tokens']} tokens out, EOS "
+            f"ignored) of the verify-{k + 1} step against MTP off's step, times the tokens per step the acceptance gives "
+            f"({stepcost.tokens_per_step(pp):.3f}). MTP k=2 with vLLM's defaults (async scheduling and prefix caching "
+            f"on) stepped " + (", ".join(vs) if vs else "(not measured)") + " x the rendered k=2 step (concurrency)."
+        ),
+    }
+
+
+# ------------------------------------------------------------------------------------------- the closing note's tables
+
+
+def _r(s: dict | None, nd: int = 2) -> str:
+    return f"{s['median']:.{nd}f} ({s['min']:.{nd}f}-{s['max']:.{nd}f})" if s else "-"
+
+
+def tables(doc: dict) -> str:
+    """Markdown tables of a capture, every figure read from it: step cost per engine and cell, MTP's speed-up at the
+    marked acceptance with break-even acceptance and the noise judgement, the A/A pairs, and the examples."""
+    out = [
+        f"vLLM {doc['vllm_version']}, {doc['gpu'] or 'GPU not named'}{' (DRY RUN: figures meaningless)' if doc['dry_run'] else ''}; "
+        f"{doc['method']['reps']} repetitions a cell, {doc['method']['out_tokens']} tokens out, EOS ignored.",
+        "",
+        "| engine | ready s | KV tokens / max concurrency | cell | step ms | tokens/step | tokens/s | TTFT ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, cells in doc["cells"].items():
+        e = doc["engines"][name]
+        cap = e.get("capacity") or {}
+        for i, (work, c) in enumerate(cells.items()):
+            head = (
+                f"| {name} | {e.get('ready_s', '-')} | {cap.get('kv_cache_tokens') or '-'} / {cap.get('max_concurrency') or '-'} "
+                if i == 0
+                else "| | | "
+            )
+            out.append(
+                head + f"| {work} | {_r(c.get('step_ms'))} | {c.get('tokens_per_step', '-')} | {_r(c.get('tokens_per_s'), 0)} "
+                f"| {_r(c.get('ttft_ms'), 0)} |"
+            )
+    out += [
+        "",
+        "| pair | cell | step-cost ratio | claimed / beyond noise (floor) | break-even alpha | speed-up at the marks |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for key, c in doc["curves"].items():
+        geom, work, pair = key.split(" ")
+        marks = "; ".join(
+            f"{label}: {m['speedup']:.2f}x ({m['range'][0]:.2f}-{m['range'][1]:.2f})" for label, m in c.get("at", {}).items()
+        )
+        judged = f"{c['claimed']} / {c.get('beyond_noise', '-')} ({c.get('noise_floor', '-')})"
+        out.append(
+            f"| {geom} {pair} | {work} | {c['step_ratio']:.3f} | {judged} | {c.get('break_even_alpha', '-')} | {marks or '-'} |"
+        )
+    out += ["", "| A/A | ratio |", "| --- | --- |"] + [f"| {k} | {v['ratio']} |" for k, v in doc["noise"].items()]
+    out += ["", "| example | geometry (how scaled) | starts | reason | KV tokens / max concurrency | configured max_num_seqs |"]
+    out += ["| --- | --- | --- | --- | --- | --- |"]
+    for name, e in doc["examples"].items():
+        cap = e.get("capacity") or {}
+        out.append(
+            f"| {name} | {e['geometry']} ({'; '.join(e.get('how') or [e['scaled']])}) | {e.get('starts')} | {e.get('reason', '')[:160]} "
+            f"| {cap.get('kv_cache_tokens') or '-'} / {cap.get('max_concurrency') or '-'} | {e.get('configured_max_num_seqs', '-')} |"
+        )
+    if doc["skipped"]:
+        out += ["", "Not measured (the deadline): " + "; ".join(doc["skipped"])]
+    return "\n".join(out) + "\n"

@@ -16,6 +16,8 @@ bench_gpu_release.py does), one at a time on the GPU, in the order of ``--plan``
   GEOM:k2v    MTP k=2 with vLLM's defaults (the two flags the rules added removed)
   GEOM:k1, GEOM:k3   as rendered with k=1 / k=3;  GEOM:k1v, GEOM:k3v  the same with vLLM's defaults (not in the
               default plan);  GEOM:k2b  k2 again: the A/A twin (noise floor)
+  GEOM:k2a    k2 with only the async-scheduling flag removed (async's share of k2v/k2; the rest is prefix caching's)
+  GEOM:offnpc MTP off with --no-enable-prefix-caching (prefix caching's prefill cost without MTP: prefix TTFT vs off)
   ex:FILE     an example manifest at real geometry: start, read capacity, stop (item 3; ``examples_plan``)
 
 Bench adaptations after rendering, each recorded in the engine's notes: ``--load-format dummy`` and
@@ -51,6 +53,9 @@ back under 2 GiB before the next starts. An engine that exits before Ready keeps
 MTP-off engine did not start skips its MTP engines.
 
 ``--dry-run``: stand-in engines (tests/gpu/standin_engine.py), no GPU: proves arguments, deadline and files.
+``--cost-entry CAPTURE_DIR GEOMETRY ACCEPTANCE``: print the rules.yaml ``cost`` entry (``basis: step-cost``) a
+capture gives (bench/_stepcost_figures.py ``cost_entry``; ACCEPTANCE an oracle key such as "k2 c8" or a published
+label), run nothing. ``--table CAPTURE_DIR``: the capture's tables for the closing note (markdown), run nothing.
 
     PYTHONPATH=$GDN_GPU_SITE:operator GDN_GPU_VLLM_VERSION=0.34.0 python3 bench/bench_gpu_stepcost.py --out .gpu-artifacts
 """
@@ -86,22 +91,25 @@ from _stepcost_figures import (  # noqa: E402
     KINDS,
     PUBLISHED,
     RULE_FLAGS,
+    SETTINGS,
     cell_acceptance,
+    cost_entry,
     curves,
     finish_cell,
     median,
     noise,
     oracle_acceptance,
     spec_counters,
+    tables,
     text_only_config,
     text_params,
 )
 from bench_gpu_mtp_graphs import start_standin  # noqa: E402
 
 TEARDOWN_S = 20.0
-#: engine kind -> (speculative tokens, settings: "rendered" or "vllm" (the rules' two flags removed))
 DEFAULT_PLAN = (
     "qwen3.5-27b:off,qwen3.5-27b:k2,qwen3.5-27b:k2v,qwen3.5-27b:k1,qwen3.5-27b:k3,qwen3.5-27b:k2b,"
+    "qwen3.5-27b:k2a,qwen3.5-27b:offnpc,"
     "qwen3.5-9b:off,qwen3.5-9b:k2,qwen3.5-9b:k2v,qwen3.5-35b-a3b:off,qwen3.5-35b-a3b:k2"
 )
 _FACTS = re.compile(
@@ -109,7 +117,7 @@ _FACTS = re.compile(
     r"max_num_seqs|cudagraph_mode|enable_prefix_caching|async_scheduling|mamba|block_size|Error|error:|V2 model|"
     r"Initializing a V1 LLM engine"
 )
-_KV = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
+_KV = re.compile(r"KV cache size: ([\d,]+) tokens")  # "GPU KV cache size" (0.34.0: "GPU + host" with hisparse)
 _CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 
 
@@ -194,11 +202,15 @@ def render_engine(kind: str, model: dict, args: argparse.Namespace) -> harness.R
     argv, notes = list(r.argv), list(r.notes)
     if k == 0 and any(f in argv for f in RULE_FLAGS):
         raise RuntimeError(f"MTP off should render vLLM's defaults, the operator rendered {argv}")
-    if settings == "vllm":
-        for flag in RULE_FLAGS:
-            if flag in argv:
-                argv.remove(flag)
-                notes.append(f"# bench: removed {flag} after rendering (vLLM's default)")
+    remove, add = SETTINGS[settings]
+    for flag in remove:
+        if flag in argv:
+            argv.remove(flag)
+            notes.append(f"# bench: removed {flag} after rendering (vLLM's default)")
+    for flag in add:
+        if flag not in argv:
+            argv.append(flag)
+            notes.append(f"# bench: added {flag} after rendering")
     return bench_adapt(harness.Rendered(argv, r.env, notes), model["dir"], args.capture_max)
 
 
@@ -252,7 +264,9 @@ def capacity(log: str) -> dict:
 
 
 def log_facts(log: str, limit: int = 40) -> list[str]:
-    return [ln.strip()[:400] for ln in log.splitlines() if _FACTS.search(ln) and '"POST /' not in ln][:limit]
+    return [ln.strip()[:400] for ln in log.splitlines() if _FACTS.search(ln) and '"POST /' not in ln and "ulimit" not in ln][
+        :limit
+    ]
 
 
 # ------------------------------------------------------------------------------------------- the load
@@ -454,7 +468,23 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear, dead
     ap.add_argument("--seed", type=int, default=50)
     ap.add_argument("--dry-run", action="store_true", help="stand-in engines (no GPU)")
     ap.add_argument("--standin-ready", type=float, default=1.5)
+    ap.add_argument(
+        "--cost-entry",
+        nargs=3,
+        metavar=("CAPTURE_DIR", "GEOMETRY", "ACCEPTANCE"),
+        help="print the rules.yaml `cost` entry (JSON, which YAML reads) a capture gives, and run nothing",
+    )
+    ap.add_argument("--table", type=Path, metavar="CAPTURE_DIR", help="print a capture's tables (markdown), run nothing")
     args = ap.parse_args(argv)
+    if args.table:
+        print(tables(json.loads((args.table / "stepcost.json").read_text())), end="")
+        return 0
+    if args.cost_entry:
+        capture, geom, name = args.cost_entry
+        path = Path(capture) / "stepcost.json"
+        fixture = path.resolve().relative_to(REPO).as_posix() if path.resolve().is_relative_to(REPO) else str(path)
+        print(json.dumps(cost_entry(json.loads(path.read_text()), fixture, geom, name), indent=1))
+        return 0
     stop_at = (args.until or time.time() + 420.0) - TEARDOWN_S
     plan = parse_plan(args.plan.replace("examples", ",".join(examples_plan())))
     cells = [c for c in args.cells.split(",") if c]
@@ -522,6 +552,16 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear, dead
             rec["capacity"] = capacity(log)
             rec["log_facts"] = log_facts(log)
 
+    def counted(cell: dict, before: dict, after: dict, k: int) -> None:
+        """The cell's counters so far (acceptance, prefix-cache hits) and its figures: after every repetition, so a
+        cell the deadline cuts is as consistent as a finished one."""
+        cell["acceptance"] = cell_acceptance(before, after, k)
+        pc = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after if key.startswith("vllm:prefix_cache_")}
+        q = next((v for key, v in pc.items() if "quer" in key), 0.0)
+        h = next((v for key, v in pc.items() if "hit" in key), 0.0)
+        cell["prefix_cache"] = {"queries": q, "hits": h, "hit_rate": round(h / q, 4) if q else None}
+        finish_cell(cell)
+
     def measure(eng: harness.Engine, name: str, kind: str) -> None:
         k = KINDS[kind][0]
         rec = result["cells"].setdefault(name, {})
@@ -542,21 +582,13 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear, dead
                     break
                 r = rep(eng.port, items, conc, max(1.0, min(args.request_cap, left())))
                 cell["reps"].append(r)
-                finish_cell(cell)
+                counted(cell, before, scrape(eng), k)
                 print(
                     f"{name} {work} rep {len(cell['reps'])}: {r['ms_per_token']} ms/token, {r['tokens_per_s']} tok/s, "
                     f"ttft {r['ttft_ms']} ms, errors {r['errors']}",
                     flush=True,
                 )
                 save()
-            after = scrape(eng)
-            cell["acceptance"] = cell_acceptance(before, after, k)
-            pc = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after if key.startswith("vllm:prefix_cache_")}
-            q = next((v for key, v in pc.items() if "quer" in key), 0.0)
-            h = next((v for key, v in pc.items() if "hit" in key), 0.0)
-            cell["prefix_cache"] = {"queries": q, "hits": h, "hit_rate": round(h / q, 4) if q else None}
-            finish_cell(cell)
-            save()
 
     def run_engine(item: str) -> None:
         geom, _, kind = item.partition(":")

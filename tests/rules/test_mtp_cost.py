@@ -32,7 +32,9 @@ from gdn_operator.rules.rulefile import Cost, RuleFileError, default_rule_file, 
 G1 = "gdn-operator/mtp-full-decode-cudagraph"
 #: G1 enforces at 0.22.0 where the checkpoint's layout is unknown (a known one-group layout is not mitigated)
 G1_MODEL = UNKNOWN_LAYOUT_MODEL
-ENTRIES = [(r.id, i, c) for r in load_rules().costed for i, c in enumerate(r.cost)]
+ENTRIES = [
+    (r.id, i, c) for r in load_rules().costed for i, c in enumerate(r.cost) if c.basis == "measured"
+]  # step-cost: test_stepcost_cost.py
 
 
 def _path(p: str) -> Path:

@@ -101,3 +101,34 @@ def test_oracle_acceptance_is_read_from_the_0_26_0_capture():
     assert o["k3 c8"]["per_position"] == [0.994, 0.9633, pytest.approx(0.9257, abs=1e-4)]
     assert stepcost.tokens_per_step(o["k3 c8"]["per_position"]) == pytest.approx(3.883, abs=1e-3)
     assert {v["k"] for v in o.values()} == {1, 2, 3}
+
+
+#: the geometry table of tests/fixtures/models-geometry/README.md (each figure with its source there)
+TABLE = {
+    # name: (layers, GDN, attention, hidden, Q heads, KV heads, head dim, GDN V heads, GDN QK heads, GDN head dim, MLP)
+    "qwen3.5-27b": (64, 48, 16, 5120, 24, 4, 256, 48, 16, 128, "dense 17408"),
+    "qwen3.5-9b": (32, 24, 8, 4096, 16, 4, 256, 32, 16, 128, "dense 12288"),
+    "qwen3.5-35b-a3b": (40, 30, 10, 2048, 16, 2, 256, 32, 16, 128, "256 experts top-8 x 512 + shared 512"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_the_geometry_files_hold_the_readme_table(name: str):
+    t = json.loads((GEOM / name / "config.json").read_text())["text_config"]
+    kinds = t["layer_types"]
+    if "num_experts" in t:
+        mlp = f"{t['num_experts']} experts top-{t['num_experts_per_tok']} x {t['moe_intermediate_size']} + shared {t['shared_expert_intermediate_size']}"
+    else:
+        mlp = f"dense {t['intermediate_size']}"
+    got = (
+        t["num_hidden_layers"], kinds.count("linear_attention"), kinds.count("full_attention"), t["hidden_size"],
+        t["num_attention_heads"], t["num_key_value_heads"], t["head_dim"], t["linear_num_value_heads"],
+        t["linear_num_key_heads"], t["linear_key_head_dim"], mlp,
+    )  # fmt: skip
+    assert got == TABLE[name]
+    assert t["linear_value_head_dim"] == t["linear_key_head_dim"] == 128 and t["vocab_size"] == 248320
+    assert t["partial_rotary_factor"] * t["head_dim"] == 64  # RoPE dimension 64 (the model cards)
+    assert t["mamba_ssm_dtype"] == "float32" and t["mtp_num_hidden_layers"] == 1
+    readme = (GEOM / "README.md").read_text()
+    row = f"| `{name}` |"
+    assert row in readme and f"| {TABLE[name][3]} |" in readme.split(row, 1)[1].split("\n", 1)[0]

@@ -32,10 +32,14 @@ import bench_gpu_stepcost as bench  # noqa: E402
 
 DRY = REPO / "tests" / "fixtures" / "vllm-0.34.0-stepcost-dryrun"
 REAL = REPO / "tests" / "fixtures" / "vllm-0.34.0-h100-stepcost"
+#: every GPU capture committed beside the first (e.g. a second lease call's `-- --plan examples`, in its own folder)
+GPU_CAPTURES = sorted(p.parent for p in (REPO / "tests" / "fixtures").glob("vllm-*-stepcost*/stepcost.json") if p.parent != DRY)
 CAPTURES = [
     pytest.param(DRY, id="dry-run"),
-    pytest.param(REAL, id="h100", marks=pytest.mark.skipif(not (REAL / "stepcost.json").exists(), reason="not captured yet")),
+    *[pytest.param(p, id=p.name) for p in GPU_CAPTURES],
+    pytest.param(REAL, id="h100", marks=pytest.mark.skip(reason="not captured yet")) if REAL not in GPU_CAPTURES else None,
 ]
+CAPTURES = [c for c in CAPTURES if c is not None]
 
 
 def _load(fix: Path) -> dict:
@@ -128,14 +132,19 @@ def test_engines_ran_the_rendered_line_plus_the_recorded_adaptations(fix: Path):
         assert Path(a[0]).name == e["geometry"] and _flag(a, "--load-format") == "dummy" and "--skip-tokenizer-init" in a
         assert _flag(a, "--tensor-parallel-size") == "1" and "--enforce-eager" not in a
         present = {f for f in flags if f in a}
-        if k and settings == "rendered":  # the rules' defaults at 0.34.0 with MTP: async scheduling and prefix caching off
-            assert present == {"--no-async-scheduling", "--no-enable-prefix-caching"}, name
-        else:  # MTP off renders vLLM's defaults; k2v has the two flags removed
-            assert present == set(), name
+        want = {
+            "rendered": {"--no-async-scheduling", "--no-enable-prefix-caching"} if k else set(),  # MTP off: vLLM's own
+            "vllm": set(),
+            "async-default": {"--no-enable-prefix-caching"},
+            "no-prefix-caching": {"--no-enable-prefix-caching"},
+        }[settings]
+        assert present == want, name
         added = [n for n in e["notes"] if n.startswith("# bench:")]
         assert any("--load-format dummy" in n for n in added) and any("--skip-tokenizer-init" in n for n in added)
-        if settings == "vllm":
-            assert sum("removed" in n for n in added) == 2, name
+        # the flags the settings took out of the rendered line (MTP's two `--no-` flags) and put in
+        n_removed = {"rendered": 0, "vllm": 2, "async-default": 1, "no-prefix-caching": 0}[settings]
+        assert sum("removed" in n for n in added) == n_removed, name
+        assert sum("added --" in n and "after rendering" in n for n in added) == len(bench.SETTINGS[settings][1]), name
         cap = doc["method"]["capture_max"]
         assert ("--compilation-config" in a) == bool(cap), name  # vLLM's own capture sizes unless asked
     # what the operator renders today at the capture's release is what k2 ran (model path, host and port aside)
@@ -178,8 +187,11 @@ def test_the_method_held_and_the_deadline_cut_is_listed(fix: Path):
     doc = _load(fix)
     assert doc["vllm_version"] == "0.34.0"
     plan = doc["plan"]
-    measured = [n for n in plan if n in doc["cells"]]
-    assert measured[:3] == ["qwen3.5-27b:off", "qwen3.5-27b:k2", "qwen3.5-27b:k2v"]  # the most valuable first
+    engines = [n for n in plan if not n.startswith("ex:")]
+    assert list(doc["engines"]) == [n for n in engines if n in doc["engines"]]  # started in the plan's order
+    started = [n for n in engines if n in doc["engines"]]
+    if doc["plan"][:3] == bench.DEFAULT_PLAN.split(",")[:3]:
+        assert started[:3] == ["qwen3.5-27b:off", "qwen3.5-27b:k2", "qwen3.5-27b:k2v"]  # the most valuable first
     for name in plan:
         if name.startswith("ex:"):
             continue
@@ -230,9 +242,9 @@ def test_every_example_was_started_or_refused_with_its_reason(fix: Path):
     assert doc["examples"]["denied-qwen3.6-prefix-caching-mtp.yaml"]["starts"] is None
 
 
-@pytest.mark.skipif(not (REAL / "stepcost.json").exists(), reason="GPU capture only; not captured yet")
-def test_gpu_capture_only_names_the_gpu_the_release_and_the_capacity():
-    doc = _load(REAL)
+@pytest.mark.parametrize("fix", GPU_CAPTURES or [pytest.param(REAL, marks=pytest.mark.skip(reason="not captured yet"))])
+def test_gpu_capture_only_names_the_gpu_the_release_and_the_capacity(fix: Path):
+    doc = _load(fix)
     assert not doc["dry_run"] and "H100" in doc["gpu"]
     for name, e in doc["engines"].items():
         if "ready_s" not in e:
@@ -271,3 +283,17 @@ def test_dry_run_keeps_the_plan_order_and_stops_at_the_deadline(tmp_path):
     assert any(s.startswith("qwen3.5-27b:k2: not started") for s in doc["skipped"])
     assert doc["examples"]["denied-qwen3.6-prefix-caching-mtp.yaml"]["starts"] is None
     assert (tmp_path / "stepcost-engines.log").read_text().startswith("===== serve-qwen3.5-27b-off.log")
+
+
+@pytest.mark.parametrize("fix", CAPTURES)
+def test_the_closing_note_tables_carry_the_capture_figures(fix: Path):
+    doc = _load(fix)
+    text = bench.tables(doc)
+    for name, cells in doc["cells"].items():
+        for work, c in cells.items():
+            s = c["step_ms"]
+            assert f"| {work} | {s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f}) |" in text, (name, work)
+    for key, c in doc["curves"].items():
+        assert f"| {c['step_ratio']:.3f} |" in text, key
+    assert all(f"| {name} |" in text for name in doc["examples"])
+    assert ("DRY RUN" in text) == doc["dry_run"]

@@ -37,7 +37,7 @@ from typing import Any
 
 from gdn_operator.api.load import ManifestError
 from gdn_operator.api.spec import GDNModelServerSpec
-from gdn_operator.rules.cost import costs_of_field, covers
+from gdn_operator.rules.cost import basis_text, costs_of_field, covers
 from gdn_operator.rules.effective import effective_config
 from gdn_operator.rules.evaluator import Evaluation, evaluate
 from gdn_operator.rules.launchline import parse_launch_line
@@ -84,6 +84,7 @@ class Measured:
     model: str
     points: tuple[tuple[int, float], ...]  # (concurrency, vs_off)
     fixture: str
+    basis: str = ""  # rules/cost.py basis_text: how a projected entry's ratios were obtained ("" when measured)
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def cell_spec(a: Axes) -> GDNModelServerSpec:
 
 
 def _measured(rule: str, c: Cost) -> Measured:
-    return Measured(rule, c.hardware, c.model, tuple((p.concurrency, p.vs_off) for p in c.points), c.fixture)
+    return Measured(rule, c.hardware, c.model, tuple((p.concurrency, p.vs_off) for p in c.points), c.fixture, basis_text(c))
 
 
 def _costs_of(ruleset: RuleSet, field: str, ev: Evaluation) -> tuple[Measured, ...]:

@@ -50,7 +50,7 @@ def _model(name: str) -> str:
 def cost_text(m: Measured) -> str:
     ratios = " / ".join(f"{r:.2f}x" for _, r in m.points)
     conc = " / ".join(str(c) for c, _ in m.points)
-    return f"MTP/off {ratios} at {conc} in flight ({m.hardware}, {_model(m.model)})"
+    return f"MTP/off {ratios} at {conc} in flight ({m.hardware}, {_model(m.model)}{m.basis})"
 
 
 def _mitigation(m: Mitigation) -> str:

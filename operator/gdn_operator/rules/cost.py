@@ -43,6 +43,15 @@ def _x(r: float) -> str:
     return f"{r:.2f}x"
 
 
+def basis_text(c: Cost) -> str:
+    """How an entry's ratios were obtained, where not by measuring trained engines: projected from step costs at a
+    real geometry (dummy weights) at the acceptance it names."""
+    if c.acceptance is None:
+        return ""
+    rates = " / ".join(f"{a:g}" for a in c.acceptance.per_position)
+    return f"; projected from step costs at per-position acceptance {rates} ({c.acceptance.source})"
+
+
 def _finding(rule: Rule, entries: list[Cost], eff: Effective, origin: str) -> RuleFinding | None:
     bound = int(eff.values["max_num_seqs"])
     measured: list[MeasuredCost] = []
@@ -53,7 +62,8 @@ def _finding(rule: Rule, entries: list[Cost], eff: Effective, origin: str) -> Ru
             continue
         curves.append(
             f"{' / '.join(_x(p.vs_off) for p in c.points)} at concurrency {' / '.join(str(p.concurrency) for p in c.points)} "
-            f"on {c.model}, {c.hardware}, TP={c.config.get('tensor_parallel_size', '?')}, vLLM {c.vllm} ({c.fixture})"
+            f"on {c.model}, {c.hardware}, TP={c.config.get('tensor_parallel_size', '?')}, vLLM {c.vllm} ({c.fixture}"
+            f"{basis_text(c)})"
         )
         measured += [
             MeasuredCost.model_construct(
@@ -137,7 +147,7 @@ def default_cost(ruleset: RuleSet, field: str, eff: Effective) -> str:
         return "; ".join(
             f"MTP with it {' / '.join(_x(p.vs_off) for p in c.points)} of MTP off at concurrency "
             f"{' / '.join(str(p.concurrency) for p in c.points)} (vLLM {c.vllm}, {c.hardware}, {c.model.split(' ', 1)[0]}, "
-            f"TP={c.config.get('tensor_parallel_size', '?')}; {rule.id} cost in rules.yaml, {c.fixture})"
+            f"TP={c.config.get('tensor_parallel_size', '?')}; {rule.id} cost in rules.yaml, {c.fixture}{basis_text(c)})"
             for rule, c in found
         )
     text = f"unmeasured at vLLM {eff.values.get('vllm_version')} for this configuration"

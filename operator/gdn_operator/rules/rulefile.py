@@ -21,6 +21,7 @@ from gdn_operator.api.vllm_args import table_versions
 from gdn_operator.datafiles import load_yaml, once
 from gdn_operator.rules.effective import FIELDS
 from gdn_operator.rules.predicates import PredicateError, compile_predicate, referenced_fields
+from gdn_operator.rules.stepcost import tokens_per_step
 from gdn_operator.versions import Version, VersionKey, VersionRange, parse_version, require_version
 
 #: What a rule is about (not the crash watch's signature kinds, watch/catalogue.py KINDS).
@@ -61,6 +62,20 @@ class CostEngines(_Strict):
     unmitigated: str | None = None
 
 
+class CostAcceptance(_Strict):
+    """The acceptance a step-cost entry's speed-ups are projected at (rules/stepcost.py): unconditional per-position
+    rates (vLLM's per-position counters / drafts), one per drafted token, and where they come from."""
+
+    per_position: list[float] = Field(min_length=1)
+    source: str = Field(min_length=5)
+
+    @field_validator("per_position")
+    @classmethod
+    def _rates(cls, v: list[float]) -> list[float]:
+        tokens_per_step(v)  # in [0, 1] and not growing with the position, else ValueError
+        return v
+
+
 class Cost(_Strict):
     """What a rule's mitigation measurably costs: one GPU capture of MTP with it against MTP off.
 
@@ -80,6 +95,10 @@ class Cost(_Strict):
     baseline: str = Field(min_length=5)
     points: list[CostPoint] = Field(min_length=1)
     note: str | None = None
+    #: "measured": tokens/s of trained engines (vs_off is their ratio); "step-cost": step costs of dummy-weight
+    #: engines at a real model geometry, vs_off projected at `acceptance` (issue 50, bench/bench_gpu_stepcost.py)
+    basis: Literal["measured", "step-cost"] = "measured"
+    acceptance: CostAcceptance | None = None
     #: `vllm` parsed (excluded from the schema)
     version: Any = Field(default=None, exclude=True)
 
@@ -116,6 +135,11 @@ class Cost(_Strict):
             raise ValueError("points: concurrencies must be distinct and in increasing order")
         if self.engines.unmitigated is None and any(p.vs_unmitigated is not None for p in self.points):
             raise ValueError("vs_unmitigated needs engines.unmitigated (the fixture's name for that engine)")
+        if (self.basis == "step-cost") != (self.acceptance is not None):
+            raise ValueError("basis step-cost needs `acceptance` (per_position, source), and only it has one")
+        k = self.config.get("num_speculative_tokens")
+        if self.acceptance is not None and len(self.acceptance.per_position) != k:
+            raise ValueError(f"acceptance.per_position needs one rate per drafted token (num_speculative_tokens {k})")
         object.__setattr__(self, "version", parse_version(self.vllm))
         return self
 
