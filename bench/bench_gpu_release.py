@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import http.client
 import json
 import os
 import random
@@ -200,20 +199,9 @@ def stream_one(port: int, item: dict, timeout: float) -> dict:
         "stream_options": {"include_usage": True},
     }
     t0 = time.monotonic()
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     text, ids, reason, usage, times = [], [], None, None, []
     try:
-        conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        if resp.status != 200:
-            raise OSError(f"HTTP {resp.status}: {resp.read()[:200]!r}")
-        for raw in resp:
-            line = raw.strip()
-            if not line.startswith(b"data:") or line == b"data: [DONE]":
-                continue
-            if time.monotonic() - t0 > timeout:
-                raise TimeoutError(f"request capped at {timeout:.0f} s")
-            chunk = json.loads(line[5:])
+        for chunk in harness.stream_chunks(port, body, timeout, t0):
             usage = chunk.get("usage") or usage
             for ch in chunk.get("choices") or []:
                 if ch.get("text") or ch.get("token_ids"):
@@ -223,8 +211,6 @@ def stream_one(port: int, item: dict, timeout: float) -> dict:
                 reason = ch.get("finish_reason") or reason
     except (OSError, ValueError) as e:  # socket errors, HTTP errors, caps, bad JSON
         return {"error": f"{type(e).__name__}: {e}", "text": "", "token_ids": None, "finish_reason": None, "completion_tokens": 0}
-    finally:
-        conn.close()
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     return {
         "text": "".join(text),

@@ -66,7 +66,6 @@ import argparse
 import concurrent.futures
 import contextlib
 import hashlib
-import http.client
 import json
 import os
 import random
@@ -286,22 +285,11 @@ def stream_timed(port: int, prompt: list[int], max_tokens: int, timeout: float) 
         "stream_options": {"include_usage": True},
     }
     t0 = time.monotonic()
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     times: list[float] = []
     counts: list[int] = []
     usage = None
     try:
-        conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        if resp.status != 200:
-            raise OSError(f"HTTP {resp.status}: {resp.read()[:200]!r}")
-        for raw in resp:
-            line = raw.strip()
-            if not line.startswith(b"data:") or line == b"data: [DONE]":
-                continue
-            if time.monotonic() - t0 > timeout:
-                raise TimeoutError(f"request capped at {timeout:.0f} s")
-            chunk = json.loads(line[5:])
+        for chunk in harness.stream_chunks(port, body, timeout, t0):
             usage = chunk.get("usage") or usage
             n = sum(len(ch.get("token_ids") or []) for ch in chunk.get("choices") or [])
             if n:
@@ -309,8 +297,6 @@ def stream_timed(port: int, prompt: list[int], max_tokens: int, timeout: float) 
                 counts.append(n)
     except (OSError, ValueError) as e:
         return {"error": f"{type(e).__name__}: {e}", "tokens": 0}
-    finally:
-        conn.close()
     tokens = (usage or {}).get("completion_tokens", sum(counts))
     return {
         "tokens": tokens,

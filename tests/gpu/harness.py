@@ -14,6 +14,7 @@ Stdlib only: the GPU host has no project venv.
 from __future__ import annotations
 
 import concurrent.futures
+import http.client
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -302,6 +304,28 @@ def complete(
         "finish_reason": ch.get("finish_reason"),
         "completion_tokens": out.get("usage", {}).get("completion_tokens"),
     }
+
+
+def stream_chunks(port: int, body: dict, timeout: float, t0: float | None = None) -> Iterator[dict]:
+    """POST a streamed /v1/completions (``body`` has ``"stream": True``) and yield each server-sent chunk, parsed; the
+    whole request is capped at ``timeout`` seconds from ``t0`` (default: now). Raises OSError (socket, HTTP status),
+    TimeoutError (the cap) or ValueError (bad JSON); the connection is closed whatever happens."""
+    t0 = time.monotonic() if t0 is None else t0
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise OSError(f"HTTP {resp.status}: {resp.read()[:200]!r}")
+        for raw in resp:
+            line = raw.strip()
+            if not line.startswith(b"data:") or line == b"data: [DONE]":
+                continue
+            if time.monotonic() - t0 > timeout:
+                raise TimeoutError(f"request capped at {timeout:.0f} s")
+            yield json.loads(line[5:])
+    finally:
+        conn.close()
 
 
 def eos_ids() -> set[int]:

@@ -2,7 +2,7 @@
 
 A capture is `stepcost.json` (+ `stepcost-engines.log`) from `hack/gpu/session.sh stepcost`
 (bench/bench_gpu_stepcost.py). Parametrised on the capture folder: the committed dry run
-(tests/fixtures/vllm-0.34.0-stepcost-dryrun: stand-in engines, figures meaningless, the format and the arithmetic
+(tests/fixtures/vllm-0.33.0-stepcost-dryrun: stand-in engines, figures meaningless, the format and the arithmetic
 real) and the GPU capture the lead commits after the lease (tests/fixtures/vllm-0.34.0-h100-stepcost: skipped while
 absent; the checks marked "GPU capture only" then apply too).
 
@@ -30,7 +30,7 @@ from gdn_operator.rules import stepcost
 sys.path.insert(0, str(REPO / "bench"))
 import bench_gpu_stepcost as bench  # noqa: E402
 
-DRY = REPO / "tests" / "fixtures" / "vllm-0.34.0-stepcost-dryrun"
+DRY = REPO / "tests" / "fixtures" / "vllm-0.33.0-stepcost-dryrun"
 REAL = REPO / "tests" / "fixtures" / "vllm-0.34.0-h100-stepcost"
 #: every GPU capture committed beside the first (e.g. a second lease call's `-- --plan examples`, in its own folder)
 GPU_CAPTURES = sorted(p.parent for p in (REPO / "tests" / "fixtures").glob("vllm-*-stepcost*/stepcost.json") if p.parent != DRY)
@@ -125,6 +125,16 @@ def test_curves_marks_and_noise_are_recomputed(fix: Path):
 def test_engines_ran_the_rendered_line_plus_the_recorded_adaptations(fix: Path):
     doc = _load(fix)
     flags = set(bench.RULE_FLAGS)
+    model = doc["models"]["qwen3.5-27b"]
+    r = bench.render_engine(
+        "k2",
+        model,
+        type("A", (), {"vllm_version": doc["vllm_version"], "gpu_util": doc["method"]["gpu_util"],
+                       "max_model_len": doc["method"]["max_model_len"], "capture_max": doc["method"]["capture_max"]})(),
+    )  # fmt: skip
+    # the defaults the rules force at the capture's release, as flags (0.33.0: both; from 0.34.0 prefix caching only)
+    forced = {f for f in flags if f in r.argv}
+    async_flags = {"--no-async-scheduling", "--async-scheduling"}
     for name, e in doc["engines"].items():
         a = e["argv"]
         k, settings = bench.KINDS[e["kind"]]
@@ -133,16 +143,17 @@ def test_engines_ran_the_rendered_line_plus_the_recorded_adaptations(fix: Path):
         assert _flag(a, "--tensor-parallel-size") == "1" and "--enforce-eager" not in a
         present = {f for f in flags if f in a}
         want = {
-            "rendered": {"--no-async-scheduling", "--no-enable-prefix-caching"} if k else set(),  # MTP off: vLLM's own
+            "rendered": forced if k else set(),  # MTP off: vLLM's own
             "vllm": set(),
-            "async-default": {"--no-enable-prefix-caching"},
+            "async-default": forced - async_flags,
             "no-prefix-caching": {"--no-enable-prefix-caching"},
         }[settings]
         assert present == want, name
         added = [n for n in e["notes"] if n.startswith("# bench:")]
         assert any("--load-format dummy" in n for n in added) and any("--skip-tokenizer-init" in n for n in added)
         # the flags the settings took out of the rendered line (MTP's two `--no-` flags) and put in
-        n_removed = {"rendered": 0, "vllm": 2, "async-default": 1, "no-prefix-caching": 0}[settings]
+        n_removed = {"rendered": 0, "vllm": len(forced), "async-default": len(forced & async_flags), "no-prefix-caching": 0}
+        n_removed = n_removed[settings]
         assert sum("removed" in n for n in added) == n_removed, name
         assert sum("added --" in n and "after rendering" in n for n in added) == len(bench.SETTINGS[settings][1]), name
         cap = doc["method"]["capture_max"]
@@ -150,13 +161,6 @@ def test_engines_ran_the_rendered_line_plus_the_recorded_adaptations(fix: Path):
     # what the operator renders today at the capture's release is what k2 ran (model path, host and port aside)
     k2 = doc["engines"].get("qwen3.5-27b:k2")
     assert k2 is not None
-    model = doc["models"]["qwen3.5-27b"]
-    r = bench.render_engine(
-        "k2",
-        model,
-        type("A", (), {"vllm_version": doc["vllm_version"], "gpu_util": doc["method"]["gpu_util"],
-                       "max_model_len": doc["method"]["max_model_len"], "capture_max": doc["method"]["capture_max"]})(),
-    )  # fmt: skip
 
     def strip(argv: list[str]) -> list[str]:
         out, skip = [], False
@@ -185,7 +189,7 @@ def test_geometry_files_are_the_committed_ones(fix: Path):
 @pytest.mark.parametrize("fix", CAPTURES)
 def test_the_method_held_and_the_deadline_cut_is_listed(fix: Path):
     doc = _load(fix)
-    assert doc["vllm_version"] == "0.34.0"
+    assert doc["vllm_version"] == fix.name.split("-")[1]  # the release the folder names
     plan = doc["plan"]
     engines = [n for n in plan if not n.startswith("ex:")]
     assert list(doc["engines"]) == [n for n in engines if n in doc["engines"]]  # started in the plan's order

@@ -32,8 +32,8 @@ from gdn_operator.rules.rulefile import Cost, RuleFileError, default_rule_file, 
 sys.path.insert(0, str(REPO / "bench"))
 import _stepcost_figures as fig  # noqa: E402
 
-DRY = "tests/fixtures/vllm-0.34.0-stepcost-dryrun/stepcost.json"
-RULE = "vllm#51508"  # asyncScheduling false at every release: what the rendered k=2 engine ran
+DRY = "tests/fixtures/vllm-0.33.0-stepcost-dryrun/stepcost.json"
+RULE = "vllm#51508"  # asyncScheduling false up to 0.33.x (the dry run's release): what the rendered k=2 engine ran
 
 
 def _entry(acceptance: str = "k2 c8") -> dict[str, Any]:
@@ -130,11 +130,11 @@ def test_a_malformed_step_cost_entry_is_a_clear_error(mutate, expect):
 def test_a_step_cost_entry_reaches_the_default_cost_and_the_advisory():
     e = _entry()
     ruleset = parse_rule_file(yaml.safe_dump(_raw_with(e)), "rules.yaml")
-    eff = effective_config(mk("0.34.0", asyncScheduling=False, prefixCaching=False))
+    eff = effective_config(mk("0.33.0", asyncScheduling=False, prefixCaching=False))
     text = default_cost(ruleset, "asyncScheduling", eff)
     ratios = " / ".join(f"{p['vs_off']:.2f}x" for p in e["points"])
     conc = " / ".join(str(p["concurrency"]) for p in e["points"])
-    assert text.startswith(f"MTP with it {ratios} of MTP off at concurrency {conc} (vLLM 0.34.0, 1x dry run")
+    assert text.startswith(f"MTP with it {ratios} of MTP off at concurrency {conc} (vLLM 0.33.0, 1x dry run")
     assert (
         "qwen3.5-27b" in text and DRY in text and "projected from step costs at per-position acceptance 0.9934 / 0.9513" in text
     )
@@ -143,16 +143,16 @@ def test_a_step_cost_entry_reaches_the_default_cost_and_the_advisory():
     if lost:  # the advisory fires from the step-cost curve where MTP with the defaults loses
         assert len(found) == 1 and found[0].code == SLOWER
         assert [m.concurrency for m in found[0].measurements] == lost
-        assert all(m.vllm_version == "0.34.0" and m.model.startswith("qwen3.5-27b geometry") for m in found[0].measurements)
+        assert all(m.vllm_version == "0.33.0" and m.model.startswith("qwen3.5-27b geometry") for m in found[0].measurements)
         assert "projected from step costs" in found[0].message
     else:
         assert found == []
     # a server the entry does not describe is not covered: MTP k=3, or another release
     assert "projected" not in default_cost(
-        ruleset, "asyncScheduling", effective_config(mk("0.33.0", asyncScheduling=False, prefixCaching=False))
+        ruleset, "asyncScheduling", effective_config(mk("0.32.0", asyncScheduling=False, prefixCaching=False))
     )
     k3 = effective_config(
-        mk("0.34.0", asyncScheduling=False, prefixCaching=False, speculativeDecoding={"numSpeculativeTokens": 3})
+        mk("0.33.0", asyncScheduling=False, prefixCaching=False, speculativeDecoding={"numSpeculativeTokens": 3})
     )
     assert default_cost(ruleset, "asyncScheduling", k3).startswith("unmeasured")
 
