@@ -102,6 +102,14 @@ def test_wheel_source_has_the_reuse_the_guard_turns_off(wheel):
     group at capture (build_for_cudagraph_capture) and reuses metadata at run time only when the flag is on."""
     with zipfile.ZipFile(wheel) as z:
         fa = z.read("vllm/v1/attention/backends/flash_attn.py").decode()
+        if "vllm/v1/worker/gpu_model_runner.py" not in z.namelist():
+            # vLLM 0.34.0 removed the V1 runner (G1's rule ends at 0.33.x): the V2 runner hands one group's metadata to
+            # another only for Mamba groups (vllm/v1/worker/gpu/attn_utils.py), so FlashAttention groups are built
+            # each and the guard has nothing to turn off
+            v2 = z.read("vllm/v1/worker/gpu/attn_utils.py").decode()
+            assert "reuse_key = None" in v2 and "supports_update_block_table and isinstance(" in v2
+            assert v2.index("attn_group.kv_cache_spec, MambaSpec", v2.index("reuse_key = None")) > 0
+            return
         runner = z.read("vllm/v1/worker/gpu_model_runner.py").decode()
         # the per-group capture moved from the runner into vllm/v1/worker/utils.py by 0.33.0
         worker = {n: z.read(n).decode() for n in z.namelist() if n.startswith("vllm/v1/worker/") and n.endswith(".py")}
