@@ -56,10 +56,22 @@ def test_service_client_config_gets_the_guard_path():
         ({"matchLabels": {"app": "a"}}, {"app": "a", "x": "y"}, True),
         ({"matchLabels": {"app": "a"}}, {"app": "b"}, False),
         ({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}]}, {"tier": "gpu"}, True),
-        ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gpu"]}]}, {"tier": "gpu"}, False),
-        ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gpu"]}]}, {}, True),
+        (
+            {"matchLabels": {"app": "a"}, "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gpu"]}]},
+            {"app": "a", "tier": "gpu"},
+            False,
+        ),
+        (
+            {"matchLabels": {"app": "a"}, "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gpu"]}]},
+            {"app": "a"},
+            True,
+        ),
         ({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, {}, False),
-        ({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, {"tier": ""}, False),
+        (
+            {"matchLabels": {"app": "a"}, "matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]},
+            {"app": "a", "tier": ""},
+            False,
+        ),
     ],
 )
 def test_selector_semantics(selector, labels, selected):
