@@ -1,16 +1,28 @@
-"""Admission requests with bounded size and nesting, answered with a 4xx review instead of an HTTP 500.
+"""Admission requests with bounded size, time, concurrency and nesting, answered with a 4xx instead of an HTTP 500.
 
-kopf's webhook server reads the body with aiohttp's 1 MiB limit (an UPDATE review carries the old and
-the new object, so a 600 KiB object already exceeds it) and decodes it recursively (JSON nested ~1000
-deep raises RecursionError). Either failure was an HTTP error to the API server, which with
-failurePolicy Fail turns every such request into an opaque 500 for the user. Here the body is read up to
-MAX_BODY_BYTES (well above what the API server sends: 3 MiB per object), and the new object's nesting is
-checked before kopf or pydantic touch it; a violation is an AdmissionReview denial with code 413 / 422
-and the field path.
+Who may call: the webhook port answers whoever reaches it (the chart's NetworkPolicy narrows that to the API server,
+where the cluster enforces NetworkPolicies), so everything here bounds what an unauthenticated caller can cost, the
+way the API server bounds its own clients (issue 48):
+
+* size: the API server refuses request bodies over 3 MiB (API_SERVER_REQUEST_BYTES), so an object it sends is at
+  most that, and an UPDATE review carries two (the object and the old object) in an envelope: MAX_BODY_BYTES. A
+  declared Content-Length beyond it is refused before a byte is read, a body that grows past it as soon as it does
+  (HTTP 413); kopf's own 1 MiB aiohttp limit is not used (a 600 KiB object's UPDATE exceeds it).
+* time: the whole body must arrive within READ_SECONDS (the API server gives up on its webhook call after
+  WEBHOOK_TIMEOUT_SECONDS anyway): a slow body is answered 408 and its connection closed.
+* concurrency: at most MAX_REVIEWS reviews are read, decoded and answered at once per process (ReviewGate); one
+  more waits for a turn until the read deadline, then gets 503. Memory is then bounded by MAX_REVIEWS decoded
+  reviews of at most MAX_BODY_BYTES each, whatever the flood.
+* shape: a body that is not JSON, holds a number Python will not convert (a 5000-digit integer), is not an
+  AdmissionReview object with a `request` object, or whose object is nested past MAX_DEPTH (RecursionError while
+  decoding, or checked before kopf or pydantic touch it) is answered 400, or an AdmissionReview denial with
+  code 422 and the field path when the review's uid can be read (nesting).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -28,7 +40,15 @@ from gdn_operator.handlers.kopfcompat import AmbiguousResourceError, UnknownReso
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 16 * 1024 * 1024
+#: kube-apiserver's limit on a request body (its MaxRequestBodyBytes): no object it sends is larger
+API_SERVER_REQUEST_BYTES = 3 * 1024 * 1024
+#: the largest review: an UPDATE's object and old object, each at most API_SERVER_REQUEST_BYTES, plus the envelope
+MAX_BODY_BYTES = 2 * API_SERVER_REQUEST_BYTES + 256 * 1024
+#: how long the whole body may take to arrive: the API server waits at most webhookconfigs.WEBHOOK_TIMEOUT_SECONDS
+#: (10 s) for the answer, so a body slower than that comes from no API server
+READ_SECONDS = 10.0
+#: reviews read, decoded and answered at once, per process (more wait for a turn until the read deadline)
+MAX_REVIEWS = 8
 MAX_DEPTH = MAX_OBJECT_DEPTH  # deepest nesting of the admitted object (api/k8s.py)
 _UID = re.compile(r'"uid"\s*:\s*"([^"]{1,128})"')
 _OBJECT = "request.object"
@@ -58,8 +78,41 @@ def denial(review: dict[str, Any] | None, uid: str, code: int, message: str) -> 
     return aiohttp.web.json_response(review_answer(review or {}, uid, [], {"code": code, "message": message}))
 
 
+class ReviewGate:
+    """At most MAX_REVIEWS reviews in flight in this process; a review's body read within READ_SECONDS, waiting for
+    its turn included. One gate per process (the front's, or the operator's webhook server's)."""
+
+    def __init__(self, limit: int = MAX_REVIEWS, read_seconds: float = READ_SECONDS) -> None:
+        self.limit, self.read_seconds = limit, read_seconds
+        self._slots = asyncio.Semaphore(limit)
+
+    @contextlib.asynccontextmanager
+    async def turn(self, request: aiohttp.web.Request) -> AsyncIterator[bytes]:
+        """The request's body, read within the deadline, while holding one of the gate's slots."""
+        declared = request.content_length
+        if declared is not None and declared > MAX_BODY_BYTES:  # refused before a byte is read
+            raise aiohttp.web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=declared)
+        deadline = asyncio.get_running_loop().time() + self.read_seconds
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise aiohttp.web.HTTPServiceUnavailable(reason="too many admission reviews in flight") from None
+        try:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    body = await read_bounded_bytes(request)
+            except TimeoutError:
+                late = aiohttp.web.HTTPRequestTimeout(reason=f"the review did not arrive within {self.read_seconds:.0f}s")
+                late.force_close()  # the rest of a slow body is never read: the connection ends with the answer
+                raise late from None
+            yield body
+        finally:
+            self._slots.release()
+
+
 async def read_bounded_bytes(request: aiohttp.web.Request) -> bytes:
-    """The body (HTTP 413 beyond MAX_BODY_BYTES, which the API server never sends)."""
+    """The body (HTTP 413 as soon as it passes MAX_BODY_BYTES, which the API server never sends)."""
     body = bytearray()
     while True:
         chunk = await request.content.read(1 << 16)  # StreamReader.read(n) may return less than n; b"" at EOF
@@ -70,30 +123,35 @@ async def read_bounded_bytes(request: aiohttp.web.Request) -> bytes:
             raise aiohttp.web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=len(body))
 
 
-async def read_bounded(request: aiohttp.web.Request) -> str:
-    """The body as text (HTTP 413 beyond MAX_BODY_BYTES)."""
-    return (await read_bounded_bytes(request)).decode("utf-8", errors="replace")
+def _bad(why: str) -> aiohttp.web.HTTPBadRequest:
+    return aiohttp.web.HTTPBadRequest(reason=f"not an AdmissionReview: {why}"[:200])
 
 
 def precheck(text: str) -> tuple[dict[str, Any] | None, aiohttp.web.Response | None]:
-    """(review, None) to go on with kopf, or (None, a denial) for an object nested too deep."""
+    """(review, None) to go on with, or (None, a denial) for an object nested too deep; HTTP 400 for anything that
+    is not an AdmissionReview the API server could have sent."""
     try:
         review = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise aiohttp.web.HTTPBadRequest(reason=str(e)) from None
     except RecursionError:
-        uid_match = _UID.search(text)
+        uid_match = _UID.search(text[:65536])
         # the object lies two levels down (request, object): the same depth, counted from the object
         msg = nested_too_deep(_in_object(too_deep_in_text(text, MAX_DEPTH + 2) or _OBJECT))
         log.info("admission denied before decoding: %s", msg)
         return None, denial(None, uid_match.group(1) if uid_match else "", 422, msg)
+    except ValueError as e:  # JSONDecodeError, and a number past int's digit limit ("Exceeds the limit ... digits")
+        raise _bad(str(e)) from None
     request = review.get("request") if isinstance(review, dict) else None
-    if isinstance(request, dict):
-        deep_at = too_deep(request.get("object"), MAX_DEPTH)
-        if deep_at is not None:
-            msg = nested_too_deep(deep_at)
-            log.info("admission denied: %s", msg)
-            return None, denial(review, str(request.get("uid", "")), 422, msg)
+    if not isinstance(request, dict):
+        raise _bad("no request object")
+    if not isinstance(request.get("uid", ""), str) or any(
+        not isinstance(request.get(k), (dict, type(None))) for k in ("object", "oldObject", "kind", "resource", "userInfo")
+    ):
+        raise _bad("request.uid, object, oldObject, kind, resource or userInfo of the wrong type")
+    deep_at = too_deep(request.get("object"), MAX_DEPTH)
+    if deep_at is not None:
+        msg = nested_too_deep(deep_at)
+        log.info("admission denied: %s", msg)
+        return None, denial(review, str(request.get("uid", "")), 422, msg)
     return review, None
 
 
@@ -129,6 +187,7 @@ class BoundedWebhookServer(kopf.WebhookServer):
         self.routes: dict[str, Route] = {}
         self.on_publish: list[Callable[[dict[str, Any]], None]] = []
         self.front: FrontProcess | None = None
+        self.gate = ReviewGate()
         if front:
             if not (self.certfile and self.pkeyfile and self.cafile and self.port):
                 raise ValueError("the webhook front needs a port and certificate files (certfile, pkeyfile, cafile)")
@@ -166,10 +225,13 @@ class BoundedWebhookServer(kopf.WebhookServer):
                 await self.front.stop()
 
     async def _serve(self, fn: Any, request: aiohttp.web.Request) -> aiohttp.web.Response:  # type: ignore[override]
+        async with self.gate.turn(request) as raw:
+            return await self._answer(fn, request, raw)
+
+    async def _answer(self, fn: Any, request: aiohttp.web.Request, raw: bytes) -> aiohttp.web.Response:
         headers = dict(request.headers)
         sslpeer = request.transport.get_extra_info("peercert") if request.transport else None
-        text = await read_bounded(request)
-        review, deny = precheck(text)
+        review, deny = precheck(raw.decode("utf-8", errors="replace"))
         if deny is not None:
             return deny
         route = self.routes.get(request.match_info.get("id") or "")

@@ -45,7 +45,7 @@ from gdn_operator import GROUP, PLURAL, VERSION, telemetry
 from gdn_operator.handlers import admission
 from gdn_operator.handlers.heap import settle_heap
 from gdn_operator.handlers.kube import CrdCache
-from gdn_operator.handlers.webhook_limits import precheck, read_bounded_bytes, review_answer
+from gdn_operator.handlers.webhook_limits import ReviewGate, precheck, review_answer
 from gdn_operator.settings import Settings, process_settings
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,7 @@ class Front:
         self.session: aiohttp.ClientSession | None = None
         self.reported: dict[tuple[str, str, str], float] = {}
         self.counted = False
+        self.gate = ReviewGate()
 
     def app(self) -> aiohttp.web.Application:
         app = aiohttp.web.Application()
@@ -104,7 +105,10 @@ class Front:
         return app
 
     async def handle(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
-        raw = await read_bounded_bytes(request)
+        async with self.gate.turn(request) as raw:  # bounded size, read deadline, reviews in flight (webhook_limits)
+            return await self._handle(request, raw)
+
+    async def _handle(self, request: aiohttp.web.Request, raw: bytes) -> aiohttp.web.Response:
         if request.match_info.get("id") == admission.VALIDATE_ID:
             review, deny = precheck(raw.decode("utf-8", errors="replace"))
             if deny is not None:
