@@ -170,3 +170,28 @@ async def test_reviews_in_flight_are_capped(tmp_path):
     finally:
         await runner.cleanup()
         backend.close()
+
+
+@pytest.mark.timeout(60)
+async def test_slow_bodies_hold_no_turn_and_held_bytes_are_budgeted(tmp_path):
+    """Slow bodies (a slowloris) take no turn of the reviews that arrived: with 2 turns and 20 slow connections a
+    valid review is answered at once. The bytes they hold count against the budget: past it, 503."""
+    served, runner = await served_front(tmp_path)
+    served.front.gate = webhook_limits.ReviewGate(limit=2, read_seconds=5.0, held_budget=256 * 1024)
+    conns = []
+    try:
+        for _ in range(20):
+            conns.append(await served.raw(_head(f"/{admission.VALIDATE_ID}", 10_000) + b'{"request": '))
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        status, text = await served.post(f"/{admission.VALIDATE_ID}", json.dumps(review(FINE)).encode())
+        assert status == 200 and loop.time() - t0 < 2, (status, loop.time() - t0)
+        # one slow body holding 200 KiB of the 256 KiB budget: a 100 KiB review finds no room
+        conns.append(await served.raw(_head(f"/{admission.VALIDATE_ID}", 300_000) + b"x" * 200_000))
+        await asyncio.sleep(0.5)
+        status, _ = await served.post(f"/{admission.VALIDATE_ID}", json.dumps(review({**FINE, "pad": "y" * 100_000})).encode())
+        assert status == 503
+    finally:
+        for _, w in conns:
+            w.close()
+        await runner.cleanup()

@@ -45,6 +45,7 @@ from gdn_operator.api.guard import GDNGuardSpec
 from gdn_operator.handlers import kube
 from gdn_operator.handlers.acceptance import AcceptanceSupervisor
 from gdn_operator.handlers.crashwatch import CrashWatchState, Death, classify_death, deaths_in
+from gdn_operator.handlers.guardadmission import GuardAdmission
 from gdn_operator.handlers.guardowners import Owners, WorkloadRef
 from gdn_operator.handlers.guardstatus import (
     FINDING_TYPES,
@@ -75,6 +76,9 @@ class GuardRuntime(CrashWatchState, Protocol):
 
     @property
     def acceptance(self) -> AcceptanceSupervisor: ...
+
+    @property
+    def guard_admission(self) -> GuardAdmission: ...
 
 
 @dataclass
@@ -400,7 +404,8 @@ class GuardSupervisor:
                 WorkloadView(ws.ref.kind, ws.ref.name, first.version, first.version_source, pods, findings,
                              ws.acceptance, list(dict.fromkeys(problems)))
             )  # fmt: skip
-        status = compose(guard.status, views, guard.generation, guard.problems)
+        admission = self.rt.guard_admission.coverage(guard.namespace, guard.name) if guard.feature("admission") else None
+        status = compose(guard.status, views, guard.generation, guard.problems, admission)
         fp = fingerprint(status)
         if fp != guard.written and await asyncio.to_thread(write_status, guard.namespace, guard.name, status):
             guard.status, guard.written = status, fp

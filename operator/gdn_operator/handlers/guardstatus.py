@@ -91,8 +91,16 @@ def _conditions(prev: list[dict[str, Any]], findings: list[Finding], generation:
     return list(status.get("conditions") or [])  # (set_condition's `phase` is a GDNModelServer's: not kept)
 
 
-def compose(prev: dict[str, Any], views: list[WorkloadView], generation: int | None, problems: list[str]) -> dict[str, Any]:
-    """The guard's status from its workloads (`prev`: the status last written, for the conditions' times)."""
+def compose(
+    prev: dict[str, Any],
+    views: list[WorkloadView],
+    generation: int | None,
+    problems: list[str],
+    admission: tuple[bool, str, str] | None = None,
+) -> dict[str, Any]:
+    """The guard's status from its workloads (`prev`: the status last written, for the conditions' times), and
+    condition Admission: what the guard's admission covers (`admission`: in force, reason, message), False with
+    reason AdmissionOff when the feature is off."""
     prev_workloads = {(w.get("kind"), w.get("name")): w for w in prev.get("workloads") or []}
     workloads = []
     all_findings: list[Finding] = []
@@ -117,6 +125,9 @@ def compose(prev: dict[str, Any], views: list[WorkloadView], generation: int | N
         st.set_condition(status, "Ready", False, "GuardInvalid", "; ".join(problems), generation)
     else:
         st.set_condition(status, "Ready", True, "Guarding", f"{len(views)} workload(s), {pods} engine pod(s) guarded", generation)
+    if not problems:
+        in_force, reason, message = admission or (False, "AdmissionOff", "spec.features.admission is false")
+        st.set_condition(status, "Admission", in_force, reason, message, generation)
     status["conditions"] = _conditions(status["conditions"], all_findings, generation)
     status.pop("phase", None)
     status["workloads"] = workloads[:256]

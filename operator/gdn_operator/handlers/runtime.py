@@ -80,7 +80,9 @@ class Runtime:
         # start-up
         self.webhook_renewal: dict[str, Any] = {}  # where the operator-managed webhook certificate lives
         #: GDNGuard admission: the webhook server's clientConfig and the guard webhook configuration's rewrites
-        self.guard_admission = GuardAdmission(settings.webhook_config_name, settings.namespaces)
+        self.guard_admission = GuardAdmission(
+            settings.webhook_config_name, settings.namespaces, excluded=(settings.webhook_namespace or "",)
+        )
         self.metrics_started = False
         self.optional_handlers: list[str] = []  # registered at start-up from the settings (main.register_optional)
         self.tasks: list[asyncio.Task[None]] = []

@@ -10,9 +10,11 @@ way the API server bounds its own clients (issue 48):
   (HTTP 413); kopf's own 1 MiB aiohttp limit is not used (a 600 KiB object's UPDATE exceeds it).
 * time: the whole body must arrive within READ_SECONDS (the API server gives up on its webhook call after
   WEBHOOK_TIMEOUT_SECONDS anyway): a slow body is answered 408 and its connection closed.
-* concurrency: at most MAX_REVIEWS reviews are read, decoded and answered at once per process (ReviewGate); one
-  more waits for a turn until the read deadline, then gets 503. Memory is then bounded by MAX_REVIEWS decoded
-  reviews of at most MAX_BODY_BYTES each, whatever the flood.
+* concurrency: the bodies a process holds (being read, or waiting for their turn) are at most HELD_BUDGET_BYTES
+  (more: 503); at most MAX_REVIEWS reviews are decoded and judged at once, and of those MAX_LARGE_REVIEWS larger
+  than LARGE_BYTES (ReviewGate); one more waits for a turn until the read deadline, then gets 503. Reading takes
+  no turn, so slow bodies hold no turn of the reviews that arrived. Memory is bounded by the budget plus the
+  decoded reviews in their turns, whatever the flood (bench/bench_webhook_flood.py measures it).
 * shape: a body that is not JSON, holds a number Python will not convert (a 5000-digit integer), is not an
   AdmissionReview object with a `request` object, or whose object is nested past MAX_DEPTH (RecursionError while
   decoding, or checked before kopf or pydantic touch it) is answered 400, or an AdmissionReview denial with
@@ -49,6 +51,13 @@ MAX_BODY_BYTES = 2 * API_SERVER_REQUEST_BYTES + 256 * 1024
 READ_SECONDS = 10.0
 #: reviews read, decoded and answered at once, per process (more wait for a turn until the read deadline)
 MAX_REVIEWS = 8
+#: of those, how many may be larger than LARGE_BYTES: decoded JSON takes many times its size in Python objects, so
+#: a review near MAX_BODY_BYTES takes ~100 MiB while it is judged (bench/bench_webhook_flood.py); one at a time keeps a
+#: flood inside the container's memory (GDNModelServers and the workloads guards judge are a few KiB)
+MAX_LARGE_REVIEWS = 1
+LARGE_BYTES = 256 * 1024
+#: the bodies one process holds at once, read or being read (a flood of bodies gets 503 past it)
+HELD_BUDGET_BYTES = 64 * 1024 * 1024
 MAX_DEPTH = MAX_OBJECT_DEPTH  # deepest nesting of the admitted object (api/k8s.py)
 _UID = re.compile(r'"uid"\s*:\s*"([^"]{1,128})"')
 _OBJECT = "request.object"
@@ -79,48 +88,67 @@ def denial(review: dict[str, Any] | None, uid: str, code: int, message: str) -> 
 
 
 class ReviewGate:
-    """At most MAX_REVIEWS reviews in flight in this process; a review's body read within READ_SECONDS, waiting for
-    its turn included. One gate per process (the front's, or the operator's webhook server's)."""
+    """The bounds of one process's reviews (the front's, or the operator's webhook server's): each body read within
+    `read_seconds` and at most MAX_BODY_BYTES; the bodies held at once (being read, waiting, judged) at most
+    `held_budget` bytes; at most `limit` reviews decoded and judged at once, of those at most `large_limit` larger
+    than LARGE_BYTES. Reading takes no turn: a slow body costs the bytes it sent and its connection, never a turn of
+    the reviews that arrived."""
 
-    def __init__(self, limit: int = MAX_REVIEWS, read_seconds: float = READ_SECONDS) -> None:
-        self.limit, self.read_seconds = limit, read_seconds
+    def __init__(
+        self,
+        limit: int = MAX_REVIEWS,
+        read_seconds: float = READ_SECONDS,
+        large_limit: int = MAX_LARGE_REVIEWS,
+        held_budget: int = HELD_BUDGET_BYTES,
+    ) -> None:
+        self.limit, self.read_seconds, self.held_budget = limit, read_seconds, held_budget
+        self.held = 0
         self._slots = asyncio.Semaphore(limit)
+        self._large = asyncio.Semaphore(large_limit)
 
     @contextlib.asynccontextmanager
     async def turn(self, request: aiohttp.web.Request) -> AsyncIterator[bytes]:
-        """The request's body, read within the deadline, while holding one of the gate's slots."""
+        """The request's body, read within the deadline, then one of the gate's turns (and the large one for a body
+        past LARGE_BYTES) while the caller judges it. HTTP 413 past MAX_BODY_BYTES, 408 past the deadline, 503 when
+        the bodies held reach the budget or no turn comes before the deadline."""
         declared = request.content_length
         if declared is not None and declared > MAX_BODY_BYTES:  # refused before a byte is read
             raise aiohttp.web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=declared)
         deadline = asyncio.get_running_loop().time() + self.read_seconds
-        try:
-            async with asyncio.timeout_at(deadline):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise aiohttp.web.HTTPServiceUnavailable(reason="too many admission reviews in flight") from None
+        body = bytearray()
         try:
             try:
                 async with asyncio.timeout_at(deadline):
-                    body = await read_bounded_bytes(request)
+                    while chunk := await request.content.read(1 << 16):  # may return less than asked; b"" at EOF
+                        if len(body) + len(chunk) > MAX_BODY_BYTES:
+                            raise aiohttp.web.HTTPRequestEntityTooLarge(
+                                max_size=MAX_BODY_BYTES, actual_size=len(body) + len(chunk)
+                            )
+                        if self.held + len(chunk) > self.held_budget:
+                            raise aiohttp.web.HTTPServiceUnavailable(reason="too many admission review bytes in flight")
+                        self.held += len(chunk)
+                        body += chunk
             except TimeoutError:
                 late = aiohttp.web.HTTPRequestTimeout(reason=f"the review did not arrive within {self.read_seconds:.0f}s")
                 late.force_close()  # the rest of a slow body is never read: the connection ends with the answer
                 raise late from None
-            yield body
+            async with contextlib.AsyncExitStack() as turns:
+                await self._take(self._slots, deadline, turns)
+                if len(body) > LARGE_BYTES:
+                    await self._take(self._large, deadline, turns)
+                yield bytes(body)
         finally:
-            self._slots.release()
+            self.held -= len(body)
 
-
-async def read_bounded_bytes(request: aiohttp.web.Request) -> bytes:
-    """The body (HTTP 413 as soon as it passes MAX_BODY_BYTES, which the API server never sends)."""
-    body = bytearray()
-    while True:
-        chunk = await request.content.read(1 << 16)  # StreamReader.read(n) may return less than n; b"" at EOF
-        if not chunk:
-            return bytes(body)
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise aiohttp.web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=len(body))
+    @staticmethod
+    async def _take(slots: asyncio.Semaphore, deadline: float, held: contextlib.AsyncExitStack) -> None:
+        """One of `slots` before the deadline (HTTP 503 after it), released when `held` closes."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                await slots.acquire()
+        except TimeoutError:
+            raise aiohttp.web.HTTPServiceUnavailable(reason="too many admission reviews in flight") from None
+        held.callback(slots.release)
 
 
 def _bad(why: str) -> aiohttp.web.HTTPBadRequest:
