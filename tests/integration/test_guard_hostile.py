@@ -84,8 +84,12 @@ def webhook_of(kube_api, ns):
             return None
         raise
     for h in cfg.webhooks or []:
-        exprs = (h.namespace_selector.match_expressions or []) if h.namespace_selector else []
-        if any(e.operator == "In" and e.values == [ns] for e in exprs):
+        sel = h.namespace_selector
+        exprs = (sel.match_expressions or []) if sel else []
+        if (
+            any(e.operator == "In" and e.values == [ns] for e in exprs)
+            or ((sel and sel.match_labels) or {}).get("kubernetes.io/metadata.name") == ns
+        ):  # (matchLabels: how the configuration was written before issue 48)
             return h
     return None
 

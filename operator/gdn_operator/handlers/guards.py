@@ -291,10 +291,11 @@ class GuardSupervisor:
         msg = f"engine died (restart {death.restart_count}, exit {death.exit_code}): {result.summary()}"
         if hint:
             msg += f". Remedy: {hint}"
-        ws.crashes[k] = Finding("CrashDiagnosed", msg, prev.since if prev else kube.now(), rule, death.pod, count)
+        finding = Finding("CrashDiagnosed", msg, prev.since if prev else kube.now(), rule, death.pod, count)  # redacted
+        ws.crashes[k] = finding
         ws.crash_at[k] = time.monotonic()
         telemetry.CRASHES.labels(guard.namespace, ws.ref.name, sig, result.upstream or "").inc()
-        kube.emit_event(ws.ref.event_target(guard.namespace), "EngineCrashed", f"pod {death.pod}: {msg}", "Warning")
+        kube.emit_event(ws.ref.event_target(guard.namespace), "EngineCrashed", f"pod {death.pod}: {finding.message}", "Warning")
         ws.reported.add(ws.crashes[k].key)
         log.info(
             "guard %s/%s: engine crash in %s %s pod %s restart %s: %s, count %s",

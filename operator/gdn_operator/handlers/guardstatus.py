@@ -24,6 +24,7 @@ from gdn_operator import GROUP, GUARD_PLURAL, VERSION
 from gdn_operator.api.guard import FindingType
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
+from gdn_operator.redact import redact
 
 FINDING_TYPES: tuple[str, ...] = get_args(FindingType)
 POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL = "wgpolicyk8s.io", "v1alpha2", "policyreports"
@@ -39,12 +40,18 @@ _SEVERITY = {
 
 @dataclass
 class Finding:
+    """One finding. Its message is redacted when it is made (redact.redact, the function every path that copies
+    engine output uses): status, PolicyReports, Events and log lines all take it from here."""
+
     type: str
     message: str
     since: str
     rule: str | None = None
     pod: str | None = None
     count: int | None = None
+
+    def __post_init__(self) -> None:
+        self.message = redact(self.message)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -115,7 +122,7 @@ def compose(
             "findings": [f.to_status() for f in v.findings[:32]],
             "conditions": _conditions(before.get("conditions") or [], v.findings, generation),
             "acceptance": v.acceptance,
-            "problems": v.problems[:8] or None,
+            "problems": [redact(p) for p in v.problems[:8]] or None,  # a launch line not read is quoted
         }
         workloads.append({k: x for k, x in entry.items() if x is not None})
         all_findings += v.findings
