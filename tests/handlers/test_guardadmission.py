@@ -80,7 +80,9 @@ def test_system_and_operator_namespaces_get_no_guard_webhook_and_the_configurati
     # the most a guard may hold (CRD bounds), many times: guards past the budget are left out, with a reason
     big = {
         "matchLabels": {f"k{i}": "v" * 63 for i in range(8)},
-        "matchExpressions": [{"key": f"e{i}", "operator": "In", "values": [f"{j}" + "v" * 60 for j in range(16)]} for i in range(8)],
+        "matchExpressions": [
+            {"key": f"e{i}", "operator": "In", "values": [f"{j}" + "v" * 60 for j in range(16)]} for i in range(8)
+        ],
     }
     guards = [guard(f"g{i:03d}", f"ns{i:03d}", "deny", **big) for i in range(400)]
     scope = guard_scope(guards, "c.x.io", cc)
@@ -186,3 +188,68 @@ def test_deny_holds_where_users_put_the_label_and_when_an_update_drops_it():
     assert review_response(review(rs), guards)["response"] == {"uid": "u1", "allowed": True}
     foreign = deployment("v0.17.1", meta_labels={"app": "g"}, owner="MyInferenceThing")
     assert review_response(review(foreign), guards)["response"]["allowed"] is False
+
+
+def test_a_shell_script_with_an_apostrophe_is_judged_not_a_500():
+    """Issue 48: `bash -c "echo it's up; exec vllm serve ..."` made shlex raise, the webhook answered HTTP 500, and
+    a deny guard refused a valid workload. The vLLM command is read from the script and judged."""
+    guards = [guard("g", "team", "deny")]
+    p = pod("v0.17.1")
+    c = p["spec"]["containers"][0]
+    c["command"] = ["/bin/bash", "-c", f"echo it's up; exec vllm serve Qwen/Qwen3.5-9B --speculative-config '{SC}'"]
+    c.pop("args")
+    r = review_response(review(p), guards)["response"]
+    assert r["allowed"] is False and "vllm#36917" in r["status"]["message"]  # judged: the known crash refused
+    c["image"] = "vllm/vllm-openai:v0.33.0"
+    c["command"][2] += " --no-enable-prefix-caching --no-async-scheduling --gdn-prefill-backend triton"
+    assert review_response(review(p), guards)["response"]["allowed"] is True
+
+
+async def test_the_scope_task_survives_an_error_that_is_not_an_os_error(monkeypatch):
+    """Issue 48: the guard-scope task ended for good on the first urllib3 error that is not an OSError (a dropped
+    connection mid-answer: ProtocolError), and guard webhooks were never written again."""
+    import asyncio
+    from http.client import RemoteDisconnected
+
+    import urllib3
+
+    from gdn_operator.handlers import guardadmission
+
+    calls, written = [], []
+
+    def list_guards(namespaces):
+        calls.append(namespaces)
+        if len(calls) == 1:
+            raise urllib3.exceptions.ProtocolError("Connection aborted.", RemoteDisconnected("closed"))
+        return [guard("g", "team", "deny")]
+
+    monkeypatch.setattr(guardadmission, "list_guards", list_guards)
+    monkeypatch.setattr(guardadmission, "write_configuration", lambda desired: written.append(desired) or True)
+    monkeypatch.setattr(guardadmission, "RETRY_SECONDS", 0.01)
+    ga = guardadmission.GuardAdmission("c.x.io")
+    ga.published({"url": "https://127.0.0.1:9443/"})
+    task = asyncio.create_task(ga.run())
+    try:
+        for _ in range(500):
+            if written:
+                break
+            await asyncio.sleep(0.01)
+        assert written and len(written[0]["webhooks"]) == 1, (calls, task)
+    finally:
+        task.cancel()
+
+
+async def test_reviews_read_the_guards_held_in_memory(monkeypatch):
+    """No API read per review: the guards come from their events (a LIST only before the first)."""
+    from gdn_operator.handlers import guardadmission
+
+    lists = []
+    monkeypatch.setattr(guardadmission, "list_guards", lambda ns: lists.append(ns) or [guard("g", "team", "deny")])
+    ga = guardadmission.GuardAdmission("c.x.io")
+    for _ in range(5):
+        r = (await ga.answer(review(pod("v0.17.1"))))["response"]
+        assert r["allowed"] is False
+    assert len(lists) == 1
+    ga.guard_changed("DELETED", guard("g", "team", "deny"))
+    assert (await ga.answer(review(pod("v0.17.1"))))["response"]["allowed"] is True
+    assert len(lists) == 1

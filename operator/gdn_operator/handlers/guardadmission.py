@@ -49,6 +49,7 @@ from gdn_operator import GROUP, GUARD_PLURAL, VERSION, telemetry
 from gdn_operator.api.guard import GDNGuardSpec
 from gdn_operator.handlers.kube import _json, api_client
 from gdn_operator.handlers.webhookconfigs import NAMESPACE_LABEL, WEBHOOK_TIMEOUT_SECONDS
+from gdn_operator.redact import redact
 from gdn_operator.rules.workload import WorkloadVerdict, judge_workload, pod_specs
 from gdn_operator.watch import guarded
 from gdn_operator.watch.guarded import selector_cel
@@ -59,6 +60,8 @@ log = logging.getLogger(__name__)
 GUARD_WEBHOOK_ID = "gdn-guard-admission"
 #: seconds between re-checks of the guard webhook configuration when nothing signalled a change
 RESYNC_SECONDS = 60.0
+#: seconds before the configuration is written again after a failure
+RETRY_SECONDS = 5.0
 #: what the guard webhook is called for (CREATE and UPDATE only: it never sees deletes): every kind whose pod
 #: templates rules/workload.py judges
 GUARDED_RESOURCES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -224,6 +227,19 @@ def _controlled(obj: dict[str, Any]) -> bool:
     return any(isinstance(r, dict) and r.get("controller") and r.get("kind") in JUDGED_OWNER_KINDS for r in refs)
 
 
+def _unjudged(kind: str, name: str, gname: str, spec: GDNGuardSpec, e: Exception) -> WorkloadVerdict:
+    """The verdict on an object the rules could not read: refused under deny (what a deny guard cannot judge is not
+    admitted, as its failurePolicy Fail would have it), a warning under warn."""
+    why = redact(f"{type(e).__name__}: {e}")[:300]
+    if spec.admission.policy == "deny":
+        return WorkloadVerdict(
+            denied=f"{kind} {name} refused by GDNGuard {gname} (admission policy deny): its vLLM launch line could not be "
+            f"judged ({why}); set the guard's spec.admission.policy to warn to admit it unjudged, and report this",
+            rules=["unjudged"],
+        )
+    return WorkloadVerdict(warnings=[f"not judged: its vLLM launch line could not be read ({why})"])
+
+
 def review_response(review: dict[str, Any], guards: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """The AdmissionReview answer for one request, given the guards of the request's namespace."""
     req = review.get("request") or {}
@@ -246,7 +262,11 @@ def review_response(review: dict[str, Any], guards: Iterable[dict[str, Any]]) ->
         if not (guarded.selects_object(selector, obj) or (old is not None and guarded.selects_object(selector, old))):
             continue
         gname = _key(guard)
-        v: WorkloadVerdict = judge_workload(obj, spec, gname)
+        try:
+            v: WorkloadVerdict = judge_workload(obj, spec, gname)
+        except Exception as e:  # noqa: BLE001 - what nothing here foresaw in a user's object: an answer, never an HTTP 500
+            log.exception("guard admission of %s %s/%s (GDNGuard %s) failed", kind, namespace, name, gname)
+            v = _unjudged(kind, name, gname, spec, e)
         warnings += [f"GDNGuard {gname}: {w}" for w in v.warnings]
         warned += [f.rule for ev in v.evaluations for f in ev.findings if f.action == "warned"]
         if not v.allowed:
@@ -371,8 +391,8 @@ class GuardAdmission:
                         "guard admission scope: %d guard webhook(s) in %s", len(desired["webhooks"]), desired["metadata"]["name"]
                     )
             except Exception as e:  # noqa: BLE001 - ApiException, urllib3's errors, anything: the scope is retried
-                log.warning("guard admission scope not written (retrying in 5s): %s: %s", type(e).__name__, e)
-                await asyncio.sleep(5)
+                log.warning("guard admission scope not written (retrying in %.0fs): %s: %s", RETRY_SECONDS, type(e).__name__, e)
+                await asyncio.sleep(RETRY_SECONDS)
                 self.changed.set()
 
 

@@ -17,7 +17,9 @@ and the Kubernetes API client (kube.api_client: one connection pool per process,
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import logging
+import time
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -40,6 +42,11 @@ from gdn_operator.watch.promsource import PrometheusSource
 from gdn_operator.watch.scraper import Scraper
 
 MEMO_KEY = "gdn_runtime"
+#: a background task that ended is started again after this, doubled while it keeps failing, up to the most
+RESTART_SECONDS = 1.0
+RESTART_MAX_SECONDS = 60.0
+
+log = logging.getLogger(__name__)
 
 
 class Runtime:
@@ -87,9 +94,11 @@ class Runtime:
         self.optional_handlers: list[str] = []  # registered at start-up from the settings (main.register_optional)
         self.tasks: list[asyncio.Task[None]] = []
 
-    def start(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        """A background task of this runtime (cancelled by `stop`)."""
-        task = asyncio.get_running_loop().create_task(coro, name=name)
+    def start(self, run: Callable[[], Coroutine[Any, Any, None]], name: str) -> asyncio.Task[None]:
+        """A background task of this runtime (cancelled by `stop`), supervised: `run()` is started again when it
+        ends or fails (issue 48: a task that died on one unforeseen error stopped its feature for good), after
+        RESTART_SECONDS, doubling while it keeps failing."""
+        task = asyncio.get_running_loop().create_task(supervised(run, name), name=name)
         self.tasks.append(task)
         return task
 
@@ -101,13 +110,13 @@ class Runtime:
             return task is None or task.done()
 
         if due(self.acceptance.task):
-            self.acceptance.task = self.start(self.acceptance.run(), "acceptance-supervisor")
+            self.acceptance.task = self.start(self.acceptance.run, "acceptance-supervisor")
         if due(self.probes.task):
-            self.probes.task = self.start(self.probes.run(), "probe-supervisor")
+            self.probes.task = self.start(self.probes.run, "probe-supervisor")
         if due(self.quiet.task):
-            self.quiet.task = self.start(self.quiet.run(), "crash-quiet-period")
+            self.quiet.task = self.start(self.quiet.run, "crash-quiet-period")
         if self.settings.guards and due(self.guards.task):
-            self.guards.task = self.start(self.guards.run(), "guard-supervisor")
+            self.guards.task = self.start(self.guards.run, "guard-supervisor")
 
     def stop(self) -> None:
         self.followers.stop_all()
@@ -115,6 +124,24 @@ class Runtime:
             task.cancel()
         self.tasks.clear()
         self.log_pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def supervised(run: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+    """Run `run()` for ever: started again whenever it returns or raises (cancellation ends it)."""
+    backoff = RESTART_SECONDS
+    while True:
+        started = time.monotonic()
+        try:
+            await run()
+            log.error("background task %s ended; starting it again in %.0f s", name, backoff)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("background task %s failed; starting it again in %.0f s", name, backoff)
+        if time.monotonic() - started > RESTART_MAX_SECONDS:
+            backoff = RESTART_SECONDS  # it ran a while: a new failure, not the same one again
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, RESTART_MAX_SECONDS)
 
 
 def runtime_of(memo: Any) -> Runtime:
