@@ -271,7 +271,7 @@ def review_response(review: dict[str, Any], guards: Iterable[dict[str, Any]]) ->
         warned += [f.rule for ev in v.evaluations for f in ev.findings if f.action == "warned"]
         if not v.allowed:
             for rule in v.rules:
-                telemetry.ADMISSION_DECISIONS.labels(namespace, "denied", rule).inc()
+                telemetry.admission_decision(namespace, "denied", rule).inc()
             log.info("guard admission denied %s %s/%s (GDNGuard %s): %s", kind, namespace, name, gname, ", ".join(v.rules))
             response.update(allowed=False, status={"code": 403, "message": v.denied})
             if warnings:
@@ -281,7 +281,7 @@ def review_response(review: dict[str, Any], guards: Iterable[dict[str, Any]]) ->
         response["warnings"] = warnings
     rules = list(dict.fromkeys(warned))
     for rule in rules:
-        telemetry.ADMISSION_DECISIONS.labels(namespace, "warned", rule).inc()
+        telemetry.admission_decision(namespace, "warned", rule).inc()
     log.info("guard admission admitted %s %s/%s%s", kind, namespace, name, f" with warnings: {', '.join(rules)}" if rules else "")
     return answer
 
