@@ -72,7 +72,9 @@ def test_guard_findings_are_redacted_in_status_policy_reports_and_problems():
     leak = "hf_AbCdEfGhIjKlMnOpQrStUv"
     f = Finding("CrashDiagnosed", f"engine died: OSError: 401 for url ?token={leak}", "2026-01-01T00:00:00Z", "x", "p-0", 1)
     assert leak not in f.message and MASK in f.message
-    view = WorkloadView("Deployment", "d", "0.33.0", "imageTag", 1, [f], None, [f"launch line of p-0 not read: --hf-token={leak}"])
+    view = WorkloadView(
+        "Deployment", "d", "0.33.0", "imageTag", 1, [f], None, [f"launch line of p-0 not read: --hf-token={leak}"]
+    )
     status = compose({}, [view], 1, [])
     report = policy_report("ns", [("g", {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}, f)], 0)
     for text in (repr(status), repr(report)):

@@ -250,6 +250,7 @@ async def test_parsing_runs_off_the_event_loop_within_a_cpu_budget(server):
     loop_thread = threading.get_ident()
     seen = []
     async with Scraper(timeout=5, concurrency=2) as s:
+
         class Recording:
             def __init__(self, reader):
                 self.reader = reader
