@@ -42,7 +42,6 @@ sys.path.insert(0, str(ROOT / "operator"))
 
 import aiohttp  # noqa: E402
 from _stats import machine, pct  # noqa: E402  (bench/ is on sys.path when run as a script)
-
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
 from gdn_operator.handlers import certs  # noqa: E402
 
@@ -253,7 +252,9 @@ def main() -> int:
     b = bodies()
     print("bodies: " + ", ".join(f"{k} {len(v) / 2**20:.2f} MiB" for k, v in b.items()))
     rows = run_tree("base", other, a.seconds, b) + run_tree("this", ROOT, a.seconds, b)
-    print(f"{'tree':5} {'phase':6} {'peakMiB':>8} {'hwmMiB':>7} {'p50ms':>8} {'p99ms':>8} {'maxms':>8} {'probes':>6} {'fails':>5}  answers")
+    print(
+        f"{'tree':5} {'phase':6} {'peakMiB':>8} {'hwmMiB':>7} {'p50ms':>8} {'p99ms':>8} {'maxms':>8} {'probes':>6} {'fails':>5}  answers"
+    )
     for r in rows:
         print(
             f"{r['tree']:5} {r['phase']:6} {r['peak_mib']:8.0f} {r['hwm_mib']:7.0f} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} "

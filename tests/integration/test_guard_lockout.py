@@ -6,15 +6,25 @@ meanwhile."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
 
 from gdn_operator.handlers.guardadmission import BYPASS_LABEL
 from operator_harness import running_webhook_operator, wait_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "charts"))
+from _chart_helpers import tools  # noqa: E402
+
 from test_guard_hostile import CLEAN, ENV, _cleanup, _install, container, create, create_guard, deployment, guard
 
 
+@pytest.mark.tools
+@pytest.mark.readme("kubectl label namespace NAMESPACE guard.gdn-operator.io/bypass=INCIDENT")
 def test_pods_of_a_running_workload_do_not_depend_on_the_operator_and_the_break_glass_works(full_cluster, kube_api, ns, tmp_path):
     """A deny guard registers its webhook with failurePolicy Fail. With the operator down, a guarded Deployment still
     scales (its ReplicaSet's pods are judged through the Deployment: the API server does not call the webhook for
@@ -44,7 +54,21 @@ def test_pods_of_a_running_workload_do_not_depend_on_the_operator_and_the_break_
             with pytest.raises(ApiException) as e:
                 core.create_namespaced_pod(ns, pod)
             assert e.value.status == 500 and "failed calling webhook" in e.value.body  # deny: never skipped
-            core.patch_namespace(ns, {"metadata": {"labels": {BYPASS_LABEL: "incident-42"}}})
+            # the break-glass, as README.md and docs/guard-admission.md write it
+            res = subprocess.run(
+                [
+                    tools()["kubectl"],
+                    "--kubeconfig",
+                    str(full_cluster.kubeconfig),
+                    "label",
+                    "namespace",
+                    ns,
+                    f"{BYPASS_LABEL}=INCIDENT",
+                ],
+                capture_output=True,
+                text=True,
+            )
+            assert res.returncode == 0, res.stderr
             wait_for(lambda: _created(core, ns, pod), 30, interval=0.5, what="the bare pod admitted under the break-glass")
     finally:
         _cleanup(kube_api)
