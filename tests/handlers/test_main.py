@@ -207,9 +207,9 @@ def test_kopf_builds_essences_only_for_servers():
 
 def test_a_background_task_that_fails_is_started_again(monkeypatch):
     """Issue 48: every background task of the runtime is supervised: one that raises (or returns) is started again."""
-    from gdn_operator.handlers import runtime as runtime_mod
+    from gdn_operator.handlers import tasks
 
-    monkeypatch.setattr(runtime_mod, "RESTART_SECONDS", 0.01)
+    monkeypatch.setattr(tasks, "RESTART_SECONDS", 0.01)
     cfg, _, _ = _startup_inputs(monkeypatch)
     runs = []
 

@@ -42,7 +42,7 @@ import kubernetes
 
 from gdn_operator import telemetry
 from gdn_operator.api.guard import GDNGuardSpec
-from gdn_operator.handlers import kube
+from gdn_operator.handlers import kube, tasks
 from gdn_operator.handlers.acceptance import AcceptanceSupervisor
 from gdn_operator.handlers.crashwatch import CrashWatchState, Death, classify_death, deaths_in
 from gdn_operator.handlers.guardadmission import GuardAdmission
@@ -512,7 +512,7 @@ class GuardSupervisor:
                     log.warning("guard round for %s/%s failed: %s", guard.namespace, guard.name, e)
 
         interval = self.rt.settings.guard_interval
-        probes = asyncio.get_running_loop().create_task(self.probes.run(), name="guard-probes")
+        probes = asyncio.get_running_loop().create_task(tasks.supervised(self.probes.run, "guard-probes"), name="guard-probes")
         try:
             await self._rounds(one, interval)
         finally:

@@ -17,14 +17,13 @@ and the Kubernetes API client (kube.api_client: one connection pool per process,
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
 
+from gdn_operator.handlers import tasks
 from gdn_operator.handlers.acceptance import AcceptanceSupervisor
 from gdn_operator.handlers.crashwatch import SeenDeaths
 from gdn_operator.handlers.disruption import DrainingNodes
@@ -42,11 +41,6 @@ from gdn_operator.watch.promsource import PrometheusSource
 from gdn_operator.watch.scraper import Scraper
 
 MEMO_KEY = "gdn_runtime"
-#: a background task that ended is started again after this, doubled while it keeps failing, up to the most
-RESTART_SECONDS = 1.0
-RESTART_MAX_SECONDS = 60.0
-
-log = logging.getLogger(__name__)
 
 
 class Runtime:
@@ -97,8 +91,8 @@ class Runtime:
     def start(self, run: Callable[[], Coroutine[Any, Any, None]], name: str) -> asyncio.Task[None]:
         """A background task of this runtime (cancelled by `stop`), supervised: `run()` is started again when it
         ends or fails (issue 48: a task that died on one unforeseen error stopped its feature for good), after
-        RESTART_SECONDS, doubling while it keeps failing."""
-        task = asyncio.get_running_loop().create_task(supervised(run, name), name=name)
+        tasks.RESTART_SECONDS, doubling while it keeps failing."""
+        task = asyncio.get_running_loop().create_task(tasks.supervised(run, name), name=name)
         self.tasks.append(task)
         return task
 
@@ -124,24 +118,6 @@ class Runtime:
             task.cancel()
         self.tasks.clear()
         self.log_pool.shutdown(wait=False, cancel_futures=True)
-
-
-async def supervised(run: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
-    """Run `run()` for ever: started again whenever it returns or raises (cancellation ends it)."""
-    backoff = RESTART_SECONDS
-    while True:
-        started = time.monotonic()
-        try:
-            await run()
-            log.error("background task %s ended; starting it again in %.0f s", name, backoff)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("background task %s failed; starting it again in %.0f s", name, backoff)
-        if time.monotonic() - started > RESTART_MAX_SECONDS:
-            backoff = RESTART_SECONDS  # it ran a while: a new failure, not the same one again
-        await asyncio.sleep(backoff)
-        backoff = min(backoff * 2, RESTART_MAX_SECONDS)
 
 
 def runtime_of(memo: Any) -> Runtime:

@@ -45,6 +45,7 @@ from gdn_operator import GROUP, PLURAL, VERSION, telemetry
 from gdn_operator.handlers import admission
 from gdn_operator.handlers.heap import settle_heap
 from gdn_operator.handlers.kube import CrdCache
+from gdn_operator.handlers.tasks import supervised
 from gdn_operator.handlers.webhook_limits import ReviewGate, precheck, review_answer
 from gdn_operator.settings import Settings, process_settings
 
@@ -239,16 +240,16 @@ async def serve(front: Front, addr: str, port: int) -> None:
     await site.start()
     out, _ = await loop.connect_write_pipe(asyncio.Protocol, sys.stdout)
     out.write((json.dumps(READY) + "\n").encode())
-    tasks = [
-        asyncio.create_task(front.report_forever(out), name="report"),
-        asyncio.create_task(front.reload_certificates_forever(), name="certificates"),
+    running = [
+        asyncio.create_task(supervised(lambda: front.report_forever(out), "report"), name="report"),
+        asyncio.create_task(supervised(front.reload_certificates_forever, "certificates"), name="certificates"),
     ]
     # the operator's process logs the INFO line (frontprocess.py) once it has read READY
     log.debug("listening on %s:%d: answers %s, passes the rest to %s", addr or "*", port, admission.VALIDATE_ID, front.backend)
     try:
         await stop.wait()
     finally:
-        for t in tasks:
+        for t in running:
             t.cancel()
         await runner.cleanup()
         await front.close()
