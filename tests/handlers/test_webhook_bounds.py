@@ -195,3 +195,37 @@ async def test_slow_bodies_hold_no_turn_and_held_bytes_are_budgeted(tmp_path):
         for _, w in conns:
             w.close()
         await runner.cleanup()
+
+
+@pytest.mark.timeout(120)
+async def test_kopfs_server_in_the_operators_process_has_the_same_bounds(tmp_path):
+    """webhook.process: operator (kopf's server answers every review, the guard webhook's too): the same gate. A
+    5000-digit integer is a 400 (was 500), a body past the limit 413, and the guard route answers a valid review."""
+    from gdn_operator.handlers.webhook_limits import BoundedWebhookServer
+
+    c = _bundle(tmp_path)
+    port = free_loopback_port()
+    server = BoundedWebhookServer(addr="127.0.0.1", port=port, host="127.0.0.1", certfile=c["cert"], pkeyfile=c["key"])
+
+    async def fn(request: Any, **_: Any) -> dict[str, Any]:  # kopf's side: never reached by a malformed body
+        raise AssertionError(f"kopf was handed {str(request)[:80]}")
+
+    async def guard_route(review: dict[str, Any]) -> dict[str, Any]:
+        return {"response": {"uid": review["request"]["uid"], "allowed": True}}
+
+    server.routes["gdn-guard-admission"] = guard_route
+    async with server:
+        cfg = await asyncio.wait_for(server(fn).__anext__(), 60)
+        ctx = ssl.create_default_context(cafile=c["ca"])
+        url = cfg["url"].rstrip("/")
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as s:
+
+            async def post(body: bytes) -> tuple[int, bytes]:
+                async with s.post(f"{url}/gdn-guard-admission", data=body) as r:
+                    return r.status, await r.read()
+
+            assert (await post(b'{"request": {"uid": "u", "x": ' + b"9" * 5000 + b"}}"))[0] == 400
+            assert (await post(b'{"request": []}'))[0] == 400
+            assert (await post(b"x" * (MAX_BODY_BYTES + 1)))[0] == 413
+            status, text = await post(json.dumps({"request": {"uid": "g-1", "object": {}}}).encode())
+            assert status == 200 and json.loads(text)["response"] == {"uid": "g-1", "allowed": True}
