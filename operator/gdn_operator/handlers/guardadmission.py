@@ -9,7 +9,7 @@ admission feature is on. The API server decides what it sends, without calling u
 
 * namespaceSelector: the guard's namespace, never kube-system, kube-public, kube-node-lease or the operator's own
   (a guard there gets no webhook, and its status says so), and never a namespace labelled BYPASS_LABEL: the
-  break-glass (docs/guard.md), which only who may label namespaces can use;
+  break-glass (docs/guard-admission.md), which only who may label namespaces can use;
 * matchConditions: (1) the object is selected by the guard's selector through its own labels or its pod template's
   (where users put them), or was before this UPDATE (an UPDATE that drops the label is judged as the guarded object
   it was); (2) it is not made by a controller of a kind judged here (a ReplicaSet's pods, a Deployment's
