@@ -113,7 +113,7 @@ class ReviewGate:
         the bodies held reach the budget or no turn comes before the deadline."""
         declared = request.content_length
         if declared is not None and declared > MAX_BODY_BYTES:  # refused before a byte is read
-            raise aiohttp.web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=declared)
+            raise _closing(aiohttp.web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=declared))
         deadline = asyncio.get_running_loop().time() + self.read_seconds
         body = bytearray()
         try:
@@ -121,17 +121,17 @@ class ReviewGate:
                 async with asyncio.timeout_at(deadline):
                     while chunk := await request.content.read(1 << 16):  # may return less than asked; b"" at EOF
                         if len(body) + len(chunk) > MAX_BODY_BYTES:
-                            raise aiohttp.web.HTTPRequestEntityTooLarge(
+                            too_large = aiohttp.web.HTTPRequestEntityTooLarge(
                                 max_size=MAX_BODY_BYTES, actual_size=len(body) + len(chunk)
                             )
+                            raise _closing(too_large)
                         if self.held + len(chunk) > self.held_budget:
-                            raise aiohttp.web.HTTPServiceUnavailable(reason="too many admission review bytes in flight")
+                            raise _closing(aiohttp.web.HTTPServiceUnavailable(reason="too many admission review bytes in flight"))
                         self.held += len(chunk)
                         body += chunk
             except TimeoutError:
                 late = aiohttp.web.HTTPRequestTimeout(reason=f"the review did not arrive within {self.read_seconds:.0f}s")
-                late.force_close()  # the rest of a slow body is never read: the connection ends with the answer
-                raise late from None
+                raise _closing(late) from None
             async with contextlib.AsyncExitStack() as turns:
                 await self._take(self._slots, deadline, turns)
                 if len(body) > LARGE_BYTES:
@@ -149,6 +149,13 @@ class ReviewGate:
         except TimeoutError:
             raise aiohttp.web.HTTPServiceUnavailable(reason="too many admission reviews in flight") from None
         held.callback(slots.release)
+
+
+def _closing(answer: aiohttp.web.HTTPException) -> aiohttp.web.HTTPException:
+    """`answer`, ending its connection: the rest of a body refused unread is never read (aiohttp would otherwise
+    read and discard it, up to its lingering time, decrypting every byte)."""
+    answer.force_close()
+    return answer
 
 
 def _bad(why: str) -> aiohttp.web.HTTPBadRequest:
