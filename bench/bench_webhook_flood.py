@@ -16,8 +16,8 @@ validation path the front answers itself), and the same phases run against it:
   many      64 clients looping 200 KiB reviews at once;
   heavy     4 clients looping 1.5 MiB reviews of 15 000 env entries (the issue's 1.6 MiB review: costly to judge).
 
-Through every phase a probe sends a legitimate GDNModelServer review every 100 ms, one at a time, and times its answer
-as the API server would (it gives up after 10 s: a failure). Per phase: the front's peak resident memory (VmRSS
+Through every phase a probe (a process of its own, so that the flood's clients do not delay its timing) sends a
+legitimate GDNModelServer review every 100 ms, one at a time, and times its answer as the API server would (it gives up after 10 s: a failure). Per phase: the front's peak resident memory (VmRSS
 sampled every 20 ms, and VmHWM at the end), the probe's p50 / p99 / max latency and failures, and the flood's
 answers by HTTP status. A flood that the front refuses quickly (413, 408, 503) instead of reading and judging it
 costs the legitimate reviews nothing.
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import ssl
 import subprocess
@@ -149,6 +150,23 @@ async def probe(session: aiohttp.ClientSession, url: str, until: float, out: lis
         await asyncio.sleep(max(0.0, 0.1 - dt))
 
 
+def probe_process(url: str, ca: str, deadline: float, out: Any) -> None:
+    """The probe in a process of its own (the flood's clients in this process would delay its timing otherwise):
+    sends the latencies and failures back through `out` (a multiprocessing pipe end)."""
+
+    async def go() -> tuple[list[float], list[int]]:
+        ctx = ssl.create_default_context(cafile=ca)
+        lat: list[float] = []
+        fails: list[int] = []
+        conn = aiohttp.TCPConnector(ssl=ctx, force_close=True)
+        async with aiohttp.ClientSession(connector=conn) as session:
+            await probe(session, url, asyncio.get_running_loop().time() + deadline - time.time(), lat, fails)
+        return lat, fails
+
+    out.send(asyncio.run(go()))
+    out.close()
+
+
 async def loop_posts(session: aiohttp.ClientSession, url: str, body: bytes, until: float, answers: Counter[int]) -> None:
     loop = asyncio.get_running_loop()
     while loop.time() < until:
@@ -187,10 +205,13 @@ async def phase(front: Front, name: str, seconds: float, bodies: dict[str, bytes
         loop = asyncio.get_running_loop()
         until = loop.time() + (max(seconds, 12.0) if name == "slow" else seconds)
         front.peak = front.rss()
-        lat: list[float] = []
-        fails: list[int] = []
         answers: Counter[int] = Counter()
-        tasks = [asyncio.create_task(probe(session, url, until, lat, fails))]
+        here, there = multiprocessing.Pipe(duplex=False)
+        prober = multiprocessing.get_context("spawn").Process(
+            target=probe_process, args=(url, front.ca, time.time() + until - loop.time(), there), daemon=True
+        )
+        prober.start()
+        tasks: list[asyncio.Task[Any]] = []
         if name == "sizes":
             tasks += [asyncio.create_task(loop_posts(session, url, bodies["6m"], until, answers)) for _ in range(6)]
             tasks += [asyncio.create_task(loop_posts(session, url, bodies["15m"], until, answers)) for _ in range(2)]
@@ -201,6 +222,9 @@ async def phase(front: Front, name: str, seconds: float, bodies: dict[str, bytes
         elif name == "heavy":
             tasks += [asyncio.create_task(loop_posts(session, url, bodies["heavy"], until, answers)) for _ in range(4)]
         await asyncio.gather(*tasks)
+        got = await asyncio.to_thread(here.recv)
+        lat, fails = got
+        prober.join(10)
     alive = front.proc.poll() is None
     return {
         "phase": name,
