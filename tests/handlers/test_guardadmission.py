@@ -253,3 +253,20 @@ async def test_reviews_read_the_guards_held_in_memory(monkeypatch):
     ga.guard_changed("DELETED", guard("g", "team", "deny"))
     assert (await ga.answer(review(pod("v0.17.1"))))["response"]["allowed"] is True
     assert len(lists) == 1
+
+
+async def test_a_guard_deleted_while_a_list_runs_stays_deleted(monkeypatch):
+    """The LIST that refreshes the guards held for reviews may return a guard whose DELETED event came while it
+    ran: the event wins (a deleted deny guard must not refuse for another minute)."""
+    from gdn_operator.handlers import guardadmission
+
+    ga = guardadmission.GuardAdmission("c.x.io")
+
+    def slow_list(ns):
+        ga.guard_changed("DELETED", guard("g", "team", "deny"))  # arrives while the LIST runs
+        return [guard("g", "team", "deny")]
+
+    monkeypatch.setattr(guardadmission, "list_guards", slow_list)
+    await ga._list()
+    assert ga.guards_in("team") == []
+    assert (await ga.answer(review(pod("v0.17.1"))))["response"]["allowed"] is True

@@ -37,6 +37,7 @@ import copy
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -302,6 +303,9 @@ class GuardAdmission:
         self.client_config: dict[str, Any] | None = None
         self.changed = asyncio.Event()
         self.guards: dict[str, dict[str, Any]] = {}  # namespace/name -> the GDNGuard
+        #: namespace/name -> (when, the GDNGuard or None when deleted) of the latest event: an event newer than a
+        #: LIST's start wins over what the LIST returned (a guard deleted while the LIST ran stays deleted)
+        self._events: dict[str, tuple[float, dict[str, Any] | None]] = {}
         self.primed = False  # the guards above came from a LIST at least once
         self.left_out: dict[str, str] = {}  # namespace/name -> LEFT_OUT_NAMESPACE or LEFT_OUT_BUDGET
 
@@ -313,7 +317,9 @@ class GuardAdmission:
     def guard_changed(self, type_: str | None = None, body: dict[str, Any] | None = None) -> None:
         """A GDNGuard event: the guard held for reviews, and a rewrite of the configuration."""
         if body is not None and (body.get("metadata") or {}).get("name"):
-            if type_ == "DELETED" or (body.get("metadata") or {}).get("deletionTimestamp"):
+            gone = type_ == "DELETED" or bool((body.get("metadata") or {}).get("deletionTimestamp"))
+            self._events[_key(body)] = (time.monotonic(), None if gone else body)
+            if gone:
                 self.guards.pop(_key(body), None)
             else:
                 self.guards[_key(body)] = body
@@ -331,10 +337,18 @@ class GuardAdmission:
         return review_response(review, self.guards_in(str(namespace)))
 
     async def _list(self) -> list[dict[str, Any]]:
-        guards = await asyncio.to_thread(list_guards, list(self.namespaces) or None)
-        self.guards = {_key(g): g for g in guards}
+        started = time.monotonic()
+        listed = {_key(g): g for g in await asyncio.to_thread(list_guards, list(self.namespaces) or None)}
+        for key, (when, body) in list(self._events.items()):
+            if when < started:
+                del self._events[key]  # the LIST saw it
+            elif body is None:
+                listed.pop(key, None)
+            else:
+                listed[key] = body
+        self.guards = listed
         self.primed = True
-        return guards
+        return list(listed.values())
 
     def coverage(self, namespace: str, name: str) -> tuple[bool, str, str]:
         """(in force, reason, message) of a guard's admission, for its status condition Admission."""
