@@ -55,7 +55,7 @@ from controlplane import (  # noqa: E402
     ensure_built,
     free_port,
 )
-from gdn_operator import GROUP, KIND, PLURAL, VERSION  # noqa: E402
+from gdn_operator import GROUP, GUARD_PLURAL, KIND, PLURAL, VERSION  # noqa: E402
 
 CACHE = Path(os.environ.get("GDN_CACHE_DIR", Path.home() / ".cache" / "gdn-operator"))
 OPERATOR_MODULE = "gdn_operator.handlers"
@@ -78,10 +78,13 @@ def crd_documents() -> list[dict]:
 
     gdnctl = shutil.which("gdnctl", path=str(Path(sys.executable).parent)) or shutil.which("gdnctl")
     cmd = [gdnctl, "crd"] if gdnctl else [sys.executable, "-m", "gdn_operator.cli", "crd"]
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    if res.returncode != 0:
-        raise SystemExit(f"dev.py: `{' '.join(cmd)}` failed: {res.stderr.strip()}")
-    return [d for d in yaml.safe_load_all(res.stdout) if d]
+    out = []
+    for extra in ([], ["--kind", "GDNGuard"]):  # GDNModelServer, and GDNGuard (examples/guard/)
+        res = subprocess.run(cmd + extra, capture_output=True, text=True, cwd=ROOT)
+        if res.returncode != 0:
+            raise SystemExit(f"dev.py: `{' '.join(cmd + extra)}` failed: {res.stderr.strip()}")
+        out += [d for d in yaml.safe_load_all(res.stdout) if d]
+    return out
 
 
 def install_crds(cp: ControlPlane, docs: list[dict], timeout: float = 30) -> list[str]:
@@ -226,6 +229,12 @@ def create_dev_volumes(cp: ControlPlane) -> None:
                     raise
 
 
+def default_examples() -> list[Path]:
+    """examples/*.yaml, then examples/guard/ (the guard before the plain Deployment it guards)."""
+    guard = sorted((ROOT / "examples" / "guard").glob("*.yaml"), key=lambda p: (not p.name.startswith("my-vllm."), p.name))
+    return sorted((ROOT / "examples").glob("*.yaml")) + guard
+
+
 def apply_examples(cp: ControlPlane, paths: list[Path]) -> list[Applied]:
     """Create each document; one Applied per document, refused ones with the API server's message."""
     import yaml
@@ -284,6 +293,7 @@ def print_status(cp: ControlPlane, applied: list[Applied], wait: float) -> None:
     from kubernetes import client
 
     servers = [a for a in applied if a.plural == PLURAL]
+    guards = [a for a in applied if a.plural == GUARD_PLURAL and not a.refused]
     deadline = time.monotonic() + wait
     with cp.api_client() as api:
         co = client.CustomObjectsApi(api)
@@ -293,7 +303,12 @@ def print_status(cp: ControlPlane, applied: list[Applied], wait: float) -> None:
                 group, version = a.api_version.split("/", 1)
                 o = co.get_namespaced_custom_object(group, version, a.namespace, a.plural, a.name)
                 rows.append((a, o.get("status") or {}))
-            if all(settled(st) for _, st in rows) or time.monotonic() > deadline:
+            guard_rows = [
+                (a, co.get_namespaced_custom_object(*a.api_version.split("/", 1), a.namespace, a.plural, a.name)) for a in guards
+            ]
+            # a guard is settled once it reports its workloads' findings (the example Deployment's KnownCrash)
+            guards_done = all(w.get("findings") for _, g in guard_rows for w in (g.get("status") or {}).get("workloads") or [{}])
+            if (all(settled(st) for _, st in rows) and guards_done) or time.monotonic() > deadline:
                 break
             time.sleep(1)
         pods = client.CoreV1Api(api).list_pod_for_all_namespaces().items
@@ -312,6 +327,13 @@ def print_status(cp: ControlPlane, applied: list[Applied], wait: float) -> None:
             f"ready={st.get('ready', '-')}"
             + ("" if settled(st) else f"  (not settled after {wait:.0f}s: {r.get('message', '')})")
         )
+    for a, g in guard_rows:
+        gst = g.get("status") or {}
+        for w in gst.get("workloads") or []:
+            found = ", ".join(f"{f['type']} {f.get('rule') or ''}".strip() for f in w.get("findings") or []) or "no findings"
+            say(f"  {a.path.name}: GDNGuard {a.namespace}/{a.name} guards {w['kind']} {w['name']}: {found}")
+        if not gst.get("workloads"):
+            say(f"  {a.path.name}: GDNGuard {a.namespace}/{a.name}: no guarded workload yet")
     for p in sorted(pods, key=lambda p: (p.metadata.namespace, p.metadata.name)):
         say(f"  pod {p.metadata.namespace}/{p.metadata.name}: {p.status.phase} node={p.spec.node_name} ip={p.status.pod_ip}")
 
@@ -517,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     say(f"operator running: kopf run -m {OPERATOR_MODULE} (pid {operator.pid}, log {log})")
 
-        paths = args.examples if args.examples is not None else sorted((ROOT / "examples").glob("*.yaml"))
+        paths = args.examples if args.examples is not None else default_examples()
         create_dev_volumes(cp)
         applied = apply_examples(cp, paths)
         print_status(cp, applied, wait=args.status_wait if operator else 0)

@@ -61,3 +61,21 @@ def test_findings_never_echo_env_values():
     env_findings = [f for f in ev.findings if any(p.startswith("spec.env") for p in f.fields)]
     assert env_findings, [f.rule for f in ev.findings]
     assert all("env MY_SECRET, NCCL_P2P_DISABLE set" in f.message for f in env_findings)  # names, no values
+
+
+def test_guard_findings_are_redacted_in_status_policy_reports_and_problems():
+    """Issue 48: a GDNGuard's crash findings copied engine log text into its status and PolicyReports unredacted
+    (`token=hf_...` passed through). Findings are redacted where they are made (guardstatus.Finding), so status,
+    the PolicyReport, Events and log lines, which all take the finding's message, carry no credential."""
+    from gdn_operator.handlers.guardstatus import Finding, WorkloadView, compose, policy_report
+
+    leak = "hf_AbCdEfGhIjKlMnOpQrStUv"
+    f = Finding("CrashDiagnosed", f"engine died: OSError: 401 for url ?token={leak}", "2026-01-01T00:00:00Z", "x", "p-0", 1)
+    assert leak not in f.message and MASK in f.message
+    view = WorkloadView(
+        "Deployment", "d", "0.33.0", "imageTag", 1, [f], None, [f"launch line of p-0 not read: --hf-token={leak}"]
+    )
+    status = compose({}, [view], 1, [])
+    report = policy_report("ns", [("g", {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}, f)], 0)
+    for text in (repr(status), repr(report)):
+        assert leak not in text and MASK in text

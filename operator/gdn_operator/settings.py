@@ -276,6 +276,14 @@ class Settings:
         "condition DisruptionBlocked",
         "operator.watchNodes",
     )
+    stall_restart: bool = _setting(
+        "GDN_STALL_RESTART",
+        True,
+        _bool,
+        "restart a stalled GDNModelServer engine pod (the stall ladder's first step, spec.remediation mode auto); "
+        "off: the ladder goes on without deleting a pod (the chart then grants no pod delete)",
+        "operator.stallRestart",
+    )
     inference_pool: bool = _setting(
         "GDN_INFERENCE_POOL", True, _bool, "watch and manage InferencePools", "scaleOut.inferencePool.enabled"
     )

@@ -12,6 +12,8 @@ true`` so Prometheus keeps them instead of renaming them ``exported_namespace`` 
 
 from __future__ import annotations
 
+import re
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 METRICS_REGISTRY = CollectorRegistry(auto_describe=True)
@@ -37,6 +39,28 @@ ADMISSION_DECISIONS = Counter(
     ["namespace", "decision", "rule"],
     registry=METRICS_REGISTRY,
 )
+#: the most namespaces gdn_admission_decisions names; later ones count as "_other" (issue 48: the namespace comes from
+#: the review's body, which any caller of the webhook port may forge: series must not grow without bound)
+MAX_ADMISSION_NAMESPACES = 256
+ADMISSION_OTHER, ADMISSION_INVALID = "_other", "_invalid"
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_admission_namespaces: set[str] = set()  # part of the counter's wiring: the label values it has handed out
+_RULE_MAX = 128
+
+
+def admission_decision(namespace: str | None, decision: str, rule: str) -> Counter:
+    """The gdn_admission_decisions child for a decision, its labels from a bounded set: a namespace that is not a
+    namespace name is "_invalid", the MAX_ADMISSION_NAMESPACES+1st distinct one "_other"; a rule id is cut at 128."""
+    ns = namespace or ""
+    if ns and not _DNS_LABEL.fullmatch(ns):
+        ns = ADMISSION_INVALID
+    elif ns and ns not in _admission_namespaces:
+        if len(_admission_namespaces) >= MAX_ADMISSION_NAMESPACES:
+            ns = ADMISSION_OTHER
+        else:
+            _admission_namespaces.add(ns)
+    return ADMISSION_DECISIONS.labels(ns, decision, str(rule)[:_RULE_MAX])
+
 
 # --- speculative-decoding acceptance ---------------------------------------------------------------
 ACCEPTANCE_RATE = Gauge(

@@ -67,7 +67,20 @@ def test_round_trip_of_the_documented_manifest():
 @pytest.mark.parametrize(
     ("spec", "says"),
     [
-        ({"selector": {}}, "spec.selector is empty"),
+        ({"selector": {}}, "spec.selector selects by nothing"),
+        (
+            {"selector": {"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["x"]}]}},
+            "spec.selector selects by nothing (empty, or only NotIn / DoesNotExist)",
+        ),
+        ({"selector": {"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}}, "spec.selector selects by nothing"),
+        (
+            {"selector": {"matchLabels": {"a": "b"}}, "vllmVersion": {"imageTag": {"pattern": r"^(v)?\1([0-9.]+)"}}},
+            "spec.vllmVersion.imageTag.pattern '^(v)?\\\\1([0-9.]+)' is not an RE2 regular expression",
+        ),
+        (
+            {"selector": {"matchLabels": {"a": "b"}}, "vllmVersion": {"imageTag": {"pattern": r"(?=v)([0-9.]+)"}}},
+            "no backreferences or lookaround",
+        ),
         ({"selector": {"matchLabels": {"app": "bad value!"}}}, "spec.selector.matchLabels"),
         (
             {"selector": {"matchExpressions": [{"key": "a", "operator": "In"}]}},
@@ -86,3 +99,31 @@ def test_bad_input_names_the_field_and_the_fix(spec, says):
     with pytest.raises(ValidationError) as e:
         GDNGuardSpec.model_validate(spec)
     assert says in str(e.value)
+
+
+def test_a_catastrophic_pattern_is_matched_in_time_linear_in_the_tag():
+    """Issue 48: `^(?:a+)+(b)` took 10 s on a 30-character tag with Python's backtracking `re` (x4 per two
+    characters more), in the operator's process. RE2 answers at once, however long the tag (an OCI tag has at most
+    128 characters; longer input is cut there)."""
+    import time
+
+    spec = GDNGuardSpec.model_validate(
+        {"selector": {"matchLabels": {"a": "b"}}, "vllmVersion": {"imageTag": {"pattern": "^(?:a+)+(b)"}}}
+    )
+    for n in (27, 128, 100_000):
+        t0 = time.perf_counter()
+        assert spec.vllm_version.resolve("a" * n, {}) == (None, "imageTag")
+        assert time.perf_counter() - t0 < 0.05, n
+    assert spec.vllm_version.resolve("aaab", {}) == ("b", "imageTag")
+
+
+def test_the_crd_refuses_what_re2_refuses_and_empty_selectors_of_only_negations():
+    """The CRD carries the same checks as CEL rules, so the API server refuses them at admission of the guard
+    (tests/integration/test_guard_hostile.py sends them through the real API server)."""
+    crd = guard_crd_manifest()
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    tag = spec["vllmVersion"]["properties"]["imageTag"]
+    assert any("matches(self.pattern)" in r["rule"] for r in tag["x-kubernetes-validations"])
+    sel = spec["selector"]
+    assert any("e.operator == 'In' || e.operator == 'Exists'" in r["rule"] for r in sel["x-kubernetes-validations"])
+    assert sel["properties"]["matchExpressions"]["items"]["properties"]["values"]["maxItems"] == 16

@@ -62,8 +62,11 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("apps", "statefulsets"): {"get", "list", "watch"},
     ("apps", "replicasets"): {"get", "list", "watch"},
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"get", "list", "watch"},
+    # guard.policyReports (issue 48): the operator's PolicyReport per namespace (handlers/guardstatus.py)
+    ("wgpolicyk8s.io", "policyreports"): {"get", "create", "patch"},
 }
 NAMESPACED_RESOURCES = {
+    ("wgpolicyk8s.io", "policyreports"),
     ("serving.gdn-operator.io", "gdnguards"),
     ("serving.gdn-operator.io", "gdnguards/status"),
     ("apps", "statefulsets"),
@@ -426,3 +429,47 @@ def test_helm_test_hook_can_only_dry_run_a_server_in_one_watched_namespace(chart
     script = pod["spec"]["containers"][0]["args"][0]
     assert 'dry_run="All"' in script and "NVIDIA_VISIBLE_DEVICES" in script
     assert pod["spec"]["serviceAccountName"] == one(hooks, "ServiceAccount")["metadata"]["name"]
+
+
+def test_pod_delete_and_policy_reports_follow_the_values(chart_tools):
+    """Issue 48: pods `delete` was granted whatever the values, though guard remediation is opt-in; it follows
+    operator.stallRestart and guard.remediation.enabled now, and PolicyReports are granted when the chart writes
+    them (guard.policyReports)."""
+    assert "delete" in all_grants(render_set("default"))[("", "pods")]
+
+    def render_with(sets):
+        return [
+            o for o in docs(render_text(sets=sets)) if "helm.sh/hook" not in ((o.get("metadata") or {}).get("annotations") or {})
+        ]
+
+    off = {"operator.stallRestart": False}
+    assert all_grants(render_with(off))[("", "pods")] == {"get", "list", "watch"}
+    on = all_grants(render_with({**off, "guard.remediation.enabled": True}))
+    assert "delete" in on[("", "pods")]
+    assert ("wgpolicyk8s.io", "policyreports") not in all_grants(render_with({"guard.policyReports": False}))
+    assert env_of(render_with(off))["GDN_STALL_RESTART"] == "false"
+
+
+def test_the_webhook_port_admits_only_the_api_server(chart_tools):
+    """Issue 48: no NetworkPolicy shipped, so any pod could POST reviews to the webhook port. One is on by default:
+    the webhook port from the API server's addresses (apiServerCIDRs) or every address but the pod networks
+    (podCIDRs); the metrics and liveness ports stay reachable."""
+
+    def policy(sets):
+        return [o for o in docs(render_text(sets=sets)) if o["kind"] == "NetworkPolicy"]
+
+    (np,) = policy({"webhook.networkPolicy.apiServerCIDRs": ["172.18.0.2/32"]})
+    assert np["spec"]["policyTypes"] == ["Ingress"]
+    assert np["spec"]["podSelector"]["matchLabels"] == one(render_set("default"), "Deployment")["spec"]["selector"]["matchLabels"]
+    webhook, rest = np["spec"]["ingress"]
+    assert webhook == {"ports": [{"port": "webhook", "protocol": "TCP"}], "from": [{"ipBlock": {"cidr": "172.18.0.2/32"}}]}
+    assert {p["port"] for p in rest["ports"]} == {"metrics", "liveness"} and "from" not in rest
+    (np,) = policy({"webhook.networkPolicy.podCIDRs": ["10.244.0.0/16", "fd00:10:244::/56"]})
+    assert np["spec"]["ingress"][0]["from"] == [
+        {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.244.0.0/16"]}},
+        {"ipBlock": {"cidr": "::/0", "except": ["fd00:10:244::/56"]}},
+    ]
+    container_ports = {p["name"] for p in container(render_set("default"))["ports"]}
+    assert {"webhook", "metrics", "liveness"} == container_ports  # every port the policy names, and no other
+    assert len(by_kind(render_set("default"), "NetworkPolicy")) == 1  # on by default
+    assert policy({"webhook.networkPolicy.enabled": False}) == []

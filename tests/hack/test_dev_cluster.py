@@ -176,6 +176,15 @@ def test_dev_sh_runs_every_example(dev_factory):
         assert r.get("status") == "True", f"{path.name}: {r}\n{dev.tail()}"
         assert rows[name]["PHASE"] == "Ready" and re.fullmatch(r"(\d+)/\1", rows[name]["READY"]), rows[name]
         assert re.search(rf"{re.escape(path.name)}: default/{name} phase=Ready Validated=True\(\w+\) Ready=True", out)
+    # examples/guard/ (issue 48): the plain Deployment is guarded, its finding visible in `kubectl get gdnguards`
+    assert "applied plain-deployment.yaml: Deployment default/my-vllm" in out, out
+    assert re.search(r"my-vllm\.yaml: GDNGuard default/my-vllm guards Deployment my-vllm: [^\n]*KnownCrash vllm#36917", out), out
+    guards = subprocess.run(
+        [shutil.which("bash"), "-c", line.replace("get gdnmodelservers -A", "get gdnguards -A")],
+        capture_output=True, text=True, timeout=60, env=env, cwd=home,
+    )  # fmt: skip
+    row = next((ln.split() for ln in guards.stdout.splitlines() if " my-vllm " in f" {ln} "), [])
+    assert guards.returncode == 0 and "Scoped" in row and row.count("True") >= 2, guards  # Ready, KnownCrash
     rc = dev.wait_exit(120)  # --exit-after: it tears itself down
     _assert_clean_exit(dev, rc)
     print(f"\n[hack/dev.sh] up in {up:.0f}s, done in {time.monotonic() - dev.t0:.0f}s")

@@ -4,7 +4,21 @@ round trip is tests/integration/test_guard_admission.py)."""
 import pytest
 
 from gdn_operator.api.guard import GDNGuardSpec
-from gdn_operator.handlers.guardadmission import GUARD_WEBHOOK_ID, guard_webhooks, handler_client_config, review_response, selects
+import json
+
+from gdn_operator.handlers.guardadmission import (
+    BYPASS_LABEL,
+    CONFIG_BUDGET_BYTES,
+    GUARD_WEBHOOK_ID,
+    LEFT_OUT_BUDGET,
+    LEFT_OUT_NAMESPACE,
+    guard_configuration,
+    guard_scope,
+    guard_webhooks,
+    handler_client_config,
+    review_response,
+    selects,
+)
 
 SC = '{"method":"mtp","num_speculative_tokens":2}'
 
@@ -20,7 +34,7 @@ def guard(name, ns, policy="warn", admission=True, **selector):
     }
 
 
-def test_one_webhook_per_guard_scoped_by_its_selector_and_namespace():
+def test_one_webhook_per_guard_scoped_by_its_namespace_and_match_conditions():
     cc = {"url": "https://127.0.0.1:9443/", "caBundle": "Q0E="}
     hooks = guard_webhooks(
         [
@@ -34,14 +48,47 @@ def test_one_webhook_per_guard_scoped_by_its_selector_and_namespace():
     )
     assert len(hooks) == 2  # admission off and an invalid guard are not in force
     by_policy = {h["failurePolicy"]: h for h in hooks}
-    assert by_policy["Ignore"]["objectSelector"] == {"matchLabels": {"app": "a"}}  # warn: never holds a workload up
-    assert by_policy["Fail"]["objectSelector"] == {"matchLabels": {"app": "b"}}  # deny: never skipped
+    assert set(by_policy) == {"Ignore", "Fail"}  # warn: never holds a workload up; deny: never skipped
     for h in hooks:
-        assert h["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "team"}}
+        exprs = h["namespaceSelector"]["matchExpressions"]
+        assert {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team"]} in exprs
+        assert any(e["operator"] == "NotIn" and "kube-system" in e["values"] for e in exprs)
+        assert {"key": BYPASS_LABEL, "operator": "DoesNotExist"} in exprs  # the break-glass
+        assert h["objectSelector"] == {}  # selection is the matchCondition: object or template labels
+        assert [c["name"] for c in h["matchConditions"]] == ["selected-by-the-guard", "not-made-by-a-judged-controller"]
         assert h["clientConfig"] == {"url": f"https://127.0.0.1:9443/{GUARD_WEBHOOK_ID}", "caBundle": "Q0E="}
         assert h["name"].endswith(f".{GUARD_WEBHOOK_ID}.cfg.example.io") and all(len(p) <= 63 for p in h["name"].split("."))
         assert {op for r in h["rules"] for op in r["operations"]} == {"CREATE", "UPDATE"}
+        resources = {res for r in h["rules"] for res in r["resources"]}
+        assert {"deployments", "statefulsets", "replicasets", "daemonsets", "jobs", "cronjobs", "pods"} <= resources
+    assert "'app' in object.metadata.labels" in by_policy["Ignore"]["matchConditions"][0]["expression"]
+    assert "object.spec.template.metadata.labels" in by_policy["Ignore"]["matchConditions"][0]["expression"]
+    assert "oldObject != null" in by_policy["Ignore"]["matchConditions"][0]["expression"]
     assert guard_webhooks([guard("a", "team")], "c.x.io", cc) == guard_webhooks([guard("a", "team")], "c.x.io", cc)
+
+
+def test_system_and_operator_namespaces_get_no_guard_webhook_and_the_configuration_stays_bounded():
+    cc = {"url": "https://127.0.0.1:9443/"}
+    scope = guard_scope(
+        [guard("k", "kube-system", "deny"), guard("o", "gdn-system", "deny"), guard("t", "team", "deny")],
+        "c.x.io",
+        cc,
+        excluded=("gdn-system",),
+    )
+    assert len(scope.webhooks) == 1
+    assert scope.left_out == {"kube-system/k": LEFT_OUT_NAMESPACE, "gdn-system/o": LEFT_OUT_NAMESPACE}
+    # the most a guard may hold (CRD bounds), many times: guards past the budget are left out, with a reason
+    big = {
+        "matchLabels": {f"k{i}": "v" * 63 for i in range(8)},
+        "matchExpressions": [
+            {"key": f"e{i}", "operator": "In", "values": [f"{j}" + "v" * 60 for j in range(16)]} for i in range(8)
+        ],
+    }
+    guards = [guard(f"g{i:03d}", f"ns{i:03d}", "deny", **big) for i in range(400)]
+    scope = guard_scope(guards, "c.x.io", cc)
+    assert scope.webhooks and scope.left_out and set(scope.left_out.values()) == {LEFT_OUT_BUDGET}
+    assert len(json.dumps(guard_configuration(scope.webhooks, "c.x.io"))) <= CONFIG_BUDGET_BYTES + 4096
+    assert len(scope.webhooks) + len(scope.left_out) == 400
 
 
 def test_service_client_config_gets_the_guard_path():
@@ -56,10 +103,22 @@ def test_service_client_config_gets_the_guard_path():
         ({"matchLabels": {"app": "a"}}, {"app": "a", "x": "y"}, True),
         ({"matchLabels": {"app": "a"}}, {"app": "b"}, False),
         ({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}]}, {"tier": "gpu"}, True),
-        ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gpu"]}]}, {"tier": "gpu"}, False),
-        ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gpu"]}]}, {}, True),
+        (
+            {"matchLabels": {"app": "a"}, "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gpu"]}]},
+            {"app": "a", "tier": "gpu"},
+            False,
+        ),
+        (
+            {"matchLabels": {"app": "a"}, "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gpu"]}]},
+            {"app": "a"},
+            True,
+        ),
         ({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, {}, False),
-        ({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, {"tier": ""}, False),
+        (
+            {"matchLabels": {"app": "a"}, "matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]},
+            {"app": "a", "tier": ""},
+            False,
+        ),
     ],
 )
 def test_selector_semantics(selector, labels, selected):
@@ -97,3 +156,117 @@ def test_warn_guard_answers_with_warnings_and_unselected_objects_pass():
     assert r["allowed"] is True and any(w.startswith("GDNGuard team/g: vllm#36917:") for w in r["warnings"])
     r = review_response(review(pod("v0.17.1", labels={"app": "other"})), [guard("g", "team", "deny")])["response"]
     assert r == {"uid": "u1", "allowed": True}
+
+
+def deployment(tag, meta_labels=None, template_labels=None, owner=None):
+    meta = {"name": "d", "labels": meta_labels or {}}
+    if owner:
+        meta["ownerReferences"] = [{"kind": owner, "name": "o", "controller": True, "uid": "1", "apiVersion": "x/v1"}]
+    containers = [{"name": "vllm", "image": f"vllm/vllm-openai:{tag}", "args": ["Qwen/Qwen3.5-9B", "--speculative-config", SC]}]
+    return {
+        "kind": "Deployment",
+        "metadata": meta,
+        "spec": {"template": {"metadata": {"labels": template_labels or {}}, "spec": {"containers": containers}}},
+    }
+
+
+def test_deny_holds_where_users_put_the_label_and_when_an_update_drops_it():
+    """Issue 48: the label on the pod template only (where users put it for their pods) is guarded; an UPDATE that
+    changes the launch line and drops the label in one step is judged as the guarded object it was; a ReplicaSet a
+    Deployment made is judged through the Deployment, and an object a controller of another kind made is judged."""
+    guards = [guard("g", "team", "deny")]
+    r = review_response(review(deployment("v0.17.1", template_labels={"app": "g"})), guards)["response"]
+    assert r["allowed"] is False and "vllm#36917" in r["status"]["message"]
+    old = deployment("v0.33.0", meta_labels={"app": "g"}, template_labels={"app": "g"})
+    new = deployment("v0.17.1")
+    r = review_response(review(new, old=old), guards)["response"]
+    assert r["allowed"] is False and "vllm#36917" in r["status"]["message"]
+    dropped_only = deployment("v0.33.0")
+    assert review_response(review(dropped_only, old=old), guards)["response"]["allowed"] is True  # unguard in a step
+    rs = deployment("v0.17.1", meta_labels={"app": "g"}, owner="Deployment")
+    rs["kind"] = "ReplicaSet"
+    assert review_response(review(rs), guards)["response"] == {"uid": "u1", "allowed": True}
+    foreign = deployment("v0.17.1", meta_labels={"app": "g"}, owner="MyInferenceThing")
+    assert review_response(review(foreign), guards)["response"]["allowed"] is False
+
+
+def test_a_shell_script_with_an_apostrophe_is_judged_not_a_500():
+    """Issue 48: `bash -c "echo it's up; exec vllm serve ..."` made shlex raise, the webhook answered HTTP 500, and
+    a deny guard refused a valid workload. The vLLM command is read from the script and judged."""
+    guards = [guard("g", "team", "deny")]
+    p = pod("v0.17.1")
+    c = p["spec"]["containers"][0]
+    c["command"] = ["/bin/bash", "-c", f"echo it's up; exec vllm serve Qwen/Qwen3.5-9B --speculative-config '{SC}'"]
+    c.pop("args")
+    r = review_response(review(p), guards)["response"]
+    assert r["allowed"] is False and "vllm#36917" in r["status"]["message"]  # judged: the known crash refused
+    c["image"] = "vllm/vllm-openai:v0.33.0"
+    c["command"][2] += " --no-enable-prefix-caching --no-async-scheduling --gdn-prefill-backend triton"
+    assert review_response(review(p), guards)["response"]["allowed"] is True
+
+
+async def test_the_scope_task_survives_an_error_that_is_not_an_os_error(monkeypatch):
+    """Issue 48: the guard-scope task ended for good on the first urllib3 error that is not an OSError (a dropped
+    connection mid-answer: ProtocolError), and guard webhooks were never written again."""
+    import asyncio
+    from http.client import RemoteDisconnected
+
+    import urllib3
+
+    from gdn_operator.handlers import guardadmission
+
+    calls, written = [], []
+
+    def list_guards(namespaces):
+        calls.append(namespaces)
+        if len(calls) == 1:
+            raise urllib3.exceptions.ProtocolError("Connection aborted.", RemoteDisconnected("closed"))
+        return [guard("g", "team", "deny")]
+
+    monkeypatch.setattr(guardadmission, "list_guards", list_guards)
+    monkeypatch.setattr(guardadmission, "write_configuration", lambda desired: written.append(desired) or True)
+    monkeypatch.setattr(guardadmission, "RETRY_SECONDS", 0.01)
+    ga = guardadmission.GuardAdmission("c.x.io")
+    ga.published({"url": "https://127.0.0.1:9443/"})
+    task = asyncio.create_task(ga.run())
+    try:
+        for _ in range(500):
+            if written:
+                break
+            await asyncio.sleep(0.01)
+        assert written and len(written[0]["webhooks"]) == 1, (calls, task)
+    finally:
+        task.cancel()
+
+
+async def test_reviews_read_the_guards_held_in_memory(monkeypatch):
+    """No API read per review: the guards come from their events (a LIST only before the first)."""
+    from gdn_operator.handlers import guardadmission
+
+    lists = []
+    monkeypatch.setattr(guardadmission, "list_guards", lambda ns: lists.append(ns) or [guard("g", "team", "deny")])
+    ga = guardadmission.GuardAdmission("c.x.io")
+    for _ in range(5):
+        r = (await ga.answer(review(pod("v0.17.1"))))["response"]
+        assert r["allowed"] is False
+    assert len(lists) == 1
+    ga.guard_changed("DELETED", guard("g", "team", "deny"))
+    assert (await ga.answer(review(pod("v0.17.1"))))["response"]["allowed"] is True
+    assert len(lists) == 1
+
+
+async def test_a_guard_deleted_while_a_list_runs_stays_deleted(monkeypatch):
+    """The LIST that refreshes the guards held for reviews may return a guard whose DELETED event came while it
+    ran: the event wins (a deleted deny guard must not refuse for another minute)."""
+    from gdn_operator.handlers import guardadmission
+
+    ga = guardadmission.GuardAdmission("c.x.io")
+
+    def slow_list(ns):
+        ga.guard_changed("DELETED", guard("g", "team", "deny"))  # arrives while the LIST runs
+        return [guard("g", "team", "deny")]
+
+    monkeypatch.setattr(guardadmission, "list_guards", slow_list)
+    await ga._list()
+    assert ga.guards_in("team") == []
+    assert (await ga.answer(review(pod("v0.17.1"))))["response"]["allowed"] is True

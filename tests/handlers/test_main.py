@@ -142,7 +142,7 @@ def test_supervisors_start_even_when_start_up_already_started_another_task(monke
     async def run() -> list[str]:
         rt = Runtime(cfg)
         memo[main.MEMO_KEY] = rt
-        rt.start(other(), "guard-admission-scope")  # what starter.configure starts with a webhook server
+        rt.start(other, "guard-admission-scope")  # what starter.configure starts with a webhook server
         log = kopf.LocalObjectLogger(body={}, settings=kopf.OperatorSettings())
         await main.startup(settings=kopf.OperatorSettings(), logger=log, memo=memo)
         await main.startup(settings=kopf.OperatorSettings(), logger=log, memo=memo)  # kopf may run it again
@@ -203,3 +203,32 @@ def test_kopf_builds_essences_only_for_servers():
         main.narrow_essences(rt, other)
         assert rt.handled.essential_kinds is None
     rt.log_pool.shutdown(wait=False)
+
+
+def test_a_background_task_that_fails_is_started_again(monkeypatch):
+    """Issue 48: every background task of the runtime is supervised: one that raises (or returns) is started again."""
+    from gdn_operator.handlers import tasks
+
+    monkeypatch.setattr(tasks, "RESTART_SECONDS", 0.01)
+    cfg, _, _ = _startup_inputs(monkeypatch)
+    runs = []
+
+    async def flaky() -> None:
+        runs.append(1)
+        if len(runs) < 3:
+            raise RuntimeError("an error nothing foresaw")
+        await asyncio.sleep(3600)
+
+    async def go() -> int:
+        rt = Runtime(cfg)
+        task = rt.start(flaky, "flaky")
+        for _ in range(300):
+            if len(runs) >= 3:
+                break
+            await asyncio.sleep(0.01)
+        alive = not task.done()
+        rt.stop()
+        await asyncio.sleep(0)
+        return len(runs) if alive else -1
+
+    assert asyncio.run(go()) == 3

@@ -198,3 +198,16 @@ def test_remediation_mode_none_only_reports(monkeypatch):
     k = FakeKube(monkeypatch, obj)
     assert stall.end_stall("ns", "srv", obj, _stalled(), "m", set(), None, Servers()) is None
     assert not k.deleted and not k.events and "remediations" not in obj["status"]
+
+
+def test_without_stall_restart_no_pod_is_deleted_and_the_ladder_goes_on(monkeypatch):
+    """Issue 48 (RBAC follows values): operator.stallRestart false grants no pod delete, so the ladder must never
+    delete a pod: it goes on to the next step (here the G1 override)."""
+    from gdn_operator.settings import Settings
+
+    monkeypatch.setattr(stall, "Settings", lambda: Settings.from_env({"GDN_STALL_RESTART": "false"}))  # (inputs None)
+    server = G1_SERVER.version("0.33.0").generation(4).status({})
+    obj = server.obj()
+    k = FakeKube(monkeypatch, obj)
+    out = stall.end_stall("ns", "srv", obj, _stalled(), "m", set(), None, Servers())
+    assert k.deleted == [] and out == "cudagraphMode=PIECEWISE"

@@ -244,3 +244,31 @@ async def test_stop_leaves_no_front_even_while_one_is_being_restarted(tmp_path, 
     assert fp.supervisor is not None and fp.supervisor.done()
     assert fp.proc is not None and fp.proc.returncode is not None
     assert port_refuses(port)
+
+
+def test_forged_namespaces_grow_no_series_and_report_lines_stay_under_the_read_limit(tmp_path, monkeypatch):
+    """Issue 48: the counter's namespace label came from the review's body (any caller of the webhook port can
+    forge it): random namespaces grew series without bound, and a long one could push a report line past the
+    operator's 1 MiB read limit. Label values come from a bounded set, so a report line is bounded too."""
+    from gdn_operator.handlers import frontprocess, webhookfront
+
+    monkeypatch.setattr(telemetry, "_admission_namespaces", set())  # (the other tests' namespaces stay countable)
+    c = _bundle(tmp_path)
+    front = Front(None, backend="https://127.0.0.1:1", cert=c["cert"], key=c["key"], ca=c["ca"])  # type: ignore[arg-type]
+    front.report()
+    for i in range(telemetry.MAX_ADMISSION_NAMESPACES + 300):
+        telemetry.admission_decision(f"forged-{i}", "denied", "r-f").inc()
+    telemetry.admission_decision("x" * (2 << 20), "denied", "r-f").inc()  # a 2 MiB "namespace"
+    telemetry.admission_decision("Not_A_Namespace", "denied", "r" * 5000).inc()
+    namespaces = {
+        s.labels["namespace"]
+        for m in telemetry.ADMISSION_DECISIONS.collect()
+        for s in m.samples
+        if s.labels["rule"].startswith("r-f") or s.labels["rule"].startswith("rrr")
+    }
+    assert len(namespaces) <= telemetry.MAX_ADMISSION_NAMESPACES + 2  # + "_other", "_invalid"
+    assert {"_other", "_invalid"} <= namespaces
+    lines = front.report().splitlines()
+    worst = len(json.dumps({"decisions": [["a" * 63, "mitigated", "r" * 128, 1e18]] * webhookfront.REPORT_CHUNK}))
+    assert worst < frontprocess.READ_LIMIT
+    assert lines and all(len(ln) <= worst for ln in lines)

@@ -104,8 +104,11 @@ def create_guard_wait(kube_api, ns, match_labels):
     def scoped():
         cfg = adm.read_validating_webhook_configuration(GUARDS_CONFIG)
         return any(
-            (h.namespace_selector.match_labels or {}).get("kubernetes.io/metadata.name") == ns
-            and (h.object_selector.match_labels or {}) == match_labels
+            any(e.operator == "In" and e.values == [ns] for e in h.namespace_selector.match_expressions or [])
+            and all(
+                f"object.metadata.labels['{k}'] == '{v}'" in (h.match_conditions or [])[0].expression
+                for k, v in match_labels.items()
+            )
             for h in cfg.webhooks or []
         )
 
@@ -187,7 +190,8 @@ def test_deleting_the_guard_removes_its_webhook(op, kube_api, ns):
     def unscoped():
         cfg = adm.read_validating_webhook_configuration(GUARDS_CONFIG)
         return not any(
-            (h.namespace_selector.match_labels or {}).get("kubernetes.io/metadata.name") == ns for h in cfg.webhooks or []
+            any(e.operator == "In" and e.values == [ns] for e in h.namespace_selector.match_expressions or [])
+            for h in cfg.webhooks or []
         )
 
     wait_for(unscoped, 60, what="guard webhook removed")

@@ -236,3 +236,32 @@ def test_bad_parameters_rejected():
         Scraper(timeout=0)
     with pytest.raises(ValueError, match="concurrency"):
         Scraper(concurrency=0)
+
+
+async def test_parsing_runs_off_the_event_loop_within_a_cpu_budget(server):
+    """Issue 48: /metrics bodies (up to 16 MiB x 64 in flight) were parsed on the event loop. They are parsed in one
+    worker thread, and once the parsing CPU of the window is spent, a body is a `parse` error for the round instead
+    of more CPU; the cap on a body is 4 MiB (a vLLM /metrics is a few hundred KiB)."""
+    import threading
+
+    from gdn_operator.watch import scraper as scraper_mod
+
+    assert scraper_mod.DEFAULT_MAX_BYTES <= 4 * 1024 * 1024
+    loop_thread = threading.get_ident()
+    seen = []
+    async with Scraper(timeout=5, concurrency=2) as s:
+
+        class Recording:
+            def __init__(self, reader):
+                self.reader = reader
+
+            def parse(self, body, timestamp=None):
+                seen.append(threading.get_ident())
+                return self.reader.parse(body, timestamp=timestamp)
+
+        s._reader = Recording(s._reader)
+        (r,) = await s.scrape([T(server.url("/ok/0"))])
+        assert r.ok and seen and loop_thread not in seen
+        s.budget = scraper_mod.ParseBudget(share=0.0, window=10.0)  # nothing left to spend
+        (r,) = await s.scrape([T(server.url("/ok/0"))])
+        assert r.error == "parse" and "budget" in r.message and len(seen) == 1

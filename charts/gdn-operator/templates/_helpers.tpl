@@ -125,11 +125,12 @@ tests/charts/test_chart_render.py holds the same table and fails on any extra re
 {{- end }}
 # kopf index + event handlers over the engine pods (status, restarts, unschedulable, crash watch);
 # get: the crash watch checks whether a container instance still runs before re-following its log.
-# delete: the stall detector restarts a stalled engine pod, once per generation (handlers/stall.py; the
-# delete carries the pod's uid as a precondition, so only that instance goes).
+# delete, only with operator.stallRestart or guard.remediation.enabled: the stall detector restarts a stalled
+# engine pod, once per generation (handlers/stall.py), and a guard with remediation deletePod deletes a stalled or
+# deterministically crashing pod (handlers/guards.py); each delete carries the pod's uid as a precondition.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "delete"]
+  verbs: ["get", "list", "watch"{{ if or .Values.operator.stallRestart (and .Values.guard.enabled .Values.guard.remediation.enabled) }}, "delete"{{ end }}]
 # Crash watch: read the logs of crashed / running engine containers.
 - apiGroups: [""]
   resources: ["pods/log"]
@@ -150,6 +151,13 @@ tests/charts/test_chart_render.py holds the same table and fails on any extra re
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
   verbs: ["get", "list", "watch"]
+{{- end }}
+{{- if .Values.guard.policyReports }}
+# guard.policyReports: one PolicyReport per namespace, the operator's (handlers/guardstatus.apply_policy_report:
+# server-side apply; get to read it back).
+- apiGroups: ["wgpolicyk8s.io"]
+  resources: ["policyreports"]
+  verbs: ["get", "create", "patch"]
 {{- end }}
 {{- end }}
 # kube.emit_event and kopf's own event posting (core/v1 Events).

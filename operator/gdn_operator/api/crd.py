@@ -200,6 +200,18 @@ GUARD_PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
         "description": "The guard's selector is watched and its admission scope is in force.",
     },
+    {
+        "name": "Admission",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Admission")].reason',
+        "description": "What admission covers: Scoped, or why nothing (NamespaceExcluded, ConfigurationFull, AdmissionOff).",
+    },
+    {
+        "name": "KnownCrash",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="KnownCrash")].status',
+        "description": "True while a guarded workload's launch line matches a known-crash rule.",
+    },
     {"name": "Remediation", "type": "string", "jsonPath": ".spec.remediation", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
@@ -23,6 +23,7 @@ from gdn_operator.api.k8s import dns1123_label, label_key, label_selector_proble
 from gdn_operator.api.probes import ProbesSpec
 from gdn_operator.api.resource import ObjectMeta
 from gdn_operator.api.status import AcceptanceStatus, Condition
+from gdn_operator.api.tagpattern import compile_tag_pattern
 
 #: The annotation read for the vLLM release when the image tag does not carry one (and the default key of
 #: spec.vllmVersion.annotation).
@@ -46,35 +47,54 @@ class SelectorOperator(str, enum.Enum):
     DOES_NOT_EXIST = "DoesNotExist"
 
 
+#: the most values one selector requirement may list, and label pairs or requirements one selector may hold: each
+#: guard becomes a webhook of the one shared guard webhook configuration (handlers/guardadmission.py), which
+#: must stay far below the API server's object size limit however many guards there are
+MAX_SELECTOR_VALUES = 16
+MAX_SELECTOR_TERMS = 8
+#: operators that select something: a selector needs at least one (matchLabels, In, Exists); NotIn and
+#: DoesNotExist alone select nearly every workload of the namespace
+_POSITIVE = ("In", "Exists")
+
+
 class SelectorRequirement(_Model):
     key: str = Field(min_length=1, max_length=317, description="The label key the requirement applies to.")
     operator: SelectorOperator
-    values: list[str] = Field(default_factory=list, description="Label values (In, NotIn); empty for Exists, DoesNotExist.")
+    values: list[Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=list,
+        max_length=MAX_SELECTOR_VALUES,
+        description="Label values (In, NotIn); empty for Exists, DoesNotExist.",
+    )
 
 
 class GuardSelector(_Model):
-    """A metav1.LabelSelector over the pods and workloads of the guard's namespace; it must not be empty
-    (an empty selector would guard every workload in the namespace, and send every one through admission)."""
+    """A metav1.LabelSelector over the pods and workloads of the guard's namespace. It must select by something:
+    a matchLabels pair or an In / Exists requirement (a selector of only NotIn / DoesNotExist, like an empty one,
+    would guard nearly every workload in the namespace, and send every one through admission)."""
 
     model_config = ConfigDict(
         json_schema_extra=cel(
             (
-                "(has(self.matchLabels) && size(self.matchLabels) > 0) || "
-                "(has(self.matchExpressions) && size(self.matchExpressions) > 0)",
-                "spec.selector is empty, which would guard every workload in the namespace: set spec.selector.matchLabels",
+                "(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && "
+                "self.matchExpressions.exists(e, e.operator == 'In' || e.operator == 'Exists'))",
+                "spec.selector selects by nothing (empty, or only NotIn / DoesNotExist), which would guard nearly every "
+                "workload in the namespace: set spec.selector.matchLabels (e.g. {app: my-vllm})",
             )
         ),
     )
 
-    match_labels: dict[str, str] = Field(default_factory=dict, description="Labels every guarded object carries.")
-    match_expressions: list[SelectorRequirement] = Field(default_factory=list, max_length=16)
+    match_labels: dict[str, str] = Field(
+        default_factory=dict, max_length=MAX_SELECTOR_TERMS, description="Labels every guarded object carries."
+    )
+    match_expressions: list[SelectorRequirement] = Field(default_factory=list, max_length=MAX_SELECTOR_TERMS)
 
     @model_validator(mode="after")
     def _valid(self) -> GuardSelector:
-        if not self.match_labels and not self.match_expressions:
+        if not self.match_labels and not any(e.operator in _POSITIVE for e in self.match_expressions):
             raise ValueError(
-                "spec.selector is empty, which would guard every workload in the namespace: set "
-                "spec.selector.matchLabels (e.g. {app: my-vllm}) to the labels of the vLLM pods and workloads to guard"
+                "spec.selector selects by nothing (empty, or only NotIn / DoesNotExist), which would guard nearly every "
+                "workload in the namespace: set spec.selector.matchLabels (e.g. {app: my-vllm}) to the labels of the "
+                "vLLM pods and workloads to guard"
             )
         problems = label_selector_problems(self.dump(), "spec.selector")
         if problems:
@@ -83,27 +103,31 @@ class GuardSelector(_Model):
 
 
 class ImageTagSource(_Model):
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            (
+                # the API server compiles the pattern with its RE2 (CEL matches): a pattern RE2 refuses (a
+                # backreference, lookaround) is refused at admission of the guard; `a || !a` so the error is not absorbed
+                "!has(self.pattern) || ''.matches(self.pattern) || !''.matches(self.pattern)",
+                "spec.vllmVersion.imageTag.pattern is not an RE2 regular expression (no backreferences or lookaround): "
+                "write one group that captures the release, e.g. '^v?([0-9.]+)-cu12'",
+            )
+        ),
+    )
+
     pattern: str | None = Field(
         default=None,
         max_length=256,
-        description="A regular expression with one group that captures the release from the image tag "
-        "(default: vX.Y.Z or X.Y.Z, with an optional suffix).",
+        description="An RE2 regular expression (the syntax of Go's regexp and CEL: no backreferences or lookaround) "
+        "with one group that captures the release from the image tag (default: vX.Y.Z or X.Y.Z, with an optional "
+        "suffix). Matched in time linear in the tag.",
     )
 
     @field_validator("pattern")
     @classmethod
     def _one_group(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        try:
-            groups = re.compile(v).groups
-        except re.error as e:
-            raise ValueError(f"spec.vllmVersion.imageTag.pattern {v!r} is not a regular expression ({e})") from None
-        if groups != 1:
-            raise ValueError(
-                f"spec.vllmVersion.imageTag.pattern {v!r} has {groups} groups: it needs exactly one, capturing the "
-                r"release (e.g. '^v?([0-9]+\.[0-9]+\.[0-9]+)-cu12')"
-            )
+        if v is not None:
+            compile_tag_pattern(v)  # ValueError naming the field and the fix
         return v
 
 
@@ -161,9 +185,9 @@ class VersionSource(_Model):
             value = annotations.get(self.annotation, "").strip().removeprefix("v")
             return (value, "annotation") if re.fullmatch(_VERSION, value) else (None, "annotation")
         pattern = self.image_tag.pattern if self.image_tag is not None and self.image_tag.pattern else DEFAULT_TAG_PATTERN
-        m = re.search(pattern, image_tag)
-        if m and m.group(1):
-            return m.group(1), "imageTag"
+        release = compile_tag_pattern(pattern).release(image_tag)  # RE2: linear in the tag, whatever the pattern
+        if release:
+            return release, "imageTag"
         value = annotations.get(VERSION_ANNOTATION, "").strip().removeprefix("v")
         return (value, "annotation") if re.fullmatch(_VERSION, value) else (None, "imageTag")
 

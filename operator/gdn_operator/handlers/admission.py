@@ -80,7 +80,7 @@ def mitigate(
         patch[key] = value
     for f in mitigated:
         warnings.append(f"mitigated {f.line()}")
-        telemetry.ADMISSION_DECISIONS.labels(namespace or "", "mitigated", f.rule).inc()
+        telemetry.admission_decision(namespace or "", "mitigated", f.rule).inc()
     log.info("admission mutated %s/%s: mitigated %s", namespace, name, ", ".join(f.rule for f in mitigated))
 
 
@@ -106,11 +106,11 @@ def admission(
     for f in ev.findings:
         if f.action == "warned":
             warnings.append(f.line())
-            telemetry.ADMISSION_DECISIONS.labels(namespace or "", "warned", f.rule).inc()
+            telemetry.admission_decision(namespace or "", "warned", f.rule).inc()
     if not v.allowed:
         rules = [f.rule for f in ev.findings if f.action == "rejected"]
         for rule in rules:
-            telemetry.ADMISSION_DECISIONS.labels(namespace or "", "denied", rule).inc()
+            telemetry.admission_decision(namespace or "", "denied", rule).inc()
         log.info("admission denied %s/%s: %s", namespace, name, ", ".join(rules))
         raise kopf.AdmissionError(v.message, code=v.code)
     run = ev.run_spec
@@ -121,12 +121,12 @@ def admission(
         raise kopf.AdmissionError(missing + " (refused by the operator's chart value operator.missingApiPolicy)", code=403)
     if missing:
         warnings.append(f"not runnable on this cluster yet: {missing}")
-        telemetry.ADMISSION_DECISIONS.labels(namespace or "", "warned", "missing-api").inc()
+        telemetry.admission_decision(namespace or "", "warned", "missing-api").inc()
     unprobed = probes_without_key(run, cfg.read_api_key_secrets)
     if unprobed:
         warnings.append(unprobed)
-        telemetry.ADMISSION_DECISIONS.labels(namespace or "", "warned", "probes-without-api-key").inc()
-    telemetry.ADMISSION_DECISIONS.labels(namespace or "", "admitted", "").inc()
+        telemetry.admission_decision(namespace or "", "warned", "probes-without-api-key").inc()
+    telemetry.admission_decision(namespace or "", "admitted", "").inc()
     warned = [f.rule for f in ev.findings if f.action == "warned"] + (["missing-api"] if missing else [])
     warned += ["probes-without-api-key"] if unprobed else []
     log.info("admission admitted %s/%s%s", namespace, name, f" with warnings: {', '.join(warned)}" if warned else "")
@@ -164,5 +164,5 @@ def probes_without_key(spec: Any, can_read_secrets: bool) -> str:
 
 
 def _deny(namespace: str | None, name: str | None, why: str, detail: str) -> None:
-    telemetry.ADMISSION_DECISIONS.labels(namespace or "", "denied", why).inc()
+    telemetry.admission_decision(namespace or "", "denied", why).inc()
     log.info("admission denied %s/%s: %s", namespace, name, detail)

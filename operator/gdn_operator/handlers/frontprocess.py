@@ -96,7 +96,7 @@ class FrontProcess:
             if msg.get("ready"):
                 return "ready"
             for namespace, decision, rule, delta in msg.get("decisions", ()):
-                telemetry.ADMISSION_DECISIONS.labels(str(namespace), str(decision), str(rule)).inc(float(delta))
+                telemetry.admission_decision(str(namespace), str(decision), str(rule)).inc(float(delta))
         except (ValueError, TypeError) as e:
             log.warning("webhook front wrote %r (%s)", line[:200], e)
             return ""

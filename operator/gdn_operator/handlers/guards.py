@@ -42,9 +42,10 @@ import kubernetes
 
 from gdn_operator import telemetry
 from gdn_operator.api.guard import GDNGuardSpec
-from gdn_operator.handlers import kube
+from gdn_operator.handlers import kube, tasks
 from gdn_operator.handlers.acceptance import AcceptanceSupervisor
 from gdn_operator.handlers.crashwatch import CrashWatchState, Death, classify_death, deaths_in
+from gdn_operator.handlers.guardadmission import GuardAdmission
 from gdn_operator.handlers.guardowners import Owners, WorkloadRef
 from gdn_operator.handlers.guardstatus import (
     FINDING_TYPES,
@@ -75,6 +76,9 @@ class GuardRuntime(CrashWatchState, Protocol):
 
     @property
     def acceptance(self) -> AcceptanceSupervisor: ...
+
+    @property
+    def guard_admission(self) -> GuardAdmission: ...
 
 
 @dataclass
@@ -287,10 +291,11 @@ class GuardSupervisor:
         msg = f"engine died (restart {death.restart_count}, exit {death.exit_code}): {result.summary()}"
         if hint:
             msg += f". Remedy: {hint}"
-        ws.crashes[k] = Finding("CrashDiagnosed", msg, prev.since if prev else kube.now(), rule, death.pod, count)
+        finding = Finding("CrashDiagnosed", msg, prev.since if prev else kube.now(), rule, death.pod, count)  # redacted
+        ws.crashes[k] = finding
         ws.crash_at[k] = time.monotonic()
         telemetry.CRASHES.labels(guard.namespace, ws.ref.name, sig, result.upstream or "").inc()
-        kube.emit_event(ws.ref.event_target(guard.namespace), "EngineCrashed", f"pod {death.pod}: {msg}", "Warning")
+        kube.emit_event(ws.ref.event_target(guard.namespace), "EngineCrashed", f"pod {death.pod}: {finding.message}", "Warning")
         ws.reported.add(ws.crashes[k].key)
         log.info(
             "guard %s/%s: engine crash in %s %s pod %s restart %s: %s, count %s",
@@ -400,7 +405,8 @@ class GuardSupervisor:
                 WorkloadView(ws.ref.kind, ws.ref.name, first.version, first.version_source, pods, findings,
                              ws.acceptance, list(dict.fromkeys(problems)))
             )  # fmt: skip
-        status = compose(guard.status, views, guard.generation, guard.problems)
+        admission = self.rt.guard_admission.coverage(guard.namespace, guard.name) if guard.feature("admission") else None
+        status = compose(guard.status, views, guard.generation, guard.problems, admission)
         fp = fingerprint(status)
         if fp != guard.written and await asyncio.to_thread(write_status, guard.namespace, guard.name, status):
             guard.status, guard.written = status, fp
@@ -506,7 +512,7 @@ class GuardSupervisor:
                     log.warning("guard round for %s/%s failed: %s", guard.namespace, guard.name, e)
 
         interval = self.rt.settings.guard_interval
-        probes = asyncio.get_running_loop().create_task(self.probes.run(), name="guard-probes")
+        probes = asyncio.get_running_loop().create_task(tasks.supervised(self.probes.run, "guard-probes"), name="guard-probes")
         try:
             await self._rounds(one, interval)
         finally:

@@ -24,6 +24,7 @@ from gdn_operator import GROUP, GUARD_PLURAL, VERSION
 from gdn_operator.api.guard import FindingType
 from gdn_operator.handlers import conditions as st
 from gdn_operator.handlers import kube
+from gdn_operator.redact import redact
 
 FINDING_TYPES: tuple[str, ...] = get_args(FindingType)
 POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL = "wgpolicyk8s.io", "v1alpha2", "policyreports"
@@ -39,12 +40,18 @@ _SEVERITY = {
 
 @dataclass
 class Finding:
+    """One finding. Its message is redacted when it is made (redact.redact, the function every path that copies
+    engine output uses): status, PolicyReports, Events and log lines all take it from here."""
+
     type: str
     message: str
     since: str
     rule: str | None = None
     pod: str | None = None
     count: int | None = None
+
+    def __post_init__(self) -> None:
+        self.message = redact(self.message)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -91,8 +98,16 @@ def _conditions(prev: list[dict[str, Any]], findings: list[Finding], generation:
     return list(status.get("conditions") or [])  # (set_condition's `phase` is a GDNModelServer's: not kept)
 
 
-def compose(prev: dict[str, Any], views: list[WorkloadView], generation: int | None, problems: list[str]) -> dict[str, Any]:
-    """The guard's status from its workloads (`prev`: the status last written, for the conditions' times)."""
+def compose(
+    prev: dict[str, Any],
+    views: list[WorkloadView],
+    generation: int | None,
+    problems: list[str],
+    admission: tuple[bool, str, str] | None = None,
+) -> dict[str, Any]:
+    """The guard's status from its workloads (`prev`: the status last written, for the conditions' times), and
+    condition Admission: what the guard's admission covers (`admission`: in force, reason, message), False with
+    reason AdmissionOff when the feature is off."""
     prev_workloads = {(w.get("kind"), w.get("name")): w for w in prev.get("workloads") or []}
     workloads = []
     all_findings: list[Finding] = []
@@ -107,7 +122,7 @@ def compose(prev: dict[str, Any], views: list[WorkloadView], generation: int | N
             "findings": [f.to_status() for f in v.findings[:32]],
             "conditions": _conditions(before.get("conditions") or [], v.findings, generation),
             "acceptance": v.acceptance,
-            "problems": v.problems[:8] or None,
+            "problems": [redact(p) for p in v.problems[:8]] or None,  # a launch line not read is quoted
         }
         workloads.append({k: x for k, x in entry.items() if x is not None})
         all_findings += v.findings
@@ -117,6 +132,9 @@ def compose(prev: dict[str, Any], views: list[WorkloadView], generation: int | N
         st.set_condition(status, "Ready", False, "GuardInvalid", "; ".join(problems), generation)
     else:
         st.set_condition(status, "Ready", True, "Guarding", f"{len(views)} workload(s), {pods} engine pod(s) guarded", generation)
+    if not problems:
+        in_force, reason, message = admission or (False, "AdmissionOff", "spec.features.admission is false")
+        st.set_condition(status, "Admission", in_force, reason, message, generation)
     status["conditions"] = _conditions(status["conditions"], all_findings, generation)
     status.pop("phase", None)
     status["workloads"] = workloads[:256]

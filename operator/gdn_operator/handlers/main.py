@@ -110,9 +110,10 @@ def register_optional(rt: Runtime, *, webhook: bool, registry: kopf.OperatorRegi
     return ids
 
 
-async def guard_scope_event(memo: kopf.Memo, **_: Any) -> None:
-    """A GDNGuard changed: rewrite the guard webhook configuration's scope (handlers/guardadmission.py)."""
-    runtime_of(memo).guard_admission.guard_changed()
+async def guard_scope_event(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A GDNGuard changed: the guards its reviews read, and the guard webhook configuration's scope
+    (handlers/guardadmission.py)."""
+    runtime_of(memo).guard_admission.guard_changed(type, kube.plain_object(body))
 
 
 def register_admission(registry: kopf.OperatorRegistry, *, mutate_spec: bool) -> list[str]:

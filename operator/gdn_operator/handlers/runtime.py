@@ -17,12 +17,13 @@ and the Kubernetes API client (kube.api_client: one connection pool per process,
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
 
+from gdn_operator.handlers import tasks
 from gdn_operator.handlers.acceptance import AcceptanceSupervisor
 from gdn_operator.handlers.crashwatch import SeenDeaths
 from gdn_operator.handlers.disruption import DrainingNodes
@@ -80,14 +81,18 @@ class Runtime:
         # start-up
         self.webhook_renewal: dict[str, Any] = {}  # where the operator-managed webhook certificate lives
         #: GDNGuard admission: the webhook server's clientConfig and the guard webhook configuration's rewrites
-        self.guard_admission = GuardAdmission(settings.webhook_config_name, settings.namespaces)
+        self.guard_admission = GuardAdmission(
+            settings.webhook_config_name, settings.namespaces, excluded=(settings.webhook_namespace or "",)
+        )
         self.metrics_started = False
         self.optional_handlers: list[str] = []  # registered at start-up from the settings (main.register_optional)
         self.tasks: list[asyncio.Task[None]] = []
 
-    def start(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        """A background task of this runtime (cancelled by `stop`)."""
-        task = asyncio.get_running_loop().create_task(coro, name=name)
+    def start(self, run: Callable[[], Coroutine[Any, Any, None]], name: str) -> asyncio.Task[None]:
+        """A background task of this runtime (cancelled by `stop`), supervised: `run()` is started again when it
+        ends or fails (issue 48: a task that died on one unforeseen error stopped its feature for good), after
+        tasks.RESTART_SECONDS, doubling while it keeps failing."""
+        task = asyncio.get_running_loop().create_task(tasks.supervised(run, name), name=name)
         self.tasks.append(task)
         return task
 
@@ -99,13 +104,13 @@ class Runtime:
             return task is None or task.done()
 
         if due(self.acceptance.task):
-            self.acceptance.task = self.start(self.acceptance.run(), "acceptance-supervisor")
+            self.acceptance.task = self.start(self.acceptance.run, "acceptance-supervisor")
         if due(self.probes.task):
-            self.probes.task = self.start(self.probes.run(), "probe-supervisor")
+            self.probes.task = self.start(self.probes.run, "probe-supervisor")
         if due(self.quiet.task):
-            self.quiet.task = self.start(self.quiet.run(), "crash-quiet-period")
+            self.quiet.task = self.start(self.quiet.run, "crash-quiet-period")
         if self.settings.guards and due(self.guards.task):
-            self.guards.task = self.start(self.guards.run(), "guard-supervisor")
+            self.guards.task = self.start(self.guards.run, "guard-supervisor")
 
     def stop(self) -> None:
         self.followers.stop_all()

@@ -234,7 +234,8 @@ def end_stall(
         if r.get("generation") == gen and r.get("revision", str(gen)) == rev
     }
     where = ", ".join(pv.pod + (f" (group {pv.group})" if pv.group else "") for pv in stalled)
-    if SIGNATURE not in done:
+    may_delete = inputs.settings.stall_restart if inputs is not None else Settings().stall_restart
+    if SIGNATURE not in done and may_delete:  # (operator.stallRestart false: no pod delete is granted; next step)
         action = "restart " + ", ".join(pv.pod for pv in stalled)
 
         def restart() -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import tempfile
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,7 +38,7 @@ class Host(Protocol):
     metrics_started: bool
     guard_admission: GuardAdmission
 
-    def start(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]: ...
+    def start(self, run: Callable[[], Coroutine[Any, Any, None]], name: str) -> asyncio.Task[None]: ...
 
 
 log = logging.getLogger(__name__)
@@ -162,11 +162,11 @@ def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, rt: Host) ->
             settings.admission.server = server
             settings.admission.managed = cfg.webhook_config_name
         if rt.webhook_renewal:
-            rt.start(renew_webhook_certificate_forever(rt.webhook_renewal), "webhook-certificate-renewal")
+            rt.start(lambda: renew_webhook_certificate_forever(rt.webhook_renewal), "webhook-certificate-renewal")
         if isinstance(server, BoundedWebhookServer) and cfg.guards:  # GDNGuard admission: its own path and configuration
             server.routes[GUARD_WEBHOOK_ID] = rt.guard_admission.answer
             server.on_publish.append(rt.guard_admission.published)
-            rt.start(rt.guard_admission.run(), "guard-admission-scope")
+            rt.start(rt.guard_admission.run, "guard-admission-scope")
     # Blocking Kubernetes calls of all handlers run in this pool (asyncio.to_thread); log streams have
     # their own pool (the runtime's log_pool) so long reads never starve status writes.
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="gdn-api"))

@@ -45,7 +45,8 @@ from gdn_operator import GROUP, PLURAL, VERSION, telemetry
 from gdn_operator.handlers import admission
 from gdn_operator.handlers.heap import settle_heap
 from gdn_operator.handlers.kube import CrdCache
-from gdn_operator.handlers.webhook_limits import precheck, read_bounded_bytes, review_answer
+from gdn_operator.handlers.tasks import supervised
+from gdn_operator.handlers.webhook_limits import ReviewGate, precheck, review_answer
 from gdn_operator.settings import Settings, process_settings
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,7 @@ class Front:
         self.session: aiohttp.ClientSession | None = None
         self.reported: dict[tuple[str, str, str], float] = {}
         self.counted = False
+        self.gate = ReviewGate()
 
     def app(self) -> aiohttp.web.Application:
         app = aiohttp.web.Application()
@@ -104,7 +106,10 @@ class Front:
         return app
 
     async def handle(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
-        raw = await read_bounded_bytes(request)
+        async with self.gate.turn(request) as raw:  # bounded size, read deadline, reviews in flight (webhook_limits)
+            return await self._handle(request, raw)
+
+    async def _handle(self, request: aiohttp.web.Request, raw: bytes) -> aiohttp.web.Response:
         if request.match_info.get("id") == admission.VALIDATE_ID:
             review, deny = precheck(raw.decode("utf-8", errors="replace"))
             if deny is not None:
@@ -235,16 +240,16 @@ async def serve(front: Front, addr: str, port: int) -> None:
     await site.start()
     out, _ = await loop.connect_write_pipe(asyncio.Protocol, sys.stdout)
     out.write((json.dumps(READY) + "\n").encode())
-    tasks = [
-        asyncio.create_task(front.report_forever(out), name="report"),
-        asyncio.create_task(front.reload_certificates_forever(), name="certificates"),
+    running = [
+        asyncio.create_task(supervised(lambda: front.report_forever(out), "report"), name="report"),
+        asyncio.create_task(supervised(front.reload_certificates_forever, "certificates"), name="certificates"),
     ]
     # the operator's process logs the INFO line (frontprocess.py) once it has read READY
     log.debug("listening on %s:%d: answers %s, passes the rest to %s", addr or "*", port, admission.VALIDATE_ID, front.backend)
     try:
         await stop.wait()
     finally:
-        for t in tasks:
+        for t in running:
             t.cancel()
         await runner.cleanup()
         await front.close()

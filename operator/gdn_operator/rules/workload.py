@@ -93,6 +93,23 @@ def _image_tag(image: str) -> str:
     return last.split(":", 1)[1] if ":" in last else ""
 
 
+def _script_words(script: str) -> list[str]:
+    """The words of a shell script, as the shell reads them. A script shlex cannot split (an apostrophe in
+    `echo it's up; vllm serve ...`: issue 48, it raised and the webhook answered HTTP 500) is read from the command
+    that launches vLLM alone: the script cut at ; && || and newlines, that command's words."""
+    try:
+        return shlex.split(script)
+    except ValueError:
+        pass
+    for command in re.split(r"\n|;|&&|\|\|", script):
+        if re.search(r"(^|/|\s)vllm\s+serve(\s|$)|vllm\.entrypoints\.", command):
+            try:
+                return shlex.split(command)
+            except ValueError:
+                return command.split()
+    return script.split()
+
+
 def launch_argv(container: dict[str, Any]) -> list[str] | None:
     """The container's vLLM launch line (command + args, led by literal env assignments), or None when it
     does not launch vLLM."""
@@ -102,7 +119,7 @@ def launch_argv(container: dict[str, Any]) -> list[str] | None:
         command = ["vllm", "serve"]
     line = command + args
     if len(line) >= 3 and line[0] in _SHELLS and line[1] == "-c":
-        line = shlex.split(line[2])  # sh -c "vllm serve ..." (what follows the script are $0, $1...)
+        line = _script_words(line[2])  # sh -c "vllm serve ..." (what follows the script are $0, $1...)
         if line[:1] == ["exec"]:
             line = line[1:]
     joined = " ".join(line[:4])

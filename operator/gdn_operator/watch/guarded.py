@@ -1,8 +1,10 @@
-"""What the guard controller (handlers/guards.py) reads of a pod beyond rules/workload.py (the engine container,
-its launch line, the release: shared with the GDNGuard admission webhook), as pure functions of its object:
+"""What the guard controller (handlers/guards.py) and the guard admission webhook (handlers/guardadmission.py) read
+of an object beyond rules/workload.py (the engine container, its launch line, the release), as pure functions of it:
 
 * whether a guard's selector (a metav1.LabelSelector: matchLabels, matchExpressions In / NotIn / Exists /
-  DoesNotExist) selects it; an empty selector selects nothing (api/guard.py refuses one);
+  DoesNotExist) selects it; an empty selector selects nothing (api/guard.py refuses one). A workload is selected by
+  its own labels or by its pod template's (where users put them: `selects_object`), and the API server applies the
+  same test before it calls the webhook (`selector_cel`, the webhook's matchCondition);
 * where its engine's API listens: the launch line's `--port` (default 8000), and the model name it answers to;
 * what to say when its release is not known.
 """
@@ -13,6 +15,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 DEFAULT_PORT = 8000
+#: where an object's labels are: its own, then its pod templates' for every kind a guard judges (Deployment,
+#: StatefulSet, ReplicaSet, DaemonSet, Job: spec.template; CronJob: spec.jobTemplate.spec.template; LeaderWorkerSet:
+#: its leader and worker templates; KAITO Workspace: inference.template)
+LABEL_PATHS: tuple[tuple[str, ...], ...] = (
+    ("metadata", "labels"),
+    ("spec", "template", "metadata", "labels"),
+    ("spec", "jobTemplate", "spec", "template", "metadata", "labels"),
+    ("spec", "leaderWorkerTemplate", "leaderTemplate", "metadata", "labels"),
+    ("spec", "leaderWorkerTemplate", "workerTemplate", "metadata", "labels"),
+    ("inference", "template", "metadata", "labels"),
+)
 
 
 def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
@@ -38,6 +51,58 @@ def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bo
         if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
             return False  # an operator the API server would have refused
     return True
+
+
+def label_sets(obj: Mapping[str, Any] | None) -> list[Mapping[str, str]]:
+    """The label maps of an object at LABEL_PATHS (its own first)."""
+    out = []
+    for path in LABEL_PATHS:
+        cur: Any = obj
+        for key in path:
+            cur = cur.get(key) if isinstance(cur, Mapping) else None
+        if isinstance(cur, Mapping):
+            out.append(cur)
+    return out
+
+
+def selects_object(selector: Mapping[str, Any] | None, obj: Mapping[str, Any] | None) -> bool:
+    """Whether a selector selects an object by its own labels or by any of its pod templates' labels."""
+    return any(selects(selector, labels) for labels in label_sets(obj))
+
+
+def _q(text: str) -> str:
+    """A CEL string literal (label keys and values are validated before, but quote them whatever they hold)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+
+
+def _labels_cel(selector: Mapping[str, Any], labels: str) -> str:
+    terms = [
+        f"({_q(k)} in {labels} && {labels}[{_q(k)}] == {_q(v)})" for k, v in sorted((selector.get("matchLabels") or {}).items())
+    ]
+    for e in selector.get("matchExpressions") or []:
+        key, op = _q(str(e.get("key", ""))), e.get("operator")
+        values = "[" + ", ".join(_q(str(v)) for v in e.get("values") or []) + "]"
+        terms.append(
+            {
+                "In": f"({key} in {labels} && {labels}[{key}] in {values})",
+                "NotIn": f"(!({key} in {labels}) || !({labels}[{key}] in {values}))",
+                "Exists": f"({key} in {labels})",
+                "DoesNotExist": f"!({key} in {labels})",
+            }.get(str(op), "false")
+        )
+    return " && ".join(terms) or "false"
+
+
+def selector_cel(selector: Mapping[str, Any], var: str) -> str:
+    """A CEL expression (the API server's matchCondition language) that is true when `selector` selects the object
+    `var` (`object`, `oldObject`) as `selects_object` does; it never errors on an object the API server admits (each
+    field is tested with has() before it is read)."""
+    alternatives = []
+    for path in LABEL_PATHS:
+        steps = [var + "".join(f".{p}" for p in path[: i + 1]) for i in range(len(path))]
+        present = " && ".join(f"has({s})" for s in steps)
+        alternatives.append(f"({present} && {_labels_cel(selector, steps[-1])})")
+    return " || ".join(alternatives)
 
 
 def port_of(argv: Sequence[str]) -> int:

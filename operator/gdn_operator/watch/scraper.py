@@ -16,6 +16,10 @@ Guarantees:
 * every target yields exactly one :class:`ScrapeResult`, in the order of ``targets``; failures are
   results with ``error`` in {"timeout", "connect", "http", "parse"} and a one-line ``message`` —
   this module never raises for an unreachable or broken pod (only cancellation propagates);
+* a body past ``max_bytes`` (DEFAULT_MAX_BYTES: a vLLM /metrics is a few hundred KiB) is an ``http`` error, unread;
+* parsing runs off the event loop, one body at a time in one worker thread, and within a CPU budget
+  (PARSE_CPU_SHARE of a core over PARSE_WINDOW_SECONDS): a target whose body would be parsed past it is a ``parse``
+  error for the round (issue 48: 64 pods answering 16 MiB each were parsed on the event loop);
 * each scrape is recorded in ``gdn_scrape_duration_seconds`` and each failure in
   ``gdn_scrape_errors_total{namespace,name,reason}`` (gdn_operator.telemetry).
 """
@@ -23,6 +27,8 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -57,7 +63,31 @@ ERROR_CONNECT = "connect"
 ERROR_HTTP = "http"
 ERROR_PARSE = "parse"
 
-DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+#: the share of one core parsing may take, measured over the window (the parsing thread's CPU time)
+PARSE_CPU_SHARE = 0.25
+PARSE_WINDOW_SECONDS = 10.0
+
+
+class ParseBudget:
+    """CPU seconds spent parsing within the last `window` seconds, at most `share` x `window`."""
+
+    def __init__(self, share: float = PARSE_CPU_SHARE, window: float = PARSE_WINDOW_SECONDS) -> None:
+        self.limit, self.window = share * window, window
+        self._spent: collections.deque[tuple[float, float]] = collections.deque()
+
+    def spent(self, now: float) -> float:
+        while self._spent and now - self._spent[0][0] > self.window:
+            self._spent.popleft()
+        return sum(cpu for _, cpu in self._spent)
+
+    def allows(self, now: float) -> bool:
+        return self.spent(now) < self.limit
+
+    def charge(self, now: float, cpu: float) -> None:
+        self._spent.append((now, cpu))
+
+
 _HEADERS = {"Accept": "text/plain;version=0.0.4", "User-Agent": "gdn-operator-scraper"}
 
 
@@ -130,7 +160,9 @@ class Scraper:
         self.record_metrics = record_metrics
         self._session = session
         self._own_session = session is None
-        self._reader = ExpositionReader()  # remembers label sets across pods and rounds
+        self._reader = ExpositionReader()  # remembers label sets across pods and rounds (one parse at a time)
+        self._parser = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gdn-metrics-parse")
+        self.budget = ParseBudget()
 
     async def __aenter__(self) -> Scraper:
         self._ensure_session()
@@ -161,6 +193,16 @@ class Scraper:
     async def close(self) -> None:
         if self._own_session and self._session is not None and not self._session.closed:
             await self._session.close()
+        self._parser.shutdown(wait=False, cancel_futures=True)
+
+    def _parse(self, body: bytes, timestamp: float) -> tuple[EngineSnapshot | None, str, float]:
+        """Parse in the worker thread: (the snapshot, or None and the parse error's first line; the thread's CPU
+        seconds it took)."""
+        t0 = time.thread_time()
+        try:
+            return self._reader.parse(body, timestamp=timestamp), "", time.thread_time() - t0
+        except ExpositionParseError as exc:
+            return None, str(exc).splitlines()[0], time.thread_time() - t0
 
     async def scrape(self, targets: Sequence[Target]) -> list[ScrapeResult]:
         """Scrape every target once; one result per target, same order."""
@@ -216,11 +258,16 @@ class Scraper:
         duration = time.perf_counter() - t0
 
         snapshot = None
-        if error is None:
-            try:
-                snapshot = self._reader.parse(body, timestamp=time.time())
-            except ExpositionParseError as exc:
-                error, message = ERROR_PARSE, str(exc).splitlines()[0]
+        if error is None and not self.budget.allows(time.monotonic()):
+            spent = self.budget.spent(time.monotonic())
+            error = ERROR_PARSE
+            message = f"not parsed: /metrics parsing took {spent:.1f} CPU s in the last {self.budget.window:.0f} s (the budget)"
+        elif error is None:
+            loop = asyncio.get_running_loop()
+            snapshot, why, cpu = await loop.run_in_executor(self._parser, self._parse, body, time.time())
+            self.budget.charge(time.monotonic(), cpu)
+            if snapshot is None:
+                error, message = ERROR_PARSE, why
         if self.record_metrics:
             telemetry.SCRAPE_DURATION.observe(duration)
             if error is not None:
