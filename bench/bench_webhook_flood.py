@@ -42,10 +42,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
+sys.path.insert(0, str(ROOT / "tests"))  # builders.server_review: the review the tests send too
 
 import aiohttp  # noqa: E402
 from _stats import machine, pct  # noqa: E402  (bench/ is on sys.path when run as a script)
-from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
+from builders import server_review  # noqa: E402
 from gdn_operator.handlers import certs  # noqa: E402
 
 FINE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "t", "vllmVersion": "0.32.0"}}
@@ -53,19 +54,7 @@ PATH = "/gdn-admission"
 
 
 def review(spec: dict[str, Any], uid: str = "u") -> bytes:
-    return json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": uid,
-                "resource": {"group": GROUP, "version": VERSION, "resource": PLURAL},
-                "operation": "CREATE",
-                "userInfo": {"username": "flood"},
-                "object": {"metadata": {"name": "s", "namespace": "flood"}, "spec": spec},
-            },
-        }
-    ).encode()
+    return json.dumps(server_review(spec, uid, namespace="flood", username="flood")).encode()
 
 
 def free_port() -> int:

@@ -26,7 +26,7 @@ import copy
 from types import SimpleNamespace
 from typing import Any
 
-from gdn_operator import API_VERSION, KIND
+from gdn_operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from gdn_operator.labels import LABEL_GROUP_INDEX, LABEL_SERVER, LABEL_SET_NAME, LABEL_WORKER_INDEX, MANAGED
 
 #: the shortest manifest README.md shows working: a model and an image with its vLLM version
@@ -252,3 +252,19 @@ class EnginePod:
             ),
             status=SimpleNamespace(pod_ip=s.get("podIP"), phase=s.get("phase")),
         )
+
+
+def server_review(spec: dict[str, Any], uid: str = "u-1", *, namespace: str = "ns", username: str = "alice") -> dict[str, Any]:
+    """An AdmissionReview of a GDNModelServer CREATE as the API server sends it to the validating webhook (the fields
+    the webhook front and kopf's server read), the object ``namespace/s`` with ``spec``."""
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "resource": {"group": GROUP, "version": VERSION, "resource": PLURAL},
+            "operation": "CREATE",
+            "userInfo": {"username": username},
+            "object": {"metadata": {"name": "s", "namespace": namespace}, "spec": copy.deepcopy(spec)},
+        },
+    }

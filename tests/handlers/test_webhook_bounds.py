@@ -15,8 +15,8 @@ from typing import Any
 import aiohttp
 import aiohttp.web
 import pytest
+from builders import server_review
 
-from gdn_operator import GROUP, PLURAL, VERSION
 from gdn_operator.handlers import admission, certs, webhook_limits
 from gdn_operator.handlers.kube import CrdCache
 from gdn_operator.handlers.webhook_limits import MAX_BODY_BYTES, free_loopback_port
@@ -27,17 +27,7 @@ FINE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "t", "vllmVe
 
 
 def review(spec: dict[str, Any], uid: str = "u-1") -> dict[str, Any]:
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "resource": {"group": GROUP, "version": VERSION, "resource": PLURAL},
-            "operation": "CREATE",
-            "userInfo": {"username": "alice"},
-            "object": {"metadata": {"name": "s", "namespace": "bounds-test"}, "spec": spec},
-        },
-    }
+    return server_review(spec, uid, namespace="bounds-test")
 
 
 def _bundle(d: Path) -> dict[str, str]:

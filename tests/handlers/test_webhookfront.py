@@ -12,9 +12,10 @@ from typing import Any
 
 import aiohttp
 import pytest
+from builders import server_review
 
 from controlplane import port_refuses
-from gdn_operator import GROUP, PLURAL, VERSION, telemetry
+from gdn_operator import telemetry
 from gdn_operator.handlers import admission, certs
 from gdn_operator.handlers.frontprocess import FrontError, FrontProcess
 from gdn_operator.handlers.webhook_limits import BoundedWebhookServer, free_loopback_port, review_answer, with_port
@@ -22,17 +23,7 @@ from gdn_operator.handlers.webhookfront import Front
 
 
 def review(spec: dict[str, Any], uid: str = "u-1") -> dict[str, Any]:
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "resource": {"group": GROUP, "version": VERSION, "resource": PLURAL},
-            "operation": "CREATE",
-            "userInfo": {"username": "alice"},
-            "object": {"metadata": {"name": "s", "namespace": "front-test"}, "spec": spec},
-        },
-    }
+    return server_review(spec, uid, namespace="front-test")
 
 
 FINE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "t", "vllmVersion": "0.32.0"}}
