@@ -16,9 +16,8 @@ message naming the field and the fix for gdnctl and the guard's status.
 from __future__ import annotations
 
 import functools
+import importlib
 from typing import Any
-
-import re2  # type: ignore[import-untyped]  # google-re2 ships no type information
 
 #: the longest image tag there is (OCI distribution spec: [a-zA-Z0-9_][a-zA-Z0-9._-]{0,127})
 TAG_MAX_CHARS = 128
@@ -29,7 +28,16 @@ FIELD = "spec.vllmVersion.imageTag.pattern"
 EXAMPLE = r"'^v?([0-9]+\.[0-9]+\.[0-9]+)-cu12'"
 
 
+@functools.cache
+def _re2() -> Any:
+    """google-re2, imported the first time a guard's pattern is compiled, not when this module is: rendering a
+    GDNModelServer (`gdnctl render`, which tests/gpu/harness.py runs with a GPU host's own Python packages) never
+    compiles one, and a host without google-re2 can still render. Not a fallback: without it a pattern is refused."""
+    return importlib.import_module("re2")
+
+
 def _options() -> Any:
+    re2 = _re2()
     o = re2.Options()
     o.log_errors = False  # the error comes back as the exception (RE2 would also print it on stderr)
     o.max_mem = MAX_PROGRAM_BYTES
@@ -52,6 +60,7 @@ class TagPattern:
 def compile_tag_pattern(pattern: str) -> TagPattern:
     """The pattern compiled by RE2; ValueError naming the field and the fix when RE2 refuses it or it does not
     have exactly one capturing group."""
+    re2 = _re2()
     try:
         compiled = re2.compile(pattern, _options())
     except re2.error as e:

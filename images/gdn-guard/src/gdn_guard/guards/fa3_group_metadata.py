@@ -123,8 +123,10 @@ GUARD = Guard(
     ),
     # The reuse (FlashAttentionMetadataBuilder.supports_update_block_table = True + the V1 runner's per-spec cache,
     # with per-group capture) is in every wheel read, 0.17.0-0.33.0; no release fixes it. From 0.29.0 hybrids
-    # default to the V2 runner, which is not affected, but VLLM_USE_V2_MODEL_RUNNER=0 brings the V1 path back.
-    versions=VersionRange(since=None, fixed_in=None),
+    # default to the V2 runner, which is not affected, but VLLM_USE_V2_MODEL_RUNNER=0 brings the V1 path back up to
+    # 0.33.x. vLLM 0.34.0 removed the V1 runner (the operator's rule ends there too: ends_in 0.34.0), so the guard's
+    # range ends at 0.34.0: not a fix, nothing left to guard.
+    versions=VersionRange(since=None, fixed_in="0.34.0"),
     summary="build every full-attention KV-cache group's FlashAttention metadata when FULL CUDA graphs are on",
     apply=apply,
 )
