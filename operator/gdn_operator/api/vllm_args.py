@@ -22,7 +22,7 @@ abbreviations, whose meaning can change when a release adds an option); unknown 
 unparseable `vllmVersion` admits no extraArgs. Regenerate a table per release you run (see the
 generator's docstring).
 
-Size (~515 lines): the mirror of one parser (type converters, preprocessing, classification, refusal text)
+Size (~545 lines): the mirror of one parser (type converters, preprocessing, classification, refusal text)
 that must change together when vLLM's FlexibleArgumentParser changes.
 """
 

@@ -4,6 +4,10 @@ A malformed rule file is a `RuleFileError` listing every problem (one line each)
 rules are loaded (import of the evaluator, or the tests), never a surprise during admission. (The
 file's `catalogue:` section names the range of vLLM releases the known-issues catalogue,
 ../shared/docs/vllm-known-issues.md, was checked against.)
+
+Size (~510 lines): the rule file's schema (rules, costs, patches, the catalogue) and the cross-checks between its
+parts (ids, aliases, mitigations against costs, ranges against `ends_in`) read one parsed document; split, each half
+would re-read the other's models.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ Modules: catalogue.py (schema, validation), prefixes.py (line prefixes), evidenc
 attribution), result.py (ClassificationResult); this module keeps the matching core and re-exports their
 public names.
 
-Size (~630 lines): the matching core is one incremental state machine (LogClassifier) whose steps share its
+Size (~710 lines): the matching core is one incremental state machine (LogClassifier) whose steps share its
 per-line state; the schema, prefixes, evidence and result types already live in their own modules.
 
 Speed: a raw line is only looked at further when it contains a 4-character piece of one of the
