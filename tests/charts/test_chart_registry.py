@@ -283,9 +283,13 @@ def test_helm_upgrade_from_the_previous_release_in_the_registry_keeps_every_serv
             "status conditions (and their transition times) changed across the upgrade"
         )
         # what the server runs is unchanged; a release may add what it reports about it (0.2.0: each default's
-        # measured cost, status.effective.defaults[].cost), never change or drop what was there
+        # measured cost, status.effective.defaults[].cost; the CUDA-graph implementation vLLM resolves,
+        # status.effective.cudagraphImplementation), never change or drop what was there
         eff_before, eff_after = before["status"]["effective"], after["status"]["effective"]
-        assert {k: v for k, v in eff_after.items() if k != "defaults"} == {k: v for k, v in eff_before.items() if k != "defaults"}
+        assert {k: eff_after.get(k) for k in eff_before if k != "defaults"} == {
+            k: v for k, v in eff_before.items() if k != "defaults"
+        }
+        assert set(eff_after) - set(eff_before) <= {"cudagraphImplementation"}, sorted(set(eff_after) - set(eff_before))
         assert len(eff_after["defaults"]) == len(eff_before["defaults"])
         for old_d, new_d in zip(eff_before["defaults"], eff_after["defaults"], strict=True):
             assert {k: new_d[k] for k in old_d} == old_d, (old_d, new_d)
