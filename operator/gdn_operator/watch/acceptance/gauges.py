@@ -1,5 +1,5 @@
-"""Gauges: the operator's ``gdn_spec_*`` Prometheus gauges for one GDNModelServer, kept in step with
-its windows and findings.
+"""Gauges: the operator's ``gdn_spec_*`` Prometheus gauges for one target (a GDNModelServer or a guarded
+workload, watch/target.py), kept in step with its windows and findings.
 
 :class:`AcceptanceGauges` sets the label sets that apply now and removes the ones it set earlier that
 no longer apply (a pod gone, a position no longer drafted, speculative decoding switched off), and
@@ -20,6 +20,7 @@ from prometheus_client import Gauge
 from gdn_operator import telemetry
 from gdn_operator.watch.acceptance.anomalies import ANOMALY_REASONS
 from gdn_operator.watch.acceptance.window import WindowStats
+from gdn_operator.watch.target import EngineTarget
 
 __all__ = ["AcceptanceGauges", "RESOURCE_FIGURES"]
 
@@ -45,12 +46,11 @@ class AcceptanceGauges:
     """Publishes one resource's figures; remembers what it set so stale label sets are removed."""
 
     def __init__(self) -> None:
-        self._published: dict[tuple[str, str], _Published] = {}
+        self._published: dict[EngineTarget, _Published] = {}
 
     def publish(
         self,
-        namespace: str,
-        name: str,
+        target: EngineTarget,
         stats: WindowStats | None,
         pod_stats: Iterable[tuple[str, WindowStats | None]],
         active_reasons: Iterable[str],
@@ -61,6 +61,7 @@ class AcceptanceGauges:
         Resource figures, per-position rates and ``gdn_spec_anomaly{reason}`` (0/1 for every known
         reason) are set only while speculative decoding is on; a figure that is ``None`` (no traffic)
         is not set."""
+        namespace, name = target.namespace, target.name
         now = _Published()
         if stats is not None and stats.spec_decode:
             active = set(active_reasons)
@@ -80,7 +81,7 @@ class AcceptanceGauges:
             if rate is not None:
                 telemetry.POD_ACCEPTANCE_RATE.labels(namespace, name, pod).set(rate)
                 now.pods.add(pod)
-        before = self._published.get((namespace, name))
+        before = self._published.get(target)
         if before is not None:
             _remove_label_sets(
                 namespace,
@@ -92,13 +93,13 @@ class AcceptanceGauges:
                     reasons=before.reasons - now.reasons,
                 ),
             )
-        self._published[(namespace, name)] = now
+        self._published[target] = now
 
-    def clear(self, namespace: str, name: str) -> None:
+    def clear(self, target: EngineTarget) -> None:
         """Remove every label set published for this resource (it was deleted or metrics turned off)."""
-        before = self._published.pop((namespace, name), None)
+        before = self._published.pop(target, None)
         if before is not None:
-            _remove_label_sets(namespace, name, before)
+            _remove_label_sets(target.namespace, target.name, before)
 
 
 def _remove_label_sets(namespace: str, name: str, gone: _Published) -> None:
