@@ -1,7 +1,7 @@
 """One key per watched engine (issue 49 item 3): the per-engine state the run-time watch keeps (acceptance windows,
-stall detectors, output-probe state) belongs to a (kind, namespace, name) target, so a GDNModelServer and a guarded
-StatefulSet of one name in one namespace, or a guarded Deployment and a guarded StatefulSet of one name, never
-share or overwrite it.
+stall detectors, output-probe state, the gauges holding one value per target) belongs to a (kind, namespace, name)
+target, so a GDNModelServer and a guarded StatefulSet of one name in one namespace, or a guarded Deployment and a
+guarded StatefulSet of one name, never share or overwrite it.
 
 Real AcceptanceSupervisor, AcceptanceTracker, StallWatch and GuardSupervisor; the engines are a scripted metrics
 source (one snapshot per pod per round) and the clock is the test's. Before the key carried the kind, each
@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from gdn_operator import telemetry
 from gdn_operator.api.guard import GDNGuardSpec
 from gdn_operator.handlers import acceptance as acc
 from gdn_operator.handlers.guardowners import WorkloadRef
@@ -147,6 +148,15 @@ async def test_a_server_and_a_guarded_statefulset_of_one_name_keep_their_own_win
     assert _stalled(sts) == ["chat-0"], sts.measured
     assert sts.acceptance is not None and sts.acceptance["state"] == "NoTraffic", sts.acceptance
     assert sts.acceptance["podsReporting"] == 1
+    # the gauges that hold one value per target carry its kind: one series each, and forgetting one keeps the other
+    reg = telemetry.METRICS_REGISTRY
+    server_series = {"namespace": "ns", "server": "chat", "kind": "GDNModelServer"}
+    sts_anomaly = {"namespace": "ns", "server": "chat", "kind": "StatefulSet", "reason": "SpecAcceptanceNearZero"}
+    assert reg.get_sample_value("gdn_spec_acceptance_rate", server_series) == pytest.approx(0.6)
+    assert reg.get_sample_value("gdn_spec_anomaly", sts_anomaly) == 0.0
+    guards._forget_workload(guard, sts)  # the StatefulSet is no longer guarded
+    assert reg.get_sample_value("gdn_spec_anomaly", sts_anomaly) is None
+    assert reg.get_sample_value("gdn_spec_acceptance_rate", server_series) == pytest.approx(0.6)
 
 
 async def test_two_guarded_workloads_of_different_kinds_and_one_name_keep_their_own_state():

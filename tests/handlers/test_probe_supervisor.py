@@ -167,14 +167,14 @@ async def test_wrong_answers_alarm_after_threshold_diagnose_and_remediate_once(e
     lf = body["results"][0]["lastFailure"]
     assert lf["position"] == WRONG_AT and lf["pod"] == "a" and lf["result"] == "mismatch"
     assert fakes.remediations == [("ns-w", "srv", "ProbeMismatch")]
-    assert telemetry.OUTPUT_INCONSISTENT.labels("ns-w", "srv", "ProbeMismatch")._value.get() == 1
+    assert telemetry.OUTPUT_INCONSISTENT.labels("ns-w", "srv", "GDNModelServer", "ProbeMismatch")._value.get() == 1
     e.set(EARLY)
     c3 = await sup.round(EngineTarget.server("ns-w", "srv"), s)
     assert (c3.value, c3.reason) == (False, "ProbeEarlyStop")
     assert len(fakes.remediations) == 1, "one remediation per generation"
     e.set(CORRECT)
     assert (await sup.round(EngineTarget.server("ns-w", "srv"), s)).value is True
-    assert telemetry.OUTPUT_INCONSISTENT.labels("ns-w", "srv", "ProbeMismatch")._value.get() == 0
+    assert telemetry.OUTPUT_INCONSISTENT.labels("ns-w", "srv", "GDNModelServer", "ProbeMismatch")._value.get() == 0
     await sup.client.close()
 
 
@@ -191,12 +191,12 @@ async def test_no_answer_in_time_is_probe_timeout_unknown_without_remediation(en
     assert (c.value, c.reason) == (None, "ProbeTimeout") and "timeout" in c.message
     assert fakes.remediations == [] and "diagnosis" not in fakes.writes[-1][2]
     assert fakes.writes[-1][2]["state"] == "NoAnswer"
-    assert telemetry.PROBE_FAILING.labels("ns-e", "srv", "ProbeTimeout")._value.get() == 1
+    assert telemetry.PROBE_FAILING.labels("ns-e", "srv", "GDNModelServer", "ProbeTimeout")._value.get() == 1
     for reason in ("ProbeMismatch", "ProbeEarlyStop"):
-        assert telemetry.OUTPUT_INCONSISTENT.labels("ns-e", "srv", reason)._value.get() == 0
+        assert telemetry.OUTPUT_INCONSISTENT.labels("ns-e", "srv", "GDNModelServer", reason)._value.get() == 0
     e.set(CORRECT)
     assert (await sup.round(EngineTarget.server("ns-e", "srv"), s)).value is True
-    assert telemetry.PROBE_FAILING.labels("ns-e", "srv", "ProbeTimeout")._value.get() == 0
+    assert telemetry.PROBE_FAILING.labels("ns-e", "srv", "GDNModelServer", "ProbeTimeout")._value.get() == 0
     await sup.client.close()
 
 
@@ -212,8 +212,8 @@ async def test_an_engine_wanting_a_key_is_probe_unauthorized_naming_the_fix(engi
     c = await sup.round(EngineTarget.server("ns-k", "srv"), s)
     assert (c.value, c.reason) == (None, "ProbeUnauthorized") and e.unauthorized == len(PROMPTS)
     assert "operator.readApiKeySecrets=true" in c.message and "HTTP 401" in c.message
-    assert telemetry.PROBE_FAILING.labels("ns-k", "srv", "ProbeUnauthorized")._value.get() == 1
-    assert telemetry.OUTPUT_INCONSISTENT.labels("ns-k", "srv", "ProbeMismatch")._value.get() == 0
+    assert telemetry.PROBE_FAILING.labels("ns-k", "srv", "GDNModelServer", "ProbeUnauthorized")._value.get() == 1
+    assert telemetry.OUTPUT_INCONSISTENT.labels("ns-k", "srv", "GDNModelServer", "ProbeMismatch")._value.get() == 0
     keyed = server(probes_spec(threshold=1))
     keyed.api_key = "sk-test"
     assert (await sup.round(EngineTarget.server("ns-k2", "srv"), keyed)).value is True

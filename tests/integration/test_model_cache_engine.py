@@ -214,8 +214,8 @@ def test_engine_starts_offline_from_the_cache_and_guards_v1_with_the_key(cache, 
         c = asyncio.run(verdict(None, problem))
         assert (c.value, c.reason) == (None, "ProbeUnauthorized") and "operator.readApiKeySecrets=true" in c.message
         assert written[-1][0]["state"] == "NoAnswer"
-        assert telemetry.PROBE_FAILING.labels("ns", "keyed", "ProbeUnauthorized")._value.get() == 1
-        assert telemetry.OUTPUT_INCONSISTENT.labels("ns", "keyed", "ProbeMismatch")._value.get() == 0
+        assert telemetry.PROBE_FAILING.labels("ns", "keyed", "GDNModelServer", "ProbeUnauthorized")._value.get() == 1
+        assert telemetry.OUTPUT_INCONSISTENT.labels("ns", "keyed", "GDNModelServer", "ProbeMismatch")._value.get() == 0
         c = asyncio.run(verdict(KEY, ""))
         assert (c.value, c.reason) == (True, "ProbesPassing"), c
     finally:

@@ -421,15 +421,16 @@ def test_update_gauges_sets_and_removes_label_sets():
     )
     tr.update_gauges(EngineTarget.server("g-ns", "g-m"))
     lab = {"namespace": "g-ns", "server": "g-m"}
-    assert reg.get_sample_value("gdn_spec_acceptance_rate", lab) == pytest.approx(0.6)
-    assert reg.get_sample_value("gdn_spec_mean_accepted_length", lab) == pytest.approx(2.2)
-    assert reg.get_sample_value("gdn_spec_drafts_per_second", lab) == pytest.approx(200 / 15)
-    assert reg.get_sample_value("gdn_spec_acceptance_per_position", {**lab, "position": "1"}) == pytest.approx(0.45)
+    res = {**lab, "kind": "GDNModelServer"}  # the series that hold one value per target carry its kind
+    assert reg.get_sample_value("gdn_spec_acceptance_rate", res) == pytest.approx(0.6)
+    assert reg.get_sample_value("gdn_spec_mean_accepted_length", res) == pytest.approx(2.2)
+    assert reg.get_sample_value("gdn_spec_drafts_per_second", res) == pytest.approx(200 / 15)
+    assert reg.get_sample_value("gdn_spec_acceptance_per_position", {**res, "position": "1"}) == pytest.approx(0.45)
     assert reg.get_sample_value("gdn_spec_pod_acceptance_rate", {**lab, "pod": "p0"}) == pytest.approx(0.6)
     tr.forget_resource(EngineTarget.server("g-ns", "g-m"))
-    assert reg.get_sample_value("gdn_spec_acceptance_rate", lab) is None
+    assert reg.get_sample_value("gdn_spec_acceptance_rate", res) is None
     assert reg.get_sample_value("gdn_spec_pod_acceptance_rate", {**lab, "pod": "p0"}) is None
-    assert reg.get_sample_value("gdn_spec_acceptance_per_position", {**lab, "position": "0"}) is None
+    assert reg.get_sample_value("gdn_spec_acceptance_per_position", {**res, "position": "0"}) is None
 
 
 def test_update_gauges_drops_forgotten_pod():
@@ -607,16 +608,17 @@ def test_anomaly_gauge_follows_findings():
     tr.summary(EngineTarget.server("an-ns", "m"))
     tr.update_gauges(EngineTarget.server("an-ns", "m"))
     lab = {"namespace": "an-ns", "server": "m"}
-    assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceNearZero"}) == 1.0
-    assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceDrop"}) == 0.0
+    res = {**lab, "kind": "GDNModelServer"}  # the series that hold one value per target carry its kind
+    assert reg.get_sample_value("gdn_spec_anomaly", {**res, "reason": "SpecAcceptanceNearZero"}) == 1.0
+    assert reg.get_sample_value("gdn_spec_anomaly", {**res, "reason": "SpecAcceptanceDrop"}) == 0.0
     # acceptance recovers (new window) → 0
     _feed(tr, key, [(400, dict(drafts=1656, draft_tokens=3312, accepted=1200))])
     s = tr.summary(EngineTarget.server("an-ns", "m"))
     assert s["findings"] == [] and s["acceptanceRate"] == pytest.approx(0.6)
     tr.update_gauges(EngineTarget.server("an-ns", "m"))
-    assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceNearZero"}) == 0.0
+    assert reg.get_sample_value("gdn_spec_anomaly", {**res, "reason": "SpecAcceptanceNearZero"}) == 0.0
     tr.forget_resource(EngineTarget.server("an-ns", "m"))
-    assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceNearZero"}) is None
+    assert reg.get_sample_value("gdn_spec_anomaly", {**res, "reason": "SpecAcceptanceNearZero"}) is None
 
 
 def test_anomaly_gauge_current_when_update_gauges_called_before_summary():
@@ -625,6 +627,6 @@ def test_anomaly_gauge_current_when_update_gauges_called_before_summary():
     key = (EngineTarget.server("order-ns", "m"), "p0")
     _feed(tr, key, [(0, {}), (15, dict(drafts=656, draft_tokens=1312, accepted=0))])
     tr.update_gauges(EngineTarget.server("order-ns", "m"))  # no summary() yet this round
-    lab = {"namespace": "order-ns", "server": "m", "reason": "SpecAcceptanceNearZero"}
+    lab = {"namespace": "order-ns", "server": "m", "kind": "GDNModelServer", "reason": "SpecAcceptanceNearZero"}
     assert reg.get_sample_value("gdn_spec_anomaly", lab) == 1.0
     assert [f.reason for f in tr.findings(EngineTarget.server("order-ns", "m"))] == ["SpecAcceptanceNearZero"]

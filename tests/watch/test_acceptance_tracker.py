@@ -102,23 +102,24 @@ def test_gauges_of_a_resource_removed_when_speculative_decoding_switches_off():
     tr = AcceptanceTracker(window=300)
     key = (EngineTarget.server("off-ns", "m"), "p0")
     lab = {"namespace": "off-ns", "server": "m"}
+    res = {**lab, "kind": "GDNModelServer"}  # the series that hold one value per target carry its kind
     feed(tr, key, 0.0, 2, rate=0.6)
     tr.update_gauges(EngineTarget.server("off-ns", "m"))
-    assert reg.get_sample_value("gdn_spec_acceptance_rate", lab) == pytest.approx(0.6)
-    assert reg.get_sample_value("gdn_spec_drafts_per_second", lab) == pytest.approx(100 / 15)
-    assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceDrop"}) == 0.0
-    assert reg.get_sample_value("gdn_spec_acceptance_per_position", {**lab, "position": "0"}) == pytest.approx(0.9)
+    assert reg.get_sample_value("gdn_spec_acceptance_rate", res) == pytest.approx(0.6)
+    assert reg.get_sample_value("gdn_spec_drafts_per_second", res) == pytest.approx(100 / 15)
+    assert reg.get_sample_value("gdn_spec_anomaly", {**res, "reason": "SpecAcceptanceDrop"}) == 0.0
+    assert reg.get_sample_value("gdn_spec_acceptance_per_position", {**res, "position": "0"}) == pytest.approx(0.9)
     assert reg.get_sample_value("gdn_spec_pod_acceptance_rate", {**lab, "pod": "p0"}) == pytest.approx(0.6)
     # the engine comes back without MTP: two plain scrapes make a window again, not applicable
     tr.observe(key, plain(30.0, 100.0))
     tr.observe(key, plain(45.0, 400.0))
     assert tr.summary(EngineTarget.server("off-ns", "m"))["state"] == "NotApplicable"
     tr.update_gauges(EngineTarget.server("off-ns", "m"))
-    assert reg.get_sample_value("gdn_spec_acceptance_rate", lab) is None
-    assert reg.get_sample_value("gdn_spec_mean_accepted_length", lab) is None
-    assert reg.get_sample_value("gdn_spec_drafts_per_second", lab) is None
-    assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceDrop"}) is None
-    assert reg.get_sample_value("gdn_spec_acceptance_per_position", {**lab, "position": "0"}) is None
+    assert reg.get_sample_value("gdn_spec_acceptance_rate", res) is None
+    assert reg.get_sample_value("gdn_spec_mean_accepted_length", res) is None
+    assert reg.get_sample_value("gdn_spec_drafts_per_second", res) is None
+    assert reg.get_sample_value("gdn_spec_anomaly", {**res, "reason": "SpecAcceptanceDrop"}) is None
+    assert reg.get_sample_value("gdn_spec_acceptance_per_position", {**res, "position": "0"}) is None
     assert reg.get_sample_value("gdn_spec_pod_acceptance_rate", {**lab, "pod": "p0"}) is None
     tr.forget_resource(EngineTarget.server("off-ns", "m"))
 

@@ -376,7 +376,7 @@ class ProbeSupervisor:
         for gauge, reasons in ((telemetry.OUTPUT_INCONSISTENT, PROBE_REASONS), (telemetry.PROBE_FAILING, NO_ANSWER_REASONS)):
             for reason in reasons:
                 with contextlib.suppress(KeyError):
-                    gauge.remove(target.namespace, target.name, reason)
+                    gauge.remove(*target.series(), reason)
 
     # ------------------------------------------------------------------------------------ the loop --
 
@@ -460,11 +460,11 @@ class ProbeSupervisor:
         if cond.value is None and cond.reason == "ProbeUnauthorized":
             cond = Condition(cond.value, cond.reason, f"{cond.message}; {_unauthorized_hint(s)}", cond.failure)
         for reason in PROBE_REASONS:
-            telemetry.OUTPUT_INCONSISTENT.labels(namespace, name, reason).set(
+            telemetry.OUTPUT_INCONSISTENT.labels(*target.series(), reason).set(
                 1.0 if cond.value is False and cond.reason == reason else 0.0
             )
         for reason in NO_ANSWER_REASONS:
-            telemetry.PROBE_FAILING.labels(namespace, name, reason).set(
+            telemetry.PROBE_FAILING.labels(*target.series(), reason).set(
                 1.0 if cond.value is None and cond.failure == ERROR and cond.reason == reason else 0.0
             )
         diagnosis = diagnose(s, cond)

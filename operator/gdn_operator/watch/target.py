@@ -31,5 +31,10 @@ class EngineTarget:
         """The target of the GDNModelServer `namespace`/`name`."""
         return cls(SERVER_KIND, namespace, name)
 
+    def series(self) -> tuple[str, str, str]:
+        """Its ``namespace``, ``server`` and ``kind`` label values, in that order (gdn_operator.telemetry: the
+        gauges that hold one value per target)."""
+        return (self.namespace, self.name, self.kind)
+
     def __str__(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}"
