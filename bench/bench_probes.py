@@ -93,17 +93,18 @@ def client(n: int, probes: int, interval: int, duration: float, port: int) -> No
     from gdn_operator.api.probes import ProbesSpec
     from gdn_operator.handlers.probes import ProbeSupervisor, ServerProbes
     from gdn_operator.watch.probes import ProbeBook
+    from gdn_operator.watch.target import EngineTarget
 
     writes = [0]
 
-    def writer(ns, name, s, body, cond):
+    def writer(target, s, body, cond):
         writes[0] += 1
         return None
 
     pods = {
         f"srv-{i}": [{"name": f"srv-{i}-0", "ip": ip_of(i), "ready": True, "engine": "e", "deleting": False}] for i in range(n)
     }
-    sup = ProbeSupervisor(lambda ns, name: pods[name], writer=writer, remediator=lambda *a: None, port=port, seed=7)
+    sup = ProbeSupervisor(lambda target: pods[target.name], writer=writer, remediator=lambda *a: None, port=port, seed=7)
     spec = ProbesSpec.model_validate(
         {
             "intervalSeconds": interval,
@@ -137,7 +138,7 @@ def client(n: int, probes: int, interval: int, duration: float, port: int) -> No
                 engine="e",
                 book=ProbeBook([p.name for p in spec.prompts], spec.failure_threshold),
             )
-            sup.configure("bench", f"srv-{i}", s)
+            sup.configure(EngineTarget.server("bench", f"srv-{i}"), s)
         rss0 = _status_kb("VmRSS")
         cpu0, wall0 = time.process_time(), time.perf_counter()
         task = asyncio.get_running_loop().create_task(sup.run())

@@ -140,19 +140,22 @@ async def _phase(
     else:
         from gdn_operator.watch.acceptance import AcceptanceTracker
         from gdn_operator.watch.scraper import Scraper, Target, scrape_and_observe
+        from gdn_operator.watch.target import EngineTarget
 
-        targets = [Target("bench", f"model-{i // pods_per_resource}", f"pod-{i}", u) for i, u in enumerate(urls)]
-        resources = sorted({(t.namespace, t.name) for t in targets})
+        targets = [
+            Target(EngineTarget.server("bench", f"model-{i // pods_per_resource}"), f"pod-{i}", u) for i, u in enumerate(urls)
+        ]
+        resources = sorted({t.owner for t in targets}, key=lambda o: (o.namespace, o.name))
         tracker = AcceptanceTracker(window=window)
         scraper = Scraper(timeout=timeout, concurrency=concurrency)
         await scraper.__aenter__()
 
         async def one_round():
             results = await scrape_and_observe(tracker, scraper, targets)
-            for ns, name in resources:
-                tracker.update_baseline(ns, name)
-                tracker.update_gauges(ns, name)
-                tracker.summary(ns, name)
+            for owner in resources:
+                tracker.update_baseline(owner)
+                tracker.update_gauges(owner)
+                tracker.summary(owner)
             return sum(1 for r in results if not r.ok)
 
         async def closer():
@@ -176,7 +179,7 @@ async def _phase(
     wall = time.monotonic() - t_start
     cpu = time.process_time() - c_start
     if mode == "operator":
-        s = tracker.summary(*resources[0])
+        s = tracker.summary(resources[0])
         result_check = {
             "acceptanceRate": s["acceptanceRate"],
             "state": s["state"],
@@ -246,6 +249,7 @@ def prometheus_micro(endpoints: int) -> None:
     from gdn_operator.watch.acceptance import SAMPLE_NAMES
     from gdn_operator.watch.promsource import PrometheusSource
     from gdn_operator.watch.scraper import Target
+    from gdn_operator.watch.target import EngineTarget
     from prometheus_client.parser import text_string_to_metric_families
 
     read = {n for n in SAMPLE_NAMES} | {"vllm:" + n for n in SAMPLE_NAMES}
@@ -280,7 +284,7 @@ def prometheus_micro(endpoints: int) -> None:
         await site.start()
         port = site._server.sockets[0].getsockname()[1]
         source = PrometheusSource(f"http://127.0.0.1:{port}", timeout=60, max_age=0.001)
-        targets = [Target("bench", f"model-{i // 10}", f"pod-{i}", "") for i in range(endpoints)]
+        targets = [Target(EngineTarget.server("bench", f"model-{i // 10}"), f"pod-{i}", "") for i in range(endpoints)]
         cpu, wall = [], []
         rss_before = _proc_status()["VmRSS"]
         with open("/proc/self/clear_refs", "w") as f:  # peak RSS from here: the rounds, not building the answer

@@ -103,10 +103,13 @@ async def _client(urls: list[str], args) -> dict:
     from gdn_operator.watch.acceptance import AcceptanceTracker
     from gdn_operator.watch.scraper import Scraper, Target, scrape_and_observe
     from gdn_operator.watch.stall import StallDetector
+    from gdn_operator.watch.target import EngineTarget
 
     ports = [int(u.rsplit(":", 1)[1].split("/")[0]) for u in urls]
-    targets = [Target("bench", f"model-{i // args.pods_per_resource}", f"pod-{i}", u) for i, u in enumerate(urls)]
-    resources = sorted({(t.namespace, t.name) for t in targets})
+    targets = [
+        Target(EngineTarget.server("bench", f"model-{i // args.pods_per_resource}"), f"pod-{i}", u) for i, u in enumerate(urls)
+    ]
+    resources = sorted({t.owner for t in targets}, key=lambda o: (o.namespace, o.name))
     tracker = AcceptanceTracker(window=300.0)
     detectors = {t.key: StallDetector(args.stall_seconds) for t in targets}
     today, det_cpu, errors = [], [], 0
@@ -119,10 +122,10 @@ async def _client(urls: list[str], args) -> dict:
                 await asyncio.sleep(tick - time.monotonic())
             c0 = time.process_time()
             results = await scrape_and_observe(tracker, scraper, targets)
-            for ns, name in resources:
-                tracker.update_baseline(ns, name)
-                tracker.update_gauges(ns, name)
-                tracker.summary(ns, name)
+            for owner in resources:
+                tracker.update_baseline(owner)
+                tracker.update_gauges(owner)
+                tracker.summary(owner)
             c1 = time.process_time()
             now = i * args.sim_interval
             for r in results:

@@ -5,7 +5,11 @@ texts and label sets are defined once and the Grafana dashboard / PrometheusRule
 
 Label names: a GDNModelServer is ``namespace`` + ``server`` in every series (the engine PodMonitors
 relabel the engine pods' ``serving.gdn-operator.io/server`` label to ``server`` too, so one dashboard
-variable selects both); ``pod`` is an engine pod. These are the labels of the servers the operator
+variable selects both); ``pod`` is an engine pod. A workload a GDNGuard guards is ``server`` too (its name);
+the gauges that hold one value per target without a ``pod`` (the acceptance figures, gdn_spec_anomaly,
+gdn_output_inconsistent, gdn_probe_failing) also carry ``kind`` (GDNModelServer, or the workload's kind:
+watch/target.py), so a server and a guarded workload of one name, or two guarded workloads of different kinds,
+keep a series each instead of overwriting one. These are the labels of the servers the operator
 reports on, not of the operator's own pod: the chart's ServiceMonitor scrapes with ``honorLabels:
 true`` so Prometheus keeps them instead of renaming them ``exported_namespace`` / ``exported_pod``.
 """
@@ -66,25 +70,25 @@ def admission_decision(namespace: str | None, decision: str, rule: str) -> Count
 ACCEPTANCE_RATE = Gauge(
     "gdn_spec_acceptance_rate",
     "Speculative-decoding acceptance rate (accepted / draft tokens) over the sliding window.",
-    ["namespace", "server"],
+    ["namespace", "server", "kind"],
     registry=METRICS_REGISTRY,
 )
 MEAN_ACCEPTED_LENGTH = Gauge(
     "gdn_spec_mean_accepted_length",
     "Mean accepted length per draft (1 + accepted / drafts) over the sliding window.",
-    ["namespace", "server"],
+    ["namespace", "server", "kind"],
     registry=METRICS_REGISTRY,
 )
 ACCEPTANCE_PER_POSITION = Gauge(
     "gdn_spec_acceptance_per_position",
     "Acceptance rate per draft position over the sliding window.",
-    ["namespace", "server", "position"],
+    ["namespace", "server", "kind", "position"],
     registry=METRICS_REGISTRY,
 )
 DRAFTS_PER_SECOND = Gauge(
     "gdn_spec_drafts_per_second",
     "Speculative drafts per second over the sliding window.",
-    ["namespace", "server"],
+    ["namespace", "server", "kind"],
     registry=METRICS_REGISTRY,
 )
 POD_ACCEPTANCE_RATE = Gauge(
@@ -109,7 +113,7 @@ SPEC_ANOMALY = Gauge(
     "gdn_spec_anomaly",
     "1 while a speculative-decoding anomaly is detected for a GDNModelServer, by reason "
     "(SpecAcceptanceNearZero, SpecAcceptanceDrop, EarlyStopShift).",
-    ["namespace", "server", "reason"],
+    ["namespace", "server", "kind", "reason"],
     registry=METRICS_REGISTRY,
 )
 
@@ -155,14 +159,14 @@ PROBE_ROUND_DURATION = Histogram(
 OUTPUT_INCONSISTENT = Gauge(
     "gdn_output_inconsistent",
     "1 while OutputConsistent is False for a GDNModelServer (a wrong answer), by reason (ProbeMismatch, ProbeEarlyStop).",
-    ["namespace", "server", "reason"],
+    ["namespace", "server", "kind", "reason"],
     registry=METRICS_REGISTRY,
 )
 PROBE_FAILING = Gauge(
     "gdn_probe_failing",
     "1 while the output probes of a GDNModelServer got no answer for failureThreshold rounds (OutputConsistent "
     "Unknown), by reason (ProbeUnauthorized, ProbeUnreachable, ProbeTimeout, ProbeError).",
-    ["namespace", "server", "reason"],
+    ["namespace", "server", "kind", "reason"],
     registry=METRICS_REGISTRY,
 )
 

@@ -24,6 +24,7 @@ from gdn_operator import telemetry  # noqa: E402
 from gdn_operator.api.probes import ProbesSpec  # noqa: E402
 from gdn_operator.handlers.probes import ProbeSupervisor, ServerProbes  # noqa: E402
 from gdn_operator.watch.probes import ProbeBook  # noqa: E402
+from gdn_operator.watch.target import EngineTarget  # noqa: E402
 
 PROMPTS = [[5, 6, 7], [100, 200]]
 WARNED = [
@@ -65,12 +66,12 @@ class Fakes:
         self.writes: list[tuple] = []
         self.remediations: list[tuple] = []
 
-    def writer(self, ns, name, s, body, cond):
-        self.writes.append((ns, name, body, cond))
+    def writer(self, target, s, body, cond):
+        self.writes.append((target.namespace, target.name, body, cond))
         return {"metadata": {"generation": s.generation}, "spec": {}}
 
-    def remediator(self, ns, name, s, cond, obj):
-        self.remediations.append((ns, name, cond.reason))
+    def remediator(self, target, s, cond, obj):
+        self.remediations.append((target.namespace, target.name, cond.reason))
 
 
 @pytest.fixture
@@ -96,7 +97,7 @@ def pod(name, ip, ready=True, engine="cur", deleting=False):
 
 
 def sup_for(pods, fakes, port, **kw) -> ProbeSupervisor:
-    return ProbeSupervisor(lambda ns, name: pods, writer=fakes.writer, remediator=fakes.remediator, port=port, seed=1, **kw)
+    return ProbeSupervisor(lambda target: pods, writer=fakes.writer, remediator=fakes.remediator, port=port, seed=1, **kw)
 
 
 async def test_probes_only_ready_pods_of_the_current_spec_and_learns(engines, port):
@@ -112,7 +113,7 @@ async def test_probes_only_ready_pods_of_the_current_spec_and_learns(engines, po
     fakes = Fakes()
     sup = sup_for(pods, fakes, port)
     s = server(probes_spec())
-    cond = await sup.round("ns", "srv", s)
+    cond = await sup.round(EngineTarget.server("ns", "srv"), s)
     assert cond.value is True and cond.reason == "ProbesPassing"
     assert (a.requests, b.requests, not_ready.requests, stale.requests) == (2, 2, 0, 0)
     assert a.bodies[0] == {
@@ -139,9 +140,9 @@ async def test_unchanged_rounds_write_nothing_and_metrics_count(engines, port):
     sup = sup_for([pod("a", "127.0.0.2")], fakes, port)
     s = server(probes_spec())
     before = telemetry.PROBES.labels("ns-m", "srv", "p0", "pass")._value.get()
-    await sup.round("ns-m", "srv", s)
-    await sup.round("ns-m", "srv", s)
-    await sup.round("ns-m", "srv", s)
+    await sup.round(EngineTarget.server("ns-m", "srv"), s)
+    await sup.round(EngineTarget.server("ns-m", "srv"), s)
+    await sup.round(EngineTarget.server("ns-m", "srv"), s)
     # round 1 learns (write), round 2 flips learned→pass (write), round 3 is identical (no write)
     assert len(fakes.writes) == 2
     assert telemetry.PROBES.labels("ns-m", "srv", "p0", "pass")._value.get() - before == 2
@@ -154,26 +155,26 @@ async def test_wrong_answers_alarm_after_threshold_diagnose_and_remediate_once(e
     fakes = Fakes()
     sup = sup_for([pod("a", "127.0.0.2")], fakes, port)
     s = server(probes_spec(threshold=2), warned=WARNED)
-    assert (await sup.round("ns-w", "srv", s)).value is True
+    assert (await sup.round(EngineTarget.server("ns-w", "srv"), s)).value is True
     e.set(WRONG)
-    c1 = await sup.round("ns-w", "srv", s)
+    c1 = await sup.round(EngineTarget.server("ns-w", "srv"), s)
     assert c1.value is True, "one bad round is a blip, not an alarm"
     assert not fakes.remediations
-    c2 = await sup.round("ns-w", "srv", s)
+    c2 = await sup.round(EngineTarget.server("ns-w", "srv"), s)
     assert (c2.value, c2.reason) == (False, "ProbeMismatch")
     body = fakes.writes[-1][2]
     assert body["diagnosis"]["rules"] == ["vllm#51508"] and "asyncScheduling" in body["diagnosis"]["message"]
     lf = body["results"][0]["lastFailure"]
     assert lf["position"] == WRONG_AT and lf["pod"] == "a" and lf["result"] == "mismatch"
     assert fakes.remediations == [("ns-w", "srv", "ProbeMismatch")]
-    assert telemetry.OUTPUT_INCONSISTENT.labels("ns-w", "srv", "ProbeMismatch")._value.get() == 1
+    assert telemetry.OUTPUT_INCONSISTENT.labels("ns-w", "srv", "GDNModelServer", "ProbeMismatch")._value.get() == 1
     e.set(EARLY)
-    c3 = await sup.round("ns-w", "srv", s)
+    c3 = await sup.round(EngineTarget.server("ns-w", "srv"), s)
     assert (c3.value, c3.reason) == (False, "ProbeEarlyStop")
     assert len(fakes.remediations) == 1, "one remediation per generation"
     e.set(CORRECT)
-    assert (await sup.round("ns-w", "srv", s)).value is True
-    assert telemetry.OUTPUT_INCONSISTENT.labels("ns-w", "srv", "ProbeMismatch")._value.get() == 0
+    assert (await sup.round(EngineTarget.server("ns-w", "srv"), s)).value is True
+    assert telemetry.OUTPUT_INCONSISTENT.labels("ns-w", "srv", "GDNModelServer", "ProbeMismatch")._value.get() == 0
     await sup.client.close()
 
 
@@ -184,18 +185,18 @@ async def test_no_answer_in_time_is_probe_timeout_unknown_without_remediation(en
     fakes = Fakes()
     sup = sup_for([pod("a", "127.0.0.2")], fakes, port)
     s = server(probes_spec(threshold=1, timeout=1), warned=WARNED)
-    await sup.round("ns-e", "srv", s)
+    await sup.round(EngineTarget.server("ns-e", "srv"), s)
     e.set(SLOW)
-    c = await sup.round("ns-e", "srv", s)
+    c = await sup.round(EngineTarget.server("ns-e", "srv"), s)
     assert (c.value, c.reason) == (None, "ProbeTimeout") and "timeout" in c.message
     assert fakes.remediations == [] and "diagnosis" not in fakes.writes[-1][2]
     assert fakes.writes[-1][2]["state"] == "NoAnswer"
-    assert telemetry.PROBE_FAILING.labels("ns-e", "srv", "ProbeTimeout")._value.get() == 1
+    assert telemetry.PROBE_FAILING.labels("ns-e", "srv", "GDNModelServer", "ProbeTimeout")._value.get() == 1
     for reason in ("ProbeMismatch", "ProbeEarlyStop"):
-        assert telemetry.OUTPUT_INCONSISTENT.labels("ns-e", "srv", reason)._value.get() == 0
+        assert telemetry.OUTPUT_INCONSISTENT.labels("ns-e", "srv", "GDNModelServer", reason)._value.get() == 0
     e.set(CORRECT)
-    assert (await sup.round("ns-e", "srv", s)).value is True
-    assert telemetry.PROBE_FAILING.labels("ns-e", "srv", "ProbeTimeout")._value.get() == 0
+    assert (await sup.round(EngineTarget.server("ns-e", "srv"), s)).value is True
+    assert telemetry.PROBE_FAILING.labels("ns-e", "srv", "GDNModelServer", "ProbeTimeout")._value.get() == 0
     await sup.client.close()
 
 
@@ -208,14 +209,14 @@ async def test_an_engine_wanting_a_key_is_probe_unauthorized_naming_the_fix(engi
     problem = "spec.apiKeySecret vllm-key/key cannot be read: the operator may not read Secrets here; set the chart value operator.readApiKeySecrets=true"
     s = server(probes_spec(threshold=1))
     s.api_key_problem = problem
-    c = await sup.round("ns-k", "srv", s)
+    c = await sup.round(EngineTarget.server("ns-k", "srv"), s)
     assert (c.value, c.reason) == (None, "ProbeUnauthorized") and e.unauthorized == len(PROMPTS)
     assert "operator.readApiKeySecrets=true" in c.message and "HTTP 401" in c.message
-    assert telemetry.PROBE_FAILING.labels("ns-k", "srv", "ProbeUnauthorized")._value.get() == 1
-    assert telemetry.OUTPUT_INCONSISTENT.labels("ns-k", "srv", "ProbeMismatch")._value.get() == 0
+    assert telemetry.PROBE_FAILING.labels("ns-k", "srv", "GDNModelServer", "ProbeUnauthorized")._value.get() == 1
+    assert telemetry.OUTPUT_INCONSISTENT.labels("ns-k", "srv", "GDNModelServer", "ProbeMismatch")._value.get() == 0
     keyed = server(probes_spec(threshold=1))
     keyed.api_key = "sk-test"
-    assert (await sup.round("ns-k2", "srv", keyed)).value is True
+    assert (await sup.round(EngineTarget.server("ns-k2", "srv"), keyed)).value is True
     await sup.client.close()
 
 
@@ -226,9 +227,9 @@ async def test_no_remediation_without_a_warned_rule_or_with_remediation_off(engi
         sup = sup_for([pod("a", "127.0.0.2")], fakes, port)
         s = server(probes_spec(threshold=1), warned=warned, auto=auto)
         e.set(CORRECT)
-        await sup.round("ns-n", "srv", s)
+        await sup.round(EngineTarget.server("ns-n", "srv"), s)
         e.set(WRONG)
-        assert (await sup.round("ns-n", "srv", s)).value is False
+        assert (await sup.round(EngineTarget.server("ns-n", "srv"), s)).value is False
         assert fakes.remediations == []
         assert ("diagnosis" in fakes.writes[-1][2]) == bool(warned)
         await sup.client.close()
@@ -238,7 +239,7 @@ async def test_no_ready_pod_reports_and_keeps_learning(port):
     fakes = Fakes()
     sup = sup_for([pod("a", "127.0.0.2", ready=False)], fakes, port)
     s = server(probes_spec())
-    cond = await sup.round("ns-0", "srv", s)
+    cond = await sup.round(EngineTarget.server("ns-0", "srv"), s)
     assert cond.value is None and cond.reason == "Learning"
     assert fakes.writes[-1][2]["state"] == "NoReadyEngines" and "reference" not in fakes.writes[-1][2]
 
@@ -249,7 +250,7 @@ async def test_loop_keeps_one_round_in_flight_per_pod_and_jitters(engines, port)
     sup = sup_for([pod("a", "127.0.0.2")], fakes, port)
     sup.tick = 0.01
     s = server(probes_spec())
-    sup.configure("ns-l", "srv", s)
+    sup.configure(EngineTarget.server("ns-l", "srv"), s)
     assert 0 <= s.next_due - asyncio.get_running_loop().time() <= 5.5  # first round placed inside the interval
     s.next_due = 0
     sup.rng.uniform = lambda a, b: 0.0  # every tick is "due": only the in-flight guard spaces the rounds
@@ -396,17 +397,17 @@ def test_a_remediation_override_is_a_new_revision_probed_afresh(no_api):
 
 
 async def test_track_re_learns_when_the_overrides_change_not_on_other_status_events(no_api):
-    sup = ProbeSupervisor(lambda ns, name: [], rt=no_api, seed=1)
+    sup = ProbeSupervisor(lambda target: [], rt=no_api, seed=1)
     try:
         await sup.track("ns", "srv", SERVED.generation(3).update(asyncScheduling=True).obj())
-        first = sup.servers[("ns", "srv")]
+        first = sup.servers[EngineTarget.server("ns", "srv")]
         assert first.revision == "3"
         await sup.track(
             "ns", "srv", SERVED.generation(3).update(asyncScheduling=True).status({"acceptance": {"state": "NoTraffic"}}).obj()
         )
-        assert sup.servers[("ns", "srv")] is first  # a status-only event: the same state, nothing re-learned
+        assert sup.servers[EngineTarget.server("ns", "srv")] is first  # a status-only event: the same state, nothing re-learned
         await sup.track("ns", "srv", SERVED.generation(3).update(asyncScheduling=True).status({"overrides": [OVERRIDE]}).obj())
-        second = sup.servers[("ns", "srv")]
+        second = sup.servers[EngineTarget.server("ns", "srv")]
         assert second is not first and second.generation == 3 and second.revision.startswith("3+")
         from gdn_operator.api.overrides import CLEAR_ANNOTATION
 
@@ -415,12 +416,12 @@ async def test_track_re_learns_when_the_overrides_change_not_on_other_status_eve
         )
         acted_on["metadata"]["annotations"] = {CLEAR_ANNOTATION: "t0"}  # a token already acted on: still in force
         await sup.track("ns", "srv", acted_on)
-        assert sup.servers[("ns", "srv")] is second
+        assert sup.servers[EngineTarget.server("ns", "srv")] is second
         acted_on["metadata"]["annotations"] = {CLEAR_ANNOTATION: "t1"}  # a new token ends the override
         await sup.track("ns", "srv", acted_on)
-        assert sup.servers[("ns", "srv")].revision == "3"
+        assert sup.servers[EngineTarget.server("ns", "srv")].revision == "3"
     finally:
-        sup.forget("ns", "srv")
+        sup.forget(EngineTarget.server("ns", "srv"))
         await sup.client.close()
 
 
@@ -441,7 +442,9 @@ def test_a_round_of_the_revision_before_an_override_writes_nothing(monkeypatch):
         return None
 
     monkeypatch.setattr(statusguard, "update_status", update_status)
-    hp.write_status(Servers(), "ns", "srv", s, {"state": "Consistent"}, Condition(True, "ProbesPassing", "ok"))
+    hp.write_status(
+        Servers(), EngineTarget.server("ns", "srv"), s, {"state": "Consistent"}, Condition(True, "ProbesPassing", "ok")
+    )
     assert seen[0].get("probes") == {"state": "Consistent"}  # same revision: written
     assert "probes" not in seen[1]  # an override landed under the round: its results belong to nobody
 
@@ -457,18 +460,18 @@ async def test_the_override_is_rendered_even_when_its_new_revision_cancels_the_r
     loop = asyncio.get_running_loop()
     rounds: list[asyncio.Task] = []
 
-    def remediator(ns, name, s, cond, obj):  # runs in a worker thread, like the real one
+    def remediator(target, s, cond, obj):  # runs in a worker thread, like the real one
         loop.call_soon_threadsafe(rounds[0].cancel)  # what configure() does on the new revision
         time.sleep(0.3)
         return True
 
     sup = ProbeSupervisor(
-        lambda ns, name: [pod("a", "127.0.0.2")], writer=Fakes().writer, remediator=remediator, port=port, seed=1, rt=no_api
+        lambda target: [pod("a", "127.0.0.2")], writer=Fakes().writer, remediator=remediator, port=port, seed=1, rt=no_api
     )
     s = server(probes_spec(threshold=1), warned=WARNED)
-    assert (await sup.round("ns-c", "srv", s)).value is True
+    assert (await sup.round(EngineTarget.server("ns-c", "srv"), s)).value is True
     e.set(WRONG)
-    rounds.append(loop.create_task(sup.round("ns-c", "srv", s)))
+    rounds.append(loop.create_task(sup.round(EngineTarget.server("ns-c", "srv"), s)))
     with pytest.raises(asyncio.CancelledError):
         await rounds[0]
     _, met = await async_poll(lambda: rendered, timeout=10)

@@ -16,6 +16,7 @@ from gdn_operator.handlers import kube, stall, statusguard
 from gdn_operator.handlers.servers import Servers
 from gdn_operator.handlers import conditions as st
 from gdn_operator.watch.acceptance import parse_exposition
+from gdn_operator.watch.target import EngineTarget
 from gdn_operator.watch.scraper import ScrapeResult, Target
 
 from builders import GMS
@@ -34,7 +35,7 @@ class Clock:
 
 
 def result(pod: str, point: dict[str, Any] | None) -> ScrapeResult:
-    t = Target("ns", "srv", pod, f"http://10.0.0.1:8000/metrics#{pod}")
+    t = Target(EngineTarget.server("ns", "srv"), pod, f"http://10.0.0.1:8000/metrics#{pod}")
     if point is None:
         return ScrapeResult(t, None, "timeout", "no answer")
     return ScrapeResult(t, parse_exposition(exposition(point)))
@@ -46,7 +47,7 @@ PODS = [{"name": "p0", "uid": "u0", "group": None}, {"name": "p1", "uid": "u1", 
 def rounds(watch: stall.StallWatch, clock: Clock, n: int, points: dict[str, dict[str, Any] | None], every: float = 15):
     out = []
     for _ in range(n):
-        out = watch.observe_round("ns", "srv", 60, PODS, [result(p, pt) for p, pt in points.items()])
+        out = watch.observe_round(EngineTarget.server("ns", "srv"), 60, PODS, [result(p, pt) for p, pt in points.items()])
         clock.t += every
     return out
 
@@ -61,7 +62,7 @@ def test_frozen_pod_is_flagged_the_progressing_one_not_and_gauges_follow():
         return dict(FROZEN, generation_tokens=gen["p1"])
 
     for _ in range(6):
-        vs = w.observe_round("ns", "srv", 60, PODS, [result("p0", FROZEN), result("p1", progressing())])
+        vs = w.observe_round(EngineTarget.server("ns", "srv"), 60, PODS, [result("p0", FROZEN), result("p1", progressing())])
         clock.t += 15
     by = {v.pod: v for v in vs}
     assert by["p0"].verdict.stalled and by["p0"].since is not None and not by["p1"].verdict.stalled
@@ -69,12 +70,14 @@ def test_frozen_pod_is_flagged_the_progressing_one_not_and_gauges_follow():
     assert telemetry.ENGINE_STALLED.labels("ns", "srv", "p1")._value.get() == 0
     assert telemetry.ENGINE_SECONDS_WITHOUT_PROGRESS.labels("ns", "srv", "p0")._value.get() >= 60
     # a failed scrape keeps the pod's last known verdict (MetricsAvailable reports the failure)
-    vs = w.observe_round("ns", "srv", 60, PODS, [result("p0", None), result("p1", progressing())])
+    vs = w.observe_round(EngineTarget.server("ns", "srv"), 60, PODS, [result("p0", None), result("p1", progressing())])
     assert {v.pod: v for v in vs}["p0"].verdict.stalled
     # the pod is replaced (new uid): its detector and gauges start again
-    w.observe_round("ns", "srv", 60, [{"name": "p0", "uid": "u9"}], [result("p0", FROZEN)])
-    assert not w.observe_round("ns", "srv", 60, [{"name": "p0", "uid": "u9"}], [result("p0", FROZEN)])[0].verdict.stalled
-    w.forget("ns", "srv")
+    w.observe_round(EngineTarget.server("ns", "srv"), 60, [{"name": "p0", "uid": "u9"}], [result("p0", FROZEN)])
+    assert not w.observe_round(EngineTarget.server("ns", "srv"), 60, [{"name": "p0", "uid": "u9"}], [result("p0", FROZEN)])[
+        0
+    ].verdict.stalled
+    w.forget(EngineTarget.server("ns", "srv"))
     assert ("ns", "srv", "p1") not in {tuple(s.labels.values()) for m in telemetry.ENGINE_STALLED.collect() for s in m.samples}
 
 

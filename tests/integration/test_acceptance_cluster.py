@@ -90,8 +90,13 @@ def test_acceptance_from_a_running_engine_reaches_status_and_gauges(op, kube_api
         assert k.condition(ns, "acc", "MetricsAvailable")["status"] == "True"
         assert k.condition(ns, "acc", "AcceptanceHealthy")["status"] == "True"
         text = op.metrics()
-        assert re.search(r'gdn_spec_acceptance_rate\{namespace="%s",server="acc"\} 0\.6\b' % ns, text), text[-2000:]
-        assert re.search(r'gdn_spec_acceptance_per_position\{namespace="%s",position="1",server="acc"\} 0\.4\b' % ns, text)
+        assert re.search(r'gdn_spec_acceptance_rate\{kind="GDNModelServer",namespace="%s",server="acc"\} 0\.6\b' % ns, text), (
+            text[-2000:]
+        )
+        assert re.search(
+            r'gdn_spec_acceptance_per_position\{kind="GDNModelServer",namespace="%s",position="1",server="acc"\} 0\.4\b' % ns,
+            text,
+        )
     finally:
         engine.close()
 

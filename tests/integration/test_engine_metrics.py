@@ -18,6 +18,7 @@ from engine_fixtures import raw_counters, vllm_engine  # noqa: E402,F401  (sessi
 from waiting import async_poll  # noqa: E402
 
 from gdn_operator.watch.acceptance import AcceptanceTracker, PodWindow, parse_exposition  # noqa: E402
+from gdn_operator.watch.target import EngineTarget
 from gdn_operator.watch.scraper import Target, scrape_many  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
@@ -42,7 +43,7 @@ def scraped_counters(snap) -> dict[str, float]:
 
 async def _scrape_and_raw(engine):
     """A scrape with the operator's scraper plus a raw fetch, with no traffic in between."""
-    t = Target("engine-ns", "tiny", "pod-0", engine.metrics_url)
+    t = Target(EngineTarget.server("engine-ns", "tiny"), "pod-0", engine.metrics_url)
     (res,) = await scrape_many([t], timeout=10, concurrency=1)
     assert res.ok, f"scrape failed: {res.error} {res.message}"
     status, body = engine.get("/metrics")
@@ -91,11 +92,11 @@ async def test_engine_acceptance_matches_raw_counters_and_flags_broken_mtp_head(
 
     # operator figures == independent figures from the raw counters
     tracker = AcceptanceTracker(window=600)
-    key = ("engine-ns", "tiny", "pod-0")
+    key = (EngineTarget.server("engine-ns", "tiny"), "pod-0")
     tracker.observe(key, snap0)
     tracker.observe(key, snap1)
     seconds = snap1.timestamp - snap0.timestamp
-    st = tracker.window_stats("engine-ns", "tiny")
+    st = tracker.window_stats(EngineTarget.server("engine-ns", "tiny"))
     assert st.drafts == d["drafts"] and st.draft_tokens == d["draft_tokens"]
     assert st.accepted == d["accepted"]
     assert st.acceptance_rate == pytest.approx(d["accepted"] / d["draft_tokens"])
@@ -105,7 +106,7 @@ async def test_engine_acceptance_matches_raw_counters_and_flags_broken_mtp_head(
     assert st.mean_generation_length == pytest.approx(MAX_TOKENS)
     assert st.stop_share == 0.0
 
-    s = tracker.summary("engine-ns", "tiny")
+    s = tracker.summary(EngineTarget.server("engine-ns", "tiny"))
     assert s["drafts"] == d["drafts"] and s["draftTokens"] == d["draft_tokens"]
     assert s["acceptanceRate"] == pytest.approx(d["accepted"] / d["draft_tokens"], abs=1e-4)
     assert s["meanAcceptedLength"] == pytest.approx(1 + d["accepted"] / d["drafts"], abs=1e-4)
@@ -130,9 +131,9 @@ async def test_engine_idle_window_does_not_alarm(vllm_engine):
     st = w.stats()
     assert st.drafts == 0 and st.acceptance_rate is None and st.mean_accepted_length is None
     tr = AcceptanceTracker(window=300)
-    tr.observe(("n", "m", "p"), r0.snapshot)
-    tr.observe(("n", "m", "p"), r1.snapshot)
-    s = tr.summary("n", "m")
+    tr.observe((EngineTarget.server("n", "m"), "p"), r0.snapshot)
+    tr.observe((EngineTarget.server("n", "m"), "p"), r1.snapshot)
+    s = tr.summary(EngineTarget.server("n", "m"))
     assert s["state"] == "NoTraffic" and s["findings"] == []
 
 
@@ -142,8 +143,8 @@ async def test_concurrent_scrapes_of_engine_with_an_unreachable_pod(vllm_engine)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         dead_port = sock.getsockname()[1]
-    targets = [Target("engine-ns", "tiny", f"pod-{i}", vllm_engine.metrics_url) for i in range(16)]
-    targets.append(Target("engine-ns", "tiny", "gone", f"http://127.0.0.1:{dead_port}/metrics"))
+    targets = [Target(EngineTarget.server("engine-ns", "tiny"), f"pod-{i}", vllm_engine.metrics_url) for i in range(16)]
+    targets.append(Target(EngineTarget.server("engine-ns", "tiny"), "gone", f"http://127.0.0.1:{dead_port}/metrics"))
     results = await scrape_many(targets, timeout=10, concurrency=8)
     assert [r.ok for r in results] == [True] * 16 + [False]
     assert results[-1].error == "connect"

@@ -38,6 +38,7 @@ from gdn_operator.render import podparts  # noqa: E402
 from gdn_operator.render.engine import engine_env, vllm_args  # noqa: E402
 from gdn_operator.watch.probe_client import ProbeClient, completions_url  # noqa: E402
 from gdn_operator.watch.probes import ProbeBook  # noqa: E402
+from gdn_operator.watch.target import EngineTarget  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
@@ -196,16 +197,16 @@ def test_engine_starts_offline_from_the_cache_and_guards_v1_with_the_key(cache, 
         pods = [{"name": "pod-0", "ip": "127.0.0.1", "ready": True, "engine": "", "deleting": False}]
         written: list[tuple] = []
 
-        def writer(ns, name, s, body, cond):
+        def writer(target, s, body, cond):
             written.append((body, cond))
             return None
 
         async def verdict(key, problem):
-            sup = ProbeSupervisor(lambda ns, name: pods, writer=writer, port=eng.port, seed=1)
+            sup = ProbeSupervisor(lambda target: pods, writer=writer, port=eng.port, seed=1)
             s = ServerProbes(spec, 1, model=SERVED_NAME, book=ProbeBook([p.name for p in probes], 1), api_key=key)
             s.api_key_problem = problem
             try:
-                return await sup.round("ns", "keyed", s)
+                return await sup.round(EngineTarget.server("ns", "keyed"), s)
             finally:
                 await sup.client.close()
 
@@ -213,8 +214,8 @@ def test_engine_starts_offline_from_the_cache_and_guards_v1_with_the_key(cache, 
         c = asyncio.run(verdict(None, problem))
         assert (c.value, c.reason) == (None, "ProbeUnauthorized") and "operator.readApiKeySecrets=true" in c.message
         assert written[-1][0]["state"] == "NoAnswer"
-        assert telemetry.PROBE_FAILING.labels("ns", "keyed", "ProbeUnauthorized")._value.get() == 1
-        assert telemetry.OUTPUT_INCONSISTENT.labels("ns", "keyed", "ProbeMismatch")._value.get() == 0
+        assert telemetry.PROBE_FAILING.labels("ns", "keyed", "GDNModelServer", "ProbeUnauthorized")._value.get() == 1
+        assert telemetry.OUTPUT_INCONSISTENT.labels("ns", "keyed", "GDNModelServer", "ProbeMismatch")._value.get() == 0
         c = asyncio.run(verdict(KEY, ""))
         assert (c.value, c.reason) == (True, "ProbesPassing"), c
     finally:

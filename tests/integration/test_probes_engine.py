@@ -25,6 +25,7 @@ from recall import load_heldout  # noqa: E402
 from gdn_operator.api.probes import ProbesSpec  # noqa: E402
 from gdn_operator.handlers.probes import ProbeSupervisor, ServerProbes  # noqa: E402
 from gdn_operator.watch.probes import ProbeBook  # noqa: E402
+from gdn_operator.watch.target import EngineTarget  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
@@ -63,7 +64,7 @@ class Recorder:
     def __init__(self):
         self.writes = []
 
-    def writer(self, ns, name, s, body, cond):
+    def writer(self, target, s, body, cond):
         self.writes.append((body, cond))
         return None
 
@@ -93,7 +94,7 @@ async def test_learn_then_consistent_expected_passes_wrong_alarms(engine):
     items = heldout(4)
     pods = [{"name": "engine-0", "ip": "127.0.0.1", "ready": True, "engine": "", "deleting": False}]
     rec = Recorder()
-    sup = ProbeSupervisor(lambda ns, name: pods, writer=rec.writer, remediator=lambda *a: None, port=engine.port)
+    sup = ProbeSupervisor(lambda target: pods, writer=rec.writer, remediator=lambda *a: None, port=engine.port)
     learn = [
         {"name": f"learn-{i}", "promptTokenIds": it["prompt_token_ids"], "maxTokens": it["max_tokens"], "mode": "exact"}
         for i, it in enumerate(items[:2])
@@ -114,7 +115,7 @@ async def test_learn_then_consistent_expected_passes_wrong_alarms(engine):
     rounds = []
     for _ in range(ROUNDS):
         t0 = time.perf_counter()
-        cond = await sup.round("engine", "tiny", s)
+        cond = await sup.round(EngineTarget.server("engine", "tiny"), s)
         rounds.append(time.perf_counter() - t0)
         assert cond.value is True, cond.message
     body = rec.writes[-1][0]
@@ -148,10 +149,10 @@ async def test_learn_then_consistent_expected_passes_wrong_alarms(engine):
         ],
         threshold=2,
     )
-    first = await sup.round("engine", "tiny-bad", bad)
+    first = await sup.round(EngineTarget.server("engine", "tiny-bad"), bad)
     assert first.value is not False, "one failed round must not alarm"
     assert bad.book.tracks["wrong"].consecutive == 1
-    second = await sup.round("engine", "tiny-bad", bad)
+    second = await sup.round(EngineTarget.server("engine", "tiny-bad"), bad)
     assert (second.value, second.reason) == (False, "ProbeMismatch")
     assert bad.book.tracks["wrong"].last_failure["position"] == at
     await sup.client.close()

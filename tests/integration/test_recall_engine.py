@@ -41,12 +41,13 @@ from gdn_operator.watch.acceptance import (  # noqa: E402
     detect_early_stop_shift,
     parse_exposition,
 )
+from gdn_operator.watch.target import EngineTarget  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
 SERVED = "recall"
 MIN_TOKEN_ACCURACY = 0.99
-KEY = ("engine-ns", "recall", "pod-0")
+KEY = (EngineTarget.server("engine-ns", "recall"), "pod-0")
 
 
 @dataclass
@@ -209,7 +210,7 @@ def test_mtp_answers_exact_and_acceptance_equals_raw_counters(mtp_run):
     tracker = AcceptanceTracker(window=3600)
     tracker.observe(KEY, parse_exposition(ph.raw0, timestamp=ph.t0))
     tracker.observe(KEY, parse_exposition(ph.raw1, timestamp=ph.t1))
-    st = tracker.window_stats(*KEY[:2])
+    st = tracker.window_stats(KEY[0])
     assert (st.drafts, st.draft_tokens, st.accepted) == (d["drafts"], d["draft_tokens"], d["accepted"])
     assert st.acceptance_rate == pytest.approx(d["accepted"] / d["draft_tokens"])
     assert st.mean_accepted_length == pytest.approx(1 + d["accepted"] / d["drafts"])
@@ -221,7 +222,7 @@ def test_mtp_answers_exact_and_acceptance_equals_raw_counters(mtp_run):
     )
     assert st.acceptance_rate >= 0.6
     assert st.per_position[0] >= 0.7
-    s = tracker.summary(*KEY[:2])
+    s = tracker.summary(KEY[0])
     assert s["state"] == "Ok" and s["findings"] == []
     assert detect_anomalies(st, baseline=st) == []
 
@@ -233,7 +234,7 @@ def test_mtp_off_answers_exact_and_spec_decode_is_lossless(plain_run, mtp_run):
     tracker = AcceptanceTracker(window=3600)
     tracker.observe(KEY, parse_exposition(ph.raw0, timestamp=ph.t0))
     tracker.observe(KEY, parse_exposition(ph.raw1, timestamp=ph.t1))
-    assert tracker.summary(*KEY[:2])["state"] == "NotApplicable"
+    assert tracker.summary(KEY[0])["state"] == "NotApplicable"
     diff = _diff(plain_run, mtp_run)
     assert diff == [], f"greedy output differs with MTP on vs off (spec decode not lossless): {diff}"
 
@@ -256,12 +257,12 @@ def test_broken_mtp_head_trips_collapse_alarm_and_healthy_does_not(broken_run, m
     tracker = AcceptanceTracker(window=3600)
     tracker.observe(KEY, parse_exposition(ph.raw0, timestamp=ph.t0))
     tracker.observe(KEY, parse_exposition(ph.raw1, timestamp=ph.t1))
-    st = tracker.window_stats(*KEY[:2])
+    st = tracker.window_stats(KEY[0])
     d = ph.delta()
     assert st.acceptance_rate == pytest.approx(d["accepted"] / d["draft_tokens"])
     print(f"\n[broken mtp] acceptance {st.acceptance_rate:.4f} over {int(d['draft_tokens'])} drafts")
     assert st.draft_tokens >= tracker.thresholds.min_draft_tokens
-    s = tracker.summary(*KEY[:2])
+    s = tracker.summary(KEY[0])
     assert s["state"] == "Degraded"
     assert [f["reason"] for f in s["findings"]] == ["SpecAcceptanceNearZero"]
     # the drop check on its own, with the healthy engine's window as the baseline

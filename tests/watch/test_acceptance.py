@@ -30,6 +30,7 @@ from gdn_operator.watch.acceptance import (
     detect_near_zero_acceptance,
     parse_exposition,
 )
+from gdn_operator.watch.target import EngineTarget
 
 from paths import CPU_CAPTURES  # noqa: E402
 
@@ -349,15 +350,23 @@ def _feed(tr, key, points):
 
 def test_tracker_aggregates_sum_of_deltas_over_pods():
     tr = AcceptanceTracker(window=300)
-    _feed(tr, ("ns", "m", "p0"), [(0, {}), (15, dict(drafts=156 + 100, draft_tokens=312 + 200, accepted=180, pos=(100, 80)))])
-    _feed(tr, ("ns", "m", "p1"), [(0, {}), (30, dict(drafts=156 + 300, draft_tokens=312 + 600, accepted=60, pos=(50, 10)))])
-    st = tr.window_stats("ns", "m")
+    _feed(
+        tr,
+        (EngineTarget.server("ns", "m"), "p0"),
+        [(0, {}), (15, dict(drafts=156 + 100, draft_tokens=312 + 200, accepted=180, pos=(100, 80)))],
+    )
+    _feed(
+        tr,
+        (EngineTarget.server("ns", "m"), "p1"),
+        [(0, {}), (30, dict(drafts=156 + 300, draft_tokens=312 + 600, accepted=60, pos=(50, 10)))],
+    )
+    st = tr.window_stats(EngineTarget.server("ns", "m"))
     assert st.pods == 2
     assert st.acceptance_rate == pytest.approx((180 + 60) / (200 + 600))  # not mean of 0.9 and 0.1
     assert st.mean_accepted_length == pytest.approx(1 + 240 / 400)
     assert st.per_position == pytest.approx((150 / 400, 90 / 400))
     assert st.drafts_per_second == pytest.approx(100 / 15 + 300 / 30)
-    s = tr.summary("ns", "m")
+    s = tr.summary(EngineTarget.server("ns", "m"))
     assert s["acceptanceRate"] == pytest.approx(240 / 800, abs=1e-4)
     assert s["meanAcceptedLength"] == pytest.approx(1.6, abs=1e-4)
     assert s["perPosition"] == pytest.approx([0.375, 0.225], abs=1e-4)
@@ -366,68 +375,73 @@ def test_tracker_aggregates_sum_of_deltas_over_pods():
     assert s["window"] == "300s" and s["state"] in ("Ok", "Degraded")
     assert (s["drafts"], s["draftTokens"], s["acceptedTokens"]) == (400, 800, 240)
     # another resource is untouched
-    assert tr.summary("ns", "other")["state"] == "NoData"
+    assert tr.summary(EngineTarget.server("ns", "other"))["state"] == "NoData"
 
 
 def test_summary_states():
     tr = AcceptanceTracker(window=300)
-    tr.observe(("ns", "m", "p0"), snap(0.0))
-    assert tr.summary("ns", "m")["state"] == "WarmingUp"
-    tr.observe(("ns", "m", "p0"), snap(15.0))
-    s = tr.summary("ns", "m")
+    tr.observe((EngineTarget.server("ns", "m"), "p0"), snap(0.0))
+    assert tr.summary(EngineTarget.server("ns", "m"))["state"] == "WarmingUp"
+    tr.observe((EngineTarget.server("ns", "m"), "p0"), snap(15.0))
+    s = tr.summary(EngineTarget.server("ns", "m"))
     assert s["state"] == "NoTraffic" and s["acceptanceRate"] is None and s["findings"] == []
     off = "\n".join(l for l in TEXT.splitlines() if "spec_decode" not in l) + "\n"
-    tr.observe(("ns", "n", "p0"), parse_exposition(off, 0.0))
-    tr.observe(("ns", "n", "p0"), parse_exposition(off, 15.0))
-    s = tr.summary("ns", "n")
+    tr.observe((EngineTarget.server("ns", "n"), "p0"), parse_exposition(off, 0.0))
+    tr.observe((EngineTarget.server("ns", "n"), "p0"), parse_exposition(off, 15.0))
+    s = tr.summary(EngineTarget.server("ns", "n"))
     assert s["state"] == "NotApplicable" and s["acceptanceRate"] is None
     assert s["pods"]["notApplicable"] == 1
 
 
 def test_tracker_scrape_errors_counted_and_forgetting():
     tr = AcceptanceTracker(window=300, clock=lambda: 1000.0)
-    _feed(tr, ("ns", "m", "p0"), [(900, {}), (915, dict(drafts=400, draft_tokens=800, accepted=200))])
-    tr.record_error(("ns", "m", "p1"), "timeout", "no complete response within 5s")
-    s = tr.summary("ns", "m")
+    _feed(tr, (EngineTarget.server("ns", "m"), "p0"), [(900, {}), (915, dict(drafts=400, draft_tokens=800, accepted=200))])
+    tr.record_error((EngineTarget.server("ns", "m"), "p1"), "timeout", "no complete response within 5s")
+    s = tr.summary(EngineTarget.server("ns", "m"))
     assert s["pods"]["total"] == 2 and s["pods"]["scrapeErrors"] == 1
     assert s["pods"]["errorsByReason"] == {"timeout": 1}
-    assert tr.retain("ns", "m", ["p1"]) == ["p0"]
-    assert tr.pods("ns", "m") == ["p1"]
-    assert tr.window_stats("ns", "m") is None
+    assert tr.retain(EngineTarget.server("ns", "m"), ["p1"]) == ["p0"]
+    assert tr.pods(EngineTarget.server("ns", "m")) == ["p1"]
+    assert tr.window_stats(EngineTarget.server("ns", "m")) is None
     # stale pods are pruned
     tr2 = AcceptanceTracker(window=60, clock=lambda: 10_000.0)
-    _feed(tr2, ("ns", "m", "old"), [(0, {}), (15, {})])
-    _feed(tr2, ("ns", "m", "new"), [(9_990, {}), (9_995, {})])
+    _feed(tr2, (EngineTarget.server("ns", "m"), "old"), [(0, {}), (15, {})])
+    _feed(tr2, (EngineTarget.server("ns", "m"), "new"), [(9_990, {}), (9_995, {})])
     assert [k.pod for k in tr2.prune()] == ["old"]
-    assert tr2.pods("ns", "m") == ["new"]
+    assert tr2.pods(EngineTarget.server("ns", "m")) == ["new"]
 
 
 def test_update_gauges_sets_and_removes_label_sets():
     reg = telemetry.METRICS_REGISTRY
     tr = AcceptanceTracker(window=300)
-    _feed(tr, ("g-ns", "g-m", "p0"), [(0, {}), (15, dict(drafts=356, draft_tokens=712, accepted=240, pos=(150, 90)))])
-    tr.update_gauges("g-ns", "g-m")
+    _feed(
+        tr,
+        (EngineTarget.server("g-ns", "g-m"), "p0"),
+        [(0, {}), (15, dict(drafts=356, draft_tokens=712, accepted=240, pos=(150, 90)))],
+    )
+    tr.update_gauges(EngineTarget.server("g-ns", "g-m"))
     lab = {"namespace": "g-ns", "server": "g-m"}
-    assert reg.get_sample_value("gdn_spec_acceptance_rate", lab) == pytest.approx(0.6)
-    assert reg.get_sample_value("gdn_spec_mean_accepted_length", lab) == pytest.approx(2.2)
-    assert reg.get_sample_value("gdn_spec_drafts_per_second", lab) == pytest.approx(200 / 15)
-    assert reg.get_sample_value("gdn_spec_acceptance_per_position", {**lab, "position": "1"}) == pytest.approx(0.45)
+    res = {**lab, "kind": "GDNModelServer"}  # the series that hold one value per target carry its kind
+    assert reg.get_sample_value("gdn_spec_acceptance_rate", res) == pytest.approx(0.6)
+    assert reg.get_sample_value("gdn_spec_mean_accepted_length", res) == pytest.approx(2.2)
+    assert reg.get_sample_value("gdn_spec_drafts_per_second", res) == pytest.approx(200 / 15)
+    assert reg.get_sample_value("gdn_spec_acceptance_per_position", {**res, "position": "1"}) == pytest.approx(0.45)
     assert reg.get_sample_value("gdn_spec_pod_acceptance_rate", {**lab, "pod": "p0"}) == pytest.approx(0.6)
-    tr.forget_resource("g-ns", "g-m")
-    assert reg.get_sample_value("gdn_spec_acceptance_rate", lab) is None
+    tr.forget_resource(EngineTarget.server("g-ns", "g-m"))
+    assert reg.get_sample_value("gdn_spec_acceptance_rate", res) is None
     assert reg.get_sample_value("gdn_spec_pod_acceptance_rate", {**lab, "pod": "p0"}) is None
-    assert reg.get_sample_value("gdn_spec_acceptance_per_position", {**lab, "position": "0"}) is None
+    assert reg.get_sample_value("gdn_spec_acceptance_per_position", {**res, "position": "0"}) is None
 
 
 def test_update_gauges_drops_forgotten_pod():
     reg = telemetry.METRICS_REGISTRY
     tr = AcceptanceTracker(window=300)
     for pod in ("a", "b"):
-        _feed(tr, ("g2", "m", pod), [(0, {}), (15, dict(drafts=356, draft_tokens=712, accepted=100))])
-    tr.update_gauges("g2", "m")
+        _feed(tr, (EngineTarget.server("g2", "m"), pod), [(0, {}), (15, dict(drafts=356, draft_tokens=712, accepted=100))])
+    tr.update_gauges(EngineTarget.server("g2", "m"))
     assert reg.get_sample_value("gdn_spec_pod_acceptance_rate", {"namespace": "g2", "server": "m", "pod": "b"}) is not None
-    tr.retain("g2", "m", ["a"])
-    tr.update_gauges("g2", "m")
+    tr.retain(EngineTarget.server("g2", "m"), ["a"])
+    tr.update_gauges(EngineTarget.server("g2", "m"))
     assert reg.get_sample_value("gdn_spec_pod_acceptance_rate", {"namespace": "g2", "server": "m", "pod": "b"}) is None
     assert reg.get_sample_value("gdn_spec_pod_acceptance_rate", {"namespace": "g2", "server": "m", "pod": "a"}) is not None
 
@@ -540,24 +554,24 @@ def test_early_stop_from_real_histogram_text():
 def test_tracker_auto_baseline_then_drop_degrades():
     now = [0.0]
     tr = AcceptanceTracker(window=60, clock=lambda: now[0])
-    key = ("ns", "m", "p0")
+    key = (EngineTarget.server("ns", "m"), "p0")
     d = dt = a = 0
     ts = 0.0
     # 2 healthy minutes at 60 % acceptance
     for _ in range(9):
         tr.observe(key, snap(ts, drafts=d, draft_tokens=dt, accepted=a))
         now[0] = ts
-        tr.update_baseline("ns", "m")  # once per round, as handlers/acceptance.scrape_round does
-        tr.summary("ns", "m")
+        tr.update_baseline(EngineTarget.server("ns", "m"))  # once per round, as handlers/acceptance.scrape_round does
+        tr.summary(EngineTarget.server("ns", "m"))
         d, dt, a, ts = d + 100, dt + 200, a + 120, ts + 15
-    assert tr.baseline("ns", "m") is not None
-    assert tr.baseline("ns", "m").stats.acceptance_rate == pytest.approx(0.6)
+    assert tr.baseline(EngineTarget.server("ns", "m")) is not None
+    assert tr.baseline(EngineTarget.server("ns", "m")).stats.acceptance_rate == pytest.approx(0.6)
     # acceptance collapses to 20 %
     for _ in range(6):
         tr.observe(key, snap(ts, drafts=d, draft_tokens=dt, accepted=a))
         now[0] = ts
         d, dt, a, ts = d + 100, dt + 200, a + 40, ts + 15
-    s = tr.summary("ns", "m")
+    s = tr.summary(EngineTarget.server("ns", "m"))
     assert s["state"] == "Degraded"
     assert [f["reason"] for f in s["findings"]] == ["SpecAcceptanceDrop"]
     assert s["baselineAcceptanceRate"] == pytest.approx(0.6)
@@ -567,9 +581,11 @@ def test_tracker_auto_baseline_then_drop_degrades():
 def test_tracker_per_pod_near_zero_visible_in_healthy_aggregate():
     tr = AcceptanceTracker(window=300)
     for p in range(9):
-        _feed(tr, ("ns", "m", f"good-{p}"), [(0, {}), (15, dict(drafts=656, draft_tokens=1312, accepted=700))])
-    _feed(tr, ("ns", "m", "bad-0"), [(0, {}), (15, dict(drafts=656, draft_tokens=1312, accepted=0))])
-    s = tr.summary("ns", "m")
+        _feed(
+            tr, (EngineTarget.server("ns", "m"), f"good-{p}"), [(0, {}), (15, dict(drafts=656, draft_tokens=1312, accepted=700))]
+        )
+    _feed(tr, (EngineTarget.server("ns", "m"), "bad-0"), [(0, {}), (15, dict(drafts=656, draft_tokens=1312, accepted=0))])
+    s = tr.summary(EngineTarget.server("ns", "m"))
     assert s["acceptanceRate"] == pytest.approx(0.63, abs=1e-4)
     nz = [f for f in s["findings"] if f["reason"] == "SpecAcceptanceNearZero"]
     assert nz and nz[0]["pods"] == ["bad-0"]
@@ -577,39 +593,40 @@ def test_tracker_per_pod_near_zero_visible_in_healthy_aggregate():
 
 def test_manual_baseline_before_rollout():
     tr = AcceptanceTracker(window=300)
-    key = ("ns", "m", "p0")
+    key = (EngineTarget.server("ns", "m"), "p0")
     _feed(tr, key, [(0, {}), (300, dict(drafts=1156, draft_tokens=2312, accepted=1400))])
-    assert tr.mark_baseline("ns", "m")
-    assert tr.baseline("ns", "m").source == "manual"
-    assert not tr.mark_baseline("ns", "absent")
+    assert tr.mark_baseline(EngineTarget.server("ns", "m"))
+    assert tr.baseline(EngineTarget.server("ns", "m")).source == "manual"
+    assert not tr.mark_baseline(EngineTarget.server("ns", "absent"))
 
 
 def test_anomaly_gauge_follows_findings():
     reg = telemetry.METRICS_REGISTRY
     tr = AcceptanceTracker(window=300)
-    key = ("an-ns", "m", "p0")
+    key = (EngineTarget.server("an-ns", "m"), "p0")
     _feed(tr, key, [(0, {}), (15, dict(drafts=656, draft_tokens=1312, accepted=0))])
-    tr.summary("an-ns", "m")
-    tr.update_gauges("an-ns", "m")
+    tr.summary(EngineTarget.server("an-ns", "m"))
+    tr.update_gauges(EngineTarget.server("an-ns", "m"))
     lab = {"namespace": "an-ns", "server": "m"}
-    assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceNearZero"}) == 1.0
-    assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceDrop"}) == 0.0
+    res = {**lab, "kind": "GDNModelServer"}  # the series that hold one value per target carry its kind
+    assert reg.get_sample_value("gdn_spec_anomaly", {**res, "reason": "SpecAcceptanceNearZero"}) == 1.0
+    assert reg.get_sample_value("gdn_spec_anomaly", {**res, "reason": "SpecAcceptanceDrop"}) == 0.0
     # acceptance recovers (new window) → 0
     _feed(tr, key, [(400, dict(drafts=1656, draft_tokens=3312, accepted=1200))])
-    s = tr.summary("an-ns", "m")
+    s = tr.summary(EngineTarget.server("an-ns", "m"))
     assert s["findings"] == [] and s["acceptanceRate"] == pytest.approx(0.6)
-    tr.update_gauges("an-ns", "m")
-    assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceNearZero"}) == 0.0
-    tr.forget_resource("an-ns", "m")
-    assert reg.get_sample_value("gdn_spec_anomaly", {**lab, "reason": "SpecAcceptanceNearZero"}) is None
+    tr.update_gauges(EngineTarget.server("an-ns", "m"))
+    assert reg.get_sample_value("gdn_spec_anomaly", {**res, "reason": "SpecAcceptanceNearZero"}) == 0.0
+    tr.forget_resource(EngineTarget.server("an-ns", "m"))
+    assert reg.get_sample_value("gdn_spec_anomaly", {**res, "reason": "SpecAcceptanceNearZero"}) is None
 
 
 def test_anomaly_gauge_current_when_update_gauges_called_before_summary():
     reg = telemetry.METRICS_REGISTRY
     tr = AcceptanceTracker(window=300)
-    key = ("order-ns", "m", "p0")
+    key = (EngineTarget.server("order-ns", "m"), "p0")
     _feed(tr, key, [(0, {}), (15, dict(drafts=656, draft_tokens=1312, accepted=0))])
-    tr.update_gauges("order-ns", "m")  # no summary() yet this round
-    lab = {"namespace": "order-ns", "server": "m", "reason": "SpecAcceptanceNearZero"}
+    tr.update_gauges(EngineTarget.server("order-ns", "m"))  # no summary() yet this round
+    lab = {"namespace": "order-ns", "server": "m", "kind": "GDNModelServer", "reason": "SpecAcceptanceNearZero"}
     assert reg.get_sample_value("gdn_spec_anomaly", lab) == 1.0
-    assert [f.reason for f in tr.findings("order-ns", "m")] == ["SpecAcceptanceNearZero"]
+    assert [f.reason for f in tr.findings(EngineTarget.server("order-ns", "m"))] == ["SpecAcceptanceNearZero"]

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gdn_operator.settings import Settings, SettingsError
 from gdn_operator.watch.acceptance import parse_exposition
+from gdn_operator.watch.target import EngineTarget
 from gdn_operator.watch.promsource import PrometheusSource, samples_query, timestamps_query
 from gdn_operator.watch.scraper import ERROR_CONNECT, Target
 from metrics_standin import MetricsServer
@@ -83,8 +84,8 @@ def _queries(prom: PrometheusServer) -> float:
 @pytest.mark.monitoring
 @pytest.mark.timeout(300)
 def test_snapshots_from_prometheus_equal_the_operators_own_scrape(prometheus):
-    targets = [Target(NS, "server", pod, "unused") for pod in BODIES]
-    targets.append(Target(NS, "server", "never-scraped-0", "unused"))
+    targets = [Target(EngineTarget.server(NS, "server"), pod, "unused") for pod in BODIES]
+    targets.append(Target(EngineTarget.server(NS, "server"), "never-scraped-0", "unused"))
 
     async def go():
         source = PrometheusSource(prometheus.url, timeout=10, record_metrics=False)
@@ -120,7 +121,7 @@ def test_prometheus_unreachable_is_a_connect_error_per_target(prometheus):
     async def go():
         source = PrometheusSource(dead, timeout=5, record_metrics=False)
         try:
-            return await source.scrape([Target(NS, "server", pod, "unused") for pod in BODIES])
+            return await source.scrape([Target(EngineTarget.server(NS, "server"), pod, "unused") for pod in BODIES])
         finally:
             await source.close()
 

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from gdn_operator import telemetry
 from gdn_operator.watch.acceptance import AcceptanceTracker, parse_exposition
+from gdn_operator.watch.target import EngineTarget
 from gdn_operator.watch.scraper import (
     ScrapeResult,
     Scraper,
@@ -122,7 +123,7 @@ from controlplane import free_port  # noqa: E402  (tests/cluster is on sys.path 
 
 
 def T(url, pod="p0", name="m"):
-    return Target("ns", name, pod, url)
+    return Target(EngineTarget.server("ns", name), pod, url)
 
 
 async def test_scrape_ok_parses_real_exposition(server):
@@ -200,7 +201,10 @@ async def test_telemetry_records_errors_and_durations(server):
     lab = {"namespace": "tele", "server": "m", "reason": "timeout"}
     before_err = reg.get_sample_value("gdn_scrape_errors_total", lab) or 0.0
     before_n = reg.get_sample_value("gdn_scrape_duration_seconds_count") or 0.0
-    targets = [Target("tele", "m", "slow", server.url("/slow")), Target("tele", "m", "ok", server.url("/ok/1"))]
+    targets = [
+        Target(EngineTarget.server("tele", "m"), "slow", server.url("/slow")),
+        Target(EngineTarget.server("tele", "m"), "ok", server.url("/ok/1")),
+    ]
     await scrape_many(targets, timeout=0.3, concurrency=2)
     assert reg.get_sample_value("gdn_scrape_errors_total", lab) == before_err + 1
     assert reg.get_sample_value("gdn_scrape_duration_seconds_count") == before_n + 2
@@ -218,17 +222,17 @@ async def test_scraper_reuses_session_and_feeds_tracker(server):
     # the session was reused: round two went over kept-alive connections of round one, no new ones
     assert n1 == 4 and len(server.clients) == 6, server.clients
     assert second and second <= first, (first, second)
-    assert sorted(tr.pods("ns", "m")) == ["p0", "p1"]
-    s = tr.summary("ns", "m")
+    assert sorted(tr.pods(EngineTarget.server("ns", "m"))) == ["p0", "p1"]
+    s = tr.summary(EngineTarget.server("ns", "m"))
     assert s["pods"]["total"] == 2 and s["pods"]["reporting"] == 2
     # the stand-in serves constant counters: drafts flow 0 in the window → NoTraffic, not 0 %
     assert s["state"] == "NoTraffic" and s["acceptanceRate"] is None
 
 
 def test_target_for_pod():
-    assert Target.for_pod("ns", "m", "p", "10.0.0.7").url == "http://10.0.0.7:8000/metrics"
-    assert Target.for_pod("ns", "m", "p", "fd00::1", 9000).url == "http://[fd00::1]:9000/metrics"
-    assert Target.for_pod("ns", "m", "p", "10.0.0.7").key == ("ns", "m", "p")
+    assert Target.for_pod(EngineTarget.server("ns", "m"), "p", "10.0.0.7").url == "http://10.0.0.7:8000/metrics"
+    assert Target.for_pod(EngineTarget.server("ns", "m"), "p", "fd00::1", 9000).url == "http://[fd00::1]:9000/metrics"
+    assert Target.for_pod(EngineTarget.server("ns", "m"), "p", "10.0.0.7").key == (EngineTarget.server("ns", "m"), "p")
 
 
 def test_bad_parameters_rejected():

@@ -26,8 +26,9 @@ from gdn_operator.handlers import stall as stall_watch
 from gdn_operator.handlers.pods import api_pods, pods_of
 from gdn_operator.handlers.servers import Servers
 from gdn_operator.render.engine import ENGINE_PORT
-from gdn_operator.watch.acceptance import AcceptanceTracker
+from gdn_operator.watch.acceptance import AcceptanceTracker, PodKey
 from gdn_operator.watch.scraper import MetricsSource, Target
+from gdn_operator.watch.target import SERVER_KIND, EngineTarget
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,10 @@ def status_from_summary(summary: dict[str, Any], pods: list[dict[str, Any]], win
     return {k: v for k, v in out.items() if v is not None}
 
 
-def pod_figures(tracker: AcceptanceTracker, namespace: str, name: str, errors: dict[str, str]) -> list[dict[str, Any]]:
+def pod_figures(tracker: AcceptanceTracker, target: EngineTarget, errors: dict[str, str]) -> list[dict[str, Any]]:
     out = []
-    for pod in sorted(tracker.pods(namespace, name)):
-        s = tracker.pod_stats((namespace, name, pod))
+    for pod in sorted(tracker.pods(target)):
+        s = tracker.pod_stats(PodKey(target, pod))
         entry: dict[str, Any] = {"pod": pod}
         if s is not None:
             for key, val in (
@@ -172,21 +173,28 @@ class AcceptanceSupervisor:
         self.bodies = bodies
         self.scraper = scraper
         self.stall = stall_watch.StallWatch()
-        #: supporting evidence for a stall, per (namespace, server, pod): hang wording in the pod's log (the
-        #: crash watch's log followers) and output-probe timeouts (the probe supervisor); set by the runtime
+        #: supporting evidence for a stall, per engine pod: hang wording in the pod's log (the crash watch's log
+        #: followers, by namespace and pod) and output-probe timeouts (the probe supervisor, by target and pod);
+        #: set by the runtime
         self.hang_of: Any = lambda namespace, pod: ""
-        self.probe_timeouts_of: Any = lambda namespace, name, pod: 0
+        self.probe_timeouts_of: Any = lambda target, pod: 0
         self.plan_inputs: Any = None  # the runtime (settings, CRDs): renders the stall ladder's override at once
         self.concurrency = concurrency  # servers whose round runs at once
+        #: the GDNModelServers to scrape (schedule and settings), by namespace and name: servers only, so the name
+        #: is the server's; the engine state they share with guarded workloads (the tracker's windows, the stall
+        #: detectors) is keyed by EngineTarget, kind included
         self.servers: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods_index: Any = None  # kopf's live engine_pods index (handlers/pods.py), set by the first event
-        #: what was last written per resource (without the timestamp): unchanged figures are not rewritten, so
+        #: what was last written per server (without the timestamp): unchanged figures are not rewritten, so
         #: idle or pod-less servers cost no API calls per round
         self.last_written: dict[tuple[str, str], str] = {}
         self.task: asyncio.Task[None] | None = None
 
-    def pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        return pods_of(self.pods_index, namespace, name) if self.pods_index is not None else []
+    def pods(self, target: EngineTarget) -> list[dict[str, Any]]:
+        """The engine pods of the GDNModelServer `target` (kopf's index holds the operator's own pods only)."""
+        if self.pods_index is None or target.kind != SERVER_KIND:
+            return []
+        return pods_of(self.pods_index, target.namespace, target.name)
 
     def track(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         metrics = (body.get("spec") or {}).get("metrics") or {}
@@ -205,53 +213,54 @@ class AcceptanceSupervisor:
         entry["reconciled"] = "observedGeneration" in (body.get("status") or {})
 
     def forget(self, namespace: str, name: str) -> None:
+        target = EngineTarget.server(namespace, name)
         self.servers.pop((namespace, name), None)
-        self.stall.forget(namespace, name)
-        self.tracker.forget_resource(namespace, name)
+        self.stall.forget(target)
+        self.tracker.forget_resource(target)
         self.last_written.pop((namespace, name), None)
         for gauge in (telemetry.READY_REPLICAS, telemetry.DESIRED_REPLICAS, telemetry.ENGINE_RESTARTS):
             with contextlib.suppress(KeyError):
                 gauge.remove(namespace, name)
 
     async def measure(
-        self, namespace: str, name: str, pods: list[dict[str, Any]], stall_seconds: float, port: int = ENGINE_PORT
+        self, target: EngineTarget, pods: list[dict[str, Any]], stall_seconds: float, port: int = ENGINE_PORT
     ) -> Measurement:
-        """One scrape of the target's ready engine pods (`name`: a GDNModelServer, or a workload a GDNGuard
-        guards), fed to the acceptance tracker and the stall detectors, the gdn_* gauges set; the figures for
-        status. The one measuring path of both kinds of target."""
+        """One scrape of the target's ready engine pods (a GDNModelServer, or a workload a GDNGuard guards),
+        fed to the acceptance tracker and the stall detectors, the gdn_* gauges set; the figures for status.
+        The one measuring path of both kinds of target."""
         live = [p for p in pods if p.get("ip") and p.get("ready")]
         tracker = self.tracker
-        tracker.retain(namespace, name, [p["name"] for p in live])
-        targets = [Target.for_pod(namespace, name, p["name"], p["ip"], port) for p in live]
+        tracker.retain(target, [p["name"] for p in live])
+        targets = [Target.for_pod(target, p["name"], p["ip"], port) for p in live]
         results = await self.scraper.scrape(targets) if targets else []
         failed: dict[str, str] = {}
         for r in results:
             tracker.observe_result(r)
             if not r.ok:
                 failed[r.target.pod] = r.error or "error"
-        tracker.update_baseline(namespace, name)  # the round's observations are in: maintain the auto baseline
-        tracker.update_gauges(namespace, name)
-        summary = tracker.summary(namespace, name)
-        acceptance = status_from_summary(summary, pod_figures(tracker, namespace, name, failed), tracker.window)
-        verdicts = self.stall.observe_round(namespace, name, stall_seconds, live, results)
+        tracker.update_baseline(target)  # the round's observations are in: maintain the auto baseline
+        tracker.update_gauges(target)
+        summary = tracker.summary(target)
+        acceptance = status_from_summary(summary, pod_figures(tracker, target, failed), tracker.window)
+        verdicts = self.stall.observe_round(target, stall_seconds, live, results)
         stall = stall_watch.stall_status(
             verdicts,
             stall_seconds,
-            lambda pod: self.hang_of(namespace, pod),
-            lambda pod: self.probe_timeouts_of(namespace, name, pod),
+            lambda pod: self.hang_of(target.namespace, pod),
+            lambda pod: self.probe_timeouts_of(target, pod),
         )
         return Measurement(acceptance, len(targets), failed, stall, verdicts)
 
-    def forget_target(self, namespace: str, name: str) -> None:
+    def forget_target(self, target: EngineTarget) -> None:
         """A guarded workload no longer guarded: its tracker windows and stall detectors (and their gauges) go."""
-        self.stall.forget(namespace, name)
-        self.tracker.forget_resource(namespace, name)
+        self.stall.forget(target)
+        self.tracker.forget_resource(target)
 
     async def scrape_round(self, namespace: str, name: str, pods: list[dict[str, Any]]) -> None:
         stall_seconds = float(
             (self.servers.get((namespace, name)) or {}).get("stall_seconds") or stall_watch.DEFAULT_STALL_SECONDS
         )
-        m = await self.measure(namespace, name, pods, stall_seconds)
+        m = await self.measure(EngineTarget.server(namespace, name), pods, stall_seconds)
         acceptance, targets, failed, stall, verdicts = m.acceptance, m.targets, m.failed, m.stall, m.verdicts
         fp = _fingerprint(acceptance, targets, failed, stall)
         if self.last_written.get((namespace, name)) == fp:
@@ -290,8 +299,9 @@ class AcceptanceSupervisor:
 
     def clear(self, namespace: str, name: str) -> None:
         """Metrics turned off: acceptance figures and their conditions no longer say anything."""
-        self.tracker.forget_resource(namespace, name)
-        self.stall.forget(namespace, name)
+        target = EngineTarget.server(namespace, name)
+        self.tracker.forget_resource(target)
+        self.stall.forget(target)
         self.last_written.pop((namespace, name), None)
         clear_acceptance(namespace, name, self.bodies)
 
@@ -301,7 +311,7 @@ class AcceptanceSupervisor:
         async def one(ns: str, name: str) -> None:
             async with sem:
                 try:
-                    await self.scrape_round(ns, name, api_pods(self.pods(ns, name)))
+                    await self.scrape_round(ns, name, api_pods(self.pods(EngineTarget.server(ns, name))))
                 except Exception as e:  # noqa: BLE001 - a failed round is retried next interval
                     log.warning("acceptance round for %s/%s failed: %s", ns, name, e)
 

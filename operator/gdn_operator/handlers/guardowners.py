@@ -21,6 +21,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from gdn_operator.handlers import kube
+from gdn_operator.watch.target import EngineTarget
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,11 @@ class WorkloadRef:
             "kind": self.kind,
             "metadata": {"name": self.name, "namespace": namespace, "uid": self.uid},
         }
+
+    def engine_target(self, namespace: str) -> EngineTarget:
+        """The key of this workload's engine state (acceptance windows, stall detectors, probes): its own kind, so
+        a GDNModelServer or another kind's workload of the same name never shares it."""
+        return EngineTarget(self.kind, namespace, self.name)
 
 
 def controller_ref(meta: dict[str, Any]) -> dict[str, Any] | None:

@@ -10,7 +10,9 @@ act on "the engine pods of a target":
   line's configuration as evidence), counted per signature and pod;
 * acceptance and stall: AcceptanceSupervisor.measure scrapes the ready pods' /metrics (the launch line's --port)
   with the same scraper, tracker, anomaly detectors and stall detectors, and sets the same gdn_* series: a
-  workload is `server` in their labels (its name), so the same alerts and dashboard rows work;
+  workload is `server` in their labels (its name), so the same alerts and dashboard rows work; its engine state
+  is keyed by its kind, namespace and name (watch/target.py), never shared with a same-named GDNModelServer or
+  a same-named workload of another kind;
 * known crashes: the launch line read by rules/launchline.py and evaluated by the same rules (KnownCrash);
 * output probes (`features.probes` with `spec.probes`): a second ProbeSupervisor (handlers/probes.py) over the
   guarded pods, its writer this module's: OutputConsistent False is an OutputInconsistent finding (the probes'
@@ -25,7 +27,7 @@ guard reports what it would have done.
 
 Pods the operator itself manages (label serving.gdn-operator.io/server) are left to the GDNModelServer path.
 
-Size (~520 lines): one state machine over the guards (events, rounds, findings, remediation) whose parts share
+Size (~540 lines): one state machine over the guards (events, rounds, findings, remediation) whose parts share
 its state; the probe wiring (probe_pods, probe_result, _configure_probes) is the part that would move out first.
 """
 
@@ -65,6 +67,7 @@ from gdn_operator.rules.workload import engine_container, resolve_version
 from gdn_operator.watch.evidence import Evidence
 from gdn_operator.watch.guarded import port_of, selects, served_name, version_problem
 from gdn_operator.watch.probes import Condition, ProbeBook
+from gdn_operator.watch.target import EngineTarget
 
 log = logging.getLogger(__name__)
 
@@ -270,8 +273,9 @@ class GuardSupervisor:
             self.rt.followers.stop(gp.uid)
 
     def _forget_workload(self, guard: GuardState, ws: WorkloadState) -> None:
-        self.rt.acceptance.forget_target(guard.namespace, ws.ref.name)
-        self.probes.forget(guard.namespace, ws.ref.name)
+        target = ws.ref.engine_target(guard.namespace)
+        self.rt.acceptance.forget_target(target)
+        self.probes.forget(target)
         for t in FINDING_TYPES:
             with contextlib.suppress(KeyError):
                 telemetry.GUARD_FINDINGS.remove(guard.namespace, ws.ref.name, ws.ref.kind, t)
@@ -343,40 +347,42 @@ class GuardSupervisor:
 
     # ----------------------------------------------------------------------------------------------- rounds ---
 
-    def probe_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        """The guarded workload `name`'s pods as the probe supervisor reads them (with each one's port)."""
-        out = []
-        for g in self.guards.values():
-            for ws in g.workloads.values() if g.namespace == namespace else ():
-                if ws.ref.name == name:
-                    out += [{**gp.summary, "port": gp.port} for gp in ws.pods.values()]
-        return api_pods(out)
+    def _workloads_of(self, target: EngineTarget) -> list[WorkloadState]:
+        """The guarded workload `target` (its kind and name) as each guard of its namespace holds it."""
+        return [
+            ws
+            for g in self.guards.values()
+            if g.namespace == target.namespace
+            for ws in g.workloads.values()
+            if (ws.ref.kind, ws.ref.name) == (target.kind, target.name)
+        ]
 
-    def probe_result(
-        self, namespace: str, name: str, s: ServerProbes, body: dict[str, Any], cond: Condition
-    ) -> dict[str, Any] | None:
+    def probe_pods(self, target: EngineTarget) -> list[dict[str, Any]]:
+        """The guarded workload's pods as the probe supervisor reads them (with each one's port)."""
+        return api_pods([{**gp.summary, "port": gp.port} for ws in self._workloads_of(target) for gp in ws.pods.values()])
+
+    def probe_result(self, target: EngineTarget, s: ServerProbes, body: dict[str, Any], cond: Condition) -> dict[str, Any] | None:
         """The probe supervisor's writer: OutputConsistent False is an OutputInconsistent finding (written with the
         guard's next round). Returns None: no GDNModelServer to remediate."""
-        for g in self.guards.values():
-            for ws in g.workloads.values() if g.namespace == namespace else ():
-                if ws.ref.name == name:
-                    ws.probe = Finding("OutputInconsistent", cond.message, "", cond.reason) if cond.value is False else None
+        for ws in self._workloads_of(target):
+            ws.probe = Finding("OutputInconsistent", cond.message, "", cond.reason) if cond.value is False else None
         return None
 
     def _configure_probes(self, guard: GuardState, ws: WorkloadState) -> None:
         """Track the workload's output probes (features.probes and spec.probes), once per guard generation."""
         spec = guard.spec.probes if guard.spec is not None and guard.feature("probes") else None
-        cur = self.probes.servers.get((guard.namespace, ws.ref.name))
+        target = ws.ref.engine_target(guard.namespace)
+        cur = self.probes.servers.get(target)
         if spec is None:
             if cur is not None:
-                self.probes.forget(guard.namespace, ws.ref.name)
+                self.probes.forget(target)
                 ws.probe = None
             return
         if cur is not None and cur.generation == guard.generation:
             return
         s = ServerProbes(spec, guard.generation, model=ws.served or ws.ref.name)
         s.book = ProbeBook([q.name for q in spec.prompts], spec.failure_threshold)
-        self.probes.configure(guard.namespace, ws.ref.name, s)
+        self.probes.configure(target, s)
 
     async def round(self, guard: GuardState) -> None:
         """Measure every guarded workload, collect findings, write status (when changed), Events for new ones."""
@@ -422,7 +428,8 @@ class GuardSupervisor:
         pods = api_pods([gp.summary for gp in ws.pods.values()])
         port = next(iter(ws.pods.values())).port
         stalled: list[GuardedPod] = []
-        m = await self.rt.acceptance.measure(guard.namespace, ws.ref.name, pods, self.rt.settings.guard_stall_seconds, port)
+        target = ws.ref.engine_target(guard.namespace)
+        m = await self.rt.acceptance.measure(target, pods, self.rt.settings.guard_stall_seconds, port)
         if guard.feature("acceptance"):
             a = m.acceptance
             keep = ("state", "rate", "rateDisplay", "meanAcceptedLength", "draftsPerSecond", "podsReporting", "updated")

@@ -41,6 +41,7 @@ from gdn_operator.labels import LABEL_SERVER, MANAGED
 from gdn_operator.render import lws
 from gdn_operator.render import router as router_render
 from gdn_operator.settings import Settings, SettingsError
+from gdn_operator.watch.target import EngineTarget
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ async def track_servers(type: str, body: kopf.Body, namespace: str | None, name:
         rt.servers.put(plain)  # what Deployment events and acceptance rounds read instead of a GET
     if type == "DELETED" or body["metadata"].get("deletionTimestamp"):
         rt.acceptance.forget(ns, name)
-        rt.probes.forget(ns, name)
+        rt.probes.forget(EngineTarget.server(ns, name))
         rt.quiet.forget(ns, name)
         return
     rt.acceptance.track(ns, name, plain)

@@ -19,7 +19,7 @@ at most one round in flight per server — hence per pod; each server's first ro
 point of its interval and later rounds are jittered by ±10%, so many servers never fire together;
 status is only written when something other than the round count changed.
 
-Size (~500 lines): the supervisor (loop, rounds, metrics) and the per-revision configuration it parses are one
+Size (~530 lines): the supervisor (loop, rounds, metrics) and the per-revision configuration it parses are one
 state machine; the remediation hook (remediate, diagnose) is the part that would move out first.
 """
 
@@ -60,6 +60,7 @@ from gdn_operator.watch.probes import (
     ProbeBook,
     judge_round,
 )
+from gdn_operator.watch.target import EngineTarget
 
 log = logging.getLogger(__name__)
 
@@ -223,9 +224,10 @@ def diagnose(s: ServerProbes, cond: Condition) -> dict[str, Any] | None:
 
 
 def write_status(
-    servers: Servers, namespace: str, name: str, s: ServerProbes, body: dict[str, Any], cond: Condition
+    servers: Servers, target: EngineTarget, s: ServerProbes, body: dict[str, Any], cond: Condition
 ) -> dict[str, Any] | None:
-    """Write status.probes and the conditions; emit an Event per OutputConsistent transition."""
+    """Write status.probes and the conditions of the GDNModelServer `target`; emit an Event per OutputConsistent
+    transition."""
     events: list[tuple[str, str, str]] = []
     gen = s.generation
 
@@ -245,14 +247,14 @@ def write_status(
         elif transition and cond.value is True:
             events.append(("Normal", "OutputConsistent", msg))
 
-    obj = servers.update_status(namespace, name, mutate)
+    obj = servers.update_status(target.namespace, target.name, mutate)
     if obj is not None:
         for type_, reason, message in events:
             kube.emit_event(obj, reason, message, type_)
     return obj
 
 
-def remediate(servers: Servers, namespace: str, name: str, s: ServerProbes, cond: Condition, obj: dict[str, Any]) -> bool:
+def remediate(servers: Servers, target: EngineTarget, s: ServerProbes, cond: Condition, obj: dict[str, Any]) -> bool:
     """Record the mitigation of the first warned silent-corruption rule with one as an override, once per
     revision. True when one was recorded (the caller re-applies the workload)."""
     if not s.warned:
@@ -267,8 +269,8 @@ def remediate(servers: Servers, namespace: str, name: str, s: ServerProbes, cond
     return (
         remediate_once(
             servers,
-            namespace,
-            name,
+            target.namespace,
+            target.name,
             obj,
             signature=rule["rule"],
             upstream=rule["rule"],
@@ -288,11 +290,13 @@ def _fingerprint(body: dict[str, Any], cond: Condition) -> str:
 
 
 class ProbeSupervisor:
-    """Holds the probe state of every tracked server and runs the probing loop."""
+    """Holds the probe state of every tracked target and runs the probing loop. A target is a GDNModelServer (the
+    runtime's supervisor) or a guarded workload (handlers/guards.py's), keyed by EngineTarget (kind included);
+    `pods_of`, the writer and the remediator are called with it."""
 
     def __init__(
         self,
-        pods_of: Callable[[str, str], list[dict[str, Any]]],
+        pods_of: Callable[[EngineTarget], list[dict[str, Any]]],
         *,
         writer: Callable[..., dict[str, Any] | None] | None = None,
         remediator: Callable[..., Any] | None = None,
@@ -307,34 +311,36 @@ class ProbeSupervisor:
         self.door: Servers = rt.servers if rt is not None else Servers()
         self.writer = writer or functools.partial(write_status, self.door)
         self.remediator = remediator or functools.partial(remediate, self.door)
-        self.servers: dict[tuple[str, str], ServerProbes] = {}
+        self.servers: dict[EngineTarget, ServerProbes] = {}
         self.client = ProbeClient(concurrency)
         self.rt = rt  # parses server bodies (render, rules); None: configure() only (tests, benchmarks)
         self.rng = random.Random(seed)
         self.task: asyncio.Task[None] | None = None
         self._remediating: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references
         self.tick = 0.25
-        #: consecutive rounds whose probes of a pod timed out, by (namespace, server, pod): supporting evidence
-        #: of a stall (handlers/stall.py), never a trigger
-        self.timeouts: dict[tuple[str, str, str], int] = {}
+        #: consecutive rounds whose probes of a pod timed out, by (target, pod): supporting evidence of a stall
+        #: (handlers/stall.py), never a trigger
+        self.timeouts: dict[tuple[EngineTarget, str], int] = {}
 
-    def timeouts_of(self, namespace: str, name: str, pod: str) -> int:
-        return self.timeouts.get((namespace, name, pod), 0)
+    def timeouts_of(self, target: EngineTarget, pod: str) -> int:
+        return self.timeouts.get((target, pod), 0)
 
     # ------------------------------------------------------------------ configuration (from events) --
 
     async def track(self, namespace: str, name: str, body: dict[str, Any]) -> None:
-        cur = self.servers.get((namespace, name))
+        """A GDNModelServer event: (re)configure its probes when its revision changed."""
+        target = EngineTarget.server(namespace, name)
+        cur = self.servers.get(target)
         if cur is not None and cur.revision == body_revision(body):
             return  # a status-only event that changed no override: nothing changed for the probes
         if self.rt is None:
             raise RuntimeError("ProbeSupervisor.track needs the runtime (rt=) to parse servers")
         s = await asyncio.to_thread(server_from_body, body, self.rt)
-        self.configure(namespace, name, s, body)
+        self.configure(target, s, body)
 
-    def configure(self, namespace: str, name: str, s: ServerProbes, body: dict[str, Any] | None = None) -> None:
-        key = (namespace, name)
-        old = self.servers.get(key)
+    def configure(self, target: EngineTarget, s: ServerProbes, body: dict[str, Any] | None = None) -> None:
+        namespace, name = target.namespace, target.name
+        old = self.servers.get(target)
         if old is not None and old.task is not None and not old.task.done():
             old.task.cancel()  # a round of the previous revision reports nothing
         if s.spec is not None:
@@ -348,29 +354,29 @@ class ProbeSupervisor:
                 s.revision,
                 f", reference of revision {s.revision} kept" if s.reference else "",
             )
-        self.servers[key] = s
+        self.servers[target] = s
         if s.spec is None and body is not None:
             status = body.get("status") or {}
             if status.get("observedGeneration") != body["metadata"].get("generation"):
                 return  # the reconcile of this generation writes the same in its status write (reconcile.py)
             cond = st.get_condition(status, st.OUTPUT_CONSISTENT)
             if cond is None or cond.get("status") != "Unknown" or cond.get("reason") != "ProbesDisabled":
-                self._clear_metrics(namespace, name)
+                self._clear_metrics(target)
                 s.task = asyncio.get_running_loop().create_task(asyncio.to_thread(mark_disabled, self.door, namespace, name))
 
-    def forget(self, namespace: str, name: str) -> None:
-        for key in [k for k in self.timeouts if k[:2] == (namespace, name)]:
+    def forget(self, target: EngineTarget) -> None:
+        for key in [k for k in self.timeouts if k[0] == target]:
             del self.timeouts[key]
-        s = self.servers.pop((namespace, name), None)
+        s = self.servers.pop(target, None)
         if s is not None and s.task is not None and not s.task.done():
             s.task.cancel()
-        self._clear_metrics(namespace, name)
+        self._clear_metrics(target)
 
-    def _clear_metrics(self, namespace: str, name: str) -> None:
+    def _clear_metrics(self, target: EngineTarget) -> None:
         for gauge, reasons in ((telemetry.OUTPUT_INCONSISTENT, PROBE_REASONS), (telemetry.PROBE_FAILING, NO_ANSWER_REASONS)):
             for reason in reasons:
                 with contextlib.suppress(KeyError):
-                    gauge.remove(namespace, name, reason)
+                    gauge.remove(*target.series(), reason)
 
     # ------------------------------------------------------------------------------------ the loop --
 
@@ -389,20 +395,21 @@ class ProbeSupervisor:
         finally:
             await self.client.close()
 
-    async def _guarded_round(self, key: tuple[str, str], s: ServerProbes) -> None:
+    async def _guarded_round(self, target: EngineTarget, s: ServerProbes) -> None:
         try:
-            await self.round(key[0], key[1], s)
+            await self.round(target, s)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - a failed round is retried next interval
-            log.warning("probe round for %s/%s failed: %s", key[0], key[1], e)
+            log.warning("probe round for %s failed: %s", target, e)
 
-    async def round(self, namespace: str, name: str, s: ServerProbes) -> Condition | None:
-        """One round of one server. Returns the condition after it (None: nothing was probed)."""
+    async def round(self, target: EngineTarget, s: ServerProbes) -> Condition | None:
+        """One round of one target. Returns the condition after it (None: nothing was probed)."""
         if s.spec is None or s.book is None:
             return None  # probes off for this generation: the loop never schedules such a server
+        namespace, name = target.namespace, target.name
         t0 = time.perf_counter()
-        ready = [p for p in self.pods_of(namespace, name) if p.get("ready") and p.get("ip") and not p.get("deleting")]
+        ready = [p for p in self.pods_of(target) if p.get("ready") and p.get("ip") and not p.get("deleting")]
         current = sorted((p for p in ready if not s.engine or p.get("engine") == s.engine), key=lambda p: p["name"])
         skipped = len(ready) - len(current)
         timeout = float(s.spec.timeout_seconds)
@@ -421,7 +428,7 @@ class ProbeSupervisor:
         )
         asked: list[Asked] = [a for pod in per_pod for a in pod]
         for p in current:
-            key = (namespace, name, p["name"])
+            key = (target, p["name"])
             if any(a.error == "timeout" for a in asked if a.pod == p["name"]):
                 self.timeouts[key] = self.timeouts.get(key, 0) + 1
             else:
@@ -446,18 +453,18 @@ class ProbeSupervisor:
                 s.ref_meta["pod"],
                 s.revision,
             )
-        self._record(namespace, name, outcomes)
+        self._record(target, outcomes)
         before = s.book.condition
         cond = s.book.observe(outcomes, now) if outcomes else (s.book.condition if s.book.rounds else LEARNING)
         telemetry.PROBE_ROUND_DURATION.observe(time.perf_counter() - t0)
         if cond.value is None and cond.reason == "ProbeUnauthorized":
             cond = Condition(cond.value, cond.reason, f"{cond.message}; {_unauthorized_hint(s)}", cond.failure)
         for reason in PROBE_REASONS:
-            telemetry.OUTPUT_INCONSISTENT.labels(namespace, name, reason).set(
+            telemetry.OUTPUT_INCONSISTENT.labels(*target.series(), reason).set(
                 1.0 if cond.value is False and cond.reason == reason else 0.0
             )
         for reason in NO_ANSWER_REASONS:
-            telemetry.PROBE_FAILING.labels(namespace, name, reason).set(
+            telemetry.PROBE_FAILING.labels(*target.series(), reason).set(
                 1.0 if cond.value is None and cond.failure == ERROR and cond.reason == reason else 0.0
             )
         diagnosis = diagnose(s, cond)
@@ -473,7 +480,7 @@ class ProbeSupervisor:
                     cond.reason,
                     cond.message,
                 )
-            obj = await asyncio.to_thread(self.writer, namespace, name, s, body, cond)
+            obj = await asyncio.to_thread(self.writer, target, s, body, cond)
             s.written = fp
             if (
                 obj is not None
@@ -487,23 +494,23 @@ class ProbeSupervisor:
                 s.remediated = True
                 # shielded: the override's own status write starts a new revision, whose tracking cancels this
                 # round; recording the override and rendering it must still both happen
-                task = asyncio.get_running_loop().create_task(self._remediate(namespace, name, s, cond, obj))
+                task = asyncio.get_running_loop().create_task(self._remediate(target, s, cond, obj))
                 self._remediating.add(task)
                 task.add_done_callback(self._remediating.discard)
                 await asyncio.shield(task)
         return cond
 
-    async def _remediate(self, namespace: str, name: str, s: ServerProbes, cond: Condition, obj: dict[str, Any]) -> None:
+    async def _remediate(self, target: EngineTarget, s: ServerProbes, cond: Condition, obj: dict[str, Any]) -> None:
         try:
-            if await asyncio.to_thread(self.remediator, namespace, name, s, cond, obj) and self.rt is not None:
-                await asyncio.to_thread(reapply, namespace, name, self.rt)  # the override, rendered now
+            if await asyncio.to_thread(self.remediator, target, s, cond, obj) and self.rt is not None:
+                await asyncio.to_thread(reapply, target.namespace, target.name, self.rt)  # the override, rendered now
         except Exception as e:  # noqa: BLE001 - logged; the next revision's probes still run
-            log.warning("output-probe remediation for %s/%s failed: %s", namespace, name, e)
+            log.warning("output-probe remediation for %s failed: %s", target, e)
 
     @staticmethod
-    def _record(namespace: str, name: str, outcomes: list[Outcome]) -> None:
+    def _record(target: EngineTarget, outcomes: list[Outcome]) -> None:
         for o in outcomes:
-            telemetry.PROBES.labels(namespace, name, o.probe, o.result).inc()
+            telemetry.PROBES.labels(target.namespace, target.name, o.probe, o.result).inc()
             telemetry.PROBE_DURATION.observe(o.duration)
 
 

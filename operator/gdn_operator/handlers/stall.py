@@ -41,6 +41,7 @@ from gdn_operator.handlers.servers import Servers
 from gdn_operator.rules import effective_config, load_rules
 from gdn_operator.settings import Settings
 from gdn_operator.watch.stall import DEFAULT_STALL_SECONDS, StallDetector, StallVerdict
+from gdn_operator.watch.target import EngineTarget
 
 __all__ = ["DEFAULT_STALL_SECONDS", "PodVerdict", "StallWatch", "apply_condition", "end_stall", "g1_trigger", "stall_status"]
 
@@ -71,24 +72,26 @@ class _PodState:
 
 
 class StallWatch:
-    """Detectors per engine pod, by server (runtime state, held by the AcceptanceSupervisor)."""
+    """Detectors per engine pod, by target (a GDNModelServer or a guarded workload; runtime state, held by the
+    AcceptanceSupervisor)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._pods: dict[tuple[str, str], dict[str, _PodState]] = {}
+        self._pods: dict[EngineTarget, dict[str, _PodState]] = {}
         self._clock = clock
         #: uids of the pods the ladder deleted (bounded: a uid is never reused)
         self.restarted: set[str] = set()
 
     def observe_round(
-        self, namespace: str, name: str, stall_seconds: float, pods: list[dict[str, Any]], results: list[Any]
+        self, target: EngineTarget, stall_seconds: float, pods: list[dict[str, Any]], results: list[Any]
     ) -> list[PodVerdict]:
         """Feed one scrape round (results of scraper.Scraper for `pods`); the verdict of every scraped pod."""
         now = self._clock()
         wall = time.time()
         by_name = {p["name"]: p for p in pods}
-        states = self._pods.setdefault((namespace, name), {})
+        namespace, name = target.namespace, target.name
+        states = self._pods.setdefault(target, {})
         for pod in [p for p in states if p not in by_name or states[p].uid != by_name[p].get("uid")]:
-            self._drop(namespace, name, pod, states)
+            self._drop(target, pod, states)
         out = []
         for r in results:
             p = by_name.get(r.target.pod)
@@ -107,16 +110,16 @@ class StallWatch:
             out.append(PodVerdict(p["name"], p.get("uid"), p.get("group"), shown, since))
         return out
 
-    def _drop(self, namespace: str, name: str, pod: str, states: dict[str, _PodState]) -> None:
+    def _drop(self, target: EngineTarget, pod: str, states: dict[str, _PodState]) -> None:
         states.pop(pod, None)
         for g in (telemetry.ENGINE_STALLED, telemetry.ENGINE_SECONDS_WITHOUT_PROGRESS):
             with contextlib.suppress(KeyError):
-                g.remove(namespace, name, pod)
+                g.remove(target.namespace, target.name, pod)
 
-    def forget(self, namespace: str, name: str) -> None:
-        states = self._pods.pop((namespace, name), {})
+    def forget(self, target: EngineTarget) -> None:
+        states = self._pods.pop(target, {})
         for pod in list(states):
-            self._drop(namespace, name, pod, states)
+            self._drop(target, pod, states)
 
 
 def stall_status(

@@ -44,6 +44,7 @@ from gdn_operator.watch.acceptance import (
     ExpositionReader,
     PodKey,
 )
+from gdn_operator.watch.target import EngineTarget
 
 __all__ = [
     "ERROR_CONNECT",
@@ -95,19 +96,26 @@ _HEADERS = {"Accept": "text/plain;version=0.0.4", "User-Agent": "gdn-operator-sc
 class Target:
     """One engine pod to scrape. ``url`` is the full metrics URL, e.g. http://10.0.0.7:8000/metrics."""
 
-    namespace: str
-    name: str  # owning GDNModelServer
+    owner: EngineTarget  # the GDNModelServer or guarded workload whose engine pod this is
     pod: str
     url: str
 
     @property
+    def namespace(self) -> str:
+        return self.owner.namespace
+
+    @property
+    def name(self) -> str:
+        return self.owner.name
+
+    @property
     def key(self) -> PodKey:
-        return PodKey(self.namespace, self.name, self.pod)
+        return PodKey(self.owner, self.pod)
 
     @classmethod
-    def for_pod(cls, namespace: str, name: str, pod: str, ip: str, port: int = 8000, path: str = "/metrics") -> Target:
+    def for_pod(cls, owner: EngineTarget, pod: str, ip: str, port: int = 8000, path: str = "/metrics") -> Target:
         host = f"[{ip}]" if ":" in ip else ip
-        return cls(namespace, name, pod, f"http://{host}:{port}{path}")
+        return cls(owner, pod, f"http://{host}:{port}{path}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,9 +312,9 @@ async def scrape_and_observe(tracker: AcceptanceTracker, scraper: Scraper, targe
     present in ``targets``. Returns the results (for logging/events)."""
     results = await scraper.scrape(targets)
     observe_results(tracker, results)
-    live: dict[tuple[str, str], set[str]] = {}
+    live: dict[EngineTarget, set[str]] = {}
     for t in targets:
-        live.setdefault((t.namespace, t.name), set()).add(t.pod)
-    for (ns, name), pods in live.items():
-        tracker.retain(ns, name, pods)
+        live.setdefault(t.owner, set()).add(t.pod)
+    for owner, pods in live.items():
+        tracker.retain(owner, pods)
     return results

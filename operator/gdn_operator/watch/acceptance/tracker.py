@@ -1,5 +1,5 @@
-"""Tracker: per-pod windows keyed by ``(namespace, name, pod)``, summed per GDNModelServer, with the
-resource's baseline, its findings, the CR-status dict and the gauges.
+"""Tracker: per-pod windows keyed by ``(target, pod)`` (watch/target.py), summed per target (a GDNModelServer or
+a guarded workload), with the resource's baseline, its findings, the CR-status dict and the gauges.
 
 What changes the tracker's state, and what only reads it:
 
@@ -30,13 +30,13 @@ from gdn_operator.watch.acceptance.anomalies import AnomalyThresholds, Finding, 
 from gdn_operator.watch.acceptance.gauges import AcceptanceGauges
 from gdn_operator.watch.acceptance.parse import EngineSnapshot
 from gdn_operator.watch.acceptance.window import PodWindow, WindowStats
+from gdn_operator.watch.target import EngineTarget
 
 __all__ = ["AcceptanceTracker", "Baseline", "PodKey"]
 
 
 class PodKey(NamedTuple):
-    namespace: str
-    name: str  # the GDNModelServer
+    target: EngineTarget  # the GDNModelServer or guarded workload
     pod: str
 
 
@@ -60,17 +60,18 @@ def _r(x: float | None, nd: int = 4) -> float | None:
 
 
 class AcceptanceTracker:
-    """Sliding-window acceptance per pod, aggregated per GDNModelServer.
+    """Sliding-window acceptance per pod, aggregated per target (a GDNModelServer or a guarded workload:
+    watch/target.py's EngineTarget, kind included, so same-named targets of two kinds never share windows).
 
     Usage (one supervisor per operator, see gdn_operator.handlers.acceptance.scrape_round)::
 
         tracker = AcceptanceTracker(window=300)
-        tracker.retain(ns, name, live_pod_names)   # forget pods that disappeared
+        tracker.retain(target, live_pod_names)     # forget pods that disappeared
         for r in await scraper.scrape(targets):
             tracker.observe_result(r)          # or observe(key, snapshot) / record_error(key, ...)
-        tracker.update_baseline(ns, name)          # once per round, after its observations
-        tracker.update_gauges(ns, name)
-        status = tracker.summary(ns, name)         # -> dict for .status.acceptance (a pure read)
+        tracker.update_baseline(target)            # once per round, after its observations
+        tracker.update_gauges(target)
+        status = tracker.summary(target)           # -> dict for .status.acceptance (a pure read)
 
     Baselines for the drop / early-stop checks: :meth:`update_baseline` captures the first full
     window with enough traffic and no findings, and refreshes it every ``baseline_max_age`` seconds
@@ -95,26 +96,26 @@ class AcceptanceTracker:
         self.baseline_max_age = baseline_max_age
         self.stale_after = stale_after if stale_after is not None else 2.0 * self.window
         self._clock = clock
-        # (namespace, name) -> pod -> state
-        self._pods: dict[tuple[str, str], dict[str, _PodState]] = {}
-        self._baselines: dict[tuple[str, str], Baseline] = {}
+        # target -> pod -> state
+        self._pods: dict[EngineTarget, dict[str, _PodState]] = {}
+        self._baselines: dict[EngineTarget, Baseline] = {}
         self._gauges = AcceptanceGauges()
 
     # --- input ----------------------------------------------------------------------------------
     def _state(self, key: PodKey) -> _PodState:
-        pods = self._pods.setdefault((key[0], key[1]), {})
-        st = pods.get(key[2])
+        pods = self._pods.setdefault(key.target, {})
+        st = pods.get(key.pod)
         if st is None:
-            st = pods[key[2]] = _PodState(PodWindow(self.window, self.max_points))
+            st = pods[key.pod] = _PodState(PodWindow(self.window, self.max_points))
         return st
 
-    def observe(self, key: PodKey | tuple[str, str, str], snapshot: EngineSnapshot) -> None:
+    def observe(self, key: PodKey | tuple[EngineTarget, str], snapshot: EngineSnapshot) -> None:
         st = self._state(PodKey(*key))
         st.window.observe(snapshot)
         st.error = None
         st.error_message = ""
 
-    def record_error(self, key: PodKey | tuple[str, str, str], reason: str, message: str = "") -> None:
+    def record_error(self, key: PodKey | tuple[EngineTarget, str], reason: str, message: str = "") -> None:
         st = self._state(PodKey(*key))
         st.error = reason
         st.error_message = message
@@ -129,93 +130,93 @@ class AcceptanceTracker:
             self.record_error(key, result.error or "connect", result.message)
 
     # --- forgetting -----------------------------------------------------------------------------
-    def forget(self, key: PodKey | tuple[str, str, str]) -> None:
-        ns, name, pod = key
-        pods = self._pods.get((ns, name))
+    def forget(self, key: PodKey | tuple[EngineTarget, str]) -> None:
+        target, pod = key
+        pods = self._pods.get(target)
         if pods is not None:
             pods.pop(pod, None)
             if not pods:
-                del self._pods[(ns, name)]
+                del self._pods[target]
 
-    def retain(self, namespace: str, name: str, pods: Iterable[str]) -> list[str]:
+    def retain(self, target: EngineTarget, pods: Iterable[str]) -> list[str]:
         """Keep only ``pods`` for this resource; returns the pod names forgotten."""
         keep = set(pods)
-        cur = self._pods.get((namespace, name), {})
+        cur = self._pods.get(target, {})
         gone = [p for p in cur if p not in keep]
         for p in gone:
             del cur[p]
         if not cur:
-            self._pods.pop((namespace, name), None)
+            self._pods.pop(target, None)
         return gone
 
-    def forget_resource(self, namespace: str, name: str) -> None:
+    def forget_resource(self, target: EngineTarget) -> None:
         """Drop all state of a deleted resource, including its gauge label sets."""
-        self._pods.pop((namespace, name), None)
-        self._baselines.pop((namespace, name), None)
-        self._gauges.clear(namespace, name)
+        self._pods.pop(target, None)
+        self._baselines.pop(target, None)
+        self._gauges.clear(target)
 
     def prune(self, now: float | None = None) -> list[PodKey]:
         """Forget pods with no successful scrape for ``stale_after`` seconds."""
         now = self._clock() if now is None else now
         out = []
-        for (ns, name), pods in list(self._pods.items()):
+        for target, pods in list(self._pods.items()):
             for pod, st in list(pods.items()):
                 seen = st.window.last_seen or st.error_at
                 if now - seen > self.stale_after:
                     del pods[pod]
-                    out.append(PodKey(ns, name, pod))
+                    out.append(PodKey(target, pod))
             if not pods:
-                del self._pods[(ns, name)]
+                del self._pods[target]
         return out
 
-    def resources(self) -> list[tuple[str, str]]:
+    def resources(self) -> list[EngineTarget]:
         return list(self._pods)
 
-    def pods(self, namespace: str, name: str) -> list[str]:
-        return list(self._pods.get((namespace, name), {}))
+    def pods(self, target: EngineTarget) -> list[str]:
+        return list(self._pods.get(target, {}))
 
     # --- statistics -----------------------------------------------------------------------------
-    def pod_stats(self, key: PodKey | tuple[str, str, str]) -> WindowStats | None:
-        ns, name, pod = key
-        st = self._pods.get((ns, name), {}).get(pod)
+    def pod_stats(self, key: PodKey | tuple[EngineTarget, str]) -> WindowStats | None:
+        target, pod = key
+        st = self._pods.get(target, {}).get(pod)
         return None if st is None else st.window.stats()
 
-    def _windows(self, namespace: str, name: str) -> tuple[WindowStats | None, list[tuple[str, WindowStats | None]]]:
+    def _windows(self, target: EngineTarget) -> tuple[WindowStats | None, list[tuple[str, WindowStats | None]]]:
         """The resource's summed window and its pods' own windows ((pod, stats) pairs)."""
-        pod_windows = [(pod, st.window.stats()) for pod, st in self._pods.get((namespace, name), {}).items()]
+        pod_windows = [(pod, st.window.stats()) for pod, st in self._pods.get(target, {}).items()]
         return WindowStats.combine(s for _, s in pod_windows if s is not None), pod_windows
 
-    def window_stats(self, namespace: str, name: str) -> WindowStats | None:
+    def window_stats(self, target: EngineTarget) -> WindowStats | None:
         """Window increases summed over the resource's pods (None until a pod has 2 scrapes)."""
-        return self._windows(namespace, name)[0]
+        return self._windows(target)[0]
 
-    def findings(self, namespace: str, name: str) -> list[Finding]:
+    def findings(self, target: EngineTarget) -> list[Finding]:
         """The resource's anomalies now: its summed window against its baseline, and each pod's own
         window for near-zero acceptance (``anomalies.detect_resource_anomalies``). Changes nothing."""
-        stats, pod_windows = self._windows(namespace, name)
-        return self._findings(namespace, name, stats, pod_windows)
+        stats, pod_windows = self._windows(target)
+        return self._findings(target, stats, pod_windows)
 
     def _findings(
-        self, namespace: str, name: str, stats: WindowStats | None, pod_windows: list[tuple[str, WindowStats | None]]
+        self, target: EngineTarget, stats: WindowStats | None, pod_windows: list[tuple[str, WindowStats | None]]
     ) -> list[Finding]:
         if stats is None:
             return []
-        base = self._baselines.get((namespace, name))
+        base = self._baselines.get(target)
         return detect_resource_anomalies(stats, pod_windows, base.stats if base else None, self.thresholds)
 
     # --- baselines ------------------------------------------------------------------------------
-    def baseline(self, namespace: str, name: str) -> Baseline | None:
-        return self._baselines.get((namespace, name))
+    def baseline(self, target: EngineTarget) -> Baseline | None:
+        return self._baselines.get(target)
 
-    def mark_baseline(self, namespace: str, name: str) -> bool:
+    def mark_baseline(self, target: EngineTarget) -> bool:
         """Capture the current window as the baseline (e.g. right before a rollout)."""
-        stats = self.window_stats(namespace, name)
+        stats = self.window_stats(target)
         if stats is None:
             return False
-        self._baselines[(namespace, name)] = Baseline(stats, self._clock(), "manual")
+        self._baselines[target] = Baseline(stats, self._clock(), "manual")
         return True
 
-    def update_baseline(self, namespace: str, name: str) -> Baseline | None:
+    def update_baseline(self, target: EngineTarget) -> Baseline | None:
         """Maintain the automatic baseline of a resource; returns the baseline in force.
 
         The current window becomes the baseline when it covers at least 90 % of ``window`` seconds,
@@ -224,10 +225,10 @@ class AcceptanceTracker:
         automatic one at least ``baseline_max_age`` seconds old (a manual one is kept). Call it once
         per scrape round, after that round's observations.
         """
-        key = (namespace, name)
-        stats, pod_windows = self._windows(namespace, name)
+        key = target
+        stats, pod_windows = self._windows(target)
         base = self._baselines.get(key)
-        if stats is None or self._findings(namespace, name, stats, pod_windows):
+        if stats is None or self._findings(target, stats, pod_windows):
             return base
         thr = self.thresholds
         enough = stats.seconds >= 0.9 * self.window and (
@@ -239,7 +240,7 @@ class AcceptanceTracker:
         return base
 
     # --- status ---------------------------------------------------------------------------------
-    def summary(self, namespace: str, name: str) -> dict[str, Any]:
+    def summary(self, target: EngineTarget) -> dict[str, Any]:
         """CR-status dict (camelCase). ``None`` values mean unknown / not applicable. A pure read.
 
         Keys: state (NoData | WarmingUp | NotApplicable | NoTraffic | Ok | Degraded), window,
@@ -248,7 +249,7 @@ class AcceptanceTracker:
         reporting, specDecode, notApplicable, warmingUp, scrapeErrors, errorsByReason},
         baselineAcceptanceRate, findings[{reason, severity, message, upstream, pods}].
         """
-        pods = self._pods.get((namespace, name), {})
+        pods = self._pods.get(target, {})
         counts: dict[str, Any] = {
             "total": len(pods),
             "reporting": 0,
@@ -274,9 +275,9 @@ class AcceptanceTracker:
             else:
                 counts["notApplicable"] += 1
         counts["errorsByReason"] = errors
-        stats, pod_windows = self._windows(namespace, name)
-        findings = self._findings(namespace, name, stats, pod_windows)
-        base = self._baselines.get((namespace, name))
+        stats, pod_windows = self._windows(target)
+        findings = self._findings(target, stats, pod_windows)
+        base = self._baselines.get(target)
         out: dict[str, Any] = {
             "window": f"{self.window:g}s",
             "observedSeconds": _r(stats.seconds, 1) if stats else None,
@@ -319,9 +320,9 @@ class AcceptanceTracker:
         return out
 
     # --- telemetry ------------------------------------------------------------------------------
-    def update_gauges(self, namespace: str, name: str) -> None:
+    def update_gauges(self, target: EngineTarget) -> None:
         """Set the gdn_spec_* gauges for this resource from its windows and current findings; removes
         label sets that no longer apply (``gauges.AcceptanceGauges``)."""
-        stats, pod_windows = self._windows(namespace, name)
-        reasons = [f.reason for f in self._findings(namespace, name, stats, pod_windows)]
-        self._gauges.publish(namespace, name, stats, pod_windows, reasons)
+        stats, pod_windows = self._windows(target)
+        reasons = [f.reason for f in self._findings(target, stats, pod_windows)]
+        self._gauges.publish(target, stats, pod_windows, reasons)

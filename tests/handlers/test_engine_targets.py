@@ -1,0 +1,190 @@
+"""One key per watched engine (issue 49 item 3): the per-engine state the run-time watch keeps (acceptance windows,
+stall detectors, output-probe state, the gauges holding one value per target) belongs to a (kind, namespace, name)
+target, so a GDNModelServer and a guarded StatefulSet of one name in one namespace, or a guarded Deployment and a
+guarded StatefulSet of one name, never share or overwrite it.
+
+Real AcceptanceSupervisor, AcceptanceTracker, StallWatch and GuardSupervisor; the engines are a scripted metrics
+source (one snapshot per pod per round) and the clock is the test's. Before the key carried the kind, each
+target's round forgot the other's pods: the server never got past WarmingUp and the frozen pod never counted
+as stalled."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gdn_operator import telemetry
+from gdn_operator.api.guard import GDNGuardSpec
+from gdn_operator.handlers import acceptance as acc
+from gdn_operator.handlers.guardowners import WorkloadRef
+from gdn_operator.handlers.guards import GuardedPod, GuardState, GuardSupervisor, WorkloadState
+from gdn_operator.handlers.pods import api_pods, pod_summary
+from gdn_operator.handlers.servers import Servers
+from gdn_operator.handlers.stall import StallWatch
+from gdn_operator.settings import Settings
+from gdn_operator.watch.acceptance import AcceptanceTracker, EngineSnapshot
+from gdn_operator.watch.scraper import ScrapeResult
+
+from builders import EnginePod
+
+ROUND = 15.0  # seconds between rounds (the default scrape and guard intervals)
+ROUNDS = 14  # 210 s: past the guard's default stall_seconds (120) with the 30 s minimum span judged
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def healthy(t: float) -> EngineSnapshot:
+    """An engine under load: 4 requests running, 60 output tokens/s per request, 60 % of its draft tokens accepted."""
+    k = t - 1000.0
+    return EngineSnapshot(
+        timestamp=t,
+        num_drafts=50.0 * k,
+        num_draft_tokens=150.0 * k,
+        num_accepted_tokens=90.0 * k,
+        generation_tokens=240.0 * k,
+        prompt_tokens=100.0 * k,
+        num_requests_running=4,
+        num_requests_waiting=0,
+        engines=1,
+        start_time=900.0,
+    )
+
+
+def frozen(t: float) -> EngineSnapshot:
+    """An engine holding 8 requests and producing nothing (the G1 stall): its counters stand still."""
+    return EngineSnapshot(
+        timestamp=t,
+        num_drafts=5000.0,
+        num_draft_tokens=15000.0,
+        num_accepted_tokens=3000.0,
+        generation_tokens=40000.0,
+        prompt_tokens=130000.0,
+        num_requests_running=8,
+        num_requests_waiting=0,
+        engines=1,
+        start_time=900.0,
+    )
+
+
+class Engines:
+    """The metrics source: each pod's snapshot at the clock's time, by pod name (names are unique per namespace)."""
+
+    def __init__(self, clock: Clock, behaviour: dict[str, Any]) -> None:
+        self.clock, self.behaviour = clock, behaviour
+
+    async def scrape(self, targets: list[Any]) -> list[ScrapeResult]:
+        return [ScrapeResult(t, self.behaviour[t.pod](self.clock.t)) for t in targets]
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def writes(monkeypatch):
+    """The server's status writes (acceptance and stall blocks) as the round hands them over."""
+    calls: list[dict[str, Any]] = []
+
+    def write(namespace, name, acceptance, targets, failed, stall=None, bodies=None):
+        calls.append({"server": (namespace, name), "acceptance": acceptance, "stall": stall})
+        return [], None
+
+    monkeypatch.setattr(acc, "write_acceptance", write)
+    return calls
+
+
+def _supervisors(clock: Clock, behaviour: dict[str, Any]) -> tuple[acc.AcceptanceSupervisor, GuardSupervisor]:
+    sup = acc.AcceptanceSupervisor(AcceptanceTracker(window=60, clock=clock), Engines(clock, behaviour), 1, Servers())
+    sup.stall = StallWatch(clock)
+    guards = GuardSupervisor(SimpleNamespace(settings=Settings(), acceptance=sup))
+    return sup, guards
+
+
+def _guard(**spec: Any) -> GuardState:
+    return GuardState(
+        "ns",
+        "g",
+        uid="g-uid",
+        generation=1,
+        spec=GDNGuardSpec.model_validate({"selector": {"matchLabels": {"app": "chat"}}, **spec}),
+    )
+
+
+def _workload(kind: str, api_version: str, pod: str, uid: str, ip: str) -> WorkloadState:
+    summary = pod_summary(EnginePod(pod).uid(uid).labels({"app": "chat"}).ip(ip).ready().obj(), "vllm")
+    gp = GuardedPod(pod, uid, "vllm", 8000, ("vllm", "serve", "Qwen/Qwen3.5-4B"), "0.34.0", "imageTag", None, summary)
+    return WorkloadState(WorkloadRef(kind, "chat", api_version, f"{kind}-uid"), pods={pod: gp})
+
+
+def _stalled(ws: WorkloadState) -> list[str]:
+    return [f.pod or "" for f in ws.measured if f.type == "Stalled"]
+
+
+async def test_a_server_and_a_guarded_statefulset_of_one_name_keep_their_own_windows_and_detectors(writes):
+    clock = Clock()
+    server_pod = "chat-7d9f5b-x2x4q"
+    sup, guards = _supervisors(clock, {server_pod: healthy, "chat-0": frozen})
+    pods = api_pods([pod_summary(EnginePod(server_pod).uid("s-0").server("chat").ip("10.0.0.4").ready().obj())])
+    guard = guards.guards[("ns", "g")] = _guard()
+    sts = guard.workloads[("StatefulSet", "chat")] = _workload("StatefulSet", "apps/v1", "chat-0", "g-0", "10.0.0.5")
+    for _ in range(ROUNDS):
+        await sup.scrape_round("ns", "chat", pods)  # the GDNModelServer chat
+        await guards._measure(guard, sts)  # the StatefulSet chat the guard watches, same namespace
+        clock.t += ROUND
+    last = writes[-1]["acceptance"]
+    # the server's window holds its own pod's rounds: Ok at its own rate, its own pod only, nothing stalled
+    assert last["state"] == "Ok", last
+    assert last["rate"] == pytest.approx(0.6)
+    assert [p["pod"] for p in last["pods"]] == [server_pod]
+    assert writes[-1]["stall"] is None
+    # the guarded StatefulSet's frozen pod is stalled, and its acceptance is its own (no draft traffic)
+    assert _stalled(sts) == ["chat-0"], sts.measured
+    assert sts.acceptance is not None and sts.acceptance["state"] == "NoTraffic", sts.acceptance
+    assert sts.acceptance["podsReporting"] == 1
+    # the gauges that hold one value per target carry its kind: one series each, and forgetting one keeps the other
+    reg = telemetry.METRICS_REGISTRY
+    server_series = {"namespace": "ns", "server": "chat", "kind": "GDNModelServer"}
+    sts_anomaly = {"namespace": "ns", "server": "chat", "kind": "StatefulSet", "reason": "SpecAcceptanceNearZero"}
+    assert reg.get_sample_value("gdn_spec_acceptance_rate", server_series) == pytest.approx(0.6)
+    assert reg.get_sample_value("gdn_spec_anomaly", sts_anomaly) == 0.0
+    guards._forget_workload(guard, sts)  # the StatefulSet is no longer guarded
+    assert reg.get_sample_value("gdn_spec_anomaly", sts_anomaly) is None
+    assert reg.get_sample_value("gdn_spec_acceptance_rate", server_series) == pytest.approx(0.6)
+
+
+async def test_two_guarded_workloads_of_different_kinds_and_one_name_keep_their_own_state():
+    clock = Clock()
+    sup, guards = _supervisors(clock, {"chat-5c8d6f-k9m2p": healthy, "chat-0": frozen})
+    probes = {"prompts": [{"name": "count", "prompt": "1, 2, 3,", "maxTokens": 8}]}
+    guard = guards.guards[("ns", "g")] = _guard(features={"probes": True}, probes=probes)
+    dep = guard.workloads[("Deployment", "chat")] = _workload("Deployment", "apps/v1", "chat-5c8d6f-k9m2p", "d-0", "10.0.0.6")
+    sts = guard.workloads[("StatefulSet", "chat")] = _workload("StatefulSet", "apps/v1", "chat-0", "g-0", "10.0.0.5")
+    for _ in range(ROUNDS):
+        for ws in (dep, sts):
+            await guards._measure(guard, ws)
+        clock.t += ROUND
+    assert dep.acceptance is not None and dep.acceptance["state"] == "Ok", dep.acceptance
+    assert dep.acceptance["rate"] == pytest.approx(0.6)
+    assert _stalled(dep) == []
+    assert _stalled(sts) == ["chat-0"], sts.measured
+    assert sts.acceptance is not None and sts.acceptance["state"] == "NoTraffic", sts.acceptance
+
+    # output probes: one configuration per workload, each probing its own pods only
+    for ws in (dep, sts):
+        guards._configure_probes(guard, ws)
+    assert len(guards.probes.servers) == 2
+    for ws in (dep, sts):
+        assert [p["name"] for p in guards.probes.pods_of(ws.ref.engine_target("ns"))] == list(ws.pods)
+
+    # the Deployment is no longer guarded: the StatefulSet's detector keeps its history (still stalled at once)
+    guards._forget_workload(guard, dep)
+    await guards._measure(guard, sts)
+    assert _stalled(sts) == ["chat-0"], sts.measured
+    assert len(guards.probes.servers) == 1
