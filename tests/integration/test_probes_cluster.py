@@ -134,7 +134,16 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
             what="the override rendered into the Deployment",
         )
         assert wait_for(lambda: k.events(ns, "pr", "Remediated"), 15, what="Remediated Event")
-        assert metric(op.metrics(), "gdn_output_inconsistent", absent=0.0, namespace=ns, server="pr", reason="ProbeMismatch") == 1
+        # the gauge is the supervisor's round's, the Event the remediation's: each lands on its own schedule (a full
+        # run's load once read the gauge before the round that sets it)
+        wait_for(
+            lambda: (
+                metric(op.metrics(), "gdn_output_inconsistent", absent=0.0, namespace=ns, server="pr", reason="ProbeMismatch")
+                == 1
+            ),
+            15,
+            what="gdn_output_inconsistent{reason=ProbeMismatch} = 1",
+        )
 
         # ---- the overridden engine (a new revision, same generation) is learned afresh ---------
         new = k.ready_pod(ns, "pr", not_named=pod.metadata.name)
