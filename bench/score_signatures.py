@@ -19,7 +19,7 @@ Figures (one row per log, or per log + spec where expected.tsv gives the spec th
     .venv/bin/python bench/score_signatures.py [--operator DIR] [--list] [--json]
 
 `--operator DIR` imports the classifier from another source root (e.g. an export of the base commit:
-`git archive BASE operator | tar -x -C /tmp/base`), so one label set scores two versions of the code.
+`mkdir DIR && git archive BASE operator | tar -x -C DIR`), so one label set scores two versions of the code.
 """
 
 from __future__ import annotations

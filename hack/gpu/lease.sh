@@ -77,7 +77,7 @@ end_step_processes() {  # end_step_processes TAG: SIGKILL every process whose en
 }
 
 run_plan() {  # run_plan FILE UNTIL [early]: the plan's steps in order on GPU 0 (see the header); `early`: the `+` lines
-  local plan="$1" until="$2" early="${3:-}" n=0 ver cap step rest stopver limit end pid bg="" tag
+  local plan="$1" until="$2" early="${3:-}" n=0 ver cap step rest stopver limit end pid bg="" tag scratch
   while read -r ver cap step rest; do
     case "$ver" in ''|'#'*) continue ;; esac
     if [ "$ver" = wait ]; then  # `wait`: the `&` steps started above end first
@@ -102,8 +102,9 @@ run_plan() {  # run_plan FILE UNTIL [early]: the plan's steps in order on GPU 0 
     echo "lease plan: $(date +%T) step $n $step@$ver for at most ${limit} s${stopver:+ (stopped once $stopver is installed)}"
     mkdir -p "$STATE/steps/$n-$step-$ver"
     # shellcheck disable=SC2086  # rest is the step's own words: `-- ARGS`
-    OUT="$STATE/steps/$n-$step-$ver" GDN_LEASE_STEP="$STATE/work/$n-$step" GDN_GPU_SITE="$CACHE/gpu-site/vllm-$ver" GDN_GPU_VLLM_VERSION="$ver" \
-      CUDA_VISIBLE_DEVICES=0 GDN_SESSION_WORK="$STATE/work/$n-$step" \
+    scratch="$STATE/scratch/$n-$step"  # the step's working folder, and the tag its children inherit
+    OUT="$STATE/steps/$n-$step-$ver" GDN_LEASE_STEP="$scratch" GDN_GPU_SITE="$CACHE/gpu-site/vllm-$ver" GDN_GPU_VLLM_VERSION="$ver" \
+      CUDA_VISIBLE_DEVICES=0 GDN_SESSION_WORK="$scratch" \
       bash hack/gpu/session.sh "$step" --until "$end" $rest >"$STATE/steps/$n-$step-$ver/session.log" 2>&1 &
     pid=$!
     if [ -n "$tag" ]; then  # `&STEP`: runs beside the next steps until a `wait` line (steps that time nothing)
@@ -120,7 +121,7 @@ run_plan() {  # run_plan FILE UNTIL [early]: the plan's steps in order on GPU 0 
     wait "$pid" && echo "lease plan: $(date +%T) step $n done" || echo "lease plan: $(date +%T) step $n exited $?"
     # an engine a stopped step left behind would hold GPU memory the next step needs (steps share one GPU in turn):
     # every process that inherited this step's GDN_LEASE_STEP (engines run in sessions of their own) is ended
-    end_step_processes "$STATE/work/$n-$step"
+    end_step_processes "$scratch"
   done <"$plan"
   [ -z "$bg" ] || { wait $bg || true; }
 }

@@ -392,7 +392,7 @@ def test_lease_plan_runs_steps_in_order_and_stops_a_step_when_the_later_release_
         stderr=subprocess.STDOUT,
         text=True,
     )
-    first = cache / "lease-0.34.0" / "work" / "1-shortprompt" / "short-prompts.json"  # after the `+` step
+    first = cache / "lease-0.34.0" / "scratch" / "1-shortprompt" / "short-prompts.json"  # after the `+` step
     assert _wait_for(first, 60), "the 0.26.0 step never started"
     (cache / "gpu-site" / "vllm-0.34.0").mkdir(parents=True)
     (cache / "gpu-site" / "vllm-0.34.0" / ".installed-ok").touch()
