@@ -61,7 +61,7 @@ from _stats import child_pids, cpu_seconds, machine, pct  # noqa: E402  (bench/ 
 from aiohttp import web  # noqa: E402
 from bench_fuzz import manifest, post, start_webhook_operator, tree_crd  # noqa: E402
 from controlplane import ControlPlane, ensure_built, free_port  # noqa: E402
-from gdn_operator.handlers.certs import new_bundle  # noqa: E402
+from gdn_operator.handlers.webhook.certs import new_bundle  # noqa: E402
 from gdn_operator.rules import load_rules  # noqa: E402
 from operator_harness import WEBHOOK_CONFIG, OperatorProcess, delete_webhook_configs, gms, install_crd, wait_for  # noqa: E402
 

@@ -48,7 +48,7 @@ VARIANTS = ("shipped", "freeze", "none")
 #: the operator's sitecustomize: the full-collection recorder (every variant), then the variant's settle_heap
 SITECUSTOMIZE = """
 import gc, os, time
-import gdn_operator.handlers.heap as _startup
+import gdn_operator.handlers.core.heap as _startup
 
 _log = open(os.environ["GDN_BENCH_GC_LOG"], "a", buffering=1)
 _t0 = [0.0]

@@ -2,7 +2,7 @@
 """Benchmark: the operator's CPU share and extra RSS for output probes, and the probe round latency.
 
 ``--servers`` (default 200) GDNModelServers with one Ready engine pod each and ``--probes`` (default 3)
-probes every ``--interval`` seconds (default 30), run by the real ProbeSupervisor (handlers/probes.py:
+probes every ``--interval`` seconds (default 30), run by the real ProbeSupervisor (handlers/engines/probes.py:
 jittered scheduling, shared session, judge_round, the state machine, metrics, status fingerprinting).
 The engines are stand-ins in a separate process (their CPU is not counted): one aiohttp server
 listening on 127.0.1.1 … 127.0.1.N (one IP per pod, same port), answering greedy /v1/completions
@@ -91,7 +91,7 @@ def _status_kb(key: str) -> int:
 
 def client(n: int, probes: int, interval: int, duration: float, port: int) -> None:
     from gdn_operator.api.probes import ProbesSpec
-    from gdn_operator.handlers.probes import ProbeSupervisor, ServerProbes
+    from gdn_operator.handlers.engines.probes import ProbeSupervisor, ServerProbes
     from gdn_operator.watch.probes import ProbeBook
     from gdn_operator.watch.target import EngineTarget
 

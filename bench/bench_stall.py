@@ -11,7 +11,7 @@ per hit).
 One client process runs ``--rounds`` rounds every ``--interval`` s. Each round, CPU time (process_time) of:
 
 * **today's round**: Scraper.scrape + AcceptanceTracker observe/retain/update_baseline/update_gauges/summary
-  for every resource (``--pods-per-resource`` pods each), as handlers/acceptance.py does;
+  for every resource (``--pods-per-resource`` pods each), as handlers/engines/acceptance.py does;
 * **detector**: ``StallDetector.observe`` on every result's snapshot (the scraper already parsed it), with a
   simulated clock advancing ``--sim-interval`` (15 s, the default scrape interval) per round, so a few
   seconds of rounds reach the steady state of a 120 s stallSeconds (2 x 120 / 15 = 16 samples per pod);

@@ -4,7 +4,7 @@
     nice -n 10 .venv/bin/python bench/bench_webhook_flood.py --compare-tree DIR [--seconds 5]
 
 DIR is another commit's tree exported outside the repo (`git archive 91606ed | tar -x -C DIR`). For each tree in
-turn the real front process starts (`python -m gdn_operator.handlers.webhookfront` with PYTHONPATH=<tree>/operator,
+turn the real front process starts (`python -m gdn_operator.front` with PYTHONPATH=<tree>/operator,
 TLS on a loopback port, as the operator starts it; no kopf server behind it: the flood goes to the GDNModelServer
 validation path the front answers itself), and the same phases run against it:
 
@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # builders.server_review: the review th
 import aiohttp  # noqa: E402
 from _stats import machine, pct  # noqa: E402  (bench/ is on sys.path when run as a script)
 from builders import server_review  # noqa: E402
-from gdn_operator.handlers import certs  # noqa: E402
+from gdn_operator.handlers.webhook import certs  # noqa: E402
 
 FINE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "t", "vllmVersion": "0.32.0"}}
 PATH = "/gdn-admission"
@@ -76,7 +76,7 @@ class Front:
         env["PYTHONPATH"] = str(tree / "operator")
         args = ["--listen", f"127.0.0.1:{self.port}", "--backend", str(free_port()), "--cert", str(crt), "--key", str(key)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gdn_operator.handlers.webhookfront", *args, "--ca", str(ca)],
+            [sys.executable, "-m", "gdn_operator.front", *args, "--ca", str(ca)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

@@ -1,8 +1,8 @@
 """tests/builders.py: the default body is one the API admits, each setter does what it says, bodies are copies."""
 
 from gdn_operator.api.load import parse_object, parse_spec
-from gdn_operator.handlers.crashwatch import deaths_in
-from gdn_operator.handlers.pods import pod_summary
+from gdn_operator.handlers.engines.crashwatch import deaths_in
+from gdn_operator.handlers.core.pods import pod_summary
 from gdn_operator.labels import LABEL_GROUP_INDEX, LABEL_SERVER, LABEL_WORKER_INDEX
 
 from builders import GMS, EnginePod

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gdn_operator.handlers import conditions as st
+from gdn_operator.handlers.core import conditions as st
 from gdn_operator.redact import MASK, redact
 from gdn_operator.rules import evaluate
 from gdn_operator.api.load import parse_spec
@@ -67,7 +67,7 @@ def test_guard_findings_are_redacted_in_status_policy_reports_and_problems():
     """Issue 48: a GDNGuard's crash findings copied engine log text into its status and PolicyReports unredacted
     (`token=hf_...` passed through). Findings are redacted where they are made (guardstatus.Finding), so status,
     the PolicyReport, Events and log lines, which all take the finding's message, carry no credential."""
-    from gdn_operator.handlers.guardstatus import Finding, WorkloadView, compose, policy_report
+    from gdn_operator.handlers.guard.status import Finding, WorkloadView, compose, policy_report
 
     leak = "hf_AbCdEfGhIjKlMnOpQrStUv"
     f = Finding("CrashDiagnosed", f"engine died: OSError: 401 for url ?token={leak}", "2026-01-01T00:00:00Z", "x", "p-0", 1)

@@ -56,7 +56,8 @@ if os.environ.get("GDN_OPTIMERS"):
         return timed
 
     def _install() -> None:
-        from gdn_operator.handlers import kube, reconcile, servers, statusguard, workload
+        from gdn_operator.handlers.core import kube, servers, statusguard
+        from gdn_operator.handlers.server import reconcile, workload
 
         reconcile.reconcile_sync = _wrap("reconcile_sync", reconcile.reconcile_sync)
         reconcile.plan = _wrap("plan (reconcile)", reconcile.plan)

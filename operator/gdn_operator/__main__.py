@@ -11,7 +11,7 @@ import sys
 
 import kopf
 
-from gdn_operator.handlers.heap import settle_heap
+from gdn_operator.handlers.core.heap import settle_heap
 from gdn_operator.handlers.main import SETTINGS_MEMO_KEY  # importing it registers every kopf handler
 from gdn_operator.settings import process_settings
 

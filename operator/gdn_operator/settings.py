@@ -22,7 +22,7 @@ from gdn_operator.api.pod import UNSAFE_OPT_INS
 
 WEBHOOK_MODES = ("", "local", "service")
 WEBHOOK_CONFIGS = ("managed", "shipped")
-#: where the GDNModelServer webhook is answered (handlers/webhookfront.py)
+#: where the GDNModelServer webhook is answered (front.py)
 WEBHOOK_PROCESSES = ("own", "operator")
 #: the log line of every process of the operator (its own, the webhook front's)
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
@@ -295,7 +295,7 @@ class Settings:
         "Prometheus the KEDA ScaledObjects query; empty = HPA only",
         "scaleOut.autoscaling.keda.prometheusAddress",
     )
-    # GDNGuard: the run-time features on workloads other tools create (handlers/guards.py)
+    # GDNGuard: the run-time features on workloads other tools create (handlers/guard/supervisor.py)
     guards: bool = _setting(
         "GDN_GUARDS",
         True,
@@ -382,7 +382,7 @@ class Settings:
     )
 
     def __post_init__(self) -> None:
-        if not self.webhook_configs:  # handlers/webhookconfigs.py: the chart ships them in service mode
+        if not self.webhook_configs:  # handlers/webhook/configs.py: the chart ships them in service mode
             object.__setattr__(self, "webhook_configs", "shipped" if self.webhook_mode == "service" else "managed")
         elif self.webhook_configs not in WEBHOOK_CONFIGS:
             _webhook_configs("GDN_WEBHOOK_CONFIGS", self.webhook_configs)

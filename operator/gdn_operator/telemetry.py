@@ -170,7 +170,7 @@ PROBE_FAILING = Gauge(
     registry=METRICS_REGISTRY,
 )
 
-# --- stall detector (handlers/stall.py, issue 24) ---------------------------------------------------------
+# --- stall detector (handlers/engines/stall.py, issue 24) ---------------------------------------------------------
 ENGINE_STALLED = Gauge(
     "gdn_engine_stalled",
     "1 while an engine pod holds requests but makes no progress for spec.health.stallSeconds (condition Stalled).",
@@ -185,7 +185,7 @@ ENGINE_SECONDS_WITHOUT_PROGRESS = Gauge(
     registry=METRICS_REGISTRY,
 )
 
-# --- GDNGuard (handlers/guards.py, issue 35) ---------------------------------------------------------------
+# --- GDNGuard (handlers/guard/supervisor.py, issue 35) ---------------------------------------------------------------
 # A workload a GDNGuard guards is `server` in the series above (its name), so the same alerts and dashboard rows
 # work for it; `kind` tells it from a GDNModelServer here.
 GUARD_FINDINGS = Gauge(

@@ -14,8 +14,8 @@ from kubernetes.utils import parse_quantity
 
 from gdn_operator.api import k8s
 from gdn_operator.api.load import ManifestError, parse_spec
-from gdn_operator.handlers import webhook_limits
-from gdn_operator.handlers.reconcile import refused_as_invalid
+from gdn_operator.handlers.webhook import limits as webhook_limits
+from gdn_operator.handlers.server.reconcile import refused_as_invalid
 from gdn_operator.render.meta import RenderError, check_names
 
 from builders import GMS
@@ -169,7 +169,7 @@ _QUANTITIES = st.builds(
 def test_quantity_check_equals_the_clients_parse_quantity(value):
     """api/ may not import the Kubernetes client (gdnctl runs without it; the import-linter contract), so
     admission keeps its own pure check of resource.Quantity's grammar. On that grammar it decides exactly
-    what kubernetes.utils.parse_quantity (which handlers/workload.py uses) decides."""
+    what kubernetes.utils.parse_quantity (which handlers/server/workload.py uses) decides."""
     assert k8s.positive_quantity(value) == (parse_quantity(value) > 0), value
 
 

@@ -292,7 +292,7 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
         )
         wait_for(lambda: _can(sa_api, watched, "create", "deployments", "apps"), 20, what="RBAC for the SA")
         assert _can(sa_api, watched, "get", "pods", sub="log")
-        assert _can(sa_api, watched, "delete", "pods")  # the stall detector's restart (handlers/stall.py)
+        assert _can(sa_api, watched, "delete", "pods")  # the stall detector's restart (handlers/engines/stall.py)
         assert _can(sa_api, rel_ns, "update", "secrets", name=secret)
         for ns, verb, res, grp, name in [
             (watched, "delete", "deployments", "apps", None),
@@ -305,9 +305,9 @@ def test_helm_install_and_operator_runs_as_chart_service_account(chart_tools, fu
         ]:
             assert not _can(sa_api, ns, verb, res, grp, name), f"SA may {verb} {res} {name or ''} in {ns}"
 
-        # -- the self-signed webhook Secret path (handlers/certs.py) as the SA -------------------------
+        # -- the self-signed webhook Secret path (handlers/webhook/certs.py) as the SA -------------------------
         prog = (
-            "import sys; from gdn_operator.handlers import certs; "
+            "import sys; from gdn_operator.handlers.webhook import certs; "
             "b = certs.ensure_secret_bundle(sys.argv[1], sys.argv[2], sys.argv[3:]); print(b.ca_pem.decode().splitlines()[1])"
         )
         env = {**os.environ, "KUBECONFIG": str(sa_kc), "NO_PROXY": "127.0.0.1"}

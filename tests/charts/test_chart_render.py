@@ -25,11 +25,11 @@ from _chart_helpers import (
 
 # Every (apiGroup, resource) -> verbs the operator may get, and who needs it. The chart may grant a
 # SUBSET (features off); it must never grant anything outside this table. Derived from the code:
-#   handlers/kube.py (SSA apply = patch + create-on-absent, get_deployment, get_server,
-#   update_status, emit_event, crd_exists, delete_pod_monitor), handlers/certs.py (Secret get/create/
-#   replace), handlers/workload.py (kopf index/event on pods and deployments), handlers/reconcile.py,
-#   handlers/crashwatch.py (pod daemon -> kopf finalizer on pods, pods/log), handlers/acceptance.py,
-#   handlers/webhookconfigs.py (get + patch of the chart's webhook configurations), and kopf 1.45
+#   handlers/core/kube.py (SSA apply = patch + create-on-absent, get_deployment, get_server,
+#   update_status, emit_event, crd_exists, delete_pod_monitor), handlers/webhook/certs.py (Secret get/create/
+#   replace), handlers/server/workload.py (kopf index/event on pods and deployments), handlers/server/reconcile.py,
+#   handlers/engines/crashwatch.py (pod daemon -> kopf finalizer on pods, pods/log), handlers/engines/acceptance.py,
+#   handlers/webhook/configs.py (get + patch of the chart's webhook configurations), and kopf 1.45
 #   itself (resource/namespace observers, peering keep-alives, event posting).
 ALLOWED: dict[tuple[str, str], set[str]] = {
     ("serving.gdn-operator.io", "gdnmodelservers"): {"get", "list", "watch", "patch"},
@@ -37,14 +37,14 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("serving.gdn-operator.io", "gdnmodelservers/finalizers"): {"update"},  # blockOwnerDeletion
     ("apps", "deployments"): {"get", "list", "watch", "create", "patch"},
     ("", "services"): {"create", "patch"},
-    # kopf index + event handlers; get: crash-watch log re-follow; delete: the stall watch's restart (handlers/stall.py)
+    # kopf index + event handlers; get: crash-watch log re-follow; delete: the stall watch's restart (handlers/engines/stall.py)
     ("", "pods"): {"get", "list", "watch", "delete"},
     ("", "pods/log"): {"get"},
     ("", "events"): {"create"},
     ("monitoring.coreos.com", "podmonitors"): {"create", "patch", "delete"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
     # the chart ships both configurations; the operator reads them and patches its caBundle in
-    # (handlers/webhookconfigs.py): never create, list, watch, update or delete
+    # (handlers/webhook/configs.py): never create, list, watch, update or delete
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): {"get", "patch"},
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): {"get", "patch"},
     ("", "namespaces"): {"list", "watch"},
@@ -54,7 +54,7 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     # the engine PodDisruptionBudget and the owned model-cache claim (issue 29): apply, prune
     ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
     ("", "persistentvolumeclaims"): {"get", "create", "patch", "delete"},
-    # drain marks for DisruptionBlocked (issue 38, handlers/disruption.py): read only, operator.watchNodes
+    # drain marks for DisruptionBlocked (issue 38, handlers/server/disruption.py): read only, operator.watchNodes
     ("", "nodes"): {"get", "list", "watch"},
     # GDNGuard (issue 35, guard.enabled): the guards, and read only what they select (never a write)
     ("serving.gdn-operator.io", "gdnguards"): {"get", "list", "watch"},
@@ -62,7 +62,7 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("apps", "statefulsets"): {"get", "list", "watch"},
     ("apps", "replicasets"): {"get", "list", "watch"},
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"get", "list", "watch"},
-    # guard.policyReports (issue 48): the operator's PolicyReport per namespace (handlers/guardstatus.py)
+    # guard.policyReports (issue 48): the operator's PolicyReport per namespace (handlers/guard/status.py)
     ("wgpolicyk8s.io", "policyreports"): {"get", "create", "patch"},
 }
 NAMESPACED_RESOURCES = {

@@ -1,7 +1,7 @@
 """The chart's webhook configurations (real `helm template`) against what the operator serves.
 
 The chart ships both configurations complete and the operator only patches their caBundle
-(handlers/webhookconfigs.py), so every webhook the chart renders must be exactly what kopf builds from
+(handlers/webhook/configs.py), so every webhook the chart renders must be exactly what kopf builds from
 the operator's registered admission handlers, pointed at the client config the operator's real webhook
 server (handlers/startup.webhook_server, run with the chart's environment) yields, with a
 namespaceSelector that follows operator.watchNamespaces.
@@ -18,7 +18,10 @@ import kopf
 import pytest
 
 from _chart_helpers import VALUE_SETS, by_kind, docs, env_of, one, render_set, render_text
-from gdn_operator.handlers import certs, main, startup, webhookconfigs
+from gdn_operator.handlers.webhook import certs
+from gdn_operator.handlers import main
+from gdn_operator.handlers import startup
+from gdn_operator.handlers.webhook import configs as webhookconfigs
 from gdn_operator.settings import Settings
 
 KINDS = (webhookconfigs.VALIDATING, webhookconfigs.MUTATING)

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gdn_operator.handlers import acceptance as acc
-from gdn_operator.handlers.servers import Servers
+from gdn_operator.handlers.engines import acceptance as acc
+from gdn_operator.handlers.core.servers import Servers
 from gdn_operator.watch.acceptance import AcceptanceTracker
 
 

@@ -3,8 +3,8 @@ user SET, recorded in an annotation; unset fields are not patched (they resolve 
 
 import json
 
-from gdn_operator.handlers.admission import mitigation_patch
-from gdn_operator.handlers.admission import MITIGATIONS_ANNOTATION
+from gdn_operator.handlers.webhook.admission import mitigation_patch
+from gdn_operator.handlers.webhook.admission import MITIGATIONS_ANNOTATION
 
 SPEC = {
     "model": {"uri": "hf://Qwen/Qwen3.6-35B-A3B"},
@@ -35,7 +35,7 @@ def test_reject_policy_and_clean_specs_are_not_mutated():
 import kopf  # noqa: E402
 import pytest  # noqa: E402
 
-from gdn_operator.handlers.admission import admission  # noqa: E402
+from gdn_operator.handlers.webhook.admission import admission  # noqa: E402
 from runtime_helpers import FakeCrds, make_runtime  # noqa: E402
 
 CLEAN = {
@@ -129,7 +129,7 @@ def test_probes_with_an_api_key_the_operator_cannot_read_are_admitted_with_a_war
 import threading  # noqa: E402
 
 from gdn_operator.handlers import main  # noqa: E402
-from gdn_operator.handlers.plan import may_read_api  # noqa: E402
+from gdn_operator.handlers.core.plan import may_read_api  # noqa: E402
 from gdn_operator.handlers.runtime import MEMO_KEY  # noqa: E402
 
 

@@ -23,8 +23,8 @@ from runtime_helpers import make_runtime
 
 from gdn_operator.cli import main
 from gdn_operator.api import k8s
-from gdn_operator.handlers.admission import admission
-from gdn_operator.handlers.webhook_limits import precheck
+from gdn_operator.handlers.webhook.admission import admission
+from gdn_operator.handlers.webhook.limits import precheck
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from fuzz_corpus import manifest  # noqa: E402
@@ -36,7 +36,7 @@ COUNT = 3000
 
 def webhook(obj: dict[str, Any] | str, **settings: Any) -> tuple[bool, int, str]:
     """(allowed, code, message) of the webhook for a new object (or its JSON text): the bounded reading of the
-    AdmissionReview (handlers/webhook_limits.py `precheck`), then the validating handler."""
+    AdmissionReview (handlers/webhook/limits.py `precheck`), then the validating handler."""
     text = obj if isinstance(obj, str) else json.dumps(obj)
     review_text = '{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "object": '
     review, denial = precheck(review_text + text + "}}")

@@ -9,7 +9,7 @@ import pytest
 
 from cryptography import x509
 
-from gdn_operator.handlers import certs
+from gdn_operator.handlers.webhook import certs
 
 
 def test_bundle_verifies_with_stdlib_tls(tmp_path):

@@ -1,6 +1,6 @@
 """Conditions and phase: the phase is always derived from the conditions."""
 
-from gdn_operator.handlers import conditions as st
+from gdn_operator.handlers.core import conditions as st
 
 
 def test_new_condition_gets_transition_time_and_phase():
@@ -110,7 +110,7 @@ def test_only_the_conditions_module_writes_degraded():
     writers = [
         f"{p.relative_to(pkg)}:{i}"
         for p in pkg.rglob("*.py")
-        if p != pkg / "handlers" / "conditions.py"
+        if p != pkg / "handlers" / "core" / "conditions.py"
         for i, line in enumerate(p.read_text().splitlines(), 1)
         if "DEGRADED" in line and "set_condition" in line
     ]
@@ -125,7 +125,7 @@ def test_the_readme_condition_table_lists_every_condition():
     block = readme.split("<!-- conditions-table -->")[1].split("<!-- /conditions-table -->")[0]
     listed = re.findall(r"^\| `(\w+)` \| ([^|]+?) \|", block, re.M)
     assert listed == [(type_, writer) for type_, (writer, _what) in st.CONDITIONS.items()]
-    pkg = Path(st.__file__).resolve().parents[1]
+    pkg = Path(st.__file__).resolve().parents[2]
     for _type, (writer, _what) in st.CONDITIONS.items():  # every writer named is a module that exists
         for module in writer.replace(" (derived)", "").split(", "):
             assert (pkg / module).is_file(), module

@@ -2,12 +2,12 @@
 
 import pytest
 
-from gdn_operator.handlers import statusguard
-from gdn_operator.handlers.servers import Servers
+from gdn_operator.handlers.core import statusguard
+from gdn_operator.handlers.core.servers import Servers
 from gdn_operator.api.load import parse_spec
-from gdn_operator.handlers.crashwatch import deaths_in
+from gdn_operator.handlers.engines.crashwatch import deaths_in
 from gdn_operator.api.specpatch import merge as _merged_spec
-from gdn_operator.handlers.remediation import remediation_for
+from gdn_operator.handlers.core.remediation import remediation_for
 
 from builders import GMS, EnginePod
 
@@ -109,7 +109,7 @@ class FakeServer:
 
 @pytest.fixture
 def server(monkeypatch):
-    from gdn_operator.handlers import kube
+    from gdn_operator.handlers.core import kube
 
     fake = FakeServer({**BASE, "remediation": {"mode": "none"}})
     monkeypatch.setattr(statusguard, "update_status", fake.update_status)
@@ -118,7 +118,7 @@ def server(monkeypatch):
 
 
 def death(pod, restarts, finished, args=()):
-    from gdn_operator.handlers.crashwatch import Death
+    from gdn_operator.handlers.engines.crashwatch import Death
 
     return Death(
         pod,
@@ -136,7 +136,7 @@ def death(pod, restarts, finished, args=()):
 
 def test_replayed_deaths_after_an_operator_restart_are_not_counted_again(server, rt):
     from runtime_helpers import make_runtime
-    from gdn_operator.handlers import crashwatch
+    from gdn_operator.handlers.engines import crashwatch
 
     crashwatch.handle_death(rt, "ns", "s", death("a", 1, "2026-11-22T10:00:01Z"))
     crashwatch.handle_death(rt, "ns", "s", death("b", 1, "2026-11-22T10:00:05Z"))
@@ -149,7 +149,7 @@ def test_replayed_deaths_after_an_operator_restart_are_not_counted_again(server,
 
 
 def test_crash_of_a_pod_running_a_previous_spec_is_reported_but_not_counted(server, monkeypatch, rt):
-    from gdn_operator.handlers import crashwatch
+    from gdn_operator.handlers.engines import crashwatch
 
     monkeypatch.setattr(crashwatch, "_current_args", lambda obj, rt: {("current",)})  # every argv the workload runs
     crashwatch.handle_death(rt, "ns", "s", death("new", 1, "2026-11-22T10:00:01Z", args=("current",)))
@@ -159,7 +159,7 @@ def test_crash_of_a_pod_running_a_previous_spec_is_reported_but_not_counted(serv
 
 
 def test_change_from_a_rule_mitigation_is_a_merge_patch_and_never_reapplied():
-    from gdn_operator.handlers.remediation import change_from_mitigation
+    from gdn_operator.handlers.core.remediation import change_from_mitigation
 
     c = change_from_mitigation("vllm#51508", {"asyncScheduling": False}, {})
     assert c.patch == {"asyncScheduling": False} and c.action == "asyncScheduling=false"
@@ -230,7 +230,7 @@ def test_drop_nccl_p2p_disable_remediation():
     ],
 )
 def test_tp2_illegal_address_ladder_keeps_mtp_on_first(spec, tried, action, reason):
-    from gdn_operator.handlers.remediation import choose_remediation
+    from gdn_operator.handlers.core.remediation import choose_remediation
 
     obj = {
         "spec": spec,
@@ -240,7 +240,7 @@ def test_tp2_illegal_address_ladder_keeps_mtp_on_first(spec, tried, action, reas
             ]
         },
     }
-    from gdn_operator.handlers.remediation import running_spec
+    from gdn_operator.handlers.core.remediation import running_spec
 
     change, refusal, why = choose_remediation(
         "cuda-illegal-address-accepted-sync", b4_result(), running_spec(obj, "reject"), obj, "reject"
@@ -258,7 +258,9 @@ def test_ladder_runs_as_overrides_and_never_writes_the_spec(monkeypatch):
     decision is made once per revision (generation + the overrides in force)."""
     import copy
 
-    from gdn_operator.handlers import kube, remediation
+    from gdn_operator.handlers.core import kube
+
+    from gdn_operator.handlers.core import remediation
 
     fake = FakeServer({**TP2A, **P2P, "remediation": {"mode": "auto", "threshold": 1}})
     submitted = copy.deepcopy(fake.obj["spec"])
@@ -292,7 +294,8 @@ def test_ladder_runs_as_overrides_and_never_writes_the_spec(monkeypatch):
 
 
 def test_generic_class_without_evidence_is_never_remediated(monkeypatch):
-    from gdn_operator.handlers import kube, remediation
+    from gdn_operator.handlers.core import kube
+    from gdn_operator.handlers.core import remediation
     from gdn_operator.watch.signatures import classify_text
 
     fake = FakeServer({**TP2, "remediation": {"mode": "auto", "threshold": 1}})
@@ -307,8 +310,9 @@ def test_generic_class_without_evidence_is_never_remediated(monkeypatch):
 
 
 def test_one_crash_degrades_until_the_quiet_period_clears_it(server, rt):
-    from gdn_operator.handlers import crashwatch, quiet
-    from gdn_operator.handlers import conditions as st
+    from gdn_operator.handlers.engines import crashwatch
+    from gdn_operator.handlers.engines import quiet
+    from gdn_operator.handlers.core import conditions as st
 
     crashwatch.handle_death(rt, "ns", "s", death("a", 1, "2026-11-22T10:00:01Z"))
     status = server.obj["status"]

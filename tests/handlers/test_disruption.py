@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from gdn_operator.handlers import conditions as st
-from gdn_operator.handlers.disruption import DrainingNodes, blocked, budget_of, drain_mark, set_blocked
+from gdn_operator.handlers.core import conditions as st
+from gdn_operator.handlers.server.disruption import DrainingNodes, blocked, budget_of, drain_mark, set_blocked
 
 
 def pod(name, node, ready=True, deleting=False):

@@ -17,12 +17,12 @@ import pytest
 
 from gdn_operator import telemetry
 from gdn_operator.api.guard import GDNGuardSpec
-from gdn_operator.handlers import acceptance as acc
-from gdn_operator.handlers.guardowners import WorkloadRef
-from gdn_operator.handlers.guards import GuardedPod, GuardState, GuardSupervisor, WorkloadState
-from gdn_operator.handlers.pods import api_pods, pod_summary
-from gdn_operator.handlers.servers import Servers
-from gdn_operator.handlers.stall import StallWatch
+from gdn_operator.handlers.engines import acceptance as acc
+from gdn_operator.handlers.guard.owners import WorkloadRef
+from gdn_operator.handlers.guard.supervisor import GuardedPod, GuardState, GuardSupervisor, WorkloadState
+from gdn_operator.handlers.core.pods import api_pods, pod_summary
+from gdn_operator.handlers.core.servers import Servers
+from gdn_operator.handlers.engines.stall import StallWatch
 from gdn_operator.settings import Settings
 from gdn_operator.watch.acceptance import AcceptanceTracker, EngineSnapshot
 from gdn_operator.watch.scraper import ScrapeResult

@@ -1,4 +1,4 @@
-"""The guard webhook's scope and answer without a cluster (handlers/guardadmission.py; the real API server
+"""The guard webhook's scope and answer without a cluster (handlers/guard/admission.py; the real API server
 round trip is tests/integration/test_guard_admission.py)."""
 
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from gdn_operator.api.guard import GDNGuardSpec
 import json
 
-from gdn_operator.handlers.guardadmission import (
+from gdn_operator.handlers.guard.admission import (
     BYPASS_LABEL,
     CONFIG_BUDGET_BYTES,
     GUARD_WEBHOOK_ID,
@@ -213,7 +213,7 @@ async def test_the_scope_task_survives_an_error_that_is_not_an_os_error(monkeypa
 
     import urllib3
 
-    from gdn_operator.handlers import guardadmission
+    from gdn_operator.handlers.guard import admission as guardadmission
 
     calls, written = [], []
 
@@ -241,7 +241,7 @@ async def test_the_scope_task_survives_an_error_that_is_not_an_os_error(monkeypa
 
 async def test_reviews_read_the_guards_held_in_memory(monkeypatch):
     """No API read per review: the guards come from their events (a LIST only before the first)."""
-    from gdn_operator.handlers import guardadmission
+    from gdn_operator.handlers.guard import admission as guardadmission
 
     lists = []
     monkeypatch.setattr(guardadmission, "list_guards", lambda ns: lists.append(ns) or [guard("g", "team", "deny")])
@@ -258,7 +258,7 @@ async def test_reviews_read_the_guards_held_in_memory(monkeypatch):
 async def test_a_guard_deleted_while_a_list_runs_stays_deleted(monkeypatch):
     """The LIST that refreshes the guards held for reviews may return a guard whose DELETED event came while it
     ran: the event wins (a deleted deny guard must not refuse for another minute)."""
-    from gdn_operator.handlers import guardadmission
+    from gdn_operator.handlers.guard import admission as guardadmission
 
     ga = guardadmission.GuardAdmission("c.x.io")
 

@@ -1,4 +1,4 @@
-"""kopf's non-public parts the operator uses, all through handlers/kopfcompat.py: each name is still where the
+"""kopf's non-public parts the operator uses, all through handlers/core/kopfcompat.py: each name is still where the
 adapter imports it from and still the kind of object the handlers use it as. A kopf release that moves or
 changes one fails here (and at the adapter's import), not in a webhook at run time."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import kopf
 
-from gdn_operator.handlers import kopfcompat
+from gdn_operator.handlers.core import kopfcompat
 
 
 def test_the_admission_errors_are_exceptions_kopf_raises():
@@ -25,7 +25,7 @@ def test_the_admission_errors_are_exceptions_kopf_raises():
 
 
 def test_webhook_server_serve_is_the_static_method_the_bounded_server_overrides():
-    from gdn_operator.handlers.webhook_limits import BoundedWebhookServer
+    from gdn_operator.handlers.webhook.limits import BoundedWebhookServer
 
     assert isinstance(inspect.getattr_static(kopf.WebhookServer, "_serve"), staticmethod)
     assert tuple(inspect.signature(kopf.WebhookServer._serve).parameters) == kopfcompat.SERVE_PARAMETERS
@@ -63,7 +63,7 @@ def test_build_webhooks_takes_the_arguments_webhookconfigs_passes():
 
 
 def test_only_the_adapter_imports_kopf_internals():
-    pkg = Path(kopfcompat.__file__).resolve().parents[1]
+    pkg = Path(kopfcompat.__file__).resolve().parents[2]
     found = []
     for path in pkg.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -75,4 +75,4 @@ def test_only_the_adapter_imports_kopf_internals():
                 else []
             )
             found += [f"{path.relative_to(pkg)}: {n}" for n in names if n.startswith("kopf._")]
-    assert found and all(f.startswith("handlers/kopfcompat.py: ") for f in found), found
+    assert found and all(f.startswith("handlers/core/kopfcompat.py: ") for f in found), found

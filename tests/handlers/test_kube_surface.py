@@ -1,4 +1,4 @@
-"""handlers/kube.py is the one module that talks to the API server: every helper it offers has a caller
+"""handlers/core/kube.py is the one module that talks to the API server: every helper it offers has a caller
 (a helper nobody calls is an untested way to write to the cluster — issue 38 found a spec-writing one)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "gdn_operator"
-KUBE = PACKAGE / "handlers" / "kube.py"
+KUBE = PACKAGE / "handlers" / "core" / "kube.py"
 
 
 def _referenced(path: Path) -> set[str]:
@@ -23,7 +23,7 @@ def test_every_public_kube_helper_has_a_caller():
     for path in PACKAGE.rglob("*.py"):
         used |= _referenced(path)  # kube.py's own calls count (a call is a reference; a def is not)
     unused = [name for name in public if name not in used]
-    assert len(public) > 10 and not unused, f"helpers in handlers/kube.py nobody calls: {unused}"
+    assert len(public) > 10 and not unused, f"helpers in handlers/core/kube.py nobody calls: {unused}"
 
 
 def test_the_operator_has_no_helper_that_writes_a_servers_spec():
@@ -36,7 +36,7 @@ def test_plain_copies_deeply_whatever_it_is_given():
     the copy changes nothing of the original); kube.plain_object also leaves metadata.managedFields out."""
     import kopf
 
-    from gdn_operator.handlers import kube
+    from gdn_operator.handlers.core import kube
 
     raw = {
         "metadata": {"name": "s", "labels": {"a": "b"}, "managedFields": [{"manager": "m"}]},

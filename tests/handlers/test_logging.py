@@ -7,13 +7,13 @@ import re
 from pathlib import Path
 
 import gdn_operator
-from gdn_operator.handlers import kube, statusguard
-
+from gdn_operator.handlers.core import kube
+from gdn_operator.handlers.core import statusguard
 from builders import GMS
 
 
 def test_a_status_write_that_changes_a_condition_is_one_info_line(caplog):
-    caplog.set_level(logging.DEBUG, logger="gdn_operator.handlers.statusguard")
+    caplog.set_level(logging.DEBUG, logger="gdn_operator.handlers.core.statusguard")
     before = {"Ready": ("False", "EnginesNotReady")}
     status = {
         "phase": "Ready",
@@ -32,13 +32,13 @@ def test_a_status_write_that_changes_a_condition_is_one_info_line(caplog):
 
 
 def test_drift_correction_is_logged_with_the_generation(monkeypatch, caplog, rt):
-    from gdn_operator.handlers import workload
+    from gdn_operator.handlers.server import workload
 
     applied, events = [], []
     monkeypatch.setattr(kube, "apply", lambda obj: applied.append(obj["kind"]) or obj)
     monkeypatch.setattr(kube, "emit_event", lambda obj, reason, msg, type_="Normal": events.append(reason))
     server = GMS().uid("u").generation(7).update(prefixCaching=False).obj()
-    caplog.set_level(logging.INFO, logger="gdn_operator.handlers.workload")
+    caplog.set_level(logging.INFO, logger="gdn_operator.handlers.server.workload")
     assert workload.correct_drift(rt, "ns", "s", None, server)
     assert applied == ["Deployment"] and events == ["DriftCorrected"]
     assert [r.getMessage() for r in caplog.records] == [

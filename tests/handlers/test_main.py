@@ -15,7 +15,8 @@ import pytest
 from runtime_helpers import make_runtime
 
 from gdn_operator import GROUP, PLURAL
-from gdn_operator.handlers import kopfcompat, main
+from gdn_operator.handlers.core import kopfcompat
+from gdn_operator.handlers import main
 from gdn_operator.handlers.runtime import MEMO_KEY, Runtime, runtime_of
 
 HANDLERS = Path(main.__file__).parent
@@ -167,7 +168,7 @@ def test_the_operator_process_settles_its_start_up_heap_before_kopf_runs():
     collection holds the GIL and paused admission's answers. Run in a child: the freeze lasts for the process."""
     code = (
         "import gc, kopf, gdn_operator.__main__ as m\n"
-        "from gdn_operator.handlers.heap import GC_THRESHOLDS\n"
+        "from gdn_operator.handlers.core.heap import GC_THRESHOLDS\n"
         "from gdn_operator.rules import load_rules\n"
         "seen = {}\n"
         "def run(**kw):\n"
@@ -207,7 +208,7 @@ def test_kopf_builds_essences_only_for_servers():
 
 def test_a_background_task_that_fails_is_started_again(monkeypatch):
     """Issue 48: every background task of the runtime is supervised: one that raises (or returns) is started again."""
-    from gdn_operator.handlers import tasks
+    from gdn_operator.handlers.core import tasks
 
     monkeypatch.setattr(tasks, "RESTART_SECONDS", 0.01)
     cfg, _, _ = _startup_inputs(monkeypatch)

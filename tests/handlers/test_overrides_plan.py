@@ -1,14 +1,14 @@
-"""Overrides at render (handlers/plan.py) and the upgrade from spec-writing remediation (issue 23)."""
+"""Overrides at render (handlers/core/plan.py) and the upgrade from spec-writing remediation (issue 23)."""
 
 from __future__ import annotations
 
 import copy
 
-from gdn_operator.handlers import statusguard
-from gdn_operator.handlers.servers import Servers
+from gdn_operator.handlers.core import statusguard
+from gdn_operator.handlers.core.servers import Servers
 from gdn_operator.api.overrides import CLEAR_ANNOTATION, add_override
 from gdn_operator.api.specpatch import SpecPatch
-from gdn_operator.handlers.plan import plan
+from gdn_operator.handlers.core.plan import plan
 
 from builders import GMS, SMALL_RESOURCES
 
@@ -79,7 +79,8 @@ def test_upgrade_a_server_patched_by_the_old_remediation_keeps_running_its_patch
     upgrade those fields are the spec's own values (judged by the policy like any set value: the remediation
     was admitted when made), the annotation is left alone (never read, never written again), and the old
     status.remediations record (no revision) still counts for its generation."""
-    from gdn_operator.handlers import kube, remediation
+    from gdn_operator.handlers.core import kube
+    from gdn_operator.handlers.core import remediation
     from gdn_operator.watch.signatures import classify_text
 
     old = (

@@ -18,11 +18,11 @@ from waiting import async_poll  # noqa: E402
 from builders import GMS  # noqa: E402
 
 from controlplane import free_port  # noqa: E402
-from gdn_operator.handlers import statusguard
-from gdn_operator.handlers.servers import Servers
+from gdn_operator.handlers.core import statusguard
+from gdn_operator.handlers.core.servers import Servers
 from gdn_operator import telemetry  # noqa: E402
 from gdn_operator.api.probes import ProbesSpec  # noqa: E402
-from gdn_operator.handlers.probes import ProbeSupervisor, ServerProbes  # noqa: E402
+from gdn_operator.handlers.engines.probes import ProbeSupervisor, ServerProbes  # noqa: E402
 from gdn_operator.watch.probes import ProbeBook  # noqa: E402
 from gdn_operator.watch.target import EngineTarget  # noqa: E402
 
@@ -275,9 +275,9 @@ def no_api(rt):
 
 
 def test_server_from_body_renders_the_engine_identity_pods_are_matched_with(no_api):
-    from gdn_operator.handlers.probes import server_from_body
-    from gdn_operator.handlers.plan import expected_objects
-    from gdn_operator.handlers.pods import pod_summary
+    from gdn_operator.handlers.engines.probes import server_from_body
+    from gdn_operator.handlers.core.plan import expected_objects
+    from gdn_operator.handlers.core.pods import pod_summary
 
     s = server_from_body(SERVED.generation(3).update(asyncScheduling=True).obj(), no_api)  # async set on: vllm#51508 warned
     assert s.spec is not None and s.generation == 3 and s.model == "srv"
@@ -293,7 +293,7 @@ def test_server_from_body_renders_the_engine_identity_pods_are_matched_with(no_a
 
 
 def test_server_from_body_restores_counts_and_reference_of_the_same_generation_only(no_api):
-    from gdn_operator.handlers.probes import server_from_body
+    from gdn_operator.handlers.engines.probes import server_from_body
 
     saved = {
         "probes": {
@@ -316,7 +316,7 @@ def test_server_from_body_restores_counts_and_reference_of_the_same_generation_o
 
 
 def test_no_probes_or_a_rejected_spec_means_nothing_to_probe(no_api):
-    from gdn_operator.handlers.probes import server_from_body
+    from gdn_operator.handlers.engines.probes import server_from_body
 
     assert server_from_body(SERVED.generation(1).update(probes=None).obj(), no_api).spec is None
     assert server_from_body(SERVED.generation(1).set("probes.enabled", False).obj(), no_api).spec is None
@@ -341,7 +341,7 @@ OVERRIDE = {
 def test_a_remediation_override_is_a_new_revision_probed_afresh(no_api):
     """The override changes what runs without a new generation: counts, reference and the remediation hook of
     the revision before it do not carry over; the engine identity is the overridden render's."""
-    from gdn_operator.handlers.probes import server_from_body
+    from gdn_operator.handlers.engines.probes import server_from_body
 
     ref = {
         "generation": 3,
@@ -426,7 +426,7 @@ async def test_track_re_learns_when_the_overrides_change_not_on_other_status_eve
 
 
 def test_a_round_of_the_revision_before_an_override_writes_nothing(monkeypatch):
-    from gdn_operator.handlers import probes as hp
+    from gdn_operator.handlers.engines import probes as hp
     from gdn_operator.watch.probes import Condition
 
     s = server(probes_spec())
@@ -452,7 +452,7 @@ def test_a_round_of_the_revision_before_an_override_writes_nothing(monkeypatch):
 async def test_the_override_is_rendered_even_when_its_new_revision_cancels_the_round(engines, port, monkeypatch, no_api):
     """Recording the override writes status; the operator sees a new revision and re-tracks the server, which
     cancels the running round — the override must still be rendered (overrides.reapply)."""
-    from gdn_operator.handlers import probes as hp
+    from gdn_operator.handlers.engines import probes as hp
 
     e = engines("127.0.0.2")
     rendered: list[tuple] = []

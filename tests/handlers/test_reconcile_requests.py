@@ -15,10 +15,14 @@ import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
 
-from gdn_operator.handlers import kube, reconcile, statusguard
-from gdn_operator.handlers import conditions as st
-from gdn_operator.handlers.kube import changed_by_apply
-from gdn_operator.handlers.statusguard import status_patch
+from gdn_operator.handlers.core import kube
+
+from gdn_operator.handlers.server import reconcile
+
+from gdn_operator.handlers.core import statusguard
+from gdn_operator.handlers.core import conditions as st
+from gdn_operator.handlers.core.kube import changed_by_apply
+from gdn_operator.handlers.core.statusguard import status_patch
 from runtime_helpers import make_runtime
 
 from builders import GMS
@@ -351,9 +355,9 @@ def test_retrying_numbers_the_attempts_and_raises_the_last_error_or_any_other_at
 
 # ------------------------------------- issue 29 part 9: a workload event asks nothing it already knows ---
 
-from gdn_operator.handlers import workload  # noqa: E402
-from gdn_operator.handlers.servers import Servers  # noqa: E402
-from gdn_operator.handlers.plan import expected_objects  # noqa: E402
+from gdn_operator.handlers.server import workload  # noqa: E402
+from gdn_operator.handlers.core.servers import Servers  # noqa: E402
+from gdn_operator.handlers.core.plan import expected_objects  # noqa: E402
 from gdn_operator.render.scaleout import workload_of  # noqa: E402
 
 

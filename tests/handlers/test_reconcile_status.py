@@ -8,9 +8,10 @@ import copy
 
 import pytest
 
-from gdn_operator.handlers import conditions as st
-from gdn_operator.handlers import kube, reconcile
-from gdn_operator.handlers.plan import plan
+from gdn_operator.handlers.core import conditions as st
+from gdn_operator.handlers.core import kube
+from gdn_operator.handlers.server import reconcile
+from gdn_operator.handlers.core.plan import plan
 from gdn_operator.render.scaleout import workload_of
 
 from builders import GMS

@@ -15,8 +15,9 @@ import pytest
 import urllib3
 import waiting
 
-from gdn_operator.handlers.servers import Servers
-from gdn_operator.handlers import kube, logfollow
+from gdn_operator.handlers.core.servers import Servers
+from gdn_operator.handlers.core import kube
+from gdn_operator.handlers.engines import logfollow
 
 
 @contextlib.contextmanager

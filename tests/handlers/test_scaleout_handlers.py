@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gdn_operator.handlers import statusguard
-from gdn_operator.handlers.servers import Servers
-from gdn_operator.handlers import router as router_h
-
+from gdn_operator.handlers.core import statusguard
+from gdn_operator.handlers.core.servers import Servers
+from gdn_operator.handlers.server import router as router_h
 from builders import GMS, EnginePod
 
 BASE = GMS().spec()
@@ -32,7 +31,8 @@ class Fake:
 
 @pytest.fixture
 def fake(monkeypatch):
-    from gdn_operator.handlers import crashwatch, kube
+    from gdn_operator.handlers.engines import crashwatch
+    from gdn_operator.handlers.core import kube
 
     f = Fake()
     monkeypatch.setattr(statusguard, "update_status", f.update_status)
@@ -42,13 +42,13 @@ def fake(monkeypatch):
 
 
 def death(pod, restarts, finished, message, group="s/0"):
-    from gdn_operator.handlers.crashwatch import Death
+    from gdn_operator.handlers.engines.crashwatch import Death
 
     return Death(pod, f"uid-{pod}", "vllm", restarts, 1, "Error", message, finished, False, (), group)
 
 
 def test_group_pods_are_labelled_with_their_group():
-    from gdn_operator.handlers.crashwatch import deaths_in
+    from gdn_operator.handlers.engines.crashwatch import deaths_in
 
     pod = (
         EnginePod("s-0-1")
@@ -61,7 +61,7 @@ def test_group_pods_are_labelled_with_their_group():
 
 
 def test_one_group_crash_counts_once_and_keeps_the_workers_root_cause(fake, rt):
-    from gdn_operator.handlers import crashwatch
+    from gdn_operator.handlers.engines import crashwatch
 
     crashwatch.handle_death(rt, "ns", "s", death("s-0-1", 1, "2026-11-22T10:00:00Z", B1))  # worker: the root cause
     crashwatch.handle_death(rt, "ns", "s", death("s-0", 1, "2026-11-22T10:00:03Z", NCCL))  # leader follows
@@ -76,7 +76,7 @@ def test_one_group_crash_counts_once_and_keeps_the_workers_root_cause(fake, rt):
 
 
 def test_deaths_in_different_groups_are_separate_crashes(fake, rt):
-    from gdn_operator.handlers import crashwatch
+    from gdn_operator.handlers.engines import crashwatch
 
     crashwatch.handle_death(rt, "ns", "s", death("s-0-1", 1, "2026-11-22T10:00:00Z", B1, group="s/0"))
     crashwatch.handle_death(rt, "ns", "s", death("s-1-1", 1, "2026-11-22T10:00:02Z", B1, group="s/1"))
@@ -124,9 +124,10 @@ def test_pool_conditions_are_mirrored_and_dropped(monkeypatch):
 
 
 def test_a_pod_of_the_incident_dying_again_is_a_new_crash(fake, rt):
-    from gdn_operator.handlers import crashwatch
+    from gdn_operator.handlers.engines import (
+        crashwatch,
+    )  # worker, leader (same incident), then the worker again a few seconds later: that is the next crash
 
-    # worker, leader (same incident), then the worker again a few seconds later: that is the next crash
     crashwatch.handle_death(rt, "ns", "s", death("s-0-1", 1, "2026-11-22T10:00:00Z", B1))
     crashwatch.handle_death(rt, "ns", "s", death("s-0", 1, "2026-11-22T10:00:01Z", NCCL))
     assert fake.obj["status"]["lastCrash"]["incidentPods"] == ["s-0-1", "s-0"]
@@ -136,7 +137,7 @@ def test_a_pod_of_the_incident_dying_again_is_a_new_crash(fake, rt):
 
 
 def test_missing_apis_are_refused_with_the_field_and_the_fix(rt):
-    from gdn_operator.handlers import plan
+    from gdn_operator.handlers.core import plan
 
     body = GMS().uid("u").update(tensorParallelSize=2, nodes=2, prefixCaching=False).obj()
     p = plan.plan(body, rt)  # rt: no optional CRD installed
@@ -148,7 +149,7 @@ def test_missing_apis_are_refused_with_the_field_and_the_fix(rt):
 
 def test_keda_only_with_a_prometheus_address_and_its_crd():
     from runtime_helpers import FakeCrds, make_runtime
-    from gdn_operator.handlers import plan
+    from gdn_operator.handlers.core import plan
 
     spec_body = GMS().status({}).update(prefixCaching=False, autoscaling={"maxReplicas": 3, "target": 2}).obj()
     hpa_only = make_runtime()
@@ -167,7 +168,7 @@ def test_keda_only_with_a_prometheus_address_and_its_crd():
 
 
 def test_only_group_leaders_are_scraped():
-    from gdn_operator.handlers.pods import api_pods, pod_summary
+    from gdn_operator.handlers.core.pods import api_pods, pod_summary
 
     def p(name, labels):
         return pod_summary(EnginePod(name).labels(labels).obj())

@@ -1,4 +1,4 @@
-"""handlers/servers.py, the one door to a GDNModelServer (issue 37): one owner per status key (STATUS, found in
+"""handlers/core/servers.py, the one door to a GDNModelServer (issue 37): one owner per status key (STATUS, found in
 the source like conditions.CONDITIONS), and the door's cache: newest body kept, fresh reads only on request."""
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import pytest
 
 import gdn_operator
 from gdn_operator.api.status import GDNModelServerStatus
-from gdn_operator.handlers import servers as door
-from gdn_operator.handlers import statusguard
+from gdn_operator.handlers.core import servers as door
+from gdn_operator.handlers.core import statusguard
 
 PKG = Path(gdn_operator.__file__).resolve().parent
 #: the code that writes a server's status dict (a variable named `status`): the handlers, and the one API module
 #: that edits it (the overrides; api/crd.py's `status` is a schema, not a status)
-#: modules writing another resource's status (a GDNGuard's: handlers/guardstatus.py is its one writer, checked below)
-OTHER_RESOURCES = {PKG / "handlers" / "guardstatus.py"}
-SCANNED = sorted({*(PKG / "handlers").glob("*.py"), PKG / "api" / "overrides.py"} - OTHER_RESOURCES)
+#: modules writing another resource's status (a GDNGuard's: handlers/guard/status.py is its one writer, checked below)
+OTHER_RESOURCES = {PKG / "handlers" / "guard" / "status.py"}
+SCANNED = sorted({*(PKG / "handlers").rglob("*.py"), PKG / "api" / "overrides.py"} - OTHER_RESOURCES)
 
 
 def _key(node: ast.expr, module: object) -> str | None:
@@ -72,18 +72,18 @@ def test_every_status_key_has_one_writer_the_status_table_names():
         for key, _line in status_writes(path):
             found.setdefault(key, set()).add(str(path.relative_to(PKG)))
     wrong = {k: sorted(mods) for k, mods in found.items() if k not in door.STATUS or mods != {door.STATUS[k][0]}}
-    assert wrong == {}, "status keys written outside their owner (handlers/servers.py STATUS)"
+    assert wrong == {}, "status keys written outside their owner (handlers/core/servers.py STATUS)"
     assert sorted(found) == sorted(door.STATUS), "a key in STATUS that nothing writes"
 
 
 def test_the_guard_status_writer_writes_only_guard_status_keys():
-    """handlers/guardstatus.py writes GDNGuard status (its keys are that schema's), and no other module does."""
+    """handlers/guard/status.py writes GDNGuard status (its keys are that schema's), and no other module does."""
     from gdn_operator.api.guard import GDNGuardStatus
 
-    src = (PKG / "handlers" / "guardstatus.py").read_text()
+    src = (PKG / "handlers" / "guard" / "status.py").read_text()
     # the shared condition code sets a GDNModelServer's `phase`; the guard's writer pops it (not in its schema)
     assert 'status.pop("phase", None)' in src
-    keys = {k for k, _ in status_writes(PKG / "handlers" / "guardstatus.py")} - {"phase"}
+    keys = {k for k, _ in status_writes(PKG / "handlers" / "guard" / "status.py")} - {"phase"}
     schema = {f.alias or name for name, f in GDNGuardStatus.model_fields.items()}
     assert keys and keys <= schema, keys - schema
     guard_only = schema - {f.alias or name for name, f in GDNModelServerStatus.model_fields.items()}
@@ -100,11 +100,11 @@ def test_the_status_table_covers_the_status_schema():
 
 def test_the_scan_finds_a_write_outside_the_owner():
     """The scan is not blind: a second writer of `workload` (the key reconcile.py used to write too) is found."""
-    src = (PKG / "handlers" / "workloadstatus.py").read_text()
+    src = (PKG / "handlers" / "server" / "workloadstatus.py").read_text()
     assert ("workload", next(i for i, line in enumerate(src.splitlines(), 1) if "status[WORKLOAD] = dep" in line)) in (
-        status_writes(PKG / "handlers" / "workloadstatus.py")
+        status_writes(PKG / "handlers" / "server" / "workloadstatus.py")
     )
-    keys = [k for k, _ in status_writes(PKG / "handlers" / "reconcile.py")]
+    keys = [k for k, _ in status_writes(PKG / "handlers" / "server" / "reconcile.py")]
     assert "workload" not in keys and "overrides" not in keys and {"observedGeneration", "ownedKinds", "url"} <= set(keys)
 
 

@@ -1,4 +1,4 @@
-"""Stall watch (handlers/stall.py) without an API server: verdicts per pod from scrape results (a failed scrape
+"""Stall watch (handlers/engines/stall.py) without an API server: verdicts per pod from scrape results (a failed scrape
 keeps the last known one), status.stall and condition Stalled with one Event per transition, Degraded derived,
 gauges, and the ladder (restart once per generation, then the G1 advice, remediation.mode respected).
 The real-control-plane run is tests/integration/test_stall_cluster.py."""
@@ -12,9 +12,11 @@ import pytest
 from stall_replay import exposition
 
 from gdn_operator import telemetry
-from gdn_operator.handlers import kube, stall, statusguard
-from gdn_operator.handlers.servers import Servers
-from gdn_operator.handlers import conditions as st
+from gdn_operator.handlers.core import kube
+from gdn_operator.handlers.engines import stall
+from gdn_operator.handlers.core import statusguard
+from gdn_operator.handlers.core.servers import Servers
+from gdn_operator.handlers.core import conditions as st
 from gdn_operator.watch.acceptance import parse_exposition
 from gdn_operator.watch.target import EngineTarget
 from gdn_operator.watch.scraper import ScrapeResult, Target

@@ -4,12 +4,12 @@ download step's last words), degrades the server, gets one Warning Event, and cl
 
 import pytest
 
-from gdn_operator.handlers import conditions as st
-from gdn_operator.handlers import kube as kube_mod
-from gdn_operator.handlers import statusguard
-from gdn_operator.handlers.servers import Servers
-from gdn_operator.handlers import workload as wl
-from gdn_operator.handlers.pods import IMAGE_PULL_FAILED, MODEL_DOWNLOAD_FAILED, pod_summary, start_failure
+from gdn_operator.handlers.core import conditions as st
+from gdn_operator.handlers.core import kube as kube_mod
+from gdn_operator.handlers.core import statusguard
+from gdn_operator.handlers.core.servers import Servers
+from gdn_operator.handlers.server import workload as wl
+from gdn_operator.handlers.core.pods import IMAGE_PULL_FAILED, MODEL_DOWNLOAD_FAILED, pod_summary, start_failure
 
 from builders import EnginePod
 

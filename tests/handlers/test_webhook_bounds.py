@@ -17,10 +17,14 @@ import aiohttp.web
 import pytest
 from builders import server_review
 
-from gdn_operator.handlers import admission, certs, webhook_limits
-from gdn_operator.handlers.kube import CrdCache
-from gdn_operator.handlers.webhook_limits import MAX_BODY_BYTES, free_loopback_port
-from gdn_operator.handlers.webhookfront import Front, FrontFacts
+from gdn_operator.handlers.webhook import admission
+
+from gdn_operator.handlers.webhook import certs
+
+from gdn_operator.handlers.webhook import limits as webhook_limits
+from gdn_operator.handlers.core.kube import CrdCache
+from gdn_operator.handlers.webhook.limits import MAX_BODY_BYTES, free_loopback_port
+from gdn_operator.front import Front, FrontFacts
 from gdn_operator.settings import Settings
 
 FINE = {"model": {"uri": "hf://Qwen/Qwen3.5-27B"}, "image": {"tag": "t", "vllmVersion": "0.32.0"}}
@@ -191,7 +195,7 @@ async def test_slow_bodies_hold_no_turn_and_held_bytes_are_budgeted(tmp_path):
 async def test_kopfs_server_in_the_operators_process_has_the_same_bounds(tmp_path):
     """webhook.process: operator (kopf's server answers every review, the guard webhook's too): the same gate. A
     5000-digit integer is a 400 (was 500), a body past the limit 413, and the guard route answers a valid review."""
-    from gdn_operator.handlers.webhook_limits import BoundedWebhookServer
+    from gdn_operator.handlers.webhook.limits import BoundedWebhookServer
 
     c = _bundle(tmp_path)
     port = free_loopback_port()

@@ -1,4 +1,4 @@
-"""handlers/webhookconfigs.py: pointing the chart-shipped webhook configurations at the operator (plan,
+"""handlers/webhook/configs.py: pointing the chart-shipped webhook configurations at the operator (plan,
 retry) and the GDN_WEBHOOK_CONFIGS switch."""
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ import copy
 import kopf
 import pytest
 
-from gdn_operator.handlers import main, webhookconfigs
-from gdn_operator.handlers.webhookconfigs import MUTATING, VALIDATING, ConfigurationProblem, plan
+from gdn_operator.handlers import main
+
+from gdn_operator.handlers.webhook import configs as webhookconfigs
+from gdn_operator.handlers.webhook.configs import MUTATING, VALIDATING, ConfigurationProblem, plan
 from gdn_operator.settings import Settings
 
 CONFIG = "gdn.example.io"

@@ -16,10 +16,11 @@ from builders import server_review
 
 from controlplane import port_refuses
 from gdn_operator import telemetry
-from gdn_operator.handlers import admission, certs
-from gdn_operator.handlers.frontprocess import FrontError, FrontProcess
-from gdn_operator.handlers.webhook_limits import BoundedWebhookServer, free_loopback_port, review_answer, with_port
-from gdn_operator.handlers.webhookfront import Front
+from gdn_operator.handlers.webhook import admission
+from gdn_operator.handlers.webhook import certs
+from gdn_operator.handlers.webhook.frontprocess import FrontError, FrontProcess
+from gdn_operator.handlers.webhook.limits import BoundedWebhookServer, free_loopback_port, review_answer, with_port
+from gdn_operator.front import Front
 
 
 def review(spec: dict[str, Any], uid: str = "u-1") -> dict[str, Any]:
@@ -78,7 +79,7 @@ def test_the_front_reports_only_what_changed(tmp_path):
 
 
 def test_a_report_of_many_changes_comes_in_lines_the_operator_reads(tmp_path, monkeypatch):
-    from gdn_operator.handlers import webhookfront
+    from gdn_operator import front as webhookfront
 
     monkeypatch.setattr(webhookfront, "REPORT_CHUNK", 2)
     c = _bundle(tmp_path)
@@ -156,9 +157,9 @@ def test_a_front_needs_certificate_files():
 
 @pytest.mark.timeout(60)
 async def test_the_front_serves_a_renewed_certificate(tmp_path, monkeypatch):
-    """The operator renews its certificate (handlers/certs.py) and cert-manager rotates a mounted one: the front
+    """The operator renews its certificate (handlers/webhook/certs.py) and cert-manager rotates a mounted one: the front
     reads the files again and new connections get the new pair."""
-    from gdn_operator.handlers import webhookfront
+    from gdn_operator import front as webhookfront
 
     monkeypatch.setattr(webhookfront, "CERT_CHECK_SECONDS", 0.05)
     c = _bundle(tmp_path)
@@ -213,7 +214,7 @@ async def test_a_front_that_cannot_start_is_an_error_and_nothing_is_left_running
 async def test_stop_leaves_no_front_even_while_one_is_being_restarted(tmp_path, monkeypatch):
     """A front killed from outside is started again by the supervisor; stop() then (whether the restart already
     happened or is still waiting) ends the supervisor before the process, so no front outlives it."""
-    import gdn_operator.handlers.frontprocess as fpm
+    import gdn_operator.handlers.webhook.frontprocess as fpm
 
     monkeypatch.setenv("GDN_WEBHOOK_MODE", "")
     monkeypatch.setattr(fpm, "RESTART_SECONDS", 0.01)
@@ -241,7 +242,8 @@ def test_forged_namespaces_grow_no_series_and_report_lines_stay_under_the_read_l
     """Issue 48: the counter's namespace label came from the review's body (any caller of the webhook port can
     forge it): random namespaces grew series without bound, and a long one could push a report line past the
     operator's 1 MiB read limit. Label values come from a bounded set, so a report line is bounded too."""
-    from gdn_operator.handlers import frontprocess, webhookfront
+    from gdn_operator.handlers.webhook import frontprocess
+    from gdn_operator import front as webhookfront
 
     monkeypatch.setattr(telemetry, "_admission_namespaces", set())  # (the other tests' namespaces stay countable)
     c = _bundle(tmp_path)

@@ -11,7 +11,9 @@ import kopf
 import pytest
 from runtime_helpers import make_runtime
 
-from gdn_operator.handlers import kube, startup
+from gdn_operator.handlers.core import kube
+
+from gdn_operator.handlers import startup
 from gdn_operator.settings import Settings
 
 
@@ -79,7 +81,7 @@ def test_client_classes_are_imported_before_any_handler_runs():
     import sys
 
     code = (
-        "import kubernetes.client as c, gdn_operator.handlers.kube as k\n"
+        "import kubernetes.client as c, gdn_operator.handlers.core.kube as k\n"
         "names = [cls.__name__ for cls in k.WARM_CLASSES]\n"
         "assert {'AppsV1Api', 'CoreV1Api', 'AutoscalingV2Api', 'CoreV1Event'} <= set(names), names\n"
         "print(sorted(n for n in names if n not in vars(c)))\n"

@@ -2,9 +2,9 @@
 
 import pytest
 
-from gdn_operator.handlers.kube import owner_name, owner_ref
-from gdn_operator.handlers.pods import pod_summary
-from gdn_operator.handlers.workload import is_subset
+from gdn_operator.handlers.core.kube import owner_name, owner_ref
+from gdn_operator.handlers.core.pods import pod_summary
+from gdn_operator.handlers.server.workload import is_subset
 
 from builders import EnginePod
 
@@ -74,7 +74,7 @@ def test_pod_summary_unschedulable_and_restarts():
 def test_handlers_of_namespaced_resources_require_the_namespace():
     """kopf types `namespace` Optional (cluster-scoped resources); the pods, workloads and servers this
     operator watches always carry one, and a missing one fails loudly instead of reaching the API as None."""
-    from gdn_operator.handlers import kube
+    from gdn_operator.handlers.core import kube
 
     assert kube.require_namespace("team-a") == "team-a"
     with pytest.raises(ValueError, match="no namespace for an event of a namespaced resource"):
@@ -83,11 +83,11 @@ def test_handlers_of_namespaced_resources_require_the_namespace():
 
 # ------------------------------------------------------- issue 29: a rollout that cannot place its pods ---
 
-from gdn_operator.handlers import conditions as st  # noqa: E402
-from gdn_operator.handlers import statusguard  # noqa: E402
-from gdn_operator.handlers.servers import Servers  # noqa: E402
-from gdn_operator.handlers import workload as wl  # noqa: E402
-from gdn_operator.handlers.workloadstatus import ROLLOUT_BLOCKED  # noqa: E402
+from gdn_operator.handlers.core import conditions as st  # noqa: E402
+from gdn_operator.handlers.core import statusguard  # noqa: E402
+from gdn_operator.handlers.core.servers import Servers  # noqa: E402
+from gdn_operator.handlers.server import workload as wl  # noqa: E402
+from gdn_operator.handlers.server.workloadstatus import ROLLOUT_BLOCKED  # noqa: E402
 
 
 @pytest.fixture
@@ -138,7 +138,7 @@ def test_surge_rollout_without_spare_gpus_is_progressing_false_with_the_reason(s
 # ------------------------------------------------ issue 38: status.selector for the scale subresource ---
 
 from gdn_operator.api.load import parse_spec  # noqa: E402
-from gdn_operator.handlers.workloadstatus import workload_status  # noqa: E402
+from gdn_operator.handlers.server.workloadstatus import workload_status  # noqa: E402
 from gdn_operator.render.engine import deployment  # noqa: E402
 from gdn_operator.render.lws import leader_worker_set  # noqa: E402
 

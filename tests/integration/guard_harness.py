@@ -15,7 +15,7 @@ from operator_harness import wait_for
 from gdn_operator import GROUP, VERSION
 
 GUARDS = "gdnguards"
-#: the operator's writers: its client (handlers/kube.py: every write without ?fieldManager= is named after its
+#: the operator's writers: its client (handlers/core/kube.py: every write without ?fieldManager= is named after its
 #: User-Agent) and kopf's own (User-Agent kopf/...)
 OPERATOR_MANAGERS = {"gdn-operator", "kopf"}
 #: the launch line of the tiny recall model as a plain workload runs it (the real CPU engine serves it on the pod IP)

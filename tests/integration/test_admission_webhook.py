@@ -96,7 +96,7 @@ def test_denials_are_counted_in_operator_metrics(op, k, ns):
     obj = gms("counted", image={"tag": "v0.17.1", "vllmVersion": "0.17.1"}, admissionPolicy="reject")
     outcome, err = create_until_webhook_answers(k, ns, obj)
     assert outcome == "denied" and "vllm#36917" in json.loads(err.body)["message"]
-    # answered by the webhook front (handlers/webhookfront.py), which reports its counts to the operator's process
+    # answered by the webhook front (front.py), which reports its counts to the operator's process
     # every REPORT_SECONDS: the operator's /metrics has them shortly after the answer, not with it
     sample = 'gdn_admission_decisions_total{decision="denied",namespace="%s",rule="vllm#36917"} ' % ns
     line = wait_for(lambda: next((ln for ln in op.metrics().splitlines() if ln.startswith(sample)), None), 10, what=sample)

@@ -224,11 +224,11 @@ def test_repeated_known_crash_is_remediated_exactly_once_as_an_override(op, k, n
 
 def test_a_remediated_crash_reads_the_server_at_most_once(op, k, ns, full_cluster):
     """Issue 37: classifying the crash (its spec evidence), recording it, claiming the remediation, rendering the
-    override and syncing the autoscaler all start from the newest body the operator holds (handlers/servers.py):
+    override and syncing the autoscaler all start from the newest body the operator holds (handlers/core/servers.py):
     one remediated crash reads the server at most once (it was up to 5 GETs: one per step). Counted at the API
     server (apiserver_request_total); the test itself waits with reads of pods and Deployments only.
 
-    The one other read the door makes is on a status-write conflict: its guarded write (handlers/statusguard.py) is
+    The one other read the door makes is on a status-write conflict: its guarded write (handlers/core/statusguard.py) is
     refused with 422 when another writer changed the status since the body it holds, and it must read the newest
     body then. The rollout the remediation starts sends Deployment events whose status writes can meet the crash
     watch's (a full run hit two such conflicts): each refused write is allowed its one read, no more."""

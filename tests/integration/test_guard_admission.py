@@ -18,7 +18,7 @@ from kubernetes.client.rest import ApiException
 
 from gdn_operator import GROUP, GUARD_PLURAL, VERSION
 from gdn_operator.api.crd import guard_crd_manifest
-from gdn_operator.handlers.guardadmission import GUARD_WEBHOOK_ID, guard_config_name
+from gdn_operator.handlers.guard.admission import GUARD_WEBHOOK_ID, guard_config_name
 from operator_harness import WEBHOOK_CONFIG, install_crd, running_webhook_operator, wait_for
 
 SC = '{"method":"mtp","num_speculative_tokens":2}'

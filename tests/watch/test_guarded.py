@@ -1,5 +1,5 @@
 """What the guard controller reads of the pods it selects (watch/guarded.py, issue 35): selector, port, the release
-problem (the engine container and release: rules/workload.py, tests/rules/test_guard_workload.py); and the guard status composition (handlers/guardstatus.py): one condition per finding type, times kept while
+problem (the engine container and release: rules/workload.py, tests/rules/test_guard_workload.py); and the guard status composition (handlers/guard/status.py): one condition per finding type, times kept while
 nothing changes, so an unchanged round writes nothing."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from gdn_operator.handlers.guardstatus import Finding, WorkloadView, compose, fingerprint, policy_report
+from gdn_operator.handlers.guard.status import Finding, WorkloadView, compose, fingerprint, policy_report
 from gdn_operator.watch.guarded import port_of, selects, served_name, version_problem
 
 

@@ -118,7 +118,7 @@ tests/charts/test_chart_render.py holds the same table and fails on any extra re
   verbs: ["get", "create", "patch", "delete"]
 {{- if .Values.operator.readApiKeySecrets }}
 # operator.readApiKeySecrets: output probes of a server with spec.apiKeySecret send its key
-# (handlers/probes.py reads the one Secret the spec names; get only: no list or watch).
+# (handlers/engines/probes.py reads the one Secret the spec names; get only: no list or watch).
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
@@ -126,8 +126,8 @@ tests/charts/test_chart_render.py holds the same table and fails on any extra re
 # kopf index + event handlers over the engine pods (status, restarts, unschedulable, crash watch);
 # get: the crash watch checks whether a container instance still runs before re-following its log.
 # delete, only with operator.stallRestart or guard.remediation.enabled: the stall detector restarts a stalled
-# engine pod, once per generation (handlers/stall.py), and a guard with remediation deletePod deletes a stalled or
-# deterministically crashing pod (handlers/guards.py); each delete carries the pod's uid as a precondition.
+# engine pod, once per generation (handlers/engines/stall.py), and a guard with remediation deletePod deletes a stalled or
+# deterministically crashing pod (handlers/guard/supervisor.py); each delete carries the pod's uid as a precondition.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"{{ if or .Values.operator.stallRestart (and .Values.guard.enabled .Values.guard.remediation.enabled) }}, "delete"{{ end }}]

@@ -48,7 +48,7 @@ class SelectorOperator(str, enum.Enum):
 
 
 #: the most values one selector requirement may list, and label pairs or requirements one selector may hold: each
-#: guard becomes a webhook of the one shared guard webhook configuration (handlers/guardadmission.py), which
+#: guard becomes a webhook of the one shared guard webhook configuration (handlers/guard/admission.py), which
 #: must stay far below the API server's object size limit however many guards there are
 MAX_SELECTOR_VALUES = 16
 MAX_SELECTOR_TERMS = 8

@@ -144,7 +144,7 @@ def check_k8s(model: type[BaseModel], value: Any, what: str) -> list[str]:
 
 
 #: Deepest nesting of an admitted object (the GDNModelServer schema needs < 20; Kubernetes allows 10000). The
-#: webhook refuses deeper ones before decoding them (handlers/webhook_limits.py), `gdnctl validate` alike
+#: webhook refuses deeper ones before decoding them (handlers/webhook/limits.py), `gdnctl validate` alike
 #: (api/load.py), with the same message (`nested_too_deep`).
 MAX_OBJECT_DEPTH = 64
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}:,]')

@@ -100,7 +100,7 @@ def entries(
 
 
 def set_overrides(status: dict[str, Any], overrides: list[dict[str, Any]]) -> None:
-    """Set status.overrides: the overrides in force (this module owns the key; handlers/servers.py STATUS)."""
+    """Set status.overrides: the overrides in force (this module owns the key; handlers/core/servers.py STATUS)."""
     status["overrides"] = overrides
 
 

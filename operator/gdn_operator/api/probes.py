@@ -2,7 +2,7 @@
 and `status.probes` (what they answered). Part of the GDNModelServer API (api/spec.py, api/status.py); the CRD is
 generated from these models like everything else.
 
-The comparison itself lives in watch/probes.py; the probing loop in handlers/probes.py.
+The comparison itself lives in watch/probes.py; the probing loop in handlers/engines/probes.py.
 """
 
 from __future__ import annotations

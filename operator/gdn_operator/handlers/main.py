@@ -33,10 +33,13 @@ from typing import Any
 import kopf
 
 from gdn_operator import GROUP, GUARD_PLURAL, KIND, PLURAL, VERSION
-from gdn_operator.handlers import admission, crashwatch, disruption, kopfcompat, kube, pods, router, workload
-from gdn_operator.handlers import reconcile as reconciler
 from gdn_operator.handlers import startup as starter
+from gdn_operator.handlers.core import kopfcompat, kube, pods
+from gdn_operator.handlers.engines import crashwatch
 from gdn_operator.handlers.runtime import MEMO_KEY, Runtime, runtime_of
+from gdn_operator.handlers.server import disruption, router, workload
+from gdn_operator.handlers.server import reconcile as reconciler
+from gdn_operator.handlers.webhook import admission
 from gdn_operator.labels import LABEL_SERVER, MANAGED
 from gdn_operator.render import lws
 from gdn_operator.render import router as router_render
@@ -113,7 +116,7 @@ def register_optional(rt: Runtime, *, webhook: bool, registry: kopf.OperatorRegi
 
 async def guard_scope_event(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A GDNGuard changed: the guards its reviews read, and the guard webhook configuration's scope
-    (handlers/guardadmission.py)."""
+    (handlers/guard/admission.py)."""
     runtime_of(memo).guard_admission.guard_changed(type, kube.plain_object(body))
 
 
@@ -211,7 +214,7 @@ async def leader_worker_set_event(
 
 async def node_event(type: str, body: kopf.Body, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
     """A node marked for a drain (cordon, autoscaler taints) or unmarked: the servers with engine pods on it
-    recompute DisruptionBlocked (handlers/disruption.py)."""
+    recompute DisruptionBlocked (handlers/server/disruption.py)."""
     rt = runtime_of(memo)
     mark = None if type == "DELETED" else disruption.drain_mark(kube.plain_object(body))
     if not rt.draining.observe(name, mark):

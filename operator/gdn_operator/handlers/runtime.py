@@ -23,18 +23,18 @@ from typing import Any
 
 import kopf
 
-from gdn_operator.handlers import tasks
-from gdn_operator.handlers.acceptance import AcceptanceSupervisor
-from gdn_operator.handlers.crashwatch import SeenDeaths
-from gdn_operator.handlers.disruption import DrainingNodes
-from gdn_operator.handlers.guardadmission import GuardAdmission
-from gdn_operator.handlers.guards import GuardSupervisor
-from gdn_operator.handlers.kube import CrdCache
-from gdn_operator.handlers.logfollow import LogFollowers, StreamedResults
-from gdn_operator.handlers.probes import ProbeSupervisor
-from gdn_operator.handlers.quiet import QuietPeriod
-from gdn_operator.handlers.reconcile import HandledSpecs
-from gdn_operator.handlers.servers import Servers
+from gdn_operator.handlers.core import tasks
+from gdn_operator.handlers.core.kube import CrdCache
+from gdn_operator.handlers.core.servers import Servers
+from gdn_operator.handlers.engines.acceptance import AcceptanceSupervisor
+from gdn_operator.handlers.engines.crashwatch import SeenDeaths
+from gdn_operator.handlers.engines.logfollow import LogFollowers, StreamedResults
+from gdn_operator.handlers.engines.probes import ProbeSupervisor
+from gdn_operator.handlers.engines.quiet import QuietPeriod
+from gdn_operator.handlers.guard.admission import GuardAdmission
+from gdn_operator.handlers.guard.supervisor import GuardSupervisor
+from gdn_operator.handlers.server.disruption import DrainingNodes
+from gdn_operator.handlers.server.reconcile import HandledSpecs
 from gdn_operator.settings import Settings
 from gdn_operator.watch.acceptance import AcceptanceTracker
 from gdn_operator.watch.promsource import PrometheusSource

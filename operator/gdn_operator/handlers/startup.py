@@ -18,10 +18,12 @@ import kopf
 from prometheus_client import start_http_server
 
 from gdn_operator import telemetry
-from gdn_operator.handlers import certs, kube, webhookconfigs
-from gdn_operator.handlers.guardadmission import GUARD_WEBHOOK_ID, GuardAdmission
-from gdn_operator.handlers.reconcile import ANNOTATION_PREFIX, HandledSpecs
-from gdn_operator.handlers.webhook_limits import BoundedWebhookServer
+from gdn_operator.handlers.core import kube
+from gdn_operator.handlers.guard.admission import GUARD_WEBHOOK_ID, GuardAdmission
+from gdn_operator.handlers.server.reconcile import ANNOTATION_PREFIX, HandledSpecs
+from gdn_operator.handlers.webhook import certs
+from gdn_operator.handlers.webhook import configs as webhookconfigs
+from gdn_operator.handlers.webhook.limits import BoundedWebhookServer
 from gdn_operator.settings import Settings
 
 

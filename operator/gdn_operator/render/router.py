@@ -3,7 +3,7 @@
 The pool selects the pods that serve the OpenAI API (every engine pod, or only group leaders for
 multi-node engines) on the engine port, and names the Endpoint Picker the gateway consults (llm-d's
 inference scheduler, KServe's gateway). The GIE controller reports `Accepted` / `ResolvedRefs` per parent
-gateway in status.parents; handlers/router.py mirrors them onto the GDNModelServer.
+gateway in status.parents; handlers/server/router.py mirrors them onto the GDNModelServer.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The admission verdict: one function for the validating webhook (handlers/admission.py) and `gdnctl validate`.
+"""The admission verdict: one function for the validating webhook (handlers/webhook/admission.py) and `gdnctl validate`.
 
 Offline parity (issue 36): `gdnctl validate` gives exactly the webhook's answer because both call `verdict`,
 in the webhook's order: the object's name (on create: it names the engine Service), the spec's schema and value

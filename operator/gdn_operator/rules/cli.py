@@ -21,7 +21,7 @@ value operator.defaultPolicy; default reject); a launch line with `--policy` (de
 Every document of a multi-document file is evaluated.
 
 A manifest gets exactly the admission webhook's answer (rules/admit.py `verdict`, shared with
-handlers/admission.py): a metadata.name that cannot name the engine Service and pod settings that loosen the
+handlers/webhook/admission.py): a metadata.name that cannot name the engine Service and pod settings that loosen the
 engine's isolation (GPU-visibility variables such as NVIDIA_VISIBLE_DEVICES, privileged, hostPath, added
 capabilities, envFrom, ...) are REFUSED (exit 1) unless --allow-unsafe lists the operator's opt-in, before
 the rules; the rules are still listed. Only what a cluster alone can tell (optional APIs it lacks) is left out.

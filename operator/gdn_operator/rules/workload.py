@@ -1,7 +1,7 @@
 """Known-crash rules on a workload's pod template (issue 35): the launch line of the vLLM container of a
 Deployment, StatefulSet, LeaderWorkerSet, Pod (or any object with a pod template) that some other tool
 created, judged exactly as `gdnctl validate -- vllm serve ...` judges it (rules/launchline.py, the same rule
-messages). The GDNGuard admission webhook (handlers/guardadmission.py) and `gdnctl validate -f deployment.yaml`
+messages). The GDNGuard admission webhook (handlers/guard/admission.py) and `gdnctl validate -f deployment.yaml`
 both call `judge_workload`.
 
 Where the pod templates are, per kind (the real types' field paths):

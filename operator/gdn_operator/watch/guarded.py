@@ -1,4 +1,4 @@
-"""What the guard controller (handlers/guards.py) and the guard admission webhook (handlers/guardadmission.py) read
+"""What the guard controller (handlers/guard/supervisor.py) and the guard admission webhook (handlers/guard/admission.py) read
 of an object beyond rules/workload.py (the engine container, its launch line, the release), as pure functions of it:
 
 * whether a guard's selector (a metav1.LabelSelector: matchLabels, matchExpressions In / NotIn / Exists /

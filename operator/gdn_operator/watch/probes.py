@@ -7,7 +7,7 @@ the OutputConsistent condition.
     outcomes, learned = judge_round(probes, reference, asked)
     change = book.observe(outcomes)          # the condition after this round
 
-Nothing here does I/O; the HTTP client is watch/probe_client.py, the wiring handlers/probes.py.
+Nothing here does I/O; the HTTP client is watch/probe_client.py, the wiring handlers/engines/probes.py.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class AcceptanceTracker:
     """Sliding-window acceptance per pod, aggregated per target (a GDNModelServer or a guarded workload:
     watch/target.py's EngineTarget, kind included, so same-named targets of two kinds never share windows).
 
-    Usage (one supervisor per operator, see gdn_operator.handlers.acceptance.scrape_round)::
+    Usage (one supervisor per operator, see gdn_operator.handlers.engines.acceptance.scrape_round)::
 
         tracker = AcceptanceTracker(window=300)
         tracker.retain(target, live_pod_names)     # forget pods that disappeared

@@ -1,0 +1,1 @@
+"""Shared core: cluster access (kube), the status-write guard and the one door to a server (servers), conditions, pods, the plan, remediation, overrides, the autoscaler's sync, kopf's internals (kopfcompat), heap settling, supervised tasks."""

@@ -1,0 +1,238 @@
+"""A GDNGuard's findings and where they are shown: the guard's status (one merge patch of the status subresource
+per round, only when it changed), and a PolicyReport (wgpolicyk8s.io/v1alpha2, the CRD Kyverno and the Trivy
+operator use) per namespace where that CRD is installed, so existing policy UIs list them.
+
+A finding is one thing wrong with a guarded workload: KnownCrash (a known-issue rule on its launch line),
+CrashDiagnosed (an engine death the crash watch classified), Stalled, AcceptanceCollapsed, OutputInconsistent.
+Its `since` is when it was first seen, kept while it holds, so an unchanged finding rewrites nothing.
+
+Nothing here writes an object that is not the operator's: the guard's own status, and PolicyReports the operator
+owns (server-side apply with its field manager).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from typing import Any, get_args
+
+import kubernetes
+from kubernetes.client.exceptions import ApiException
+
+from gdn_operator import GROUP, GUARD_PLURAL, VERSION
+from gdn_operator.api.guard import FindingType
+from gdn_operator.handlers.core import conditions as st
+from gdn_operator.handlers.core import kube
+from gdn_operator.redact import redact
+
+FINDING_TYPES: tuple[str, ...] = get_args(FindingType)
+POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL = "wgpolicyk8s.io", "v1alpha2", "policyreports"
+#: the one PolicyReport per namespace the operator owns
+POLICY_REPORT = "gdn-guard"
+_SEVERITY = {
+    "KnownCrash": "high",
+    "CrashDiagnosed": "high",
+    "Stalled": "high",
+    "AcceptanceCollapsed": "medium",
+}  # the CRD: high, medium, low
+
+
+@dataclass
+class Finding:
+    """One finding. Its message is redacted when it is made (redact.redact, the function every path that copies
+    engine output uses): status, PolicyReports, Events and log lines all take it from here."""
+
+    type: str
+    message: str
+    since: str
+    rule: str | None = None
+    pod: str | None = None
+    count: int | None = None
+
+    def __post_init__(self) -> None:
+        self.message = redact(self.message)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.type, self.rule or "", self.pod or "")
+
+    def to_status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": self.type,
+            "rule": self.rule,
+            "pod": self.pod,
+            "message": self.message[:1024],
+            "since": self.since,
+        }
+        if self.count is not None:
+            out["count"] = self.count
+        return {k: v for k, v in out.items() if v is not None}
+
+
+@dataclass
+class WorkloadView:
+    """What status says of one guarded workload."""
+
+    kind: str
+    name: str
+    version: str | None
+    version_source: str
+    pods: int
+    findings: list[Finding] = field(default_factory=list)
+    acceptance: dict[str, Any] | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def _conditions(prev: list[dict[str, Any]], findings: list[Finding], generation: int | None) -> list[dict[str, Any]]:
+    """One condition per finding type (True while a finding of it holds), through the same condition machinery
+    as GDNModelServer (lastTransitionTime moves only on a change)."""
+    status: dict[str, Any] = {"conditions": copy.deepcopy(prev)}
+    for t in FINDING_TYPES:
+        hits = [f for f in findings if f.type == t]
+        if hits:
+            msg = "; ".join(f"{f.pod + ': ' if f.pod else ''}{f.message}" for f in hits[:4])
+            st.set_condition(status, t, True, t, msg, generation)
+        elif st.get_condition(status, t) is not None:
+            st.set_condition(status, t, False, "NoFinding", f"no {t} finding", generation)
+    return list(status.get("conditions") or [])  # (set_condition's `phase` is a GDNModelServer's: not kept)
+
+
+def compose(
+    prev: dict[str, Any],
+    views: list[WorkloadView],
+    generation: int | None,
+    problems: list[str],
+    admission: tuple[bool, str, str] | None = None,
+) -> dict[str, Any]:
+    """The guard's status from its workloads (`prev`: the status last written, for the conditions' times), and
+    condition Admission: what the guard's admission covers (`admission`: in force, reason, message), False with
+    reason AdmissionOff when the feature is off."""
+    prev_workloads = {(w.get("kind"), w.get("name")): w for w in prev.get("workloads") or []}
+    workloads = []
+    all_findings: list[Finding] = []
+    for v in sorted(views, key=lambda v: (v.kind, v.name)):
+        before = prev_workloads.get((v.kind, v.name)) or {}
+        entry: dict[str, Any] = {
+            "kind": v.kind,
+            "name": v.name,
+            "vllmVersion": v.version,
+            "versionSource": v.version_source,
+            "pods": v.pods,
+            "findings": [f.to_status() for f in v.findings[:32]],
+            "conditions": _conditions(before.get("conditions") or [], v.findings, generation),
+            "acceptance": v.acceptance,
+            "problems": [redact(p) for p in v.problems[:8]] or None,  # a launch line not read is quoted
+        }
+        workloads.append({k: x for k, x in entry.items() if x is not None})
+        all_findings += v.findings
+    status: dict[str, Any] = {"observedGeneration": generation, "conditions": copy.deepcopy(prev.get("conditions") or [])}
+    pods = sum(v.pods for v in views)
+    if problems:
+        st.set_condition(status, "Ready", False, "GuardInvalid", "; ".join(problems), generation)
+    else:
+        st.set_condition(status, "Ready", True, "Guarding", f"{len(views)} workload(s), {pods} engine pod(s) guarded", generation)
+    if not problems:
+        in_force, reason, message = admission or (False, "AdmissionOff", "spec.features.admission is false")
+        st.set_condition(status, "Admission", in_force, reason, message, generation)
+    status["conditions"] = _conditions(status["conditions"], all_findings, generation)
+    status.pop("phase", None)
+    status["workloads"] = workloads[:256]
+    return status
+
+
+def fingerprint(status: dict[str, Any]) -> str:
+    """What a write would change: the status without the acceptance figures' own timestamp."""
+
+    def strip(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if k != "updated"}
+        if isinstance(x, list):
+            return [strip(v) for v in x]
+        return x
+
+    return json.dumps(strip(status), sort_keys=True, default=str)
+
+
+def write_status(namespace: str, name: str, status: dict[str, Any]) -> bool:
+    """Merge-patch the guard's status subresource (lists are replaced whole). False when the guard is gone."""
+    try:
+        r: Any = kubernetes.client.CustomObjectsApi(kube.api_client()).patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, GUARD_PLURAL, name, {"status": status}, _preload_content=False
+        )
+        r.release_conn()
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    return True
+
+
+# ----------------------------------------------------------------------------------------- PolicyReport ---
+
+
+def policy_report(namespace: str, results: list[tuple[str, dict[str, Any], Finding]], epoch: float) -> dict[str, Any]:
+    """The namespace's PolicyReport: one result per finding (guard, workload object, finding)."""
+    out = []
+    for guard, target, f in results[:1000]:
+        meta = target["metadata"]
+        res: dict[str, Any] = {
+            "policy": f"gdn-guard/{guard}",
+            "rule": f.rule or f.type,
+            "category": f.type,
+            "result": "fail",
+            "severity": _SEVERITY.get(f.type, "high"),
+            "message": (f"{f.pod}: " if f.pod else "") + f.message[:900],
+            "source": "gdn-operator",
+            "scored": True,
+            "timestamp": {"seconds": int(epoch), "nanos": 0},
+            "resources": [
+                {
+                    k: v
+                    for k, v in {
+                        "apiVersion": target["apiVersion"],
+                        "kind": target["kind"],
+                        "name": meta["name"],
+                        "namespace": namespace,
+                        "uid": meta.get("uid"),
+                    }.items()
+                    if v
+                }
+            ],
+        }
+        out.append(res)
+    return {
+        "apiVersion": f"{POLICY_GROUP}/{POLICY_VERSION}",
+        "kind": "PolicyReport",
+        "metadata": {"name": POLICY_REPORT, "namespace": namespace, "labels": {"app.kubernetes.io/managed-by": "gdn-operator"}},
+        "scope": None,
+        "summary": {"pass": 0, "fail": len(out), "warn": 0, "error": 0, "skip": 0},
+        "results": out,
+    }
+
+
+def apply_policy_report(report: dict[str, Any]) -> bool:
+    """Server-side apply of a PolicyReport (the operator's object). False when the cluster serves no PolicyReport
+    CRD, or the operator may not write one (the chart grants it with the guards): status and Events carry the
+    findings."""
+    report = {k: v for k, v in report.items() if v is not None}
+    meta = report["metadata"]
+    try:
+        r: Any = kubernetes.client.CustomObjectsApi(kube.api_client()).patch_namespaced_custom_object(
+            POLICY_GROUP,
+            POLICY_VERSION,
+            meta["namespace"],
+            POLICY_PLURAL,
+            meta["name"],
+            report,
+            field_manager=kube.FIELD_MANAGER,
+            force=True,
+            _content_type=kube.APPLY,
+            _preload_content=False,
+        )
+        r.release_conn()
+    except ApiException as e:
+        if e.status in (403, 404):
+            return False
+        raise
+    return True
