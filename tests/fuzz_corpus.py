@@ -1,5 +1,5 @@
 """The generated hostile GDNModelServer manifests of bench/bench_fuzz.py (its "fuzz corpus"), shared with the
-offline-parity test (tests/handlers/test_admission_parity.py): the same seed gives the same manifests.
+offline-parity test (tests/handlers/webhook/test_admission_parity.py): the same seed gives the same manifests.
 
 Each manifest is a valid base with 1-3 generated mutations: extraArgs spellings from vLLM's option table, env
 names, affinity/tolerations shapes, quantities, names, versions, wrong types, huge and deeply nested values, and

@@ -1,5 +1,5 @@
 """The parts of kopf the operator uses that kopf does not export: one adapter, so that a kopf release that
-moves them breaks here (and in tests/handlers/test_kopfcompat.py), not somewhere in the handlers.
+moves them breaks here (and in tests/handlers/core/test_kopfcompat.py), not somewhere in the handlers.
 
 `kopf>=1.40,<2` (pyproject.toml) protects only kopf's public names (`kopf.*`). What we need beyond them:
 

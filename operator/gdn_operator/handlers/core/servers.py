@@ -29,7 +29,7 @@ from gdn_operator.handlers.core import (
     statusguard,
 )
 
-#: each condition type is conditions.CONDITIONS. tests/handlers/test_servers.py finds every write of a status
+#: each condition type is conditions.CONDITIONS. tests/handlers/core/test_servers.py finds every write of a status
 #: key in the source and checks it is made by the module named here.
 STATUS: dict[str, tuple[str, str]] = {
     "observedGeneration": ("handlers/server/reconcile.py", "the generation the status describes"),

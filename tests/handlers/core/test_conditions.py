@@ -121,7 +121,7 @@ def test_the_readme_condition_table_lists_every_condition():
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     block = readme.split("<!-- conditions-table -->")[1].split("<!-- /conditions-table -->")[0]
     listed = re.findall(r"^\| `(\w+)` \| ([^|]+?) \|", block, re.M)
     assert listed == [(type_, writer) for type_, (writer, _what) in st.CONDITIONS.items()]

@@ -26,7 +26,7 @@ from gdn_operator.api import k8s
 from gdn_operator.handlers.webhook.admission import admission
 from gdn_operator.handlers.webhook.limits import precheck
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration"))
 from fuzz_corpus import manifest  # noqa: E402
 from operator_harness import gms  # noqa: E402  (the cluster tests' base server, as bench_fuzz uses)
 
@@ -147,7 +147,7 @@ def test_gdnctl_without_the_kubernetes_client_names_the_field_instead_of_a_trace
     obj = gms("vol", pod={"volumes": [{"name": "v", "emptyDir": {}}], "volumeMounts": [{"name": "v", "mountPath": "/v"}]})
     path = tmp_path / "vol.json"
     path.write_text(json.dumps(obj))
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     code = (
         "import sys, runpy; sys.modules['kubernetes'] = None; "  # any `import kubernetes` now raises ImportError
         f"sys.argv = ['gdnctl', 'validate', '-f', {str(path)!r}]; "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "gdn_operator"
+PACKAGE = Path(__file__).resolve().parents[3] / "operator" / "gdn_operator"
 KUBE = PACKAGE / "handlers" / "core" / "kube.py"
 
 
