@@ -1,20 +1,21 @@
 """Every kopf registration of the operator, in one place: decorators and one-line delegations, typed as kopf
-calls them. The bodies live in their modules (below, in the order an object meets them).
+calls them. The bodies live in their modules (below, in the order an object meets them; server/ is the GDNModelServer
+path, guard/ the GDNGuard path, engines/ the run-time watch of engine pods, webhook/ admission, core/ what all share).
 
 | handler | kopf | body |
 | --- | --- | --- |
 | startup / cleanup | on.startup, on.cleanup | startup.configure; runtime.Runtime |
-| reconcile | on.resume/create/update GDNModelServer (spec) | reconcile.reconcile |
-| converge_generation | on.event GDNModelServer | reconcile.converge_generation |
+| reconcile | on.resume/create/update GDNModelServer (spec) | server/reconcile.reconcile |
+| converge_generation | on.event GDNModelServer | server/reconcile.converge_generation |
 | track_servers | on.event GDNModelServer | runtime.servers; acceptance / probes / quiet-period supervisors |
-| engine_pods | index pods (managed) | pods.engine_pods |
-| pod_event | on.event pods (managed) | crashwatch.on_pod_event, then workload.pod_event (pod status) |
-| deployment_event | on.event deployments (managed) | workload.deployment_event |
-| leader_worker_set_event | on.event LeaderWorkerSets, registered at start-up when GDN_LWS | workload.deployment_event |
-| inference_pool_event | on.event InferencePools, registered at start-up when GDN_INFERENCE_POOL | router.inference_pool_event |
-| node_event | on.event nodes, registered at start-up when GDN_WATCH_NODES | disruption.drain_mark, then workload.pod_event |
-| guard_event / guarded_pod_event | on.event GDNGuards, on.event pods (all), registered at start-up when GDN_GUARDS | guards.GuardSupervisor |
-| mitigate / admission | on.mutate (only with GDN_MUTATE_SPEC) / on.validate, registered at start-up when a webhook server is configured | admission.* |
+| engine_pods | index pods (managed) | core/pods.engine_pods |
+| pod_event | on.event pods (managed) | engines/crashwatch.on_pod_event, then server/workload.pod_event (pod status) |
+| deployment_event | on.event deployments (managed) | server/workload.deployment_event |
+| leader_worker_set_event | on.event LeaderWorkerSets, registered at start-up when GDN_LWS | server/workload.deployment_event |
+| inference_pool_event | on.event InferencePools, registered at start-up when GDN_INFERENCE_POOL | server/router.inference_pool_event |
+| node_event | on.event nodes, registered at start-up when GDN_WATCH_NODES | server/disruption.drain_mark, then server/workload.pod_event |
+| guard_event / guarded_pod_event | on.event GDNGuards, on.event pods (all), registered at start-up when GDN_GUARDS | guard/supervisor.GuardSupervisor |
+| mitigate / admission | on.mutate (only with GDN_MUTATE_SPEC) / on.validate, registered at start-up when a webhook server is configured | webhook/admission.* |
 
 Why some are registered at start-up, not at import: kopf refuses to run with admission handlers but no
 admission server (kopf/_core/engines/admission.py: "Admission handlers exist, but no admission
