@@ -214,6 +214,7 @@ async def test_the_scope_task_survives_an_error_that_is_not_an_os_error(monkeypa
     import urllib3
 
     from gdn_operator.handlers.guard import admission as guardadmission
+    from gdn_operator.handlers.guard import client as guardclient
 
     calls, written = [], []
 
@@ -223,7 +224,7 @@ async def test_the_scope_task_survives_an_error_that_is_not_an_os_error(monkeypa
             raise urllib3.exceptions.ProtocolError("Connection aborted.", RemoteDisconnected("closed"))
         return [guard("g", "team", "deny")]
 
-    monkeypatch.setattr(guardadmission, "list_guards", list_guards)
+    monkeypatch.setattr(guardclient, "list_guards", list_guards)
     monkeypatch.setattr(guardadmission, "write_configuration", lambda desired: written.append(desired) or True)
     monkeypatch.setattr(guardadmission, "RETRY_SECONDS", 0.01)
     ga = guardadmission.GuardAdmission("c.x.io")
@@ -242,9 +243,10 @@ async def test_the_scope_task_survives_an_error_that_is_not_an_os_error(monkeypa
 async def test_reviews_read_the_guards_held_in_memory(monkeypatch):
     """No API read per review: the guards come from their events (a LIST only before the first)."""
     from gdn_operator.handlers.guard import admission as guardadmission
+    from gdn_operator.handlers.guard import client as guardclient
 
     lists = []
-    monkeypatch.setattr(guardadmission, "list_guards", lambda ns: lists.append(ns) or [guard("g", "team", "deny")])
+    monkeypatch.setattr(guardclient, "list_guards", lambda ns: lists.append(ns) or [guard("g", "team", "deny")])
     ga = guardadmission.GuardAdmission("c.x.io")
     for _ in range(5):
         r = (await ga.answer(review(pod("v0.17.1"))))["response"]
@@ -259,6 +261,7 @@ async def test_a_guard_deleted_while_a_list_runs_stays_deleted(monkeypatch):
     """The LIST that refreshes the guards held for reviews may return a guard whose DELETED event came while it
     ran: the event wins (a deleted deny guard must not refuse for another minute)."""
     from gdn_operator.handlers.guard import admission as guardadmission
+    from gdn_operator.handlers.guard import client as guardclient
 
     ga = guardadmission.GuardAdmission("c.x.io")
 
@@ -266,7 +269,7 @@ async def test_a_guard_deleted_while_a_list_runs_stays_deleted(monkeypatch):
         ga.guard_changed("DELETED", guard("g", "team", "deny"))  # arrives while the LIST runs
         return [guard("g", "team", "deny")]
 
-    monkeypatch.setattr(guardadmission, "list_guards", slow_list)
+    monkeypatch.setattr(guardclient, "list_guards", slow_list)
     await ga._list()
     assert ga.guards_in("team") == []
     assert (await ga.answer(review(pod("v0.17.1"))))["response"]["allowed"] is True

@@ -42,13 +42,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import kubernetes
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from gdn_operator import GROUP, GUARD_PLURAL, VERSION, telemetry
+from gdn_operator import telemetry
 from gdn_operator.api.guard import GDNGuardSpec
-from gdn_operator.handlers.core.kube import _json, api_client
+from gdn_operator.handlers.guard import client
 from gdn_operator.handlers.webhook.configs import NAMESPACE_LABEL, WEBHOOK_TIMEOUT_SECONDS
 from gdn_operator.redact import redact
 from gdn_operator.rules.workload import WorkloadVerdict, judge_workload, pod_specs
@@ -338,7 +336,7 @@ class GuardAdmission:
 
     async def _list(self) -> list[dict[str, Any]]:
         started = time.monotonic()
-        listed = {_key(g): g for g in await asyncio.to_thread(list_guards, list(self.namespaces) or None)}
+        listed = {_key(g): g for g in await asyncio.to_thread(client.list_guards, list(self.namespaces) or None)}
         for key, (when, body) in list(self._events.items()):
             if when < started:
                 del self._events[key]  # the LIST saw it
@@ -410,40 +408,17 @@ class GuardAdmission:
                 self.changed.set()
 
 
-def list_guards(namespaces: list[str] | None) -> list[dict[str, Any]]:
-    """The GDNGuards of `namespaces` (None: every namespace). Blocking: run it in a thread."""
-    co = kubernetes.client.CustomObjectsApi(api_client())
-    items: list[dict[str, Any]] = []
-    try:
-        if namespaces is None:
-            items += _json(co.list_cluster_custom_object(GROUP, VERSION, GUARD_PLURAL, _preload_content=False))["items"]
-        else:
-            for ns in namespaces:
-                items += _json(co.list_namespaced_custom_object(GROUP, VERSION, ns, GUARD_PLURAL, _preload_content=False))[
-                    "items"
-                ]
-    except ApiException as e:
-        if e.status == 404:  # the GDNGuard CRD is not installed: nothing is guarded
-            return []
-        raise
-    return items
-
-
 def write_configuration(desired: dict[str, Any]) -> bool:
     """Set the webhooks of the operator's guard webhook configuration (ours: never another's), creating it
     where the chart did not ship it (GDN_WEBHOOK_CONFIGS=managed). Returns whether anything was written."""
-    adm = kubernetes.client.AdmissionregistrationV1Api(api_client())
     name = desired["metadata"]["name"]
-    try:
-        live = _json(adm.read_validating_webhook_configuration(name, _preload_content=False))
+    live = client.read_webhook_configuration(name)
+    if live is not None:
         if _comparable(live.get("webhooks") or []) == _comparable(desired["webhooks"]):
             return False
-        # a JSON patch: a strategic merge would keep the webhooks of deleted guards (the list merges by name)
-        adm.patch_validating_webhook_configuration(name, [{"op": "add", "path": "/webhooks", "value": desired["webhooks"]}])
-    except ApiException as e:
-        if e.status != 404:
-            raise
-        adm.create_validating_webhook_configuration(desired)  # type: ignore[arg-type]  # the client takes the dict as is
+        if client.set_webhooks(name, desired["webhooks"]):
+            return True
+    client.create_webhook_configuration(desired)
     return True
 
 

@@ -5,25 +5,19 @@ Pod → ReplicaSet → Deployment; Pod → StatefulSet; a LeaderWorkerSet's pods
 ``leaderworkerset.sigs.k8s.io/name`` label; and above a Deployment or StatefulSet the object that controls it,
 when one does (KServe's LLMInferenceService, KAITO's Workspace, any creator), named by its ownerReference
 without reading it. A pod without a controller is its own workload. Owner objects are read once and cached by
-uid (an owner chain does not change); a chain that cannot be read (gone, or RBAC) stops where it is known.
+uid (an owner chain does not change); a chain that cannot be read (gone, or RBAC) stops where it is known. The
+reads are handlers/guard/client.py's.
 """
 
 from __future__ import annotations
 
 import collections
-import json
-import logging
 import threading
 from dataclasses import dataclass
 from typing import Any
 
-import kubernetes
-from kubernetes.client.exceptions import ApiException
-
-from gdn_operator.handlers.core import kube
+from gdn_operator.handlers.guard import client
 from gdn_operator.watch.target import EngineTarget
-
-log = logging.getLogger(__name__)
 
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
@@ -74,26 +68,8 @@ class Owners:
         with self._lock:
             if uid in self._meta:
                 return self._meta[uid]
-        apps = kubernetes.client.AppsV1Api(kube.api_client())
-        read = {
-            "ReplicaSet": apps.read_namespaced_replica_set,
-            "Deployment": apps.read_namespaced_deployment,
-            "StatefulSet": apps.read_namespaced_stateful_set,
-        }[str(ref.get("kind"))]
-        try:
-            self.reads += 1
-            raw: Any = read(ref["name"], namespace, _preload_content=False)  # the raw response: camelCase JSON
-            try:
-                meta: dict[str, Any] | None = json.loads(raw.data)["metadata"]
-            finally:
-                raw.release_conn()
-        except ApiException as e:
-            if e.status not in (403, 404):
-                raise
-            log.debug(
-                "owner %s %s/%s not readable (%s): the chain stops there", ref.get("kind"), namespace, ref.get("name"), e.status
-            )
-            meta = None
+        self.reads += 1
+        meta = client.owner_metadata(str(ref.get("kind")), namespace, ref["name"])
         with self._lock:
             self._meta[uid] = meta
             if len(self._meta) > self._size:
@@ -110,7 +86,7 @@ class Owners:
         if ref is None:
             return WorkloadRef("Pod", meta["name"], "v1", meta.get("uid"))
         for _ in range(3):  # Pod → ReplicaSet → Deployment → its controller, at most
-            if ref.get("kind") not in ("ReplicaSet", "Deployment", "StatefulSet"):
+            if ref.get("kind") not in client.OWNER_KINDS:
                 return _ref(ref)
             owner = self._metadata(namespace, ref)
             up = controller_ref(owner) if owner is not None else None

@@ -6,8 +6,9 @@ A finding is one thing wrong with a guarded workload: KnownCrash (a known-issue 
 CrashDiagnosed (an engine death the crash watch classified), Stalled, AcceptanceCollapsed, OutputInconsistent.
 Its `since` is when it was first seen, kept while it holds, so an unchanged finding rewrites nothing.
 
-Nothing here writes an object that is not the operator's: the guard's own status, and PolicyReports the operator
-owns (server-side apply with its field manager).
+Pure: what to write. The writes (the guard's own status subresource, and the PolicyReports the operator owns,
+server-side applied with its field manager) are handlers/guard/client.py's; neither touches an object that is not
+the operator's.
 """
 
 from __future__ import annotations
@@ -17,17 +18,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
-import kubernetes
-from kubernetes.client.exceptions import ApiException
-
-from gdn_operator import GROUP, GUARD_PLURAL, VERSION
 from gdn_operator.api.guard import FindingType
 from gdn_operator.handlers.core import conditions as st
-from gdn_operator.handlers.core import kube
+from gdn_operator.handlers.guard import client
 from gdn_operator.redact import redact
 
 FINDING_TYPES: tuple[str, ...] = get_args(FindingType)
-POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL = "wgpolicyk8s.io", "v1alpha2", "policyreports"
 #: the one PolicyReport per namespace the operator owns
 POLICY_REPORT = "gdn-guard"
 _SEVERITY = {
@@ -154,20 +150,6 @@ def fingerprint(status: dict[str, Any]) -> str:
     return json.dumps(strip(status), sort_keys=True, default=str)
 
 
-def write_status(namespace: str, name: str, status: dict[str, Any]) -> bool:
-    """Merge-patch the guard's status subresource (lists are replaced whole). False when the guard is gone."""
-    try:
-        r: Any = kubernetes.client.CustomObjectsApi(kube.api_client()).patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, GUARD_PLURAL, name, {"status": status}, _preload_content=False
-        )
-        r.release_conn()
-    except ApiException as e:
-        if e.status == 404:
-            return False
-        raise
-    return True
-
-
 # ----------------------------------------------------------------------------------------- PolicyReport ---
 
 
@@ -202,37 +184,10 @@ def policy_report(namespace: str, results: list[tuple[str, dict[str, Any], Findi
         }
         out.append(res)
     return {
-        "apiVersion": f"{POLICY_GROUP}/{POLICY_VERSION}",
+        "apiVersion": f"{client.POLICY_GROUP}/{client.POLICY_VERSION}",
         "kind": "PolicyReport",
         "metadata": {"name": POLICY_REPORT, "namespace": namespace, "labels": {"app.kubernetes.io/managed-by": "gdn-operator"}},
         "scope": None,
         "summary": {"pass": 0, "fail": len(out), "warn": 0, "error": 0, "skip": 0},
         "results": out,
     }
-
-
-def apply_policy_report(report: dict[str, Any]) -> bool:
-    """Server-side apply of a PolicyReport (the operator's object). False when the cluster serves no PolicyReport
-    CRD, or the operator may not write one (the chart grants it with the guards): status and Events carry the
-    findings."""
-    report = {k: v for k, v in report.items() if v is not None}
-    meta = report["metadata"]
-    try:
-        r: Any = kubernetes.client.CustomObjectsApi(kube.api_client()).patch_namespaced_custom_object(
-            POLICY_GROUP,
-            POLICY_VERSION,
-            meta["namespace"],
-            POLICY_PLURAL,
-            meta["name"],
-            report,
-            field_manager=kube.FIELD_MANAGER,
-            force=True,
-            _content_type=kube.APPLY,
-            _preload_content=False,
-        )
-        r.release_conn()
-    except ApiException as e:
-        if e.status in (403, 404):
-            return False
-        raise
-    return True

@@ -40,8 +40,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import kubernetes
-
 from gdn_operator import telemetry
 from gdn_operator.api.guard import GDNGuardSpec
 from gdn_operator.handlers.core import kube, tasks
@@ -49,17 +47,16 @@ from gdn_operator.handlers.core.pods import api_pods, pod_summary
 from gdn_operator.handlers.engines.acceptance import AcceptanceSupervisor
 from gdn_operator.handlers.engines.crashwatch import CrashWatchState, Death, classify_death, deaths_in
 from gdn_operator.handlers.engines.probes import ProbeSupervisor, ServerProbes
+from gdn_operator.handlers.guard import client
 from gdn_operator.handlers.guard.admission import GuardAdmission
 from gdn_operator.handlers.guard.owners import Owners, WorkloadRef
 from gdn_operator.handlers.guard.status import (
     FINDING_TYPES,
     Finding,
     WorkloadView,
-    apply_policy_report,
     compose,
     fingerprint,
     policy_report,
-    write_status,
 )
 from gdn_operator.labels import LABEL_SERVER
 from gdn_operator.rules import evaluate_launch
@@ -203,12 +200,8 @@ class GuardSupervisor:
                 self._drop_pod(pod)
         if not selector:
             return
-        core = kubernetes.client.CoreV1Api(kube.api_client())
-        resp: Any = await asyncio.to_thread(
-            core.list_namespaced_pod, guard.namespace, label_selector=_label_selector(selector), _preload_content=False
-        )
-        for pod in kube._json(resp).get("items") or []:
-            await self.on_pod_event("RESCAN", pod)
+        for body in await asyncio.to_thread(client.list_pods, guard.namespace, _label_selector(selector)):
+            await self.on_pod_event("RESCAN", body)
 
     def _guard_for(self, namespace: str, labels: dict[str, str]) -> GuardState | None:
         """The guard of a pod: the first by name among its namespace's guards that select it."""
@@ -299,7 +292,7 @@ class GuardSupervisor:
         ws.crashes[k] = finding
         ws.crash_at[k] = time.monotonic()
         telemetry.CRASHES.labels(guard.namespace, ws.ref.name, sig, result.upstream or "").inc()
-        kube.emit_event(ws.ref.event_target(guard.namespace), "EngineCrashed", f"pod {death.pod}: {finding.message}", "Warning")
+        client.emit_event(ws.ref.event_target(guard.namespace), "EngineCrashed", f"pod {death.pod}: {finding.message}", "Warning")
         ws.reported.add(ws.crashes[k].key)
         log.info(
             "guard %s/%s: engine crash in %s %s pod %s restart %s: %s, count %s",
@@ -336,12 +329,12 @@ class GuardSupervisor:
         target = ws.ref.event_target(guard.namespace)
         if not self.rt.settings.guard_delete_pods:
             msg = f"pod {pod} {why}: remediation deletePod is not enabled in the operator (chart: GDN_GUARD_DELETE_PODS)"
-            kube.emit_event(target, "RemediationNotAllowed", msg, "Warning")
+            client.emit_event(target, "RemediationNotAllowed", msg, "Warning")
             log.info("guard %s/%s: %s", guard.namespace, guard.name, msg)
             return
-        gone = kube.delete_pod(guard.namespace, pod, uid)
+        gone = client.delete_pod(guard.namespace, pod, uid)
         msg = f"deleted pod {pod} ({why}); its controller replaces it" if gone else f"pod {pod} ({why}) was already gone"
-        kube.emit_event(target, "PodDeleted", msg, "Warning")
+        client.emit_event(target, "PodDeleted", msg, "Warning")
         telemetry.REMEDIATIONS.labels(guard.namespace, ws.ref.name, why.split(" ", 1)[0], "delete-pod").inc()
         log.info("guard %s/%s: %s", guard.namespace, guard.name, msg)
 
@@ -414,7 +407,7 @@ class GuardSupervisor:
         admission = self.rt.guard_admission.coverage(guard.namespace, guard.name) if guard.feature("admission") else None
         status = compose(guard.status, views, guard.generation, guard.problems, admission)
         fp = fingerprint(status)
-        if fp != guard.written and await asyncio.to_thread(write_status, guard.namespace, guard.name, status):
+        if fp != guard.written and await asyncio.to_thread(client.write_status, guard.namespace, guard.name, status):
             guard.status, guard.written = status, fp
             await asyncio.to_thread(self._publish_policy, guard.namespace)
         for ws, gp, why in remedies:  # after the status that shows why
@@ -462,7 +455,7 @@ class GuardSupervisor:
         for f in findings:
             if f.key not in ws.reported:
                 ws.reported.add(f.key)
-                kube.emit_event(target, f.type, (f"pod {f.pod}: " if f.pod else "") + f.message, "Warning")
+                client.emit_event(target, f.type, (f"pod {f.pod}: " if f.pod else "") + f.message, "Warning")
                 log.info("guard %s/%s: %s %s %s: %s", guard.namespace, guard.name, ws.ref.kind, ws.ref.name, f.type, f.message)
         for k in ws.reported - keys:
             ws.reported.discard(k)
@@ -492,7 +485,7 @@ class GuardSupervisor:
             return
         report = policy_report(namespace, results, time.time())
         try:
-            served = apply_policy_report(report)
+            served = client.apply_policy_report(report)
         except Exception as e:  # noqa: BLE001 - a report is best effort: status and Events carry the findings
             log.warning("PolicyReport %s/%s not written: %s", namespace, report["metadata"]["name"], e)
             return
