@@ -6,7 +6,7 @@ import pytest
 from rules_helpers import rules_of
 
 from gdn_operator.api.load import ManifestError
-from gdn_operator.rules.launchline import evaluate_launch, parse_launch_line
+from gdn_operator.rules.launchline import DEFAULT_PORT, Endpoint, evaluate_launch, parse_launch_line, read_endpoint
 
 SC2 = '{"method":"mtp","num_speculative_tokens":2}'
 
@@ -319,3 +319,36 @@ def test_enable_disable_spellings_read_as_vllm_stores_them(version):
         vllm_version=version,
     )
     assert line.spec.prefix_caching is True and line.spec.async_scheduling is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "endpoint"),
+    [
+        (["vllm", "serve", "m"], Endpoint(DEFAULT_PORT, None)),
+        (["vllm", "serve", "m", "--port", "9001"], Endpoint(9001, None)),
+        (["vllm", "serve", "m", "--port=81"], Endpoint(81, None)),
+        (["vllm", "serve", "m", "--port", "80", "--port", "9002"], Endpoint(9002, None)),  # argparse: the last one
+        (["vllm", "serve", "m", "--port", "http"], Endpoint(DEFAULT_PORT, None)),  # not a port: vLLM's default
+        (["vllm", "serve", "/m", "--served-model-name", "recall", "--port", "8000"], Endpoint(8000, "recall")),
+        (["vllm", "serve", "/m", "--served-model-name=a", "--served-model-name", "b"], Endpoint(DEFAULT_PORT, "a")),
+        (["vllm", "serve", "/m", "--served-model-name="], Endpoint(DEFAULT_PORT, None)),
+        (["HF_HOME=/cache", "python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--port", "7"], Endpoint(7)),
+    ],
+)
+def test_the_line_says_where_its_engine_serves(argv, endpoint):
+    """The port and served name (what a guard scrapes and probes) come from the flag loop that reads the rest of the
+    line: on the parsed line, and without a release (a guarded engine whose release is unknown is still scraped)."""
+    assert parse_launch_line(argv, vllm_version="0.33.0").endpoint == endpoint
+    assert read_endpoint(argv) == endpoint
+
+
+def test_the_endpoint_of_a_line_read_with_its_release_resolves_abbreviations():
+    """With the release's option table an abbreviated --port is the port (vLLM's parser reads it so)."""
+    line = parse_launch_line(["vllm", "serve", "m", "--por", "9003"], vllm_version="0.33.0")
+    assert line.endpoint.port == 9003
+
+
+def test_a_line_the_flag_loop_cannot_read_has_the_default_endpoint():
+    """vLLM would exit at start on it: nothing listens; the guard still has a port to try (the default)."""
+    assert read_endpoint(["vllm", "serve", "m", "--port", "9001", "--speculative-config", "{not json"]) == Endpoint()
+    assert read_endpoint([]) == Endpoint()

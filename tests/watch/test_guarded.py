@@ -1,4 +1,4 @@
-"""What the guard controller reads of the pods it selects (watch/guarded.py, issue 35): selector, port, the release
+"""What the guard controller reads of the pods it selects (watch/guarded.py, issue 35): selector, the release
 problem (the engine container and release: rules/workload.py, tests/rules/test_guard_workload.py); and the guard status composition (handlers/guard/status.py): one condition per finding type, times kept while
 nothing changes, so an unchanged round writes nothing."""
 
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from gdn_operator.handlers.guard.status import Finding, WorkloadView, compose, fingerprint, policy_report
-from gdn_operator.watch.guarded import port_of, selects, served_name, version_problem
+from gdn_operator.watch.guarded import selector_query, selects, version_problem
 
 
 @pytest.mark.parametrize(
@@ -31,17 +31,26 @@ def test_selector(selector, labels, want):
 
 
 @pytest.mark.parametrize(
-    ("argv", "port"),
-    [(["vllm", "serve", "m"], 8000), (["vllm", "serve", "m", "--port", "9001"], 9001), (["vllm", "serve", "--port=81"], 81)],
+    ("selector", "query"),
+    [
+        ({"matchLabels": {"b": "2", "a": "1"}}, "a=1,b=2"),
+        (
+            {
+                "matchLabels": {"app": "a"},
+                "matchExpressions": [
+                    {"key": "tier", "operator": "In", "values": ["gpu", "cpu"]},
+                    {"key": "zone", "operator": "NotIn", "values": ["x"]},
+                    {"key": "gpu", "operator": "Exists"},
+                    {"key": "canary", "operator": "DoesNotExist"},
+                ],
+            },
+            "app=a,tier in (gpu,cpu),zone notin (x),gpu,!canary",
+        ),
+    ],
 )
-def test_port(argv, port):
-    assert port_of(argv) == port
-
-
-def test_served_name():
-    assert served_name(["vllm", "serve", "/m", "--served-model-name", "recall", "--port", "8000"]) == "recall"
-    assert served_name(["vllm", "serve", "/m", "--served-model-name=a"]) == "a"
-    assert served_name(["vllm", "serve", "/m"]) is None
+def test_selector_query_is_the_list_calls_label_selector(selector, query):
+    """The LIST of a guard's pods selects by the same selector, in the API server's string form."""
+    assert selector_query(selector) == query
 
 
 def test_version_problem_names_the_fix():

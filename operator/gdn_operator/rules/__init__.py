@@ -7,6 +7,7 @@ Public API (the webhook, the reconciler and gdnctl call these):
     load_rules() -> RuleSet                                     (the rule file, validated once)
     parse_launch_line(argv, vllm_version=..., architecture=None, patches=()) -> LaunchLine
     evaluate_launch(argv, vllm_version=..., architecture=None, patches=()) -> (LaunchLine, Evaluation)
+    read_endpoint(argv) -> Endpoint                             (port and served name, without a release)
 
 The rules themselves are data: gdn_operator/rules/data/rules.yaml. Version parsing and ranges:
 gdn_operator/versions.py (shared with api/, render/ and watch/).
@@ -15,11 +16,12 @@ gdn_operator/versions.py (shared with api/, render/ and watch/).
 from gdn_operator.rules.effective import Effective, LaunchOverrides, effective_config
 from gdn_operator.rules.evaluator import Evaluation, evaluate
 from gdn_operator.rules.family import infer_architecture
-from gdn_operator.rules.launchline import LaunchLine, evaluate_launch, parse_launch_line
+from gdn_operator.rules.launchline import Endpoint, LaunchLine, evaluate_launch, parse_launch_line, read_endpoint
 from gdn_operator.rules.rulefile import Rule, RuleFileError, RuleSet, load_rules
 
 __all__ = [
     "Effective",
+    "Endpoint",
     "Evaluation",
     "LaunchLine",
     "LaunchOverrides",
@@ -32,4 +34,5 @@ __all__ = [
     "infer_architecture",
     "load_rules",
     "parse_launch_line",
+    "read_endpoint",
 ]

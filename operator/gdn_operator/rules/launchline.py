@@ -21,8 +21,10 @@ ManifestError naming the flag.
 The spec <-> flag mapping is api/flags.py's table (shared with the renderer); the model family is decided by
 rules/family.py from every source the line has. The reader is in parts: the command (`_command`), the flag
 loop (`_read_flags` with `_table_flag` / `_json_flag` / `_other_flag`), then one step per JSON-carried setting.
+The same loop reads where the engine serves (`Endpoint`: `--port`, `--served-model-name`), on a parsed line and,
+for a guarded engine whose release is unknown, without one (`read_endpoint`).
 
-Size (~540 lines): one reader, from a launch line to a spec, whose steps and error messages belong together;
+Size (~650 lines): one reader, from a launch line to a spec, whose steps and error messages belong together;
 the option resolution itself lives in api/vllm_args.py.
 """
 
@@ -63,7 +65,6 @@ _MTP_METHODS = frozenset(m.value for m in SpecMethod)
 _QUIET_VALUE = frozenset(
     {
         flags.HOST,
-        flags.PORT,
         "--dtype",
         "--quantization",
         "-q",
@@ -130,9 +131,12 @@ _READ_FLAGS = frozenset(
         flags.HF_OVERRIDES,
         flags.HF_CONFIG_PATH,
         flags.SERVED_NAME.flag,
+        flags.PORT,
         "--mamba-cache-mode",
     }
 )
+#: the port vLLM's API listens on when the line sets none (`vllm serve --port`'s default)
+DEFAULT_PORT = 8000
 
 
 def _short(text: str, limit: int = 160) -> str:
@@ -207,6 +211,16 @@ def _canonical_flags(rest: Sequence[str], vllm_version: str, notes: list[str]) -
     return out
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a launch line's engine serves its API: the port (`--port`, the last one as argparse reads it; DEFAULT_PORT
+    when unset or not a number) and the name it answers to (the first `--served-model-name`; None: unset, the model
+    is the name)."""
+
+    port: int = DEFAULT_PORT
+    served_name: str | None = None
+
+
 @dataclass
 class LaunchLine:
     """A parsed launch line: the spec it corresponds to plus what a spec cannot say."""
@@ -216,6 +230,7 @@ class LaunchLine:
     spec: GDNModelServerSpec
     overrides: LaunchOverrides
     notes: list[str] = field(default_factory=list)
+    endpoint: Endpoint = field(default_factory=Endpoint)
 
 
 def _split(argv: Sequence[str]) -> list[str]:
@@ -277,6 +292,7 @@ class _Read:
     extra: dict[str, Any] = field(default_factory=dict)  # --additional-config
     hf: dict[str, Any] = field(default_factory=dict)  # --hf-overrides
     served: list[str] = field(default_factory=list)  # --served-model-name
+    port: int = DEFAULT_PORT  # --port
     hf_config_path: str | None = None
     ov: LaunchOverrides = field(default_factory=LaunchOverrides)
     j: int = 0
@@ -385,6 +401,9 @@ def _other_flag(r: _Read, tok: str, flag: str, inline: str | None) -> None:
         r.sd_short[_K] = _parse_int(flag, r.value(flag, inline))
     elif flag == flags.SERVED_NAME.flag:
         r.served.append(r.value(flag, inline))
+    elif flag == flags.PORT:
+        value = r.value(flag, inline).strip()
+        r.port = int(value) if value.isdigit() else DEFAULT_PORT
     elif flag == flags.HF_CONFIG_PATH:
         r.hf_config_path = r.value(flag, inline)
     elif flag == "--mamba-cache-mode":
@@ -597,7 +616,22 @@ def parse_launch_line(
     _environment(r, env)
     _model_and_family(r, r.model, architecture)
     r.spec["image"] = {"tag": f"v{vllm_version}"[:128], "vllmVersion": vllm_version, "patches": list(patches)}
-    return LaunchLine(argv=args, model=r.model, spec=_validate(r), overrides=r.ov, notes=notes)
+    return LaunchLine(argv=args, model=r.model, spec=_validate(r), overrides=r.ov, notes=notes, endpoint=_endpoint(r))
+
+
+def _endpoint(r: _Read) -> Endpoint:
+    return Endpoint(r.port, (r.served[0] if r.served else None) or None)
+
+
+def read_endpoint(argv: Sequence[str]) -> Endpoint:
+    """The Endpoint of a launch line read without a release (the flag loop of parse_launch_line over the whole line,
+    without the release's option table, so an abbreviated `--port` is not resolved here): a guarded engine whose
+    release is unknown is still scraped on its port. A line the flag loop cannot read (vLLM would exit on it at start)
+    has the default Endpoint."""
+    try:
+        return _endpoint(_read_flags(_split(argv), []))
+    except ManifestError:
+        return Endpoint()
 
 
 def evaluate_launch(

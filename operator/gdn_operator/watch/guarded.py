@@ -4,17 +4,18 @@ of an object beyond rules/workload.py (the engine container, its launch line, th
 * whether a guard's selector (a metav1.LabelSelector: matchLabels, matchExpressions In / NotIn / Exists /
   DoesNotExist) selects it; an empty selector selects nothing (api/guard.py refuses one). A workload is selected by
   its own labels or by its pod template's (where users put them: `selects_object`), and the API server applies the
-  same test before it calls the webhook (`selector_cel`, the webhook's matchCondition);
-* where its engine's API listens: the launch line's `--port` (default 8000), and the model name it answers to;
+  same test before it calls the webhook (`selector_cel`, the webhook's matchCondition) and when it lists a guard's
+  pods (`selector_query`, the list call's labelSelector): the one home of a guard's selector;
 * what to say when its release is not known.
+
+Where its engine's API listens and the name it answers to are the launch line's (rules/launchline.py `Endpoint`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-DEFAULT_PORT = 8000
 #: where an object's labels are: its own, then its pod templates' for every kind a guard judges (Deployment,
 #: StatefulSet, ReplicaSet, DaemonSet, Job: spec.template; CronJob: spec.jobTemplate.spec.template; LeaderWorkerSet:
 #: its leader and worker templates; KAITO Workspace: inference.template)
@@ -51,6 +52,15 @@ def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bo
         if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
             return False  # an operator the API server would have refused
     return True
+
+
+def selector_query(selector: Mapping[str, Any]) -> str:
+    """A LabelSelector as a list call's `labelSelector` string (the API server applies it as `selects` does)."""
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for e in selector.get("matchExpressions") or []:
+        key, op, vals = e.get("key"), e.get("operator"), ",".join(e.get("values") or [])
+        parts.append({"In": f"{key} in ({vals})", "NotIn": f"{key} notin ({vals})", "Exists": f"{key}"}.get(op, f"!{key}"))
+    return ",".join(parts)
 
 
 def label_sets(obj: Mapping[str, Any] | None) -> list[Mapping[str, str]]:
@@ -105,15 +115,6 @@ def selector_cel(selector: Mapping[str, Any], var: str) -> str:
     return " || ".join(alternatives)
 
 
-def port_of(argv: Sequence[str]) -> int:
-    """The API port of a launch line (`--port N` / `--port=N`; default 8000)."""
-    for i, a in enumerate(argv):
-        raw = a.split("=", 1)[1] if a.startswith("--port=") else argv[i + 1] if a == "--port" and i + 1 < len(argv) else None
-        if raw is not None and raw.strip().isdigit():
-            return int(raw)
-    return DEFAULT_PORT
-
-
 def version_problem(source: str, image: str, annotation: str | None) -> str:
     """Why a guarded engine's release is not known, and the fix."""
     if source == "annotation" and annotation:
@@ -122,14 +123,3 @@ def version_problem(source: str, image: str, annotation: str | None) -> str:
         f"no vLLM release in image {image!r} nor annotation gdn-operator.io/vllm-version: set spec.vllmVersion.pinned, "
         "or the annotation on the workload's pod template"
     )
-
-
-def served_name(argv: Sequence[str]) -> str | None:
-    """The first `--served-model-name` of a launch line (what the engine's API answers to), None when unset: the
-    model path or id is then the name."""
-    for i, a in enumerate(argv):
-        if a.startswith("--served-model-name="):
-            return a.split("=", 1)[1] or None
-        if a == "--served-model-name" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            return argv[i + 1]
-    return None

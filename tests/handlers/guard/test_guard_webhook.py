@@ -17,8 +17,8 @@ from gdn_operator.handlers.guard.admission import (
     guard_webhooks,
     handler_client_config,
     review_response,
-    selects,
 )
+from gdn_operator.watch.guarded import selects
 
 SC = '{"method":"mtp","num_speculative_tokens":2}'
 
@@ -122,7 +122,8 @@ def test_service_client_config_gets_the_guard_path():
     ],
 )
 def test_selector_semantics(selector, labels, selected):
-    assert selects(GDNGuardSpec.model_validate({"selector": selector}), labels) is selected
+    """A guard's spec.selector, as the API model dumps it, read by the one selector matcher (watch/guarded.py)."""
+    assert selects(GDNGuardSpec.model_validate({"selector": selector}).selector.dump(), labels) is selected
 
 
 def review(obj, old=None, ns="team"):

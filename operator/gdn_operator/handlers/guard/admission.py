@@ -51,7 +51,6 @@ from gdn_operator.handlers.webhook.configs import NAMESPACE_LABEL, WEBHOOK_TIMEO
 from gdn_operator.redact import redact
 from gdn_operator.rules.workload import WorkloadVerdict, judge_workload, pod_specs
 from gdn_operator.watch import guarded
-from gdn_operator.watch.guarded import selector_cel
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +153,7 @@ def guard_scope(
             continue
         digest = hashlib.sha256(_key(guard).encode()).hexdigest()[:16]
         selector = spec.selector.dump()
-        selected = f"({selector_cel(selector, 'object')}) || (oldObject != null && ({selector_cel(selector, 'oldObject')}))"
+        selected = f"({guarded.selector_cel(selector, 'object')}) || (oldObject != null && ({guarded.selector_cel(selector, 'oldObject')}))"
         hook = {
             "name": f"g{digest}.{GUARD_WEBHOOK_ID}.{config_name}",
             "sideEffects": "None",
@@ -213,11 +212,6 @@ def guard_configuration(webhooks: list[dict[str, Any]], config_name: str) -> dic
 
 
 # ------------------------------------------------------------------------------------------ the answer ---
-
-
-def selects(spec: GDNGuardSpec, labels: dict[str, str]) -> bool:
-    """Whether a guard's selector selects an object with `labels` (metav1.LabelSelector semantics)."""
-    return guarded.selects(spec.selector.dump(), labels)
 
 
 def _controlled(obj: dict[str, Any]) -> bool:

@@ -59,10 +59,10 @@ from gdn_operator.handlers.guard.status import (
     policy_report,
 )
 from gdn_operator.labels import LABEL_SERVER
-from gdn_operator.rules import evaluate_launch
+from gdn_operator.rules import evaluate_launch, read_endpoint
 from gdn_operator.rules.workload import engine_container, resolve_version
 from gdn_operator.watch.evidence import Evidence
-from gdn_operator.watch.guarded import port_of, selects, served_name, version_problem
+from gdn_operator.watch.guarded import selector_query, selects, version_problem
 from gdn_operator.watch.probes import Condition, ProbeBook
 from gdn_operator.watch.target import EngineTarget
 
@@ -136,15 +136,6 @@ class GuardState:
         return self.spec is not None and self.spec.remediation == "deletePod"
 
 
-def _label_selector(selector: dict[str, Any]) -> str:
-    """A LabelSelector as the list call's `labelSelector` string."""
-    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
-    for e in selector.get("matchExpressions") or []:
-        key, op, vals = e.get("key"), e.get("operator"), ",".join(e.get("values") or [])
-        parts.append({"In": f"{key} in ({vals})", "NotIn": f"{key} notin ({vals})", "Exists": f"{key}"}.get(op, f"!{key}"))
-    return ",".join(parts)
-
-
 class GuardSupervisor:
     """Guards and the pods they select (fed by GDNGuard and pod events), driven by one round task."""
 
@@ -200,7 +191,7 @@ class GuardSupervisor:
                 self._drop_pod(pod)
         if not selector:
             return
-        for body in await asyncio.to_thread(client.list_pods, guard.namespace, _label_selector(selector)):
+        for body in await asyncio.to_thread(client.list_pods, guard.namespace, selector_query(selector)):
             await self.on_pod_event("RESCAN", body)
 
     def _guard_for(self, namespace: str, labels: dict[str, str]) -> GuardState | None:
@@ -235,7 +226,7 @@ class GuardSupervisor:
             meta["name"],
             meta.get("uid", ""),
             str(container.get("name")),
-            port_of(argv),
+            read_endpoint(argv).port,
             tuple(argv),
             version,
             source,
@@ -315,7 +306,7 @@ class GuardSupervisor:
             ws.known_problem = f"launch line of {gp.name} not read: {e}"
             return
         ws.evidence = Evidence.from_spec(line.spec, gp.version)
-        ws.served = served_name(gp.argv) or line.model
+        ws.served = line.endpoint.served_name or line.model
         ws.known = [
             Finding("KnownCrash", f.line(), kube.now(), f.rule) for f in ev.findings if f.action in ("rejected", "mitigated")
         ]
