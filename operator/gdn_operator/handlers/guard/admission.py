@@ -48,6 +48,7 @@ from gdn_operator import telemetry
 from gdn_operator.api.guard import GDNGuardSpec
 from gdn_operator.handlers.guard import client
 from gdn_operator.handlers.webhook.configs import NAMESPACE_LABEL, WEBHOOK_TIMEOUT_SECONDS
+from gdn_operator.handlers.webhook.limits import review_answer
 from gdn_operator.redact import redact
 from gdn_operator.rules.workload import WorkloadVerdict, judge_workload, pod_specs
 from gdn_operator.watch import guarded
@@ -234,17 +235,16 @@ def _unjudged(kind: str, name: str, gname: str, spec: GDNGuardSpec, e: Exception
 
 
 def review_response(review: dict[str, Any], guards: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """The AdmissionReview answer for one request, given the guards of the request's namespace."""
+    """The AdmissionReview answer for one request, given the guards of the request's namespace (in the one answer
+    shape, webhook/limits.py `review_answer`)."""
     req = review.get("request") or {}
     uid = str(req.get("uid", ""))
     obj, old = req.get("object") or {}, req.get("oldObject")
     meta = obj.get("metadata") or {}
     namespace, name = req.get("namespace") or meta.get("namespace") or "", meta.get("name") or meta.get("generateName") or ""
-    response: dict[str, Any] = {"uid": uid, "allowed": True}
-    answer = {"apiVersion": review.get("apiVersion") or "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
     kind = obj.get("kind") or (req.get("kind") or {}).get("kind", "")
     if _controlled(obj) or (old is not None and pod_specs(old) == pod_specs(obj)):
-        return answer
+        return review_answer(review, uid, [], None)
     warnings: list[str] = []
     warned: list[str] = []
     for guard in guards:
@@ -266,17 +266,12 @@ def review_response(review: dict[str, Any], guards: Iterable[dict[str, Any]]) ->
             for rule in v.rules:
                 telemetry.admission_decision(namespace, "denied", rule).inc()
             log.info("guard admission denied %s %s/%s (GDNGuard %s): %s", kind, namespace, name, gname, ", ".join(v.rules))
-            response.update(allowed=False, status={"code": 403, "message": v.denied})
-            if warnings:
-                response["warnings"] = warnings
-            return answer
-    if warnings:
-        response["warnings"] = warnings
+            return review_answer(review, uid, warnings, {"code": 403, "message": v.denied})
     rules = list(dict.fromkeys(warned))
     for rule in rules:
         telemetry.admission_decision(namespace, "warned", rule).inc()
     log.info("guard admission admitted %s %s/%s%s", kind, namespace, name, f" with warnings: {', '.join(rules)}" if rules else "")
-    return answer
+    return review_answer(review, uid, warnings, None)
 
 
 # ---------------------------------------------------------------------------------- runtime: the scope ---

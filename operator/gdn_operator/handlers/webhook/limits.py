@@ -70,15 +70,16 @@ def _in_object(path: str) -> str:
 
 def review_answer(review: dict[str, Any], uid: str, warnings: list[str], status: dict[str, Any] | None) -> dict[str, Any]:
     """The AdmissionReview answer, in the shape kopf's server gives (kopf/_core/engines/admission.py build_response):
-    allowed unless there is a status; the warnings as strings."""
+    allowed unless there is a status; the warnings as strings. The one answer shape of every path kopf does not
+    answer: the bounds' denials here, the webhook front (front.py), the guard webhook (handlers/guard/admission.py)."""
     response: dict[str, Any] = {"uid": uid, "allowed": status is None}
     if warnings:
         response["warnings"] = [str(w) for w in warnings]
     if status is not None:
         response["status"] = status
     return {
-        "apiVersion": review.get("apiVersion", "admission.k8s.io/v1"),
-        "kind": review.get("kind", "AdmissionReview"),
+        "apiVersion": review.get("apiVersion") or "admission.k8s.io/v1",
+        "kind": review.get("kind") or "AdmissionReview",
         "response": response,
     }
 
