@@ -1,5 +1,6 @@
 """Conditions and phase: the phase is always derived from the conditions."""
 
+from gdn_operator.handlers.core import condition_list
 from gdn_operator.handlers.core import conditions as st
 
 
@@ -14,9 +15,9 @@ def test_new_condition_gets_transition_time_and_phase():
 
 def test_transition_time_only_changes_with_status(monkeypatch):
     s = {}
-    monkeypatch.setattr(st, "now", lambda: "2026-01-01T00:00:00Z")
+    monkeypatch.setattr(condition_list, "now", lambda: "2026-01-01T00:00:00Z")
     st.set_condition(s, st.READY, False, "EnginesNotReady", "0/1")
-    monkeypatch.setattr(st, "now", lambda: "2026-01-01T00:05:00Z")
+    monkeypatch.setattr(condition_list, "now", lambda: "2026-01-01T00:05:00Z")
     assert st.set_condition(s, st.READY, False, "EnginesNotReady", "0/2")  # message changed
     assert st.get_condition(s, st.READY)["lastTransitionTime"] == "2026-01-01T00:00:00Z"
     assert not st.set_condition(s, st.READY, False, "EnginesNotReady", "0/2")  # no change at all
@@ -129,3 +130,21 @@ def test_the_readme_condition_table_lists_every_condition():
     for _type, (writer, _what) in st.CONDITIONS.items():  # every writer named is a module that exists
         for module in writer.replace(" (derived)", "").split(", "):
             assert (pkg / module).is_file(), module
+
+
+def test_the_neutral_writer_derives_nothing(monkeypatch):
+    """condition_list.put_condition sets the one condition it is given: no phase and no Degraded, even for a type the
+    server's writer derives Degraded from (a GDNGuard's Stalled condition, issue 49); the server's set_condition is the
+    same write plus its derivations."""
+    monkeypatch.setattr(condition_list, "now", lambda: "2026-01-01T00:00:00Z")
+    guard: dict = {}
+    assert condition_list.put_condition(guard, st.STALLED, True, "Stalled", "pod p: no progress", 2)
+    assert [c["type"] for c in guard["conditions"]] == [st.STALLED] and set(guard) == {"conditions"}
+    server: dict = {}
+    assert st.set_condition(server, st.STALLED, True, "Stalled", "pod p: no progress", 2)
+    assert [c["type"] for c in server["conditions"]] == [st.STALLED, st.DEGRADED] and server["phase"] == "Degraded"
+    assert server["conditions"][0] == guard["conditions"][0]  # one write: the same condition either way
+    before = guard["conditions"]
+    assert not condition_list.put_condition(guard, st.STALLED, True, "Stalled", "pod p: no progress", 2)
+    assert condition_list.put_condition(guard, st.STALLED, False, "NoFinding", "", 2)
+    assert before[0]["status"] == "True"  # a new list and entry: what the caller held is unchanged

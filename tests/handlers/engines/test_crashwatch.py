@@ -313,6 +313,7 @@ def test_one_crash_degrades_until_the_quiet_period_clears_it(server, rt):
     from gdn_operator.handlers.engines import crashwatch
     from gdn_operator.handlers.engines import quiet
     from gdn_operator.handlers.core import conditions as st
+    from gdn_operator.handlers.core import kube
 
     crashwatch.handle_death(rt, "ns", "s", death("a", 1, "2026-11-22T10:00:01Z"))
     status = server.obj["status"]
@@ -327,6 +328,6 @@ def test_one_crash_degrades_until_the_quiet_period_clears_it(server, rt):
     assert st.get_condition(status, st.CRASH_LOOPING)["reason"] == "EnginesRunning" and not st.crash_recent(status)
     assert st.get_condition(status, st.DEGRADED)["status"] == "False"
     # a crash after a recent one is not cleared before its quiet period
-    crashwatch.handle_death(rt, "ns", "s", death("a", 2, st.now()))
+    crashwatch.handle_death(rt, "ns", "s", death("a", 2, kube.now()))
     quiet.clear_crash_conditions(rt.servers, "ns", "s", quiet_seconds=600.0)
     assert st.crash_recent(server.obj["status"]) and st.is_true(server.obj["status"], st.DEGRADED)

@@ -1,6 +1,6 @@
-"""The conditions of a GDNModelServer's status: the condition types, who writes each, conditions with
-transition times, and what is derived from them (the phase, and Degraded). Plain functions over the status
-dict; the status schema itself is api/status.py.
+"""The conditions of a GDNModelServer's status: the condition types, who writes each, and what is derived from them
+(the phase, and Degraded), on the neutral conditions-list writer (handlers/core/condition_list.py, which a
+GDNGuard's status uses alone). Plain functions over the status dict; the status schema itself is api/status.py.
 
 Every writer of status goes through `set_condition`, so the phase can never disagree with the conditions
 (truthful status). `Degraded` has no writer of its own: it is derived from the conditions of the components
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gdn_operator.handlers.core.kube import now
-from gdn_operator.redact import redact
+from gdn_operator.handlers.core.condition_list import get_condition as get_condition  # the server's readers read here
+from gdn_operator.handlers.core.condition_list import put_condition
 
 #: Condition types this operator maintains (CONDITIONS below says which module writes each).
 VALIDATED = "Validated"
@@ -86,14 +86,6 @@ STALL_REASON = "EngineStalled"
 ACCEPTANCE_REASONS = ("SpecAcceptanceNearZero", "SpecAcceptanceDrop", "EarlyStopShift")
 
 
-def get_condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    conditions: list[dict[str, Any]] = status.get("conditions") or []
-    for c in conditions:
-        if c.get("type") == type_:
-            return c
-    return None
-
-
 def is_true(status: dict[str, Any], type_: str) -> bool:
     c = get_condition(status, type_)
     return bool(c and c.get("status") == "True")
@@ -116,28 +108,9 @@ def set_condition(
 
 
 def _write(status: dict[str, Any], type_: str, value: bool | None, reason: str, message: str, generation: int | None) -> bool:
-    st = "Unknown" if value is None else ("True" if value else "False")
-    message = redact(message)  # condition messages quote engine output and API errors
-    conds = list(status.get("conditions") or [])
-    for i, c in enumerate(conds):
-        if c.get("type") == type_:
-            new = dict(c)
-            if c.get("status") != st:
-                new["lastTransitionTime"] = now()
-            new.update(status=st, reason=reason, message=message[:2048])
-            if generation is not None:
-                new["observedGeneration"] = generation
-            if new == c:
-                return False
-            conds[i] = new
-            status["conditions"] = conds
-            status["phase"] = derive_phase(status)
-            return True
-    new = {"type": type_, "status": st, "reason": reason, "message": message[:2048], "lastTransitionTime": now()}
-    if generation is not None:
-        new["observedGeneration"] = generation
-    conds.append(new)
-    status["conditions"] = conds
+    """The neutral writer's (condition_list.put_condition), then the phase from the conditions."""
+    if not put_condition(status, type_, value, reason, message, generation):
+        return False
     status["phase"] = derive_phase(status)
     return True
 

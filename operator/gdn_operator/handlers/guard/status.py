@@ -15,17 +15,28 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from gdn_operator.api.guard import FindingType
-from gdn_operator.handlers.core import conditions as st
+from gdn_operator.handlers.core.condition_list import get_condition, put_condition
 from gdn_operator.handlers.guard import client
 from gdn_operator.redact import redact
 
 FINDING_TYPES: tuple[str, ...] = get_args(FindingType)
 #: the one PolicyReport per namespace the operator owns
 POLICY_REPORT = "gdn-guard"
+READY, ADMISSION = "Ready", "Admission"
+#: Every condition of a GDNGuard's status, and what it says (README, "Guard an existing vLLM deployment"): a
+#: guard's own, not a GDNModelServer's (no Degraded, no phase). Each guarded workload (status.workloads[]) has the
+#: finding types' conditions of its own findings.
+GUARD_CONDITIONS: dict[str, str] = {
+    READY: "True/Guarding: the workloads and engine pods it guards; False/GuardInvalid: its spec's problems",
+    ADMISSION: "True/Scoped: what its admission webhook covers; False (AdmissionOff, NamespaceExcluded, "
+    "ConfigurationFull): why it covers nothing (docs/guard-admission.md)",
+    **{t: f"True/{t} while a {t} finding holds (messages of up to four); False/NoFinding once none is" for t in FINDING_TYPES},
+}
 _SEVERITY = {
     "KnownCrash": "high",
     "CrashDiagnosed": "high",
@@ -80,18 +91,25 @@ class WorkloadView:
     problems: list[str] = field(default_factory=list)
 
 
-def _conditions(prev: list[dict[str, Any]], findings: list[Finding], generation: int | None) -> list[dict[str, Any]]:
-    """One condition per finding type (True while a finding of it holds), through the same condition machinery
-    as GDNModelServer (lastTransitionTime moves only on a change)."""
-    status: dict[str, Any] = {"conditions": copy.deepcopy(prev)}
+def _kept(prev: list[dict[str, Any]], types: Iterable[str]) -> dict[str, Any]:
+    """The conditions last written, of the types a guard documents only (a condition an older operator wrote, such
+    as Degraded, is dropped), as a status-like holder for the writer."""
+    keep = set(types)
+    return {"conditions": [copy.deepcopy(c) for c in prev if c.get("type") in keep]}
+
+
+def _conditions(holder: dict[str, Any], findings: list[Finding], generation: int | None) -> list[dict[str, Any]]:
+    """Set one condition per finding type in `holder` (True while a finding of it holds; False/NoFinding once none
+    is, never created just to say False) through the neutral writer (lastTransitionTime moves only on a change);
+    its conditions."""
     for t in FINDING_TYPES:
         hits = [f for f in findings if f.type == t]
         if hits:
             msg = "; ".join(f"{f.pod + ': ' if f.pod else ''}{f.message}" for f in hits[:4])
-            st.set_condition(status, t, True, t, msg, generation)
-        elif st.get_condition(status, t) is not None:
-            st.set_condition(status, t, False, "NoFinding", f"no {t} finding", generation)
-    return list(status.get("conditions") or [])  # (set_condition's `phase` is a GDNModelServer's: not kept)
+            put_condition(holder, t, True, t, msg, generation)
+        elif get_condition(holder, t) is not None:
+            put_condition(holder, t, False, "NoFinding", f"no {t} finding", generation)
+    return list(holder.get("conditions") or [])
 
 
 def compose(
@@ -116,23 +134,22 @@ def compose(
             "versionSource": v.version_source,
             "pods": v.pods,
             "findings": [f.to_status() for f in v.findings[:32]],
-            "conditions": _conditions(before.get("conditions") or [], v.findings, generation),
+            "conditions": _conditions(_kept(before.get("conditions") or [], FINDING_TYPES), v.findings, generation),
             "acceptance": v.acceptance,
             "problems": [redact(p) for p in v.problems[:8]] or None,  # a launch line not read is quoted
         }
         workloads.append({k: x for k, x in entry.items() if x is not None})
         all_findings += v.findings
-    status: dict[str, Any] = {"observedGeneration": generation, "conditions": copy.deepcopy(prev.get("conditions") or [])}
+    status: dict[str, Any] = {"observedGeneration": generation, **_kept(prev.get("conditions") or [], GUARD_CONDITIONS)}
     pods = sum(v.pods for v in views)
     if problems:
-        st.set_condition(status, "Ready", False, "GuardInvalid", "; ".join(problems), generation)
+        put_condition(status, READY, False, "GuardInvalid", "; ".join(problems), generation)
     else:
-        st.set_condition(status, "Ready", True, "Guarding", f"{len(views)} workload(s), {pods} engine pod(s) guarded", generation)
+        put_condition(status, READY, True, "Guarding", f"{len(views)} workload(s), {pods} engine pod(s) guarded", generation)
     if not problems:
         in_force, reason, message = admission or (False, "AdmissionOff", "spec.features.admission is false")
-        st.set_condition(status, "Admission", in_force, reason, message, generation)
-    status["conditions"] = _conditions(status["conditions"], all_findings, generation)
-    status.pop("phase", None)
+        put_condition(status, ADMISSION, in_force, reason, message, generation)
+    _conditions(status, all_findings, generation)
     status["workloads"] = workloads[:256]
     return status
 
