@@ -19,7 +19,21 @@ PKG = Path(gdn_operator.__file__).resolve().parent
 #: that edits it (the overrides; api/crd.py's `status` is a schema, not a status)
 #: modules writing another resource's status (a GDNGuard's: handlers/guard/status.py is its one writer, checked below)
 OTHER_RESOURCES = {PKG / "handlers" / "guard" / "status.py"}
-SCANNED = sorted({*(PKG / "handlers").rglob("*.py"), PKG / "api" / "overrides.py"} - OTHER_RESOURCES)
+#: the neutral conditions-list writer: it writes the `conditions` of the status its caller hands it, a server's only
+#: through handlers/core/conditions.py (its only callers are that module and the guard's status: checked below)
+NEUTRAL = PKG / "handlers" / "core" / "condition_list.py"
+SCANNED = sorted({*(PKG / "handlers").rglob("*.py"), PKG / "api" / "overrides.py"} - OTHER_RESOURCES - {NEUTRAL})
+
+
+def _imports(path: Path) -> set[str]:
+    """The modules `path` imports (`from a.b import c` as a.b and a.b.c, `import a.b` as a.b)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    return out
 
 
 def _key(node: ast.expr, module: object) -> str | None:
@@ -80,15 +94,27 @@ def test_the_guard_status_writer_writes_only_guard_status_keys():
     """handlers/guard/status.py writes GDNGuard status (its keys are that schema's), and no other module does."""
     from gdn_operator.api.guard import GDNGuardStatus
 
-    src = (PKG / "handlers" / "guard" / "status.py").read_text()
-    # the shared condition code sets a GDNModelServer's `phase`; the guard's writer pops it (not in its schema)
-    assert 'status.pop("phase", None)' in src
-    keys = {k for k, _ in status_writes(PKG / "handlers" / "guard" / "status.py")} - {"phase"}
+    # its conditions through the neutral writer, never the server's (which sets a phase and derives Degraded, issue 49)
+    imported = _imports(PKG / "handlers" / "guard" / "status.py")
+    assert "gdn_operator.handlers.core.condition_list" in imported
+    assert not {m for m in imported if m.startswith("gdn_operator.handlers.core.conditions")}
+    keys = {k for k, _ in status_writes(PKG / "handlers" / "guard" / "status.py")}
     schema = {f.alias or name for name, f in GDNGuardStatus.model_fields.items()}
     assert keys and keys <= schema, keys - schema
     guard_only = schema - {f.alias or name for name, f in GDNModelServerStatus.model_fields.items()}
     for path in SCANNED:
         assert not guard_only & {k for k, _ in status_writes(path)}, path
+
+
+def test_the_neutral_condition_writer_writes_a_server_status_only_through_conditions():
+    """condition_list.py is left out of the scan above: only handlers/core/conditions.py (a server's, with its phase and
+    Degraded) and handlers/guard/status.py (a guard's) call it."""
+    callers = {
+        str(path.relative_to(PKG))
+        for path in (PKG / "handlers").rglob("*.py")
+        if "gdn_operator.handlers.core.condition_list" in _imports(path)
+    }
+    assert callers == {"handlers/core/conditions.py", "handlers/guard/status.py"}
 
 
 def test_the_status_table_covers_the_status_schema():

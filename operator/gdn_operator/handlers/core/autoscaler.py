@@ -9,9 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from gdn_operator.handlers.core import kube
+from gdn_operator.handlers.core.kube import ApiException
 from gdn_operator.handlers.core.plan import Plan, PlanInputs, plan, plan_key
 from gdn_operator.render import autoscale
 

@@ -3,8 +3,10 @@
 Server-side apply with one field manager, reads of the objects the operator owns, Events. A GDNModelServer
 itself is read and its status written only through handlers/core/servers.py (on handlers/core/statusguard.py).
 
-Size (~430 lines): every other call the handlers make to the API server is here, so the other handler modules
-stay thin and the tests stand in for the API server at this one module.
+Size (~490 lines): every other call the handlers make to the API server is here, so the other handler modules
+stay thin and the tests stand in for the API server at this one module; the few modules beside it that own an API
+surface of their own are named in pyproject.toml's contract "Only the cluster-access modules import the Kubernetes
+client". The client's ApiException and parse_quantity are re-exported here for the modules that only catch or read.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import kubernetes
-from kubernetes.client.exceptions import ApiException
+from kubernetes.client.exceptions import ApiException as ApiException  # re-exported: the handlers catch it from here
 from kubernetes.utils import Backoff, on_error
+from kubernetes.utils import parse_quantity as parse_quantity  # re-exported: the handlers read quantities from here
 
 from gdn_operator import API_VERSION, KIND, __version__
 from gdn_operator.redact import redact
@@ -394,6 +397,22 @@ def delete_pod(namespace: str, name: str, uid: str | None) -> bool:
             return False
         raise
     return True
+
+
+def read_pod(namespace: str, name: str) -> dict[str, Any]:
+    """One pod (ApiException when it cannot be read: 404 when it is gone)."""
+    r: Any = kubernetes.client.CoreV1Api(api_client()).read_namespaced_pod(name, namespace, _preload_content=False)
+    return _json(r)
+
+
+def pod_log_stream(namespace: str, pod: str, container: str, since_seconds: int | None = None) -> Any:
+    """A followed read of one container's log (`since_seconds`: only what it wrote since): the raw urllib3 response,
+    read with `.stream()` and closed with `.release_conn()` by the caller, who may shut it down from another thread.
+    Its read timeout is 600 s (a quiet engine writes nothing for minutes)."""
+    kw: dict[str, Any] = {} if since_seconds is None else {"since_seconds": since_seconds}
+    return kubernetes.client.CoreV1Api(api_client()).read_namespaced_pod_log(
+        pod, namespace, container=container, follow=True, _preload_content=False, _request_timeout=(10, 600), **kw
+    )
 
 
 T = TypeVar("T")

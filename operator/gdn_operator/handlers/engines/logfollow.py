@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import logging
 import math
 import threading
@@ -21,11 +20,9 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
-import kubernetes
-from kubernetes.client.exceptions import ApiException
-
 from gdn_operator.api.load import parse_spec
 from gdn_operator.handlers.core import kube
+from gdn_operator.handlers.core.kube import ApiException
 from gdn_operator.handlers.core.servers import Servers
 from gdn_operator.handlers.engines.patchset import report_patch_check
 from gdn_operator.labels import LABEL_SERVER
@@ -134,14 +131,10 @@ def _stream_once(
     streams: OpenStreams | None = None,
 ) -> str:
     """Follow one container instance's log until the stream ends (or `streams` is shut down). Returns why it ended."""
-    core = kubernetes.client.CoreV1Api(kube.api_client())
-    kw: dict[str, Any] = {}
+    since = None
     if state.last_read is not None:  # reconnect: do not read the whole log again
-        kw["since_seconds"] = max(1, math.ceil(time.time() - state.last_read) + 1)
-    # the raw urllib3 response (_preload_content=False), not the str the client's annotation promises
-    resp: Any = core.read_namespaced_pod_log(
-        pod, namespace, container=container, follow=True, _preload_content=False, _request_timeout=(10, 600), **kw
-    )
+        since = max(1, math.ceil(time.time() - state.last_read) + 1)
+    resp = kube.pod_log_stream(namespace, pod, container, since)
     if streams is not None:
         streams.add(resp)
     sc = state.classifier
@@ -171,9 +164,8 @@ def _stream_once(
 
 def _instance_running(namespace: str, pod: str, uid: str, restart: int, container: str = CONTAINER) -> bool | None:
     """Whether this container instance still runs; None when the API server cannot say (outage)."""
-    p: Any  # the raw HTTP response (_preload_content=False)
     try:
-        p = kubernetes.client.CoreV1Api(kube.api_client()).read_namespaced_pod(pod, namespace, _preload_content=False)
+        body = kube.read_pod(namespace, pod)
     except ApiException as e:
         if e.status == 404:
             return False
@@ -181,8 +173,6 @@ def _instance_running(namespace: str, pod: str, uid: str, restart: int, containe
     except Exception as e:  # noqa: BLE001 - connection refused/reset, timeouts: the API server is away, not the pod
         log.warning("cannot tell whether %s/%s still runs (API server unreachable): %s", namespace, pod, e)
         return None
-    body = json.loads(p.data)
-    p.release_conn()
     if body["metadata"].get("uid") != uid or body["metadata"].get("deletionTimestamp"):
         return False
     cs: dict[str, Any] = next(

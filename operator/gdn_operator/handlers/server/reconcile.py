@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
 from gdn_operator.api.overrides import CLEARED_KEY, set_overrides
 from gdn_operator.handlers.core import conditions as st
 from gdn_operator.handlers.core import kube
+from gdn_operator.handlers.core.kube import ApiException
 from gdn_operator.handlers.core.plan import Plan, PlanInputs, plan
 from gdn_operator.handlers.core.servers import Servers
 from gdn_operator.handlers.engines.probes import probes_disabled

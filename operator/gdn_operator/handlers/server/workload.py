@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
-from kubernetes.utils import parse_quantity
 
 from gdn_operator import telemetry
 from gdn_operator.handlers.core import conditions as st
 from gdn_operator.handlers.core import kube
+from gdn_operator.handlers.core.kube import parse_quantity
 from gdn_operator.handlers.core.plan import PlanInputs, expected_objects, plan_key
 from gdn_operator.handlers.core.servers import Servers
 from gdn_operator.handlers.server import disruption
