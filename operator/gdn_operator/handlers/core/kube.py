@@ -3,7 +3,7 @@
 Server-side apply with one field manager, reads of the objects the operator owns, Events. A GDNModelServer
 itself is read and its status written only through handlers/core/servers.py (on handlers/core/statusguard.py).
 
-Size (~490 lines): every other call the handlers make to the API server is here, so the other handler modules
+Size (~480 lines): every other call the handlers make to the API server is here, so the other handler modules
 stay thin and the tests stand in for the API server at this one module; the few modules beside it that own an API
 surface of their own are named in pyproject.toml's contract "Only the cluster-access modules import the Kubernetes
 client". The client's ApiException and parse_quantity are re-exported here for the modules that only catch or read.
