@@ -3,8 +3,9 @@ stall detectors, output-probe state, the gauges holding one value per target) be
 target, so a GDNModelServer and a guarded StatefulSet of one name in one namespace, or a guarded Deployment and a
 guarded StatefulSet of one name, never share or overwrite it.
 
-Real AcceptanceSupervisor, AcceptanceTracker, StallWatch and GuardSupervisor; the engines are a scripted metrics
-source (one snapshot per pod per round) and the clock is the test's. Before the key carried the kind, each
+Real AcceptanceSupervisor, AcceptanceTracker, StallWatch and GuardSupervisor (its workloads built from the guard's
+and the pods' events, the owner chain read from a fake cluster: tests/handlers/guard_cluster.py); the engines are a
+scripted metrics source (one snapshot per pod per round) and the clock is the test's. Before the key carried the kind, each
 target's round forgot the other's pods: the server never got past WarmingUp and the frozen pod never counted
 as stalled."""
 
@@ -16,17 +17,15 @@ from typing import Any
 import pytest
 
 from gdn_operator import telemetry
-from gdn_operator.api.guard import GDNGuardSpec
 from gdn_operator.handlers.engines import acceptance as acc
-from gdn_operator.handlers.guard.owners import WorkloadRef
-from gdn_operator.handlers.guard.supervisor import GuardedPod, GuardState, GuardSupervisor, WorkloadState
+from gdn_operator.handlers.guard.supervisor import GuardSupervisor, WorkloadState
 from gdn_operator.handlers.core.pods import api_pods, pod_summary
 from gdn_operator.handlers.core.servers import Servers
 from gdn_operator.handlers.engines.stall import StallWatch
 from gdn_operator.settings import Settings
 from gdn_operator.watch.acceptance import AcceptanceTracker
 
-from builders import EnginePod
+from builders import EnginePod, Guard, Workload
 from scripted_engines import ROUND, ROUNDS, Clock, Engines, frozen, healthy
 
 
@@ -43,40 +42,36 @@ def writes(monkeypatch):
     return calls
 
 
+#: a guard selecting app=chat, and two workloads of one name it selects, as their users write them
+GUARD = Guard("g").select({"app": "chat"}).uid("g-uid").generation(1)
+STS = Workload("chat", "StatefulSet", namespace="ns").uid("StatefulSet-uid").labelled({"app": "chat"})
+DEPLOYMENT = Workload("chat", namespace="ns").uid("Deployment-uid").labelled({"app": "chat"})
+
+
 def _supervisors(clock: Clock, behaviour: dict[str, Any]) -> tuple[acc.AcceptanceSupervisor, GuardSupervisor]:
     sup = acc.AcceptanceSupervisor(AcceptanceTracker(window=60, clock=clock), Engines(clock, behaviour), 1, Servers())
     sup.stall = StallWatch(clock)
-    guards = GuardSupervisor(SimpleNamespace(settings=Settings(), acceptance=sup))
+    guards = GuardSupervisor(SimpleNamespace(settings=Settings(stream_logs=False), acceptance=sup))  # engines scripted
     return sup, guards
 
 
-def _guard(**spec: Any) -> GuardState:
-    return GuardState(
-        "ns",
-        "g",
-        uid="g-uid",
-        generation=1,
-        spec=GDNGuardSpec.model_validate({"selector": {"matchLabels": {"app": "chat"}}, **spec}),
-    )
-
-
-def _workload(kind: str, api_version: str, pod: str, uid: str, ip: str) -> WorkloadState:
-    summary = pod_summary(EnginePod(pod).uid(uid).labels({"app": "chat"}).ip(ip).ready().obj(), "vllm")
-    gp = GuardedPod(pod, uid, "vllm", 8000, ("vllm", "serve", "Qwen/Qwen3.5-4B"), "0.34.0", "imageTag", None, summary)
-    return WorkloadState(WorkloadRef(kind, "chat", api_version, f"{kind}-uid"), pods={pod: gp})
+def _ready(w: Workload, pod: str, uid: str, ip: str) -> dict[str, Any]:
+    return w.pod(pod).uid(uid).ip(ip).ready().obj()
 
 
 def _stalled(ws: WorkloadState) -> list[str]:
     return [f.pod or "" for f in ws.measured if f.type == "Stalled"]
 
 
-async def test_a_server_and_a_guarded_statefulset_of_one_name_keep_their_own_windows_and_detectors(writes):
+async def test_a_server_and_a_guarded_statefulset_of_one_name_keep_their_own_windows_and_detectors(writes, guard_cluster):
     clock = Clock()
     server_pod = "chat-7d9f5b-x2x4q"
     sup, guards = _supervisors(clock, {server_pod: healthy, "chat-0": frozen})
     pods = api_pods([pod_summary(EnginePod(server_pod).uid("s-0").server("chat").ip("10.0.0.4").ready().obj())])
-    guard = guards.guards[("ns", "g")] = _guard()
-    sts = guard.workloads[("StatefulSet", "chat")] = _workload("StatefulSet", "apps/v1", "chat-0", "g-0", "10.0.0.5")
+    guard_cluster.hold(STS.obj(), _ready(STS, "chat-0", "g-0", "10.0.0.5"))
+    await guards.on_guard_event("ADDED", GUARD.obj())  # the guard lists the pods it selects: the StatefulSet's
+    guard = guards.guards[("ns", "g")]
+    sts = guard.workloads[("StatefulSet", "chat")]
     for _ in range(ROUNDS):
         await sup.scrape_round("ns", "chat", pods)  # the GDNModelServer chat
         await guards._measure(guard, sts)  # the StatefulSet chat the guard watches, same namespace
@@ -102,13 +97,15 @@ async def test_a_server_and_a_guarded_statefulset_of_one_name_keep_their_own_win
     assert reg.get_sample_value("gdn_spec_acceptance_rate", server_series) == pytest.approx(0.6)
 
 
-async def test_two_guarded_workloads_of_different_kinds_and_one_name_keep_their_own_state():
+async def test_two_guarded_workloads_of_different_kinds_and_one_name_keep_their_own_state(guard_cluster):
     clock = Clock()
-    sup, guards = _supervisors(clock, {"chat-5c8d6f-k9m2p": healthy, "chat-0": frozen})
+    sup, guards = _supervisors(clock, {"chat-7d9f5b-k9m2p": healthy, "chat-0": frozen})
     probes = {"prompts": [{"name": "count", "prompt": "1, 2, 3,", "maxTokens": 8}]}
-    guard = guards.guards[("ns", "g")] = _guard(features={"probes": True}, probes=probes)
-    dep = guard.workloads[("Deployment", "chat")] = _workload("Deployment", "apps/v1", "chat-5c8d6f-k9m2p", "d-0", "10.0.0.6")
-    sts = guard.workloads[("StatefulSet", "chat")] = _workload("StatefulSet", "apps/v1", "chat-0", "g-0", "10.0.0.5")
+    guard_cluster.hold(DEPLOYMENT.obj(), DEPLOYMENT.replica_set(), _ready(DEPLOYMENT, "chat-7d9f5b-k9m2p", "d-0", "10.0.0.6"))
+    guard_cluster.hold(STS.obj(), _ready(STS, "chat-0", "g-0", "10.0.0.5"))
+    await guards.on_guard_event("ADDED", GUARD.features(probes=True).update(probes=probes).obj())
+    guard = guards.guards[("ns", "g")]
+    dep, sts = guard.workloads[("Deployment", "chat")], guard.workloads[("StatefulSet", "chat")]
     for _ in range(ROUNDS):
         for ws in (dep, sts):
             await guards._measure(guard, ws)
