@@ -14,9 +14,13 @@ from typing import Any
 
 import pytest
 
+from gdn_operator.handlers.engines import acceptance as acc
+from gdn_operator.handlers.engines.stall import StallWatch
 from gdn_operator.labels import LABEL_SERVER
+from gdn_operator.watch.acceptance import AcceptanceTracker
 
 from builders import CLEAN_ARGS, EnginePod, Guard, Workload
+from scripted_engines import ROUND, ROUNDS, Clock, Engines, frozen, healthy
 
 #: vllm#36917: GDN attention asserting on a decode batch mixed with spec-decode requests (the signature catalogue's
 #: gdn-mixed-spec-decode-assert), as the engine container's termination message carries it
@@ -40,9 +44,25 @@ def crashed(w: Workload, restarts: int, name: str = POD) -> EnginePod:
     return engine_pod(w, name, restarts, EnginePod.terminated(1, "Error", CRASH))
 
 
+class Followers:
+    """The crash watch's log followers (handlers/engines/logfollow.py) as the guard asks for them: recorded, not
+    started (a follower streams the pod's log from the API server)."""
+
+    def __init__(self) -> None:
+        self.followed: set[tuple[str, str, str]] = set()  # (namespace, pod, container)
+        self.stopped: list[str] = []  # pod uids
+
+    def ensure(self, namespace: str, pod: dict[str, Any], container: str) -> None:
+        self.followed.add((namespace, pod["metadata"]["name"], container))
+
+    def stop(self, uid: str) -> None:
+        self.stopped.append(uid)
+
+
 @pytest.fixture
 def sup(rt):
     """The runtime's guard supervisor, as the operator holds it (the guard admission has published nothing)."""
+    rt.followers = Followers()
     return rt.guards
 
 
@@ -77,6 +97,7 @@ async def test_a_known_crash_of_a_guarded_engine_is_one_finding_in_one_status_wr
     assert "vllm#36917" in guard_cluster.events[0][3]
     assert guard_cluster.owner_reads == [("ReplicaSet", "chat-7d9f5b"), ("Deployment", "chat")]
     assert guard_cluster.deleted == []
+    assert sup.rt.followers.followed == {("ns", POD, "vllm")}  # the crash watch follows the engine container's log
     (report,) = guard_cluster.reports  # the namespace's PolicyReport, from the status just written
     assert [(r["rule"], r["resources"][0]["kind"]) for r in report["results"]] == [("vllm#36917", "Deployment")]
 
@@ -130,3 +151,41 @@ async def test_pods_the_guard_does_not_select_are_never_tracked(guard_cluster, s
     assert ready is not None and ready["message"] == "0 workload(s), 0 engine pod(s) guarded"
     assert condition(status, "CrashDiagnosed") is None
     assert guard_cluster.events == [] and guard_cluster.owner_reads == []  # not even its owner chain was read
+    assert sup.rt.followers.followed == set()
+
+
+async def test_a_stalled_engine_is_a_stalled_finding_and_one_event(guard_cluster, sup, rt):
+    """The stall verdict of the shared stall watch (requests running, no tokens for the guard's stall_seconds while
+    the engine answers) on a guarded StatefulSet's pod: a Stalled finding in status, one Event however many rounds
+    it holds, the healthy pod beside it never flagged, and no write between the guard's first status and the verdict.
+    (While it holds, each round writes: the finding's message counts the seconds without progress, as a
+    GDNModelServer's status.stall does.)"""
+    clock = Clock()
+    rt.acceptance = acc.AcceptanceSupervisor(
+        AcceptanceTracker(window=60, clock=clock), Engines(clock, {"chat-0": healthy, "chat-1": frozen}), 1, rt.servers
+    )
+    rt.acceptance.stall = StallWatch(clock)
+    sts = Workload("chat", "StatefulSet", namespace="ns").uid("sts-uid").labelled({"app": "chat"}).args(*CLEAN_ARGS)
+    pods = [
+        sts.pod(p).uid(f"{p}-uid").phase("Running").ip(ip).ready() for p, ip in (("chat-0", "10.0.0.5"), ("chat-1", "10.0.0.6"))
+    ]
+    guard_cluster.hold(sts.obj(), *(p.obj() for p in pods))
+    await sup.on_guard_event("ADDED", GUARD.features(acceptance=False).obj())  # stall only: no acceptance figures
+    guard = sup.guards[("ns", "g")]
+    for _ in range(ROUNDS):
+        await sup.round(guard)
+        clock.t += ROUND
+    writes = [w[2] for w in guard_cluster.status_writes]
+    # the guard's first status: the workload, its 2 pods, no finding; no write after it until the verdict
+    assert findings_of(writes[0]) == {("StatefulSet", "chat"): []} and writes[0]["workloads"][0]["pods"] == 2
+    assert len(writes) >= 2, writes
+    for w in writes[1:]:
+        assert [(f["type"], f["pod"]) for f in findings_of(w)[("StatefulSet", "chat")]] == [("Stalled", "chat-1")], w
+    status = guard_cluster.status_writes[-1][2]
+    (finding,) = findings_of(status)[("StatefulSet", "chat")]
+    assert (finding["type"], finding["rule"], finding["pod"]) == ("Stalled", "engine-stall", "chat-1")
+    assert "8 requests running" in finding["message"] and "while /health answers" in finding["message"]
+    cond = condition(status, "Stalled")
+    assert cond is not None and cond["status"] == "True" and "chat-1" in cond["message"]
+    assert [e[:3] for e in guard_cluster.events] == [("StatefulSet", "chat", "Stalled")]
+    assert guard_cluster.deleted == []  # remediation off: reported, never acted on
