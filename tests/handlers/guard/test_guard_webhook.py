@@ -20,27 +20,22 @@ from gdn_operator.handlers.guard.admission import (
 )
 from gdn_operator.watch.guarded import selects
 
-SC = '{"method":"mtp","num_speculative_tokens":2}'
+from builders import CLEAN_ARGS, SPECULATIVE_CONFIG as SC, Guard, Workload
 
-
-def guard(name, ns, policy="warn", admission=True, **selector):
-    return {
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "selector": selector or {"matchLabels": {"app": name}},
-            "admission": {"policy": policy},
-            "features": {"admission": admission},
-        },
-    }
+#: the guard the reviews below are judged by: it selects app=g in namespace team, and refuses a known crash
+DENY = Guard("g", "team").policy("deny")
+G = {"app": "g"}
+#: a bare pod it selects (a Pod is its own template) launching ENGINE_ARGS: at tag v0.17.1, vllm#36917's known crash
+POD = Workload("p", "Pod").labels(G)
 
 
 def test_one_webhook_per_guard_scoped_by_its_namespace_and_match_conditions():
     cc = {"url": "https://127.0.0.1:9443/", "caBundle": "Q0E="}
     hooks = guard_webhooks(
         [
-            guard("b", "team", "deny"),
-            guard("a", "team"),
-            guard("off", "team", admission=False),
+            Guard("b", "team").policy("deny").obj(),
+            Guard("a", "team").obj(),
+            Guard("off", "team").features(admission=False).obj(),
             {"metadata": {"name": "bad", "namespace": "x"}, "spec": {"selector": {}}},
         ],
         "cfg.example.io",
@@ -64,13 +59,17 @@ def test_one_webhook_per_guard_scoped_by_its_namespace_and_match_conditions():
     assert "'app' in object.metadata.labels" in by_policy["Ignore"]["matchConditions"][0]["expression"]
     assert "object.spec.template.metadata.labels" in by_policy["Ignore"]["matchConditions"][0]["expression"]
     assert "oldObject != null" in by_policy["Ignore"]["matchConditions"][0]["expression"]
-    assert guard_webhooks([guard("a", "team")], "c.x.io", cc) == guard_webhooks([guard("a", "team")], "c.x.io", cc)
+    assert guard_webhooks([Guard("a", "team").obj()], "c.x.io", cc) == guard_webhooks([Guard("a", "team").obj()], "c.x.io", cc)
 
 
 def test_system_and_operator_namespaces_get_no_guard_webhook_and_the_configuration_stays_bounded():
     cc = {"url": "https://127.0.0.1:9443/"}
     scope = guard_scope(
-        [guard("k", "kube-system", "deny"), guard("o", "gdn-system", "deny"), guard("t", "team", "deny")],
+        [
+            Guard("k", "kube-system").policy("deny").obj(),
+            Guard("o", "gdn-system").policy("deny").obj(),
+            Guard("t", "team").policy("deny").obj(),
+        ],
         "c.x.io",
         cc,
         excluded=("gdn-system",),
@@ -84,7 +83,7 @@ def test_system_and_operator_namespaces_get_no_guard_webhook_and_the_configurati
             {"key": f"e{i}", "operator": "In", "values": [f"{j}" + "v" * 60 for j in range(16)]} for i in range(8)
         ],
     }
-    guards = [guard(f"g{i:03d}", f"ns{i:03d}", "deny", **big) for i in range(400)]
+    guards = [Guard(f"g{i:03d}", f"ns{i:03d}").policy("deny").selector(big).obj() for i in range(400)]
     scope = guard_scope(guards, "c.x.io", cc)
     assert scope.webhooks and scope.left_out and set(scope.left_out.values()) == {LEFT_OUT_BUDGET}
     assert len(json.dumps(guard_configuration(scope.webhooks, "c.x.io"))) <= CONFIG_BUDGET_BYTES + 4096
@@ -134,76 +133,52 @@ def review(obj, old=None, ns="team"):
     }
 
 
-def pod(tag, owned=False, labels=None):
-    meta = {"name": "p", "labels": labels or {"app": "g"}}
-    if owned:
-        meta["ownerReferences"] = [{"kind": "ReplicaSet", "name": "rs", "controller": True, "uid": "1", "apiVersion": "apps/v1"}]
-    containers = [{"name": "vllm", "image": f"vllm/vllm-openai:{tag}", "args": ["Qwen/Qwen3.5-9B", "--speculative-config", SC]}]
-    return {"kind": "Pod", "metadata": meta, "spec": {"containers": containers}}
-
-
 def test_bare_pod_refused_controlled_pod_and_unchanged_update_admitted():
-    guards = [guard("g", "team", "deny")]
-    r = review_response(review(pod("v0.17.1")), guards)["response"]
+    guards = [DENY.obj()]
+    r = review_response(review(POD.tag("v0.17.1").obj()), guards)["response"]
     assert r["uid"] == "u1" and r["allowed"] is False and r["status"]["code"] == 403 and "vllm#36917" in r["status"]["message"]
-    assert review_response(review(pod("v0.17.1", owned=True)), guards)["response"] == {"uid": "u1", "allowed": True}
-    relabelled = pod("v0.17.1")
-    relabelled["metadata"]["labels"]["x"] = "y"
-    assert review_response(review(relabelled, old=pod("v0.17.1")), guards)["response"]["allowed"] is True
+    owned = POD.owner("ReplicaSet", "rs", api_version="apps/v1").tag("v0.17.1").obj()
+    assert review_response(review(owned), guards)["response"] == {"uid": "u1", "allowed": True}
+    relabelled = POD.labels({**G, "x": "y"}).tag("v0.17.1").obj()
+    assert review_response(review(relabelled, old=POD.tag("v0.17.1").obj()), guards)["response"]["allowed"] is True
 
 
 def test_warn_guard_answers_with_warnings_and_unselected_objects_pass():
-    r = review_response(review(pod("v0.17.1")), [guard("g", "team", "warn")])["response"]
+    r = review_response(review(POD.tag("v0.17.1").obj()), [Guard("g", "team").obj()])["response"]
     assert r["allowed"] is True and any(w.startswith("GDNGuard team/g: vllm#36917:") for w in r["warnings"])
-    r = review_response(review(pod("v0.17.1", labels={"app": "other"})), [guard("g", "team", "deny")])["response"]
+    r = review_response(review(POD.labels({"app": "other"}).tag("v0.17.1").obj()), [DENY.obj()])["response"]
     assert r == {"uid": "u1", "allowed": True}
-
-
-def deployment(tag, meta_labels=None, template_labels=None, owner=None):
-    meta = {"name": "d", "labels": meta_labels or {}}
-    if owner:
-        meta["ownerReferences"] = [{"kind": owner, "name": "o", "controller": True, "uid": "1", "apiVersion": "x/v1"}]
-    containers = [{"name": "vllm", "image": f"vllm/vllm-openai:{tag}", "args": ["Qwen/Qwen3.5-9B", "--speculative-config", SC]}]
-    return {
-        "kind": "Deployment",
-        "metadata": meta,
-        "spec": {"template": {"metadata": {"labels": template_labels or {}}, "spec": {"containers": containers}}},
-    }
 
 
 def test_deny_holds_where_users_put_the_label_and_when_an_update_drops_it():
     """Issue 48: the label on the pod template only (where users put it for their pods) is guarded; an UPDATE that
     changes the launch line and drops the label in one step is judged as the guarded object it was; a ReplicaSet a
     Deployment made is judged through the Deployment, and an object a controller of another kind made is judged."""
-    guards = [guard("g", "team", "deny")]
-    r = review_response(review(deployment("v0.17.1", template_labels={"app": "g"})), guards)["response"]
+    guards = [DENY.obj()]
+    r = review_response(review(Workload("d").template_labels(G).tag("v0.17.1").obj()), guards)["response"]
     assert r["allowed"] is False and "vllm#36917" in r["status"]["message"]
-    old = deployment("v0.33.0", meta_labels={"app": "g"}, template_labels={"app": "g"})
-    new = deployment("v0.17.1")
+    old = Workload("d").labels(G).template_labels(G).tag("v0.33.0").obj()
+    new = Workload("d").tag("v0.17.1").obj()
     r = review_response(review(new, old=old), guards)["response"]
     assert r["allowed"] is False and "vllm#36917" in r["status"]["message"]
-    dropped_only = deployment("v0.33.0")
+    dropped_only = Workload("d").tag("v0.33.0").obj()
     assert review_response(review(dropped_only, old=old), guards)["response"]["allowed"] is True  # unguard in a step
-    rs = deployment("v0.17.1", meta_labels={"app": "g"}, owner="Deployment")
-    rs["kind"] = "ReplicaSet"
+    rs = Workload("d", "ReplicaSet").labels(G).owner("Deployment").tag("v0.17.1").obj()
     assert review_response(review(rs), guards)["response"] == {"uid": "u1", "allowed": True}
-    foreign = deployment("v0.17.1", meta_labels={"app": "g"}, owner="MyInferenceThing")
+    foreign = Workload("d").labels(G).owner("MyInferenceThing").tag("v0.17.1").obj()
     assert review_response(review(foreign), guards)["response"]["allowed"] is False
 
 
 def test_a_shell_script_with_an_apostrophe_is_judged_not_a_500():
     """Issue 48: `bash -c "echo it's up; exec vllm serve ..."` made shlex raise, the webhook answered HTTP 500, and
     a deny guard refused a valid workload. The vLLM command is read from the script and judged."""
-    guards = [guard("g", "team", "deny")]
-    p = pod("v0.17.1")
-    c = p["spec"]["containers"][0]
-    c["command"] = ["/bin/bash", "-c", f"echo it's up; exec vllm serve Qwen/Qwen3.5-9B --speculative-config '{SC}'"]
-    c.pop("args")
+    guards = [DENY.obj()]
+    script = f"echo it's up; exec vllm serve Qwen/Qwen3.5-9B --speculative-config '{SC}'"
+    p = POD.tag("v0.17.1").engine(command=["/bin/bash", "-c", script], args=None).obj()
     r = review_response(review(p), guards)["response"]
     assert r["allowed"] is False and "vllm#36917" in r["status"]["message"]  # judged: the known crash refused
-    c["image"] = "vllm/vllm-openai:v0.33.0"
-    c["command"][2] += " --no-enable-prefix-caching --no-async-scheduling --gdn-prefill-backend triton"
-    assert review_response(review(p), guards)["response"]["allowed"] is True
+    clean = POD.tag("v0.33.0").engine(command=["/bin/bash", "-c", " ".join([script, *CLEAN_ARGS])], args=None).obj()
+    assert review_response(review(clean), guards)["response"]["allowed"] is True
 
 
 async def test_the_scope_task_survives_an_error_that_is_not_an_os_error(monkeypatch):
@@ -223,7 +198,7 @@ async def test_the_scope_task_survives_an_error_that_is_not_an_os_error(monkeypa
         calls.append(namespaces)
         if len(calls) == 1:
             raise urllib3.exceptions.ProtocolError("Connection aborted.", RemoteDisconnected("closed"))
-        return [guard("g", "team", "deny")]
+        return [DENY.obj()]
 
     monkeypatch.setattr(guardclient, "list_guards", list_guards)
     monkeypatch.setattr(guardadmission, "write_configuration", lambda desired: written.append(desired) or True)
@@ -247,14 +222,14 @@ async def test_reviews_read_the_guards_held_in_memory(monkeypatch):
     from gdn_operator.handlers.guard import client as guardclient
 
     lists = []
-    monkeypatch.setattr(guardclient, "list_guards", lambda ns: lists.append(ns) or [guard("g", "team", "deny")])
+    monkeypatch.setattr(guardclient, "list_guards", lambda ns: lists.append(ns) or [DENY.obj()])
     ga = guardadmission.GuardAdmission("c.x.io")
     for _ in range(5):
-        r = (await ga.answer(review(pod("v0.17.1"))))["response"]
+        r = (await ga.answer(review(POD.tag("v0.17.1").obj())))["response"]
         assert r["allowed"] is False
     assert len(lists) == 1
-    ga.guard_changed("DELETED", guard("g", "team", "deny"))
-    assert (await ga.answer(review(pod("v0.17.1"))))["response"]["allowed"] is True
+    ga.guard_changed("DELETED", DENY.obj())
+    assert (await ga.answer(review(POD.tag("v0.17.1").obj())))["response"]["allowed"] is True
     assert len(lists) == 1
 
 
@@ -267,10 +242,10 @@ async def test_a_guard_deleted_while_a_list_runs_stays_deleted(monkeypatch):
     ga = guardadmission.GuardAdmission("c.x.io")
 
     def slow_list(ns):
-        ga.guard_changed("DELETED", guard("g", "team", "deny"))  # arrives while the LIST runs
-        return [guard("g", "team", "deny")]
+        ga.guard_changed("DELETED", DENY.obj())  # arrives while the LIST runs
+        return [DENY.obj()]
 
     monkeypatch.setattr(guardclient, "list_guards", slow_list)
     await ga._list()
     assert ga.guards_in("team") == []
-    assert (await ga.answer(review(pod("v0.17.1"))))["response"]["allowed"] is True
+    assert (await ga.answer(review(POD.tag("v0.17.1").obj())))["response"]["allowed"] is True

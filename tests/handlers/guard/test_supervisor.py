@@ -187,5 +187,6 @@ async def test_a_stalled_engine_is_a_stalled_finding_and_one_event(guard_cluster
     assert "8 requests running" in finding["message"] and "while /health answers" in finding["message"]
     cond = condition(status, "Stalled")
     assert cond is not None and cond["status"] == "True" and "chat-1" in cond["message"]
+    assert condition(status, "Degraded") is None and "phase" not in status  # the guard's conditions only
     assert [e[:3] for e in guard_cluster.events] == [("StatefulSet", "chat", "Stalled")]
     assert guard_cluster.deleted == []  # remediation off: reported, never acted on
