@@ -10,42 +10,30 @@ from gdn_operator.api.guard import GDNGuardSpec
 from gdn_operator.rules.launchline import evaluate_launch
 from gdn_operator.rules.workload import judge_workload, launch_argv, pod_specs
 
-SC = '{"method":"mtp","num_speculative_tokens":2}'
-CLEAN = ["--no-enable-prefix-caching", "--no-async-scheduling", "--gdn-prefill-backend", "triton"]
+from builders import CLEAN_ARGS, ENGINE_ARGS, Guard, Workload
+
+#: the guard of these tests selects app=my-vllm (Guard's default for its name), and the Deployment it selects, with
+#: a sidecar before the engine container
+GUARD = Guard("my-vllm")
+MY_VLLM = Workload("my-vllm").labelled({"app": "my-vllm"}).sidecar()
 
 
-def guard(policy="warn", **extra):
-    return GDNGuardSpec.model_validate(
-        {"selector": {"matchLabels": {"app": "my-vllm"}}, "admission": {"policy": policy}, **extra}
-    )
+def spec_of(guard: Guard) -> GDNGuardSpec:
+    return GDNGuardSpec.model_validate(guard.spec())
 
 
-def podspec(tag, extra=(), **container):
-    vllm = {"name": "vllm", "image": f"vllm/vllm-openai:{tag}", "args": ["Qwen/Qwen3.5-9B", "--speculative-config", SC, *extra]}
-    vllm.update(container)
-    return {"containers": [{"name": "proxy", "image": "envoy:v1.30.0", "command": ["envoy"]}, vllm]}
-
-
-def deployment(tag, extra=(), **container):
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "my-vllm", "labels": {"app": "my-vllm"}},
-        "spec": {"template": {"metadata": {"labels": {"app": "my-vllm"}}, "spec": podspec(tag, extra, **container)}},
-    }
+WARN, DENY = spec_of(GUARD.policy("warn")), spec_of(GUARD.policy("deny"))
 
 
 def test_known_crash_is_warned_with_the_gdnctl_rule_line():
-    v = judge_workload(deployment("v0.17.1"), guard("warn"))
+    v = judge_workload(MY_VLLM.tag("v0.17.1").obj(), WARN)
     assert v.allowed and "vllm#36917" in v.rules
-    _, ev = evaluate_launch(
-        ["vllm", "serve", "Qwen/Qwen3.5-9B", "--speculative-config", SC], vllm_version="0.17.1", policy="warn"
-    )
+    _, ev = evaluate_launch(["vllm", "serve", *ENGINE_ARGS], vllm_version="0.17.1", policy="warn")
     assert [f.line() for f in ev.findings if f.action == "warned"] == v.warnings  # the same messages as gdnctl validate
 
 
 def test_known_crash_is_refused_under_policy_deny():
-    v = judge_workload(deployment("v0.17.1"), guard("deny"), "team/g")
+    v = judge_workload(MY_VLLM.tag("v0.17.1").obj(), DENY, "team/g")
     assert not v.allowed
     assert v.denied.startswith("Deployment my-vllm refused by GDNGuard team/g (admission policy deny)")
     assert "vllm#36917" in v.denied
@@ -53,25 +41,25 @@ def test_known_crash_is_refused_under_policy_deny():
 
 def test_clean_launch_line_is_admitted_without_warnings():
     for policy in ("warn", "deny"):
-        v = judge_workload(deployment("v0.33.0", CLEAN), guard(policy))
+        v = judge_workload(MY_VLLM.tag("v0.33.0").args(*CLEAN_ARGS).obj(), spec_of(GUARD.policy(policy)))
         assert v.allowed and v.warnings == [] and v.notes == [], (policy, v)
         assert len(v.evaluations) == 1
 
 
 def test_unknown_release_is_a_note_not_a_verdict():
-    v = judge_workload(deployment("latest"), guard("deny"))
+    v = judge_workload(MY_VLLM.tag("latest").obj(), DENY)
     assert v.allowed and v.rules == []
     assert "gdn-operator.io/vllm-version" in v.notes[0]
-    annotated = deployment("latest")
-    annotated["spec"]["template"]["metadata"]["annotations"] = {"gdn-operator.io/vllm-version": "0.17.1"}
-    assert not judge_workload(annotated, guard("deny")).allowed  # the default falls back to the annotation
-    assert not judge_workload(deployment("latest"), guard("deny", vllmVersion={"pinned": "0.17.1"})).allowed
+    annotated = MY_VLLM.tag("latest").template_annotations({"gdn-operator.io/vllm-version": "0.17.1"}).obj()
+    assert not judge_workload(annotated, DENY).allowed  # the default falls back to the annotation
+    pinned = spec_of(GUARD.policy("deny").update(vllmVersion={"pinned": "0.17.1"}))
+    assert not judge_workload(MY_VLLM.tag("latest").obj(), pinned).allowed
 
 
 def test_custom_tag_pattern():
-    g = guard("deny", vllmVersion={"imageTag": {"pattern": r"^release-([0-9.]+)$"}})
-    assert not judge_workload(deployment("release-0.17.1"), g).allowed
-    assert judge_workload(deployment("v0.17.1"), g).notes  # the pattern does not match: release unknown
+    g = spec_of(GUARD.policy("deny").update(vllmVersion={"imageTag": {"pattern": r"^release-([0-9.]+)$"}}))
+    assert not judge_workload(MY_VLLM.tag("release-0.17.1").obj(), g).allowed
+    assert judge_workload(MY_VLLM.tag("v0.17.1").obj(), g).notes  # the pattern does not match: release unknown
 
 
 def test_env_literal_values_lead_the_line_and_sh_c_is_read():
@@ -90,8 +78,8 @@ def test_env_literal_values_lead_the_line_and_sh_c_is_read():
 
 
 def test_named_container_and_no_engine():
-    g = guard("deny", container="proxy")
-    v = judge_workload(deployment("v0.17.1"), g)
+    g = spec_of(GUARD.policy("deny").update(container="proxy"))
+    v = judge_workload(MY_VLLM.tag("v0.17.1").obj(), g)
     assert v.allowed and "container 'proxy'" in v.notes[0]
 
 
@@ -120,16 +108,16 @@ def test_pod_templates_per_kind(obj, paths):
 
 
 def test_bare_pod_and_lws_are_judged():
-    pod = {"kind": "Pod", "metadata": {"name": "p"}, "spec": podspec("v0.17.1")}
-    assert not judge_workload(pod, guard("deny")).allowed
-    lws = {
-        "kind": "LeaderWorkerSet",
-        "metadata": {"name": "l"},
-        "spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": podspec("v0.17.1")}}},
+    pod = Workload("p", "Pod").sidecar().tag("v0.17.1").obj()
+    assert not judge_workload(pod, DENY).allowed
+    lws = Workload("l", "LeaderWorkerSet").sidecar().tag("v0.17.1").obj()
+    assert "vllm#36917" in judge_workload(lws, DENY).denied
+    llmisvc = {
+        "kind": "LLMInferenceService",
+        "metadata": {"name": "k"},
+        "spec": {"template": Workload("k").sidecar().tag("v0.17.1").pod_spec()},
     }
-    assert "vllm#36917" in judge_workload(lws, guard("deny")).denied
-    llmisvc = {"kind": "LLMInferenceService", "metadata": {"name": "k"}, "spec": {"template": podspec("v0.17.1")}}
-    assert "vllm#36917" in judge_workload(llmisvc, guard("deny")).denied
+    assert "vllm#36917" in judge_workload(llmisvc, DENY).denied
 
 
 def test_gdnctl_validate_reads_a_deployment(tmp_path, capsys):
@@ -141,17 +129,17 @@ def test_gdnctl_validate_reads_a_deployment(tmp_path, capsys):
     from gdn_operator.cli import main
 
     path = tmp_path / "deployment.yaml"
-    path.write_text(yaml.safe_dump(deployment("v0.17.1")))
+    path.write_text(yaml.safe_dump(MY_VLLM.tag("v0.17.1").obj()))
     assert main(["validate", "-f", str(path)]) == 1  # --policy reject (the default) is a deny guard
     out = capsys.readouterr().out
     assert "Deployment my-vllm: REFUSED (GDNGuard admission, policy deny)" in out and "[refused] vllm#36917:" in out
     assert main(["validate", "-f", str(path), "--policy", "warn", "--output", "json"]) == 0
     (res,) = json.loads(capsys.readouterr().out)
     assert res["allowed"] and "vllm#36917" in res["rules"]
-    path.write_text(yaml.safe_dump(deployment("latest")))
+    path.write_text(yaml.safe_dump(MY_VLLM.tag("latest").obj()))
     assert main(["validate", "-f", str(path), "--vllm-version", "0.33.0"]) == 1  # pinned: judged (vllm#43559)
     capsys.readouterr()
-    path.write_text(yaml.safe_dump(deployment("v0.33.0", CLEAN)))
+    path.write_text(yaml.safe_dump(MY_VLLM.tag("v0.33.0").args(*CLEAN_ARGS).obj()))
     assert main(["validate", "-f", str(path)]) == 0
     assert capsys.readouterr().out == f"{path} Deployment my-vllm: ADMITTED (GDNGuard admission, policy deny)\n"
 
@@ -164,12 +152,12 @@ def test_gdnctl_validate_strict_judges_a_workloads_release_too(tmp_path, capsys)
     from gdn_operator.cli import main
 
     path = tmp_path / "deployment.yaml"
-    path.write_text(yaml.safe_dump(deployment("v0.35.0", CLEAN)))
+    path.write_text(yaml.safe_dump(MY_VLLM.tag("v0.35.0").args(*CLEAN_ARGS).obj()))
     assert main(["validate", "-f", str(path)]) == 0
     capsys.readouterr()
     assert main(["validate", "-f", str(path), "--strict"]) == 4
     assert "strict: not a catalogued release" in capsys.readouterr().out
-    path.write_text(yaml.safe_dump(deployment("v0.34.0", CLEAN)))
+    path.write_text(yaml.safe_dump(MY_VLLM.tag("v0.34.0").args(*CLEAN_ARGS).obj()))
     assert main(["validate", "-f", str(path), "--strict"]) == 0
-    path.write_text(yaml.safe_dump(deployment("v0.17.1")))
+    path.write_text(yaml.safe_dump(MY_VLLM.tag("v0.17.1").obj()))
     assert main(["validate", "-f", str(path), "--strict", "--vllm-version", "0.17.1rc1"]) == 1
