@@ -352,11 +352,10 @@ class Workload:
             {"name": "vllm", "image": "vllm/vllm-openai:v0.33.0", "args": list(ENGINE_ARGS)}
         ]
 
-    @property
-    def name(self) -> str:
-        return str(self._meta["name"])
-
     # metadata
+    def name(self, name: str) -> Workload:
+        return self.meta(name=name)
+
     def meta(self, **fields: Any) -> Workload:
         """Any metadata field, by its Kubernetes name (``annotations={...}``)."""
         new = copy.deepcopy(self)
@@ -458,6 +457,10 @@ class Workload:
             body["spec"] = {**copy.deepcopy(self._spec), "template": template}
         return body
 
+    @property
+    def _name(self) -> str:
+        return str(self._meta["name"])
+
     def _ref(self, kind: str, name: str, uid: str | None) -> dict[str, Any]:
         ref = {"apiVersion": WORKLOAD_API_VERSIONS[kind], "kind": kind, "name": name, "controller": True}
         return {**ref, "uid": uid} if uid else ref
@@ -467,9 +470,9 @@ class Workload:
         server holds it: what a guard reads going up a pod's owner chain."""
         uid = self._meta.get("uid")
         meta = {
-            "name": f"{self.name}-{TEMPLATE_HASH}",
+            "name": f"{self._name}-{TEMPLATE_HASH}",
             "labels": {**self._template_meta.get("labels", {}), "pod-template-hash": TEMPLATE_HASH},
-            "ownerReferences": [self._ref("Deployment", self.name, uid)],
+            "ownerReferences": [self._ref("Deployment", self._name, uid)],
         }
         if uid:
             meta["uid"] = f"{uid}-rs"
@@ -481,21 +484,21 @@ class Workload:
         """One of the workload's pods as its controller makes it: the template's labels and containers, its
         controller's ownerReference (a Deployment's ReplicaSet, the StatefulSet, the LeaderWorkerSet's
         StatefulSet and its name label); a Pod workload is its own pod (``name`` left out)."""
-        name = name or f"{self.name}-0"
+        name = name or f"{self._name}-0"
         labels = copy.deepcopy(self._template_meta.get("labels", {}))
         uid = self._meta.get("uid")
         refs: list[dict[str, Any]] = []
         if self.kind == "Pod":
-            name, labels, refs = self.name, copy.deepcopy(self._meta.get("labels", {})), self._meta.get("ownerReferences", [])
+            name, labels, refs = self._name, copy.deepcopy(self._meta.get("labels", {})), self._meta.get("ownerReferences", [])
         elif self.kind == "Deployment":
             rs = self.replica_set()["metadata"]
             labels["pod-template-hash"] = TEMPLATE_HASH
             refs = [self._ref("ReplicaSet", rs["name"], rs.get("uid"))]
         elif self.kind == "LeaderWorkerSet":
-            labels[LABEL_SET_NAME] = self.name
-            refs = [self._ref("StatefulSet", self.name, f"{uid}-sts" if uid else None)]
+            labels[LABEL_SET_NAME] = self._name
+            refs = [self._ref("StatefulSet", self._name, f"{uid}-sts" if uid else None)]
         else:
-            refs = [self._ref(self.kind, self.name, uid)]
+            refs = [self._ref(self.kind, self._name, uid)]
         pod = EnginePod(name).labels(labels).pod_spec(self.pod_spec())
         if "namespace" in self._meta:
             pod = pod.namespace(self._meta["namespace"])

@@ -1,6 +1,6 @@
-"""Helpers of the GDNGuard run-time tests (issue 35): the guard CRD (generated from api/guard.py), guards,
-plain vLLM workloads as other tools create them, and the proof that the operator wrote none of them
-(managedFields)."""
+"""Helpers of the GDNGuard run-time tests (issue 35): the guard CRD (generated from api/guard.py), guards and
+plain vLLM workloads as other tools create them (tests/builders.py's Guard and Workload), and the proof that the
+operator wrote none of them (managedFields)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import kubernetes
 from kubernetes.client.rest import ApiException
 
+from builders import Guard, Workload
 from operator_harness import wait_for
 
 from gdn_operator import GROUP, VERSION
@@ -44,43 +45,19 @@ def install_guard_crd(api: kubernetes.client.ApiClient) -> None:
     wait_for(lambda: co.list_cluster_custom_object(GROUP, VERSION, GUARDS) is not None, 30, what="GDNGuard CRD served")
 
 
-def guard(name: str, match_labels: dict[str, str], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "GDNGuard",
-        "metadata": {"name": name},
-        "spec": {"selector": {"matchLabels": match_labels}, **spec},
-    }
-
-
-def engine_container(
-    image: str = "vllm/vllm-openai:v0.32.0", argv: list[str] | None = None, name: str = "vllm"
-) -> dict[str, Any]:
-    argv = list(argv or LAUNCH)
-    return {
-        "name": name,
-        "image": image,
-        "command": argv[:2],
-        "args": argv[2:],
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }
-
-
-def deployment(name: str, labels: dict[str, str], container: dict[str, Any], replicas: int = 1, **meta: Any) -> dict[str, Any]:
-    """A Deployment as a user or another tool writes it (a sidecar beside the engine, as KServe and llm-d have)."""
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "labels": labels, **meta},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [{"name": "sidecar", "image": "busybox:1.37", "command": ["sleep", "inf"]}, container]},
-            },
-        },
-    }
+#: a plain vLLM Deployment as a user or another tool writes it: one replica, a sidecar beside the engine (as KServe
+#: and llm-d have), the engine container launching LAUNCH on vLLM 0.32.0 with its log's tail as termination message
+#: (name it and label it: ``PLAIN.name("x").labelled(labels).argv(argv).obj()``)
+PLAIN = (
+    Workload()
+    .replicas(1)
+    .sidecar("sidecar", "busybox:1.37", ["sleep", "inf"])
+    .tag("v0.32.0")
+    .argv(LAUNCH)
+    .engine(terminationMessagePolicy="FallbackToLogsOnError")
+)
+#: a GDNGuard g for a namespaced create (no namespace in its body): ``GUARD.select(labels).obj()``
+GUARD = Guard(namespace=None)
 
 
 class Guards:

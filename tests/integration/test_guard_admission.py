@@ -19,12 +19,13 @@ from kubernetes.client.rest import ApiException
 from gdn_operator import GROUP, GUARD_PLURAL, VERSION
 from gdn_operator.api.crd import guard_crd_manifest
 from gdn_operator.handlers.guard.admission import GUARD_WEBHOOK_ID, guard_config_name
+from builders import CLEAN_ARGS, Guard, Workload
 from operator_harness import WEBHOOK_CONFIG, install_crd, running_webhook_operator, wait_for
 
-SC = '{"method":"mtp","num_speculative_tokens":2}'
-CLEAN = ["--no-enable-prefix-caching", "--no-async-scheduling", "--gdn-prefill-backend", "triton"]
 GUARDS_CONFIG = guard_config_name(WEBHOOK_CONFIG)
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "guard" / "my-vllm.yaml"
+#: admission judges the template: no pods needed
+NO_PODS = Workload().replicas(0)
 
 
 @pytest.fixture(scope="module")
@@ -43,40 +44,6 @@ def op(full_cluster, kube_api, tmp_path_factory):
         except ApiException as e:
             if e.status != 404:
                 raise
-
-
-def deployment(name, tag, extra=(), labels=None):
-    labels = labels or {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "replicas": 0,  # no pods needed: admission judges the template
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "vllm",
-                            "image": f"vllm/vllm-openai:{tag}",
-                            "args": ["Qwen/Qwen3.5-9B", "--speculative-config", SC, *extra],
-                        }
-                    ]
-                },
-            },
-        },
-    }
-
-
-def guard(name, app, policy):
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "GDNGuard",
-        "metadata": {"name": name},
-        "spec": {"selector": {"matchLabels": {"app": app}}, "admission": {"policy": policy}},
-    }
 
 
 def webhook_calls(api) -> float:
@@ -146,11 +113,11 @@ def managers(kube_api, ns, name):
 
 
 def test_known_crash_warned_then_refused_clean_admitted_unguarded_never_called(op, kube_api, ns):
-    create_guard(kube_api, ns, guard("warn-guard", "crashy", "warn"))
+    create_guard(kube_api, ns, Guard("warn-guard", None).select({"app": "crashy"}).policy("warn").obj())
 
     # warn: admitted, with the same rule line gdnctl validate prints, led by the guard's name
     before = webhook_calls(kube_api)
-    outcome, warnings = create_deployment(kube_api, ns, deployment("crashy", "v0.17.1"))
+    outcome, warnings = create_deployment(kube_api, ns, NO_PODS.name("crashy").labelled({"app": "crashy"}).tag("v0.17.1").obj())
     assert outcome == "created", warnings
     text = " ".join(warnings)
     assert "vllm#36917" in text and f"GDNGuard {ns}/warn-guard" in text, warnings
@@ -158,14 +125,16 @@ def test_known_crash_warned_then_refused_clean_admitted_unguarded_never_called(o
     assert "gdn-operator" not in managers(kube_api, ns, "crashy")  # validating only: nothing written
 
     # clean: admitted without a warning
-    create_guard(kube_api, ns, guard("clean-guard", "clean", "deny"))
-    outcome, warnings = create_deployment(kube_api, ns, deployment("clean", "v0.33.0", CLEAN))
+    create_guard(kube_api, ns, Guard("clean-guard", None).select({"app": "clean"}).policy("deny").obj())
+    outcome, warnings = create_deployment(
+        kube_api, ns, NO_PODS.name("clean").labelled({"app": "clean"}).tag("v0.33.0").args(*CLEAN_ARGS).obj()
+    )
     assert (outcome, warnings) == ("created", [])
     assert "gdn-operator" not in managers(kube_api, ns, "clean")
 
     # deny: the same launch line refused, nothing created
-    create_guard(kube_api, ns, guard("deny-guard", "refused", "deny"))
-    outcome, err = create_deployment(kube_api, ns, deployment("refused", "v0.17.1"))
+    create_guard(kube_api, ns, Guard("deny-guard", None).select({"app": "refused"}).policy("deny").obj())
+    outcome, err = create_deployment(kube_api, ns, NO_PODS.name("refused").labelled({"app": "refused"}).tag("v0.17.1").obj())
     assert outcome == "denied" and err.status == 403, err
     message = json.loads(err.body)["message"]
     assert f"refused by GDNGuard {ns}/deny-guard (admission policy deny)" in message and "vllm#36917" in message
@@ -175,14 +144,16 @@ def test_known_crash_warned_then_refused_clean_admitted_unguarded_never_called(o
 
     # outside every guard: the same known-crash line, never sent to the webhook
     calls = webhook_calls(kube_api)
-    outcome, warnings = create_deployment(kube_api, ns, deployment("unguarded", "v0.17.1"))
+    outcome, warnings = create_deployment(
+        kube_api, ns, NO_PODS.name("unguarded").labelled({"app": "unguarded"}).tag("v0.17.1").obj()
+    )
     assert (outcome, warnings) == ("created", [])
     assert webhook_calls(kube_api) == calls
     assert re.search(r"guard admission (admitted|denied) Deployment " + re.escape(f"{ns}/unguarded"), op.log_tail(400)) is None
 
 
 def test_deleting_the_guard_removes_its_webhook(op, kube_api, ns):
-    create_guard(kube_api, ns, guard("gone", "gone", "deny"))
+    create_guard(kube_api, ns, Guard("gone", None).select({"app": "gone"}).policy("deny").obj())
     co = kubernetes.client.CustomObjectsApi(kube_api)
     co.delete_namespaced_custom_object(GROUP, VERSION, ns, GUARD_PLURAL, "gone")
     adm = kubernetes.client.AdmissionregistrationV1Api(kube_api)
@@ -195,7 +166,7 @@ def test_deleting_the_guard_removes_its_webhook(op, kube_api, ns):
         )
 
     wait_for(unscoped, 60, what="guard webhook removed")
-    outcome, warnings = create_deployment(kube_api, ns, deployment("gone", "v0.17.1"))
+    outcome, warnings = create_deployment(kube_api, ns, NO_PODS.name("gone").labelled({"app": "gone"}).tag("v0.17.1").obj())
     assert (outcome, warnings) == ("created", [])
 
 
@@ -214,6 +185,6 @@ def test_the_readme_guard_warns_on_a_known_crash_deployment(op, kube_api, full_c
     )
     assert res.returncode == 0, res.stderr
     create_guard_wait(kube_api, ns, {"app": "my-vllm"})
-    outcome, warnings = create_deployment(kube_api, ns, deployment("my-vllm", "v0.17.1"))
+    outcome, warnings = create_deployment(kube_api, ns, NO_PODS.name("my-vllm").labelled({"app": "my-vllm"}).tag("v0.17.1").obj())
     assert outcome == "created" and any("vllm#36917" in w and f"GDNGuard {ns}/my-vllm" in w for w in warnings), warnings
     assert "gdn-operator" not in managers(kube_api, ns, "my-vllm")

@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from stall_replay import MetricsStandIn  # noqa: E402
 
-from guard_harness import LAUNCH, Guards, assert_not_written, deployment, engine_container, guard, install_guard_crd  # noqa: E402
+from guard_harness import GUARD, LAUNCH, PLAIN, Guards, assert_not_written, install_guard_crd  # noqa: E402
 from operator_harness import metric, running_operator, wait_for  # noqa: E402
 from test_crashwatch_cluster import tail  # noqa: E402
 
@@ -43,8 +43,8 @@ def g(kube_api):
 
 def test_crash_classified_from_a_real_log_in_guard_status_event_and_metric(op, g, ns):
     labels = {"app": "plain-vllm"}
-    g.apps.create_namespaced_deployment(ns, deployment("plain-vllm", labels, engine_container(argv=SAFE)))
-    g.create(ns, guard("g", labels))
+    g.apps.create_namespaced_deployment(ns, PLAIN.name("plain-vllm").labelled(labels).argv(SAFE).obj())
+    g.create(ns, GUARD.select(labels).obj())
     (pod,) = g.running_pods(ns, "app=plain-vllm")
     w = wait_for(lambda: (g.workload(ns, "g", "Deployment", "plain-vllm") or {}).get("pods") == 1 and g.workload(
         ns, "g", "Deployment", "plain-vllm"), 60, what="the Deployment in the guard's status")  # fmt: skip
@@ -76,8 +76,8 @@ def test_crash_classified_from_a_real_log_in_guard_status_event_and_metric(op, g
 def test_known_crash_launch_line_is_a_finding(op, g, ns):
     # vLLM 0.32.0 turns prefix caching on by default: with MTP on a GDN hybrid, vllm#43559 (silent corruption)
     labels = {"app": "pc-default"}
-    g.apps.create_namespaced_deployment(ns, deployment("pc-default", labels, engine_container(argv=LAUNCH)))
-    g.create(ns, guard("g", labels))
+    g.apps.create_namespaced_deployment(ns, PLAIN.name("pc-default").labelled(labels).argv(LAUNCH).obj())
+    g.create(ns, GUARD.select(labels).obj())
     f = g.finding(ns, "g", "Deployment", "pc-default", "KnownCrash")
     assert f["rule"] == "vllm#43559" and f["message"].startswith("vllm#43559"), f
     wait_for(lambda: g.events_on(ns, "Deployment", "pc-default", "KnownCrash"), 15, what="KnownCrash Event")
@@ -87,21 +87,21 @@ def test_known_crash_launch_line_is_a_finding(op, g, ns):
 def test_pinned_and_annotated_versions(op, g, ns):
     # an image without a release tag: the annotation the guard names, then a pinned value
     labels = {"app": "untagged"}
-    dep = deployment("untagged", labels, engine_container(image="registry.local:5000/vllm:latest", argv=SAFE))
+    dep = PLAIN.name("untagged").labelled(labels).argv(SAFE).engine(image="registry.local:5000/vllm:latest").obj()
     dep["spec"]["template"]["metadata"]["annotations"] = {"team.example/vllm": "0.30.0"}
     g.apps.create_namespaced_deployment(ns, dep)
-    g.create(ns, guard("g", labels, vllmVersion={"annotation": "team.example/vllm"}))
+    g.create(ns, GUARD.select(labels).update(vllmVersion={"annotation": "team.example/vllm"}).obj())
     w = wait_for(lambda: g.workload(ns, "g", "Deployment", "untagged"), 60, what="workload in status")
     assert (w["vllmVersion"], w["versionSource"]) == ("0.30.0", "annotation")
-    g.create(ns, guard("h", {"app": "untagged", "x": "none"}))  # selects nothing: Ready, no workloads
+    g.create(ns, GUARD.name("h").select({"app": "untagged", "x": "none"}).obj())  # selects nothing: Ready, no workloads
     wait_for(lambda: g.status(ns, "h").get("conditions"), 30, what="status of an idle guard")
     assert not g.status(ns, "h").get("workloads")
 
 
 def test_replayed_stall_flagged_and_pod_deleted_once_opt_in(op, g, ns):
     labels = {"app": "stally"}
-    g.apps.create_namespaced_deployment(ns, deployment("stally", labels, engine_container(argv=SAFE)))
-    g.create(ns, guard("g", labels, remediation="deletePod", features={"crashWatch": True}))
+    g.apps.create_namespaced_deployment(ns, PLAIN.name("stally").labelled(labels).argv(SAFE).obj())
+    g.create(ns, GUARD.select(labels).update(remediation="deletePod", features={"crashWatch": True}).obj())
     (pod,) = g.running_pods(ns, "app=stally")
     stand_ins = {pod.status.pod_ip: MetricsStandIn(pod.status.pod_ip, 8000, "stalled-fullgraph-tp2", offset=60)}
     try:
@@ -148,8 +148,8 @@ def test_streamed_log_of_a_guarded_container_gives_the_diagnosis(op, g, ns, full
     log.write_text(cri(startup_lines() + B1_TAIL.read_text().splitlines()))
     full_cluster.serve_pod_logs(ns, log, containers=["engine"])
     labels = {"app": "streamed"}
-    g.apps.create_namespaced_deployment(ns, deployment("streamed", labels, engine_container(argv=SAFE, name="engine")))
-    g.create(ns, guard("g", labels))
+    g.apps.create_namespaced_deployment(ns, PLAIN.name("streamed").labelled(labels).argv(SAFE).engine(name="engine").obj())
+    g.create(ns, GUARD.select(labels).obj())
     (pod,) = g.running_pods(ns, "app=streamed")
     wait_for(lambda: f"pods/{pod.metadata.name}/log" in op.log_tail(600), 60, what="operator followed the engine's log")
     g.core.patch_namespaced_pod(pod.metadata.name, ns, {"metadata": {"annotations": {
@@ -165,8 +165,8 @@ def test_deterministic_crash_deletes_the_pod_once_opt_in(op, g, ns):
     from test_crashwatch_cluster import crash
 
     labels = {"app": "loopy"}
-    g.apps.create_namespaced_deployment(ns, deployment("loopy", labels, engine_container(argv=SAFE)))
-    g.create(ns, guard("g", labels, remediation="deletePod"))
+    g.apps.create_namespaced_deployment(ns, PLAIN.name("loopy").labelled(labels).argv(SAFE).obj())
+    g.create(ns, GUARD.select(labels).update(remediation="deletePod").obj())
     (pod,) = g.running_pods(ns, "app=loopy")
     wait_for(lambda: g.workload(ns, "g", "Deployment", "loopy"), 60, what="the Deployment in the guard's status")
     crash(g, ns, pod.metadata.name, tail("b1-gdn-assert-tp2-interleaved.tail.log"))

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 import recall  # noqa: E402
 from engine_fixtures import require_engine_python, start_engine, stop_engine  # noqa: E402
 
-from guard_harness import Guards, assert_not_written, deployment, engine_container, guard, install_guard_crd  # noqa: E402
+from guard_harness import GUARD, PLAIN, Guards, assert_not_written, install_guard_crd  # noqa: E402
 from operator_harness import metric, running_operator, wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
@@ -66,7 +66,7 @@ class Traffic:
 
 def _serve(g: Guards, ns: str, name: str, weights: Path, workdir: Path):
     labels = {"app": name}
-    g.apps.create_namespaced_deployment(ns, deployment(name, labels, engine_container(argv=ARGV)))
+    g.apps.create_namespaced_deployment(ns, PLAIN.name(name).labelled(labels).argv(ARGV).obj())
     (pod,) = g.running_pods(ns, f"app={name}", timeout=120)
     assert pod.status.pod_ip.startswith("127."), pod.status.pod_ip
     try:
@@ -79,8 +79,8 @@ def _serve(g: Guards, ns: str, name: str, weights: Path, workdir: Path):
 
 def test_acceptance_of_a_guarded_deployment_then_broken_mtp_collapse(op, kube_api, ns, tmp_path_factory):
     g = Guards(kube_api)
-    g.create(ns, guard("g", {"tier": "llm"}))  # selects nothing yet: pointed at the engine's pods below
-    g.create(ns, guard("g2", {"app": "tiny-broken"}))
+    g.create(ns, GUARD.select({"tier": "llm"}).obj())  # selects nothing yet: pointed at the engine's pods below
+    g.create(ns, GUARD.name("g2").select({"app": "tiny-broken"}).obj())
     # -- healthy MTP head: acceptance in the guard's status ------------------------------------------------------
     pod, eng = _serve(g, ns, "tiny-ok", recall.MODEL_DIR, tmp_path_factory.mktemp("engine-ok"))
     traffic = Traffic(eng.base_url)

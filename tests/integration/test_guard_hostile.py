@@ -15,12 +15,15 @@ from kubernetes.client.rest import ApiException
 from gdn_operator import GROUP, GUARD_PLURAL, VERSION
 from gdn_operator.api.crd import guard_crd_manifest
 from gdn_operator.handlers.guard.admission import guard_config_name
+from builders import CLEAN_ARGS, Guard, Workload
 from operator_harness import WEBHOOK_CONFIG, install_crd, running_webhook_operator, wait_for
 
-SC = '{"method":"mtp","num_speculative_tokens":2}'
-CLEAN = ["--no-enable-prefix-caching", "--no-async-scheduling", "--gdn-prefill-backend", "triton"]
 GUARDS_CONFIG = guard_config_name(WEBHOOK_CONFIG)
 ENV = {"GDN_GUARD_INTERVAL": "1"}
+#: the guards here deny (for a namespaced create: no namespace in their bodies)
+DENY = Guard(namespace=None).policy("deny")
+#: admission judges the template: no pods needed
+NO_PODS = Workload().replicas(0)
 
 
 def _cleanup(kube_api):
@@ -47,32 +50,6 @@ def op(full_cluster, kube_api, tmp_path_factory):
             yield p
     finally:
         _cleanup(kube_api)
-
-
-def guard(name, spec, policy="deny"):
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "GDNGuard",
-        "metadata": {"name": name},
-        "spec": {"admission": {"policy": policy}, **spec},
-    }
-
-
-def container(tag, extra=()):
-    return {"name": "vllm", "image": f"vllm/vllm-openai:{tag}", "args": ["Qwen/Qwen3.5-9B", "--speculative-config", SC, *extra]}
-
-
-def deployment(name, tag, meta_labels, template_labels, extra=(), replicas=0, selector=None):
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "labels": meta_labels},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": selector or template_labels},
-            "template": {"metadata": {"labels": template_labels}, "spec": {"containers": [container(tag, extra)]}},
-        },
-    }
 
 
 def webhook_of(kube_api, ns):
@@ -130,38 +107,33 @@ def test_the_api_server_refuses_patterns_re2_refuses_and_selectors_of_only_negat
     ]
     for i, (spec, says) in enumerate(bad):
         with pytest.raises(ApiException) as e:
-            co.create_namespaced_custom_object(GROUP, VERSION, ns, GUARD_PLURAL, guard(f"bad-{i}", spec))
+            co.create_namespaced_custom_object(GROUP, VERSION, ns, GUARD_PLURAL, DENY.name(f"bad-{i}").update(**spec).obj())
         assert e.value.status == 422 and says in json.loads(e.value.body)["message"], e.value.body
 
 
 def test_a_catastrophic_pattern_is_judged_at_once(op, kube_api, ns):
     """`^(?:a+)+(b)` against a 30-character tag took the webhook's 10 s timeout (warn: admitted unjudged, the
     operator's CPU spent). Matched by RE2 it is judged at once: the operator logs its answer."""
-    create_guard(
-        kube_api,
-        ns,
-        guard(
-            "redos",
-            {"selector": {"matchLabels": {"app": "redos"}}, "vllmVersion": {"imageTag": {"pattern": "^(?:a+)+(b)"}}},
-            "warn",
-        ),
-    )
-    status, _, seconds = create(kube_api, ns, deployment("redos", "a" * 30, {"app": "redos"}, {"app": "redos"}))
+    redos = Guard("redos", None).select({"app": "redos"}).policy("warn")
+    create_guard(kube_api, ns, redos.update(vllmVersion={"imageTag": {"pattern": "^(?:a+)+(b)"}}).obj())
+    status, _, seconds = create(kube_api, ns, NO_PODS.name("redos").labelled({"app": "redos"}).tag("a" * 30).obj())
     assert status == 201
     assert seconds < 3, seconds
     wait_for(lambda: f"guard admission admitted Deployment {ns}/redos" in op.log_tail(400), 10, what="the answer logged")
 
 
 def test_deny_holds_where_users_put_the_label_and_through_an_update_that_drops_it(op, kube_api, ns):
-    create_guard(kube_api, ns, guard("tpl", {"selector": {"matchLabels": {"app": "tpl"}}}))
+    create_guard(kube_api, ns, DENY.name("tpl").select({"app": "tpl"}).obj())
     # the label on the pod template only (the Deployment's own labels differ): refused
-    status, body, _ = create(kube_api, ns, deployment("tpl-only", "v0.17.1", {"team": "x"}, {"app": "tpl"}))
+    tpl_only = NO_PODS.name("tpl-only").labels({"team": "x"}).template_labels({"app": "tpl"}).selector({"app": "tpl"})
+    status, body, _ = create(kube_api, ns, tpl_only.tag("v0.17.1").obj())
     assert status == 403 and "vllm#36917" in body.get("message", ""), body
     # a guarded clean Deployment, then one UPDATE that drops the label and switches to a known-crash release: refused
-    clean = deployment("tpl-clean", "v0.33.0", {"app": "tpl"}, {"app": "tpl", "pin": "c"}, CLEAN, selector={"pin": "c"})
+    pinned = NO_PODS.name("tpl-clean").selector({"pin": "c"})
+    clean = pinned.labels({"app": "tpl"}).template_labels({"app": "tpl", "pin": "c"}).tag("v0.33.0").args(*CLEAN_ARGS).obj()
     status, _, _ = create(kube_api, ns, clean)
     assert status == 201
-    dropped = deployment("tpl-clean", "v0.17.1", {}, {"pin": "c"}, selector={"pin": "c"})
+    dropped = pinned.labels({}).template_labels({"pin": "c"}).tag("v0.17.1").obj()
     apps = kubernetes.client.AppsV1Api(kube_api)
     with pytest.raises(ApiException) as e:
         apps.patch_namespaced_deployment("tpl-clean", ns, [
@@ -175,10 +147,8 @@ def test_deny_holds_where_users_put_the_label_and_through_an_update_that_drops_i
 
 def test_guards_in_the_clusters_own_namespaces_get_no_webhook_and_say_so(op, kube_api, ns):
     co = kubernetes.client.CustomObjectsApi(kube_api)
-    co.create_namespaced_custom_object(
-        GROUP, VERSION, "kube-system", GUARD_PLURAL, guard("sys", {"selector": {"matchLabels": {"app": "sys"}}})
-    )
-    create_guard(kube_api, ns, guard("beside", {"selector": {"matchLabels": {"app": "beside"}}}))
+    co.create_namespaced_custom_object(GROUP, VERSION, "kube-system", GUARD_PLURAL, DENY.name("sys").select({"app": "sys"}).obj())
+    create_guard(kube_api, ns, DENY.name("beside").select({"app": "beside"}).obj())
     try:
 
         def admission_condition(namespace, name):

@@ -20,7 +20,8 @@ from operator_harness import running_webhook_operator, wait_for
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "charts"))
 from _chart_helpers import tools  # noqa: E402
 
-from test_guard_hostile import CLEAN, ENV, _cleanup, _install, container, create, create_guard, deployment, guard
+from builders import CLEAN_ARGS, Guard, Workload
+from test_guard_hostile import ENV, _cleanup, _install, create, create_guard
 
 
 @pytest.mark.tools
@@ -34,8 +35,10 @@ def test_pods_of_a_running_workload_do_not_depend_on_the_operator_and_the_break_
     core, apps = kubernetes.client.CoreV1Api(kube_api), kubernetes.client.AppsV1Api(kube_api)
     try:
         with running_webhook_operator(full_cluster, kube_api, tmp_path, env=ENV) as p:
-            create_guard(kube_api, ns, guard("down", {"selector": {"matchLabels": {"app": "down"}}}))
-            status, _, _ = create(kube_api, ns, deployment("down", "v0.33.0", {"app": "down"}, {"app": "down"}, CLEAN, 1))
+            create_guard(kube_api, ns, Guard("down", None).select({"app": "down"}).policy("deny").obj())
+            status, _, _ = create(
+                kube_api, ns, Workload("down").labelled({"app": "down"}).replicas(1).tag("v0.33.0").args(*CLEAN_ARGS).obj()
+            )
             assert status == 201
             wait_for(lambda: len(core.list_namespaced_pod(ns, label_selector="app=down").items) == 1, 60, what="1 pod")
             p.kill()
@@ -45,12 +48,7 @@ def test_pods_of_a_running_workload_do_not_depend_on_the_operator_and_the_break_
                 60,
                 what="3 pods made by the ReplicaSet while the operator is down",
             )
-            pod = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "bare", "labels": {"app": "down"}},
-                "spec": {"containers": [container("v0.33.0", CLEAN)]},
-            }
+            pod = Workload("bare", "Pod").labels({"app": "down"}).tag("v0.33.0").args(*CLEAN_ARGS).obj()
             with pytest.raises(ApiException) as e:
                 core.create_namespaced_pod(ns, pod)
             assert e.value.status == 500 and "failed calling webhook" in e.value.body  # deny: never skipped

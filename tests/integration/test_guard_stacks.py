@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import pytest
 
-from guard_harness import Guards, assert_not_written, deployment, engine_container, guard, install_guard_crd
+from builders import Workload
+from guard_harness import GUARD, PLAIN, Guards, assert_not_written, install_guard_crd
 from operator_harness import running_operator, wait_for
 from test_crashwatch_cluster import tail
 
@@ -58,8 +59,8 @@ def crash(g: Guards, ns: str, pod: str, log: str, container: str) -> None:
 
 def test_leader_worker_set_through_the_real_controller(op, kube_api, ns):
     g = Guards(kube_api)
-    leader = engine_container(argv=SERVE)
-    worker = engine_container(argv=[*SERVE[:3], "--headless", *SERVE[3:]])
+    leader = PLAIN.argv(SERVE).container()
+    worker = PLAIN.argv([*SERVE[:3], "--headless", *SERVE[3:]]).container()
     lws = {
         "apiVersion": f"{LWS[0]}/{LWS[1]}",
         "kind": "LeaderWorkerSet",
@@ -74,7 +75,7 @@ def test_leader_worker_set_through_the_real_controller(op, kube_api, ns):
         },
     }
     g.co.create_namespaced_custom_object(LWS[0], LWS[1], ns, LWS[2], lws)
-    g.create(ns, guard("g", {"serving": "vllm"}))
+    g.create(ns, GUARD.select({"serving": "vllm"}).obj())
     pods = g.running_pods(ns, "leaderworkerset.sigs.k8s.io/name=lws-vllm", n=2, timeout=120)
     w = wait_for(lambda: (g.workload(ns, "g", "LeaderWorkerSet", "lws-vllm") or {}).get("pods") == 2
                  and g.workload(ns, "g", "LeaderWorkerSet", "lws-vllm"), 60, what="the LWS in status")  # fmt: skip
@@ -107,11 +108,12 @@ def test_kserve_llm_inference_service_guarded_by_label_with_a_policy_report(op, 
             "terminationMessagePolicy": "FallbackToLogsOnError"}  # fmt: skip
     owner = {"apiVersion": f"{LLMISVC[0]}/{LLMISVC[1]}", "kind": "LLMInferenceService", "name": "qwen",
              "uid": svc["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}  # fmt: skip
-    dep = deployment("qwen-kserve", labels, main, ownerReferences=[owner])
-    dep["spec"]["template"]["spec"]["containers"] = [main]
+    dep = Workload("qwen-kserve").labelled(labels).replicas(1).meta(ownerReferences=[owner]).engine(**main).obj()
     g.apps.create_namespaced_deployment(ns, dep)
     # the llm-d image's tag is llm-d's release, not vLLM's: the guard pins the release it runs
-    g.create(ns, guard("g", {"app.kubernetes.io/part-of": "llminferenceservice"}, vllmVersion={"pinned": "0.30.0"}))
+    g.create(
+        ns, GUARD.select({"app.kubernetes.io/part-of": "llminferenceservice"}).update(vllmVersion={"pinned": "0.30.0"}).obj()
+    )
     (pod,) = g.running_pods(ns, "app.kubernetes.io/name=qwen")
     f = g.finding(ns, "g", "LLMInferenceService", "qwen", "KnownCrash")
     assert f["rule"] == "vllm#43559", f
