@@ -12,15 +12,18 @@ body. A test names only what it is about; the rest is the one default here, not 
     EnginePod("s-0").server("s").worker(0, group=0).ip("127.0.0.2").ready().obj()
     EnginePod().uid("u1").container(restartCount=3, lastState=EnginePod.terminated(1, "Error", "boom")).obj()
 
-Spec setters (GMS and Guard): ``update(**fields)`` replaces top-level fields (``{**spec, **fields}``), ``merge(**fields)``
-merges mappings into the ones already there, ``set("a.b.c", value)`` sets one nested field. ``obj()`` and
-``spec()`` return deep copies, and a setter returns a new wrapper (the one it was called on is unchanged):
+Spec setters of GMS and Guard: ``update(**fields)`` replaces top-level fields (``{**spec, **fields}``),
+``merge(**fields)`` merges mappings into the ones already there, ``set("a.b.c", value)`` sets one nested field.
+``obj()`` and ``spec()`` return deep copies, and a setter returns a new wrapper (the one it was called on is unchanged):
 a module keeps a base (``V32 = GMS().version("0.32.0")``) and each test derives from it; no two share a dict.
 Only what a setter put there is in the body (no status unless ``status()``, no labels unless set), so a
 body reads like the manifest or the API server's object it stands for.
 
 Stdlib only (plus the operator's constants), importable from every test directory as ``from builders
 import GMS, EnginePod``: the root conftest puts ``tests/`` on ``sys.path``.
+
+Size (~520 lines): one wrapper per kind of body the tests build (GMS, Guard, Workload, EnginePod) beside the
+defaults they share (the image, the launch line); one module is the one place a test looks for a default.
 """
 
 from __future__ import annotations
@@ -334,7 +337,8 @@ class Workload:
     """A workload that runs vLLM as a user or another tool writes it, the thing a GDNGuard guards: ``Workload(name,
     kind)`` for a Deployment (the default), StatefulSet, ReplicaSet, LeaderWorkerSet (its worker template) or a
     bare Pod. Its pod template holds one engine container, ``vllm``: the upstream image at ``v0.33.0`` with
-    ENGINE_ARGS. Only what a setter put there is in the body (no labels, selector or replicas unless set).
+    ENGINE_ARGS. Only what a setter put there is in the body (no labels, selector or replicas unless set; no
+    namespace unless given, as a manifest for a namespaced create).
 
         Workload("my-vllm").labelled({"app": "my-vllm"}).tag("v0.17.1").obj()      # vllm#36917's launch line
         Workload("d").template_labels({"app": "g"}).owner("MyInferenceThing").obj()
