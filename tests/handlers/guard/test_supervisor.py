@@ -5,7 +5,9 @@ pod events kopf would hand it, its one round run by the test, and the cluster a 
 A guarded workload's engine pod event carrying a known crash (vllm#36917's AssertionError as its termination message)
 becomes a CrashDiagnosed finding in exactly one status write of the guard, with one Event on the workload; an
 unchanged round writes nothing; a pod event that is no finding (a clean exit, a re-delivered death) writes nothing;
-pods the guard does not select (other labels, another namespace, the operator's own engines) are never tracked.
+pods the guard does not select (other labels, another namespace, the operator's own engines) are never tracked; a
+stall verdict of the shared stall watch (scripted engines, the test's clock) is a Stalled finding and one Event.
+Each test runs in well under a second.
 """
 
 from __future__ import annotations
@@ -138,7 +140,7 @@ async def test_pods_the_guard_does_not_select_are_never_tracked(guard_cluster, s
     elsewhere = Workload("chat", namespace="team").labelled({"app": "chat"}).args(*CLEAN_ARGS)
     ours = crashed(CHAT, 1, "s-0").labels({LABEL_SERVER: "chat"})  # a GDNModelServer's engine, labelled app=chat too
     pods = [crashed(other, 1, "other-0"), crashed(elsewhere, 1), ours]
-    guard_cluster.hold(other.obj(), elsewhere.obj(), *(p.obj() for p in pods))
+    guard_cluster.hold(other.obj(), other.replica_set(), elsewhere.obj(), elsewhere.replica_set(), *(p.obj() for p in pods))
     await sup.on_guard_event("ADDED", GUARD.obj())
     for p in pods:
         await sup.on_pod_event("MODIFIED", p.obj())
