@@ -79,9 +79,9 @@ def test_the_front_reports_only_what_changed(tmp_path):
 
 
 def test_a_report_of_many_changes_comes_in_lines_the_operator_reads(tmp_path, monkeypatch):
-    from gdn_operator import front as webhookfront
+    from gdn_operator import front
 
-    monkeypatch.setattr(webhookfront, "REPORT_CHUNK", 2)
+    monkeypatch.setattr(front, "REPORT_CHUNK", 2)
     c = _bundle(tmp_path)
     front = Front(None, backend="https://127.0.0.1:1", cert=c["cert"], key=c["key"], ca=c["ca"])  # type: ignore[arg-type]
     front.report()
@@ -159,9 +159,9 @@ def test_a_front_needs_certificate_files():
 async def test_the_front_serves_a_renewed_certificate(tmp_path, monkeypatch):
     """The operator renews its certificate (handlers/webhook/certs.py) and cert-manager rotates a mounted one: the front
     reads the files again and new connections get the new pair."""
-    from gdn_operator import front as webhookfront
+    from gdn_operator import front
 
-    monkeypatch.setattr(webhookfront, "CERT_CHECK_SECONDS", 0.05)
+    monkeypatch.setattr(front, "CERT_CHECK_SECONDS", 0.05)
     c = _bundle(tmp_path)
     front = Front(None, backend="https://127.0.0.1:1", cert=c["cert"], key=c["key"], ca=c["ca"])  # type: ignore[arg-type]
     runner = aiohttp.web.AppRunner(front.app())
@@ -242,8 +242,8 @@ def test_forged_namespaces_grow_no_series_and_report_lines_stay_under_the_read_l
     """Issue 48: the counter's namespace label came from the review's body (any caller of the webhook port can
     forge it): random namespaces grew series without bound, and a long one could push a report line past the
     operator's 1 MiB read limit. Label values come from a bounded set, so a report line is bounded too."""
+    from gdn_operator import front as front_module
     from gdn_operator.handlers.webhook import frontprocess
-    from gdn_operator import front as webhookfront
 
     monkeypatch.setattr(telemetry, "_admission_namespaces", set())  # (the other tests' namespaces stay countable)
     c = _bundle(tmp_path)
@@ -262,6 +262,6 @@ def test_forged_namespaces_grow_no_series_and_report_lines_stay_under_the_read_l
     assert len(namespaces) <= telemetry.MAX_ADMISSION_NAMESPACES + 2  # + "_other", "_invalid"
     assert {"_other", "_invalid"} <= namespaces
     lines = front.report().splitlines()
-    worst = len(json.dumps({"decisions": [["a" * 63, "mitigated", "r" * 128, 1e18]] * webhookfront.REPORT_CHUNK}))
+    worst = len(json.dumps({"decisions": [["a" * 63, "mitigated", "r" * 128, 1e18]] * front_module.REPORT_CHUNK}))
     assert worst < frontprocess.READ_LIMIT
     assert lines and all(len(ln) <= worst for ln in lines)

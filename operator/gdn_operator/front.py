@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 REPORT_SECONDS = 0.2
 #: how often the certificate files are read again (kopf's server behind it, every 60 s in service mode: startup.py)
 CERT_CHECK_SECONDS = 10.0
-#: how long a request passed to the operator's process may take (the API server waits 10 s at most: webhookconfigs)
+#: how long a request passed to the operator's process may take (the API server waits 10 s at most: handlers/webhook/configs.py)
 FORWARD_TIMEOUT_SECONDS = 30.0
 #: the first line on stdout once the port is open
 READY = {"ready": True}
@@ -106,7 +106,7 @@ class Front:
         return app
 
     async def handle(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
-        async with self.gate.turn(request) as raw:  # bounded size, read deadline, reviews in flight (webhook_limits)
+        async with self.gate.turn(request) as raw:  # bounded size, read deadline, reviews in flight (handlers/webhook/limits.py)
             return await self._handle(request, raw)
 
     async def _handle(self, request: aiohttp.web.Request, raw: bytes) -> aiohttp.web.Response:

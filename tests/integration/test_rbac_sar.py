@@ -284,7 +284,7 @@ def test_operator_points_the_shipped_webhooks_with_only_its_rbac(kube_api, contr
             assert {k: read[k](i.config_name).metadata.resource_version for k in WEBHOOK_KINDS} == rv
 
             # GDNGuard admission (issue 35): the SA sets the webhooks of the shipped guard configuration, as
-            # handlers/guardadmission.write_configuration does (a JSON patch), with its own token
+            # handlers/guard/admission.write_configuration does (through guard/client.set_webhooks: a JSON patch), with its own token
             guards_cfg = f"guards.{i.config_name}"
             hook = guardadmission.guard_webhooks(
                 [{"metadata": {"name": "g", "namespace": i.watched[0]}, "spec": {"selector": {"matchLabels": {"app": "x"}}}}],

@@ -21,8 +21,7 @@ from gdn_operator import telemetry
 from gdn_operator.handlers.core import kube
 from gdn_operator.handlers.guard.admission import GUARD_WEBHOOK_ID, GuardAdmission
 from gdn_operator.handlers.server.reconcile import ANNOTATION_PREFIX, HandledSpecs
-from gdn_operator.handlers.webhook import certs
-from gdn_operator.handlers.webhook import configs as webhookconfigs
+from gdn_operator.handlers.webhook import certs, configs
 from gdn_operator.handlers.webhook.limits import BoundedWebhookServer
 from gdn_operator.settings import Settings
 
@@ -56,7 +55,7 @@ class ServiceWebhookServer(BoundedWebhookServer):
         self.service_port = service_port
 
     def advertised(self, client_config: Any) -> Any:
-        return webhookconfigs.service_client_config(
+        return configs.service_client_config(
             self.service_name, self.service_namespace, self.service_port, self.path, client_config.get("caBundle")
         )
 
@@ -157,7 +156,7 @@ def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, rt: Host) ->
     server = webhook_server(cfg, rt.webhook_renewal)
     if server is not None:
         if cfg.webhook_configs == "shipped":  # the chart's configurations: point their clientConfig only
-            settings.admission.server = webhookconfigs.ShippedConfigurations(
+            settings.admission.server = configs.ShippedConfigurations(
                 server, config_name=cfg.webhook_config_name, namespaces=cfg.namespaces
             )
         else:  # kopf creates the configurations and owns their webhooks (needs create RBAC)

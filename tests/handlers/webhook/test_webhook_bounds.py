@@ -1,7 +1,7 @@
 """What an unauthenticated caller of the webhook port can cost (issue 48): the webhook front's and kopf's server's
 requests are bounded in size (what the API server can send), in time (a read deadline), in number (reviews in
 flight), and every malformed body is an HTTP 400, never a 500. The front runs here in-process on a real TLS port;
-kopf's server (webhook_limits.BoundedWebhookServer) is driven through the same gate by its own test below. The
+kopf's server (webhook/limits.BoundedWebhookServer) is driven through the same gate by its own test below. The
 figures under a flood: bench/bench_webhook_flood.py."""
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ __all__ = [
     "webhook_handlers",
 ]
 
-#: the parameters of kopf.WebhookServer._serve that webhook_limits.BoundedWebhookServer overrides
+#: the parameters of kopf.WebhookServer._serve that webhook/limits.BoundedWebhookServer overrides
 SERVE_PARAMETERS = ("fn", "request")
 
 

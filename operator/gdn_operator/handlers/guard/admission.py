@@ -22,7 +22,7 @@ bounded by the CRD (selector terms and values), and guards past CONFIG_BUDGET_BY
 says so, instead of a configuration the API server refuses for everyone.
 
 The requests arrive at the operator's webhook server on the path GUARD_WEBHOOK_ID, answered here without kopf
-(webhook_limits.BoundedWebhookServer routes this path here, after the same size, time and shape bounds), from the
+(webhook/limits.BoundedWebhookServer routes this path here, after the same size, time and shape bounds), from the
 guards held in memory (fed by GDNGuard events; no API read per review). failurePolicy: Ignore for a warn guard (an
 operator that does not answer never holds up the user's workloads), Fail for a deny guard (a refusal is never
 skipped). An UPDATE that leaves every pod template unchanged (scale, labels, status) is admitted, so a rule added

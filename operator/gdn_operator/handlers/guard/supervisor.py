@@ -18,7 +18,7 @@ act on "the engine pods of a target":
   guarded pods, its writer this module's: OutputConsistent False is an OutputInconsistent finding (the probes'
   learned references, counts and gdn_probe_* / gdn_output_inconsistent series are the same code's).
 
-Findings go to the guard's status (guardstatus.compose: one write per round, only when changed), Events on the
+Findings go to the guard's status (guard/status.compose: one write per round, only when changed), Events on the
 owning workload (new objects of ours; the workload itself is never written), gdn_guard_findings, and a
 PolicyReport per namespace where its CRD is installed. The one write to an object that is not the operator's is
 opt-in: `remediation: deletePod` with the chart's GDN_GUARD_DELETE_PODS, which deletes a stalled pod or a pod

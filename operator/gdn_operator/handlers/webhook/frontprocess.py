@@ -1,5 +1,5 @@
 """The operator's side of the webhook front (front.py): its process, started by the operator's webhook
-server (webhook_limits.BoundedWebhookServer) once kopf's own server listens on the loopback, kept running, and ended
+server (webhook/limits.BoundedWebhookServer) once kopf's own server listens on the loopback, kept running, and ended
 with it.
 
 The front's stdout carries a ready line, then the admission counters it counted (added to this process's

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 API_SERVER_REQUEST_BYTES = 3 * 1024 * 1024
 #: the largest review: an UPDATE's object and old object, each at most API_SERVER_REQUEST_BYTES, plus the envelope
 MAX_BODY_BYTES = 2 * API_SERVER_REQUEST_BYTES + 256 * 1024
-#: how long the whole body may take to arrive: the API server waits at most webhookconfigs.WEBHOOK_TIMEOUT_SECONDS
+#: how long the whole body may take to arrive: the API server waits at most webhook/configs.WEBHOOK_TIMEOUT_SECONDS
 #: (10 s) for the answer, so a body slower than that comes from no API server
 READ_SECONDS = 10.0
 #: reviews read, decoded and answered at once, per process (more wait for a turn until the read deadline)
