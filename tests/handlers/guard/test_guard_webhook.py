@@ -10,6 +10,7 @@ from gdn_operator.handlers.guard.admission import (
     BYPASS_LABEL,
     CONFIG_BUDGET_BYTES,
     GUARD_WEBHOOK_ID,
+    GuardAdmission,
     LEFT_OUT_BUDGET,
     LEFT_OUT_NAMESPACE,
     guard_configuration,
@@ -249,3 +250,15 @@ async def test_a_guard_deleted_while_a_list_runs_stays_deleted(monkeypatch):
     await ga._list()
     assert ga.guards_in("team") == []
     assert (await ga.answer(review(POD.tag("v0.17.1").obj())))["response"]["allowed"] is True
+
+
+def test_a_guard_in_an_excluded_namespace_says_so_before_the_first_configuration_is_written():
+    """The Admission condition of a guard in kube-system (or a namespace the operator excludes, its own) is False /
+    NamespaceExcluded from the first status write on: the namespace alone decides it, so it does not wait for the
+    configuration loop (a loaded run wrote True/Scoped first, tests/integration/test_guard_hostile.py)."""
+    ga = GuardAdmission("c.x.io", excluded=["gdn-system"])
+    assert ga.left_out == {}  # the configuration loop has not run
+    for namespace in ("kube-system", "gdn-system"):
+        in_force, reason, message = ga.coverage(namespace, "g")
+        assert (in_force, reason) == (False, "NamespaceExcluded") and namespace in message
+    assert ga.coverage("team-a", "g")[:2] == (True, "Scoped")

@@ -340,6 +340,8 @@ class GuardAdmission:
     def coverage(self, namespace: str, name: str) -> tuple[bool, str, str]:
         """(in force, reason, message) of a guard's admission, for its status condition Admission."""
         why = self.left_out.get(f"{namespace}/{name}")
+        if namespace in SYSTEM_NAMESPACES or namespace in self.excluded:
+            why = LEFT_OUT_NAMESPACE  # known from the namespace alone: also before the first configuration is written
         if why == LEFT_OUT_NAMESPACE:
             return (
                 False,
