@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark: the operator's memory at 1,000 servers, steady and in a full resync, and what the start-up heap
-settling (handlers/heap.settle_heap: gc.freeze and GC_THRESHOLDS) costs in memory and buys in full collections,
+settling (handlers/core/heap.settle_heap: gc.freeze and GC_THRESHOLDS) costs in memory and buys in full collections,
 against the interpreter's defaults and against another commit's tree, same run.
 
     .venv/bin/python bench/bench_heap.py [--count 1000] [--steady 30] [--rounds 2] [--variants shipped,freeze,none]
@@ -16,7 +16,11 @@ swapped in by a `sitecustomize` module on the operator's PYTHONPATH (bench only;
   shipped  settle_heap as the operator runs it: gc.freeze after start-up, GC_THRESHOLDS;
   freeze   gc.freeze after start-up, the interpreter's thresholds (700, 10, 10);
   none     no settling at all (the operator before settle_heap existed);
+  arenas2  shipped, with MALLOC_ARENA_MAX=2 (glibc's heaps for the 64 worker threads: 2 instead of up to 8 per core);
+  trim     shipped, with glibc's malloc_trim(0) every 10 s (a thread of the sitecustomize);
   base     --compare-tree's operator as that tree ships it (its own CRD installed for its round).
+(arenas2 and trim are the allocator settings tried against the resync's retained memory; neither is shipped: see
+Figures.)
 
 Every variant's process records each full (generation 2) collection and how long it held the GIL (gc.callbacks,
 the same hook in all). Per variant: seconds and CPU seconds to done, CPU per minute steady, resident memory
@@ -51,6 +55,7 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 sys.path.insert(0, str(ROOT / "tests"))  # tests/waiting.py, which operator_harness uses
 
 import kubernetes  # noqa: E402
+import waiting  # noqa: E402
 from _stats import cpu_seconds  # noqa: E402  (bench/ is on sys.path when run as a script)
 from bench_fuzz import tree_crd  # noqa: E402
 from bench_guard_scale import memory_mib  # noqa: E402
@@ -58,7 +63,12 @@ from controlplane import ControlPlane, ensure_built  # noqa: E402
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
 from operator_harness import OperatorProcess, gms, install_crd, wait_for  # noqa: E402
 
-VARIANTS = ("shipped", "freeze", "none")
+
+def _reinit(e: BaseException) -> bool:
+    return isinstance(e, kubernetes.client.ApiException) and e.status in (404, 409, 429)
+
+
+VARIANTS = ("shipped", "freeze", "none", "arenas2", "trim")
 
 #: the operator's sitecustomize: the full-collection recorder (every variant), the census on SIGUSR1 (--census),
 #: then the variant's settle_heap (a tree without one, like the base tree before it existed, is run as it is)
@@ -79,8 +89,17 @@ def _hook(phase, info):
 gc.callbacks.append(_hook)
 
 def _census(signum, frame):
-    import collections, threading, tracemalloc
     out = open(os.environ["GDN_BENCH_CENSUS"] + ".part", "w")
+    try:
+        _write_census(out)
+    except Exception:
+        import traceback
+        traceback.print_exc(file=out)
+    out.close()
+    os.rename(os.environ["GDN_BENCH_CENSUS"] + ".part", os.environ["GDN_BENCH_CENSUS"])
+
+def _write_census(out):
+    import collections, threading, tracemalloc
     out.write(open("/proc/self/status").read().split("VmRSS:")[1].split("\\n")[0].strip() + " VmRSS\\n")
     out.write(f"gc count {gc.get_count()} threshold {gc.get_threshold()} frozen {gc.get_freeze_count()}\\n")
     try:  # glibc's heaps: what malloc holds (arena), of it in use (uordblks) and free but kept (fordblks), mmapped
@@ -114,6 +133,25 @@ def _census(signum, frame):
     out.write(f"modules {len(sys.modules)}: " + ", ".join(f"{k} {v}" for k, v in mods.most_common(40)) + "\\n")
     names = collections.Counter(t.name.rstrip("0123456789_-").split(" ")[0] for t in threading.enumerate())
     out.write(f"threads {threading.active_count()}: " + ", ".join(f"{k} {v}" for k, v in names.most_common()) + "\\n")
+    def _pymalloc_used():
+        import tempfile
+        with tempfile.TemporaryFile() as tf:  # pymalloc's own arenas: sys._debugmallocstats writes to fd 2
+            saved = os.dup(2)
+            os.dup2(tf.fileno(), 2)
+            try:
+                sys._debugmallocstats()
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+            tf.seek(0)
+            for ln in tf.read().decode(errors="replace").splitlines():
+                if "bytes in allocated blocks" in ln:
+                    return int(ln.split("=")[1].replace(",", "")) / 2**20
+        return -1.0
+
+    used0 = _pymalloc_used()
+    n = gc.collect()  # what the next full collection frees (the frozen start-up heap stays out of it)
+    out.write(f"a full collection now: {n} objects unreachable, pymalloc blocks in use {used0:.1f} -> {_pymalloc_used():.1f} MiB\\n")
     frozen = gc.get_freeze_count()
     gc.unfreeze()  # frozen objects are not listed by gc.get_objects (this run is a diagnostic from here on)
     by_type = collections.Counter()
@@ -123,6 +161,30 @@ def _census(signum, frame):
         k = f"{t.__module__}.{t.__qualname__}"
         by_type[k] += 1
         size[k] += sys.getsizeof(o)
+    objs = gc.get_objects()
+    bodies = [o for o in objs if type(o) is dict and "kind" in o and "metadata" in o and "apiVersion" in o]
+    bodies = [o for o in bodies if type(o["kind"]) is str and type(o["metadata"]) is dict]
+    kinds = collections.Counter((o["kind"], "managedFields" in o["metadata"]) for o in bodies)
+    out.write("API objects held (kind, with managedFields): " + ", ".join(f"{k} {v}" for k, v in kinds.most_common(12)) + "\\n")
+    out.flush()
+    universe = {id(x) for x in objs if type(x).__name__ != "frame"}
+    universe -= {id(objs), id(bodies)}
+    deadline = time.monotonic() + 30
+
+    def _holders(o, depth):
+        refs = [r for r in gc.get_referrers(o) if id(r) in universe][:3]
+        if depth == 0 or time.monotonic() > deadline:
+            return [type(r).__qualname__ for r in refs]
+        return [(type(r).__qualname__, _holders(r, depth - 1)) for r in refs]
+
+    seen = set()
+    for o in bodies:
+        key = (o["kind"], "managedFields" in o["metadata"])
+        if key not in seen:
+            seen.add(key)
+            out.write(f"  held by ({key}): {_holders(o, 3)}\\n")
+            out.flush()
+    del objs, bodies
     out.write(f"gc-tracked objects {sum(by_type.values())} (frozen before the census {frozen}); top by shallow size:\\n")
     for k, v in size.most_common(40):
         out.write(f"  {v / 2**20:8.2f} MiB {by_type[k]:>9} {k}\\n")
@@ -148,8 +210,6 @@ def _census(signum, frame):
         for s in snap.statistics("lineno")[:40]:
             fr = s.traceback[0]
             out.write(f"  {s.size / 2**20:8.2f} MiB {s.count:>8} {fr.filename.split('site-packages/')[-1]}:{fr.lineno}\\n")
-    out.close()
-    os.rename(os.environ["GDN_BENCH_CENSUS"] + ".part", os.environ["GDN_BENCH_CENSUS"])
 
 if os.environ.get("GDN_BENCH_CENSUS"):
     signal.signal(signal.SIGUSR1, _census)
@@ -162,6 +222,16 @@ for _name in ("gdn_operator.handlers.core.heap", "gdn_operator.handlers.heap"):
         break
     except ModuleNotFoundError:
         pass
+if VARIANT == "trim":  # exploratory: glibc's free memory handed back every 10 s
+    import ctypes, threading
+
+    def _trim():
+        libc = ctypes.CDLL("libc.so.6")
+        while True:
+            time.sleep(10)
+            libc.malloc_trim(0)
+
+    threading.Thread(target=_trim, daemon=True, name="bench-trim").start()
 if _startup is None:
     _log.write(f"settled {VARIANT} as its tree ships it (no settle_heap) thresholds={gc.get_threshold()}\\n")
 else:
@@ -231,6 +301,8 @@ def census(pid: int, path: Path) -> None:
 def run_variant(cp: Any, co: Any, work: Path, ns: str, variant: str, operator_dir: Path, args: Any, tag: str) -> dict:
     env, log = variant_env(work, variant, operator_dir)
     env.update({"GDN_LOG_LEVEL": "WARNING", "GDN_STREAM_LOGS": "0", "GDN_WATCH_NAMESPACES": ns})
+    if variant == "arenas2":
+        env["MALLOC_ARENA_MAX"] = "2"
     if args.census:
         env["GDN_BENCH_CENSUS"] = str(Path(args.census) / f"{tag}.txt")
         if args.trace:
@@ -298,7 +370,7 @@ def main() -> int:
     ap.add_argument("--count", type=int, default=1000)
     ap.add_argument("--steady", type=float, default=30.0)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--variants", default="shipped,freeze,none", help=f"a subset of {','.join(VARIANTS)}")
     ap.add_argument("--compare-tree", metavar="DIR", help="also run another commit's operator (an exported tree)")
     ap.add_argument("--resync", action="store_true", help="then a fresh operator over the same servers")
     ap.add_argument("--census", metavar="OUT", help="each operator's steady heap described into OUT (diagnostic)")
@@ -328,7 +400,8 @@ def main() -> int:
             for v in list(trees) if r % 2 == 0 else list(trees)[::-1]:
                 ns = f"heap-{v}-{r}"
                 core.create_namespace({"metadata": {"name": ns}})
-                install_crd(api, crds[v])
+                # another tree's schema makes the API server re-initialise the kind's storage (429s meanwhile)
+                waiting.wait_for(lambda v=v: install_crd(api, crds[v]) is None, 120, 2.0, "CRD installed", retry=_reinit)
                 time.sleep(3)  # the new schema reaches the API server's handlers before the creates
                 res = run_variant(cp, co, work / f"{v}-{r}", ns, v, trees[v], args, f"{v}-{r}")
                 results[v].append(res)
