@@ -29,6 +29,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def memory_mib(pid: int) -> dict[str, float]:
+    """A process's resident memory now (VmRSS) and its peak (VmHWM), MiB."""
+    out = {}
+    for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, val = ln.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(val.split()[0]) / 1024
+    return out
+
+
 def child_pids(pid: int) -> list[int]:
     """The live children of a process (e.g. the operator's webhook front), from /proc."""
     out = []

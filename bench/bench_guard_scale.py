@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 sys.path.insert(0, str(ROOT / "tests"))  # tests/waiting.py, which operator_harness uses
 
 import kubernetes  # noqa: E402
-from _stats import cpu_seconds  # noqa: E402  (bench/ is on sys.path when run as a script)
+from _stats import cpu_seconds, memory_mib  # noqa: E402  (bench/ is on sys.path when run as a script)
 from controlplane import ControlPlane, ensure_built  # noqa: E402
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
 from guard_harness import engine_container, guard, install_guard_crd  # noqa: E402
@@ -41,15 +41,6 @@ from operator_harness import OperatorProcess, gms, install_crd, wait_for  # noqa
 
 SAFE = ["vllm", "serve", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--no-enable-prefix-caching",
         "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}']  # fmt: skip
-
-
-def memory_mib(pid: int) -> dict[str, float]:
-    out = {}
-    for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, val = ln.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(val.split()[0]) / 1024
-    return out
 
 
 def phase(

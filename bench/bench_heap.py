@@ -78,9 +78,8 @@ sys.path.insert(0, str(ROOT / "tests"))  # tests/waiting.py, which operator_harn
 
 import kubernetes  # noqa: E402
 import waiting  # noqa: E402
-from _stats import cpu_seconds  # noqa: E402  (bench/ is on sys.path when run as a script)
+from _stats import cpu_seconds, memory_mib  # noqa: E402  (bench/ is on sys.path when run as a script)
 from bench_fuzz import tree_crd  # noqa: E402
-from bench_guard_scale import memory_mib  # noqa: E402
 from controlplane import ControlPlane, ensure_built  # noqa: E402
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
 from operator_harness import OperatorProcess, gms, install_crd, wait_for  # noqa: E402
