@@ -36,7 +36,7 @@ import kubernetes  # noqa: E402
 from _stats import cpu_seconds, memory_mib  # noqa: E402  (bench/ is on sys.path when run as a script)
 from controlplane import ControlPlane, ensure_built  # noqa: E402
 from gdn_operator import GROUP, PLURAL, VERSION  # noqa: E402
-from guard_harness import engine_container, guard, install_guard_crd  # noqa: E402
+from guard_harness import GUARD, PLAIN, install_guard_crd  # noqa: E402
 from operator_harness import OperatorProcess, gms, install_crd, wait_for  # noqa: E402
 
 SAFE = ["vllm", "serve", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--no-enable-prefix-caching",
@@ -91,7 +91,7 @@ def main() -> int:
         for ns in ("bench-guard", "bench-gms"):
             core.create_namespace({"metadata": {"name": ns}})
         labels = {"app": "bench-vllm"}
-        container = engine_container(image="vllm/vllm-openai:v0.33.0", argv=SAFE)
+        container = PLAIN.tag("v0.33.0").argv(SAFE).container()
 
         def create_pods() -> None:
             owners = []
@@ -102,7 +102,9 @@ def main() -> int:
                              "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}}}})  # fmt: skip
                 owners.append({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs.metadata.name, "uid": rs.metadata.uid,
                                "controller": True})  # fmt: skip
-            co.create_namespaced_custom_object(GROUP, VERSION, "bench-guard", "gdnguards", guard("bench", labels))
+            co.create_namespaced_custom_object(
+                GROUP, VERSION, "bench-guard", "gdnguards", GUARD.name("bench").select(labels).obj()
+            )
             for i in range(args.count):
                 core.create_namespaced_pod("bench-guard", {
                     "metadata": {"name": f"vllm-{i % args.workloads}-{i}", "labels": labels,
