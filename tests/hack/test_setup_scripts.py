@@ -35,7 +35,7 @@ def test_build_sh_full_is_cached():
     if os.environ.get("GDN_SKIP_CLUSTER") == "1":
         pytest.skip("GDN_SKIP_CLUSTER=1")
     out = _run("tests/cluster/build.sh", "full")
-    for component in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
+    for component in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "lws"):
         assert any(component in ln and "cached" in ln for ln in out.splitlines()), f"{component}:\n{out}"
     assert "built in" not in out, out
 
