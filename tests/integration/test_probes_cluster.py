@@ -101,6 +101,17 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
         # ---- consistently wrong: alarm, diagnosis, remediation once ---------------------------
         eng.set(WRONG)
         c = k.wait_condition(ns, "pr", "OutputConsistent", "False", timeout=60, reason="ProbeMismatch")
+        # the round that wrote this condition set the gauge before its status write: read it now. The remediation
+        # below changes the revision, and a round on the new revision (relearning) sets it back to 0, which a loaded
+        # run reached before a read placed after the remediation's checks
+        wait_for(
+            lambda: (
+                metric(op.metrics(), "gdn_output_inconsistent", absent=0.0, namespace=ns, server="pr", reason="ProbeMismatch")
+                == 1
+            ),
+            15,
+            what="gdn_output_inconsistent{reason=ProbeMismatch} = 1",
+        )
         assert "vllm#51508" in c["message"] and f"token {WRONG_AT} differs" in c["message"]
         d = k.condition(ns, "pr", "Degraded")
         assert d["status"] == "True" and d["reason"] == "ProbeMismatch"
@@ -134,16 +145,6 @@ def test_probe_lifecycle_blip_alarms_remediation_relearn(op, kube_api):
             what="the override rendered into the Deployment",
         )
         assert wait_for(lambda: k.events(ns, "pr", "Remediated"), 15, what="Remediated Event")
-        # the gauge is the supervisor's round's, the Event the remediation's: each lands on its own schedule (a full
-        # run's load once read the gauge before the round that sets it)
-        wait_for(
-            lambda: (
-                metric(op.metrics(), "gdn_output_inconsistent", absent=0.0, namespace=ns, server="pr", reason="ProbeMismatch")
-                == 1
-            ),
-            15,
-            what="gdn_output_inconsistent{reason=ProbeMismatch} = 1",
-        )
 
         # ---- the overridden engine (a new revision, same generation) is learned afresh ---------
         new = k.ready_pod(ns, "pr", not_named=pod.metadata.name)
