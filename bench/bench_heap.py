@@ -119,6 +119,20 @@ def _census(signum, frame):
     out.close()
     os.rename(os.environ["GDN_BENCH_CENSUS"] + ".part", os.environ["GDN_BENCH_CENSUS"])
 
+def _mallocstats():
+    # pymalloc's own arenas, as lines: sys._debugmallocstats writes them to fd 2
+    import tempfile
+    with tempfile.TemporaryFile() as tf:
+        saved = os.dup(2)
+        os.dup2(tf.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        tf.seek(0)
+        return tf.read().decode(errors="replace").splitlines()
+
 def _write_census(out):
     import collections, threading, tracemalloc
     out.write(open("/proc/self/status").read().split("VmRSS:")[1].split("\\n")[0].strip() + " VmRSS\\n")
@@ -137,37 +151,17 @@ def _write_census(out):
                                        ("arena", "uordblks", "fordblks", "hblkhd", "keepcost")) + " MiB\\n")
     except (OSError, AttributeError) as e:
         out.write(f"malloc: {e}\\n")
-    import tempfile
-    with tempfile.TemporaryFile() as tf:  # pymalloc's own arenas: sys._debugmallocstats writes to fd 2
-        saved = os.dup(2)
-        os.dup2(tf.fileno(), 2)
-        try:
-            sys._debugmallocstats()
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        tf.seek(0)
-        for ln in tf.read().decode(errors="replace").splitlines():
-            if "arenas" in ln or ln.startswith("Total") or "bytes in" in ln:
-                out.write("pymalloc " + " ".join(ln.split()) + "\\n")
+    for ln in _mallocstats():
+        if "arenas" in ln or ln.startswith("Total") or "bytes in" in ln:
+            out.write("pymalloc " + " ".join(ln.split()) + "\\n")
     mods = collections.Counter(m.split(".")[0] for m in list(sys.modules))
     out.write(f"modules {len(sys.modules)}: " + ", ".join(f"{k} {v}" for k, v in mods.most_common(40)) + "\\n")
     names = collections.Counter(t.name.rstrip("0123456789_-").split(" ")[0] for t in threading.enumerate())
     out.write(f"threads {threading.active_count()}: " + ", ".join(f"{k} {v}" for k, v in names.most_common()) + "\\n")
     def _pymalloc_used():
-        import tempfile
-        with tempfile.TemporaryFile() as tf:  # pymalloc's own arenas: sys._debugmallocstats writes to fd 2
-            saved = os.dup(2)
-            os.dup2(tf.fileno(), 2)
-            try:
-                sys._debugmallocstats()
-            finally:
-                os.dup2(saved, 2)
-                os.close(saved)
-            tf.seek(0)
-            for ln in tf.read().decode(errors="replace").splitlines():
-                if "bytes in allocated blocks" in ln:
-                    return int(ln.split("=")[1].replace(",", "")) / 2**20
+        for ln in _mallocstats():
+            if "bytes in allocated blocks" in ln:
+                return int(ln.split("=")[1].replace(",", "")) / 2**20
         return -1.0
 
     used0 = _pymalloc_used()
