@@ -80,6 +80,13 @@ GUARDED_KINDS = (
 JUDGED_OWNER_KINDS = tuple(k for k in GUARDED_KINDS if k != "Pod")
 #: namespaces no guard ever reaches (the cluster's own), besides the operator's
 SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+
+
+def never_admitted(excluded: Iterable[str] = ()) -> list[str]:
+    """The namespaces no guard webhook reaches: the system ones and `excluded` (the operator's own), sorted."""
+    return sorted({*SYSTEM_NAMESPACES, *(n for n in excluded if n)})
+
+
 #: the break-glass: a namespace carrying this label (any value) is left out of every guard webhook
 BYPASS_LABEL = "guard.gdn-operator.io/bypass"
 #: the most the guard webhooks may take in their configuration (the API server's limit on an object is ~1.5 MiB)
@@ -142,7 +149,7 @@ def guard_scope(
     judged controller made. Guards past CONFIG_BUDGET_BYTES are left out."""
     out = Scope()
     cc = handler_client_config(client_config)
-    never = sorted({*SYSTEM_NAMESPACES, *(n for n in excluded if n)})
+    never = never_admitted(excluded)
     used = 0
     for guard in sorted(guards, key=_key):
         spec = _spec(guard)
@@ -340,7 +347,7 @@ class GuardAdmission:
     def coverage(self, namespace: str, name: str) -> tuple[bool, str, str]:
         """(in force, reason, message) of a guard's admission, for its status condition Admission."""
         why = self.left_out.get(f"{namespace}/{name}")
-        if namespace in SYSTEM_NAMESPACES or namespace in self.excluded:
+        if namespace in never_admitted(self.excluded):
             why = LEFT_OUT_NAMESPACE  # known from the namespace alone: also before the first configuration is written
         if why == LEFT_OUT_NAMESPACE:
             return (
